@@ -1,0 +1,117 @@
+"""Time every Porter layer against torch (as users run it: NCHW) on this machine, in one run.
+
+    python benchmarks/layers.py [--filter max_pool] [--repeat 20]
+
+Each case lives in a ``benchmarks/cases_<family>.py`` file and registers itself with :func:`case`. For each case the
+script prints torch and Porter medians for the forward pass and for forward+backward, and the ratio Porter/torch
+(below 1.0 means Porter is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+@dataclass
+class Case:
+    name: str
+    shape: tuple  # torch layout (N, C, *spatial)
+    make_torch: Callable[[], Callable]  # returns f(x_nchw) -> tensor or tuple
+    make_porter: Callable[[], Callable]  # returns f(x_nhwc) -> array or tuple
+    backward: bool = True
+
+
+CASES: list[Case] = []
+
+
+def case(name: str, shape: tuple, make_torch: Callable, make_porter: Callable, backward: bool = True) -> None:
+    if any(c.name == name for c in CASES):
+        raise ValueError(f"benchmark case {name!r} registered twice")
+    CASES.append(Case(name, tuple(shape), make_torch, make_porter, backward))
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _median_ms(fn: Callable, repeat: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def run_case(c: Case, repeat: int) -> dict:
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal(c.shape).astype(np.float32)
+    xt = torch.from_numpy(x_np)
+    xm = mx.array(np.ascontiguousarray(np.moveaxis(x_np, 1, -1)))
+    ft, fm = c.make_torch(), c.make_porter()
+    row = {"name": c.name, "shape": c.shape}
+    with torch.no_grad():
+        row["torch_fwd"] = _median_ms(lambda: _first(ft(xt)), repeat)
+    row["porter_fwd"] = _median_ms(lambda: mx.eval(_first(fm(xm))), repeat)
+    if c.backward:
+        xg = xt.clone().requires_grad_(True)
+
+        def torch_step():
+            xg.grad = None
+            _first(ft(xg)).sum().backward()
+
+        grad_fn = mx.grad(lambda a: _first(fm(a)).sum())
+        row["torch_bwd"] = _median_ms(torch_step, repeat)
+        row["porter_bwd"] = _median_ms(lambda: mx.eval(grad_fn(xm)), repeat)
+    return row
+
+
+def load_cases() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in sorted(glob.glob(os.path.join(here, "cases_*.py"))):
+        importlib.import_module(f"benchmarks.{os.path.basename(path)[:-3]}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--filter", default="", help="run only cases whose name contains this text")
+    parser.add_argument("--repeat", type=int, default=20, help="timed repetitions per measurement (median)")
+    args = parser.parse_args(argv)
+    load_cases()
+    selected = [c for c in CASES if args.filter in c.name]
+    if not selected:
+        print(f"no benchmark case matches --filter {args.filter!r}", file=sys.stderr)
+        return 2
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), mlx {mx.__version__} on {mx.default_device()}")
+    head = f"{'case':44s} {'shape (torch layout)':22s} {'fwd torch':>9s} {'porter':>8s} {'ratio':>6s}"
+    head += f" {'f+b torch':>9s} {'porter':>8s} {'ratio':>6s}"
+    print(head)
+    print("-" * len(head))
+    for c in selected:
+        r = run_case(c, args.repeat)
+        line = f"{r['name']:44s} {str(r['shape']):22s} {r['torch_fwd']:8.2f}ms {r['porter_fwd']:6.2f}ms"
+        line += f" {r['porter_fwd'] / r['torch_fwd']:5.2f}x"
+        if "torch_bwd" in r:
+            line += f" {r['torch_bwd']:7.2f}ms {r['porter_bwd']:6.2f}ms {r['porter_bwd'] / r['torch_bwd']:5.2f}x"
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

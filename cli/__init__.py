@@ -1,0 +1,1 @@
+"""The ``porter`` command line (``porter.cli``)."""

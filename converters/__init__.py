@@ -1,0 +1,1 @@
+"""Converters from captured torch graphs to MLX (``porter.converters``)."""

@@ -1,0 +1,89 @@
+"""Argument normalisation and layout helpers shared by every Porter layer.
+
+All layers are channels-last: a batched input is ``(N, *spatial, C)``, an unbatched one ``(*spatial, C)``.
+Error messages name the layer (``[MaxPool2d]``) and the argument, reusing torch's wording where torch has one.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Sequence
+
+import mlx.core as mx
+
+_ORDINAL = {1: "one", 2: "two", 3: "three"}
+
+
+def ntuple(value, n: int, name: str, layer: str, *, allow_none: bool = False) -> tuple:
+    """Turn an int or a sequence into an ``n``-tuple of ints.
+
+    A length-1 sequence is broadcast (as torch does); any other length than 1 or ``n`` raises ``ValueError``.
+    Floats and bools raise ``TypeError``. ``allow_none`` lets ``None`` entries through (adaptive ``output_size``).
+    """
+    if isinstance(value, (list, tuple)):
+        items = tuple(value)
+        if len(items) == 1:
+            items = items * n
+        elif len(items) != n:
+            raise ValueError(
+                f"[{layer}] '{name}' must either be a single int, or a tuple of {_ORDINAL.get(n, n)} ints, "
+                f"but got {tuple(value)!r}."
+            )
+    else:
+        items = (value,) * n
+    for item in items:
+        if item is None and allow_none:
+            continue
+        if isinstance(item, bool) or not isinstance(item, numbers.Integral):
+            raise TypeError(
+                f"[{layer}] '{name}' must be an int or a tuple of ints, but got {value!r} "
+                f"(an element of type {type(item).__name__})."
+            )
+    return tuple(item if item is None else int(item) for item in items)
+
+
+def pool_output_size(length: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
+    """Torch's sliding-window output length (SEMANTICS.md section 1), including the ceil-mode drop rule."""
+    num = length + 2 * padding - dilation * (kernel - 1) - 1
+    out = (num + (stride - 1 if ceil_mode else 0)) // stride + 1  # floor division, as ATen's div_rtn
+    # ceil mode keeps a partial last window only if it starts inside the input or its left padding
+    if ceil_mode and (out - 1) * stride >= length + padding:
+        out -= 1
+    return out
+
+
+def check_rank(x: mx.array, nd: int, layer: str, name: str = "input") -> bool:
+    """Check ``x`` is ``(N, *spatial, C)`` or ``(*spatial, C)``; return True when batched."""
+    if x.ndim == nd + 2:
+        return True
+    if x.ndim == nd + 1:
+        return False
+    raise ValueError(
+        f"[{layer}] expected '{name}' of rank {nd + 1} (unbatched, {_layout(nd, False)}) or {nd + 2} "
+        f"(batched, {_layout(nd, True)}), but got shape {tuple(x.shape)}."
+    )
+
+
+def _layout(nd: int, batched: bool) -> str:
+    spatial = {1: ["L"], 2: ["H", "W"], 3: ["D", "H", "W"]}[nd]
+    return "(" + ", ".join((["N"] if batched else []) + spatial + ["C"]) + ")"
+
+
+def as_batched(x: mx.array, nd: int, layer: str) -> tuple[mx.array, bool]:
+    """Return ``x`` with a leading batch axis and whether it had one (so the caller can strip it again)."""
+    batched = check_rank(x, nd, layer)
+    return (x if batched else x[None]), batched
+
+
+def spatial_shape(x: mx.array, nd: int) -> tuple[int, ...]:
+    """Spatial extents of a batched channels-last array ``(N, *spatial, C)``."""
+    return tuple(x.shape[1 : 1 + nd])
+
+
+def is_floating(dtype) -> bool:
+    return mx.issubdtype(dtype, mx.floating)
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """Torch's ``2x3x4`` shape spelling used in its pooling error messages."""
+    return "x".join(str(int(s)) for s in shape)

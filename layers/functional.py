@@ -1,0 +1,1 @@
+"""Functional forms of Porter's layers, with torch.nn.functional's names and argument order (channels-last)."""

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One-command setup of a fresh machine: a virtual environment in .venv with torch 2.13.0 (CPU build),
+# MLX (mlx[cpu] on Linux), Porter itself (editable) and the test dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+# torch first and pinned: left to the resolver, plain `torch` pulls the CUDA build (several GB).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+echo "setup done: activate with 'source .venv/bin/activate' or call .venv/bin/porter directly"

@@ -1,0 +1,1 @@
+"""Hand-written MLX architectures that load torchvision-format checkpoints (``porter.zoo``)."""
