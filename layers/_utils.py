@@ -87,3 +87,13 @@ def is_floating(dtype) -> bool:
 def format_shape(shape: Sequence[int]) -> str:
     """Torch's ``2x3x4`` shape spelling used in its pooling error messages."""
     return "x".join(str(int(s)) for s in shape)
+
+
+def adaptive_windows(length: int, out: int) -> tuple[list[int], list[int]]:
+    """Torch's adaptive-pool windows on one axis: ``start = o*L // O``, ``end = ceil((o+1)*L / O)``.
+
+    Exact integer arithmetic (torch 2.13); windows may overlap and differ in length.
+    """
+    starts = [(o * length) // out for o in range(out)]
+    ends = [((o + 1) * length + out - 1) // out for o in range(out)]
+    return starts, ends
