@@ -472,3 +472,17 @@ def convert_unsqueeze(ctx, call):
     dim = call.arg("dim") % (len(perm) + 1)
     new_perm = L.insert_dim(perm, dim)
     ctx.emit("unsqueeze", [ctx.tensor(x)], {"axis": new_perm.index(dim)}, perm=new_perm)
+
+
+@kernel("shape")
+def k_shape(x, *, perm):
+    return [x.shape[perm.index(d)] for d in range(x.ndim)]
+
+
+@register("aten.size.default")
+def convert_shape(ctx, call):
+    from ..convert import Info
+
+    x = call.arg("self")
+    items = [Info(ValueMeta("int")) for _ in range(ctx.meta(x).rank)]
+    ctx.emit("shape", [ctx.tensor(x)], {"perm": list(ctx.perm(x))}, items=items)
