@@ -96,6 +96,16 @@ class ConvertContext:
     def is_param(self, value) -> bool:
         return isinstance(value, Ref) and value.name in self.graph.param_values
 
+    def used_items(self, name: str) -> set:
+        """Indices read (through getitem) from the tuple value ``name``; all of them if read otherwise."""
+        used = set()
+        for node in self._users.get(name, []):
+            if node.op == "operator.getitem" and node.args.get("a") == Ref(name):
+                used.add(node.args["b"])
+            else:
+                return {"all"}
+        return used
+
     def fresh(self, hint: str) -> str:
         return f"{hint}__{next(self._counter)}"
 
@@ -248,6 +258,7 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
         raise UnsupportedOpsError(missing)
 
     ctx = ConvertContext(graph, io_layout)
+    ctx._users = graph.users()
     for name in graph.param_values:
         torch_name = graph.param_values[name]
         shape = list(graph.params[torch_name].shape)
