@@ -221,11 +221,11 @@ def _module_outputs(graph: Graph) -> list:
     members: dict = {}
     info: dict = {}
     for node in graph.nodes:
-        for call_id, path, type_name in node.scopes:
+        for depth, (call_id, path, type_name) in enumerate(node.scopes):
             if path == "":
                 continue
             members.setdefault(call_id, set()).add(node.name)
-            info[call_id] = (path, type_name)
+            info[call_id] = (path, type_name, depth)
     users = graph.users()
     graph_outputs = {r.name for r in iter_refs(graph.outputs)}
     metas = {n.name: n.meta for n in graph.nodes}
@@ -238,10 +238,11 @@ def _module_outputs(graph: Graph) -> list:
         ]
         tensors = [n for n in leaving if metas[n].kind == "tensor"]
         if len(tensors) == 1:
-            path, type_name = info[call_id]
-            result.append((position[tensors[0]], tensors[0], path, type_name))
+            path, type_name, depth = info[call_id]
+            # a value leaving nested modules: the inner module's hook fires first in torch
+            result.append((position[tensors[0]], -depth, tensors[0], path, type_name))
     result.sort()
-    return [{"value": v, "module": p, "type": t} for _, v, p, t in result]
+    return [{"value": v, "module": p, "type": t} for _, _, v, p, t in result]
 
 
 def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
@@ -299,6 +300,10 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
         perm = ctx.values[entry["value"]].perm
         module_outputs.append(dict(entry, perm=list(perm)))
 
+    for torch_name, array in graph.params.items():
+        if torch_name not in ctx.params:  # unused by the forward (num_batches_tracked): kept for a full state_dict
+            ctx.params[torch_name] = ParamRecord(torch_name, "identity", {}, torch_name in graph.trainable,
+                                                 list(array.shape))
     weights = {}
     params = {}
     for torch_name, record in ctx.params.items():
