@@ -13,7 +13,6 @@ _LAZY = {
     "inspect_model": ("porter.converters", "inspect_model"),
     "PortedModel": ("porter.converters", "PortedModel"),
     "UnsupportedOpsError": ("porter.converters", "UnsupportedOpsError"),
-    "validate": ("porter.validate", "validate"),
 }
 
 
