@@ -19,6 +19,17 @@ from .registry import UnsupportedOpsError
 
 _INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "div": "truediv",
             "remainder": "mod", "neg": "neg", "pow": "pow"}
+# Ops on Python values (lists, None, ints) evaluated here: torch.ops cannot take Python values for schemas with type
+# variables (aten::len.t, aten::__is__). Their results are structural (list lengths, None checks) or ints.
+_PY_OPS = {
+    "len": len, "__is__": lambda a, b: a is b, "__isnot__": lambda a, b: a is not b, "__not__": lambda a: not a,
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "gt": lambda a, b: a > b,
+    "le": lambda a, b: a <= b, "ge": lambda a, b: a >= b, "__and__": lambda a, b: a and b,
+    "__or__": lambda a, b: a or b, "__contains__": lambda a, b: b in a, "isinstance": None,
+    "format": lambda fmt, *args: fmt.format(*args), "warn": lambda *a: None, "list": list,
+    "Bool": bool, "Int": int, "Float": float, "str": str, "append": None,
+}
+_STRUCTURAL = {"len", "__is__", "__isnot__", "__not__", "__contains__", "format", "warn", "list", "str"}
 _PASSTHROUGH = {"prim::unchecked_cast", "aten::Int", "aten::Float", "aten::ScalarImplicit", "prim::NumToTensor",
                 "aten::IntImplicit", "aten::FloatImplicit", "prim::Uninitialized"}
 
@@ -102,6 +113,7 @@ class _Interpreter:
         scopes = _hierarchy(ts_node)
         name = self.name_for(op.split(".")[1] if op.startswith(("aten.", "operator.")) else op)
         module, module_type = scopes[-1] if scopes else ("", "")
+        args = {k: _snapshot(v) for k, v in args.items()}  # lists may be appended to later (aten::append)
         self.nodes.append(Node(name, op, args, explicit, _meta(concrete), module, module_type,
                                [(p, p, t) for p, t in scopes]))
         return Ref(name)
@@ -154,6 +166,13 @@ class _Interpreter:
             value = {"prim::device": lambda t: t.device, "prim::dtype": lambda t: t.dtype,
                      "aten::dim": lambda t: t.dim(), "prim::layout": lambda t: t.layout}[kind](ins[0][1])
             self.env[outs[0]] = (_literal(value), value)
+        elif kind == "prim::isinstance":
+            result = _isinstance(ins[0][1], [str(t) for t in node.tys("types")])
+            self.env[outs[0]] = (result, result)
+        elif kind == "aten::append" and isinstance(ins[0][0], list):
+            ins[0][0].append(ins[1][0])  # the list lives in the environment: every alias sees the new item
+            ins[0][1].append(ins[1][1])
+            self.env[outs[0]] = ins[0]
         elif kind == "prim::RaiseException":
             raise RuntimeError(f"the TorchScript model raises on the example input: {ins[0][1]}")
         elif kind in ("prim::Loop", "prim::PythonOp", "prim::CallMethod", "prim::CallFunction"):
@@ -206,6 +225,21 @@ class _Interpreter:
             raise UnsupportedOpsError(self.unsupported)
         base, overload = schema.name.split("::")[1], schema.overload_name or "default"
         namespace = schema.name.split("::")[0]
+        values = [v for _, v in ins]
+        tensor_in = any(isinstance(v, torch.Tensor) for v in values)
+        has_ref = any(_has_ref(r) for r, _ in ins)
+        if base in _PY_OPS and _PY_OPS[base] is not None and not tensor_in and (
+                base in _STRUCTURAL or not has_ref or base not in _INT_OPS):
+            result = _PY_OPS[base](*values)
+            if has_ref and base not in _STRUCTURAL:
+                warnings.warn(f"TorchScript {kind} on a size computed from the input is fixed to the example's "
+                              f"result ({result!r})", stacklevel=5)
+            self.env[outs[0]] = (_literal(result), result)
+            return
+        if base in ("__is__", "__isnot__"):
+            result = (values[0] is values[1]) if base == "__is__" else (values[0] is not values[1])
+            self.env[outs[0]] = (result, result)
+            return
         packet = getattr(getattr(torch.ops, namespace), base)
         op = getattr(packet, overload)
         args, kwargs, ir_args, explicit = [], {}, {}, []
@@ -240,6 +274,23 @@ class _Interpreter:
                                concrete[i])
         if base.endswith("_") and ins and isinstance(ins[0][0], Ref):
             self.env[node.inputsAt(0)] = (ref, concrete)  # in-place: later readers see the result
+
+
+def _snapshot(value):
+    return [_snapshot(v) for v in value] if isinstance(value, list) else value
+
+
+def _isinstance(value, type_names) -> bool:
+    checks = {"Tensor": torch.Tensor, "int": int, "float": float, "bool": bool, "str": str, "NoneType": type(None)}
+    for name in type_names:
+        head = name.split("[")[0].split("(")[0]
+        if head in ("List", "list") and isinstance(value, list):
+            return True
+        if head in ("Tuple", "tuple") and isinstance(value, tuple):
+            return True
+        if head in checks and isinstance(value, checks[head]):
+            return True
+    return False
 
 
 def _has_ref(value) -> bool:

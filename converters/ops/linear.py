@@ -109,3 +109,42 @@ def convert_sdpa(ctx, call):
         inputs.append(ctx.tensor(mask, L.identity(ctx.meta(mask).rank)))
     ctx.emit("sdpa", inputs, {"scale": call.arg("scale"), "is_causal": call.arg("is_causal")},
              perm=L.identity(call.meta.rank))
+
+
+@kernel("native_mha")
+def k_native_mha(q, k, v, qkv_weight, qkv_bias, proj_weight, proj_bias, *, num_head, need_weights, average):
+    """nn.MultiheadAttention's fused inference path (TorchScript in eval): batch-first ``(B, L, E)`` inputs."""
+    e = q.shape[-1]
+    w_q, w_k, w_v = qkv_weight[:e], qkv_weight[e:2 * e], qkv_weight[2 * e:]
+    b_q, b_k, b_v = qkv_bias[:e], qkv_bias[e:2 * e], qkv_bias[2 * e:]
+
+    def heads(x, w, b):
+        y = x @ w.T + b
+        return y.reshape(y.shape[0], y.shape[1], num_head, e // num_head).transpose(0, 2, 1, 3)
+
+    qh, kh, vh = heads(q, w_q, b_q), heads(k, w_k, b_k), heads(v, w_v, b_v)
+    scores = (qh * (1.0 / math.sqrt(e // num_head))) @ kh.swapaxes(-1, -2)
+    attn = mx.softmax(scores, axis=-1, precise=True)
+    out = (attn @ vh).transpose(0, 2, 1, 3).reshape(q.shape[0], q.shape[1], e)
+    out = out @ proj_weight.T + proj_bias
+    if not need_weights:
+        return [out, None]
+    return [out, attn.mean(axis=1) if average else attn]
+
+
+@register("aten._native_multi_head_attention.default")
+def convert_native_mha(ctx, call):
+    from ..convert import Info
+
+    if call.arg("mask") is not None:
+        call.fail("mask", "attention masks on the fused path are not supported yet")
+    call.arg("mask_type")
+    call.arg("embed_dim")
+    tensors = [call.arg(n) for n in ("query", "key", "value", "qkv_weight", "qkv_bias", "proj_weight", "proj_bias")]
+    inputs = [ctx.tensor(t, L.identity(ctx.meta(t).rank)) for t in tensors]
+    need = call.arg("need_weights")
+    items = [Info(call.meta.items[0], L.identity(call.meta.items[0].rank)),
+             Info(call.meta.items[1], L.identity(call.meta.items[1].rank) if call.meta.items[1].kind == "tensor"
+                  else None)]
+    ctx.emit("native_mha", inputs, {"num_head": call.arg("num_head"), "need_weights": need,
+                                    "average": call.arg("average_attn_weights")}, items=items)
