@@ -202,23 +202,25 @@ def reshape_groups(in_meta: ValueMeta, out_meta: ValueMeta):
 def convert_view(ctx, call, x: Ref, size_values: list, out_meta: ValueMeta):
     """Emit a view/reshape of ``x`` to torch sizes ``size_values``, keeping x's layout when possible."""
     perm = ctx.perm(x)
-    rank_out = out_meta.rank
-    in_meta = ctx.meta(x)
-    if perm != L.identity(len(perm)):
-        groups = reshape_groups(in_meta, out_meta)
-        plan = _plan_in_layout(perm, groups) if groups else None
-        if plan is not None:
-            new_perm, merge = plan
-            sizes = [size_values[d] if size_values is not None else None for d in new_perm]
-            if any(m is None for m in merge) and size_values is None:
-                plan = None
-            else:
-                return ctx.emit("reshape", [ctx.tensor(x), ctx.value(sizes)], {"merge": merge}, perm=new_perm,
-                                meta=out_meta)
-    if size_values is None:  # flatten-style call without explicit sizes: compute them from the input
-        raise NotImplementedError("internal: view without sizes needs an in-layout plan")
-    return ctx.emit("reshape", [ctx.tensor(x, L.identity(len(perm))), ctx.value(size_values)],
-                    perm=L.identity(rank_out), meta=out_meta)
+    groups = reshape_groups(ctx.meta(x), out_meta) if perm != L.identity(len(perm)) else None
+    if groups is None:
+        return ctx.emit("reshape", [ctx.tensor(x, L.identity(len(perm))), ctx.value(size_values)],
+                        perm=L.identity(out_meta.rank), meta=out_meta)
+    source = _grouped_layout(perm, groups)
+    new_perm, merge = _plan_in_layout(source, groups)
+    sizes = [size_values[d] for d in new_perm]
+    return ctx.emit("reshape", [ctx.tensor(x, source), ctx.value(sizes)], {"merge": merge}, perm=new_perm,
+                    meta=out_meta)
+
+
+def _grouped_layout(perm, groups) -> tuple:
+    """``perm`` itself when every group's dims sit adjacent and in order in the array; otherwise the closest
+    layout where they do (groups kept in their array order), so one transpose fixes just those dims (a channel
+    shuffle swaps two sub-axes of C and stays channels-last)."""
+    if _plan_in_layout(perm, groups) is not None:
+        return perm
+    ordered = sorted(groups, key=lambda g: min(perm.index(d) for d in g[0]))
+    return tuple(d for gi, _ in ordered for d in gi)
 
 
 def _plan_in_layout(perm, groups):
@@ -280,15 +282,9 @@ def convert_flatten(ctx, call):
     groups = [([d], [d]) for d in range(start)]
     groups.append((list(range(start, end + 1)), [start]))
     groups += [([d], [d - (end - start)]) for d in range(end + 1, rank)]
-    perm = ctx.perm(x)
-    plan = _plan_in_layout(perm, groups)
-    if plan is not None:
-        new_perm, merge = plan
-        return ctx.emit("reshape", [ctx.tensor(x), [None] * len(new_perm)], {"merge": merge}, perm=new_perm)
-    merge = [[d] for d in range(start)] + [list(range(start, end + 1))] + [[d] for d in range(end + 1, rank)]
-    ident = L.identity(rank)
-    ctx.emit("reshape", [ctx.tensor(x, ident), [None] * len(merge)], {"merge": merge},
-             perm=L.identity(call.meta.rank))
+    source = _grouped_layout(ctx.perm(x), groups)
+    new_perm, merge = _plan_in_layout(source, groups)
+    ctx.emit("reshape", [ctx.tensor(x, source), [None] * len(new_perm)], {"merge": merge}, perm=new_perm)
 
 
 @register("aten.unflatten.int")

@@ -163,7 +163,10 @@ def test_concat_on_channel_dim(io_layout):
 
 
 def test_channel_shuffle():
-    check_converted(ChannelShuffle(3).eval(), *inputs((2, 4, 5, 5), (1, 4, 8, 3)), io_layout="mlx")
+    ported = check_converted(ChannelShuffle(3).eval(), *inputs((2, 4, 5, 5), (1, 4, 8, 3)), io_layout="mlx")
+    # the shuffle swaps two sub-axes of C: one transpose, and the result stays channels-last
+    assert ported.num_transposes == 1
+    assert ported.output_layouts == ["NCHW->NHWC"]
 
 
 def test_convnext_permute_layernorm_needs_no_transpose():
