@@ -1,0 +1,369 @@
+"""Casts, tensor creation and indexing-style ops: to/_to_copy/type_as, *_like, zeros/ones/full/arange,
+masked_fill, flip, roll, cumsum, index_select, gather, embedding, max/min over a dim, logsumexp, prod, vector
+norm, einsum, tril/triu, pixel_(un)shuffle.
+
+Created tensors take the dtype the example run recorded for them (torch's promotion rules were already applied).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import layout as L
+from ..ir import Ref
+from ..registry import kernel, register
+from .elementwise import aligned_inputs
+from .shape import _dims
+
+
+def mx_dtype(name):
+    if name is None:
+        return None
+    if name == "float64":
+        return mx.float32  # MLX computes in float32 on this path; outputs are compared in float32
+    if name == "bool":
+        return mx.bool_
+    return getattr(mx, name)
+
+
+@kernel("cast")
+def k_cast(x, *, dtype):
+    return x.astype(mx_dtype(dtype)) if isinstance(x, mx.array) else mx.array(x, dtype=mx_dtype(dtype))
+
+
+@kernel("fill_like")
+def k_fill_like(x, value, *, dtype):
+    return mx.full(x.shape, value, dtype=mx_dtype(dtype))
+
+
+@kernel("full")
+def k_full(size, value, *, dtype):
+    return mx.full([int(s) for s in size], value, dtype=mx_dtype(dtype))
+
+
+@kernel("arange")
+def k_arange(start, end, step, *, dtype):
+    return mx.arange(start, end, step, dtype=mx_dtype(dtype))
+
+
+@kernel("flip")
+def k_flip(x, *, axes):
+    index = [slice(None)] * x.ndim
+    for a in axes:
+        index[a] = slice(None, None, -1)
+    return x[tuple(index)]
+
+
+@kernel("roll")
+def k_roll(x, shifts, *, axes):
+    if not axes:
+        return mx.roll(x.reshape(-1), int(shifts[0])).reshape(x.shape)
+    return mx.roll(x, [int(s) for s in shifts], axis=axes)
+
+
+@kernel("cumsum")
+def k_cumsum(x, *, axis, dtype=None):
+    if dtype is not None:
+        x = x.astype(mx_dtype(dtype))
+    return mx.cumsum(x, axis=axis)
+
+
+@kernel("index_select")
+def k_index_select(x, index, *, axis):
+    return mx.take(x, index.reshape(-1), axis=axis)
+
+
+@kernel("gather")
+def k_gather(x, index, *, axis):
+    return mx.take_along_axis(x, index, axis=axis)
+
+
+@kernel("embedding")
+def k_embedding(weight, indices):
+    return mx.take(weight, indices, axis=0)
+
+
+@kernel("max_dim")
+def k_max_dim(x, *, axis, keepdims, fn):
+    values = (mx.max if fn == "max" else mx.min)(x, axis=axis, keepdims=keepdims)
+    indices = (mx.argmax if fn == "max" else mx.argmin)(x, axis=axis, keepdims=keepdims).astype(mx.int64)
+    return [values, indices]
+
+
+@kernel("logsumexp")
+def k_logsumexp(x, *, axes, keepdims):
+    return mx.logsumexp(x, axis=axes, keepdims=keepdims)
+
+
+@kernel("prod")
+def k_prod(x, *, axes, keepdims, dtype=None):
+    if dtype is not None:
+        x = x.astype(mx_dtype(dtype))
+    return mx.prod(x, axis=axes, keepdims=keepdims)
+
+
+@kernel("vector_norm")
+def k_vector_norm(x, *, ord, axes, keepdims):
+    a = mx.abs(x)
+    if ord == float("inf"):
+        return mx.max(a, axis=axes, keepdims=keepdims)
+    if ord == 0:
+        return mx.sum((a != 0).astype(x.dtype), axis=axes, keepdims=keepdims)
+    return mx.power(mx.sum(mx.power(a, ord), axis=axes, keepdims=keepdims), 1.0 / ord)
+
+
+@kernel("einsum")
+def k_einsum(*operands, equation):
+    return mx.einsum(equation, *operands)
+
+
+@kernel("tri")
+def k_tri(x, *, upper, diagonal):
+    return mx.triu(x, diagonal) if upper else mx.tril(x, diagonal)
+
+
+@kernel("pixel_shuffle")
+def k_pixel_shuffle(x, *, factor, inverse):
+    """Torch layout ``(*, C, H, W)``."""
+    *lead, c, h, w = x.shape
+    r = factor
+    if not inverse:
+        x = x.reshape(*lead, c // (r * r), r, r, h, w)
+        n = len(lead)
+        x = x.transpose(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+        return x.reshape(*lead, c // (r * r), h * r, w * r)
+    x = x.reshape(*lead, c, h // r, r, w // r, r)
+    n = len(lead)
+    x = x.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+# ---------------------------------------------------------------------------------------------------- converters
+def _read_creation_flags(call):
+    for flag in ("layout", "device", "pin_memory", "non_blocking", "memory_format", "copy", "requires_grad"):
+        if call.has(flag):
+            call.arg(flag)  # placement and memory-format requests do not change values
+
+
+@register("aten.to.dtype", "aten._to_copy.default", "aten.to.dtype_layout", "aten.to.device", "aten.to.other",
+          "aten.type_as.default")
+def convert_cast(ctx, call):
+    _read_creation_flags(call)
+    x = call.arg("self")
+    if call.has("dtype"):
+        call.arg("dtype")
+    if call.has("other"):
+        call.arg("other")
+    ctx.emit("cast", [ctx.tensor(x)], {"dtype": call.meta.dtype}, perm=ctx.perm(x))
+
+
+def _fill_like(value_arg=None, value=None):
+    def convert_fill_like(ctx, call):
+        _read_creation_flags(call)
+        x = call.arg("self")
+        call.arg("dtype")
+        v = call.arg(value_arg) if value_arg else value
+        ctx.emit("fill_like", [ctx.tensor(x), ctx.value(v)], {"dtype": call.meta.dtype}, perm=ctx.perm(x))
+
+    return convert_fill_like
+
+
+register("aten.zeros_like.default", "aten.empty_like.default")(_fill_like(value=0))
+register("aten.ones_like.default")(_fill_like(value=1))
+register("aten.full_like.default")(_fill_like("fill_value"))
+
+
+def _full(value_arg=None, value=None):
+    def convert_full(ctx, call):
+        _read_creation_flags(call)
+        if call.has("self"):
+            call.arg("self")  # new_* ops: only dtype/device come from self, already in the recorded dtype
+        call.arg("dtype")
+        v = call.arg(value_arg) if value_arg else value
+        ctx.emit("full", [ctx.value(list(call.arg("size"))), ctx.value(v)], {"dtype": call.meta.dtype},
+                 perm=L.identity(call.meta.rank))
+
+    return convert_full
+
+
+register("aten.zeros.default", "aten.new_zeros.default", "aten.empty.memory_format", "aten.new_empty.default")(
+    _full(value=0))
+register("aten.ones.default", "aten.new_ones.default")(_full(value=1))
+register("aten.full.default", "aten.new_full.default")(_full("fill_value"))
+
+
+@register("aten.scalar_tensor.default")
+def convert_scalar_tensor(ctx, call):
+    _read_creation_flags(call)
+    call.arg("dtype")
+    ctx.emit("full", [[], ctx.value(call.arg("s"))], {"dtype": call.meta.dtype}, perm=())
+
+
+@register("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+def convert_arange(ctx, call):
+    _read_creation_flags(call)
+    call.arg("dtype")
+    start = call.arg("start") if call.has("start") else 0
+    step = call.arg("step") if call.has("step") else 1
+    ctx.emit("arange", [ctx.value(start), ctx.value(call.arg("end")), ctx.value(step)], {"dtype": call.meta.dtype},
+             perm=(0,))
+
+
+@register("aten.masked_fill.Scalar", "aten.masked_fill.Tensor", "aten.masked_fill_.Scalar",
+          "aten.masked_fill_.Tensor")
+def convert_masked_fill(ctx, call):
+    specs, perm = aligned_inputs(ctx, call, [call.arg("mask"), call.arg("value"), call.arg("self")])
+    ctx.emit("where", specs, perm=perm)
+
+
+@register("aten.flip.default")
+def convert_flip(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    ctx.emit("flip", [ctx.tensor(x)], {"axes": [perm.index(d) for d in _dims(call.arg("dims"), len(perm))]},
+             perm=perm)
+
+
+@register("aten.roll.default")
+def convert_roll(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    dims = list(call.arg("dims"))
+    if not dims:
+        perm = L.identity(len(perm))  # a flat roll follows torch's element order
+        return ctx.emit("roll", [ctx.tensor(x, perm), ctx.value(list(call.arg("shifts")))], {"axes": []}, perm=perm)
+    axes = [L.axis_of(perm, d) for d in dims]
+    ctx.emit("roll", [ctx.tensor(x), ctx.value(list(call.arg("shifts")))], {"axes": axes}, perm=perm)
+
+
+@register("aten.cumsum.default")
+def convert_cumsum(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    ctx.emit("cumsum", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "dtype": call.arg("dtype")},
+             perm=perm)
+
+
+@register("aten.index_select.default")
+def convert_index_select(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    index = call.arg("index")
+    ctx.emit("index_select", [ctx.tensor(x), ctx.tensor(index)], {"axis": L.axis_of(perm, call.arg("dim"))},
+             perm=perm)
+
+
+@register("aten.gather.default")
+def convert_gather(ctx, call):
+    if call.arg("sparse_grad"):
+        call.fail("sparse_grad", "sparse gradients are not supported")
+    x, index = call.arg("self"), call.arg("index")
+    rank = ctx.meta(x).rank
+    ident = L.identity(rank)
+    ctx.emit("gather", [ctx.tensor(x, ident), ctx.tensor(index, ident)], {"axis": call.arg("dim") % max(rank, 1)},
+             perm=ident)
+
+
+@register("aten.embedding.default")
+def convert_embedding(ctx, call):
+    call.arg("padding_idx")  # only affects the gradient of the padding row
+    if call.arg("scale_grad_by_freq") or call.arg("sparse"):
+        call.fail("scale_grad_by_freq" if call.arg("scale_grad_by_freq") else "sparse",
+                  "gradient options of embedding are not supported")
+    indices = call.arg("indices")
+    index_perm = ctx.perm(indices)
+    ctx.emit("embedding", [ctx.tensor(call.arg("weight")), ctx.tensor(indices)],
+             perm=tuple(index_perm) + (len(index_perm),))
+
+
+def _max_dim(fn):
+    def convert_max_dim(ctx, call):
+        from ..convert import Info
+
+        x = call.arg("self")
+        perm = ctx.perm(x)
+        dim = call.arg("dim") % len(perm)
+        keepdim = call.arg("keepdim")
+        out_perm = perm if keepdim else L.remove_dims(perm, [dim])
+        items = [Info(m, out_perm) for m in call.meta.items]
+        ctx.emit("max_dim", [ctx.tensor(x)], {"axis": perm.index(dim), "keepdims": keepdim, "fn": fn}, items=items)
+
+    convert_max_dim.__name__ = f"convert_{fn}_dim"
+    return convert_max_dim
+
+
+register("aten.max.dim")(_max_dim("max"))
+register("aten.min.dim")(_max_dim("min"))
+
+
+@register("aten.logsumexp.default")
+def convert_logsumexp(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    dims = _dims(call.arg("dim"), len(perm))
+    keepdim = call.arg("keepdim")
+    ctx.emit("logsumexp", [ctx.tensor(x)], {"axes": [perm.index(d) for d in dims], "keepdims": keepdim},
+             perm=perm if keepdim else L.remove_dims(perm, dims))
+
+
+@register("aten.prod.dim_int")
+def convert_prod(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    dim = call.arg("dim") % len(perm)
+    keepdim = call.arg("keepdim")
+    ctx.emit("prod", [ctx.tensor(x)], {"axes": [perm.index(dim)], "keepdims": keepdim, "dtype": call.arg("dtype")},
+             perm=perm if keepdim else L.remove_dims(perm, [dim]))
+
+
+@register("aten.linalg_vector_norm.default")
+def convert_vector_norm(ctx, call):
+    x = call.arg("self")
+    if call.arg("dtype") is not None:
+        call.fail("dtype", "a dtype for the norm is not supported")
+    perm = ctx.perm(x)
+    dims = _dims(call.arg("dim"), len(perm))
+    keepdim = call.arg("keepdim")
+    ord_ = call.arg("ord")
+    if isinstance(ord_, Ref) or ord_ in (float("-inf"),) or (not isinstance(ord_, (int, float))):
+        call.fail("ord", "only finite orders, 0 and inf are supported")
+    ctx.emit("vector_norm", [ctx.tensor(x)], {"ord": float(ord_), "axes": [perm.index(d) for d in dims],
+                                              "keepdims": keepdim},
+             perm=perm if keepdim else L.remove_dims(perm, dims))
+
+
+@register("aten.einsum.default")
+def convert_einsum(ctx, call):
+    if call.arg("path") is not None:
+        call.arg("path")  # a contraction order hint: same values
+    operands = [ctx.tensor(t, L.identity(ctx.meta(t).rank)) for t in call.arg("tensors")]
+    ctx.emit("einsum", operands, {"equation": call.arg("equation")}, perm=L.identity(call.meta.rank))
+
+
+def _tri(upper):
+    def convert_tri(ctx, call):
+        x = call.arg("self")
+        ident = L.identity(ctx.meta(x).rank)
+        ctx.emit("tri", [ctx.tensor(x, ident)], {"upper": upper, "diagonal": call.arg("diagonal")}, perm=ident)
+
+    convert_tri.__name__ = "convert_triu" if upper else "convert_tril"
+    return convert_tri
+
+
+register("aten.tril.default")(_tri(False))
+register("aten.triu.default")(_tri(True))
+
+
+def _pixel_shuffle(inverse):
+    def convert_pixel_shuffle(ctx, call):
+        x = call.arg("self")
+        ident = L.identity(ctx.meta(x).rank)
+        factor = call.arg("downscale_factor" if inverse else "upscale_factor")
+        ctx.emit("pixel_shuffle", [ctx.tensor(x, ident)], {"factor": factor, "inverse": inverse}, perm=ident)
+
+    convert_pixel_shuffle.__name__ = "convert_pixel_unshuffle" if inverse else "convert_pixel_shuffle"
+    return convert_pixel_shuffle
+
+
+register("aten.pixel_shuffle.default")(_pixel_shuffle(False))
+register("aten.pixel_unshuffle.default")(_pixel_shuffle(True))

@@ -1,0 +1,42 @@
+"""Casts, creation and indexing-style ops through the converter, against torch at two sizes."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from converter_check import check_converted
+
+torch.manual_seed(0)
+
+
+class Misc(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.emb = nn.Embedding(10, 4)
+        self.register_buffer("pick", torch.tensor([0, 2]))
+
+    def forward(self, x, idx):
+        x = self.conv(x)
+        a = x.to(torch.float16).to(torch.float32) + torch.zeros_like(x) + torch.ones(x.shape[0], 1, 1, 1)
+        b = torch.arange(x.shape[-1]).float() * x
+        c = x.masked_fill(x > 0, 0.5)
+        d = torch.flip(x, [1, 3]) + torch.roll(x, 1, 2) + torch.cumsum(x, dim=1)
+        values, indices = x.max(dim=1)
+        e = F.pixel_shuffle(x, 2)
+        f = self.emb(idx)
+        g = torch.einsum("bchw,bchw->bc", x, x) + torch.logsumexp(x, dim=(2, 3))
+        h = torch.tril(x) - torch.triu(x, 1)
+        i = x.index_select(1, self.pick) + torch.full((1, 1, 1, 1), 2.0)
+        j = x.norm(dim=1) + x.prod(dim=1)
+        k = torch.gather(x, 1, (x[:, :2] > 0).long())
+        return a, b, c, d, values, indices, e, f, g, h, i, j, k, F.pixel_unshuffle(e, 2), x.new_zeros(2, 3)
+
+
+@pytest.mark.parametrize("io_layout", ["mlx", "torch"])
+def test_misc_ops(io_layout):
+    model = Misc().eval()
+    sets = [(torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5))),
+            (torch.randn(1, 3, 6, 4), torch.randint(0, 10, (1, 3)))]
+    check_converted(model, *sets, io_layout=io_layout)
