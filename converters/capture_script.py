@@ -29,6 +29,8 @@ _PY_OPS = {
     "format": lambda fmt, *args: fmt.format(*args), "warn": lambda *a: None, "list": list,
     "Bool": bool, "Int": int, "Float": float, "str": str, "append": None,
 }
+_METADATA = {"requires_grad", "is_grad_enabled", "is_autocast_enabled", "is_autocast_cpu_enabled", "is_cuda",
+             "is_mps", "is_xpu", "is_meta", "is_sparse", "is_quantized", "is_mkldnn", "is_vulkan", "is_scripting"}
 _STRUCTURAL = {"len", "__is__", "__isnot__", "__not__", "__contains__", "format", "warn", "list", "str"}
 _PASSTHROUGH = {"prim::unchecked_cast", "aten::Int", "aten::Float", "aten::ScalarImplicit", "prim::NumToTensor",
                 "aten::IntImplicit", "aten::FloatImplicit", "prim::Uninitialized"}
@@ -253,6 +255,13 @@ class _Interpreter:
         for a in schema.arguments[len(ins):]:
             ir_args[a.name] = _literal(a.default_value) if a.has_default_value() else None
         concrete = op(*args, **kwargs)
+        if isinstance(concrete, bool):
+            # tensor metadata (is_nested, is_floating_point, requires_grad) or a value test: fixed to the example
+            if tensor_in and not (base.startswith("is_") or base in _METADATA):
+                warnings.warn(f"TorchScript {kind} on a tensor's values is fixed to the example's result "
+                              f"({concrete})", stacklevel=5)
+            self.env[outs[0]] = (concrete, concrete)
+            return
         all_literal = not any(isinstance(r, Ref) or _has_ref(r) for r, _ in ins)
         is_tensor_out = isinstance(concrete, torch.Tensor) or (
             isinstance(concrete, (list, tuple)) and any(isinstance(c, torch.Tensor) for c in concrete))

@@ -185,3 +185,50 @@ def test_buffers_are_frozen():
     trainable = ported.trainable_parameters()["params"]
     assert "features.0.bn.running_mean" not in trainable
     assert "features.0.bn.weight" in trainable
+
+
+class ScriptedFeatures(nn.Module):
+    """Scripted control flow Porter folds: a list grown with append (DenseNet), isinstance, None checks, and the
+    fused nn.MultiheadAttention inference path."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv2d(4 + 2 * i, 2, 3, padding=1) for i in range(2)])
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.extra = None
+
+    def forward(self, x):
+        features = [x]
+        for conv in self.convs:
+            if isinstance(features, list):
+                features.append(F.relu(conv(torch.cat(features, 1))))
+        y = torch.cat(features, 1)
+        if self.extra is not None:
+            y = y + 1
+        t = y.flatten(2).transpose(1, 2)
+        a, _ = self.attn(t, t, t, need_weights=False)
+        return a
+
+
+def test_torchscript_control_flow_and_fused_attention():
+    model = ScriptedFeatures().eval()
+    scripted = torch.jit.script(model)
+    x = torch.randn(2, 4, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing here depends on input values: no specialisation warning
+        ported = porter.convert(scripted, x, io_layout="torch")
+    ops = {n["op"] for n in ported.graph["nodes"]}
+    assert "aten._native_multi_head_attention.default" in ops
+    for shape in [(2, 4, 3, 3), (3, 4, 2, 5)]:
+        assert_matches(ported, model, (torch.randn(*shape),))
+
+
+def test_torchscript_loop_is_reported():
+    class Loop(nn.Module):
+        def forward(self, x):
+            for _ in range(x.shape[0]):
+                x = x * 2
+            return x
+
+    with pytest.raises(UnsupportedOpsError, match="prim::Loop"):
+        porter.convert(torch.jit.script(Loop()), torch.randn(2, 3))
