@@ -151,7 +151,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
 
     sig = ep.graph_signature
     placeholder_target = {}
-    params, param_values, trainable = {}, {}, set()
+    params, param_values, trainable, param_dtypes = {}, {}, set(), {}
     user_inputs = []
     for spec in sig.input_specs:
         name = spec.arg.name
@@ -169,6 +169,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             trainable.add(target)
         t = tensor.detach()
         params[target] = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy().copy()
+        param_dtypes[target] = _dtype_name(t.dtype)
         param_values[name] = target
         placeholder_target[name] = target
 
@@ -219,6 +220,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         trainable=trainable,
         source_class=source_class,
         frontend="torch.export",
+        param_dtypes=param_dtypes,
     )
     graph.output_structure = _output_structure(ep, len(outputs))
     return graph

@@ -87,6 +87,7 @@ class _Interpreter:
         self.params: dict = {}
         self.param_values: dict = {}
         self.trainable: set = set()
+        self.param_dtypes: dict = {}
         self.names: dict = {}
         self.unsupported: dict = {}
         self.param_names = {id(p): n for n, p in module.named_parameters()}
@@ -107,6 +108,7 @@ class _Interpreter:
             self.params[name] = tensor.detach().float().numpy() if tensor.dtype == torch.bfloat16 else \
                 tensor.detach().numpy().copy()
             self.param_values[value_name] = name
+            self.param_dtypes[name] = _dtype_name(tensor.dtype)
             if trainable:
                 self.trainable.add(name)
         return Ref(value_name), tensor.detach().clone()
@@ -345,4 +347,5 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         source_class=f"torch.jit.ScriptModule({module.original_name})",
         frontend="torchscript",
         output_structure=structure,
+        param_dtypes=interp.param_dtypes,
     )

@@ -263,7 +263,8 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     for name in graph.param_values:
         torch_name = graph.param_values[name]
         shape = list(graph.params[torch_name].shape)
-        ctx.values[name] = Info(ValueMeta("tensor", shape, str(graph.params[torch_name].dtype)), L.identity(len(shape)))
+        dtype = graph.param_dtypes.get(torch_name, str(graph.params[torch_name].dtype))
+        ctx.values[name] = Info(ValueMeta("tensor", shape, dtype), L.identity(len(shape)))
 
     inputs = []
     for i, name in enumerate(graph.inputs):
@@ -314,6 +315,7 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
             "attrs": record.attrs,
             "trainable": record.trainable,
             "torch_shape": record.torch_shape,
+            "dtype": graph.param_dtypes.get(torch_name, str(graph.params[torch_name].dtype)),
         }
 
     runtime_graph = {

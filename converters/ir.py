@@ -102,6 +102,8 @@ class Graph:
     source_class: str = ""
     frontend: str = ""
     output_structure: str = "tuple"  # "single" when the model returns one tensor
+    # torch dtype name per parameter where numpy cannot hold it (bfloat16 arrives as float32)
+    param_dtypes: dict = field(default_factory=dict)
 
     def users(self) -> dict:
         uses: dict = {}

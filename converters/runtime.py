@@ -44,6 +44,8 @@ class PortedModel(nn.Module):
             if name not in weights:
                 raise ValueError(f"the weights have no entry for parameter {name!r}")
             array = weights[name] if isinstance(weights[name], mx.array) else mx.array(weights[name])
+            if spec.get("dtype") == "bfloat16" and array.dtype != mx.bfloat16:
+                array = array.astype(mx.bfloat16)  # numpy carried it as float32 (exact)
             (params if spec["trainable"] else buffers)[name] = array
         self.params = params
         self.buffers = buffers

@@ -40,3 +40,23 @@ def test_misc_ops(io_layout):
     sets = [(torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5))),
             (torch.randn(1, 3, 6, 4), torch.randint(0, 10, (1, 3)))]
     check_converted(model, *sets, io_layout=io_layout)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_model(dtype):
+    import mlx.core as mx
+    import numpy as np
+    import porter
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(4, 5)).eval().to(dtype)
+    x = torch.randn(2, 3, 6, 6).to(dtype)
+    ported = porter.convert(model, x, io_layout="torch")
+    expected_dtype = {torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}[dtype]
+    assert all(v.dtype == expected_dtype for v in ported.params.values())
+    xm = mx.array(x.float().numpy()).astype(expected_dtype)
+    y = ported(xm)
+    assert y.dtype == expected_dtype
+    ref = model(x).float().detach().numpy()
+    err = np.abs(np.array(y.astype(mx.float32)) - ref).max()
+    assert err <= 3e-2 * np.abs(ref).max(), err
