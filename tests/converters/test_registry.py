@@ -26,6 +26,7 @@ def test_duplicate_registration_raises():
 
 
 def test_duplicate_kernel_raises():
+    registry._load_families()
     with pytest.raises(ValueError, match="duplicate kernel"):
         registry.kernel("conv")(lambda x: x)
 
