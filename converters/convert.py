@@ -141,7 +141,7 @@ class ConvertContext:
         info = self.values[ref.name]
         axes = L.to_layout_axes(info.perm, perm)
         name = self.fresh(f"{ref.name}_to_{''.join(map(str, perm))}")
-        self._emit_raw("transpose", [{"ref": ref.name}], {"axes": list(axes)}, [name])
+        self._emit_raw("transpose", [{"ref": ref.name}], {"axes": list(axes)}, [name], perm)
         self.values[name] = Info(info.meta, perm)
         if L.moves_data(info.meta.shape, info.perm, perm):
             self.num_transposes += 1
@@ -165,7 +165,7 @@ class ConvertContext:
         return {"param": torch_name}
 
     # ------------------------------------------------------------------------------------------------ emit
-    def _emit_raw(self, kernel: str, inputs: list, attrs: dict, outputs: list) -> None:
+    def _emit_raw(self, kernel: str, inputs: list, attrs: dict, outputs: list, layout=None) -> None:
         node = self._current
         self.nodes.append(
             {
@@ -173,6 +173,8 @@ class ConvertContext:
                 "inputs": inputs,
                 "attrs": attrs,
                 "outputs": outputs,
+                # the output's layout: array axis i holds torch dim layout[i] (None: not a single tensor)
+                "layout": list(layout) if layout is not None else None,
                 "op": node.op if node else "",
                 "module": node.module if node else "",
                 "module_type": node.module_type if node else "",
@@ -185,7 +187,7 @@ class ConvertContext:
         name = out or self._current.name
         if meta is None:
             meta = self._current.meta
-        self._emit_raw(kernel, inputs, attrs or {}, [name])
+        self._emit_raw(kernel, inputs, attrs or {}, [name], perm)
         self.values[name] = Info(meta, tuple(perm) if perm is not None else None, items)
         return Ref(name)
 
