@@ -8,6 +8,7 @@ otherwise the tensor goes to torch's layout first so elements come out in torch'
 
 from __future__ import annotations
 
+import math
 import operator as _operator
 
 import mlx.core as mx
@@ -36,12 +37,19 @@ def k_size(x, *, axis):
 _INT_OPS = {
     "add": _operator.add, "sub": _operator.sub, "mul": _operator.mul, "floordiv": _operator.floordiv,
     "truediv": _operator.truediv, "mod": _operator.mod, "neg": _operator.neg, "pow": _operator.pow,
+    "eq": _operator.eq, "ne": _operator.ne, "lt": _operator.lt, "le": _operator.le, "gt": _operator.gt,
+    "ge": _operator.ge,
+}
+# symbolic-size helpers export records as Python calls (torch.sym_max(h, 1), math.ceil(h / 2))
+_SYM_CALLS = {
+    "torch.sym_max": max, "torch.sym_min": min, "torch.sym_float": float, "torch.sym_int": int,
+    "math.ceil": math.ceil, "math.floor": math.floor, "math.trunc": math.trunc,
 }
 
 
 @kernel("int_op")
 def k_int_op(*args, op):
-    return _INT_OPS[op](*args)
+    return (_INT_OPS.get(op) or _SYM_CALLS[op])(*args)
 
 
 @kernel("getitem")
@@ -247,9 +255,9 @@ def convert_sym_size(ctx, call):
     ctx.emit("size", [ctx.tensor(x)], {"axis": L.axis_of(ctx.perm(x), call.arg("dim"))}, meta=ValueMeta("int"))
 
 
-@register(*(f"operator.{op}" for op in _INT_OPS))
+@register(*(f"operator.{op}" for op in _INT_OPS), *_SYM_CALLS)
 def convert_int_op(ctx, call):
-    op = call.op.split(".", 1)[1]
+    op = call.op if call.op in _SYM_CALLS else call.op.split(".", 1)[1]
     args = [ctx.value(call.arg(n)) for n in ("a", "b") if call.has(n)]
     ctx.emit("int_op", args, {"op": op})
 

@@ -1,5 +1,7 @@
 """Casts, creation and indexing-style ops through the converter, against torch at two sizes."""
 
+import math
+
 import pytest
 import torch
 import torch.nn as nn
@@ -60,3 +62,18 @@ def test_half_precision_model(dtype):
     ref = model(x).float().detach().numpy()
     err = np.abs(np.array(y.astype(mx.float32)) - ref).max()
     assert err <= 3e-2 * np.abs(ref).max(), err
+
+
+class SymbolicSizes(nn.Module):
+    """Sizes computed in Python from the input's shape stay symbolic (math.ceil, max, //)."""
+
+    def forward(self, x):
+        h = x.shape[2]
+        return F.interpolate(x, size=(math.ceil(h / 2), max(x.shape[3] // 2, 1)), mode="nearest")
+
+
+def test_symbolic_size_arithmetic():
+    ported = check_converted(SymbolicSizes().eval(), torch.randn(2, 3, 8, 9), torch.randn(1, 3, 7, 5),
+                             io_layout="torch")
+    ops = {n["op"] for n in ported.graph["nodes"]}
+    assert {"math.ceil", "torch.sym_max"} <= ops
