@@ -29,11 +29,17 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx") -> PortedMode
     """
     if io_layout not in ("mlx", "torch"):
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
-    from .capture import capture
+    from .capture import capture, normalise_inputs, reproduces
 
     graph = capture(model, example_inputs)
     result = convert_graph(graph, io_layout)
-    return PortedModel(result["graph"], result["weights"])
+    ported = PortedModel(result["graph"], result["weights"])
+    if graph.batch_doubled and not reproduces(ported, model, normalise_inputs(example_inputs)):
+        # the graph captured at batch two differs at batch one (e.g. x.squeeze(0)): keep the example's batch
+        graph = capture(model, example_inputs, double_batch=False)
+        result = convert_graph(graph, io_layout)
+        ported = PortedModel(result["graph"], result["weights"])
+    return ported
 
 
 @dataclass

@@ -18,8 +18,11 @@ def normalise_inputs(example_inputs) -> tuple:
     raise TypeError(f"example_inputs must be a torch.Tensor or a tuple of them, but got {type(example_inputs).__name__}")
 
 
-def capture(model, example_inputs) -> Graph:
-    """Capture ``model``'s forward as an IR graph (the model's current train/eval mode is respected)."""
+def capture(model, example_inputs, *, double_batch: bool = True) -> Graph:
+    """Capture ``model``'s forward as an IR graph (the model's current train/eval mode is respected).
+
+    ``graph.batch_doubled`` tells whether a batch-of-one example was captured at batch two (see export_module).
+    """
     if isinstance(model, torch.jit.ScriptModule):
         from .capture_script import capture_script
 
@@ -31,8 +34,10 @@ def capture(model, example_inputs) -> Graph:
         return capture_exported(model, source)
     if isinstance(model, torch.nn.Module):
         inputs = normalise_inputs(example_inputs)
-        ep = export_module(model, inputs)
-        return capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}")
+        ep, doubled = export_module(model, inputs, double_batch=double_batch)
+        graph = capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}")
+        graph.batch_doubled = doubled
+        return graph
     raise TypeError(
         "model must be a torch.nn.Module, a torch.export.ExportedProgram or a torch.jit.ScriptModule, "
         f"but got {type(model).__name__}"
@@ -49,3 +54,35 @@ def _exported_class(ep) -> str:
     except Exception:  # noqa: BLE001
         pass
     return "ExportedProgram"
+
+
+def reproduces(ported, model, inputs) -> bool:
+    """Whether ``ported`` gives the model's output shapes and (loosely) values on the example."""
+    import mlx.core as mx
+    import numpy as np
+
+    with torch.no_grad():
+        expected = torch.utils._pytree.tree_leaves(model(*inputs))
+    args = []
+    for x, spec in zip(inputs, ported.graph["inputs"]):
+        a = x.detach().float().numpy() if x.dtype == torch.bfloat16 else x.detach().numpy()
+        args.append(mx.array(np.ascontiguousarray(a.transpose(spec["perm"]))))
+    try:
+        out = ported(*args)
+    except Exception:  # noqa: BLE001  (failing on the example is not reproducing it)
+        return False
+    outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != len(expected):
+        return False
+    for got, spec, want in zip(outs, ported.graph["outputs"], expected):
+        if not isinstance(want, torch.Tensor):
+            continue
+        g = np.array(got.astype(mx.float32) if got.dtype == mx.bfloat16 else got)
+        if spec["perm"] is not None:
+            g = g.transpose([spec["perm"].index(d) for d in range(len(spec["perm"]))])
+        w = want.detach().float().numpy()
+        if g.shape != w.shape:
+            return False
+        if w.size and not np.allclose(g, w, rtol=1e-2, atol=1e-2 * float(np.abs(w).max()), equal_nan=True):
+            return False
+    return True

@@ -24,6 +24,13 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _static_or_symbol(size):
+    """An int for a static size (including a SymInt export specialised), else the symbol's expression."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    return int(size) if isinstance(size, int) or is_concrete_int(size) else str(size)
+
+
 def _hint(size):
     node = getattr(size, "node", None)
     try:
@@ -35,7 +42,7 @@ def _hint(size):
 def value_meta(val) -> ValueMeta:
     """ValueMeta of an example value (FakeTensor, SymInt, list...)."""
     if isinstance(val, torch.Tensor):
-        shape = [int(s) if isinstance(s, int) else str(s) for s in val.shape]
+        shape = [_static_or_symbol(s) for s in val.shape]
         hint = [int(s) if isinstance(s, int) else _hint(s) for s in val.shape]
         return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint)
     if isinstance(val, bool):
@@ -122,28 +129,31 @@ def _dynamic_shapes(example_inputs):
     return tuple({d: auto for d in range(x.ndim)} if isinstance(x, torch.Tensor) else None for x in example_inputs)
 
 
-def export_module(model: torch.nn.Module, example_inputs: tuple) -> "torch.export.ExportedProgram":
-    """Export ``model`` in its current mode with every input dim left dynamic where the model allows it."""
-    # export specialises size-1 dims; a batch of one would bake batch size 1 into every reshape
-    capture_inputs = tuple(
-        torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 else x
-        for x in example_inputs
-    )
-    attempts = [(capture_inputs, _dynamic_shapes(capture_inputs))]
-    if capture_inputs is not example_inputs:
-        attempts.append((example_inputs, _dynamic_shapes(example_inputs)))
-    errors = []
-    for inputs, dynamic in attempts:
+def export_module(model: torch.nn.Module, example_inputs: tuple, *, double_batch: bool = True):
+    """Export ``model`` in its current mode with every input dim left dynamic where the model allows it.
+
+    Export specialises size-1 dims, so a batch-of-one example would bake batch size 1 into every reshape. With
+    ``double_batch`` such inputs are captured with the batch doubled; returns ``(program, doubled)`` so the caller
+    can check the converted graph on the real example (a ``squeeze(0)`` only squeezes a batch of one).
+    """
+    if double_batch and any(isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 for x in example_inputs):
+        doubled = tuple(torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1
+                        else x for x in example_inputs)
         try:
-            return torch.export.export(model, inputs, dynamic_shapes=dynamic, strict=False)
-        except Exception as e:  # noqa: BLE001  (we report every attempt)
-            errors.append(e)
+            return torch.export.export(model, doubled, dynamic_shapes=_dynamic_shapes(doubled), strict=False), True
+        except Exception:  # noqa: BLE001  (the model may insist on its example batch: capture it as given)
+            pass
+    try:
+        return torch.export.export(model, example_inputs, dynamic_shapes=_dynamic_shapes(example_inputs),
+                                   strict=False), False
+    except Exception as e:  # noqa: BLE001
+        error = e
     warnings.warn(
-        f"torch.export with dynamic shapes failed ({errors[-1]}); capturing with static shapes: the converted "
+        f"torch.export with dynamic shapes failed ({error}); capturing with static shapes: the converted "
         "model will only accept the example's input shapes",
         stacklevel=3,
     )
-    return torch.export.export(model, example_inputs, strict=False)
+    return torch.export.export(model, example_inputs, strict=False), False
 
 
 def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:

@@ -104,6 +104,7 @@ class Graph:
     output_structure: str = "tuple"  # "single" when the model returns one tensor
     # torch dtype name per parameter where numpy cannot hold it (bfloat16 arrives as float32)
     param_dtypes: dict = field(default_factory=dict)
+    batch_doubled: bool = False  # a batch-of-one example was captured at batch two
 
     def users(self) -> dict:
         uses: dict = {}

@@ -232,3 +232,21 @@ def test_torchscript_loop_is_reported():
 
     with pytest.raises(UnsupportedOpsError, match="prim::Loop"):
         porter.convert(torch.jit.script(Loop()), torch.randn(2, 3))
+
+
+def test_batch_of_one_example_that_squeezes_the_batch():
+    """Captured at batch two, ``squeeze(0)`` would vanish; the converter notices and keeps the example's batch."""
+
+    class Squeeze(nn.Module):
+        def forward(self, x):
+            return x.squeeze(0) * 2
+
+    model = Squeeze().eval()
+    x = torch.randn(1, 3, 4)
+    check_converted(model, x, io_layout="torch")
+
+
+def test_specialised_sizes_are_static_ints():
+    ported = porter.convert(nn.Linear(4, 2).eval(), torch.randn(1, 3, 4), io_layout="torch")
+    shape = ported.graph["inputs"][0]["meta"]["shape"]
+    assert shape[2] == 4 and isinstance(shape[0], str)  # the batch stays symbolic, the feature size is static
