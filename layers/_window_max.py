@@ -19,33 +19,61 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import mlx.core as mx
+import numpy as np
 
 # Fusing pays off only on large arrays; each new graph costs a one-off C++ compile (~0.5 s) on the CPU backend.
 COMPILE_MIN_ELEMENTS = 1 << 16
 
 
 class WindowSpec:
-    """What a max-type pool needs to say about its windows. Subclasses: sliding, adaptive and fractional windows.
+    """What a max-type pool says about its windows. Subclasses: sliding, adaptive and fractional windows.
 
-    Attributes set by subclasses: ``out_spatial`` (output extents), ``plane`` (input spatial extents),
-    ``compile_key`` (a hashable key when the spec's taps may be fused with ``mx.compile``, else ``None``).
+    Attributes set by subclasses:
+        out_spatial: output extents.
+        plane: input spatial extents (the flat index runs over them).
+        tap_offsets: per tap, in scan order, its flat-index offset from the window's origin (python ints).
+        compile_key: a hashable key pinning every constant of the spec's graph (shapes included) when its taps
+            may be fused with ``mx.compile``; ``None`` otherwise.
     """
 
     out_spatial: tuple
     plane: tuple
+    tap_offsets: tuple
     compile_key: Optional[tuple] = None
 
     def taps(self, x: mx.array) -> list:
-        """The candidate values, each ``(N, *out_spatial, C)``, in torch's scan order."""
+        """The candidate values, each ``(N, *out_spatial, C)``, in torch's scan order (row-major, outer dim slowest)."""
         raise NotImplementedError
 
-    def flat_index(self, tap: mx.array, best: mx.array) -> mx.array:
-        """Turn the chosen tap number (int32, output-shaped) into torch's flat per-plane index (int32)."""
+    def origins(self, dtype) -> tuple:
+        """``(origin, first)``: the flat index of tap 0 of every window, broadcastable to the output, and, for specs
+        whose taps can read padding, the flat index torch reports when the max equals the padding value (its first
+        real tap), else ``None``."""
         raise NotImplementedError
 
     def valid_mask(self) -> Optional[mx.array]:
-        """Broadcastable bool mask of outputs whose window holds at least one real element (None: all do)."""
+        """Broadcastable bool mask of outputs whose window holds at least one real element (``None``: all do)."""
         return None
+
+
+def plane_strides(plane: Sequence[int]) -> tuple:
+    """Row-major strides of a spatial plane: torch's flat index is ``sum(coord * stride)``."""
+    strides, acc = [], 1
+    for size in reversed(plane):
+        strides.append(acc)
+        acc *= size
+    return tuple(strides[::-1])
+
+
+def flat_grid(per_dim: Sequence, plane: Sequence[int], dtype) -> mx.array:
+    """Flat plane index of per-dim coordinate vectors (numpy), as an array broadcastable to ``(1, *out, 1)``."""
+    nd = len(plane)
+    flat = np.zeros([1] * (nd + 2), dtype=np.int64)
+    for dim, (coords, stride) in enumerate(zip(per_dim, plane_strides(plane))):
+        shape = [1] * (nd + 2)
+        shape[1 + dim] = -1
+        flat = flat + np.asarray(coords, dtype=np.int64).reshape(shape) * stride
+    return mx.array(flat).astype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- selection
@@ -56,22 +84,31 @@ def _max_value(taps: Sequence[mx.array]) -> mx.array:
     return best
 
 
-def _chosen_tap(taps: Sequence[mx.array], best: mx.array) -> mx.array:
-    """Torch's tap: the first one equal to the max, or the last NaN when the max is NaN (float32 tap numbers).
+def _chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence[int], itype) -> mx.array:
+    """Torch's choice as a tap offset: the first tap equal to the max, or the last NaN when the max is NaN.
 
-    Tap numbers are carried as float32 constants: on MLX's CPU backend a ``where`` chain with float constants fuses
-    into one kernel, while the int32 form runs ~10x slower; tap counts are far below 2**24, so floats are exact.
+    Offsets are carried as float constants: on MLX's CPU backend a ``where`` chain with float constants fuses into one
+    fast kernel, while the int32 form runs several times slower. ``itype`` is int32 for planes of 2**24 elements or
+    more, where float32 would no longer be exact.
     """
     k = len(taps)
-    tap = mx.array(float(k - 1))
+    const = [mx.array(o, dtype=itype) for o in offsets]
+    chosen = const[k - 1]
     for t in range(k - 2, -1, -1):  # walking backwards leaves the first match
-        tap = mx.where(taps[t] == best, float(t), tap)
+        chosen = mx.where(taps[t] == best, const[t], chosen)
     if mx.issubdtype(best.dtype, mx.floating):
-        last_nan = mx.array(0.0)
+        last_nan = const[0]
         for t in range(k):  # walking forwards leaves the last NaN
-            last_nan = mx.where(mx.isnan(taps[t]), float(t), last_nan)
-        tap = mx.where(mx.isnan(best), last_nan, tap)
-    return tap
+            last_nan = mx.where(mx.isnan(taps[t]), const[t], last_nan)
+        chosen = mx.where(mx.isnan(best), last_nan, chosen)
+    return chosen
+
+
+def _index_type(spec: WindowSpec):
+    plane = 1
+    for size in spec.plane:
+        plane *= size
+    return mx.float32 if plane < 2**24 else mx.int32
 
 
 def _values_fn(spec: WindowSpec) -> Callable:
@@ -82,11 +119,16 @@ def _values_fn(spec: WindowSpec) -> Callable:
 
 
 def _indices_fn(spec: WindowSpec) -> Callable:
-    def values_and_indices(x):
+    itype = _index_type(spec)
+
+    def values_and_indices(x, origin, *first):
         taps = spec.taps(x)
         best = _max_value(taps)
-        tap = _chosen_tap(taps, best).astype(mx.int32)
-        return best, spec.flat_index(tap, best)
+        index = origin + _chosen_offset(taps, best, spec.tap_offsets, itype)
+        if first:
+            # the max is the padding value: torch never moved past the window's first real tap
+            index = mx.where(best == lowest(best.dtype), first[0], index)
+        return best, index.astype(mx.int32)
 
     return values_and_indices
 
@@ -109,9 +151,12 @@ def _run(spec: WindowSpec, kind: str, x: mx.array):
     out_elements = x.shape[0] * x.shape[-1]
     for o in spec.out_spatial:
         out_elements *= o
-    if spec.compile_key is not None and out_elements >= COMPILE_MIN_ELEMENTS:
-        return _compiled((spec.compile_key, x.dtype), kind, spec)(x)
-    return (_values_fn(spec) if kind == "values" else _indices_fn(spec))(x)
+    fuse = spec.compile_key is not None and out_elements >= COMPILE_MIN_ELEMENTS
+    fn = _compiled((spec.compile_key, x.dtype), kind, spec) if fuse else None
+    if kind == "values":
+        return (fn or _values_fn(spec))(x)
+    origin, first = spec.origins(_index_type(spec))
+    return (fn or _indices_fn(spec))(x, origin, *(() if first is None else (first,)))
 
 
 # ---------------------------------------------------------------------------------------------------- backward

@@ -15,7 +15,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ._utils import format_shape, ntuple, pool_output_size
-from ._window_max import WindowSpec, lowest, window_max
+from ._window_max import WindowSpec, flat_grid, lowest, plane_strides, window_max
 
 _TORCH_DTYPE_NAME = {mx.int64: "Long", mx.int32: "Int", mx.int16: "Short", mx.int8: "Char", mx.uint8: "Byte"}
 
@@ -40,6 +40,10 @@ class SlidingWindows(WindowSpec):
             for length, k, s, p, d, o in zip(plane, kernel, stride, padding, dilation, out)
         )
         self.padded = any(padding) or any(self.pad_hi)
+        self.tap_offsets = tuple(
+            sum(j * d * st for j, d, st in zip(combo, dilation, plane_strides(plane)))
+            for combo in itertools.product(*[range(k) for k in kernel])
+        )
         self.compile_key = ("sliding", self.plane, kernel, stride, padding, dilation, self.out_spatial)
 
     def taps(self, x):
@@ -52,11 +56,6 @@ class SlidingWindows(WindowSpec):
         # itertools.product is row-major: the first spatial dim varies slowest, torch's scan order
         return [x[(slice(None),) + combo] for combo in itertools.product(*per_dim)]
 
-    def _axis(self, values: np.ndarray, dim: int, dtype) -> mx.array:
-        shape = [1] * (len(self.plane) + 2)
-        shape[1 + dim] = -1
-        return mx.array(values.astype(np.int64)).astype(dtype).reshape(shape)
-
     def _starts(self, dim: int) -> np.ndarray:
         return np.arange(self.out_spatial[dim]) * self.stride[dim] - self.padding[dim]
 
@@ -65,31 +64,11 @@ class SlidingWindows(WindowSpec):
         start, d = self._starts(dim), self.dilation[dim]
         return np.where(start < 0, start + (-start + d - 1) // d * d, start)
 
-    def _plane_strides(self) -> list:
-        strides, acc = [], 1
-        for length in reversed(self.plane):
-            strides.append(acc)
-            acc *= length
-        return strides[::-1]
-
-    def flat_index(self, tap, best):
-        # float32 arithmetic fuses well on MLX's CPU backend and is exact below 2**24
-        ftype = mx.float32 if int(np.prod(self.plane)) < 2**24 else mx.int32
-        tap = tap.astype(ftype)
-        strides = self._plane_strides()
-        flat = None
-        for dim in reversed(range(len(self.plane))):
-            k = self.kernel[dim]
-            j = tap - mx.floor(tap / k) * k if ftype == mx.float32 else tap % k
-            tap = (tap - j) / k if ftype == mx.float32 else tap // k
-            coord = self._axis(self._starts(dim), dim, ftype) + j * self.dilation[dim]
-            term = coord * strides[dim]
-            flat = term if flat is None else flat + term
-        if self.padded:
-            # a window whose max is the padding value: torch never moved past its first real tap
-            first = sum(self._axis(self._first(dim) * strides[dim], dim, ftype) for dim in range(len(self.plane)))
-            flat = mx.where(best == self.pad_value, first, flat)
-        return flat.astype(mx.int32)
+    def origins(self, dtype):
+        nd = len(self.plane)
+        origin = flat_grid([self._starts(dim) for dim in range(nd)], self.plane, dtype)
+        first = flat_grid([self._first(dim) for dim in range(nd)], self.plane, dtype) if self.padded else None
+        return origin, first
 
     def valid_mask(self):
         masks, any_empty = [], False
