@@ -164,9 +164,36 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
         c_out, c_in = weight.shape[0], weight.shape[-1]
         y = x.reshape(-1, c_in) @ weight.reshape(c_out, c_in).T
         return y.reshape(*x.shape[:-1], c_out)
+    if len(kernel) == 3 and groups > 1:
+        return _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups)
     return mx.conv_general(
         x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
     )
+
+
+def _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
+    """MLX's 3-d conv has no groups: sum, over the depth taps, grouped 2-d convs of depth slices folded into batch.
+
+    A loop over kernel taps (not over output positions or groups), so depthwise 3-d convs stay a few ops.
+    """
+    if lo[0] or hi[0]:
+        x = mx.pad(x, [(0, 0), (lo[0], hi[0])] + [(0, 0)] * 3)
+    n, depth = x.shape[0], x.shape[1]
+    s, d = stride[0], dilation[0]
+    out_depth = (depth - d * (weight.shape[1] - 1) - 1) // s + 1
+    y = None
+    for j in range(weight.shape[1]):
+        xs = x[:, j * d : j * d + (out_depth - 1) * s + 1 : s]  # the depth slice tap j sees at each output depth
+        yj = mx.conv_general(
+            xs.reshape(n * out_depth, *xs.shape[2:]),
+            weight[:, j],
+            stride=list(stride[1:]),
+            padding=(list(lo[1:]), list(hi[1:])),
+            kernel_dilation=list(dilation[1:]),
+            groups=groups,
+        )
+        y = yj if y is None else y + yj
+    return y.reshape(n, out_depth, *y.shape[1:])
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> mx.array:

@@ -110,6 +110,11 @@ def _pad_constant(x: mx.array, pairs, axes, value) -> mx.array:
 def _pad_indexed(x: mx.array, lo: int, hi: int, axis: int, mode: str) -> mx.array:
     """Reflect/replicate/circular on one axis as a gather: output position ``i`` reads input ``src(i - lo)``."""
     length = x.shape[axis]
+    if mode == "circular" and (lo < 0 or hi < 0):
+        # torch crops first and wraps around the cropped array (not the original one)
+        keep = mx.arange(max(-lo, 0), length - max(-hi, 0))
+        x, lo, hi = mx.take(x, keep, axis=axis), max(lo, 0), max(hi, 0)
+        length = x.shape[axis]
     idx = mx.arange(-lo, length + hi)
     if mode == "reflect":  # mirror without repeating the edge: -1 -> 1, L -> L-2
         idx = mx.abs(idx)
