@@ -73,13 +73,13 @@ def conv_transpose_nd(
     out = tuple(
         _base_size(n, k, s, p, d) + op for n, k, s, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
     )
-    if any(o < 0 for o in out):
+    if any(o <= 0 for o in out):  # torch 2.13 refuses an empty output too (measured; SEMANTICS.md 10 says otherwise)
         raise ValueError(
             f"[{layer}] Given input size per channel: ({' x '.join(map(str, spatial))}). Calculated output size per "
             f"channel: ({' x '.join(map(str, out))}). Output size is too small"
         )
 
-    if x.size == 0 or any(o == 0 for o in out):  # torch returns an empty (or bias-only) tensor here
+    if x.size == 0:  # zero batch: an empty output of the right shape
         y = mx.zeros((x.shape[0], *out, c_out), dtype=x.dtype)
     else:
         y = _conv_transpose_core(x, weight, stride, padding, output_padding, dilation, groups)
@@ -92,20 +92,48 @@ def _conv_transpose_core(x, weight, stride, padding, output_padding, dilation, g
     kernel = weight.shape[1:-1]
     lo = [d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding)]
     hi = [a + op for a, op in zip(lo, output_padding)]
-    y = mx.conv_general(
-        x,
-        weight,
-        stride=1,
-        padding=([max(a, 0) for a in lo], [max(b, 0) for b in hi]),
-        kernel_dilation=list(dilation),
-        input_dilation=list(stride),
-        groups=groups,
-        flip=True,
-    )
+    padding = ([max(a, 0) for a in lo], [max(b, 0) for b in hi])
+    if len(kernel) == 3 and groups > 1:
+        # MLX's 3-d conv has no groups: one conv per group (a loop over groups, not over positions)
+        c_in_g, c_out_g = weight.shape[-1], weight.shape[0] // groups
+        y = mx.concatenate(
+            [
+                _dilated_flipped_conv(
+                    x[..., g * c_in_g : (g + 1) * c_in_g], weight[g * c_out_g : (g + 1) * c_out_g], padding, dilation,
+                    stride, 1,
+                )
+                for g in range(groups)
+            ],
+            axis=-1,
+        )
+    else:
+        y = _dilated_flipped_conv(x, weight, padding, dilation, stride, groups)
     if any(a < 0 for a in lo) or any(b < 0 for b in hi):  # padding beyond d*(k-1): crop what conv could not
         crop = tuple(slice(max(-a, 0), y.shape[i + 1] - max(-b, 0)) for i, (a, b) in enumerate(zip(lo, hi)))
         y = y[(slice(None),) + crop]
     return y
+
+
+def _dilated_flipped_conv(x, weight, padding, dilation, stride, groups) -> mx.array:
+    # The stride-dilation of the input is done here rather than with conv_general's input_dilation: MLX's input
+    # gradient for input_dilation gets the wrong shape when the high padding is large (output_padding > 0).
+    return mx.conv_general(
+        _zero_stuff(x, stride), weight, stride=1, padding=padding, kernel_dilation=list(dilation), groups=groups, flip=True
+    )
+
+
+def _zero_stuff(x: mx.array, stride) -> mx.array:
+    """Insert ``s - 1`` zeros between neighbours along each spatial axis of ``(N, *spatial, C)``."""
+    for axis, s in enumerate(stride, start=1):
+        if s == 1:
+            continue
+        length = x.shape[axis]
+        x = mx.expand_dims(x, axis + 1)
+        widths = [(0, 0)] * x.ndim
+        widths[axis + 1] = (0, s - 1)
+        x = mx.pad(x, widths).reshape(*x.shape[:axis], length * s, *x.shape[axis + 2 :])
+        x = x[(slice(None),) * axis + (slice(0, (length - 1) * s + 1),)]
+    return x
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
