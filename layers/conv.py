@@ -1,12 +1,14 @@
 """Conv1d / Conv2d / Conv3d and their functional forms, exact to torch, channels-last.
 
-Input ``(N, *spatial, C_in)`` or unbatched ``(*spatial, C_in)``; weight in MLX's layout ``(C_out, *kernel, C_in/groups)``
+Input ``(N, *spatial, C_in)`` or unbatched ``(*spatial, C_in)``; weight in MLX's layout
+``(C_out, *kernel, C_in/groups)``
 (torch's ``(C_out, C_in/groups, *kernel)`` converts with :func:`porter.layers.conv_weights.torch_conv_weight_to_mlx`).
 One generic N-d implementation; the public classes only fix the number of spatial dims.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 
@@ -164,11 +166,36 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
         c_out, c_in = weight.shape[0], weight.shape[-1]
         y = x.reshape(-1, c_in) @ weight.reshape(c_out, c_in).T
         return y.reshape(*x.shape[:-1], c_out)
+    if groups > 1 and groups == x.shape[-1]:
+        return _depthwise_conv(x, weight, stride, lo, hi, dilation)
     if len(kernel) == 3 and groups > 1:
         return _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups)
     return mx.conv_general(
         x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
     )
+
+
+def _depthwise_conv(x, weight, stride, lo, hi, dilation) -> mx.array:
+    """Depthwise conv (one input channel per group) as a sum over kernel taps of shifted, strided input slices times
+    the tap's per-channel weight: elementwise work only, faster than MLX's grouped CPU conv forward and backward.
+
+    A channel multiplier ``m = C_out / C_in`` maps output channel ``c*m + j`` to input channel ``c``, as in torch.
+    """
+    c_in, mult = x.shape[-1], weight.shape[0] // x.shape[-1]
+    kernel = weight.shape[1:-1]
+    if any(lo) or any(hi):
+        x = mx.pad(x, [(0, 0)] + [(a, b) for a, b in zip(lo, hi)] + [(0, 0)])
+    out = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(x.shape[1:-1], kernel, stride, dilation)]
+    acc_dtype = mx.float32 if x.dtype in (mx.float16, mx.bfloat16) else x.dtype  # accumulate halves in float32
+    w = weight.reshape(c_in, mult, *kernel).astype(acc_dtype)
+    y = None
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(tap, dilation, out, stride))
+        xs = x[(slice(None),) + window].astype(acc_dtype)
+        w_tap = w[(slice(None), slice(None)) + tap]  # (C_in, m)
+        term = xs * w_tap[:, 0] if mult == 1 else (xs[..., None] * w_tap).reshape(*xs.shape[:-1], c_in * mult)
+        y = term if y is None else y + term
+    return y.astype(x.dtype)
 
 
 def _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
@@ -335,7 +362,8 @@ class Conv1d(_ConvNd):
         dilation (int or tuple, optional): Default: ``1``.
         groups (int, optional): Default: ``1``.
         bias (bool, optional): Default: ``True``.
-        padding_mode (str, optional): ``'zeros'``, ``'reflect'``, ``'replicate'`` or ``'circular'``. Default: ``'zeros'``.
+        padding_mode (str, optional): ``'zeros'``, ``'reflect'``, ``'replicate'`` or ``'circular'``.
+            Default: ``'zeros'``.
 
     Shape: input ``(N, L, C_in)`` or ``(L, C_in)``; output ``(N, L_out, C_out)``. Weight ``(C_out, k, C_in/groups)``.
 

@@ -71,7 +71,8 @@ def conv_transpose_nd(
     check_positive(kernel, "kernel size", layer)
     spatial = tuple(x.shape[1:-1])
     out = tuple(
-        _base_size(n, k, s, p, d) + op for n, k, s, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
+        _base_size(n, k, s, p, d) + op
+        for n, k, s, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
     )
     if any(o <= 0 for o in out):  # torch 2.13 refuses an empty output too (measured; SEMANTICS.md 10 says otherwise)
         raise ValueError(
@@ -118,7 +119,13 @@ def _dilated_flipped_conv(x, weight, padding, dilation, stride, groups) -> mx.ar
     # The stride-dilation of the input is done here rather than with conv_general's input_dilation: MLX's input
     # gradient for input_dilation gets the wrong shape when the high padding is large (output_padding > 0).
     return mx.conv_general(
-        _zero_stuff(x, stride), weight, stride=1, padding=padding, kernel_dilation=list(dilation), groups=groups, flip=True
+        _zero_stuff(x, stride),
+        weight,
+        stride=1,
+        padding=padding,
+        kernel_dilation=list(dilation),
+        groups=groups,
+        flip=True,
     )
 
 

@@ -156,6 +156,7 @@ def test_conv3d_module(x_shape, cin, cout, k, kwargs):
         (1, (2, 4, 9), 4, 6, 3, dict(padding=1, groups=2)),
         (2, (2, 3, 7, 8), 3, 4, 3, dict(padding="same", padding_mode="reflect")),
         (2, (2, 8, 5, 6), 8, 16, 1, {}),
+        (2, (2, 4, 7, 6), 4, 8, 3, dict(groups=4, padding=1)),  # depthwise, multiplier 2
         (3, (1, 2, 4, 5, 6), 2, 3, 3, dict(stride=2, padding=1)),
     ],
 )
@@ -268,7 +269,8 @@ def test_conv_init_bounds_like_torch(nd, cin, cout, k, groups):
         (L.Conv2d, (4, 6, 3), dict(dilation=(1, 0)), ValueError, r"dilation should be greater than zero"),
         (L.Conv2d, (4, 6, 3), dict(padding=-1), ValueError, r"negative padding is not supported"),
         (L.Conv2d, (4, 6, 0), {}, ValueError, r"'kernel_size' must be positive"),
-        (L.Conv2d, (4, 6, (3, 3, 3)), {}, ValueError, r"\[Conv2d\] 'kernel_size' must either be a single int, or a tuple of two"),
+        (L.Conv2d, (4, 6, (3, 3, 3)), {}, ValueError,
+         r"\[Conv2d\] 'kernel_size' must either be a single int, or a tuple of two"),
         (L.Conv1d, (4, 6, 3), dict(stride=(1, 1)), ValueError, r"'stride' must either be a single int"),
         (L.Conv2d, (4, 6, 3.0), {}, TypeError, r"'kernel_size' must be an int"),
         (L.Conv2d, (4, 6, 3), dict(padding=1.5), TypeError, r"'padding' must be an int"),

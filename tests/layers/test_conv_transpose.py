@@ -151,7 +151,8 @@ def test_conv_transpose_half_precision(dtype, nd, x_shape, cin, cout, k, kwargs)
         (1, (2, 3, 5), 3, dict(stride=2), [11]),
         (1, (3, 5), 3, dict(stride=3, padding=1), [15]),
         (2, (2, 3, 4, 5), 3, dict(stride=2, padding=1), (8, 10)),
-        (2, (2, 3, 4, 5), 3, dict(stride=(2, 3), padding=1, output_padding=(1, 0)), (7, 15)),  # overrides output_padding
+        # output_size overrides the module's output_padding
+        (2, (2, 3, 4, 5), 3, dict(stride=(2, 3), padding=1, output_padding=(1, 0)), (7, 15)),
         (3, (1, 3, 2, 3, 4), 2, dict(stride=2), [5, 6, 9]),
     ],
 )
@@ -260,7 +261,8 @@ def test_weight_transforms_round_trip(groups, shape):
 @pytest.mark.parametrize(
     "func, w, groups, match",
     [
-        (torch_conv_transpose_weight_to_mlx, np.zeros((3, 2, 2)), 2, r"dimension 0 \(C_in\) of size 3 is not divisible"),
+        (torch_conv_transpose_weight_to_mlx, np.zeros((3, 2, 2)), 2,
+         r"dimension 0 \(C_in\) of size 3 is not divisible"),
         (torch_conv_transpose_weight_to_mlx, np.zeros((4, 2, 2)), 0, r"'groups' must be a positive int"),
         (mlx_conv_transpose_weight_to_torch, np.zeros((3, 2, 2)), 2, r"dimension 0 \(C_out\) of size 3"),
         (torch_conv_transpose_weight_to_mlx, np.zeros((4, 2)), 1, r"rank 3 to 5"),
@@ -311,7 +313,8 @@ def test_conv_transpose_output_size_errors(output_size, x_shape, match):
 
 
 def test_conv_transpose_output_size_errors_match_torch():
-    with pytest.raises(ValueError, match=r"requested an output size of \[14\], but valid sizes range from \[11\] to \[12\]"):
+    match = r"requested an output size of \[14\], but valid sizes range from \[11\] to \[12\]"
+    with pytest.raises(ValueError, match=match):
         torch.nn.ConvTranspose1d(2, 4, 3, stride=2)(torch.zeros(1, 2, 5), output_size=[14])
 
 
@@ -319,7 +322,8 @@ def test_conv_transpose_output_size_errors_match_torch():
     "func, x_shape, w_shape, b_shape, kwargs, match",
     [
         (PF.conv_transpose1d, (1, 5, 2), (3, 3, 2), None, dict(padding=4),
-         r"Given input size per channel: \(5\)\. Calculated output size per channel: \(-1\)\. Output size is too small"),
+         r"Given input size per channel: \(5\)\. Calculated output size per channel: \(-1\)\. "
+         r"Output size is too small"),
         (PF.conv_transpose1d, (1, 2, 2), (3, 1, 2), None, dict(padding=1),
          r"Calculated output size per channel: \(0\)\. Output size is too small"),
         (PF.conv_transpose1d, (1, 5, 2), (3, 3, 3), None, {},
