@@ -90,57 +90,114 @@ def conv_transpose_nd(
 
 
 def _conv_transpose_core(x, weight, stride, padding, output_padding, dilation, groups) -> mx.array:
-    kernel = weight.shape[1:-1]
-    lo = [d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding)]
-    hi = [a + op for a, op in zip(lo, output_padding)]
-    padding = ([max(a, 0) for a in lo], [max(b, 0) for b in hi])
-    if len(kernel) == 3 and groups > 1:
-        # MLX's 3-d conv has no groups: one conv per group (a loop over groups, not over positions)
+    if len(weight.shape) == 5 and groups > 1:
+        # MLX's 3-d conv has no groups: one transposed conv per group (a loop over groups, not over positions)
         c_in_g, c_out_g = weight.shape[-1], weight.shape[0] // groups
-        y = mx.concatenate(
-            [
-                _dilated_flipped_conv(
-                    x[..., g * c_in_g : (g + 1) * c_in_g], weight[g * c_out_g : (g + 1) * c_out_g], padding, dilation,
-                    stride, 1,
-                )
-                for g in range(groups)
-            ],
-            axis=-1,
+        parts = [
+            _conv_transpose_core(
+                x[..., g * c_in_g : (g + 1) * c_in_g],
+                weight[g * c_out_g : (g + 1) * c_out_g],
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                1,
+            )
+            for g in range(groups)
+        ]
+        return mx.concatenate(parts, axis=-1)
+    kernel = tuple(weight.shape[1:-1])
+    no_overlap = kernel == tuple(stride) and all(d == 1 or k == 1 for k, d in zip(kernel, dilation))
+    if groups == 1 and no_overlap and not any(padding) and not any(output_padding):
+        return _patch_expand(x, weight)
+    return _transposed_conv_op(stride, padding, output_padding, dilation, groups)(x, weight)
+
+
+def _patch_expand(x: mx.array, weight: mx.array) -> mx.array:
+    """Kernel == stride, no padding (the usual 2x2/stride-2 upsampling): windows do not overlap, so every input
+    pixel writes its own ``k`` patch, ``patch = x @ w``: one matmul and a reshape, with no zero-stuffed input."""
+    nd = x.ndim - 2
+    c_out, kernel, c_in = weight.shape[0], weight.shape[1:-1], weight.shape[-1]
+    y = x.reshape(-1, c_in) @ weight.reshape(-1, c_in).T  # (N*prod(S), C_out*prod(k))
+    y = y.reshape(*x.shape[:-1], c_out, *kernel)  # (N, S1..Sn, C_out, k1..kn)
+    order = [0] + [a for i in range(nd) for a in (1 + i, 2 + nd + i)] + [1 + nd]
+    y = y.transpose(order)  # (N, S1, k1, ..., Sn, kn, C_out)
+    return y.reshape(x.shape[0], *(s * k for s, k in zip(x.shape[1:-1], kernel)), c_out)
+
+
+def _transposed_conv_op(stride, padding, output_padding, dilation, groups):
+    """The transposed conv as an ``mx.custom_function``: MLX's own gradient of ``conv_general(input_dilation=...)``
+    has the wrong input-gradient shape when the high padding is large (``output_padding > 0``), so the backward is
+    written out: a transposed conv's input gradient is the ordinary strided conv of the cotangent, and its weight
+    gradient is that conv's weight gradient (they are adjoints).
+    """
+
+    @mx.custom_function
+    def op(x, weight):
+        kernel = weight.shape[1:-1]
+        lo = [d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding)]
+        hi = [a + extra for a, extra in zip(lo, output_padding)]
+        y = mx.conv_general(
+            x,
+            weight,
+            stride=1,
+            padding=([max(a, 0) for a in lo], [max(b, 0) for b in hi]),
+            kernel_dilation=list(dilation),
+            input_dilation=list(stride),
+            groups=groups,
+            flip=True,
         )
-    else:
-        y = _dilated_flipped_conv(x, weight, padding, dilation, stride, groups)
-    if any(a < 0 for a in lo) or any(b < 0 for b in hi):  # padding beyond d*(k-1): crop what conv could not
-        crop = tuple(slice(max(-a, 0), y.shape[i + 1] - max(-b, 0)) for i, (a, b) in enumerate(zip(lo, hi)))
-        y = y[(slice(None),) + crop]
-    return y
+        if any(a < 0 for a in lo) or any(b < 0 for b in hi):  # padding beyond d*(k-1): crop what conv could not
+            crop = tuple(slice(max(-a, 0), y.shape[i + 1] - max(-b, 0)) for i, (a, b) in enumerate(zip(lo, hi)))
+            y = y[(slice(None),) + crop]
+        return y
+
+    @op.vjp
+    def op_vjp(primals, cotangent, output):
+        x, weight = primals
+        conv_w = _as_forward_conv_weight(weight, groups)  # (C_in, *k, C_out/G): the conv from y's space to x's
+
+        def adjoint(w):
+            return mx.conv_general(
+                cotangent,
+                w,
+                stride=list(stride),
+                padding=(list(padding), list(padding)),
+                kernel_dilation=list(dilation),
+                groups=groups,
+            )
+
+        # the adjoint conv covers the input and, when output_padding >= stride, a little more: pad x to match
+        sizes = zip(cotangent.shape[1:-1], padding, dilation, weight.shape[1:-1], stride, x.shape[1:-1])
+        extra = [(o + 2 * p - d * (k - 1) - 1) // s + 1 - n for o, p, d, k, s, n in sizes]
+        x_cot = x if not any(extra) else mx.pad(x, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])
+        (dx,), (d_conv_w,) = mx.vjp(adjoint, [conv_w], [x_cot])
+        if any(extra):
+            dx = dx[(slice(None),) + tuple(slice(0, n) for n in x.shape[1:-1])]
+        return dx, _from_forward_conv_weight(d_conv_w, groups)
+
+    return op
 
 
-def _dilated_flipped_conv(x, weight, padding, dilation, stride, groups) -> mx.array:
-    # The stride-dilation of the input is done here rather than with conv_general's input_dilation: MLX's input
-    # gradient for input_dilation gets the wrong shape when the high padding is large (output_padding > 0).
-    return mx.conv_general(
-        _zero_stuff(x, stride),
-        weight,
-        stride=1,
-        padding=padding,
-        kernel_dilation=list(dilation),
-        groups=groups,
-        flip=True,
-    )
+def _as_forward_conv_weight(weight: mx.array, groups: int) -> mx.array:
+    """Porter's transposed weight ``(C_out, *k, C_in/G)`` as the weight of the conv it transposes.
+
+    That conv maps ``C_out`` channels to ``C_in``: ``(C_in, *k, C_out/G)``. The same regroup as
+    :mod:`porter.layers.conv_weights`, in MLX ops so that it is differentiable.
+    """
+    c_out, kernel, c_in_g = weight.shape[0], weight.shape[1:-1], weight.shape[-1]
+    w = weight.reshape(groups, c_out // groups, *kernel, c_in_g)
+    w = mx.moveaxis(w, -1, 1)  # (G, C_in/G, C_out/G, *k): torch's transposed layout, grouped
+    w = w.reshape(groups * c_in_g, c_out // groups, *kernel)
+    return mx.moveaxis(w, 1, -1)
 
 
-def _zero_stuff(x: mx.array, stride) -> mx.array:
-    """Insert ``s - 1`` zeros between neighbours along each spatial axis of ``(N, *spatial, C)``."""
-    for axis, s in enumerate(stride, start=1):
-        if s == 1:
-            continue
-        length = x.shape[axis]
-        x = mx.expand_dims(x, axis + 1)
-        widths = [(0, 0)] * x.ndim
-        widths[axis + 1] = (0, s - 1)
-        x = mx.pad(x, widths).reshape(*x.shape[:axis], length * s, *x.shape[axis + 2 :])
-        x = x[(slice(None),) * axis + (slice(0, (length - 1) * s + 1),)]
-    return x
+def _from_forward_conv_weight(conv_w: mx.array, groups: int) -> mx.array:
+    """Inverse of :func:`_as_forward_conv_weight`."""
+    c_in, kernel, c_out_g = conv_w.shape[0], conv_w.shape[1:-1], conv_w.shape[-1]
+    w = mx.moveaxis(conv_w, -1, 1).reshape(groups, c_in // groups, c_out_g, *kernel)
+    w = mx.moveaxis(w, 1, -1)  # (G, C_out/G, *k, C_in/G)
+    return w.reshape(groups * c_out_g, *kernel, c_in // groups)
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):

@@ -89,6 +89,8 @@ CASES_1D = [
     ((3, 5), 3, 4, 3, dict(stride=2, padding=1)),
     ((2, 5, 7), 5, 6, 1, {}),
     ((2, 5, 7), 5, 6, 1, dict(stride=2)),
+    ((2, 5, 7), 5, 6, 3, dict(stride=3)),
+    ((2, 5, 7), 5, 6, 3, dict(stride=3, dilation=2)),
     ((1, 2, 1), 2, 3, 1, {}),
 ]
 
@@ -113,6 +115,8 @@ CASES_3D = [
     ((1, 4, 3, 3, 3), 4, 4, 2, dict(groups=4, dilation=2, bias=False)),
     ((2, 3, 3, 4), 2, 3, 3, dict(padding=1, stride=2)),
     ((1, 2, 4, 4, 5), 2, 3, 2, dict(padding=2)),
+    ((1, 2, 2, 3, 4), 2, 3, (2, 1, 3), dict(stride=(2, 1, 3))),  # kernel == stride: the patch-expand path
+    ((1, 2, 2, 3, 4), 2, 3, (2, 1, 3), dict(stride=(2, 1, 3), dilation=(2, 3, 1), output_padding=(1, 0, 0))),
 ]
 
 
