@@ -8,6 +8,9 @@ equivalent forward conv, ``(C_out, *kernel, C_in/groups)``; torch's ``(C_in, C_o
 Why not ``mx.conv_transpose*``: it gives wrong shapes or values for some legal paddings (``padding > d*(k-1)``,
 SEMANTICS.md section 10). A transposed conv is a conv of the stride-dilated input with the flipped kernel, padded by
 ``d*(k-1) - p`` before and ``d*(k-1) - p + output_padding`` after; negative amounts are crops, applied to the output.
+The forward uses ``conv_general(input_dilation=stride, flip=True)``; the backward is written out (MLX's own gradient
+of that op has a wrong input-gradient shape when ``output_padding > 0``). Kernel == stride without padding (2x2/s2
+upsampling) is one matmul plus a reshape.
 """
 
 from __future__ import annotations
