@@ -7,7 +7,9 @@ The ``pad`` tuple is torch's: ``(last_lo, last_hi, second_last_lo, second_last_h
 *spatial* axes of a channels-last array ``(N, *spatial, C)`` / ``(*spatial, C)``: the first pair pads axis ``-2``,
 the next ``-3``, and so on, so a torch pad tuple works unchanged on the channels-last array. With
 ``channels_last=False`` the pairs count from the very last axis (torch's rule on any tensor).
-Negative entries crop, as in torch.
+Negative entries crop, as in torch. In channels-last mode the channel axis is never padded, and every axis before it
+counts as spatial: on a batched array a constant-mode pair that reaches axis 0 pads the batch axis (where torch, in
+its layout, would pad channels); pad channels with ``channels_last=False`` instead.
 """
 
 from __future__ import annotations
