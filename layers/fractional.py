@@ -145,15 +145,16 @@ def fractional_max_pool(
             output_size = [int(length * r) for length, r in zip(x.shape[x.ndim - 1 - nd : x.ndim - 1], ratio)]
     out = _tuple_arg(output_size, nd, "output_size", fn, layer)
 
+    where = f"{fn}()" if nd == 2 else "fractional_max_pool3d_out()"  # torch's 3d kernel names itself so
     if x.ndim not in (nd + 1, nd + 2):
         raise ValueError(
-            f"[{layer}] {fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
+            f"[{layer}] {where}: Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
             f"(channels-last: spatial dims then C, with an optional leading N)"
         )
     batched = x.ndim == nd + 2
     if 0 in (x.shape[1:] if batched else x.shape):
         raise ValueError(
-            f"[{layer}] {fn}(): Expected input to have non-zero size for non-batch dimensions, but got "
+            f"[{layer}] {where}: Expected input to have non-zero size for non-batch dimensions, but got "
             f"{list(x.shape)} (channels-last)"
         )
     if not mx.issubdtype(x.dtype, mx.floating):
@@ -172,8 +173,7 @@ def fractional_max_pool(
         too_large = out[dim] + kernel[dim] - 1 > plane[dim] if nd == 2 else out[dim] + kernel[dim] - 1 >= plane[dim]
         if too_large:
             word = _DIM_WORDS[nd][dim]
-            name = f"{fn}()" if nd == 2 else "fractional_max_pool3d_out()"
-            raise ValueError(f"[{layer}] {name}: pool {word} {kernel[dim]} too large relative to input {word} "
+            raise ValueError(f"[{layer}] {where}: pool {word} {kernel[dim]} too large relative to input {word} "
                              f"{plane[dim]}")
     if any(o < 0 for o in out):
         raise ValueError(f"[{layer}] Trying to create tensor with negative dimension {min(out)}: "
