@@ -55,6 +55,13 @@ class WindowSpec:
         """Broadcastable bool mask of outputs whose window holds at least one real element (``None``: all do)."""
         return None
 
+    def gradient(self, x: mx.array, grad: mx.array, index: Optional[mx.array]) -> mx.array:
+        """Input gradient: all of each output's gradient to its index (scatter-add). ``index`` is the forward's
+        when it computed one, else ``None`` (recomputed here). Specs with a faster exact route override this."""
+        if index is None:
+            index = _run(self, "indices", x)[1]
+        return _scatter_grad(self, x.shape, grad, index)
+
 
 def plane_strides(plane: Sequence[int]) -> tuple:
     """Row-major strides of a spatial plane: torch's flat index is ``sum(coord * stride)``."""
@@ -77,14 +84,14 @@ def flat_grid(per_dim: Sequence, plane: Sequence[int], dtype) -> mx.array:
 
 
 # ---------------------------------------------------------------------------------------------------- selection
-def _max_value(taps: Sequence[mx.array]) -> mx.array:
+def max_value(taps: Sequence[mx.array]) -> mx.array:
     best = taps[0]
     for v in taps[1:]:
         best = mx.maximum(best, v)  # propagates NaN, like torch's scan
     return best
 
 
-def _chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence[int], itype) -> mx.array:
+def chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence[int], itype) -> mx.array:
     """Torch's choice as a tap offset: the first tap equal to the max, or the last NaN when the max is NaN.
 
     Offsets are carried as float constants: on MLX's CPU backend a ``where`` chain with float constants fuses into one
@@ -113,7 +120,7 @@ def _index_type(spec: WindowSpec):
 
 def _values_fn(spec: WindowSpec) -> Callable:
     def values(x):
-        return _max_value(spec.taps(x))
+        return max_value(spec.taps(x))
 
     return values
 
@@ -123,8 +130,8 @@ def _indices_fn(spec: WindowSpec) -> Callable:
 
     def values_and_indices(x, origin, *first):
         taps = spec.taps(x)
-        best = _max_value(taps)
-        index = origin + _chosen_offset(taps, best, spec.tap_offsets, itype)
+        best = max_value(taps)
+        index = origin + chosen_offset(taps, best, spec.tap_offsets, itype)
         if first:
             # the max is the padding value: torch never moved past the window's first real tap
             index = mx.where(best == lowest(best.dtype), first[0], index)
@@ -136,23 +143,28 @@ def _indices_fn(spec: WindowSpec) -> Callable:
 _COMPILED: dict = {}
 
 
-def _compiled(key: tuple, kind: str, spec: WindowSpec) -> Callable:
-    # ``key`` pins every constant the spec's graph uses (shapes included), so a cached function traced from an
-    # earlier, equal spec builds the same graph.
-    fn = _COMPILED.get((key, kind))
+def fused(spec: WindowSpec, x: mx.array, kind: str, build: Callable[[], Callable]) -> Optional[Callable]:
+    """A cached ``mx.compile`` of ``build()`` for this spec, kind and dtype when ``x`` is large enough, else None.
+
+    ``spec.compile_key`` pins every constant the spec's graph uses (shapes included), so a function traced from an
+    earlier, equal spec builds the same graph.
+    """
+    out_elements = x.shape[0] * x.shape[-1]
+    for o in spec.out_spatial:
+        out_elements *= o
+    if spec.compile_key is None or out_elements < COMPILE_MIN_ELEMENTS:
+        return None
+    key = (spec.compile_key, kind, x.dtype)
+    fn = _COMPILED.get(key)
     if fn is None:
         if len(_COMPILED) > 256:
             _COMPILED.clear()
-        fn = _COMPILED[(key, kind)] = mx.compile(_values_fn(spec) if kind == "values" else _indices_fn(spec))
+        fn = _COMPILED[key] = mx.compile(build())
     return fn
 
 
 def _run(spec: WindowSpec, kind: str, x: mx.array):
-    out_elements = x.shape[0] * x.shape[-1]
-    for o in spec.out_spatial:
-        out_elements *= o
-    fuse = spec.compile_key is not None and out_elements >= COMPILE_MIN_ELEMENTS
-    fn = _compiled((spec.compile_key, x.dtype), kind, spec) if fuse else None
+    fn = fused(spec, x, kind, lambda: _values_fn(spec) if kind == "values" else _indices_fn(spec))
     if kind == "values":
         return (fn or _values_fn(spec))(x)
     origin, first = spec.origins(_index_type(spec))
@@ -200,7 +212,7 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
 
         @pool.vjp
         def pool_vjp(a, cotangents, outputs):
-            return _scatter_grad(spec, a.shape, cotangents[0], outputs[1])
+            return spec.gradient(a, cotangents[0], outputs[1])
 
         return pool(x)
 
@@ -210,8 +222,7 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
 
     @pool_values.vjp
     def pool_values_vjp(a, cotangent, output):
-        _, index = _run(spec, "indices", a)  # recomputed here so the forward never pays for an argmax
-        return _scatter_grad(spec, a.shape, cotangent, index)
+        return spec.gradient(a, cotangent, None)  # recomputes the choice: the forward never pays for an argmax
 
     return pool_values(x)
 
