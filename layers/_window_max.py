@@ -55,12 +55,56 @@ class WindowSpec:
         """Broadcastable bool mask of outputs whose window holds at least one real element (``None``: all do)."""
         return None
 
+    def compute(self, x: mx.array, kind: str):
+        """``kind="values"``: the max; ``"indices"``: ``(max, int32 flat index)``. Default: over the product of taps."""
+        return _run(self, kind, x)
+
     def gradient(self, x: mx.array, grad: mx.array, index: Optional[mx.array]) -> mx.array:
         """Input gradient: all of each output's gradient to its index (scatter-add). ``index`` is the forward's
-        when it computed one, else ``None`` (recomputed here). Specs with a faster exact route override this."""
+        when it computed one, else ``None`` (recomputed here)."""
         if index is None:
-            index = _run(self, "indices", x)[1]
+            index = self.compute(x, "indices")[1]
         return _scatter_grad(self, x.shape, grad, index)
+
+
+class SeparableWindows(WindowSpec):
+    """Windows that are boxes of per-dim tap lists, reduced one dim at a time (last dim first) instead of over the
+    product of taps: ``sum(K_i)`` taps rather than ``prod(K_i)``. Exact for torch's rule: reducing the innermost
+    dim first keeps, per row, the first max (or last NaN); the next dim then picks the first row holding the max
+    (or the last row holding a NaN), which is the row-major first max (last NaN) of the box.
+
+    Subclasses give, per dim, ``kernel[dim]`` taps, ``take(a, dim, j)`` (tap ``j`` of every window along ``dim``,
+    for the values and for the carried index alike) and ``start(dim)`` (each window's first coordinate,
+    broadcastable along ``dim``); tap ``j`` sits at ``start + j``.
+    """
+
+    kernel: tuple
+
+    def prepare(self, x: mx.array) -> mx.array:
+        return x
+
+    def take(self, a: mx.array, dim: int, j: int) -> mx.array:
+        raise NotImplementedError
+
+    def start(self, dim: int, dtype) -> mx.array:
+        raise NotImplementedError
+
+    def compute(self, x, kind):
+        a = self.prepare(x)
+        itype = _index_type(self)
+        strides = plane_strides(self.plane)
+        index = None
+        for dim in reversed(range(len(self.plane))):
+            taps = [self.take(a, dim, j) for j in range(self.kernel[dim])]
+            best = max_value(taps)
+            if kind == "indices":
+                start = self.start(dim, itype)
+                cands = [(start + j) * strides[dim] for j in range(self.kernel[dim])]
+                if index is not None:
+                    cands = [c + self.take(index, dim, j) for j, c in enumerate(cands)]
+                index = chosen_offset(taps, best, cands, itype)
+            a = best
+        return a if kind == "values" else (a, index.astype(mx.int32))
 
 
 def plane_strides(plane: Sequence[int]) -> tuple:
@@ -91,15 +135,15 @@ def max_value(taps: Sequence[mx.array]) -> mx.array:
     return best
 
 
-def chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence[int], itype) -> mx.array:
+def chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence, itype) -> mx.array:
     """Torch's choice as a tap offset: the first tap equal to the max, or the last NaN when the max is NaN.
 
     Offsets are carried as float constants: on MLX's CPU backend a ``where`` chain with float constants fuses into one
     fast kernel, while the int32 form runs several times slower. ``itype`` is int32 for planes of 2**24 elements or
-    more, where float32 would no longer be exact.
+    more, where float32 would no longer be exact. ``offsets`` may also be arrays (the separable engine's candidates).
     """
     k = len(taps)
-    const = [mx.array(o, dtype=itype) for o in offsets]
+    const = [o if isinstance(o, mx.array) else mx.array(o, dtype=itype) for o in offsets]
     chosen = const[k - 1]
     for t in range(k - 2, -1, -1):  # walking backwards leaves the first match
         chosen = mx.where(taps[t] == best, const[t], chosen)
@@ -207,7 +251,7 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
 
         @mx.custom_function
         def pool(a):
-            best, index = _run(spec, "indices", a)
+            best, index = spec.compute(a, "indices")
             return best, index.astype(mx.int64)
 
         @pool.vjp
@@ -218,7 +262,7 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
 
     @mx.custom_function
     def pool_values(a):
-        return _run(spec, "values", a)
+        return spec.compute(a, "values")
 
     @pool_values.vjp
     def pool_values_vjp(a, cotangent, output):
