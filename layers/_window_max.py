@@ -21,6 +21,8 @@ from typing import Callable, Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
+# Index arithmetic runs in float32 (fast on MLX's CPU backend) while every flat index fits its mantissa exactly.
+FLOAT_INDEX_LIMIT = 1 << 24
 # Fusing pays off only on large arrays; each new graph costs a one-off C++ compile (~0.5 s) on the CPU backend.
 COMPILE_MIN_ELEMENTS = 1 << 16
 
@@ -86,6 +88,10 @@ class SeparableWindows(WindowSpec):
     def take(self, a: mx.array, dim: int, j: int) -> mx.array:
         raise NotImplementedError
 
+    def taps_along(self, a: mx.array, dim: int) -> list:
+        """Every tap of every window along ``dim``; subclasses may gather them all at once."""
+        return [self.take(a, dim, j) for j in range(self.kernel[dim])]
+
     def start(self, dim: int, dtype) -> mx.array:
         raise NotImplementedError
 
@@ -95,13 +101,13 @@ class SeparableWindows(WindowSpec):
         strides = plane_strides(self.plane)
         index = None
         for dim in reversed(range(len(self.plane))):
-            taps = [self.take(a, dim, j) for j in range(self.kernel[dim])]
+            taps = self.taps_along(a, dim)
             best = max_value(taps)
             if kind == "indices":
                 start = self.start(dim, itype)
                 cands = [(start + j) * strides[dim] for j in range(self.kernel[dim])]
                 if index is not None:
-                    cands = [c + self.take(index, dim, j) for j, c in enumerate(cands)]
+                    cands = [c + inner for c, inner in zip(cands, self.taps_along(index, dim))]
                 index = chosen_offset(taps, best, cands, itype)
             a = best
         return a if kind == "values" else (a, index.astype(mx.int32))
@@ -159,7 +165,7 @@ def _index_type(spec: WindowSpec):
     plane = 1
     for size in spec.plane:
         plane *= size
-    return mx.float32 if plane < 2**24 else mx.int32
+    return mx.float32 if plane < FLOAT_INDEX_LIMIT else mx.int32
 
 
 def _values_fn(spec: WindowSpec) -> Callable:

@@ -33,7 +33,7 @@ class AdaptiveWindows(SeparableWindows):
             taps = starts[:, None] + np.arange(k)[None, :]
             taps = np.where(taps < ends[:, None], taps, length)  # index ``length`` is the sentinel
             self.starts.append(starts)
-            self.gathers.append([mx.array(taps[:, j].astype(np.int32)) for j in range(k)])
+            self.gathers.append(mx.array(taps.T.reshape(-1).astype(np.int32)))  # tap-major: (K * O,)
             kernel.append(k)
         self.kernel = tuple(kernel)
 
@@ -41,8 +41,15 @@ class AdaptiveWindows(SeparableWindows):
         sentinel = [(0, 0)] + [(0, 1)] * len(self.plane) + [(0, 0)]
         return mx.pad(x, sentinel, constant_values=float("-inf"))
 
-    def take(self, a, dim, j):
-        return mx.take(a, self.gathers[dim][j], axis=1 + dim)
+    def taps_along(self, a, dim):
+        # one gather of all K*O positions by array indexing (several times faster than mx.take on MLX's CPU backend
+        # for a middle axis), then the K taps are views of it
+        lead = (slice(None),) * (1 + dim)
+        gathered = a[lead + (self.gathers[dim],)]
+        shape = list(a.shape)
+        shape[1 + dim : 2 + dim] = [self.kernel[dim], self.out_spatial[dim]]
+        gathered = gathered.reshape(shape)
+        return [gathered[lead + (j,)] for j in range(self.kernel[dim])]
 
     def start(self, dim, dtype):
         shape = [1] * (len(self.plane) + 2)

@@ -214,6 +214,21 @@ def test_fused_kernel_matches(nd, shape, args):
     check_max_pool(x, nd, *args)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_integer_index_arithmetic(monkeypatch, fused):
+    # planes of 2**24 elements or more compute indices in int32 (float32 would round): force that path here
+    monkeypatch.setattr(window_max_module, "FLOAT_INDEX_LIMIT", 0)
+    monkeypatch.setattr(window_max_module, "_COMPILED", {})
+    shape = (4, 64, 40, 40) if fused else (2, 3, 9, 11)
+    x = torch.randint(0, 3, shape).float()
+    x[torch.rand(shape) < 0.05] = NAN
+    check_max_pool(x, 2, 3, 2, 1, 1, True)
+    check_against_torch(
+        lambda a: F.adaptive_max_pool2d(a, (4, 3), True), lambda a: PF.adaptive_max_pool2d(a, (4, 3), True),
+        x, nd=2, exact=True,
+    )
+
+
 def test_fused_kernel_is_used():
     before = len(window_max_module._COMPILED)
     mx.eval(PF.max_pool2d(mx.zeros((1, 300, 300, 4)), 3, 2, 1, 1, True))
