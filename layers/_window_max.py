@@ -11,7 +11,8 @@ turns into torch's flat per-plane input index (``h*W + w``, ``(t*H + h)*W + w``)
   accumulate). ``mx.max``'s own VJP splits the gradient among tied maxima, which torch never does.
 
 The value-only forward never computes an argmax: the backward recomputes the indices from the saved input. Sliding
-windows read their taps as strided slices and, on large inputs, run as one fused ``mx.compile`` kernel.
+windows read their taps as strided slices and, on large inputs, run as one fused ``mx.compile`` kernel. Adaptive and
+fractional windows (:class:`SeparableWindows`) gather their taps and reduce one dim at a time.
 """
 
 from __future__ import annotations
