@@ -4,3 +4,8 @@ Every layer takes ``(N, *spatial, C)`` input (or unbatched ``(*spatial, C)`` whe
 and has torch's class name, constructor arguments and defaults. Functional forms live in
 :mod:`porter.layers.functional`.
 """
+
+from .adaptive_avg import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d
+from .avg_pool import AvgPool1d, AvgPool2d, AvgPool3d
+from .lp_pool import LPPool1d, LPPool2d, LPPool3d
+from .unpool import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
