@@ -91,12 +91,13 @@ def check_avg_pool_args(
                 f"[{layer}] 'padding': pad should be at most half of effective kernel size, but got pad={pi}, "
                 f"kernel_size={ki} and dilation=1"
             )
-    names = {1: "W", 2: "HW", 3: "THW"}[nd]
+    # torch runs 1d as 2d with a kernel and stride of 1 on a singleton H axis, and prints that axis too
+    names, shown_k, shown_s = ("HW", (1,) + k, (1,) + s) if nd == 1 else ({2: "HW", 3: "THW"}[nd], k, s)
     if any(ki <= 0 for ki in k):
-        got = " ".join(f"k{n}: {ki}" for n, ki in zip(names, k))
+        got = " ".join(f"k{n}: {ki}" for n, ki in zip(names, shown_k))
         raise ValueError(f"[{layer}] 'kernel_size': kernel size should be greater than zero, but got {got}")
     if any(si <= 0 for si in s):
-        got = " ".join(f"d{n}: {si}" for n, si in zip(names, s))
+        got = " ".join(f"d{n}: {si}" for n, si in zip(names, shown_s))
         raise ValueError(f"[{layer}] 'stride': stride should be greater than zero, but got {got}")
     return k, s, p
 
