@@ -87,14 +87,16 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
     sizes = check_output_size(output_size, nd, layer)
     xb, batched = as_batched(x, nd, layer)
     spatial = tuple(xb.shape[1 : 1 + nd])
-    for axis, n in enumerate(spatial):
-        if n == 0:
-            torch_shape = list(x.shape[:-1 - nd]) + [x.shape[-1]] + list(spatial)
-            raise ValueError(
-                f"[{layer}] 'input': adaptive_avg_pool{max(nd, 2)}d(): Expected input to have non-zero size for "
-                f"non-batch dimensions, but input has sizes {torch_shape} (torch layout) with spatial dimension "
-                f"{axis} being empty"
-            )
+    # torch's 3d kernel also rejects zero channels; its 1d/2d kernels accept them
+    empty = [f"spatial dimension {axis}" for axis, n in enumerate(spatial) if n == 0]
+    if nd == 3 and xb.shape[-1] == 0:
+        empty.insert(0, "the channel dimension")
+    if empty:
+        torch_shape = list(x.shape[:-1 - nd]) + [x.shape[-1]] + list(spatial)
+        raise ValueError(
+            f"[{layer}] 'input': adaptive_avg_pool{max(nd, 2)}d(): Expected input to have non-zero size for "
+            f"non-batch dimensions, but input has sizes {torch_shape} (torch layout) with {empty[0]} being empty"
+        )
     if not mx.issubdtype(xb.dtype, mx.floating):
         raise TypeError(f"[{layer}] 'input': \"{layer}\" not implemented for '{xb.dtype}' (floating input only)")
     out = tuple(n if o is None else o for o, n in zip(sizes, spatial))
