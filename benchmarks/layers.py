@@ -37,6 +37,11 @@ class Case:
 
 CASES: list[Case] = []
 
+if __name__ == "__main__":
+    # cases_*.py register through `from benchmarks.layers import case`: make that name this very module, so the
+    # script does not import a second copy with an empty registry of its own
+    sys.modules.setdefault("benchmarks.layers", sys.modules[__name__])
+
 
 def case(name: str, shape: tuple, make_torch: Callable, make_porter: Callable, backward: bool = True) -> None:
     if any(c.name == name for c in CASES):
