@@ -2,12 +2,15 @@
 
 Torch's windows are ``[o*L // O, ceil((o+1)*L / O))`` per axis (SEMANTICS.md section 5.1): they overlap and vary in
 length when ``O`` does not divide ``L``, so the "stride = L // O" shortcut is wrong. The box sum is separable and is
-taken one axis at a time: a reshape-and-sum when ``O`` divides ``L``, otherwise one gather of all windows (padded to
-the longest with a zero element) and a sum; the result is divided by the product of the window lengths.
+taken one axis at a time: a reshape-and-sum when ``O`` divides ``L``; otherwise a product with the ``(O, L)`` 0/1
+window matrix when that is small (BLAS; exact products, so only the summation order differs from torch), else one
+gather of all windows (padded to the longest with a zero element) and a sum. The result is divided by the product of
+the window lengths, as torch divides each box sum.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from functools import lru_cache
 
@@ -51,6 +54,19 @@ def check_output_size(output_size, nd: int, layer: str) -> tuple:
     return items
 
 
+# above this many matrix entries the gather (work ~ L) beats the window-matrix product (work ~ O * L)
+_MATMUL_MAX_ENTRIES = 1 << 14
+
+
+@lru_cache(maxsize=256)
+def _window_matrix(length: int, out: int) -> tuple[mx.array, np.ndarray]:
+    """The ``(out, length)`` 0/1 matrix whose row ``o`` marks window ``o``, and the window lengths."""
+    starts, ends = (np.asarray(v, dtype=np.int64) for v in adaptive_windows(length, out))
+    cols = np.arange(length)[None, :]
+    matrix = ((cols >= starts[:, None]) & (cols < ends[:, None])).astype(np.float32)
+    return mx.array(matrix), ends - starts
+
+
 @lru_cache(maxsize=256)
 def _window_table(length: int, out: int) -> tuple[np.ndarray, np.ndarray]:
     """Gather indices ``(out, longest)`` into the axis extended by one zero (index ``length``), and window lengths."""
@@ -72,6 +88,11 @@ def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarra
         k = length // out
         shape = (*x.shape[:axis], out, k, *x.shape[axis + 1 :])
         return x.reshape(shape).sum(axis=axis + 1), np.full(out, k)
+    if out * length <= _MATMUL_MAX_ENTRIES:
+        matrix, sizes = _window_matrix(length, out)
+        before, after = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+        summed = mx.matmul(matrix, x.reshape(before, length, after))
+        return summed.reshape(*x.shape[:axis], out, *x.shape[axis + 1 :]), sizes
     index, sizes = _window_table(length, out)
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, 1)

@@ -133,3 +133,12 @@ def test_rank_and_dtype_errors(nd):
     check_error_against_torch(lambda: TORCH_FN[nd](torch.ones((1, 2) + (4,) * nd, dtype=torch.int64), 2),
                               lambda: PORTER_FN[nd](mx.ones((1,) + (4,) * nd + (2,), dtype=mx.int64), 2),
                               match="not implemented for", porter_type=TypeError)
+
+
+@pytest.mark.parametrize("nd, shape, out", CASES, ids=IDS)
+def test_gather_path_matches_torch(nd, shape, out, monkeypatch):
+    # non-dividing sizes use a window-matrix product when small and a gather when large: force the gather here
+    import porter.layers.adaptive_avg as adaptive_avg
+
+    monkeypatch.setattr(adaptive_avg, "_MATMUL_MAX_ENTRIES", 0)
+    check_against_torch(lambda a: TORCH_FN[nd](a, out), lambda a: PORTER_FN[nd](a, out), torch.randn(shape), nd=nd)
