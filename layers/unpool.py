@@ -88,6 +88,22 @@ def _raise_invalid_index(flat_idx: mx.array, size: int, out_spatial: tuple, nd: 
     )
 
 
+def _sequential_scatter() -> bool:
+    """MLX's CPU scatter applies updates one after another in row-major order of the updates, so a plain scatter
+    already keeps the last writer of each (n, c) plane; GPU scatters race, and need :func:`_last_writer_dest`."""
+    return mx.default_device().type == mx.DeviceType.cpu
+
+
+def _last_writer_dest(index: mx.array, size: int) -> mx.array:
+    """Send every write except the last one (largest input position) aimed at a slot to the dummy slot ``size``."""
+    n, positions, c = index.shape
+    position = mx.broadcast_to(mx.arange(positions, dtype=mx.int32)[None, :, None], index.shape)
+    rows = mx.arange(n, dtype=mx.int32)[:, None, None]
+    cols = mx.arange(c, dtype=mx.int32)[None, None, :]
+    winner = mx.full((n, size, c), -1, dtype=mx.int32).at[rows, index, cols].maximum(position)
+    return mx.where(mx.take_along_axis(winner, index, axis=1) == position, index, size)
+
+
 def _scatter(size: int):
     """Plane scatter ``out[n, dest, c] = values`` with the gradient of a gather at the original indices."""
 
@@ -136,12 +152,7 @@ def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None
     index = (indices if batched else indices[None]).reshape(n, -1, c)
     if mx.any((index < 0) | (index >= size)).item():
         _raise_invalid_index(index, size, out_spatial, nd, layer)
-    # deterministic duplicates: the largest input position aimed at a slot wins, the others go to a dummy slot
-    position = mx.broadcast_to(mx.arange(index.shape[1], dtype=mx.int32)[None, :, None], index.shape)
-    rows = mx.arange(n, dtype=mx.int32)[:, None, None]
-    cols = mx.arange(c, dtype=mx.int32)[None, None, :]
-    winner = mx.full((n, size, c), -1, dtype=mx.int32).at[rows, index, cols].maximum(position)
-    dest = mx.where(mx.take_along_axis(winner, index, axis=1) == position, index, size)
+    dest = index if _sequential_scatter() else _last_writer_dest(index, size)
     out = _scatter(size)(values, dest, index).reshape(n, *out_spatial, c)
     return out if batched else out[0]
 

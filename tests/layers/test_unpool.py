@@ -87,6 +87,18 @@ def test_duplicate_indices_last_writer_and_full_gradient(nd):
     assert float(np.array(out).reshape(-1)[int(idx.flatten()[0])]) == 3 ** nd
 
 
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_explicit_last_writer_path(nd, monkeypatch):
+    # the winner resolution used where scatters race (GPU) must give the same result as the sequential CPU scatter
+    import porter.layers.unpool as unpool
+
+    monkeypatch.setattr(unpool, "_sequential_scatter", lambda: False)
+    test_duplicate_indices_last_writer_and_full_gradient(nd)
+    y, idx = _pooled(nd, (2, 3) + (5,) * nd, 3, 1, 1)
+    check_against_torch(lambda a, i: TORCH_FN[nd](a, i, 3, 1, 1), lambda a, i: PORTER_FN[nd](a, i, 3, 1, 1), y, nd=nd,
+                        exact=True, extra_inputs=(idx,))
+
+
 def test_duplicates_from_overlapping_pools():
     x = torch.randn(2, 3, 9, 9)
     y, idx = F.max_pool2d(x, 3, 1, 1, return_indices=True)
