@@ -139,19 +139,20 @@ def _axis_divisors(length: int, k: int, s: int, p: int, out: int) -> tuple[np.nd
     return pool, count
 
 
-def _divisor(spatial, out, k, s, p, count_include_pad: bool, divisor_override) -> Optional[np.ndarray]:
-    """The divisor table of shape ``out`` (None when every window divides by the same number)."""
+@lru_cache(maxsize=256)
+def _divisor(spatial, out, k, s, p, count_include_pad: bool, divisor_override, integer: bool):
+    """The divisor: an int when every window divides by the same number, else a ``(1, *out, 1)`` table."""
     if divisor_override is not None:
-        return None
+        return divisor_override
     table = None
     for axis, (n, ki, si, pi, oi) in enumerate(zip(spatial, k, s, p, out)):
         pool, count = _axis_divisors(n, ki, si, pi, oi)
-        factor = pool if count_include_pad else count
-        shape = [1] * len(out)
-        shape[axis] = oi
-        factor = factor.reshape(shape)
+        factor = (pool if count_include_pad else count).reshape([oi if a == axis else 1 for a in range(len(out))])
         table = factor if table is None else table * factor
-    return table
+    if np.all(table == table.flat[0]):
+        return int(table.flat[0])  # a scalar division is cheaper than a broadcast table
+    table = mx.array(table.reshape((1,) + table.shape + (1,)))
+    return table if integer else table.astype(mx.float32)
 
 
 def _window_sum_axis(x: mx.array, axis: int, k: int, s: int, p: int, out: int) -> mx.array:
@@ -194,22 +195,20 @@ def avg_pool(
     """Generic N-d average pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input (torch semantics)."""
     layer = layer or f"avg_pool{nd}d"
     k, s, p = check_avg_pool_args(nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layer)
+    return avg_pool_checked(x, nd, k, s, p, ceil_mode, count_include_pad, divisor_override, layer)
+
+
+def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mode: bool, count_include_pad: bool,
+                     divisor_override: Optional[int], layer: str) -> mx.array:
+    """:func:`avg_pool` with arguments already normalised by :func:`check_avg_pool_args` (modules validate once)."""
     xb, batched = as_batched(x, nd, layer)
     out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
-    spatial = tuple(xb.shape[1 : 1 + nd])
     integer = xb.dtype == mx.int64
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
     work = xb if integer or xb.dtype == mx.float32 else xb.astype(mx.float32)
     for axis in range(nd):
         work = _window_sum_axis(work, 1 + axis, k[axis], s[axis], p[axis], out_shape[axis])
-    table = _divisor(spatial, out_shape, k, s, p, count_include_pad, divisor_override)
-    if table is None:
-        den = divisor_override
-    elif np.all(table == table.flat[0]):
-        den = int(table.flat[0])  # uniform divisor: a scalar division is cheaper than a broadcast table
-    else:
-        den = mx.array(table.reshape((1,) + table.shape + (1,)))
-        den = den if integer else den.astype(mx.float32)
+    den = _divisor(tuple(xb.shape[1 : 1 + nd]), out_shape, k, s, p, count_include_pad, divisor_override, integer)
     out = _trunc_divide(work, den) if integer else work / den
     out = out.astype(xb.dtype)
     return out if batched else out[0]
@@ -241,14 +240,15 @@ class _AvgPoolNd(nn.Module):
                  divisor_override=None):
         super().__init__()
         name = type(self).__name__
-        # validate once here; the call re-runs the same cheap checks together with the input checks
-        check_avg_pool_args(self.nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, name)
+        # validate once here: the call only checks the input
+        self._checked = check_avg_pool_args(self.nd, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                            divisor_override, name)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad, self.divisor_override = ceil_mode, count_include_pad, divisor_override
 
     def __call__(self, x: mx.array) -> mx.array:
-        return avg_pool(x, self.nd, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                        self.count_include_pad, self.divisor_override, layer=type(self).__name__)
+        return avg_pool_checked(x, self.nd, *self._checked, self.ceil_mode, self.count_include_pad,
+                                self.divisor_override, type(self).__name__)
 
     def _extra_repr(self) -> str:
         extra = f", divisor_override={self.divisor_override}" if self.divisor_override is not None else ""
