@@ -95,12 +95,12 @@ def test_lp_pool_sweep(seed):
     ceil = bool(rng.integers(0, 2))
     dims = _window_geometry(rng, nd, padding=False, need_kernel_fit=nd == 3, ceil_mode=ceil)
     lengths, k, s, _ = (list(v) for v in zip(*dims))
-    p = rng.choice([1, 2, 3, 4, 1.5, 2.5, 2.0, 0.5])
+    p = rng.choice([1, 2, 3, 4, 1.5, 2.5, 2.0, 0.5, np.inf, -np.inf])
     p = float(p) if isinstance(p, np.floating) else int(p)
     kernel = k[0] if nd == 1 else _maybe_tuple(rng, k)
     stride = s[0] if nd == 1 else _maybe_tuple(rng, s)
     x = torch.randn(_shape(rng, nd, lengths))
-    if p != int(p):
+    if np.isfinite(p) and p != int(p):
         x = x.abs()  # x ** 1.5 of a negative is NaN in both; the NaN cases have their own tests
     if rng.integers(0, 3) == 0:
         x[..., : int(rng.integers(1, 3))] = 0  # all-zero windows: the gradient must be 0 there, not NaN
