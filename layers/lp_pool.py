@@ -49,14 +49,15 @@ def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
     """``(a * scale) ** inv_p`` with torch's gradient: exactly 0 where ``a == 0`` (not pow's inf * 0 = NaN).
 
     Torch's composite passes ``a`` through ``sign(a) * relu(|a|)``; relu's backward selects 0 at ``a == 0``. The
-    ``where`` below does the same: the guarded branch never sees 0, the value at 0 comes from a branch without grad.
+    ``where`` below does the same: the guarded branch never sees 0, and the value at 0 is a constant (``0 ** inv_p``:
+    0 for p > 0, inf for p < 0) that carries no gradient.
     """
     work = a.astype(mx.float32)
-    raw = _round(_round(work * scale, dtype).astype(mx.float32) ** inv_p, dtype)
     zero = work == 0
     safe = mx.where(zero, 1.0, work)
-    guarded = _round(_round(safe * scale, dtype).astype(mx.float32) ** inv_p, dtype)
-    return mx.where(zero, mx.stop_gradient(raw), guarded)
+    root = _round(_round(safe * scale, dtype).astype(mx.float32) ** inv_p, dtype)
+    at_zero = mx.array(0.0 if inv_p > 0 else float("inf"), dtype=root.dtype)
+    return mx.where(zero, at_zero, root)
 
 
 def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode: bool = False, *,

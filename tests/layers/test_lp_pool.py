@@ -106,6 +106,14 @@ def test_zero_window_gradient_is_zero(p):
     assert np.array(grad)[:2].tolist() == [[0.0], [0.0]]
 
 
+@pytest.mark.parametrize("p", [-2, -1, -0.5])
+def test_negative_norm_with_zeros(p):
+    # 0 ** p = inf for p < 0, so a window holding a zero averages to inf and its root is 0
+    x = torch.tensor([[0.0, 0.0, 1.0, 2.0, 0.0, 0.5, 3.0]])
+    check_against_torch(lambda a: F.lp_pool1d(a, p, 2, ceil_mode=True), lambda a: lp_pool1d(a, p, 2, ceil_mode=True),
+                        x, nd=1)
+
+
 @pytest.mark.parametrize("nd", [1, 2, 3])
 @pytest.mark.parametrize("p", [2, 2.0, 3])
 def test_int64_input(nd, p):
