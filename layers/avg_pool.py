@@ -155,14 +155,13 @@ def _divisor(spatial, out, k, s, p, count_include_pad: bool, divisor_override, i
     return table if integer else table.astype(mx.float32)
 
 
-def _window_sum_axis(x: mx.array, axis: int, k: int, s: int, p: int, out: int) -> mx.array:
-    """Sum of each length-``k`` window along ``axis`` (zero padding ``p`` on the left, as much as needed on the right)."""
-    length = x.shape[axis]
-    right = max(0, (out - 1) * s + k - p - length)
-    if p or right:
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (p, right)
-        x = mx.pad(x, widths)
+def _pad_widths(spatial, k, s, p, out) -> list[tuple[int, int]]:
+    """Zero padding per spatial axis: ``p`` on the left, and on the right as much as the last window reaches."""
+    return [(pi, max(0, (oi - 1) * si + ki - pi - n)) for n, ki, si, pi, oi in zip(spatial, k, s, p, out)]
+
+
+def _window_sum_axis(x: mx.array, axis: int, k: int, s: int, out: int) -> mx.array:
+    """Sum of each length-``k`` window along ``axis`` of an already padded ``x``: a sum of ``k`` strided slices."""
     span = (out - 1) * s + 1
     index = [slice(None)] * x.ndim
     total = None
@@ -206,8 +205,11 @@ def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mo
     integer = xb.dtype == mx.int64
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
     work = xb if integer or xb.dtype == mx.float32 else xb.astype(mx.float32)
+    widths = _pad_widths(tuple(xb.shape[1 : 1 + nd]), k, s, p, out_shape)
+    if any(lo or hi for lo, hi in widths):
+        work = mx.pad(work, [(0, 0)] + widths + [(0, 0)])  # one copy for every axis
     for axis in range(nd):
-        work = _window_sum_axis(work, 1 + axis, k[axis], s[axis], p[axis], out_shape[axis])
+        work = _window_sum_axis(work, 1 + axis, k[axis], s[axis], out_shape[axis])
     den = _divisor(tuple(xb.shape[1 : 1 + nd]), out_shape, k, s, p, count_include_pad, divisor_override, integer)
     out = _trunc_divide(work, den) if integer else work / den
     out = out.astype(xb.dtype)
