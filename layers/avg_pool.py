@@ -54,9 +54,8 @@ def _check_bool(value, name: str, layer: str, fn: str) -> bool:
 
 
 def _half_kernel(k: int) -> int:
-    # ATen's ((k - 1) * dilation + 1) / 2 in C integer division (truncates toward zero: k = -1 gives 0)
-    num = k
-    return int(num / 2) if num < 0 else num // 2
+    # ATen's ((k - 1) * dilation + 1) / 2 with dilation 1, in C integer division (toward zero: k = -1 gives 0)
+    return int(k / 2)
 
 
 def check_avg_pool_args(
