@@ -125,7 +125,7 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
         result = mx.zeros((xb.shape[0],) + out + (xb.shape[-1],), dtype=xb.dtype)
         return result if batched else result[0]
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
-    work = xb if xb.dtype == mx.float32 else xb.astype(mx.float32)
+    work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb
     divisor = None
     for axis, o in enumerate(out):
         if o == spatial[axis]:

@@ -203,7 +203,7 @@ def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mo
     out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
     integer = xb.dtype == mx.int64
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
-    work = xb if integer or xb.dtype == mx.float32 else xb.astype(mx.float32)
+    work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb
     widths = _pad_widths(tuple(xb.shape[1 : 1 + nd]), k, s, p, out_shape)
     if any(lo or hi for lo, hi in widths):
         work = mx.pad(work, [(0, 0)] + widths + [(0, 0)])  # one copy for every axis

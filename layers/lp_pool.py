@@ -40,6 +40,11 @@ def _check_norm_type(norm_type, layer: str) -> None:
         raise TypeError(f"[{layer}] 'norm_type' must be an int or a float, but got {norm_type!r}")
 
 
+def _wide(dtype):
+    """The type each stage is computed in: float32 for fp16/bf16/float32 (then rounded), float64 stays float64."""
+    return mx.float64 if dtype == mx.float64 else mx.float32
+
+
 def _round(a: mx.array, dtype) -> mx.array:
     # torch rounds to fp16/bf16 after every stage of the composite (pow, avg, mul, pow)
     return a.astype(dtype) if dtype in _LOW_PRECISION else a
@@ -52,10 +57,11 @@ def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
     ``where`` below does the same: the guarded branch never sees 0, and the value at 0 is a constant (``0 ** inv_p``:
     0 for p > 0, inf for p < 0) that carries no gradient.
     """
-    work = a.astype(mx.float32)
+    wide = _wide(dtype)
+    work = a.astype(wide)
     zero = work == 0
     safe = mx.where(zero, 1.0, work)
-    root = _round(_round(safe * scale, dtype).astype(mx.float32) ** inv_p, dtype)
+    root = _round(_round(safe * scale, dtype).astype(wide) ** inv_p, dtype)
     at_zero = mx.array(0.0 if inv_p > 0 else float("inf"), dtype=root.dtype)
     return mx.where(zero, at_zero, root)
 
@@ -87,7 +93,7 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     else:
         if integer:
             x, dtype = x.astype(mx.float32), mx.float32  # int ** float promotes to the default float
-        powered = _round(mx.power(x.astype(mx.float32), float(norm_type)), dtype)
+        powered = _round(mx.power(x.astype(_wide(dtype)), float(norm_type)), dtype)
     a = avg_pool(powered, nd, k, stride, 0, ceil_mode, True, None, layer=layer)
     scale = math.prod(k)
     out_dtype = mx.float32 if integer else dtype

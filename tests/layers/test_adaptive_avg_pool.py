@@ -142,3 +142,12 @@ def test_gather_path_matches_torch(nd, shape, out, monkeypatch):
 
     monkeypatch.setattr(adaptive_avg, "_MATMUL_MAX_ENTRIES", 0)
     check_against_torch(lambda a: TORCH_FN[nd](a, out), lambda a: PORTER_FN[nd](a, out), torch.randn(shape), nd=nd)
+
+
+def test_float64_stays_float64():
+    import numpy as np
+
+    x = torch.randn(2, 3, 10, 7, dtype=torch.float64)
+    out = adaptive_avg_pool2d(mx.array(np.moveaxis(x.numpy(), 1, -1), dtype=mx.float64), (4, 3))
+    assert out.dtype == mx.float64
+    np.testing.assert_allclose(np.moveaxis(np.array(out), -1, 1), F.adaptive_avg_pool2d(x, (4, 3)).numpy(), rtol=1e-12)

@@ -4,6 +4,7 @@ combination, non-dividing sizes, unbatched input, fp16/bf16, int64, gradients an
 import itertools
 
 import mlx.core as mx
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -202,3 +203,12 @@ def test_module_validates_at_construction():
         AvgPool3d(3, divisor_override=0)
     with pytest.raises(TypeError):
         AvgPool1d(3, divisor_override=2)  # torch's AvgPool1d has no divisor_override either
+
+
+def test_float64_stays_float64():
+    x = torch.randn(2, 3, 7, 9, dtype=torch.float64)
+    xm = mx.array(np.moveaxis(x.numpy(), 1, -1), dtype=mx.float64)
+    for args in ((3, 2, 1, True, False), (3, 2, 1, False, True, -2)):
+        out = avg_pool2d(xm, *args)
+        assert out.dtype == mx.float64
+        np.testing.assert_allclose(np.moveaxis(np.array(out), -1, 1), F.avg_pool2d(x, *args).numpy(), rtol=1e-12)

@@ -174,3 +174,10 @@ def test_pool_argument_errors(nd, args):
     xm = mx.zeros((1,) + (6,) * nd + (2,))
     check_error_against_torch(lambda: TORCH_FN[nd](torch.randn(shape), *args), lambda: PORTER_FN[nd](xm, *args),
                               layer=f"lp_pool{nd}d")
+
+
+def test_float64_stays_float64():
+    x = torch.rand(2, 3, 7, 9, dtype=torch.float64)
+    out = lp_pool2d(mx.array(np.moveaxis(x.numpy(), 1, -1), dtype=mx.float64), 2.5, 3, 2, True)
+    assert out.dtype == mx.float64
+    np.testing.assert_allclose(np.moveaxis(np.array(out), -1, 1), F.lp_pool2d(x, 2.5, 3, 2, True).numpy(), rtol=1e-12)
