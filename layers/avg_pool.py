@@ -192,7 +192,9 @@ def avg_pool(
 ) -> mx.array:
     """Generic N-d average pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input (torch semantics)."""
     layer = layer or f"avg_pool{nd}d"
-    k, s, p = check_avg_pool_args(nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layer)
+    k, s, p = check_avg_pool_args(
+        nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layer
+    )
     return avg_pool_checked(x, nd, k, s, p, ceil_mode, count_include_pad, divisor_override, layer)
 
 

@@ -203,7 +203,8 @@ class MaxUnpool1d(_MaxUnpoolNd):
         padding (int or tuple, optional): the pool's padding. Default: ``0``.
 
     Call: ``(x, indices, output_size=None)``; ``indices`` int64 of ``x``'s shape, flat positions in each plane;
-    ``output_size`` ``(L_out,)`` or torch's ``(N, C, L_out)``. Default length ``(L - 1) * stride + kernel - 2 * padding``.
+    ``output_size`` ``(L_out,)`` or torch's ``(N, C, L_out)``.
+    Default length ``(L - 1) * stride + kernel - 2 * padding``.
     Shape: input ``(N, L, C)`` or ``(L, C)``; output ``(N, L_out, C)`` or ``(L_out, C)``.
 
     Example:

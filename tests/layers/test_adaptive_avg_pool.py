@@ -106,7 +106,7 @@ def test_output_size_wrong_length(nd, out):
 @pytest.mark.parametrize("nd", [2, 3])
 def test_bare_none_is_a_type_error(nd):
     with pytest.raises(TypeError):
-        F.adaptive_avg_pool2d(torch.randn(2, 3, 3), None) if nd == 2 else F.adaptive_avg_pool3d(torch.randn(2, 3, 3, 3), None)
+        TORCH_FN[nd](torch.randn((2,) + (3,) * nd), None)
     with pytest.raises(TypeError, match=rf"\[AdaptiveAvgPool{nd}d\] 'output_size'"):
         PORTER_CLS[nd](None)
 

@@ -1,7 +1,6 @@
 """Seeded random sweeps against torch: hundreds of random legal configurations per op (avg, adaptive avg, LP,
 max unpool), forward and backward. Each seed draws one configuration; a failure names the seed and the config."""
 
-import mlx.core as mx  # noqa: F401 - the porter functions below return mx arrays
 import numpy as np
 import pytest
 import torch
