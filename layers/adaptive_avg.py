@@ -3,9 +3,9 @@
 Torch's windows are ``[o*L // O, ceil((o+1)*L / O))`` per axis (SEMANTICS.md section 5.1): they overlap and vary in
 length when ``O`` does not divide ``L``, so the "stride = L // O" shortcut is wrong. The box sum is separable and is
 taken one axis at a time: a reshape-and-sum when ``O`` divides ``L``; otherwise a product with the ``(O, L)`` 0/1
-window matrix when that is small (BLAS; exact products, so only the summation order differs from torch), else one
-gather of all windows (padded to the longest with a zero element) and a sum. The result is divided by the product of
-the window lengths, as torch divides each box sum.
+window matrix when that is small (exact products, so only the summation order differs from torch), else a sum over
+window taps, each tap one gather of ``O`` rows (taps past a short window read an appended zero row). The result is
+divided by the product of the window lengths, as torch divides each box sum.
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ def check_output_size(output_size, nd: int, layer: str) -> tuple:
     return items
 
 
-# above this many matrix entries the gather (work ~ L) beats the window-matrix product (work ~ O * L)
-_MATMUL_MAX_ENTRIES = 1 << 14
+# above this many matrix entries the tap sum (work ~ L) beats the window-matrix product (work ~ O * L); measured
+# here: 10 -> 7 and 56 -> 10 favour the product, 112 -> 30 and 224 -> 100 the taps
+_MATMUL_MAX_ENTRIES = 1024
 
 
 @lru_cache(maxsize=256)
@@ -68,14 +69,13 @@ def _window_matrix(length: int, out: int) -> tuple[mx.array, np.ndarray]:
 
 
 @lru_cache(maxsize=256)
-def _window_table(length: int, out: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gather indices ``(out, longest)`` into the axis extended by one zero (index ``length``), and window lengths."""
+def _window_taps(length: int, out: int) -> tuple[list[mx.array], np.ndarray]:
+    """Per tap ``j``, the rows ``start + j`` of every window (``length``, an appended zero row, once a window is
+    shorter than ``j + 1``), and the window lengths."""
     starts, ends = (np.asarray(v, dtype=np.int64) for v in adaptive_windows(length, out))
     sizes = ends - starts
-    taps = np.arange(int(sizes.max()), dtype=np.int64)
-    index = starts[:, None] + taps[None, :]
-    index = np.where(taps[None, :] < sizes[:, None], index, length)  # taps past the window read the zero
-    return index.astype(np.int32), sizes
+    taps = [np.where(j < sizes, starts + j, length).astype(np.int32) for j in range(int(sizes.max()))]
+    return [mx.array(t) for t in taps], sizes
 
 
 def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarray]:
@@ -93,13 +93,15 @@ def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarra
         before, after = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
         summed = mx.matmul(matrix, x.reshape(before, length, after))
         return summed.reshape(*x.shape[:axis], out, *x.shape[axis + 1 :]), sizes
-    index, sizes = _window_table(length, out)
+    taps, sizes = _window_taps(length, out)
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, 1)
     padded = mx.pad(x, widths)
-    windows = mx.take(padded, mx.array(index.reshape(-1)), axis=axis)
-    shape = (*x.shape[:axis], out, index.shape[1], *x.shape[axis + 1 :])
-    return windows.reshape(shape).sum(axis=axis + 1), sizes
+    total = None
+    for rows in taps:  # a loop over window taps (at most ceil(L / O) + 1), not over output positions
+        tap = mx.take(padded, rows, axis=axis)
+        total = tap if total is None else total + tap
+    return total, sizes
 
 
 def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -> mx.array:

@@ -136,8 +136,8 @@ def test_rank_and_dtype_errors(nd):
 
 
 @pytest.mark.parametrize("nd, shape, out", CASES, ids=IDS)
-def test_gather_path_matches_torch(nd, shape, out, monkeypatch):
-    # non-dividing sizes use a window-matrix product when small and a gather when large: force the gather here
+def test_tap_path_matches_torch(nd, shape, out, monkeypatch):
+    # non-dividing sizes use a window-matrix product when small and a tap sum when large: force the taps here
     import porter.layers.adaptive_avg as adaptive_avg
 
     monkeypatch.setattr(adaptive_avg, "_MATMUL_MAX_ENTRIES", 0)
