@@ -37,11 +37,6 @@ class Case:
 
 CASES: list[Case] = []
 
-if __name__ == "__main__":
-    # cases_*.py register through `from benchmarks.layers import case`: make that name this very module, so the
-    # script does not import a second copy with an empty registry of its own
-    sys.modules.setdefault("benchmarks.layers", sys.modules[__name__])
-
 
 def case(name: str, shape: tuple, make_torch: Callable, make_porter: Callable, backward: bool = True) -> None:
     if any(c.name == name for c in CASES):
@@ -88,6 +83,9 @@ def run_case(c: Case, repeat: int) -> dict:
 
 
 def load_cases() -> None:
+    # run as a script this module is `__main__`; make `from benchmarks.layers import case` register here, not in a
+    # second copy of the module
+    sys.modules.setdefault("benchmarks.layers", sys.modules[__name__])
     here = os.path.dirname(os.path.abspath(__file__))
     for path in sorted(glob.glob(os.path.join(here, "cases_*.py"))):
         importlib.import_module(f"benchmarks.{os.path.basename(path)[:-3]}")
