@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -50,6 +51,46 @@ def _round(a: mx.array, dtype) -> mx.array:
     return a.astype(dtype) if dtype in _LOW_PRECISION else a
 
 
+def _pow_forward(x: mx.array, exponent: float) -> mx.array:
+    """``x ** exponent`` as torch's CPU kernel computes it: exact shortcuts for the common exponents (also much
+    faster than a generic pow), ``std::pow`` otherwise."""
+    if exponent == 1:
+        return x
+    if exponent == 2:
+        return x * x
+    if exponent == 3:
+        return x * x * x
+    if exponent == 0.5:
+        return mx.sqrt(x)
+    if exponent == -0.5:
+        return mx.rsqrt(x)
+    if exponent == -1:
+        return mx.reciprocal(x)
+    if exponent == -2:
+        return mx.reciprocal(x * x)
+    return mx.power(x, exponent)
+
+
+@lru_cache(maxsize=64)
+def _pow_function(exponent: float):
+    """``x ** exponent`` with torch's pow backward ``grad * (p * x ** (p - 1))`` (the shortcuts' own derivatives
+    differ from it at 0 and inf, e.g. ``1 / (x * x)`` at inf gives inf * 0 = NaN where torch gives 0)."""
+
+    @mx.custom_function
+    def power(x):
+        return _pow_forward(x, exponent)
+
+    @power.vjp
+    def power_vjp(x, cotangent, output):  # a single primal arrives as the array itself
+        return cotangent * (exponent * _pow_forward(x, exponent - 1))
+
+    return power
+
+
+def _pow(x: mx.array, exponent: float) -> mx.array:
+    return x if exponent == 1 else _pow_function(float(exponent))(x)
+
+
 def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
     """``(a * scale) ** inv_p`` with torch's gradient: exactly 0 where ``a == 0`` (not pow's inf * 0 = NaN).
 
@@ -61,7 +102,7 @@ def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
     work = a.astype(wide)
     zero = work == 0
     safe = mx.where(zero, 1.0, work)
-    root = _round(_round(safe * scale, dtype).astype(wide) ** inv_p, dtype)
+    root = _round(_pow(_round(safe * scale, dtype).astype(wide), inv_p), dtype)
     at_zero = mx.array(0.0 if inv_p > 0 else float("inf"), dtype=root.dtype)
     return mx.where(zero, at_zero, root)
 
@@ -93,7 +134,7 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     else:
         if integer:
             x, dtype = x.astype(mx.float32), mx.float32  # int ** float promotes to the default float
-        powered = _round(mx.power(x.astype(_wide(dtype)), float(norm_type)), dtype)
+        powered = _round(_pow(x.astype(_wide(dtype)), float(norm_type)), dtype)
     a = avg_pool(powered, nd, k, stride, 0, ceil_mode, True, None, layer=layer)
     scale = math.prod(k)
     out_dtype = mx.float32 if integer else dtype
