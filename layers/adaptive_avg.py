@@ -129,9 +129,14 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
     work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb
     divisor = None
+    global_axes = tuple(1 + axis for axis, o in enumerate(out) if o == 1 and spatial[axis] > 1)
+    if global_axes:
+        # windows spanning a whole axis: one reduction over all such axes at once
+        work = work.sum(axis=global_axes, keepdims=True)
+        divisor = np.full((1,) * (nd + 2), math.prod(spatial[a - 1] for a in global_axes))
     for axis, o in enumerate(out):
-        if o == spatial[axis]:
-            continue  # identity windows of length 1
+        if o == spatial[axis] or 1 + axis in global_axes:
+            continue  # identity windows of length 1, or already reduced
         work, lengths = _box_sum_axis(work, 1 + axis, o)
         shape = [1] * (nd + 2)
         shape[1 + axis] = o

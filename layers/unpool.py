@@ -104,14 +104,17 @@ def _last_writer_dest(index: mx.array, size: int) -> mx.array:
     return mx.where(mx.take_along_axis(winner, index, axis=1) == position, index, size)
 
 
-def _scatter(size: int):
-    """Plane scatter ``out[n, dest, c] = values`` with the gradient of a gather at the original indices."""
+def _scatter(size: int, spare: int):
+    """Plane scatter ``out[n, dest, c] = values`` with the gradient of a gather at the original indices.
+
+    ``spare`` extra slots (dropped afterwards) receive the redirected duplicates of :func:`_last_writer_dest`.
+    """
 
     @mx.custom_function
     def scatter(values, dest, index):
         n, _, c = values.shape
-        out = mx.zeros((n, size + 1, c), dtype=values.dtype)  # slot ``size`` swallows the overwritten duplicates
-        return mx.put_along_axis(out, dest, values, axis=1)[:, :size]
+        out = mx.put_along_axis(mx.zeros((n, size + spare, c), dtype=values.dtype), dest, values, axis=1)
+        return out[:, :size] if spare else out
 
     @scatter.vjp
     def scatter_vjp(primals, cotangent, output):
@@ -154,8 +157,9 @@ def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None
     # one pass: viewed as unsigned, a negative index is huge, so a single compare catches both ends
     if mx.any(index.view(mx.uint64) >= size).item():
         _raise_invalid_index(index, size, out_spatial, nd, layer)
-    dest = index if _sequential_scatter() else _last_writer_dest(index, size)
-    out = _scatter(size)(values, dest, index).reshape(n, *out_spatial, c)
+    sequential = _sequential_scatter()
+    dest = index if sequential else _last_writer_dest(index, size)
+    out = _scatter(size, 0 if sequential else 1)(values, dest, index).reshape(n, *out_spatial, c)
     return out if batched else out[0]
 
 
