@@ -181,3 +181,12 @@ def test_float64_stays_float64():
     out = lp_pool2d(mx.array(np.moveaxis(x.numpy(), 1, -1), dtype=mx.float64), 2.5, 3, 2, True)
     assert out.dtype == mx.float64
     np.testing.assert_allclose(np.moveaxis(np.array(out), -1, 1), F.lp_pool2d(x, 2.5, 3, 2, True).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 2.5])
+def test_bool_input(p):
+    x = torch.tensor([[1, 2, 3, 4, 5, 0, 7]]) > 2
+    expected = F.lp_pool1d(x, p, 2).numpy()
+    out = lp_pool1d(mx.array(x.numpy().T.copy()), p, 2)
+    assert out.dtype == mx.float32
+    np.testing.assert_allclose(np.array(out).T, expected, rtol=1e-6)
