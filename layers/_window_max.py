@@ -194,16 +194,21 @@ def _indices_fn(spec: WindowSpec) -> Callable:
 _COMPILED: dict = {}
 
 
+def fusable(spec: WindowSpec, x: mx.array) -> bool:
+    """Whether ``spec`` on ``x`` runs through ``mx.compile``: the spec allows it and the output is large enough."""
+    out_elements = x.shape[0] * x.shape[-1]
+    for o in spec.out_spatial:
+        out_elements *= o
+    return spec.compile_key is not None and out_elements >= COMPILE_MIN_ELEMENTS
+
+
 def fused(spec: WindowSpec, x: mx.array, kind: str, build: Callable[[], Callable]) -> Optional[Callable]:
-    """A cached ``mx.compile`` of ``build()`` for this spec, kind and dtype when ``x`` is large enough, else None.
+    """A cached ``mx.compile`` of ``build()`` for this spec, kind and dtype when :func:`fusable`, else None.
 
     ``spec.compile_key`` pins every constant the spec's graph uses (shapes included), so a function traced from an
     earlier, equal spec builds the same graph.
     """
-    out_elements = x.shape[0] * x.shape[-1]
-    for o in spec.out_spatial:
-        out_elements *= o
-    if spec.compile_key is None or out_elements < COMPILE_MIN_ELEMENTS:
+    if not fusable(spec, x):
         return None
     key = (spec.compile_key, kind, x.dtype)
     fn = _COMPILED.get(key)

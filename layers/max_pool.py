@@ -15,7 +15,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ._utils import format_shape, ntuple, pool_output_size
-from ._window_max import WindowSpec, flat_grid, lowest, plane_strides, window_max
+from ._window_max import WindowSpec, flat_grid, fusable, lowest, plane_strides, window_max
 
 _TORCH_DTYPE_NAME = {mx.int64: "Long", mx.int32: "Int", mx.int16: "Short", mx.int8: "Char", mx.uint8: "Byte"}
 
@@ -55,6 +55,25 @@ class SlidingWindows(WindowSpec):
             per_dim.append([slice(j * d, j * d + (o - 1) * s + 1, s) for j in range(k)])
         # itertools.product is row-major: the first spatial dim varies slowest, torch's scan order
         return [x[(slice(None),) + combo] for combo in itertools.product(*per_dim)]
+
+    def compute(self, x, kind):
+        if kind == "values" and all(d == 1 for d in self.dilation) and not fusable(self, x):
+            # small inputs skip mx.compile: one strided window view and one max reduction (mlx.nn's approach) beat
+            # a chain of separate maximum ops there. Only without dilation: MLX's reduction of a view whose kernel
+            # step exceeds its output step (dilation > stride) reads wrong memory (seen on mlx 0.32).
+            nd = len(self.plane)
+            return self._window_view(x).max(axis=tuple(range(1 + nd, 1 + 2 * nd)))
+        return super().compute(x, kind)
+
+    def _window_view(self, x):
+        """``(N, *out, *kernel, C)`` view of the padded input: output dims step by the stride, kernel dims by 1."""
+        if self.padded:
+            x = mx.pad(x, [(0, 0)] + list(zip(self.padding, self.pad_hi)) + [(0, 0)], constant_values=self.pad_value)
+        n, *spatial, c = x.shape
+        rows = [c * int(np.prod(spatial[i + 1 :])) for i in range(len(spatial))]
+        shape = (n, *self.out_spatial, *self.kernel, c)
+        strides = (int(np.prod(spatial)) * c, *[r * s for r, s in zip(rows, self.stride)], *rows, 1)
+        return mx.as_strided(x, shape, strides)
 
     def _starts(self, dim: int) -> np.ndarray:
         return np.arange(self.out_spatial[dim]) * self.stride[dim] - self.padding[dim]
