@@ -46,10 +46,13 @@ class SlidingWindows(WindowSpec):
         )
         self.compile_key = ("sliding", self.plane, kernel, stride, padding, dilation, self.out_spatial)
 
+    def _padded(self, x):
+        if not self.padded:
+            return x
+        return mx.pad(x, [(0, 0)] + list(zip(self.padding, self.pad_hi)) + [(0, 0)], constant_values=self.pad_value)
+
     def taps(self, x):
-        if self.padded:
-            widths = [(0, 0)] + list(zip(self.padding, self.pad_hi)) + [(0, 0)]
-            x = mx.pad(x, widths, constant_values=self.pad_value)
+        x = self._padded(x)
         per_dim = []
         for k, s, d, o in zip(self.kernel, self.stride, self.dilation, self.out_spatial):
             per_dim.append([slice(j * d, j * d + (o - 1) * s + 1, s) for j in range(k)])
@@ -67,8 +70,7 @@ class SlidingWindows(WindowSpec):
 
     def _window_view(self, x):
         """``(N, *out, *kernel, C)`` view of the padded input: output dims step by the stride, kernel dims by 1."""
-        if self.padded:
-            x = mx.pad(x, [(0, 0)] + list(zip(self.padding, self.pad_hi)) + [(0, 0)], constant_values=self.pad_value)
+        x = self._padded(x)
         n, *spatial, c = x.shape
         rows = [c * int(np.prod(spatial[i + 1 :])) for i in range(len(spatial))]
         shape = (n, *self.out_spatial, *self.kernel, c)
@@ -123,18 +125,15 @@ def _check_args_2d_style(nd, kernel, stride, padding, dilation, layer):
     if any(s <= 0 for s in stride):
         raise ValueError(f"[{layer}] stride should be greater than zero, but got {_named(nd, 'd', stride)}")
     if any(d <= 0 for d in dilation):
-        raise ValueError(
-            f"[{layer}] dilation should be greater than zero, but got "
-            + " ".join(f"dilation{n}: {v}" for n, v in zip(_dim_names(nd), dilation))
-        )
-
-
-def _dim_names(nd):
-    return {1: ["W"], 2: ["H", "W"], 3: ["T", "H", "W"]}[nd]
+        raise ValueError(f"[{layer}] dilation should be greater than zero, but got {_named(nd, 'dilation', dilation)}")
 
 
 def _named(nd, prefix, values):
-    return " ".join(f"{prefix}{n}: {v}" for n, v in zip(_dim_names(nd), values))
+    """Torch's ``kH: 3 kW: 3`` spelling; 1d runs through torch's 2d kernel, which reports a unit H first."""
+    if nd == 1:
+        return f"{prefix}H: 1 {prefix}W: {values[0]}"
+    names = {2: ["H", "W"], 3: ["T", "H", "W"]}[nd]
+    return " ".join(f"{prefix}{n}: {v}" for n, v in zip(names, values))
 
 
 def _check_half_kernel(nd, kernel, padding, layer):
