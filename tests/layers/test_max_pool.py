@@ -204,6 +204,8 @@ def test_integer_max_pool1d_needs_indices():
     (2, (2, 32, 33, 35), ((2, 3), (2, 2), (1, 1), (2, 1), True)),
     (3, (2, 16, 17, 18, 19), (3, 2, 1, 1, True)),
     (1, (16, 64, 200), (4, 3, 2, 2, True)),
+    (2, (4, 64, 41, 40), (2, None, 0, 1, True)),  # tiling windows: the scatter-free backward
+    (3, (2, 16, 9, 10, 11), ((2, 3, 2), None, 0, 1, False)),
 ])
 def test_fused_kernel_matches(nd, shape, args):
     # large inputs run through mx.compile: same exact results, ties and NaN included
