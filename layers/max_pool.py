@@ -15,7 +15,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ._utils import format_shape, ntuple, pool_output_size
-from ._window_max import SeparableWindows, flat_grid, fusable, fused, fused_max, lowest, window_max
+from ._window_max import SeparableWindows, flat_grid, fusable, fused_max, lowest, window_max
 
 _TORCH_DTYPE_NAME = {mx.int64: "Long", mx.int32: "Int", mx.int16: "Short", mx.int8: "Char", mx.uint8: "Byte"}
 
@@ -109,44 +109,6 @@ class SlidingWindows(SeparableWindows):
         # torch starts its scan at the first in-range tap (``while first < 0: first += d``), even if that overshoots
         start, d = self._starts(dim), self.dilation[dim]
         return np.where(start < 0, start + (-start + d - 1) // d * d, start)
-
-    # ------------------------------------------------------------------------------------------------ backward
-    def gradient(self, x, grad, index):
-        if not all(s == k and d == 1 and p == 0 for k, s, d, p in
-                   zip(self.kernel, self.stride, self.dilation, self.padding)):
-            return super().gradient(x, grad, index)
-        # windows tile the input (MaxPool2d(2) and the like): no scatter needed. Each output's tile is a block of
-        # the input, so one broadcast ``where`` writes the whole gradient in the input's own memory order.
-        if index is None:
-            index = self.compute(x, "indices")[1]
-        fn = fused(self, x, "tile-gradient", lambda: self._tile_gradient)
-        return (fn or self._tile_gradient)(grad, index)
-
-    def _tile_gradient(self, grad, index):
-        nd = len(self.plane)
-        n, c = grad.shape[0], grad.shape[-1]
-        expanded = [n] + [v for o in self.out_spatial for v in (o, 1)] + [c]
-        rest = index.astype(mx.int32)
-        hit = None
-        for dim in reversed(range(nd)):
-            length, k, o = self.plane[dim], self.kernel[dim], self.out_spatial[dim]
-            coord = rest % length
-            rest = rest // length
-            shape = [1] * (nd + 2)
-            shape[1 + dim] = o
-            offset = coord - mx.arange(o, dtype=mx.int32).reshape(shape) * k  # position inside the tile
-            grid = [1] * (2 * nd + 2)
-            grid[2 + 2 * dim] = k
-            match = offset.reshape(expanded) == mx.arange(k, dtype=mx.int32).reshape(grid)
-            hit = match if hit is None else hit & match
-        full = mx.where(hit, grad.reshape(expanded), mx.zeros((1,), dtype=grad.dtype))
-        full = full.reshape([n] + [o * k for o, k in zip(self.out_spatial, self.kernel)] + [c])
-        # ceil mode's partial last tile runs past the input; floor mode may leave a tail no window reads
-        crop = tuple([slice(None)] + [slice(0, length) for length in self.plane] + [slice(None)])
-        tail = [(0, 0)] + [(0, max(0, length - o * k)) for length, o, k in
-                           zip(self.plane, self.out_spatial, self.kernel)] + [(0, 0)]
-        full = full[crop]
-        return mx.pad(full, tail) if any(t != (0, 0) for t in tail) else full
 
     def valid_mask(self):
         masks, any_empty = [], False
