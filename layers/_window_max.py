@@ -231,18 +231,21 @@ def _scatter_grad(spec: WindowSpec, x_shape: tuple, grad: mx.array, index: mx.ar
     plane = 1
     for size in spec.plane:
         plane *= size
-    total = n * plane * c
-    idx_type = mx.int32 if total < 2**31 else mx.int64
+    index = index.astype(mx.int32 if plane < 2**31 else mx.int64)
     valid = spec.valid_mask()
-    index = index.astype(idx_type)
     if valid is not None:
         # an all-padding window (dilation) has no real element: torch's index points outside; drop its gradient
         grad = mx.where(valid, grad, mx.zeros_like(grad))
         index = mx.where(valid, index, mx.zeros_like(index))
-    batch = mx.arange(n, dtype=idx_type).reshape((n,) + (1,) * (index.ndim - 1))
-    where = (batch * plane + index) * c + mx.arange(c, dtype=idx_type)
-    flat = mx.zeros((total,), dtype=grad.dtype).at[where.reshape(-1)].add(grad.reshape(-1))
-    return flat.reshape(x_shape)
+    index, grad = index.reshape(n, -1, c), grad.reshape(n, -1, c)
+
+    def gather(a):
+        return mx.take_along_axis(a, index, axis=1)
+
+    # the adjoint of a gather along the plane axis is exactly the scatter-add we need, and MLX runs it ~4x faster
+    # than a flat ``.at[].add`` (its axis-wise scatter keeps the channel loop contiguous)
+    _, (out,) = mx.vjp(gather, [mx.zeros((n, plane, c), dtype=grad.dtype)], [grad])
+    return out.reshape(x_shape)
 
 
 # ---------------------------------------------------------------------------------------------------- entry point
