@@ -92,6 +92,10 @@ class SeparableWindows(WindowSpec):
     def step(self, dim: int) -> int:
         return 1
 
+    def coord(self, dim: int, j: int, dtype) -> mx.array:
+        """Input coordinate of tap ``j`` of every window along ``dim`` (broadcastable along ``dim``)."""
+        return self.start(dim, dtype) + j * self.step(dim)
+
     def extra_inputs(self, dtype) -> tuple:
         """Arrays the reduction's ``fixup`` needs (passed as inputs so a compiled graph does not bake them in)."""
         return ()
@@ -115,8 +119,7 @@ class SeparableWindows(WindowSpec):
                 taps = self.taps_along(a, dim)
                 best = max_value(taps)
                 if kind == "indices":
-                    start, step = self.start(dim, itype), self.step(dim)
-                    cands = [(start + j * step) * strides[dim] for j in range(self.kernel[dim])]
+                    cands = [self.coord(dim, j, itype) * strides[dim] for j in range(self.kernel[dim])]
                     if index is not None:
                         cands = [c + inner for c, inner in zip(cands, self.taps_along(index, dim))]
                     index = chosen_offset(taps, best, cands, itype)
