@@ -15,46 +15,56 @@ import mlx.nn as nn
 import numpy as np
 
 from ._utils import adaptive_windows
-from ._window_max import SeparableWindows, WindowSpec, window_max
+from ._window_max import SeparableWindows, WindowSpec, fused, window_max
 from .max_pool import SlidingWindows
 
 
 class AdaptiveWindows(SeparableWindows):
-    """Adaptive windows of varying length. Each dim gathers ``K = max window length`` taps; taps past a window's end
-    read a -inf sentinel appended to that dim, so they never win (every window has at least one real element and
-    ties go to the earlier tap)."""
+    """Adaptive windows of varying length. Each dim gathers ``K = max window length`` taps; a shorter window repeats
+    its last element. A repeat never changes the max, comes after the original (so a tie keeps the original) and has
+    the original's coordinate (so a "last NaN" that lands on it reports the right index)."""
 
     def __init__(self, plane, out):
         self.plane, self.out_spatial = tuple(plane), tuple(out)
-        self.starts, self.gathers, kernel = [], [], []
+        self.coords, self.gathers, kernel = [], [], []
         for length, o in zip(plane, out):
             starts, ends = (np.array(v, dtype=np.int64) for v in adaptive_windows(length, o))
             k = int((ends - starts).max(initial=1))  # initial: a zero-size output has no window
-            taps = starts[:, None] + np.arange(k)[None, :]
-            taps = np.where(taps < ends[:, None], taps, length)  # index ``length`` is the sentinel
-            self.starts.append(starts)
+            taps = np.minimum(starts[:, None] + np.arange(k)[None, :], ends[:, None] - 1)  # (O, K)
+            self.coords.append(taps)
             self.gathers.append(mx.array(taps.T.reshape(-1).astype(np.int32)))  # tap-major: (K * O,)
             kernel.append(k)
         self.kernel = tuple(kernel)
+        self.compile_key = ("adaptive", self.plane, self.out_spatial)
 
-    def prepare(self, x):
-        sentinel = [(0, 0)] + [(0, 1)] * len(self.plane) + [(0, 0)]
-        return mx.pad(x, sentinel, constant_values=float("-inf"))
-
-    def taps_along(self, a, dim):
-        # one gather of all K*O positions by array indexing (several times faster than mx.take on MLX's CPU backend
-        # for a middle axis), then the K taps are views of it
-        lead = (slice(None),) * (1 + dim)
-        gathered = a[lead + (self.gathers[dim],)]
+    def _gather(self, a, dim):
+        """``(..., K, O, ...)``: every tap of every window along ``dim`` in one gather (array indexing runs several
+        times faster than ``mx.take`` on a middle axis on MLX's CPU backend)."""
+        gathered = a[(slice(None),) * (1 + dim) + (self.gathers[dim],)]
         shape = list(a.shape)
         shape[1 + dim : 2 + dim] = [self.kernel[dim], self.out_spatial[dim]]
-        gathered = gathered.reshape(shape)
-        return [gathered[lead + (j,)] for j in range(self.kernel[dim])]
+        return gathered.reshape(shape)
 
-    def start(self, dim, dtype):
+    def taps_along(self, a, dim):
+        gathered = self._gather(a, dim)
+        return [gathered[(slice(None),) * (1 + dim) + (j,)] for j in range(self.kernel[dim])]
+
+    def compute(self, x, kind):
+        if kind == "indices":
+            return super().compute(x, kind)
+
+        def values(a):
+            for dim in reversed(range(len(self.plane))):
+                a = self._gather(a, dim).max(axis=1 + dim)  # mx.max propagates NaN, as torch
+            return a
+
+        fn = fused(self, x, "values", lambda: values)
+        return (fn or values)(x)
+
+    def coord(self, dim, j, dtype):
         shape = [1] * (len(self.plane) + 2)
         shape[1 + dim] = -1
-        return mx.array(self.starts[dim]).reshape(shape).astype(dtype)
+        return mx.array(self.coords[dim][:, j]).reshape(shape).astype(dtype)
 
 
 def adaptive_windows_spec(plane, out) -> WindowSpec:

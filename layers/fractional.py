@@ -15,7 +15,6 @@ import numbers
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from ._window_max import SeparableWindows, plane_strides, window_max
 
@@ -59,10 +58,10 @@ class FractionalWindows(SeparableWindows):
     def start(self, dim, dtype):
         return self.index[dim].astype(dtype)
 
-    def origins(self, dtype):
+    def first_index(self, dtype):
         """Flat index of every window's first element, ``(N, *out, C)`` (the empty-kernel case reports it)."""
         strides = plane_strides(self.plane)
-        return sum(self.start(dim, dtype) * strides[dim] for dim in range(len(self.plane))), None
+        return sum(self.start(dim, dtype) * strides[dim] for dim in range(len(self.plane)))
 
 
 # ---------------------------------------------------------------------------------------------------- checks
@@ -188,7 +187,7 @@ def _empty_kernel(x, spec: FractionalWindows, return_indices: bool):
     values = mx.full(shape, float("-inf"), dtype=x.dtype)
     if not return_indices:
         return values
-    return values, mx.broadcast_to(spec.origins(mx.int32)[0], shape).astype(mx.int64)
+    return values, mx.broadcast_to(spec.first_index(mx.int32), shape).astype(mx.int64)
 
 
 # ---------------------------------------------------------------------------------------------------- functional

@@ -15,7 +15,7 @@ import mlx.nn as nn
 import numpy as np
 
 from ._utils import format_shape, ntuple, pool_output_size
-from ._window_max import WindowSpec, flat_grid, lowest, plane_strides, window_max
+from ._window_max import SeparableWindows, flat_grid, fusable, fused_max, lowest, window_max
 
 _TORCH_DTYPE_NAME = {mx.int64: "Long", mx.int32: "Int", mx.int16: "Short", mx.int8: "Char", mx.uint8: "Byte"}
 
@@ -27,7 +27,7 @@ def _trunc_div(a: int, b: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- windows
-class SlidingWindows(WindowSpec):
+class SlidingWindows(SeparableWindows):
     """Torch's max-pool windows on each spatial dim: taps ``o*s - p + j*d`` for ``j < k``, padding reads as lowest."""
 
     def __init__(self, plane, kernel, stride, padding, dilation, out, dtype):
@@ -40,21 +40,67 @@ class SlidingWindows(WindowSpec):
             for length, k, s, p, d, o in zip(plane, kernel, stride, padding, dilation, out)
         )
         self.padded = any(padding) or any(self.pad_hi)
-        self.tap_offsets = tuple(
-            sum(j * d * st for j, d, st in zip(combo, dilation, plane_strides(plane)))
-            for combo in itertools.product(*[range(k) for k in kernel])
-        )
         self.compile_key = ("sliding", self.plane, kernel, stride, padding, dilation, self.out_spatial)
 
+    def _padded(self, x):
+        if not self.padded:
+            return x
+        return mx.pad(x, [(0, 0)] + list(zip(self.padding, self.pad_hi)) + [(0, 0)], constant_values=self.pad_value)
+
     def taps(self, x):
-        if self.padded:
-            widths = [(0, 0)] + list(zip(self.padding, self.pad_hi)) + [(0, 0)]
-            x = mx.pad(x, widths, constant_values=self.pad_value)
+        x = self._padded(x)
         per_dim = []
         for k, s, d, o in zip(self.kernel, self.stride, self.dilation, self.out_spatial):
             per_dim.append([slice(j * d, j * d + (o - 1) * s + 1, s) for j in range(k)])
-        # itertools.product is row-major: the first spatial dim varies slowest, torch's scan order
         return [x[(slice(None),) + combo] for combo in itertools.product(*per_dim)]
+
+    def compute(self, x, kind):
+        if kind == "indices":
+            # one dim at a time: 3+3+3 taps for a 3x3x3 window instead of 27 (the index pass costs per tap)
+            return super().compute(x, kind)
+        if all(d == 1 for d in self.dilation) and not fusable(self, x):
+            # small inputs skip mx.compile: one strided window view and one max reduction (mlx.nn's approach) beat
+            # a chain of separate maximum ops there. Only without dilation: MLX's reduction of a view whose kernel
+            # step exceeds its output step (dilation > stride) reads wrong memory (seen on mlx 0.32).
+            nd = len(self.plane)
+            return self._window_view(x).max(axis=tuple(range(1 + nd, 1 + 2 * nd)))
+        return fused_max(self, x)  # one fused maximum over all taps
+
+    # separable reduction (indices): strided slices of the padded input, taps ``d`` apart
+    def prepare(self, x):
+        return self._padded(x)
+
+    def take(self, a, dim, j):
+        d, s, o = self.dilation[dim], self.stride[dim], self.out_spatial[dim]
+        return a[(slice(None),) * (1 + dim) + (slice(j * d, j * d + (o - 1) * s + 1, s),)]
+
+    def start(self, dim, dtype):
+        shape = [1] * (len(self.plane) + 2)
+        shape[1 + dim] = -1
+        return mx.array(self._starts(dim).astype(np.int64)).reshape(shape).astype(dtype)
+
+    def step(self, dim):
+        return self.dilation[dim]
+
+    def extra_inputs(self, dtype):
+        if not self.padded:
+            return ()
+        return (flat_grid([self._first(dim) for dim in range(len(self.plane))], self.plane, dtype),)
+
+    def fixup(self, best, index, *extra):
+        if not self.padded:
+            return index
+        # the max is the padding value: torch never moved past the window's first real tap
+        return mx.where(best == self.pad_value, extra[0], index)
+
+    def _window_view(self, x):
+        """``(N, *out, *kernel, C)`` view of the padded input: output dims step by the stride, kernel dims by 1."""
+        x = self._padded(x)
+        n, *spatial, c = x.shape
+        rows = [c * int(np.prod(spatial[i + 1 :])) for i in range(len(spatial))]
+        shape = (n, *self.out_spatial, *self.kernel, c)
+        strides = (int(np.prod(spatial)) * c, *[r * s for r, s in zip(rows, self.stride)], *rows, 1)
+        return mx.as_strided(x, shape, strides)
 
     def _starts(self, dim: int) -> np.ndarray:
         return np.arange(self.out_spatial[dim]) * self.stride[dim] - self.padding[dim]
@@ -63,12 +109,6 @@ class SlidingWindows(WindowSpec):
         # torch starts its scan at the first in-range tap (``while first < 0: first += d``), even if that overshoots
         start, d = self._starts(dim), self.dilation[dim]
         return np.where(start < 0, start + (-start + d - 1) // d * d, start)
-
-    def origins(self, dtype):
-        nd = len(self.plane)
-        origin = flat_grid([self._starts(dim) for dim in range(nd)], self.plane, dtype)
-        first = flat_grid([self._first(dim) for dim in range(nd)], self.plane, dtype) if self.padded else None
-        return origin, first
 
     def valid_mask(self):
         masks, any_empty = [], False
@@ -104,18 +144,15 @@ def _check_args_2d_style(nd, kernel, stride, padding, dilation, layer):
     if any(s <= 0 for s in stride):
         raise ValueError(f"[{layer}] stride should be greater than zero, but got {_named(nd, 'd', stride)}")
     if any(d <= 0 for d in dilation):
-        raise ValueError(
-            f"[{layer}] dilation should be greater than zero, but got "
-            + " ".join(f"dilation{n}: {v}" for n, v in zip(_dim_names(nd), dilation))
-        )
-
-
-def _dim_names(nd):
-    return {1: ["W"], 2: ["H", "W"], 3: ["T", "H", "W"]}[nd]
+        raise ValueError(f"[{layer}] dilation should be greater than zero, but got {_named(nd, 'dilation', dilation)}")
 
 
 def _named(nd, prefix, values):
-    return " ".join(f"{prefix}{n}: {v}" for n, v in zip(_dim_names(nd), values))
+    """Torch's ``kH: 3 kW: 3`` spelling; 1d runs through torch's 2d kernel, which reports a unit H first."""
+    if nd == 1:
+        return f"{prefix}H: 1 {prefix}W: {values[0]}"
+    names = {2: ["H", "W"], 3: ["T", "H", "W"]}[nd]
+    return " ".join(f"{prefix}{n}: {v}" for n, v in zip(names, values))
 
 
 def _check_half_kernel(nd, kernel, padding, layer):

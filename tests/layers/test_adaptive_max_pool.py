@@ -87,10 +87,14 @@ def test_low_precision(nd, dtype):
     check_adaptive(torch.randn(2, 3, *(7,) * nd).to(dtype), nd, 3)
 
 
-def test_large_input_fast_path():
-    # evenly dividing sizes use fused sliding windows on large inputs
+def test_large_input_fused_paths():
+    # evenly dividing sizes use fused sliding windows on large inputs, uneven ones fused gathers
     check_adaptive(torch.randn(2, 64, 42, 42), 2, 21)
     check_adaptive(torch.randn(2, 64, 42, 42), 2, (7, 6))
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 4, (4, 64, 50, 50), generator=gen).float()
+    x[torch.rand(x.shape, generator=gen) < 0.02] = NAN
+    check_adaptive(x, 2, (17, 19))  # output 4*64*17*19 elements: above the fusing threshold
 
 
 # ---------------------------------------------------------------------------------------------------- errors

@@ -204,6 +204,8 @@ def test_integer_max_pool1d_needs_indices():
     (2, (2, 32, 33, 35), ((2, 3), (2, 2), (1, 1), (2, 1), True)),
     (3, (2, 16, 17, 18, 19), (3, 2, 1, 1, True)),
     (1, (16, 64, 200), (4, 3, 2, 2, True)),
+    (2, (4, 64, 41, 40), (2, None, 0, 1, True)),  # tiling windows: the scatter-free backward
+    (3, (2, 16, 9, 10, 11), ((2, 3, 2), None, 0, 1, False)),
 ])
 def test_fused_kernel_matches(nd, shape, args):
     # large inputs run through mx.compile: same exact results, ties and NaN included
@@ -267,6 +269,12 @@ ERRORS = [
     (3, (1, 2, 2, 2, 2), (3, 1, 0, 1, False), False,
      r"Given input size: \(2x2x2x2\)\. Calculated output size: \(2x0x0x0\)\. Output size is too small"),
     (1, (1, 2, 6), (3, 0, 1, 1, False), True, r"stride should not be zero"),  # with indices: the 2d-style checks
+    (1, (1, 2, 6), (0, 1, 0, 1, False), True, r"kernel size should be greater than zero, but got kH: 1 kW: 0"),
+    (1, (1, 2, 6), (2, -1, 0, 1, False), True, r"stride should be greater than zero, but got dH: 1 dW: -1"),
+    (1, (1, 2, 6), (2, 1, 0, 0, False), True,
+     r"dilation should be greater than zero, but got dilationH: 1 dilationW: 0"),
+    (1, (1, 2, 6), (3, 1, 2, 2, False), True,
+     r"pad should be smaller than or equal to half of kernel size, but got padW = 2, padH = 0, kW = 3, kH = 1"),
     (1, (1, 2, 6), (0, 1, 0, 1, False), False, r"max_pool1d\(\) kernel_size must be greater than zero, but got 0"),
     (1, (1, 2, 6), (2, 0, 0, 1, False), False, r"max_pool1d\(\) stride must be greater than zero, but got 0"),
     (1, (1, 2, 6), (2, 1, -1, 1, False), False, r"max_pool1d\(\) padding must be non-negative, but got -1"),
