@@ -4,3 +4,13 @@ Every layer takes ``(N, *spatial, C)`` input (or unbatched ``(*spatial, C)`` whe
 and has torch's class name, constructor arguments and defaults. Functional forms live in
 :mod:`porter.layers.functional`.
 """
+
+from .adaptive_avg import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d
+from .adaptive_max import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d
+from .avg_pool import AvgPool1d, AvgPool2d, AvgPool3d
+from .conv import Conv1d, Conv2d, Conv3d
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from .fractional import FractionalMaxPool2d, FractionalMaxPool3d
+from .lp_pool import LPPool1d, LPPool2d, LPPool3d
+from .max_pool import MaxPool1d, MaxPool2d, MaxPool3d
+from .unpool import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d

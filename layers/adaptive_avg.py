@@ -1,0 +1,229 @@
+"""Adaptive average pooling (AdaptiveAvgPool1d/2d/3d and adaptive_avg_pool1d/2d/3d), exact to torch, channels-last.
+
+Torch's windows are ``[o*L // O, ceil((o+1)*L / O))`` per axis (SEMANTICS.md section 5.1): they overlap and vary in
+length when ``O`` does not divide ``L``, so the "stride = L // O" shortcut is wrong. The box sum is separable and is
+taken one axis at a time: a reshape-and-sum when ``O`` divides ``L``; otherwise a product with the ``(O, L)`` 0/1
+window matrix when that is small (exact products, so only the summation order differs from torch), else a sum over
+window taps, each tap one gather of ``O`` rows (taps past a short window read an appended zero row). The result is
+divided by the product of the window lengths, as torch divides each box sum.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from functools import lru_cache
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ._utils import adaptive_windows, as_batched
+
+
+def check_output_size(output_size, nd: int, layer: str) -> tuple:
+    """Normalise ``output_size`` to an ``nd``-tuple (``None`` entries kept for 2d/3d), with torch's errors."""
+    fn = f"adaptive_avg_pool{nd}d"
+    if output_size is None:
+        raise TypeError(f"[{layer}] 'output_size' must be an int or a tuple of ints, not None")
+    if isinstance(output_size, (list, tuple)):
+        items = tuple(output_size)
+        if nd == 1 and len(items) != 1:
+            raise ValueError(f"[{layer}] {fn}() argument 'output_size' should contain one int (got {len(items)})")
+        if len(items) != nd:
+            raise ValueError(f"[{layer}] {fn}: output_size must be {nd} (got {items!r})")
+    else:
+        items = (output_size,) * nd
+    for item in items:
+        if item is None and nd > 1:
+            continue
+        if isinstance(item, bool) or not isinstance(item, numbers.Integral):
+            raise TypeError(
+                f"[{layer}] {fn}(): argument 'output_size' must be tuple of ints, but found element of type "
+                f"{type(item).__name__} (got {output_size!r})"
+            )
+    items = tuple(None if i is None else int(i) for i in items)
+    if any(i is not None and i < 0 for i in items):
+        # torch runs 1d as 2d with output (1, O) and prints the set its own way
+        shown = (1,) + items if nd == 1 else items
+        text = ", ".join(str(i) for i in shown[:2]) + "".join(f",{i}" for i in shown[2:])
+        raise ValueError(
+            f"[{layer}] 'output_size': adaptive_avg_pool{max(nd, 2)}d: elements of output_size must be greater than "
+            f"or equal to 0 but received {{{text}}}"
+        )
+    return items
+
+
+# above this many matrix entries the tap sum (work ~ L) beats the window-matrix product (work ~ O * L); measured
+# here: 10 -> 7 and 56 -> 10 favour the product, 112 -> 30 and 224 -> 100 the taps
+_MATMUL_MAX_ENTRIES = 1024
+
+
+@lru_cache(maxsize=256)
+def _window_matrix(length: int, out: int) -> tuple[mx.array, np.ndarray]:
+    """The ``(out, length)`` 0/1 matrix whose row ``o`` marks window ``o``, and the window lengths."""
+    starts, ends = (np.asarray(v, dtype=np.int64) for v in adaptive_windows(length, out))
+    cols = np.arange(length)[None, :]
+    matrix = ((cols >= starts[:, None]) & (cols < ends[:, None])).astype(np.float32)
+    return mx.array(matrix), ends - starts
+
+
+@lru_cache(maxsize=256)
+def _window_taps(length: int, out: int) -> tuple[list[mx.array], np.ndarray]:
+    """Per tap ``j``, the rows ``start + j`` of every window (``length``, an appended zero row, once a window is
+    shorter than ``j + 1``), and the window lengths."""
+    starts, ends = (np.asarray(v, dtype=np.int64) for v in adaptive_windows(length, out))
+    sizes = ends - starts
+    taps = [np.where(j < sizes, starts + j, length).astype(np.int32) for j in range(int(sizes.max()))]
+    return [mx.array(t) for t in taps], sizes
+
+
+def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarray]:
+    """Sum every adaptive window along ``axis``; return the sums and the window lengths."""
+    length = x.shape[axis]
+    if out == 1:
+        return x.sum(axis=axis, keepdims=True), np.array([length])
+    if length % out == 0:
+        # equal, disjoint windows: a reshape exposes them as an axis of their own
+        k = length // out
+        shape = (*x.shape[:axis], out, k, *x.shape[axis + 1 :])
+        return x.reshape(shape).sum(axis=axis + 1), np.full(out, k)
+    if out * length <= _MATMUL_MAX_ENTRIES:
+        matrix, sizes = _window_matrix(length, out)
+        before, after = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+        summed = mx.matmul(matrix, x.reshape(before, length, after))
+        return summed.reshape(*x.shape[:axis], out, *x.shape[axis + 1 :]), sizes
+    taps, sizes = _window_taps(length, out)
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, 1)
+    padded = mx.pad(x, widths)
+    total = None
+    for rows in taps:  # a loop over window taps (at most ceil(L / O) + 1), not over output positions
+        tap = mx.take(padded, rows, axis=axis)
+        total = tap if total is None else total + tap
+    return total, sizes
+
+
+def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -> mx.array:
+    """Generic N-d adaptive average pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input (torch semantics)."""
+    layer = layer or f"adaptive_avg_pool{nd}d"
+    sizes = check_output_size(output_size, nd, layer)
+    xb, batched = as_batched(x, nd, layer)
+    spatial = tuple(xb.shape[1 : 1 + nd])
+    # torch's 3d kernel also rejects zero channels; its 1d/2d kernels accept them
+    empty = [f"spatial dimension {axis}" for axis, n in enumerate(spatial) if n == 0]
+    if nd == 3 and xb.shape[-1] == 0:
+        empty.insert(0, "the channel dimension")
+    if empty:
+        torch_shape = list(x.shape[:-1 - nd]) + [x.shape[-1]] + list(spatial)
+        raise ValueError(
+            f"[{layer}] 'input': adaptive_avg_pool{max(nd, 2)}d(): Expected input to have non-zero size for "
+            f"non-batch dimensions, but input has sizes {torch_shape} (torch layout) with {empty[0]} being empty"
+        )
+    if not mx.issubdtype(xb.dtype, mx.floating):
+        raise TypeError(f"[{layer}] 'input': \"{layer}\" not implemented for '{xb.dtype}' (floating input only)")
+    out = tuple(n if o is None else o for o, n in zip(sizes, spatial))
+    if any(o == 0 for o in out) or xb.size == 0:
+        result = mx.zeros((xb.shape[0],) + out + (xb.shape[-1],), dtype=xb.dtype)
+        return result if batched else result[0]
+    # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
+    work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb
+    divisor = None
+    global_axes = tuple(1 + axis for axis, o in enumerate(out) if o == 1 and spatial[axis] > 1)
+    if global_axes:
+        # windows spanning a whole axis: one reduction over all such axes at once
+        work = work.sum(axis=global_axes, keepdims=True)
+        divisor = np.full((1,) * (nd + 2), math.prod(spatial[a - 1] for a in global_axes))
+    for axis, o in enumerate(out):
+        if o == spatial[axis] or 1 + axis in global_axes:
+            continue  # identity windows of length 1, or already reduced
+        work, lengths = _box_sum_axis(work, 1 + axis, o)
+        shape = [1] * (nd + 2)
+        shape[1 + axis] = o
+        lengths = lengths.reshape(shape)
+        divisor = lengths if divisor is None else divisor * lengths
+    if divisor is not None:
+        if np.all(divisor == divisor.flat[0]):
+            work = work / float(divisor.flat[0])
+        else:
+            work = work / mx.array(divisor.astype(np.float32))
+    result = work.astype(xb.dtype)
+    return result if batched else result[0]
+
+
+def adaptive_avg_pool1d(x, output_size):
+    """Adaptive average pool on ``(N, L, C)`` or ``(L, C)``; torch's ``adaptive_avg_pool1d``."""
+    return adaptive_avg_pool(x, 1, output_size, layer="adaptive_avg_pool1d")
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """Adaptive average pool on ``(N, H, W, C)`` or ``(H, W, C)``; ``None`` in ``output_size`` keeps that axis."""
+    return adaptive_avg_pool(x, 2, output_size, layer="adaptive_avg_pool2d")
+
+
+def adaptive_avg_pool3d(x, output_size):
+    """Adaptive average pool on ``(N, D, H, W, C)`` or ``(D, H, W, C)``; ``None`` keeps that axis."""
+    return adaptive_avg_pool(x, 3, output_size, layer="adaptive_avg_pool3d")
+
+
+class _AdaptiveAvgPoolNd(nn.Module):
+    nd = 0
+
+    def __init__(self, output_size):
+        super().__init__()
+        check_output_size(output_size, self.nd, type(self).__name__)
+        self.output_size = output_size
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return adaptive_avg_pool(x, self.nd, self.output_size, layer=type(self).__name__)
+
+    def _extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPoolNd):
+    """Torch's ``nn.AdaptiveAvgPool1d`` on channels-last input.
+
+    Args:
+        output_size (int or tuple): output length ``L_out`` (0 gives an empty output).
+
+    Shape: input ``(N, L, C)`` or ``(L, C)``; output ``(N, L_out, C)`` or ``(L_out, C)``.
+
+    Example:
+        >>> AdaptiveAvgPool1d(4)(mx.arange(10.0).reshape(1, 10, 1))[0, :, 0]
+        array([1, 3, 6, 8], dtype=float32)
+    """
+
+    nd = 1
+
+
+class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
+    """Torch's ``nn.AdaptiveAvgPool2d`` on channels-last input.
+
+    Args:
+        output_size (int or tuple): ``(H_out, W_out)``; an entry of ``None`` keeps the input's size on that axis.
+
+    Shape: input ``(N, H, W, C)`` or ``(H, W, C)``; output ``(N, H_out, W_out, C)`` or ``(H_out, W_out, C)``.
+
+    Example:
+        >>> AdaptiveAvgPool2d((1, 1))(mx.ones((8, 7, 7, 512))).shape
+        (8, 1, 1, 512)
+    """
+
+    nd = 2
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
+    """Torch's ``nn.AdaptiveAvgPool3d`` on channels-last input.
+
+    Args:
+        output_size (int or tuple): ``(D_out, H_out, W_out)``; ``None`` entries keep the input's size.
+
+    Shape: input ``(N, D, H, W, C)`` or ``(D, H, W, C)``; output ``(N, D_out, H_out, W_out, C)``.
+
+    Example:
+        >>> AdaptiveAvgPool3d((2, None, 1))(mx.ones((1, 4, 5, 6, 3))).shape
+        (1, 2, 5, 1, 3)
+    """
+
+    nd = 3
