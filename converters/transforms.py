@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # the conv engineer's numpy transforms (layers/conv_weights.py); mx arrays use the equivalent ops below
-    from porter.layers import conv_weights as _conv_weights
-except ImportError:  # not merged yet
-    _conv_weights = None
+# Porter's numpy transforms for conv weights; mx arrays (weights computed in the forward, gradients) use the
+# equivalent transpose/reshape below
+from porter.layers import conv_weights as _conv_weights
 
 _TRANSFORMS: dict = {}
 
 
 def _numpy(w) -> bool:
-    return isinstance(w, np.ndarray) and _conv_weights is not None
+    return isinstance(w, np.ndarray)
 
 
 def _transform(name):
