@@ -63,12 +63,13 @@ def _layouts(ported, name: str, count: int) -> List[str]:
 
 # ---------------------------------------------------------------------------------------------------- trees
 def _leaves(tree) -> List[Any]:
-    """Tensors/arrays of a nested output in a fixed order (tuples and lists in order, dicts by insertion)."""
+    """Tensors/arrays of a nested output in a fixed order (tuples and lists in order, dicts by insertion);
+    non-array leaves (None, Python numbers) are not compared."""
     if isinstance(tree, dict):
         return [leaf for v in tree.values() for leaf in _leaves(v)]
     if isinstance(tree, (tuple, list)):
         return [leaf for v in tree for leaf in _leaves(v)]
-    return [] if tree is None else [tree]
+    return [tree] if hasattr(tree, "shape") and hasattr(tree, "dtype") else []
 
 
 def _torch_np(t) -> np.ndarray:
@@ -461,8 +462,9 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
         input_sets, size_notes = _default_input_sets(model, ported, example_inputs, seed)
         notes += size_notes
     else:
-        if isinstance(inputs, torch.Tensor):
-            raise TypeError("[validate] 'inputs' must be a list of input tuples, e.g. [(x,)], not a tensor.")
+        if not isinstance(inputs, list):
+            raise TypeError("[validate] 'inputs' must be a list of input tuples, e.g. [(x,)] or [(x1,), (x2,)], "
+                            f"but got {type(inputs).__name__}.")
         input_sets = [(s,) if isinstance(s, torch.Tensor) else tuple(s) for s in inputs]
         if not input_sets:
             raise ValueError("[validate] 'inputs' must hold at least one input tuple.")

@@ -298,8 +298,10 @@ def test_parse_layout_rejects(text, rank):
 def test_argument_errors():
     model = make_small()
     port = FakePort(model)
-    with pytest.raises(TypeError, match="list of input tuples"):
+    with pytest.raises(TypeError, match="list of input tuples.*but got Tensor"):
         porter.validate(model, port, torch.randn(2, 3, 8, 8))
+    with pytest.raises(TypeError, match="list of input tuples.*but got tuple"):
+        porter.validate(model, port, (torch.randn(2, 3, 8, 8),))
     with pytest.raises(ValueError, match="'rtol' and 'atol' must be non-negative"):
         porter.validate(model, port, rtol=-1.0)
     with pytest.raises(ValueError, match="at least one input tuple"):
