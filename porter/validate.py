@@ -404,6 +404,8 @@ class Report:
             lines.append("")
             lines.append(f"  gradients: {'PASS' if g['ok'] else 'FAIL'} at inputs "
                          f"{' '.join(_shape(s) for s in g['input_shapes'])}")
+            if g.get("error"):
+                lines.append(f"    the port's backward failed: {g['error']}")
             for kind in ("inputs", "parameters"):
                 rows = g[kind]
                 bad = [r for r in rows if not r["ok"]]
@@ -518,6 +520,9 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
                     first["note"] = bad["note"]
         runs.append({"input_shapes": shapes, "outputs": out_rows, "modules": mod_rows,
                      "unmatched_modules": unmatched})
+        if compare_modules and has_trace and not mod_rows and len(runs) == 1:
+            notes.append("no torch submodule output could be matched with the port's trace (no forward hooks "
+                         "fired, or the trace names differ): per-module comparison found nothing to compare")
 
     grad_report = None
     if grads:
@@ -589,9 +594,13 @@ def _grad_parity(model, ported, xs, rtol: float, atol: float, seed: int) -> Dict
 
     try:
         g_params, g_inputs = mx.grad(loss_fn, argnums=(0, 1))(original, [xs_mx[i] for i in float_idx])
+        p_param_grads = ported.torch_parameter_grads(g_params)
+    except (ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
+        # A port whose backward cannot run fails gradient parity; the report says why instead of raising.
+        return {"ok": False, "input_shapes": [list(x.shape) for x in xs], "inputs": [], "parameters": [],
+                "error": f"{type(exc).__name__}: {exc}"}
     finally:
         ported.update(original)
-    p_param_grads = ported.torch_parameter_grads(g_params)
 
     input_rows = []
     for k, i in enumerate(float_idx):

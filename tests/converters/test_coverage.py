@@ -133,7 +133,7 @@ def test_validate_names_a_perturbed_module_in_a_real_port():
     assert "first divergence: layer2.0.conv1 (Conv2d)" in str(report)
 
 
-@pytest.mark.parametrize("name", ["convnext", "mobilenet_v3"])
+@pytest.mark.parametrize("name", ["convnext", "mobilenet_v3", "segnet_unpool"])
 def test_validate_gradient_parity_on_a_real_port(name):
     spec = REGISTRY[name]
     model = spec.builder()
