@@ -132,8 +132,9 @@ def _fractional(nd):
 
 
 @kernel("fractional_pool")
-def k_fractional_pool(x, samples, *, fn, unbatched=False, **kwargs):
-    return batched(_layers.fn(fn))(x, unbatched=unbatched, _random_samples=samples, **kwargs)
+def k_fractional_pool(x, samples, *, fn, kernel_size, output_size, return_indices, unbatched=False):
+    # positional: (input, kernel_size, output_size, output_ratio, return_indices, random_samples)
+    return batched(_layers.fn(fn))(x, kernel_size, output_size, None, return_indices, samples, unbatched=unbatched)
 
 
 for _nd in (1, 2, 3):
