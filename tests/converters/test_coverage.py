@@ -5,6 +5,8 @@ per output. The example used for conversion and the test inputs are different dr
 may be baked into the port); the second input size differs in batch and spatial size from the example.
 """
 
+from functools import lru_cache
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -29,6 +31,15 @@ def _leaves(tree):
     if isinstance(tree, (tuple, list)):
         return [leaf for v in tree for leaf in _leaves(v)]
     return [tree]
+
+
+@lru_cache(maxsize=None)
+def _converted(name, io_layout):
+    """(torch model, port) for a registry entry; cached because conversion dominates this file's runtime.
+    Tests that change a port restore it before returning."""
+    spec = REGISTRY[name]
+    model = spec.builder()
+    return model, porter.convert(model, make_inputs(spec.inputs, seed=0), io_layout=io_layout)
 
 
 def _input_sets(spec):
@@ -65,9 +76,8 @@ def _run_and_compare(model, ported, xs, what):
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_converted_model_matches_torch(name):
     spec = REGISTRY[name]
-    model = spec.builder()
     example = make_inputs(spec.inputs, seed=0)
-    ported = porter.convert(model, example, io_layout="torch")
+    model, ported = _converted(name, "torch")
     assert ported.io_layout == "torch"
     assert list(ported.input_layouts) == ["as-is"] * len(example)
     sets = _input_sets(spec)
@@ -83,9 +93,8 @@ def test_converted_model_matches_torch(name):
 @pytest.mark.parametrize("name", MLX_LAYOUT_MODELS)
 def test_converted_model_matches_torch_channels_last(name):
     spec = REGISTRY[name]
-    model = spec.builder()
     example = make_inputs(spec.inputs, seed=0)
-    ported = porter.convert(model, example, io_layout="mlx")
+    model, ported = _converted(name, "mlx")
     assert ported.io_layout == "mlx"
     # Image-like inputs (rank 3-5) are channels-last in the "mlx" I/O layout.
     assert list(ported.input_layouts) == [CHANNELS_LAST.get(x.ndim, "as-is") for x in example]
@@ -113,9 +122,7 @@ def _replace_leaf(tree, path, value):
 
 def test_validate_names_a_perturbed_module_in_a_real_port():
     """Scale one converted weight by 1.01: validate must fail and name that module first."""
-    spec = REGISTRY["resnet_basic"]
-    model = spec.builder()
-    ported = porter.convert(model, make_inputs(spec.inputs, seed=0), io_layout="mlx")
+    model, ported = _converted("resnet_basic", "mlx")
     assert porter.validate(model, ported).ok
     target = np.sort(model.get_parameter("layer2.0.conv1.weight").detach().numpy().ravel())
     # Find the converted array by its values (a weight transform permutes values, it does not change them), so
@@ -126,7 +133,11 @@ def test_validate_names_a_perturbed_module_in_a_real_port():
     assert len(matches) == 1, f"{len(matches)} converted arrays hold layer2.0.conv1.weight's values"
     path, leaf = matches[0]
     ported.update(_replace_leaf(params, path, leaf * 1.01))
-    report = porter.validate(model, ported)
+    try:
+        report = porter.validate(model, ported)
+    finally:
+        ported.update(_replace_leaf(params, path, leaf))
+    assert porter.validate(model, ported, [make_inputs(REGISTRY["resnet_basic"].inputs)]).ok  # restored
     assert not report.ok
     assert report.first_divergence["name"] == "layer2.0.conv1", str(report)
     assert report.first_divergence["type"] == "Conv2d"
@@ -135,9 +146,7 @@ def test_validate_names_a_perturbed_module_in_a_real_port():
 
 @pytest.mark.parametrize("name", ["convnext", "mobilenet_v3", "segnet_unpool"])
 def test_validate_gradient_parity_on_a_real_port(name):
-    spec = REGISTRY[name]
-    model = spec.builder()
-    ported = porter.convert(model, make_inputs(spec.inputs, seed=0), io_layout="mlx")
+    model, ported = _converted(name, "mlx")
     report = porter.validate(model, ported, grads=True)
     assert report.ok, str(report)
     assert len(report.runs) == 2  # example size and a second size picked by validate
