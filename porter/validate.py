@@ -123,13 +123,13 @@ def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float)
 
 
 # ---------------------------------------------------------------------------------------------------- inputs
-def _example_specs(ported, example_inputs) -> List[Tuple[Tuple[int, ...], str, Optional[List[bool]]]]:
-    """(shape, dtype name, per-dim "is dynamic") of each example input, from ``example_inputs`` or the port."""
+def _example_specs(ported, example_inputs) -> List[Tuple[Tuple[int, ...], str]]:
+    """(shape, dtype name) of each example input, from ``example_inputs`` or the port's recorded graph."""
     if example_inputs is not None:
         import torch
 
         items = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-        return [(tuple(t.shape), str(t.dtype).replace("torch.", ""), None) for t in items]
+        return [(tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in items]
     graph = getattr(ported, "graph", None)
     specs = []
     if isinstance(graph, dict) and graph.get("inputs"):
@@ -137,11 +137,9 @@ def _example_specs(ported, example_inputs) -> List[Tuple[Tuple[int, ...], str, O
             meta = entry.get("meta", {})
             if meta.get("kind") != "tensor":
                 raise ValueError("[validate] the port takes a non-tensor input; pass 'inputs' explicitly.")
-            shape = meta.get("shape", [])
-            hint = meta.get("hint", shape)
-            dims = tuple(int(h) for h in hint)
-            dynamic = [not isinstance(s, int) for s in shape]
-            specs.append((dims, str(meta.get("dtype", "float32")), dynamic))
+            # Symbolic dims are recorded as names with the example's value as "hint".
+            hint = meta.get("hint", meta.get("shape", []))
+            specs.append((tuple(int(h) for h in hint), str(meta.get("dtype", "float32"))))
         return specs
     raise ValueError("[validate] cannot tell the example input shapes of this port; pass 'inputs' "
                      "(a list of input tuples in torch layout) or 'example_inputs'.")
@@ -152,7 +150,7 @@ def _random_inputs(specs, shapes, seed: int):
 
     gen = torch.Generator().manual_seed(seed)
     out = []
-    for (_, dtype, _), shape in zip(specs, shapes):
+    for (_, dtype), shape in zip(specs, shapes):
         tdtype = getattr(torch, dtype, torch.float32)
         if tdtype.is_floating_point:
             out.append(torch.randn(shape, generator=gen).to(tdtype))
@@ -166,9 +164,9 @@ def _random_inputs(specs, shapes, seed: int):
 def _second_size_candidates(specs) -> List[List[Tuple[int, ...]]]:
     """Other input sizes to try, most informative first: odd and larger spatial sizes with another batch size,
     then sizes friendly to divisibility constraints, then batch only."""
-    def varied(shape, dynamic, spatial_fn, vary_batch=True):
+    def varied(shape, spatial_fn):
         dims = list(shape)
-        if vary_batch and dims:
+        if dims:
             dims[0] = 1 if dims[0] > 1 else 2
         # Spatial dims (2 onwards) are varied even when the export was static: a port must not bake in the
         # example's size, and the torch model itself decides which sizes are allowed.
@@ -184,12 +182,12 @@ def _second_size_candidates(specs) -> List[List[Tuple[int, ...]]]:
     ]
     candidates = []
     for rule in rules:
-        candidates.append([varied(shape, dyn, rule) for shape, _, dyn in specs])
-    candidates.append([varied(shape, dyn, lambda s: s) for shape, _, dyn in specs])  # batch only
+        candidates.append([varied(shape, rule) for shape, _ in specs])
+    candidates.append([varied(shape, lambda s: s) for shape, _ in specs])  # batch only
     seen, unique = set(), []
     for c in candidates:
         key = tuple(c)
-        if key not in seen and key != tuple(shape for shape, _, _ in specs):
+        if key not in seen and key != tuple(shape for shape, _ in specs):
             seen.add(key)
             unique.append(c)
     return unique
@@ -200,10 +198,10 @@ def _default_input_sets(model, ported, example_inputs, seed: int):
     import torch
 
     specs = _example_specs(ported, example_inputs)
-    first = _random_inputs(specs, [s for s, _, _ in specs], seed)
+    first = _random_inputs(specs, [s for s, _ in specs], seed)
     sets = [first]
     notes = []
-    if all(len(s) >= 1 for s, _, _ in specs):
+    if all(len(s) >= 1 for s, _ in specs):
         for shapes in _second_size_candidates(specs):
             trial = _random_inputs(specs, shapes, seed + 1)
             try:
