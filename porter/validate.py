@@ -418,6 +418,53 @@ class Report:
         return "\n".join(lines)
 
 
+def _port_inputs(ported, xs) -> Tuple[list, list]:
+    """Torch-layout inputs as the port takes them (its declared input layouts); also returns the permutations."""
+    import mlx.core as mx
+    import torch
+
+    perms, arrays = [], []
+    for x, lay in zip(xs, _layouts(ported, "input_layouts", len(xs))):
+        a = _torch_np(x) if x.dtype.is_floating_point else x.detach().cpu().numpy()
+        perm = parse_layout(lay, a.ndim)
+        m = mx.array(np.ascontiguousarray(np.transpose(a, perm)))
+        if x.dtype == torch.bfloat16:
+            m = m.astype(mx.bfloat16)  # widened to float32 for the transpose above: exact both ways
+        elif x.dtype == torch.float16:
+            m = m.astype(mx.float16)
+        perms.append(perm)
+        arrays.append(m)
+    return arrays, perms
+
+
+def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> Dict[str, Any]:
+    """One input set through both models: per-output rows and (``per_module``) per-module rows."""
+    import torch
+
+    xs_mx, _ = _port_inputs(ported, xs)
+    if per_module:
+        t_out, t_modules = _torch_module_outputs(model, xs)
+        p_out, p_modules = ported.trace(*xs_mx)
+    else:
+        with torch.no_grad():
+            t_out = model(*xs)
+        p_out, t_modules, p_modules = ported(*xs_mx), {}, {}
+
+    t_leaves, p_leaves = _leaves(t_out), _leaves(p_out)
+    out_rows = []
+    if len(t_leaves) != len(p_leaves):
+        out_rows.append({"index": "all", "shape": [], "max_abs": math.inf, "max_rel": math.inf, "scale": None,
+                         "ok": False, "note": f"torch returned {len(t_leaves)} tensors, the port {len(p_leaves)}"})
+    out_layouts = _layouts(ported, "output_layouts", len(p_leaves))
+    for i, (t, p, lay) in enumerate(zip(t_leaves, p_leaves, out_layouts)):
+        p_np = _mx_np(p)
+        p_np = np.transpose(p_np, _inverse(parse_layout(lay, p_np.ndim)))
+        out_rows.append(dict(_compare(p_np, _torch_np(t), rtol, atol), index=i))
+    mod_rows, unmatched = _module_rows(t_modules, p_modules, rtol, atol)
+    return {"input_shapes": [list(x.shape) for x in xs], "outputs": out_rows, "modules": mod_rows,
+            "unmatched_modules": unmatched}
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e-4, grads: bool = False,
              seed: int = 0, example_inputs=None, grad_rtol: Optional[float] = None,
@@ -451,7 +498,6 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
         >>> report = porter.validate(model, ported)
         >>> print(report)
     """
-    import mlx.core as mx
     import torch
 
     if rtol < 0 or atol < 0:
@@ -481,53 +527,15 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
         notes.append("the port has no trace(); per-module comparison skipped")
     runs, first = [], None
     for xs in input_sets:
-        in_layouts = _layouts(ported, "input_layouts", len(xs))
-        xs_mx = []
-        for x, lay in zip(xs, in_layouts):
-            a = _torch_np(x) if x.dtype.is_floating_point else x.detach().cpu().numpy()
-            a = np.ascontiguousarray(np.transpose(a, parse_layout(lay, a.ndim)))
-            m = mx.array(a)
-            if x.dtype == torch.bfloat16:
-                m = m.astype(mx.bfloat16)
-            elif x.dtype == torch.float16:
-                m = m.astype(mx.float16)
-            xs_mx.append(m)
-
-        if compare_modules and has_trace:
-            t_out, t_modules = _torch_module_outputs(model, xs)
-            p_out, p_modules = ported.trace(*xs_mx)
-        else:
-            with torch.no_grad():
-                t_out = model(*xs)
-            p_out, t_modules, p_modules = ported(*xs_mx), {}, {}
-
-        t_leaves, p_leaves = _leaves(t_out), _leaves(p_out)
-        out_rows = []
-        if len(t_leaves) != len(p_leaves):
-            out_rows.append({"index": "all", "shape": [], "max_abs": math.inf, "max_rel": math.inf, "scale": None,
-                             "ok": False, "note": f"torch returned {len(t_leaves)} tensors, the port "
-                                                  f"{len(p_leaves)}"})
-        out_layouts = _layouts(ported, "output_layouts", len(p_leaves))
-        for i, (t, p, lay) in enumerate(zip(t_leaves, p_leaves, out_layouts)):
-            p_np = _mx_np(p)
-            p_np = np.transpose(p_np, _inverse(parse_layout(lay, p_np.ndim)))
-            row = _compare(p_np, _torch_np(t), rtol, atol)
-            row["index"] = i
-            out_rows.append(row)
-        mod_rows, unmatched = _module_rows(t_modules, p_modules, rtol, atol)
-        shapes = [list(x.shape) for x in xs]
-        if first is None:
-            bad = next((m for m in mod_rows if not m["ok"]), None)
-            if bad is not None:
-                first = {"name": bad["name"], "type": bad["type"], "max_abs": bad["max_abs"],
-                         "max_rel": bad["max_rel"], "input_shapes": shapes}
-                if bad.get("note"):
-                    first["note"] = bad["note"]
-        runs.append({"input_shapes": shapes, "outputs": out_rows, "modules": mod_rows,
-                     "unmatched_modules": unmatched})
-        if compare_modules and has_trace and not mod_rows and len(runs) == 1:
-            notes.append("no torch submodule output could be matched with the port's trace (no forward hooks "
-                         "fired, or the trace names differ): per-module comparison found nothing to compare")
+        run = _run_once(model, ported, xs, compare_modules and has_trace, rtol, atol)
+        runs.append(run)
+        bad = next((m for m in run["modules"] if not m["ok"]), None)
+        if first is None and bad is not None:
+            first = {k: bad[k] for k in ("name", "type", "max_abs", "max_rel") + (("note",) if "note" in bad else ())}
+            first["input_shapes"] = run["input_shapes"]
+    if compare_modules and has_trace and not runs[0]["modules"]:
+        notes.append("no torch submodule output could be matched with the port's trace (no forward hooks fired, "
+                     "or the trace names differ): per-module comparison found nothing to compare")
 
     grad_report = None
     if grads:
@@ -571,11 +579,7 @@ def _grad_parity(model, ported, xs, rtol: float, atol: float, seed: int) -> Dict
     for n, p in model.named_parameters():  # leave the model's .grad as we found it
         p.grad = params_before[n]
 
-    in_layouts = _layouts(ported, "input_layouts", len(xs))
-    in_perms = [parse_layout(lay, x.ndim) for x, lay in zip(xs, in_layouts)]
-    xs_mx = [mx.array(np.ascontiguousarray(np.transpose(_torch_np(x) if x.dtype.is_floating_point else
-                                                        x.numpy(), perm)))
-             for x, perm in zip(xs, in_perms)]
+    xs_mx, in_perms = _port_inputs(ported, xs)
     float_idx = [i for i, x in enumerate(xs) if x.dtype.is_floating_point]
     out_layouts = None
     original = ported.trainable_parameters()
