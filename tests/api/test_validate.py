@@ -357,3 +357,23 @@ def test_torchscript_and_exported_program_sources():
     report = porter.validate(program, FakePort(model), xs)
     assert report.ok
     assert report.to_dict()["model"] == "ExportedProgram"
+
+
+def test_output_count_mismatch_and_unmatched_trace_names():
+    model = make_small()
+
+    class OneOutput(FakePort):
+        def __call__(self, x):
+            return super().__call__(x)[0]
+
+        def trace(self, x):
+            out, record = super().trace(x)
+            return out[0], {"renamed." + k: v for k, v in record.items()}
+
+    report = porter.validate(model, OneOutput(model), [(torch.randn(2, 3, 8, 8),)])
+    assert not report.ok
+    row = report.runs[0]["outputs"][0]
+    assert row["index"] == "all" and "torch returned 2 tensors, the port 1" in row["note"]
+    assert report.runs[0]["modules"] == []
+    assert report.runs[0]["unmatched_modules"] == ["conv", "bn", "relu", "pool", "fc"]
+    assert any("nothing to compare" in n for n in report.notes)
