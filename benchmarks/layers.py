@@ -76,7 +76,8 @@ def run_case(c: Case, repeat: int) -> dict:
             xg.grad = None
             _first(ft(xg)).sum().backward()
 
-        grad_fn = mx.grad(lambda a: _first(fm(a)).sum())
+        # value_and_grad: a linear op's gradient needs no forward values, so mx.grad alone would skip the forward
+        grad_fn = mx.value_and_grad(lambda a: _first(fm(a)).sum())
         row["torch_bwd"] = _median_ms(torch_step, repeat)
         row["porter_bwd"] = _median_ms(lambda: mx.eval(grad_fn(xm)), repeat)
     return row
