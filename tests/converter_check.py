@@ -41,7 +41,7 @@ def run_ported(ported, inputs):
 def assert_matches(ported, model, inputs, rel=1e-4):
     with torch.no_grad():
         expected = model(*inputs)
-    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    expected = torch.utils._pytree.tree_leaves(expected)  # tuples, lists and dicts ({"out": ...}) in order
     actual = run_ported(ported, inputs)
     assert len(actual) == len(expected), f"porter returned {len(actual)} outputs, torch {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):

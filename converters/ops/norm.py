@@ -96,9 +96,16 @@ def convert_layer_norm(ctx, call):
     if perm[rank - k:] != tuple(range(rank - k, rank)):
         perm = L.identity(rank)
     inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
-    if call.meta.kind == "list":
+    if call.meta.kind != "list":
+        return ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm)
+    # native_layer_norm returns (out, mean, rstd); decomposed inference graphs read only out
+    if ctx.used_items(call.name) - {0}:
         call.fail("input", "native_layer_norm's mean/rstd outputs are not supported")
-    ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm)
+    from ..convert import Info
+
+    out = ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm, meta=call.meta.items[0],
+                   out=ctx.fresh(call.name))
+    ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
 
 
 @register("aten.group_norm.default", channels_last=True)

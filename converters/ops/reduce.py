@@ -11,7 +11,7 @@ from .. import layout as L
 from ..registry import kernel, register
 from .shape import _dims
 
-_REDUCE = {"mean": mx.mean, "sum": mx.sum, "amax": mx.max, "amin": mx.min}
+_REDUCE = {"mean": mx.mean, "sum": mx.sum, "amax": mx.max, "amin": mx.min, "any": mx.any, "all": mx.all}
 
 
 @kernel("reduce")
@@ -68,6 +68,8 @@ register("aten.mean.dim", "aten.mean.default")(_reduce("mean"))
 register("aten.sum.dim_IntList", "aten.sum.default")(_reduce("sum"))
 register("aten.amax.default")(_reduce("amax"))
 register("aten.amin.default")(_reduce("amin"))
+register("aten.any.dim", "aten.any.dims", "aten.any.default")(_reduce("any"))
+register("aten.all.dim", "aten.all.dims", "aten.all.default")(_reduce("all"))
 
 
 def _variance(std):
