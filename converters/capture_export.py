@@ -11,10 +11,8 @@ and torch functions whose shapes are not known and cannot trace shape-dependent 
 
 from __future__ import annotations
 
-import operator
 import warnings
 
-import numpy as np
 import torch
 
 from .ir import Graph, Node, Ref, ValueMeta

@@ -8,8 +8,8 @@ value is not already in that layout, and counted in ``num_transposes`` when it a
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 

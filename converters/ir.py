@@ -11,7 +11,7 @@ the conversion can check that no argument the model gave was left unhandled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,6 @@ Weight transforms are chosen here by op type: conv ``(C_out, C_in/g, *k) -> (C_o
 
 from __future__ import annotations
 
-import mlx.core as mx
-
 from .. import layout as L
 from .. import transforms
 from ..ir import Ref

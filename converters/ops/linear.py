@@ -89,8 +89,6 @@ def convert_addmm(ctx, call):
     b = call.arg("mat2") if call.has("mat2") else call.arg("batch2")
     c = call.arg("self")
     (sa, swap_a), (sb, swap_b) = _matmul_operand(ctx, a), _matmul_operand(ctx, b)
-    from .elementwise import _broadcast_to_layout
-
     rank = call.meta.rank
     sc = ctx.tensor(c, L.identity(ctx.meta(c).rank))
     ctx.emit("addmm", [sc, sa, sb], {"beta": call.arg("beta"), "alpha": call.arg("alpha"), "swap_a": swap_a,

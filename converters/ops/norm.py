@@ -11,7 +11,6 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..registry import kernel, register
-from .conv import batched
 
 
 def _channel_shape(ndim, axis, c):

@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import layout as L
 from ..registry import kernel, register
-from .conv import spatial_layout
 from . import _layers
 
 
