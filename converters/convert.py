@@ -8,6 +8,7 @@ value is not already in that layout, and counted in ``num_transposes`` when it a
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -212,10 +213,14 @@ def _input_perm(graph: Graph, index: int, io_layout: str) -> tuple:
     if io_layout == "torch" or not 3 <= rank <= 5:
         return L.identity(rank)
     name = graph.inputs[index]
-    readers = [n for n in graph.nodes if name in n.refs()]
-    if any(get_converter(n.op).channels_last for n in readers):
-        return L.channels_last(rank)
-    return L.identity(rank)
+    readers = [n for n in graph.nodes if name in n.refs() and get_converter(n.op).channels_last]
+    if not readers:
+        return L.identity(rank)
+    # an Nd conv/pool reading a rank-(N+1) tensor takes it unbatched: (C, *S) -> (*S, C)
+    match = re.search(r"(\d)d", readers[0].op.split(".")[1])
+    if match and rank == int(match.group(1)) + 1:
+        return L.channels_last_unbatched(rank)
+    return L.channels_last(rank)
 
 
 def _module_outputs(graph: Graph) -> list:
@@ -292,8 +297,9 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
             rank = ctx.meta(out).rank
             current = ctx.perm(out)
             want = L.identity(rank)
-            if io_layout == "mlx" and 3 <= rank <= 5 and current == L.channels_last(rank):
-                want = current
+            if io_layout == "mlx" and 3 <= rank <= 5 and current in (L.channels_last(rank),
+                                                                      L.channels_last_unbatched(rank)):
+                want = current  # image-like output: stays channels-last (batched or unbatched)
             outputs.append({"value": ctx.tensor(out, want), "perm": list(want)})
         else:
             outputs.append({"value": ctx.value(out), "perm": None})

@@ -205,3 +205,11 @@ def test_io_layout_mlx_takes_channels_last_input():
     torch_io = porter.convert(model, x, io_layout="torch")
     y2 = torch_io(mx.array(x.numpy()))
     assert np.abs(np.array(y2) - model(x).detach().numpy()).max() <= 1e-4 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_unbatched_conv_input(io_layout):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)).eval()
+    ported = check_converted(model, *inputs((3, 8, 8), (3, 6, 10)), io_layout=io_layout)
+    if io_layout == "mlx":
+        assert ported.graph["inputs"][0]["perm"] == [1, 2, 0] and ported.num_transposes == 0
