@@ -367,3 +367,21 @@ def _pixel_shuffle(inverse):
 
 register("aten.pixel_shuffle.default")(_pixel_shuffle(False))
 register("aten.pixel_unshuffle.default")(_pixel_shuffle(True))
+
+
+@kernel("index")
+def k_index(x, indices):
+    """torch ``x[..., idx, ...]`` with index tensors (None = whole dim), numpy-style advanced indexing."""
+    key = tuple(slice(None) if i is None else (i.astype(mx.int32) if i.dtype != mx.bool_ else i) for i in indices)
+    return x[key]
+
+
+@register("aten.index.Tensor")
+def convert_index(ctx, call):
+    x = call.arg("self")
+    indices = call.arg("indices")
+    if any(i is not None and ctx.meta(i).dtype == "bool" for i in indices):
+        call.fail("indices", "boolean masks give data-dependent shapes; not supported")
+    ident = L.identity(ctx.meta(x).rank)
+    specs = [None if i is None else ctx.tensor(i, L.identity(ctx.meta(i).rank)) for i in indices]
+    ctx.emit("index", [ctx.tensor(x, ident), specs], perm=L.identity(call.meta.rank))

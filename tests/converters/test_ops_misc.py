@@ -77,3 +77,19 @@ def test_symbolic_size_arithmetic():
                              io_layout="torch")
     ops = {n["op"] for n in ported.graph["nodes"]}
     assert {"math.ceil", "torch.sym_max"} <= ops
+
+
+class AdvancedIndex(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.register_buffer("rows", torch.tensor([[0, 2], [1, 1]]))
+        self.register_buffer("cols", torch.tensor([3, 0]))
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y[:, self.cols], y[:, :, self.rows, self.cols], y[self.rows[0, :1]]
+
+
+def test_advanced_indexing():
+    check_converted(AdvancedIndex().eval(), torch.randn(2, 3, 4, 5), torch.randn(3, 3, 5, 4), io_layout="mlx")
