@@ -64,3 +64,12 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     text = str(exc).strip() or type(exc).__name__
     line = text.splitlines()[0].strip()
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def torch_error_line(exc: BaseException) -> str:
+    """``Type: message`` of a torch error; TorchScript wraps the real one after an interpreter traceback."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error: " in line and not line.startswith("File "):
+            return line if len(line) <= 300 else line[:297] + "..."
+    return f"{type(exc).__name__}: {first_line(exc)}"

@@ -16,6 +16,7 @@ import os
 import re
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 
 from .errors import InputError, first_line
@@ -88,7 +89,7 @@ def detect_format(path: str) -> str:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
                 bad = archive.testzip()
-        except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, ValueError) as exc:
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as exc:
             raise InputError(f"Input file '{path}' is a truncated or corrupted zip archive ({first_line(exc)}).",
                              "It was probably cut short while saving or copying; save or copy it again.")
         if bad is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from . import formats
 from .architecture import arch_spec, build_model, load_strict, parse_model_kwargs
-from .errors import InputError, first_line
+from .errors import InputError, torch_error_line
 
 # Input sizes used when --input-shape is not given, by the rank of the first weight (conv1d/2d/3d, linear).
 _GUESS_SPATIAL = {3: (128,), 4: (224, 224), 5: (16, 112, 112)}
@@ -55,9 +55,8 @@ def parse_input_shapes(values):
     """``--input-shape 1,3,224,224`` (repeatable, one per model input) -> list of int tuples."""
     shapes = []
     for text in values or ():
-        parts = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()]
         try:
-            shape = tuple(int(p) for p in parts)
+            shape = tuple(int(part) for part in text.split(","))
         except ValueError:
             shape = ()
         if not shape or any(d <= 0 for d in shape):
@@ -120,7 +119,7 @@ def _example_inputs(source: Source, shapes, recorded, seed):
         origin = (f"guessed from the first weight '{guessed_from}'" if guessed_from else
                   "recorded in the file" if not shapes else "from --input-shape")
         raise InputError(f"The model in '{source.path}' cannot take input of shape {given} ({origin}): torch "
-                         f"raised {type(exc).__name__}: {first_line(exc)}.",
+                         f"raised {torch_error_line(exc)}.",
                          "Pass the torch-layout shape the model expects with --input-shape, e.g. --input-shape "
                          "1,3,224,224 (repeat it for several inputs).")
     return inputs
