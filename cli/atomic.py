@@ -28,6 +28,11 @@ def check_destination(directory: str, force: bool) -> None:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"Cannot write output directory '{directory}': '{parent}' is not writable.",
                          "Choose a writable location with -o DIR, or fix the folder's permissions.")
+    try:  # permission bits do not tell the whole story (root, read-only mounts): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".porter-probe-", dir=parent))
+    except OSError as exc:
+        raise InputError(f"Cannot write output directory '{directory}': '{parent}' refuses new folders "
+                         f"({exc.strerror}).", "Choose a writable location with -o DIR.")
 
 
 def _existing_ancestor(path: str) -> str:
