@@ -75,7 +75,8 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
 
                 model_kwargs = json.dumps(meta["model_kwargs"])
         source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
-                             trust_pickle=trust_pickle, input_shapes=[",".join(map(str, s)) for s in shapes])
+                             trust_pickle=trust_pickle, input_shapes=[",".join(map(str, s)) for s in shapes],
+                             shape_origin="recorded in DIR" if not input_shapes else "from --input-shape")
         torch_model = source.torch_module()
     layouts = list(getattr(ported, "input_layouts", None) or [])
     rng = np.random.default_rng(0)

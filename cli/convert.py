@@ -114,17 +114,17 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         metadata = {"porter_version": porter.__version__, "source": source.metadata(), "io_layout": io_layout}
         if report is not None:
             metadata["validation"] = report.to_dict()
-        with atomic_directory(output, force) as tmp:
-            if report is not None and not report.ok:
-                ui.echo(str(report))
-                raise ValidationFailed(
-                    f"Validation failed: the converted model does not match torch within tolerance "
-                    f"(first divergence: {_divergence(report)}). Nothing was written. Re-run with --no-validate "
-                    f"to keep the output anyway, then `porter validate DIR --against {file}` for the full report.",
-                    report)
-            with progress.step("writing weights"):
-                porter.save(ported, tmp, metadata=metadata)
-                _check_round_trip(porter, ported, tmp, source, file)
+        if report is None or report.ok:
+            with atomic_directory(output, force) as tmp:
+                with progress.step("writing weights"):
+                    porter.save(ported, tmp, metadata=metadata)
+                    _check_round_trip(porter, ported, tmp, source, file)
+    if report is not None and not report.ok:
+        ui.echo(str(report))
+        raise ValidationFailed(
+            f"Validation failed: the converted model does not match torch within tolerance (first divergence: "
+            f"{_divergence(report)}). Nothing was written. Re-run with --no-validate to keep the output anyway, "
+            f"then `porter validate DIR --against {file}` for the full report.", report)
     result = _result(file, output, source, ported, report)
     _print_result(ui, result, report)
     return result
@@ -237,7 +237,8 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
     _save_example_checkpoint(builders[name], checkpoint)
     try:
         result = run_convert(ui, checkpoint, output, model_spec=f"porter.examples:{name}",
-                             input_shapes=input_shapes, io_layout=io_layout, validate=not no_validate,
+                             input_shapes=input_shapes or ("1,3,224,224",), io_layout=io_layout,
+                             validate=not no_validate,
                              grads=grads, force=force)
     except BaseException:
         os.remove(checkpoint)  # a failed command leaves nothing behind

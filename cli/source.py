@@ -68,7 +68,7 @@ def parse_input_shapes(values):
 
 
 def open_source(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=False, input_shapes=(),
-                seed=0) -> Source:
+                seed=0, shape_origin="from --input-shape") -> Source:
     """Load ``path`` with the architecture options and check the model accepts the example inputs."""
     if model and arch:
         raise InputError("--model and --arch both given.", "Use one: --arch NAME for a known architecture, or "
@@ -94,11 +94,11 @@ def open_source(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=
                              "checkpoints).")
         torch_model = ckpt.model
     source = Source(path, torch_model, (), ckpt.format, ckpt.kind, spec, kwargs, list(ckpt.notes))
-    source.example_inputs = _example_inputs(source, shapes, ckpt.example_inputs, seed)
+    source.example_inputs = _example_inputs(source, shapes, ckpt.example_inputs, seed, shape_origin)
     return source
 
 
-def _example_inputs(source: Source, shapes, recorded, seed):
+def _example_inputs(source: Source, shapes, recorded, seed, shape_origin):
     import torch
 
     guessed_from = None
@@ -117,7 +117,7 @@ def _example_inputs(source: Source, shapes, recorded, seed):
     except Exception as exc:
         given = ", ".join(_fmt(t.shape) for t in inputs)
         origin = (f"guessed from the first weight '{guessed_from}'" if guessed_from else
-                  "recorded in the file" if not shapes else "from --input-shape")
+                  "recorded in the file" if not shapes else shape_origin)
         raise InputError(f"The model in '{source.path}' cannot take input of shape {given} ({origin}): torch "
                          f"raised {torch_error_line(exc)}.",
                          "Pass the torch-layout shape the model expects with --input-shape, e.g. --input-shape "

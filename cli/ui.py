@@ -34,7 +34,8 @@ class UI:
     def info(self, text):
         """Side remarks (stderr); silent with --quiet or --json."""
         if not (self.quiet or self.json):
-            click.echo(text, err=True)
+            # on a terminal, wipe the progress line first so the remark does not land in the middle of it
+            click.echo(("\r\033[K" if self.show_progress else "") + text, err=True)
 
     def emit_json(self, payload):
         if self.json:

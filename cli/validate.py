@@ -40,13 +40,16 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
             import json
 
             model_kwargs = json.dumps(meta["model_kwargs"])
+    shape_origin = "from --input-shape"
     if not input_shapes and meta.get("input_shapes"):
         input_shapes = tuple(",".join(map(str, s)) for s in meta["input_shapes"])
+        shape_origin = f"recorded in {directory}"
     with ui.progress(["loading", "validating against torch"]) as progress:
         with progress.step("loading"):
             ported = load_ported(directory)
             source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
-                                 trust_pickle=trust_pickle, input_shapes=input_shapes, seed=seed)
+                                 trust_pickle=trust_pickle, input_shapes=input_shapes, seed=seed,
+                                 shape_origin=shape_origin)
         with progress.step("validating against torch"):
             try:
                 report = porter.validate(source.model, ported, rtol=rtol, atol=atol, grads=grads, seed=seed)
