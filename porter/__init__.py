@@ -13,7 +13,6 @@ _LAZY = {
     "inspect_model": ("porter.converters", "inspect_model"),
     "PortedModel": ("porter.converters", "PortedModel"),
     "UnsupportedOpsError": ("porter.converters", "UnsupportedOpsError"),
-    "validate": ("porter.validate", "validate"),
 }
 
 
@@ -30,3 +29,7 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(list(globals()) + list(_LAZY))
+
+# Imported eagerly (it imports neither torch nor mlx at module level) so that the name `porter.validate` is the
+# function: a lazy import would let the submodule `porter/validate.py` shadow it after `import porter.validate`.
+from porter.validate import Report, validate  # noqa: E402
