@@ -110,10 +110,10 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         report = None
         if validate:
             with progress.step("validating against torch"):
-                report = porter.validate(source.model, ported, grads=grads)
+                report = validate_source(source, ported, grads=grads)
         metadata = {"porter_version": porter.__version__, "source": source.metadata(), "io_layout": io_layout}
         if report is not None:
-            metadata["validation"] = report.to_dict()
+            metadata["validation"] = report.summary()
         if report is None or report.ok:
             with atomic_directory(output, force) as tmp:
                 with progress.step("writing weights"):
@@ -128,6 +128,21 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
     result = _result(file, output, source, ported, report)
     _print_result(ui, result, report)
     return result
+
+
+def validate_source(source, ported, **kwargs):
+    """``porter.validate`` for any source format: export programs run through ``.module()``, and TorchScript,
+    which has no forward hooks, is compared on its outputs only (noted in the report)."""
+    import porter
+    import torch
+
+    model = source.torch_module()
+    per_module = not isinstance(model, torch.jit.ScriptModule)
+    report = porter.validate(model, ported, example_inputs=source.example_inputs, compare_modules=per_module,
+                             **kwargs)
+    if not per_module:
+        report.notes.append("TorchScript modules take no forward hooks: compared on the outputs only")
+    return report
 
 
 def _divergence(report):

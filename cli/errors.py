@@ -62,7 +62,7 @@ class ValidationFailed(click.ClickException):
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first meaningful line of an exception's message, for embedding in our own paragraph."""
     text = str(exc).strip() or type(exc).__name__
-    line = text.splitlines()[0].strip()
+    line = text.splitlines()[0].strip().rstrip(".")
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 

@@ -3,7 +3,7 @@
 import click
 
 from .artifact import check_artifact, load_ported, read_metadata
-from .convert import architecture_options
+from .convert import architecture_options, validate_source
 from .errors import InputError, ValidationFailed
 from .source import open_source
 from .ui import common_options
@@ -30,8 +30,6 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
     the first module that diverges. For a state_dict checkpoint the architecture (--model/--arch, --model-kwargs)
     and input shape default to what `porter convert` recorded in DIR.
     """
-    import porter
-
     check_artifact(directory)
     meta = read_metadata(directory).get("source") or {}
     if not (model_spec or arch) and meta.get("model"):
@@ -52,7 +50,7 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
                                  shape_origin=shape_origin)
         with progress.step("validating against torch"):
             try:
-                report = porter.validate(source.model, ported, rtol=rtol, atol=atol, grads=grads, seed=seed)
+                report = validate_source(source, ported, rtol=rtol, atol=atol, grads=grads, seed=seed)
             except ValueError as exc:
                 raise InputError(f"Cannot compare '{directory}' with '{against}': {exc}.",
                                  "Check that DIR was converted from this checkpoint.")

@@ -68,7 +68,7 @@ def test_convert_each_format_and_load_without_torch(runner, tmp_path, kind):
 
 
 def test_text_output_has_summary_and_load_hint(runner, tmp_path):
-    path, _ = write_checkpoint("torchscript", tmp_path)
+    path, _ = write_checkpoint("traced", tmp_path)
     result = runner.invoke(main, ["convert", path, "-o", str(tmp_path / "out" / "tiny")])
     assert result.exit_code == 0, result.output
     assert "Converted" in result.stdout and "TorchScript" in result.stdout
@@ -77,7 +77,7 @@ def test_text_output_has_summary_and_load_hint(runner, tmp_path):
 
 
 def test_torch_io_layout_keeps_torch_shapes(runner, tmp_path):
-    path, model = write_checkpoint("torchscript", tmp_path)
+    path, model = write_checkpoint("traced", tmp_path)
     result = runner.invoke(main, ["convert", path, "--io-layout", "torch", "--json", "--input-shape", "1,3,12,12"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -97,9 +97,9 @@ def test_no_validate_skips_validation(runner, tmp_path):
 def test_force_replaces_and_failure_keeps_the_old_result(runner, tmp_path, monkeypatch):
     import porter
 
-    path, _ = write_checkpoint("torchscript", tmp_path)
+    path, _ = write_checkpoint("traced", tmp_path)
     assert runner.invoke(main, ["convert", path, "--no-validate"]).exit_code == 0
-    out = tmp_path / "scripted-mlx"
+    out = tmp_path / "traced-mlx"
     first = (out / "model.safetensors").read_bytes()
     assert runner.invoke(main, ["convert", path, "--no-validate"]).exit_code == 2  # exists, no --force
 
@@ -112,29 +112,40 @@ def test_force_replaces_and_failure_keeps_the_old_result(runner, tmp_path, monke
     monkeypatch.setattr(porter, "save", save_then_fail)
     result = runner.invoke(main, ["convert", path, "--no-validate", "--force"])
     assert result.exit_code == 3 and "No space left" in result.stderr
-    assert listing(tmp_path) == ["scripted-mlx", "scripted-mlx/graph.json", "scripted-mlx/model.safetensors",
-                                 "scripted.pt"]
+    assert listing(tmp_path) == ["traced-mlx", "traced-mlx/graph.json", "traced-mlx/model.safetensors",
+                                 "traced.pt"]
     assert (out / "model.safetensors").read_bytes() == first
     monkeypatch.setattr(porter, "save", real_save)
     assert runner.invoke(main, ["convert", path, "--force"]).exit_code == 0
 
 
 def test_validation_failure_exits_1_and_writes_nothing(runner, tmp_path, monkeypatch):
+    import mlx.core as mx
+
     import porter
 
-    path, _ = write_checkpoint("torchscript", tmp_path)
-    real_validate = porter.validate
+    path, _ = write_checkpoint("traced", tmp_path)
+    real_convert = porter.convert
 
-    def validate_then_corrupt(model, ported, **kwargs):
-        report = real_validate(model, ported, **kwargs)
-        report.ok = False  # as if the outputs had diverged
-        return report
+    def convert_wrongly(*args, **kwargs):
+        """A converter bug: one weight comes out wrong."""
+        ported = real_convert(*args, **kwargs)
+        params = ported.params  # torch state_dict name -> array (PortedModel's parameter table)
+        name = next(iter(params))
+        params[name] = params[name] + 1.0
+        mx.eval(params[name])
+        return ported
 
-    monkeypatch.setattr(porter, "validate", validate_then_corrupt)
-    result = runner.invoke(main, ["convert", path])
+    monkeypatch.setattr(porter, "convert", convert_wrongly)
+    result = runner.invoke(main, ["convert", path, "--input-shape", "1,3,12,12"])
     assert result.exit_code == 1, result.output
     assert "Validation failed" in result.stderr and "Nothing was written" in result.stderr
-    assert listing(tmp_path) == ["scripted.pt"]
+    assert listing(tmp_path) == ["traced.pt"]
+    result = runner.invoke(main, ["convert", path, "--input-shape", "1,3,12,12", "--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["validation"]["ok"] is False
+    assert listing(tmp_path) == ["traced.pt"]
 
 
 def test_validate_command(runner, tmp_path):
