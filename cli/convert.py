@@ -143,10 +143,17 @@ def validate_source(source, ported, **kwargs):
 
     model = source.torch_module()
     per_module = not isinstance(model, torch.jit.ScriptModule)
-    report = porter.validate(model, ported, example_inputs=source.example_inputs, compare_modules=per_module,
-                             **kwargs)
+    inputs = None
+    if source.format == formats.EXPORT:
+        # An exported program is specialised to its example shapes: test there, on fresh seeded inputs.
+        generator = torch.Generator().manual_seed(kwargs.get("seed", 0))
+        inputs = [tuple(torch.randn(t.shape, generator=generator).to(t.dtype) for t in source.example_inputs)]
+    report = porter.validate(model, ported, inputs, example_inputs=source.example_inputs,
+                             compare_modules=per_module, **kwargs)
     if not per_module:
         report.notes.append("TorchScript modules take no forward hooks: compared on the outputs only")
+    if inputs is not None:
+        report.notes.append("torch.export program: validated at its example input shapes")
     return report
 
 

@@ -41,7 +41,12 @@ class Source:
         import torch
 
         if isinstance(self.model, torch.export.ExportedProgram):
-            return self.model.module()
+            module = self.model.module()
+            # The program's train/eval behaviour is baked into its graph and torch refuses .eval() on it; clear
+            # the flag it carries so nothing reports "training mode" for what is an inference graph.
+            for sub in module.modules():
+                sub.training = False
+            return module
         return self.model
 
     def metadata(self) -> dict:
