@@ -96,6 +96,16 @@ class ConvertContext:
     def is_param(self, value) -> bool:
         return isinstance(value, Ref) and value.name in self.graph.param_values
 
+    def used_items(self, name: str) -> set:
+        """Indices read (through getitem) from the tuple value ``name``; all of them if read otherwise."""
+        used = set()
+        for node in self._users.get(name, []):
+            if node.op == "operator.getitem" and node.args.get("a") == Ref(name):
+                used.add(node.args["b"])
+            else:
+                return {"all"}
+        return used
+
     def fresh(self, hint: str) -> str:
         return f"{hint}__{next(self._counter)}"
 
@@ -211,11 +221,11 @@ def _module_outputs(graph: Graph) -> list:
     members: dict = {}
     info: dict = {}
     for node in graph.nodes:
-        for call_id, path, type_name in node.scopes:
+        for depth, (call_id, path, type_name) in enumerate(node.scopes):
             if path == "":
                 continue
             members.setdefault(call_id, set()).add(node.name)
-            info[call_id] = (path, type_name)
+            info[call_id] = (path, type_name, depth)
     users = graph.users()
     graph_outputs = {r.name for r in iter_refs(graph.outputs)}
     metas = {n.name: n.meta for n in graph.nodes}
@@ -228,10 +238,11 @@ def _module_outputs(graph: Graph) -> list:
         ]
         tensors = [n for n in leaving if metas[n].kind == "tensor"]
         if len(tensors) == 1:
-            path, type_name = info[call_id]
-            result.append((position[tensors[0]], tensors[0], path, type_name))
+            path, type_name, depth = info[call_id]
+            # a value leaving nested modules: the inner module's hook fires first in torch
+            result.append((position[tensors[0]], -depth, tensors[0], path, type_name))
     result.sort()
-    return [{"value": v, "module": p, "type": t} for _, v, p, t in result]
+    return [{"value": v, "module": p, "type": t} for _, _, v, p, t in result]
 
 
 def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
@@ -248,6 +259,7 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
         raise UnsupportedOpsError(missing)
 
     ctx = ConvertContext(graph, io_layout)
+    ctx._users = graph.users()
     for name in graph.param_values:
         torch_name = graph.param_values[name]
         shape = list(graph.params[torch_name].shape)
@@ -288,6 +300,10 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
         perm = ctx.values[entry["value"]].perm
         module_outputs.append(dict(entry, perm=list(perm)))
 
+    for torch_name, array in graph.params.items():
+        if torch_name not in ctx.params:  # unused by the forward (num_batches_tracked): kept for a full state_dict
+            ctx.params[torch_name] = ParamRecord(torch_name, "identity", {}, torch_name in graph.trainable,
+                                                 list(array.shape))
     weights = {}
     params = {}
     for torch_name, record in ctx.params.items():

@@ -17,7 +17,9 @@ class _Program:
     def __init__(self, graph: dict):
         self.graph = graph
         self.kernels = [get_kernel(n["kernel"]) for n in graph["nodes"]]  # fails early on an unknown kernel
-        self.module_outputs = {e["value"]: e for e in graph["module_outputs"]}
+        self.module_outputs: dict = {}
+        for entry in graph["module_outputs"]:
+            self.module_outputs.setdefault(entry["value"], []).append(entry)
 
 
 class PortedModel(nn.Module):
@@ -110,11 +112,11 @@ class PortedModel(nn.Module):
             (name,) = node["outputs"]
             env[name] = result
             if record is not None and name in self._program.module_outputs:
-                entry = self._program.module_outputs[name]
-                perm = tuple(entry["perm"])
-                torch_value = result.transpose(L.to_layout_axes(perm, L.identity(len(perm))))
-                record.pop(entry["module"], None)  # a module called again moves to its last call's position
-                record[entry["module"]] = torch_value
+                for entry in self._program.module_outputs[name]:
+                    perm = tuple(entry["perm"])
+                    torch_value = result.transpose(L.to_layout_axes(perm, L.identity(len(perm))))
+                    record.pop(entry["module"], None)  # a module called again moves to its last call's position
+                    record[entry["module"]] = torch_value
         outs = tuple(self._resolve(o["value"], env) for o in self._program.graph["outputs"])
         if self._program.graph["output_structure"] == "single":
             return outs[0]

@@ -66,6 +66,8 @@ def load(directory) -> PortedModel:
         raise ValueError(f"porter.load: {weights_path!r} lacks parameter(s) {missing}")
     for name, spec in graph["params"].items():
         expected = _mlx_shape(spec)
+        if expected == [] and weights[name].size == 1:
+            weights[name] = weights[name].reshape(())  # safetensors via MLX stores scalars as shape [1]
         if expected is not None and list(weights[name].shape) != expected:
             raise ValueError(
                 f"porter.load: {weights_path!r} parameter {name!r} has shape {list(weights[name].shape)}, "

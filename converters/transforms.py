@@ -7,7 +7,18 @@ arrays and on mx arrays alike (only ``transpose``/``reshape`` are used).
 
 from __future__ import annotations
 
+import numpy as np
+
+try:  # the conv engineer's numpy transforms (layers/conv_weights.py); mx arrays use the equivalent ops below
+    from porter.layers import conv_weights as _conv_weights
+except ImportError:  # not merged yet
+    _conv_weights = None
+
 _TRANSFORMS: dict = {}
+
+
+def _numpy(w) -> bool:
+    return isinstance(w, np.ndarray) and _conv_weights is not None
 
 
 def _transform(name):
@@ -44,10 +55,14 @@ def _conv_weight():
     """torch (C_out, C_in/groups, *k) -> MLX (C_out, *k, C_in/groups)."""
 
     def forward(w, **_):
+        if _numpy(w):
+            return _conv_weights.torch_conv_weight_to_mlx(w)
         rank = w.ndim
         return w.transpose((0,) + tuple(range(2, rank)) + (1,))
 
     def inverse(w, **_):
+        if _numpy(w):
+            return _conv_weights.mlx_conv_weight_to_torch(w)
         rank = w.ndim
         return w.transpose((0, rank - 1) + tuple(range(1, rank - 1)))
 
@@ -59,6 +74,8 @@ def _conv_transpose_weight():
     """torch (C_in, C_out/groups, *k) -> MLX (C_out, *k, C_in/groups), regrouped per group."""
 
     def forward(w, *, groups):
+        if _numpy(w):
+            return _conv_weights.torch_conv_transpose_weight_to_mlx(w, groups)
         c_in, c_out_g, *k = w.shape
         nd = len(k)
         # (G, C_in/G, C_out/G, *k) -> (G, C_out/G, *k, C_in/G) -> (C_out, *k, C_in/G)
@@ -67,6 +84,8 @@ def _conv_transpose_weight():
         return w.reshape((groups * c_out_g, *k, c_in // groups))
 
     def inverse(w, *, groups):
+        if _numpy(w):
+            return _conv_weights.mlx_conv_transpose_weight_to_torch(w, groups)
         c_out, *k, c_in_g = w.shape
         nd = len(k)
         w = w.reshape((groups, c_out // groups, *k, c_in_g))

@@ -198,12 +198,13 @@ def _max_unpool(nd):
     return max_unpool
 
 
-def pad(input, pad, mode="constant", value=None):
+def pad(input, pad, mode="constant", value=None, *, channels_last=True):
     if mode != "constant":
         raise NotImplementedError(f"interim pad: mode {mode!r}")
     widths = [(0, 0)] * input.ndim
+    last = input.ndim - (2 if channels_last else 1)
     for i in range(len(pad) // 2):
-        widths[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+        widths[last - i] = (pad[2 * i], pad[2 * i + 1])
     return mx.pad(input, widths, constant_values=0.0 if value is None else value)
 
 

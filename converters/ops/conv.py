@@ -108,7 +108,7 @@ def _conv_transpose(nd):
 
 for _nd in (1, 2, 3):
     register(f"aten.conv{_nd}d.default", f"aten.conv{_nd}d.padding", channels_last=True)(_conv(_nd))
-    register(f"aten.conv_transpose{_nd}d.input", channels_last=True)(_conv_transpose(_nd))
+    register(f"aten.conv_transpose{_nd}d.input", f"aten.conv_transpose{_nd}d.default", channels_last=True)(_conv_transpose(_nd))
 
 
 @register("aten.convolution.default", "aten._convolution.default", "aten._convolution.deprecated",

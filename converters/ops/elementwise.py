@@ -266,4 +266,4 @@ def convert_dropout(ctx, call):
     call.arg("p")
     if train:
         call.fail("train", "dropout in training mode is random; convert the model in eval mode (model.eval())")
-    ctx.alias(call.arg("input"))
+    ctx.alias(call.arg("input") if call.has("input") else call.arg("self"))

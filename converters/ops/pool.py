@@ -11,8 +11,15 @@ from . import _layers
 
 
 @kernel("pool")
-def k_pool(x, *args, fn, unbatched=False, **kwargs):
-    return batched(_layers.fn(fn))(x, *args, unbatched=unbatched, **kwargs)
+def k_pool(x, *args, fn, unbatched=False, values_only=False, **kwargs):
+    """``values_only``: a tuple-returning op whose indices nobody reads; computed without them."""
+    out = batched(_layers.fn(fn))(x, *args, unbatched=unbatched, **kwargs)
+    return [out, None] if values_only else out
+
+
+def _indices_needed(ctx, call) -> bool:
+    used = ctx.used_items(call.name)
+    return "all" in used or 1 in used
 
 
 @kernel("max_unpool")
@@ -49,6 +56,8 @@ def _max_pool(nd, with_indices):
         if with_indices:
             from ..convert import Info
 
+            if not _indices_needed(ctx, call):
+                attrs.update(return_indices=False, values_only=True)
             items = [Info(m, perm) for m in call.meta.items]
             return ctx.emit("pool", [ctx.tensor(x, perm)], attrs, items=items)
         ctx.emit("pool", [ctx.tensor(x, perm)], attrs, perm=perm)
@@ -82,6 +91,8 @@ def _adaptive(nd, kind):
             from ..convert import Info
 
             attrs["return_indices"] = True
+            if not _indices_needed(ctx, call):
+                attrs.update(return_indices=False, values_only=True)
             items = [Info(m, perm) for m in call.meta.items]
             return ctx.emit("pool", [ctx.tensor(x, perm), size], attrs, items=items)
         ctx.emit("pool", [ctx.tensor(x, perm), size], attrs, perm=perm)
@@ -121,8 +132,9 @@ def _fractional(nd):
 
 
 @kernel("fractional_pool")
-def k_fractional_pool(x, samples, *, fn, unbatched=False, **kwargs):
-    return batched(_layers.fn(fn))(x, unbatched=unbatched, _random_samples=samples, **kwargs)
+def k_fractional_pool(x, samples, *, fn, kernel_size, output_size, return_indices, unbatched=False):
+    # positional: (input, kernel_size, output_size, output_ratio, return_indices, random_samples)
+    return batched(_layers.fn(fn))(x, kernel_size, output_size, None, return_indices, samples, unbatched=unbatched)
 
 
 for _nd in (1, 2, 3):

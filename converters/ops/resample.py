@@ -105,19 +105,20 @@ for _nd, _modes in ((1, ("nearest", "linear")), (2, ("nearest", "bilinear")), (3
 # ---------------------------------------------------------------------------------------------------- padding
 @kernel("pad")
 def k_pad(x, pad, *, mode, value, axes):
-    """Pad array axes: ``pad`` is torch's flat (lo, hi) list from the last torch dim; ``axes[i]`` is the array axis
-    of the i-th padded dim (last torch dim first)."""
-    if mode == "constant":
-        widths = [(0, 0)] * x.ndim
-        for i, axis in enumerate(axes):
-            widths[axis] = (int(pad[2 * i]), int(pad[2 * i + 1]))
-        return mx.pad(x, widths, constant_values=0.0 if value is None else value)
-    # other modes go through Porter's pad, which takes torch's layout convention for the padded (last) dims:
-    # move the padded axes last in torch's order, pad, move them back
+    """torch ``F.pad`` on an array in any layout: ``pad`` is torch's flat (lo, hi) list from the last torch dim,
+    ``axes[i]`` the array axis of the i-th padded dim. Porter's ``pad`` counts pairs over the spatial axes of a
+    channels-last array (or over the trailing axes with ``channels_last=False``); other layouts move the padded
+    axes last for the call."""
+    pad = [int(p) for p in pad]
+    pad_fn = _layers.fn("pad")
+    n = len(axes)
+    if axes == [x.ndim - 2 - i for i in range(n)]:
+        return pad_fn(x, pad, mode, value)
+    if axes == [x.ndim - 1 - i for i in range(n)]:
+        return pad_fn(x, pad, mode, value, channels_last=False)
     order = [a for a in range(x.ndim) if a not in axes] + list(reversed(axes))
-    y = _layers.fn("pad")(x.transpose(order), [int(p) for p in pad], mode=mode)
-    back = [order.index(a) for a in range(x.ndim)]
-    return y.transpose(back)
+    y = pad_fn(x.transpose(order), pad, mode, value, channels_last=False)
+    return y.transpose([order.index(a) for a in range(x.ndim)])
 
 
 def _pad(mode_fixed=None):
