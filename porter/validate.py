@@ -63,12 +63,13 @@ def _layouts(ported, name: str, count: int) -> List[str]:
 
 # ---------------------------------------------------------------------------------------------------- trees
 def _leaves(tree) -> List[Any]:
-    """Tensors/arrays of a nested output in a fixed order (tuples and lists in order, dicts by insertion)."""
+    """Tensors/arrays of a nested output in a fixed order (tuples and lists in order, dicts by insertion);
+    non-array leaves (None, Python numbers) are not compared."""
     if isinstance(tree, dict):
         return [leaf for v in tree.values() for leaf in _leaves(v)]
     if isinstance(tree, (tuple, list)):
         return [leaf for v in tree for leaf in _leaves(v)]
-    return [] if tree is None else [tree]
+    return [tree] if hasattr(tree, "shape") and hasattr(tree, "dtype") else []
 
 
 def _torch_np(t) -> np.ndarray:
@@ -403,6 +404,8 @@ class Report:
             lines.append("")
             lines.append(f"  gradients: {'PASS' if g['ok'] else 'FAIL'} at inputs "
                          f"{' '.join(_shape(s) for s in g['input_shapes'])}")
+            if g.get("error"):
+                lines.append(f"    the port's backward failed: {g['error']}")
             for kind in ("inputs", "parameters"):
                 rows = g[kind]
                 bad = [r for r in rows if not r["ok"]]
@@ -461,8 +464,9 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
         input_sets, size_notes = _default_input_sets(model, ported, example_inputs, seed)
         notes += size_notes
     else:
-        if isinstance(inputs, torch.Tensor):
-            raise TypeError("[validate] 'inputs' must be a list of input tuples, e.g. [(x,)], not a tensor.")
+        if not isinstance(inputs, list):
+            raise TypeError("[validate] 'inputs' must be a list of input tuples, e.g. [(x,)] or [(x1,), (x2,)], "
+                            f"but got {type(inputs).__name__}.")
         input_sets = [(s,) if isinstance(s, torch.Tensor) else tuple(s) for s in inputs]
         if not input_sets:
             raise ValueError("[validate] 'inputs' must hold at least one input tuple.")
@@ -516,6 +520,9 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
                     first["note"] = bad["note"]
         runs.append({"input_shapes": shapes, "outputs": out_rows, "modules": mod_rows,
                      "unmatched_modules": unmatched})
+        if compare_modules and has_trace and not mod_rows and len(runs) == 1:
+            notes.append("no torch submodule output could be matched with the port's trace (no forward hooks "
+                         "fired, or the trace names differ): per-module comparison found nothing to compare")
 
     grad_report = None
     if grads:
@@ -587,9 +594,13 @@ def _grad_parity(model, ported, xs, rtol: float, atol: float, seed: int) -> Dict
 
     try:
         g_params, g_inputs = mx.grad(loss_fn, argnums=(0, 1))(original, [xs_mx[i] for i in float_idx])
+        p_param_grads = ported.torch_parameter_grads(g_params)
+    except (ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
+        # A port whose backward cannot run fails gradient parity; the report says why instead of raising.
+        return {"ok": False, "input_shapes": [list(x.shape) for x in xs], "inputs": [], "parameters": [],
+                "error": f"{type(exc).__name__}: {exc}"}
     finally:
         ported.update(original)
-    p_param_grads = ported.torch_parameter_grads(g_params)
 
     input_rows = []
     for k, i in enumerate(float_idx):

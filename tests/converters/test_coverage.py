@@ -6,7 +6,6 @@ may be baked into the port); the second input size differs in batch and spatial 
 """
 
 import mlx.core as mx
-import mlx.utils
 import numpy as np
 import pytest
 import torch
@@ -94,18 +93,39 @@ def test_converted_model_matches_torch_channels_last(name):
         _run_and_compare(model, ported, xs, f"{name} (mlx layout) at {[tuple(x.shape) for x in xs]}")
 
 
+def _leaf_paths(tree, path=()):
+    """(key path, array) for every array of an MLX parameter tree; keys may contain dots (torch names)."""
+    if isinstance(tree, dict):
+        return [item for k, v in tree.items() for item in _leaf_paths(v, path + (k,))]
+    if isinstance(tree, (list, tuple)):
+        return [item for i, v in enumerate(tree) for item in _leaf_paths(v, path + (i,))]
+    return [(path, tree)]
+
+
+def _replace_leaf(tree, path, value):
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(tree, dict):
+        return {k: (_replace_leaf(v, rest, value) if k == head else v) for k, v in tree.items()}
+    return [(_replace_leaf(v, rest, value) if i == head else v) for i, v in enumerate(tree)]
+
+
 def test_validate_names_a_perturbed_module_in_a_real_port():
     """Scale one converted weight by 1.01: validate must fail and name that module first."""
     spec = REGISTRY["resnet_basic"]
     model = spec.builder()
     ported = porter.convert(model, make_inputs(spec.inputs, seed=0), io_layout="mlx")
-    target = model.get_parameter("layer2.0.conv1.weight").detach().numpy()
+    assert porter.validate(model, ported).ok
+    target = np.sort(model.get_parameter("layer2.0.conv1.weight").detach().numpy().ravel())
     # Find the converted array by its values (a weight transform permutes values, it does not change them), so
     # the test does not depend on how the port names its parameters internally.
-    key = next(k for k, v in mlx.utils.tree_flatten(ported.parameters())
-               if v.size == target.size and np.array_equal(np.sort(np.array(v).ravel()), np.sort(target.ravel())))
-    leaf = dict(mlx.utils.tree_flatten(ported.parameters()))[key]
-    ported.update(mlx.utils.tree_unflatten([(key, leaf * 1.01)]))
+    params = ported.parameters()
+    matches = [(path, v) for path, v in _leaf_paths(params)
+               if v.size == target.size and np.array_equal(np.sort(np.array(v).ravel()), target)]
+    assert len(matches) == 1, f"{len(matches)} converted arrays hold layer2.0.conv1.weight's values"
+    path, leaf = matches[0]
+    ported.update(_replace_leaf(params, path, leaf * 1.01))
     report = porter.validate(model, ported)
     assert not report.ok
     assert report.first_divergence["name"] == "layer2.0.conv1", str(report)
@@ -113,8 +133,9 @@ def test_validate_names_a_perturbed_module_in_a_real_port():
     assert "first divergence: layer2.0.conv1 (Conv2d)" in str(report)
 
 
-def test_validate_gradient_parity_on_a_real_port():
-    spec = REGISTRY["mobilenet_v3"]
+@pytest.mark.parametrize("name", ["convnext", "mobilenet_v3", "segnet_unpool"])
+def test_validate_gradient_parity_on_a_real_port(name):
+    spec = REGISTRY[name]
     model = spec.builder()
     ported = porter.convert(model, make_inputs(spec.inputs, seed=0), io_layout="mlx")
     report = porter.validate(model, ported, grads=True)

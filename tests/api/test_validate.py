@@ -298,8 +298,10 @@ def test_parse_layout_rejects(text, rank):
 def test_argument_errors():
     model = make_small()
     port = FakePort(model)
-    with pytest.raises(TypeError, match="list of input tuples"):
+    with pytest.raises(TypeError, match="list of input tuples.*but got Tensor"):
         porter.validate(model, port, torch.randn(2, 3, 8, 8))
+    with pytest.raises(TypeError, match="list of input tuples.*but got tuple"):
+        porter.validate(model, port, (torch.randn(2, 3, 8, 8),))
     with pytest.raises(ValueError, match="'rtol' and 'atol' must be non-negative"):
         porter.validate(model, port, rtol=-1.0)
     with pytest.raises(ValueError, match="at least one input tuple"):
@@ -315,3 +317,26 @@ def test_import_porter_validate_is_torch_free():
             "assert 'mlx.core' not in sys.modules; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_failing_backward_is_reported_not_raised():
+    model = make_small()
+
+    @mx.custom_function
+    def no_backward(x):
+        return x
+
+    @no_backward.vjp
+    def no_backward_vjp(primals, cotangent, output):
+        raise ValueError("[Unpool] no backward w.r.t. indices")
+
+    class NoBackward(FakePort):
+        def __call__(self, x):
+            logits, feat = super().__call__(x)
+            return no_backward(logits), feat
+
+    report = porter.validate(model, NoBackward(model), [(torch.randn(2, 3, 8, 8),)], grads=True)
+    assert all(row["ok"] for row in report.runs[0]["outputs"])
+    assert not report.ok and not report.grads["ok"]
+    assert report.grads["error"] == "ValueError: [Unpool] no backward w.r.t. indices"
+    assert "the port's backward failed: ValueError" in str(report)
