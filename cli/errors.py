@@ -5,6 +5,7 @@ Exit statuses (documented in ``porter --help``):
   1  validation failed (the converted model is outside tolerance)
   2  usage or input error (bad argument, unreadable or unsupported checkpoint, output not writable)
   3  internal error (a bug in Porter: re-run with --debug and report the traceback)
+  130 interrupted (Ctrl-C); nothing was written
 """
 
 import click
@@ -13,6 +14,7 @@ EXIT_OK = 0
 EXIT_VALIDATION = 1
 EXIT_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
 
 
 class InputError(click.ClickException):

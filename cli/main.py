@@ -12,7 +12,8 @@ from .zoo import zoo
 
 EPILOG = """\b
 Start here:  porter convert --example resnet18
-Exit status: 0 success, 1 validation failed, 2 usage or input error, 3 internal error (a bug: re-run with --debug).
+Exit status: 0 success, 1 validation failed, 2 usage or input error, 3 internal error (a bug: re-run with
+--debug), 130 interrupted.
 """
 
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import click
 
-from .errors import EXIT_INTERNAL, InputError, ValidationFailed, first_line
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, ValidationFailed, first_line
 
 
 class UI:
@@ -149,7 +149,9 @@ def run_reporting_errors(ui, run):
     except (click.exceptions.Exit, click.Abort, click.UsageError):
         raise
     except KeyboardInterrupt:
-        raise click.Abort()
+        # the atomic output has already removed anything half-written on its way out
+        click.echo("\nInterrupted: nothing was written.", err=True)
+        raise click.exceptions.Exit(EXIT_INTERRUPTED)
     except Exception as exc:
         converted = _known_library_error(exc)
         if converted is not None:

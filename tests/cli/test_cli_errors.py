@@ -170,3 +170,16 @@ def test_unsupported_ops_from_the_real_converter(runner, tmp_path):
     torch.save(NeedsUnsupported().state_dict(), path)
     result = run(runner, ["convert", path, "--model", "tinynets:NeedsUnsupported", "--input-shape", "1,3,8,8"])
     assert_input_error(result, tmp_path, ["fft.pt"], "Porter cannot convert", "fft", "erfcx")
+
+
+def test_ctrl_c_exits_130_and_writes_nothing(runner, tmp_path, monkeypatch):
+    path, _ = write_checkpoint("torchscript", tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(porter, "save", interrupted, raising=False)
+    monkeypatch.setattr(porter, "convert", lambda *a, **k: object(), raising=False)
+    result = runner.invoke(main, ["convert", path, "--no-validate"])
+    assert result.exit_code == 130 and "Interrupted" in result.stderr
+    assert listing(tmp_path) == ["scripted.pt"]
