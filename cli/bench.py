@@ -35,7 +35,7 @@ def median_seconds(run, warmup, repeat):
     return statistics.median(times)
 
 
-@click.command()
+@click.command(short_help="MLX latency against torch (median after warm-up).")
 @click.argument("directory", metavar="DIR")
 @click.option("--against", metavar="FILE", help="Also time the torch checkpoint FILE on the same inputs.")
 @click.option("--batch", "batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")

@@ -50,7 +50,7 @@ def architecture_options(func):
     return func
 
 
-@click.command(epilog=FORMATS_HELP)
+@click.command(epilog=FORMATS_HELP, short_help="Checkpoint -> validated MLX model directory.")
 @click.argument("file", required=False)
 @click.option("-o", "--output", metavar="DIR", help="Output directory. Default: <stem>-mlx/ next to FILE.")
 @architecture_options

@@ -7,7 +7,7 @@ from .source import open_source
 from .ui import common_options
 
 
-@click.command()
+@click.command(short_help="Modules/ops, converters, unsupported ops, before converting.")
 @click.argument("file")
 @architecture_options
 @common_options()

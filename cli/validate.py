@@ -9,7 +9,7 @@ from .source import open_source
 from .ui import common_options
 
 
-@click.command(epilog="\b\nExit status: 0 within tolerance, 1 not within tolerance, 2 usage or input error, "
+@click.command(short_help="Compare a converted model with its torch checkpoint.", epilog="\b\nExit status: 0 within tolerance, 1 not within tolerance, 2 usage or input error, "
                       "3 internal error.")
 @click.argument("directory", metavar="DIR")
 @click.option("--against", "against", metavar="FILE", required=True,

@@ -17,7 +17,7 @@ def _registry():
     return None
 
 
-@click.group()
+@click.group(short_help="List and describe the MLX model zoo.")
 def zoo():
     """Architectures written directly in MLX that load torchvision-format checkpoints."""
 
