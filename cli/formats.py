@@ -218,10 +218,11 @@ def _load_torch_save(path: str, trust_pickle: bool) -> Checkpoint:
                              "Save or copy it again.")
         if not trust_pickle:
             raise InputError(
-                f"Input file '{path}' contains pickled Python objects (first one: {found.group(1)}), probably a "
-                "whole model saved with `torch.save(model)`. Porter refuses to unpickle it because unpickling "
-                "runs arbitrary code chosen by whoever wrote the file.",
-                "Best: save the weights instead (`torch.save(model.state_dict(), 'weights.pt')`) and convert them "
+                f"Input file '{path}' contains pickled Python objects (first one: {found.group(1)}): a whole "
+                "model saved with `torch.save(model)`, or a training checkpoint storing other objects next to the "
+                "weights. Porter refuses to unpickle it because unpickling runs arbitrary code chosen by whoever "
+                "wrote the file.",
+                "Best: save the weights alone (`torch.save(model.state_dict(), 'weights.pt')`) and convert them "
                 "with `--model package.module:factory`, or save a TorchScript/torch.export file. If you wrote "
                 "this file yourself or trust its source, re-run with --trust-pickle (the classes it names must be "
                 "importable).")

@@ -220,3 +220,17 @@ def test_non_state_dict_payloads(tmp_path):
         torch.save(payload, path)
         with pytest.raises(InputError, match=pattern):
             formats.load_checkpoint(path)
+
+
+def test_training_checkpoint_with_python_objects(tmp_path):
+    import argparse
+
+    import tinynets
+
+    model = tinynets.seeded()
+    path = str(tmp_path / "train.pt")
+    torch.save({"args": argparse.Namespace(lr=0.1), "state_dict": model.state_dict()}, path)
+    with pytest.raises(InputError, match=r"argparse\.Namespace.*training checkpoint"):
+        formats.load_checkpoint(path)
+    ckpt = formats.load_checkpoint(path, trust_pickle=True)  # the weights inside are found
+    assert ckpt.kind == formats.STATE_DICT and sorted(ckpt.state_dict) == sorted(model.state_dict())
