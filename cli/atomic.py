@@ -55,11 +55,11 @@ def atomic_directory(directory: str, force: bool = False):
     check_destination(directory, force)
     final = os.path.abspath(directory)
     parent = os.path.dirname(final)
-    created = _make_parents(parent)
+    created = make_parents(parent)
     try:
         tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.tmp-", dir=parent)
     except OSError as exc:
-        _remove_created(created)
+        remove_created(created)
         raise InputError(f"Cannot write output directory '{directory}': {exc.strerror}.",
                          "Choose a writable location with -o DIR.")
     try:
@@ -68,7 +68,7 @@ def atomic_directory(directory: str, force: bool = False):
         _move_into_place(tmp, final, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        _remove_created(created)
+        remove_created(created)
         raise
 
 
@@ -89,7 +89,7 @@ def _move_into_place(tmp: str, final: str, force: bool) -> None:
     shutil.rmtree(backup, ignore_errors=True)
 
 
-def _make_parents(parent: str):
+def make_parents(parent: str):
     """Create missing parent folders; return the ones created, deepest first, so a failure can remove them."""
     missing = []
     path = parent
@@ -99,13 +99,13 @@ def _make_parents(parent: str):
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as exc:
-        _remove_created(missing)
+        remove_created(missing)
         raise InputError(f"Cannot create output folder '{parent}': {exc.strerror}.",
                          "Choose a writable location with -o DIR.")
     return missing
 
 
-def _remove_created(created) -> None:
+def remove_created(created) -> None:
     for path in created:  # deepest first
         try:
             os.rmdir(path)

@@ -5,7 +5,7 @@ import os
 import click
 
 from . import formats
-from .atomic import atomic_directory, check_destination
+from .atomic import atomic_directory, check_destination, make_parents, remove_created
 from .errors import InputError, ValidationFailed, first_line
 from .source import open_source
 from .ui import common_options
@@ -245,14 +245,16 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
                          "Pass --force to overwrite it (and the output directory), or choose another place "
                          "with -o DIR.")
     check_destination(output, force)
-    _save_example_checkpoint(builders[name], checkpoint)
+    created = make_parents(os.path.dirname(os.path.abspath(checkpoint)))
     try:
+        _save_example_checkpoint(builders[name], checkpoint)
         result = run_convert(ui, checkpoint, output, model_spec=f"porter.examples:{name}",
                              input_shapes=input_shapes or ("1,3,224,224",), io_layout=io_layout,
-                             validate=not no_validate,
-                             grads=grads, force=force)
+                             validate=not no_validate, grads=grads, force=force)
     except BaseException:
-        os.remove(checkpoint)  # a failed command leaves nothing behind
+        if os.path.exists(checkpoint):
+            os.remove(checkpoint)  # a failed command leaves nothing behind
+        remove_created(created)
         raise
     result["checkpoint"] = checkpoint
     ui.echo("")

@@ -183,3 +183,9 @@ def test_ctrl_c_exits_130_and_writes_nothing(runner, tmp_path, monkeypatch):
     result = runner.invoke(main, ["convert", path, "--no-validate"])
     assert result.exit_code == 130 and "Interrupted" in result.stderr
     assert listing(tmp_path) == ["scripted.pt"]
+
+
+def test_example_failure_removes_its_checkpoint_and_folders(runner, tmp_path):
+    os.chdir(tmp_path)
+    result = run(runner, ["convert", "--example", "resnet18", "-o", "a/b/r18", "--input-shape", "1,3,5"])
+    assert_input_error(result, tmp_path, [], "cannot take input of shape (1,3,5)")
