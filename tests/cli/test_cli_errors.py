@@ -112,8 +112,8 @@ def test_non_writable_output_directory(runner, tmp_path):
     (["bench", "d", "--batch", "1,x"], ""),
     (["validate", "d"], "Missing option '--against'"),
 ])
-def test_usage_errors_exit_2(runner, tmp_path, args, needle):
-    os.chdir(tmp_path)
+def test_usage_errors_exit_2(runner, tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
     result = run(runner, args)
     assert result.exit_code == 2
     assert needle in result.output
@@ -185,7 +185,7 @@ def test_ctrl_c_exits_130_and_writes_nothing(runner, tmp_path, monkeypatch):
     assert listing(tmp_path) == ["scripted.pt"]
 
 
-def test_example_failure_removes_its_checkpoint_and_folders(runner, tmp_path):
-    os.chdir(tmp_path)
+def test_example_failure_removes_its_checkpoint_and_folders(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result = run(runner, ["convert", "--example", "resnet18", "-o", "a/b/r18", "--input-shape", "1,3,5"])
     assert_input_error(result, tmp_path, [], "cannot take input of shape (1,3,5)")
