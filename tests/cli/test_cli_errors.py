@@ -109,7 +109,7 @@ def test_non_writable_output_directory(runner, tmp_path):
     (["convert", "x.pt", "--example", "resnet18"], "--example builds its own checkpoint"),
     (["convert", "x.pt", "--io-layout", "nchw"], "'nchw' is not one of"),
     (["convert", "--example", "vgg99"], "not a built-in example"),
-    (["bench", "d", "--batch", "1,x"], ""),
+    (["bench", "d", "--batch", "1,x"], "--batch '1,x' is not a comma-separated list"),
     (["validate", "d"], "Missing option '--against'"),
 ])
 def test_usage_errors_exit_2(runner, tmp_path, monkeypatch, args, needle):
