@@ -2,6 +2,7 @@
 
 import click
 
+from . import formats
 from .convert import architecture_options
 from .source import open_source
 from .ui import common_options
@@ -28,11 +29,11 @@ def inspect(ui, file, model_spec, model_kwargs, arch, input_shapes, trust_pickle
     for note in source.notes:
         ui.info(f"note: {note}")
     unsupported = list(report.unsupported)
-    ui.echo(str(report))
+    shapes = ", ".join("(" + ",".join(map(str, t.shape)) + ")" for t in source.example_inputs)
+    what = formats.describe(source.format) + (f", architecture {source.model_spec}" if source.model_spec else "")
+    ui.echo(f"{file} ({what}); example input {shapes} [torch layout]")
     ui.echo("")
-    ui.echo(f"{report.num_parameters:,} parameters; {report.transposes} layout transposes; "
-            f"{len(unsupported)} unsupported op(s)" + (": " + ", ".join(map(str, unsupported)) if unsupported
-                                                       else " (ready to convert)"))
+    ui.echo(str(report))
     ui.emit_json({"ok": True, "input": file, "format": source.format, "model": source.model_spec,
                   "input_shapes": [list(t.shape) for t in source.example_inputs], "rows": report.rows,
                   "unsupported": unsupported, "transposes": report.transposes,
