@@ -27,8 +27,8 @@ TORCH_SAVE = "torch-save"
 SAFETENSORS = "safetensors"
 
 FORMAT_NAMES = {
-    TORCHSCRIPT: "TorchScript archive (torch.jit.save)",
-    EXPORT: "torch.export program (torch.export.save)",
+    TORCHSCRIPT: "TorchScript archive",
+    EXPORT: "torch.export program",
     TORCH_SAVE: "torch.save checkpoint",
     SAFETENSORS: "safetensors file",
 }
