@@ -43,7 +43,3 @@ def load_ported(directory: str):
         raise InputError(f"Cannot load the converted model in '{directory}': {first_line(exc)}.",
                          "Convert the model again (and check the Porter version that wrote it).")
 
-
-def dir_size(directory: str) -> int:
-    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
-               if os.path.isfile(os.path.join(directory, n)))

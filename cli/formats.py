@@ -11,7 +11,6 @@ Formats:
   safetensors   ``.safetensors`` tensors (always a state_dict).
 """
 
-import json
 import os
 import re
 import struct
@@ -301,8 +300,3 @@ def _common_wrapper_prefix(state: dict) -> str:
 
 def describe(fmt: str) -> str:
     return FORMAT_NAMES.get(fmt, fmt)
-
-
-def read_json(path: str):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
