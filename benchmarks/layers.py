@@ -83,6 +83,9 @@ def run_case(c: Case, repeat: int) -> dict:
 
 
 def load_cases() -> None:
+    # run as a script this module is `__main__`; make `from benchmarks.layers import case` register here, not in a
+    # second copy of the module
+    sys.modules.setdefault("benchmarks.layers", sys.modules[__name__])
     here = os.path.dirname(os.path.abspath(__file__))
     for path in sorted(glob.glob(os.path.join(here, "cases_*.py"))):
         importlib.import_module(f"benchmarks.{os.path.basename(path)[:-3]}")

@@ -427,8 +427,9 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
     """Compare a torch model and its port on the same inputs.
 
     Args:
-        model (torch.nn.Module): the torch model (used as is: put it in eval mode first if that is what was
-            converted).
+        model (torch.nn.Module, torch.export.ExportedProgram or torch.jit.ScriptModule): the torch model (used
+            as is: put it in eval mode first if that is what was converted). TorchScript is compared on its
+            outputs only (no forward hooks).
         ported (PortedModel): the result of :func:`porter.convert` (or :func:`porter.load`).
         inputs (list of tuples of torch.Tensor, optional): input sets in torch layout. Default: seeded random
             inputs shaped like the conversion example, plus a second size when the torch model accepts one.
@@ -458,6 +459,12 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
     if rtol < 0 or atol < 0:
         raise ValueError(f"[validate] 'rtol' and 'atol' must be non-negative but got rtol={rtol}, atol={atol}.")
     notes: List[str] = []
+    source_name = type(model).__name__
+    if isinstance(model, torch.export.ExportedProgram):
+        model = model.module()  # callable with the same inputs; its submodules are flattened into one graph
+    if isinstance(model, torch.jit.ScriptModule) and compare_modules:
+        compare_modules = False
+        notes.append("TorchScript modules run no forward hooks: compared on the outputs only")
     if getattr(model, "training", False):
         notes.append("the torch model is in training mode (dropout/BatchNorm statistics differ from eval)")
     if inputs is None:
@@ -532,7 +539,7 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
     if grad_report is not None:
         ok = ok and grad_report["ok"]
     data = {
-        "model": type(model).__name__,
+        "model": source_name,
         "ok": bool(ok),
         "io_layout": getattr(ported, "io_layout", None),
         "num_transposes": getattr(ported, "num_transposes", None),

@@ -340,3 +340,20 @@ def test_failing_backward_is_reported_not_raised():
     assert not report.ok and not report.grads["ok"]
     assert report.grads["error"] == "ValueError: [Unpool] no backward w.r.t. indices"
     assert "the port's backward failed: ValueError" in str(report)
+
+
+def test_torchscript_and_exported_program_sources():
+    model = make_small()
+    port = FakePort(model)
+    xs = [(torch.randn(2, 3, 8, 8),)]
+    scripted = torch.jit.trace(model, xs[0], strict=False)
+    report = porter.validate(scripted, port, xs)
+    assert report.ok and report.runs[0]["modules"] == []
+    assert any("TorchScript" in n for n in report.notes)
+    perturb(port, "fc.bias")
+    assert not porter.validate(scripted, port, xs).ok  # outputs are still compared
+
+    program = torch.export.export(make_small(), xs[0])
+    report = porter.validate(program, FakePort(model), xs)
+    assert report.ok
+    assert report.to_dict()["model"] == "ExportedProgram"

@@ -3,8 +3,9 @@
 ``REGISTRY[name] = ModelSpec(builder, inputs, second_inputs)``:
     builder: ``builder(seed=0) -> nn.Module`` in eval mode with seeded random weights and BatchNorm statistics.
     inputs: the example input shapes (a tuple of shapes, torch layout), used for conversion.
-    second_inputs: shapes of a second, different input size the model accepts (other spatial size and batch),
-        or ``None`` when the architecture fixes the size (ViT's position embedding).
+    second_inputs: shapes of a second, different input size the model accepts (other spatial size and batch;
+        batch only where the architecture fixes the spatial size, as ViT's position embedding does), or ``None``
+        when no other size is possible.
 
 Every model keeps torchvision's module structure and ``state_dict`` names where torchvision has the
 architecture, at small width and depth so the coverage test stays fast.
@@ -75,7 +76,8 @@ REGISTRY = {
     "shufflenet_v2": ModelSpec(_seeded(shufflenet_v2_small), _img(2, 64), _img(1, 50)),
     "convnext": ModelSpec(_seeded(convnext_small), _img(2, 32), _img(1, 48)),
     "regnet": ModelSpec(_seeded(regnet_small), _img(2, 32), _img(1, 45)),
-    "vit": ModelSpec(_seeded(vit_small), _img(2, 32), None),
+    # The position embedding fixes the image size: the second input differs in batch size only.
+    "vit": ModelSpec(_seeded(vit_small), _img(2, 32), _img(3, 32)),
     "r3d": ModelSpec(_seeded(r3d_small), ((1, 3, 4, 32, 32),), ((2, 3, 3, 24, 24),)),
     "audio_cnn": ModelSpec(_seeded(audio_cnn_small), ((2, 1, 8000),), ((1, 1, 6001),)),
     "segnet_unpool": ModelSpec(_seeded(segnet_small), _img(2, 32), _img(1, 30)),
