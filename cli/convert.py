@@ -107,7 +107,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         for note in source.notes:
             ui.info(f"note: {note}")
         with progress.step("converting"):
-            ported = porter.convert(source.model, source.example_inputs, io_layout=io_layout)
+            ported = _convert(porter, source, io_layout)
         metadata = {"porter_version": porter.__version__, "source": source.metadata(), "io_layout": io_layout}
         try:
             with atomic_directory(output, force) as tmp:
@@ -133,6 +133,17 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
     result = _result(file, output, source, ported, report)
     _print_result(ui, result, report)
     return result
+
+
+def _convert(porter, source, io_layout):
+    try:
+        return porter.convert(source.model, source.example_inputs, io_layout=io_layout)
+    except NotImplementedError as exc:
+        if type(exc).__name__ == "UnsupportedOpsError":
+            raise  # listed op by op by the error handler
+        # a documented limitation (an argument value Porter cannot honour yet), not a crash
+        raise InputError(f"Porter cannot convert the model in '{source.path}' yet: {first_line(exc)}.",
+                         "Change that part of the model, or open an issue quoting this message.") from exc
 
 
 def validate_source(source, ported, **kwargs):

@@ -189,3 +189,14 @@ def test_example_failure_removes_its_checkpoint_and_folders(runner, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     result = run(runner, ["convert", "--example", "resnet18", "-o", "a/b/r18", "--input-shape", "1,3,5"])
     assert_input_error(result, tmp_path, [], "cannot take input of shape (1,3,5)")
+
+
+def test_converter_limitation_is_an_input_error(runner, tmp_path, monkeypatch):
+    path, _ = write_checkpoint("torchscript", tmp_path)
+
+    def limited(*args, **kwargs):
+        raise NotImplementedError("[Conv2d] padding_mode='circular' is not supported")
+
+    monkeypatch.setattr(porter, "convert", limited, raising=False)
+    result = run(runner, ["convert", path])
+    assert_input_error(result, tmp_path, ["scripted.pt"], "cannot convert the model", "padding_mode='circular'")
