@@ -195,3 +195,22 @@ def test_bench_reports_ratio(runner, tmp_path):
     rows = json.loads(result.stdout)["results"]
     assert [r["batch"] for r in rows] == [1, 2]
     assert all(r["mlx_ms"] > 0 and r["torch_ms"] > 0 and r["ratio"] > 0 for r in rows)
+
+
+def test_several_inputs(runner, tmp_path):
+    from tinynets import TwoInputs
+
+    torch.manual_seed(0)
+    model = TwoInputs().eval()
+    path = str(tmp_path / "two.pt")
+    torch.save(model.state_dict(), path)
+    result = runner.invoke(main, ["convert", path, "--model", "tinynets:TwoInputs", "--input-shape", "1,3,8,8",
+                                  "--input-shape", "1,1,8,8", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["input_shapes"] == [[1, 3, 8, 8], [1, 1, 8, 8]]
+    x, y = torch.randn(2, 3, 8, 8), torch.randn(2, 1, 8, 8)
+    (ours,) = run_torch_free(doc["output"], [torch_to_ported(x.numpy(), doc["input_layouts"][0]),
+                                             torch_to_ported(y.numpy(), doc["input_layouts"][1])], tmp_path)
+    with torch.no_grad():
+        assert_matches_torch(ported_to_torch(ours, doc["output_layouts"][0]), model(x, y))

@@ -49,3 +49,15 @@ class NeedsUnsupported(nn.Module):
     def forward(self, x):
         y = self.conv(x)
         return torch.fft.fft2(y).real + torch.special.erfcx(y)
+
+
+class TwoInputs(nn.Module):
+    """Two image inputs of different channel counts, summed after a conv each."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, padding=1)
+        self.b = nn.Conv2d(1, 4, 3, padding=1)
+
+    def forward(self, x, y):
+        return torch.relu(self.a(x) + self.b(y))
