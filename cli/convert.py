@@ -42,7 +42,8 @@ def architecture_options(func):
                         help="Torch-layout shape of the example input (repeat for several inputs). Default: "
                              "recorded in a .pt2 file, else guessed from the first weight.")(func)
     func = click.option("--arch", metavar="NAME",
-                        help="A known architecture for a state_dict (see `porter zoo list`).")(func)
+                        help="A known architecture for a state_dict: a built-in example such as resnet18, or a zoo model "
+                              "(`porter zoo list`).")(func)
     func = click.option("--model-kwargs", metavar="JSON", help="JSON object of arguments for --model.")(func)
     func = click.option("--model", "model_spec", metavar="MODULE:FACTORY",
                         help="For a state_dict: the class or function building the torch model, e.g. "
