@@ -4,11 +4,37 @@ import click
 
 from porter import __version__
 
+from .bench import bench
+from .convert import convert
+from .inspect import inspect
+from .validate import validate
+from .zoo import zoo
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+EPILOG = """\b
+Start here:  porter convert --example resnet18
+Exit status: 0 success, 1 validation failed, 2 usage or input error, 3 internal error (a bug: re-run with
+--debug), 130 interrupted.
+"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="porter")
 def main() -> None:
     """Port PyTorch models to MLX: convert, validate, inspect, benchmark."""
+
+
+@main.command(hidden=True)
+@click.pass_context
+def demo(ctx):
+    """Same as `porter convert --example resnet18` (kept for old instructions)."""
+    ctx.invoke(convert, example="resnet18")
+
+
+main.add_command(convert)
+main.add_command(validate)
+main.add_command(inspect)
+main.add_command(bench)
+main.add_command(zoo)
 
 
 if __name__ == "__main__":

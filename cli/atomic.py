@@ -1,0 +1,119 @@
+"""Write an output directory atomically: build it in a temporary sibling, move it into place only when complete.
+
+A failed or interrupted command leaves nothing behind: not the temporary folder, not a half-written DIR, not the
+parent folders it had to create, and an existing DIR replaced with --force survives until the new one is complete.
+"""
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+
+from .errors import InputError
+
+
+def check_destination(directory: str, force: bool) -> None:
+    """Refuse early (before any slow work) an output Porter may not or cannot write."""
+    if os.path.lexists(directory):
+        if not os.path.isdir(directory) or os.path.islink(directory):
+            raise InputError(f"Output '{directory}' exists and is not a directory.",
+                             "Choose another output with -o DIR, or remove that file.")
+        if not force:
+            raise InputError(f"Output directory '{directory}' already exists.",
+                             "Pass --force to replace it, or choose another output with -o DIR.")
+    parent = _existing_ancestor(os.path.dirname(os.path.abspath(directory)))
+    if not os.path.isdir(parent):
+        raise InputError(f"Cannot create output directory '{directory}': '{parent}' is not a directory.",
+                         "Choose another output with -o DIR.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"Cannot write output directory '{directory}': '{parent}' is not writable.",
+                         "Choose a writable location with -o DIR, or fix the folder's permissions.")
+    try:  # permission bits do not tell the whole story (root, read-only mounts): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".porter-probe-", dir=parent))
+    except OSError as exc:
+        raise InputError(f"Cannot write output directory '{directory}': '{parent}' refuses new folders "
+                         f"({exc.strerror}).", "Choose a writable location with -o DIR.")
+
+
+def _existing_ancestor(path: str) -> str:
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+@contextmanager
+def atomic_directory(directory: str, force: bool = False):
+    """Yield a temporary directory; on normal exit it becomes ``directory``, on any exception it disappears.
+
+    Args:
+        directory (str): the final output directory.
+        force (bool): replace an existing ``directory``. Default: ``False``.
+    """
+    check_destination(directory, force)
+    final = os.path.abspath(directory)
+    parent = os.path.dirname(final)
+    created = make_parents(parent)
+    try:
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.tmp-", dir=parent)
+    except OSError as exc:
+        remove_created(created)
+        raise InputError(f"Cannot write output directory '{directory}': {exc.strerror}.",
+                         "Choose a writable location with -o DIR.")
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; a normal folder is what users expect
+        _move_into_place(tmp, final, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(created)
+        raise
+
+
+def _move_into_place(tmp: str, final: str, force: bool) -> None:
+    if not os.path.lexists(final):
+        os.rename(tmp, final)
+        return
+    if not force:  # appeared while we were working
+        raise InputError(f"Output directory '{final}' appeared while converting.", "Pass --force to replace it.")
+    backup = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.old-", dir=os.path.dirname(final))
+    os.rmdir(backup)
+    os.rename(final, backup)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        os.rename(backup, final)
+        raise
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+def make_parents(parent: str):
+    """Create missing parent folders; return the ones created, deepest first, so a failure can remove them."""
+    missing = []
+    path = parent
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        remove_created(missing)
+        raise InputError(f"Cannot create output folder '{parent}': {exc.strerror}.",
+                         "Choose a writable location with -o DIR.")
+    return missing
+
+
+def remove_created(created) -> None:
+    for path in created:  # deepest first
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

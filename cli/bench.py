@@ -1,0 +1,116 @@
+"""``porter bench``: latency of a converted model, against torch on the same inputs."""
+
+import statistics
+import time
+
+import click
+
+from .artifact import load_ported, read_metadata
+from .convert import architecture_options
+from .errors import InputError
+from .source import parse_input_shapes
+from .ui import common_options
+
+
+def parse_batches(text):
+    try:
+        batches = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        batches = []
+    if not batches or any(b <= 0 for b in batches):
+        raise InputError(f"--batch '{text}' is not a comma-separated list of positive integers.",
+                         "Give batch sizes like --batch 1,8.")
+    return batches
+
+
+def median_seconds(run, warmup, repeat):
+    """Median wall time of ``run()`` over ``repeat`` calls after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@click.command(short_help="MLX latency against torch (median after warm-up).")
+@click.argument("directory", metavar="DIR")
+@click.option("--against", metavar="FILE", help="Also time the torch checkpoint FILE on the same inputs.")
+@click.option("--batch", "batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Untimed runs before timing.")
+@click.option("--repeat", type=int, default=10, show_default=True, help="Timed runs (the median is reported).")
+@architecture_options
+@common_options()
+def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwargs, arch, input_shapes,
+          trust_pickle):
+    """Time the converted model in DIR (median of repeated runs after warm-up), and torch with --against.
+
+    Inputs are seeded random tensors of the shape recorded at conversion (or --input-shape), with the batch
+    dimension replaced by each --batch size. The ratio is MLX time / torch time (below 1: MLX is faster).
+    """
+    import mlx.core as mx
+    import numpy as np
+
+    from .layouts import torch_to_ported
+
+    batches = parse_batches(batch)
+    if warmup < 0 or repeat < 1:
+        raise InputError("--warmup must be >= 0 and --repeat >= 1.", "For example --warmup 3 --repeat 10.")
+    ported = load_ported(directory)
+    meta = read_metadata(directory).get("source") or {}
+    shapes = parse_input_shapes(input_shapes) or [tuple(s) for s in meta.get("input_shapes") or []]
+    if not shapes:
+        raise InputError(f"'{directory}' does not record its input shape.",
+                         "Give it with --input-shape, e.g. --input-shape 1,3,224,224 (torch layout).")
+    torch_model = None
+    if against:
+        from .source import open_source
+
+        if not (model_spec or arch) and meta.get("model"):
+            model_spec = meta["model"]
+            if model_kwargs is None and meta.get("model_kwargs"):
+                import json
+
+                model_kwargs = json.dumps(meta["model_kwargs"])
+        source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
+                             trust_pickle=trust_pickle, input_shapes=[",".join(map(str, s)) for s in shapes],
+                             shape_origin="recorded in DIR" if not input_shapes else "from --input-shape")
+        torch_model = source.torch_module()
+    layouts = list(getattr(ported, "input_layouts", None) or [])
+    rng = np.random.default_rng(0)
+    rows = []
+    with ui.progress([f"batch {b}" for b in batches]) as progress:
+        for b in batches:
+            with progress.step(f"batch {b}"):
+                arrays = [rng.standard_normal((b,) + tuple(s[1:])).astype(np.float32) for s in shapes]
+                mx_inputs = [mx.array(torch_to_ported(a, layouts[i] if i < len(layouts) else None))
+                             for i, a in enumerate(arrays)]
+
+                def run_mlx():
+                    out = ported(*mx_inputs)
+                    mx.eval(out)
+
+                row = {"batch": b, "mlx_ms": 1e3 * median_seconds(run_mlx, warmup, repeat)}
+                if torch_model is not None:
+                    import torch
+
+                    t_inputs = [torch.from_numpy(a) for a in arrays]
+
+                    def run_torch():
+                        with torch.inference_mode():
+                            torch_model(*t_inputs)
+
+                    row["torch_ms"] = 1e3 * median_seconds(run_torch, warmup, repeat)
+                    row["ratio"] = row["mlx_ms"] / row["torch_ms"]
+                rows.append(row)
+    ui.echo(f"{directory}: median of {repeat} runs after {warmup} warm-up runs")
+    header = f"{'batch':>6} {'mlx ms':>10}" + (f" {'torch ms':>10} {'mlx/torch':>10}" if torch_model else "")
+    ui.echo(header)
+    for row in rows:
+        line = f"{row['batch']:>6} {row['mlx_ms']:>10.2f}"
+        if "torch_ms" in row:
+            line += f" {row['torch_ms']:>10.2f} {row['ratio']:>9.2f}x"
+        ui.echo(line)
+    ui.emit_json({"ok": True, "directory": directory, "warmup": warmup, "repeat": repeat, "results": rows})

@@ -1,0 +1,294 @@
+"""``porter convert``: a checkpoint in, a validated MLX model directory out."""
+
+import os
+
+import click
+
+from . import formats
+from .atomic import atomic_directory, check_destination, make_parents, remove_created
+from .errors import InputError, ValidationFailed, first_line
+from .source import open_source
+from .ui import common_options
+
+FORMATS_HELP = """
+\b
+Formats (detected from the file's content, not its name):
+  TorchScript archive   torch.jit.save(torch.jit.script(model), "model.pt")
+  torch.export program  torch.export.save(torch.export.export(model, args), "model.pt2")
+  state_dict            torch.save(model.state_dict(), "weights.pt")  (.pt/.pth/.bin, also
+                        {"state_dict": ...} / {"model": ...} wrappers, and .safetensors);
+                        needs the architecture: --model package.module:factory or --arch NAME
+  pickled nn.Module     torch.save(model, "model.pt"): refused unless --trust-pickle
+                        (unpickling runs arbitrary code)
+
+\b
+Examples:
+  porter convert --example resnet18
+  porter convert weights.pt --model torchvision.models:resnet18
+  porter convert weights.pt --model mynet:Net --model-kwargs '{"num_classes": 10}' --input-shape 1,3,64,64
+  porter convert traced.pt -o out/ --force
+
+\b
+Exit status: 0 success, 1 validation failed, 2 usage or input error, 3 internal error.
+"""
+
+
+def architecture_options(func):
+    """--model/--model-kwargs/--arch/--input-shape/--trust-pickle, shared with validate, inspect and bench."""
+    func = click.option("--trust-pickle", is_flag=True,
+                        help="Allow unpickling a whole model saved with torch.save(model). Unpickling runs "
+                             "arbitrary code: only for files you trust.")(func)
+    func = click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
+                        help="Torch-layout shape of the example input (repeat for several inputs). Default: "
+                             "recorded in a .pt2 file, else guessed from the first weight.")(func)
+    func = click.option("--arch", metavar="NAME",
+                        help="A known architecture for a state_dict: a built-in example such as resnet18, or a zoo model "
+                              "(`porter zoo list`).")(func)
+    func = click.option("--model-kwargs", metavar="JSON", help="JSON object of arguments for --model.")(func)
+    func = click.option("--model", "model_spec", metavar="MODULE:FACTORY",
+                        help="For a state_dict: the class or function building the torch model, e.g. "
+                             "torchvision.models:resnet18 or mynet:Net.")(func)
+    return func
+
+
+@click.command(epilog=FORMATS_HELP, short_help="Checkpoint -> validated MLX model directory.")
+@click.argument("file", required=False)
+@click.option("-o", "--output", metavar="DIR", help="Output directory. Default: <stem>-mlx/ next to FILE.")
+@architecture_options
+@click.option("--io-layout", type=click.Choice(["mlx", "torch"]), default="mlx", show_default=True,
+              help="mlx: image inputs/outputs channels-last (N,H,W,C); torch: exactly torch's layout.")
+@click.option("--no-validate", is_flag=True, help="Skip the comparison against torch.")
+@click.option("--grads", is_flag=True, help="Also compare gradients during validation.")
+@click.option("--force", is_flag=True, help="Replace an existing output directory (and example checkpoint).")
+@click.option("--example", metavar="NAME",
+              help="Instead of FILE: build a built-in example (e.g. resnet18) with seeded random weights, save it "
+                   "as a checkpoint and convert it. No download.")
+@common_options()
+def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trust_pickle, io_layout, no_validate,
+            grads, force, example):
+    """Convert a PyTorch checkpoint FILE into an MLX model directory, and validate it against torch.
+
+    The output (model.safetensors + graph.json) is written atomically: nothing is left behind if anything fails,
+    and an existing directory is only replaced with --force.
+    """
+    if example:
+        if file or model_spec or arch or trust_pickle:
+            raise click.UsageError("--example builds its own checkpoint: do not give FILE, --model, --arch or "
+                                   "--trust-pickle with it.")
+        return convert_example(ui, example, output, input_shapes, io_layout, no_validate, grads, force)
+    if not file:
+        raise click.UsageError("Give the checkpoint FILE to convert (or --example resnet18 to try Porter).")
+    result = run_convert(ui, file, output, model_spec=model_spec, model_kwargs=model_kwargs, arch=arch,
+                         input_shapes=input_shapes, trust_pickle=trust_pickle, io_layout=io_layout,
+                         validate=not no_validate, grads=grads, force=force)
+    ui.emit_json(result)
+
+
+def default_output(file: str) -> str:
+    stem = os.path.splitext(os.path.basename(file))[0] or "model"
+    return os.path.join(os.path.dirname(file), f"{stem}-mlx")
+
+
+def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, arch=None, input_shapes=(),
+                trust_pickle=False, io_layout="mlx", validate=True, grads=False, force=False):
+    """Convert ``file`` into ``output``; returns the result dict (also printed as text unless --json)."""
+    import porter
+
+    output = output or default_output(file)
+    formats.detect_format(file)  # fail fast on a bad file, before anything slow
+    check_destination(output, force)
+    labels = ["loading checkpoint", "converting", "writing weights", "validating against torch"]
+    if not validate:
+        labels.remove("validating against torch")
+    report = failure = None
+    with ui.progress(labels) as progress:
+        with progress.step("loading checkpoint"):
+            source = open_source(file, model=model_spec, model_kwargs=model_kwargs, arch=arch,
+                                 trust_pickle=trust_pickle, input_shapes=input_shapes)
+        for note in source.notes:
+            ui.info(f"note: {note}")
+        with progress.step("converting"):
+            ported = _convert(porter, source, io_layout)
+        metadata = {"porter_version": porter.__version__, "source": source.metadata(), "io_layout": io_layout}
+        try:
+            with atomic_directory(output, force) as tmp:
+                with progress.step("writing weights"):
+                    porter.save(ported, tmp, metadata=metadata)
+                    reloaded = _reload(porter, tmp)
+                if validate:
+                    # Validate what the user will get: the model reloaded from the files just written.
+                    with progress.step("validating against torch"):
+                        report = validate_source(source, reloaded, grads=grads)
+                    if not report.ok:
+                        raise ValidationFailed(
+                            f"Validation failed: the converted model does not match torch within tolerance "
+                            f"(first divergence: {_divergence(report)}). Nothing was written. Re-run with "
+                            f"--no-validate to keep the output anyway, then `porter validate DIR --against "
+                            f"{file}` for the full report.", report)
+                    porter.save(ported, tmp, metadata={**metadata, "validation": report.summary()})
+        except ValidationFailed as exc:
+            failure = exc
+    if failure is not None:
+        ui.echo(str(failure.report))
+        raise failure
+    result = _result(file, output, source, ported, report)
+    _print_result(ui, result, report)
+    return result
+
+
+def _convert(porter, source, io_layout):
+    try:
+        return porter.convert(source.model, source.example_inputs, io_layout=io_layout)
+    except NotImplementedError as exc:
+        if type(exc).__name__ == "UnsupportedOpsError":
+            raise  # listed op by op by the error handler
+        # a documented limitation (an argument value Porter cannot honour yet), not a crash
+        raise InputError(f"Porter cannot convert the model in '{source.path}' yet: {first_line(exc)}.",
+                         "Change that part of the model, or open an issue quoting this message.") from exc
+
+
+def validate_source(source, ported, **kwargs):
+    """``porter.validate`` for any source format: export programs run through ``.module()``, and TorchScript,
+    which has no forward hooks, is compared on its outputs only (noted in the report)."""
+    import porter
+    import torch
+
+    model = source.torch_module()
+    per_module = not isinstance(model, torch.jit.ScriptModule)
+    inputs = None
+    if source.format == formats.EXPORT:
+        # An exported program is specialised to its example shapes: test there, on fresh seeded inputs.
+        generator = torch.Generator().manual_seed(kwargs.get("seed", 0))
+        inputs = [tuple(torch.randn(t.shape, generator=generator).to(t.dtype) for t in source.example_inputs)]
+    report = porter.validate(model, ported, inputs, example_inputs=source.example_inputs,
+                             compare_modules=per_module, **kwargs)
+    if not per_module:
+        report.notes.append("TorchScript modules take no forward hooks: compared on the outputs only")
+    if inputs is not None:
+        report.notes.append("torch.export program: validated at its example input shapes")
+    return report
+
+
+def _divergence(report):
+    first = getattr(report, "first_divergence", None)
+    if not first:
+        return "model outputs"
+    if isinstance(first, dict):
+        name = first.get("name") or first.get("module") or "?"
+        kind = first.get("type")
+        return f"{name} ({kind})" if kind else str(name)
+    return str(first)
+
+
+def _reload(porter, directory):
+    try:
+        return porter.load(directory)
+    except Exception as exc:
+        raise RuntimeError(f"the model just written cannot be reloaded: {first_line(exc)}") from exc
+
+
+def _result(file, output, source, ported, report):
+    return {
+        "ok": True,
+        "input": file,
+        "format": source.format,
+        "kind": source.kind,
+        "model": source.model_spec,
+        "output": output,
+        "files": sorted(os.listdir(output)),
+        "input_shapes": [list(t.shape) for t in source.example_inputs],
+        "io_layout": getattr(ported, "io_layout", None),
+        "input_layouts": list(getattr(ported, "input_layouts", []) or []),
+        "output_layouts": list(getattr(ported, "output_layouts", []) or []),
+        "num_transposes": getattr(ported, "num_transposes", None),
+        "notes": source.notes,
+        "validation": report.to_dict() if report is not None else None,
+    }
+
+
+def _print_result(ui, result, report):
+    what = formats.describe(result["format"])
+    if result["model"]:
+        what += f", architecture {result['model']}"
+    ui.echo(f"Converted {result['input']} ({what})")
+    ui.echo(f"  -> {result['output']}{os.sep} ({', '.join(result['files'])})")
+    shapes = ", ".join("(" + ",".join(map(str, s)) + ")" for s in result["input_shapes"])
+    layouts = ", ".join(result["input_layouts"]) or "as-is"
+    ui.echo(f"  example input {shapes} [torch layout]; model input layout {layouts}; "
+            f"{result['num_transposes']} layout transposes")
+    if report is not None:
+        ui.echo("")
+        ui.echo(str(report))
+    else:
+        ui.echo("  validation skipped (--no-validate)")
+    ui.echo("")
+    ui.echo(load_hint(result["output"], result["input_shapes"], result["input_layouts"]))
+
+
+def load_hint(output, input_shapes, input_layouts):
+    from .layouts import ported_shape
+
+    args = []
+    for i, shape in enumerate(input_shapes):
+        layout = input_layouts[i] if i < len(input_layouts) else None
+        args.append(f"mx.random.normal({tuple(ported_shape(shape, layout))})")
+    layout_note = "  # channels-last input" if any("->" in (l or "") for l in input_layouts) else ""
+    return ("Load it (no torch needed):\n"
+            "  import mlx.core as mx, porter\n"
+            f"  model = porter.load({output!r})\n"
+            f"  y = model({', '.join(args)}){layout_note}")
+
+
+def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grads, force):
+    """``--example NAME``: build the example with seeded weights, save a real state_dict checkpoint, convert it."""
+    try:
+        from porter import examples
+    except ImportError as exc:
+        raise InputError(f"The built-in examples are not available ({first_line(exc)}).",
+                         "Install Porter with its conversion extras: pip install 'porter-mlx[convert]'.")
+    builders = getattr(examples, "EXAMPLES", {})
+    if name not in builders:
+        raise InputError(f"--example '{name}' is not a built-in example (available: "
+                         f"{', '.join(builders) or 'none'}).", "Pick one of those names.")
+    output = output or f"{name}-mlx"
+    checkpoint = os.path.join(os.path.dirname(output), f"{name}.pt")
+    if os.path.lexists(checkpoint) and not force:
+        raise InputError(f"Example checkpoint '{checkpoint}' already exists.",
+                         "Pass --force to overwrite it (and the output directory), or choose another place "
+                         "with -o DIR.")
+    check_destination(output, force)
+    created = make_parents(os.path.dirname(os.path.abspath(checkpoint)))
+    try:
+        _save_example_checkpoint(builders[name], checkpoint)
+        result = run_convert(ui, checkpoint, output, model_spec=f"porter.examples:{name}",
+                             input_shapes=input_shapes or ("1,3,224,224",), io_layout=io_layout,
+                             validate=not no_validate, grads=grads, force=force)
+    except BaseException:
+        if os.path.exists(checkpoint):
+            os.remove(checkpoint)  # a failed command leaves nothing behind
+        remove_created(created)
+        raise
+    result["checkpoint"] = checkpoint
+    ui.echo("")
+    ui.echo(f"The torch checkpoint {checkpoint} holds {name} with seeded random weights (torch.manual_seed(0), "
+            "no download); compare again any time with:\n"
+            f"  porter validate {output} --against {checkpoint}")
+    ui.emit_json(result)
+
+
+def _save_example_checkpoint(builder, checkpoint):
+    import torch
+
+    torch.manual_seed(0)
+    model = builder()
+    tmp = checkpoint + ".tmp"
+    try:
+        torch.save(model.state_dict(), tmp)
+        os.replace(tmp, checkpoint)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(exc, OSError):
+            raise InputError(f"Cannot write the example checkpoint '{checkpoint}': {exc.strerror}.",
+                             "Run from a writable directory or choose one with -o DIR.")
+        raise

@@ -1,0 +1,72 @@
+"""``porter validate``: compare a converted model directory with the torch checkpoint it came from."""
+
+import click
+
+from .artifact import check_artifact, load_ported, read_metadata
+from .convert import architecture_options, validate_source
+from .errors import InputError, ValidationFailed
+from .source import open_source
+from .ui import common_options
+
+
+@click.command(short_help="Compare a converted model with its torch checkpoint.", epilog="\b\nExit status: 0 within tolerance, 1 not within tolerance, 2 usage or input error, "
+                      "3 internal error.")
+@click.argument("directory", metavar="DIR")
+@click.option("--against", "against", metavar="FILE", required=True,
+              help="The torch checkpoint to compare with (any format `porter convert` reads).")
+@architecture_options
+@click.option("--grads", is_flag=True, help="Also compare gradients w.r.t. inputs and parameters.")
+@click.option("--rtol", type=float, default=1e-4, show_default=True, help="Relative tolerance.")
+@click.option("--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random test inputs.")
+@click.option("--json", "json_report", metavar="PATH",
+              help="Also write the full report as JSON to PATH ('-' for stdout instead of the table).")
+@common_options(json_flag=False)
+def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shapes, trust_pickle, grads, rtol,
+             atol, seed, json_report):
+    """Validate the converted model in DIR against the torch checkpoint FILE.
+
+    Runs both on the same seeded random inputs and reports, per output and per module, the largest errors and
+    the first module that diverges. For a state_dict checkpoint the architecture (--model/--arch, --model-kwargs)
+    and input shape default to what `porter convert` recorded in DIR.
+    """
+    check_artifact(directory)
+    meta = read_metadata(directory).get("source") or {}
+    if not (model_spec or arch) and meta.get("model"):
+        model_spec = meta["model"]
+        if model_kwargs is None and meta.get("model_kwargs"):
+            import json
+
+            model_kwargs = json.dumps(meta["model_kwargs"])
+    shape_origin = "from --input-shape"
+    if not input_shapes and meta.get("input_shapes"):
+        input_shapes = tuple(",".join(map(str, s)) for s in meta["input_shapes"])
+        shape_origin = f"recorded in {directory}"
+    with ui.progress(["loading", "validating against torch"]) as progress:
+        with progress.step("loading"):
+            ported = load_ported(directory)
+            source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
+                                 trust_pickle=trust_pickle, input_shapes=input_shapes, seed=seed,
+                                 shape_origin=shape_origin)
+        with progress.step("validating against torch"):
+            try:
+                report = validate_source(source, ported, rtol=rtol, atol=atol, grads=grads, seed=seed)
+            except ValueError as exc:
+                raise InputError(f"Cannot compare '{directory}' with '{against}': {exc}.",
+                                 "Check that DIR was converted from this checkpoint.")
+    if json_report and json_report != "-":
+        try:
+            report.to_json(json_report)
+        except OSError as exc:
+            raise InputError(f"Cannot write the JSON report '{json_report}': {exc.strerror}.",
+                             "Choose a writable path for --json.")
+    if json_report == "-":
+        ui.json = True
+        ui.emit_json(report.to_dict())
+    else:
+        ui.echo(str(report))
+    if not report.ok:
+        error = ValidationFailed(f"'{directory}' does not match '{against}' within rtol={rtol}, atol={atol}.",
+                                 report)
+        error.already_reported = ui.json  # the report itself was the JSON output
+        raise error
