@@ -1,1 +1,20 @@
-"""Converters from captured torch graphs to MLX (``porter.converters``)."""
+"""Converters from captured torch graphs to MLX (``porter.converters``).
+
+Importing this package does not import torch; :func:`convert` and :func:`inspect_model` import it when called.
+"""
+
+from .api import InspectReport, convert, inspect_model
+from .registry import UnsupportedOpsError, supported_ops
+from .runtime import PortedModel
+from .serialize import load, save
+
+__all__ = [
+    "convert",
+    "inspect_model",
+    "InspectReport",
+    "UnsupportedOpsError",
+    "PortedModel",
+    "save",
+    "load",
+    "supported_ops",
+]

@@ -4,3 +4,32 @@ Importing :mod:`porter` never imports torch; conversion entry points import it l
 """
 
 __version__ = "0.1.0"
+
+# name -> (module, attribute); resolved on first access so `import porter` stays light and torch-free
+_LAZY = {
+    "convert": ("porter.converters", "convert"),
+    "save": ("porter.converters", "save"),
+    "load": ("porter.converters", "load"),
+    "inspect_model": ("porter.converters", "inspect_model"),
+    "PortedModel": ("porter.converters", "PortedModel"),
+    "UnsupportedOpsError": ("porter.converters", "UnsupportedOpsError"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'porter' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
+
+# Imported eagerly (it imports neither torch nor mlx at module level) so that the name `porter.validate` is the
+# function: a lazy import would let the submodule `porter/validate.py` shadow it after `import porter.validate`.
+from porter.validate import Report, validate  # noqa: E402

@@ -1,0 +1,99 @@
+"""Public conversion entry points: convert() and inspect_model() (import torch lazily, at call time)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .convert import convert_graph
+from .registry import UnsupportedOpsError, get_converter, has_converter
+from .runtime import PortedModel
+
+
+def convert(model, example_inputs=None, *, io_layout: str = "mlx") -> PortedModel:
+    """Convert a torch model to a :class:`PortedModel` (an ``mlx.nn.Module``).
+
+    Args:
+        model: a ``torch.nn.Module`` (its current train/eval mode is respected: convert in eval mode), a
+            ``torch.export.ExportedProgram`` or a TorchScript ``torch.jit.ScriptModule``.
+        example_inputs (Tensor or tuple of Tensors): example inputs in torch's layout; not needed for an
+            ExportedProgram.
+        io_layout (str, optional): ``"mlx"``: image-like inputs/outputs channels-last ``(N, H, W, C)``;
+            ``"torch"``: torch's layout exactly. Default: ``"mlx"``.
+
+    Raises:
+        UnsupportedOpsError: listing every op of the model Porter cannot convert.
+
+    Example:
+        >>> ported = porter.convert(model.eval(), torch.randn(1, 3, 224, 224), io_layout="torch")
+        >>> y = ported(mx.array(x.numpy()))
+    """
+    if io_layout not in ("mlx", "torch"):
+        raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
+    from .capture import capture
+
+    graph = capture(model, example_inputs)
+    result = convert_graph(graph, io_layout)
+    return PortedModel(result["graph"], result["weights"])
+
+
+@dataclass
+class InspectReport:
+    """What conversion would do: one row per captured op."""
+
+    rows: list = field(default_factory=list)
+    unsupported: list = field(default_factory=list)
+    transposes: int = 0
+    num_parameters: int = 0
+
+    def __str__(self) -> str:
+        header = ("module", "type", "op", "converter", "params")
+        table = [header] + [
+            (r["module"] or "<root>", r["type"], r["op"], r["converter"] or "UNSUPPORTED", str(r["params"]))
+            for r in self.rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.append("")
+        lines.append(f"parameters: {self.num_parameters:,}   transposes inserted: {self.transposes}")
+        if self.unsupported:
+            lines.append(f"unsupported ops ({len(self.unsupported)}): " + ", ".join(self.unsupported))
+        else:
+            lines.append("all ops supported")
+        return "\n".join(lines)
+
+
+def inspect_model(model, example_inputs=None) -> InspectReport:
+    """Capture ``model`` and report per op the converter it maps to, parameter counts, unsupported ops (all of
+    them) and the transposes the layout pass will insert."""
+    from .capture import capture
+    from .ir import dead_code_elimination
+
+    graph = capture(model, example_inputs)
+    dead_code_elimination(graph)
+    report = InspectReport()
+    counted = set()
+    for node in graph.nodes:
+        supported = has_converter(node.op)
+        params = 0
+        for ref in node.refs():
+            name = graph.param_values.get(ref)
+            if name is not None and name not in counted:
+                counted.add(name)
+                params += int(graph.params[name].size)
+        report.rows.append({
+            "module": node.module,
+            "type": node.module_type,
+            "op": node.op,
+            "converter": get_converter(node.op).fn.__name__ if supported else None,
+            "params": params,
+        })
+        if not supported and node.op not in report.unsupported:
+            report.unsupported.append(node.op)
+    report.num_parameters = sum(int(graph.params[n].size) for n in graph.params if n in graph.trainable)
+    if not report.unsupported:
+        report.transposes = convert_graph(graph, "mlx")["graph"]["num_transposes"]
+    return report
+
+
+__all__ = ["convert", "inspect_model", "InspectReport", "UnsupportedOpsError"]

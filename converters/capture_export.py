@@ -1,0 +1,234 @@
+"""Frontend 1: capture with ``torch.export`` (imports torch; used only for conversion).
+
+Why torch.export rather than torch.fx symbolic tracing: export runs the real forward (data-dependent Python such as
+``x.shape``-driven reshapes and ``if self.training`` is resolved by the actual values), returns ATen ops that are not
+decomposed (``aten.conv2d``, ``aten.max_pool2d``, ``aten.linear``, ``aten.flatten``), records for every node the
+module it ran in (``nn_module_stack``, hence torch ``state_dict`` names and per-module reports), maps placeholders to
+state_dict names through its graph signature, and supports dynamic shapes (``Dim.AUTO``), so sizes stay symbolic
+and the converted model is not specialised to the example's batch or spatial size. fx tracing gives module calls
+and torch functions whose shapes are not known and cannot trace shape-dependent code.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+
+import numpy as np
+import torch
+
+from .ir import Graph, Node, Ref, ValueMeta
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _hint(size):
+    node = getattr(size, "node", None)
+    try:
+        return int(node.hint) if node is not None and node.has_hint() else None
+    except Exception:  # noqa: BLE001  (no example value for this size)
+        return None
+
+
+def value_meta(val) -> ValueMeta:
+    """ValueMeta of an example value (FakeTensor, SymInt, list...)."""
+    if isinstance(val, torch.Tensor):
+        shape = [int(s) if isinstance(s, int) else str(s) for s in val.shape]
+        hint = [int(s) if isinstance(s, int) else _hint(s) for s in val.shape]
+        return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint)
+    if isinstance(val, bool):
+        return ValueMeta("bool")
+    if isinstance(val, (int, torch.SymInt)):
+        return ValueMeta("int")
+    if isinstance(val, (float, torch.SymFloat)):
+        return ValueMeta("float")
+    if isinstance(val, (list, tuple)):
+        return ValueMeta("list", items=[value_meta(v) for v in val])
+    if val is None:
+        return ValueMeta("none")
+    return ValueMeta("other")
+
+
+def literal(value, resolve):
+    """An argument value as a torch-free literal; graph nodes become :class:`Ref` via ``resolve``."""
+    if isinstance(value, torch.fx.Node):
+        return resolve(value)
+    if isinstance(value, (list, tuple)):
+        return [literal(v, resolve) for v in value]
+    if isinstance(value, torch.dtype):
+        return _dtype_name(value)
+    if isinstance(value, (torch.device, torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    raise NotImplementedError(f"cannot capture argument value {value!r} of type {type(value).__name__}")
+
+
+def op_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        namespace = target.namespace
+        return f"{namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    if getattr(target, "__module__", None) in ("_operator", "operator"):
+        return f"operator.{target.__name__}"
+    name = getattr(target, "__name__", str(target))
+    module = getattr(target, "__module__", "") or ""
+    return f"{module}.{name}" if module else name
+
+
+def normalise_args(target, args, kwargs, resolve):
+    """Arguments by schema name with defaults filled in; returns (args dict, explicit names)."""
+    if isinstance(target, torch._ops.OpOverload):
+        out, explicit = {}, []
+        for i, a in enumerate(target._schema.arguments):
+            if i < len(args) and not a.kwarg_only:
+                out[a.name] = literal(args[i], resolve)
+                explicit.append(a.name)
+            elif a.name in kwargs:
+                out[a.name] = literal(kwargs[a.name], resolve)
+                explicit.append(a.name)
+            elif a.has_default_value():
+                out[a.name] = literal(a.default_value, resolve)
+            else:
+                raise NotImplementedError(f"{op_name(target)}: required argument {a.name!r} missing")
+        return out, explicit
+    if kwargs:
+        raise NotImplementedError(f"{op_name(target)}: keyword arguments are not supported")
+    names = ["a", "b", "c", "d"][: len(args)]
+    return {n: literal(v, resolve) for n, v in zip(names, args)}, names
+
+
+def _scopes(meta) -> list:
+    stack = meta.get("nn_module_stack") or {}
+    scopes = []
+    for key, (path, type_) in stack.items():
+        if key.startswith("_empty_nn_module_stack"):
+            continue
+        type_name = type_.__name__ if isinstance(type_, type) else str(type_).rsplit(".", 1)[-1]
+        scopes.append((key, _clean_path(path), type_name))
+    return scopes
+
+
+def _clean_path(path: str) -> str:
+    # export spells some paths as L['self'].layer1[0]; normalise to state_dict style "layer1.0"
+    path = path.replace("L['self'].", "").replace("L['self']", "")
+    path = path.replace("[", ".").replace("]", "").replace("'", "")
+    return path.strip(".")
+
+
+def _dynamic_shapes(example_inputs):
+    auto = torch.export.Dim.AUTO
+    return tuple({d: auto for d in range(x.ndim)} if isinstance(x, torch.Tensor) else None for x in example_inputs)
+
+
+def export_module(model: torch.nn.Module, example_inputs: tuple) -> "torch.export.ExportedProgram":
+    """Export ``model`` in its current mode with every input dim left dynamic where the model allows it."""
+    # export specialises size-1 dims; a batch of one would bake batch size 1 into every reshape
+    capture_inputs = tuple(
+        torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 else x
+        for x in example_inputs
+    )
+    attempts = [(capture_inputs, _dynamic_shapes(capture_inputs))]
+    if capture_inputs is not example_inputs:
+        attempts.append((example_inputs, _dynamic_shapes(example_inputs)))
+    errors = []
+    for inputs, dynamic in attempts:
+        try:
+            return torch.export.export(model, inputs, dynamic_shapes=dynamic, strict=False)
+        except Exception as e:  # noqa: BLE001  (we report every attempt)
+            errors.append(e)
+    warnings.warn(
+        f"torch.export with dynamic shapes failed ({errors[-1]}); capturing with static shapes: the converted "
+        "model will only accept the example's input shapes",
+        stacklevel=3,
+    )
+    return torch.export.export(model, example_inputs, strict=False)
+
+
+def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = ep.graph_signature
+    placeholder_target = {}
+    params, param_values, trainable = {}, {}, set()
+    user_inputs = []
+    for spec in sig.input_specs:
+        name = spec.arg.name
+        if spec.kind == InputKind.USER_INPUT:
+            user_inputs.append(name)
+            continue
+        target = spec.target
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            tensor = ep.state_dict[target] if target in ep.state_dict else ep.constants[target]
+        elif spec.kind in (InputKind.CONSTANT_TENSOR,):
+            tensor = ep.constants[target]
+        else:
+            raise NotImplementedError(f"unsupported exported input kind {spec.kind} for {name}")
+        if spec.kind == InputKind.PARAMETER:
+            trainable.add(target)
+        t = tensor.detach()
+        params[target] = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy().copy()
+        param_values[name] = target
+        placeholder_target[name] = target
+
+    alias: dict = {}
+
+    def resolve(node):
+        return Ref(alias.get(node.name, node.name))
+
+    nodes, input_meta, outputs = [], {}, []
+    for fx_node in ep.graph.nodes:
+        if fx_node.op == "placeholder":
+            input_meta[fx_node.name] = value_meta(fx_node.meta.get("val"))
+            if fx_node.name in placeholder_target:
+                continue
+        elif fx_node.op == "call_function":
+            args, explicit = normalise_args(fx_node.target, fx_node.args, fx_node.kwargs, resolve)
+            scopes = _scopes(fx_node.meta)
+            module, module_type = (scopes[-1][1], scopes[-1][2]) if scopes else ("", "")
+            name = op_name(fx_node.target)
+            nodes.append(
+                Node(fx_node.name, name, args, explicit, value_meta(fx_node.meta.get("val")),
+                     module, module_type, scopes)
+            )
+            # an in-place op (relu_, add_) updates its first argument: later readers see the result
+            base = name.split(".")[1] if name.startswith("aten.") else ""
+            first = next(iter(args.values()), None)
+            if base.endswith("_") and isinstance(first, Ref):
+                alias[first.name] = fx_node.name
+        elif fx_node.op == "output":
+            results = fx_node.args[0]
+            for spec, value in zip(sig.output_specs, results):
+                if spec.kind == OutputKind.USER_OUTPUT:
+                    outputs.append(literal(value, resolve))
+                elif spec.kind == OutputKind.BUFFER_MUTATION:
+                    continue  # running statistics updates (training-mode batch norm): not part of the output
+                else:
+                    raise NotImplementedError(f"unsupported exported output kind {spec.kind}")
+        else:
+            raise NotImplementedError(f"unsupported exported node kind {fx_node.op} ({fx_node.name})")
+
+    graph = Graph(
+        inputs=user_inputs,
+        input_meta=[input_meta[n] for n in user_inputs],
+        nodes=nodes,
+        outputs=outputs,
+        params=params,
+        param_values=param_values,
+        trainable=trainable,
+        source_class=source_class,
+        frontend="torch.export",
+    )
+    graph.output_structure = _output_structure(ep, len(outputs))
+    return graph
+
+
+def _output_structure(ep, count: int) -> str:
+    try:
+        spec = ep.call_spec.out_spec
+        if spec is not None and spec.is_leaf():
+            return "single"
+    except AttributeError:
+        pass
+    return "tuple" if count != 1 else "tuple"

@@ -1,0 +1,288 @@
+"""Frontend 2: TorchScript (``torch.jit.ScriptModule``, scripted or traced, e.g. loaded with ``torch.jit.load``).
+
+The inlined TorchScript graph is walked as an interpreter on the example inputs: every ATen call is executed with
+torch to learn its result's shape and dtype, and recorded as an IR node with the same op names and schema
+argument names as the ``torch.export`` frontend, so both feed one conversion. Constant control flow
+(``if self.training``, ``if bias is not None``) is folded; a branch on a value computed from the input is taken as
+in the example (a warning says so); loops are not supported. Module paths come from each node's module hierarchy.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .capture_export import _dtype_name
+from .ir import Graph, Node, Ref, ValueMeta
+from .registry import UnsupportedOpsError
+
+_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "div": "truediv",
+            "remainder": "mod", "neg": "neg", "pow": "pow"}
+_PASSTHROUGH = {"prim::unchecked_cast", "aten::Int", "aten::Float", "aten::ScalarImplicit", "prim::NumToTensor",
+                "aten::IntImplicit", "aten::FloatImplicit", "prim::Uninitialized"}
+
+
+def _meta(value) -> ValueMeta:
+    if isinstance(value, torch.Tensor):
+        shape = [int(s) for s in value.shape]
+        return ValueMeta("tensor", shape, _dtype_name(value.dtype), hint=list(shape))
+    if isinstance(value, bool):
+        return ValueMeta("bool")
+    if isinstance(value, int):
+        return ValueMeta("int")
+    if isinstance(value, float):
+        return ValueMeta("float")
+    if isinstance(value, (list, tuple)):
+        return ValueMeta("list", items=[_meta(v) for v in value])
+    if value is None:
+        return ValueMeta("none")
+    return ValueMeta("other")
+
+
+def _literal(value):
+    if isinstance(value, torch.dtype):
+        return _dtype_name(value)
+    if isinstance(value, (torch.device, torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_literal(v) for v in value]
+    return value
+
+
+def _hierarchy(node) -> list:
+    """[(path, type)] of the module calls enclosing ``node``, outermost first."""
+    try:
+        text = node.getModuleHierarchy()
+    except Exception:  # noqa: BLE001
+        return []
+    scopes, path = [], []
+    for part in filter(None, text.split(".")):
+        name, _, type_name = part.partition("(")
+        type_name = type_name.rstrip(")")
+        if name in ("SELF", "UNKNOWN_INSTANCE") or type_name == "UNKNOWN_TYPE":
+            continue
+        path.append(name)
+        scopes.append((".".join(path), type_name))
+    return scopes
+
+
+class _Interpreter:
+    def __init__(self, module, inputs):
+        self.module = module
+        self.nodes: list = []
+        self.params: dict = {}
+        self.param_values: dict = {}
+        self.trainable: set = set()
+        self.names: dict = {}
+        self.unsupported: dict = {}
+        self.param_names = {id(p): n for n, p in module.named_parameters()}
+        self.buffer_names = {id(b): n for n, b in module.named_buffers()}
+        self.consts = 0
+        self.env: dict = {}
+
+    def name_for(self, base: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "v"
+        count = self.names.get(base, 0)
+        self.names[base] = count + 1
+        return base if count == 0 else f"{base}_{count}"
+
+    # ------------------------------------------------------------------------------------------------ values
+    def tensor_param(self, tensor, name: str, trainable: bool):
+        value_name = f"p_{name.replace('.', '_')}"
+        if name not in self.params:
+            self.params[name] = tensor.detach().float().numpy() if tensor.dtype == torch.bfloat16 else \
+                tensor.detach().numpy().copy()
+            self.param_values[value_name] = name
+            if trainable:
+                self.trainable.add(name)
+        return Ref(value_name), tensor.detach().clone()
+
+    def record(self, ts_node, op: str, args: dict, explicit: list, concrete):
+        scopes = _hierarchy(ts_node)
+        name = self.name_for(op.split(".")[1] if op.startswith(("aten.", "operator.")) else op)
+        module, module_type = scopes[-1] if scopes else ("", "")
+        self.nodes.append(Node(name, op, args, explicit, _meta(concrete), module, module_type,
+                               [(p, p, t) for p, t in scopes]))
+        return Ref(name)
+
+    # ------------------------------------------------------------------------------------------------ walking
+    def run_block(self, block):
+        for node in block.nodes():
+            self.run_node(node)
+        ret = block.returnNode() if hasattr(block, "returnNode") else block.return_node()
+        return [self.env[v] for v in ret.inputs()]
+
+    def run_node(self, node):
+        kind = node.kind()
+        ins = [self.env[v] for v in node.inputs()]
+        outs = list(node.outputs())
+        if kind == "prim::Constant":
+            value = outs[0].toIValue()
+            if isinstance(value, torch.Tensor):
+                self.consts += 1
+                self.env[outs[0]] = self.tensor_param(value, f"_ts_constant{self.consts}", False)
+            else:
+                self.env[outs[0]] = (_literal(value), value)
+        elif kind == "prim::GetAttr":
+            ir, obj = ins[0]
+            attr = getattr(obj, node.s("name"))
+            if isinstance(attr, torch.Tensor):
+                if id(attr) in self.param_names:
+                    self.env[outs[0]] = self.tensor_param(attr, self.param_names[id(attr)], True)
+                elif id(attr) in self.buffer_names:
+                    self.env[outs[0]] = self.tensor_param(attr, self.buffer_names[id(attr)], False)
+                else:
+                    self.consts += 1
+                    self.env[outs[0]] = self.tensor_param(attr, f"_ts_attr{self.consts}", False)
+            else:
+                self.env[outs[0]] = (_literal(attr) if not isinstance(attr, torch.nn.Module) else None, attr)
+        elif kind in ("prim::ListConstruct", "prim::TupleConstruct"):
+            self.env[outs[0]] = ([i[0] for i in ins], [i[1] for i in ins])
+        elif kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+            self.unpack(node, ins[0], outs)
+        elif kind in ("prim::TupleIndex", "aten::__getitem__"):
+            self.getitem(node, ins[0], ins[1], outs[0])
+        elif kind in _PASSTHROUGH:
+            ir, value = ins[0] if ins else (None, None)
+            if kind in ("aten::Int", "aten::IntImplicit") and isinstance(value, torch.Tensor):
+                value = int(value)
+            self.env[outs[0]] = (ir, value)
+        elif kind == "prim::If":
+            self.branch(node, ins[0], outs)
+        elif kind in ("prim::device", "prim::dtype", "aten::dim", "prim::layout"):
+            value = {"prim::device": lambda t: t.device, "prim::dtype": lambda t: t.dtype,
+                     "aten::dim": lambda t: t.dim(), "prim::layout": lambda t: t.layout}[kind](ins[0][1])
+            self.env[outs[0]] = (_literal(value), value)
+        elif kind == "prim::RaiseException":
+            raise RuntimeError(f"the TorchScript model raises on the example input: {ins[0][1]}")
+        elif kind in ("prim::Loop", "prim::PythonOp", "prim::CallMethod", "prim::CallFunction"):
+            self.unsupported.setdefault(kind, []).extend(p for p, _ in _hierarchy(node)[-1:] or [("", "")])
+            raise UnsupportedOpsError(self.unsupported)
+        elif kind.startswith("aten::") or kind.startswith("prim::"):
+            self.call(node, kind, ins, outs)
+        else:
+            self.unsupported.setdefault(kind, []).append("")
+            raise UnsupportedOpsError(self.unsupported)
+
+    def unpack(self, node, source, outs):
+        ir, value = source
+        if isinstance(ir, list):
+            for o, item_ir, item in zip(outs, ir, value):
+                self.env[o] = (item_ir, item)
+            return
+        for i, o in enumerate(outs):
+            ref = self.record(node, "operator.getitem", {"a": ir, "b": i}, ["a", "b"], value[i])
+            self.env[o] = (ref, value[i])
+
+    def getitem(self, node, source, index, out):
+        (ir, value), (index_ir, index_value) = source, index
+        item = value[index_value]
+        if isinstance(ir, list) and not isinstance(index_ir, Ref):
+            self.env[out] = (ir[index_value], item)
+        elif isinstance(ir, Ref) and not isinstance(index_ir, Ref):
+            self.env[out] = (self.record(node, "operator.getitem", {"a": ir, "b": index_value}, ["a", "b"], item),
+                             item)
+        else:
+            raise NotImplementedError("indexing a list with a value computed from the input is not supported")
+
+    def branch(self, node, cond, outs):
+        ir, value = cond
+        if isinstance(ir, Ref):
+            warnings.warn(
+                "TorchScript branch on a value computed from the input: taking the example's branch "
+                f"({bool(value)}) for every input",
+                stacklevel=4,
+            )
+        blocks = list(node.blocks())
+        results = self.run_block(blocks[0] if value else blocks[1])
+        for o, r in zip(outs, results):
+            self.env[o] = r
+
+    def call(self, node, kind, ins, outs):
+        schema = torch._C.parse_schema(node.schema()) if node.schema() != "(no schema)" else None
+        if schema is None:
+            self.unsupported.setdefault(kind, []).append("")
+            raise UnsupportedOpsError(self.unsupported)
+        base, overload = schema.name.split("::")[1], schema.overload_name or "default"
+        namespace = schema.name.split("::")[0]
+        packet = getattr(getattr(torch.ops, namespace), base)
+        op = getattr(packet, overload)
+        args, kwargs, ir_args, explicit = [], {}, {}, []
+        for a, (ir, value) in zip(schema.arguments, ins):
+            if a.kwarg_only:
+                kwargs[a.name] = value
+            else:
+                args.append(value)
+            ir_args[a.name] = ir
+            explicit.append(a.name)
+        for a in schema.arguments[len(ins):]:
+            ir_args[a.name] = _literal(a.default_value) if a.has_default_value() else None
+        concrete = op(*args, **kwargs)
+        all_literal = not any(isinstance(r, Ref) or _has_ref(r) for r, _ in ins)
+        is_tensor_out = isinstance(concrete, torch.Tensor) or (
+            isinstance(concrete, (list, tuple)) and any(isinstance(c, torch.Tensor) for c in concrete))
+        if all_literal and not is_tensor_out:
+            self.env[outs[0]] = (_literal(concrete), concrete)  # constant folding (shapes, flags, arithmetic)
+            return
+        if base in _INT_OPS and not is_tensor_out and overload in ("int", "default", "Scalar", "float"):
+            names = ["a", "b"][: len(ins)]
+            ir = self.record(node, f"operator.{_INT_OPS[base]}", dict(zip(names, [r for r, _ in ins])), names,
+                             concrete)
+            self.env[outs[0]] = (ir, concrete)
+            return
+        ref = self.record(node, f"{namespace}.{base}.{overload}", ir_args, explicit, concrete)
+        if len(outs) == 1:
+            self.env[outs[0]] = (ref, concrete)
+        else:
+            for i, o in enumerate(outs):
+                self.env[o] = (self.record(node, "operator.getitem", {"a": ref, "b": i}, ["a", "b"], concrete[i]),
+                               concrete[i])
+        if base.endswith("_") and ins and isinstance(ins[0][0], Ref):
+            self.env[node.inputsAt(0)] = (ref, concrete)  # in-place: later readers see the result
+
+
+def _has_ref(value) -> bool:
+    if isinstance(value, Ref):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_ref(v) for v in value)
+    return False
+
+
+def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
+    if example_inputs is None:
+        raise TypeError("converting a TorchScript model needs example_inputs (its shapes are not stored)")
+    graph = module.inlined_graph
+    interp = _Interpreter(module, example_inputs)
+    graph_inputs = list(graph.inputs())
+    interp.env[graph_inputs[0]] = (None, module)
+    if len(graph_inputs) - 1 != len(example_inputs):
+        raise TypeError(f"the TorchScript model takes {len(graph_inputs) - 1} input(s) but "
+                        f"{len(example_inputs)} example input(s) were given")
+    names = []
+    for value, x in zip(graph_inputs[1:], example_inputs):
+        name = interp.name_for(value.debugName().split(".")[0] or "x")
+        names.append(name)
+        interp.env[value] = (Ref(name), x.clone())
+    with torch.no_grad():
+        results = interp.run_block(graph)
+    (out_ir, out_value), = results
+    if isinstance(out_value, torch.Tensor):
+        outputs, structure = [out_ir], "single"
+    elif isinstance(out_value, (list, tuple)) and isinstance(out_ir, list):
+        outputs, structure = list(out_ir), "tuple"
+    else:
+        outputs, structure = [out_ir], "single"
+    return Graph(
+        inputs=names,
+        input_meta=[_meta(x) for x in example_inputs],
+        nodes=interp.nodes,
+        outputs=outputs,
+        params=interp.params,
+        param_values=interp.param_values,
+        trainable=interp.trainable,
+        source_class=f"torch.jit.ScriptModule({module.original_name})",
+        frontend="torchscript",
+        output_structure=structure,
+    )

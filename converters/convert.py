@@ -1,0 +1,332 @@
+"""Conversion: captured IR graph -> runtime graph (kernels + MLX-layout weights). Torch-free.
+
+The layout pass lives here and in the converters: every tensor value carries a layout (see layout.py). Converters
+ask for their inputs in the layout they need (``ctx.tensor(ref, perm)``); a transpose is emitted only when the
+value is not already in that layout, and counted in ``num_transposes`` when it actually reorders data.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from . import layout as L
+from . import transforms
+from .ir import Graph, Node, Ref, ValueMeta, dead_code_elimination, iter_refs
+from .registry import UnsupportedOpsError, get_converter, has_converter
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Info:
+    """Conversion-time knowledge about a value: its layout (tensors) and example meta."""
+
+    meta: ValueMeta
+    perm: Optional[tuple] = None  # tensors only
+    items: Optional[list] = None  # list values: Info per element
+
+
+@dataclass
+class ParamRecord:
+    torch_name: str
+    transform: str
+    attrs: dict
+    trainable: bool
+    torch_shape: list
+
+
+class Call:
+    """A node being converted: argument access that remembers what the converter read."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.name = node.name
+        self.op = node.op
+        self.meta = node.meta
+        self._read: set = set()
+
+    def arg(self, name: str):
+        self._read.add(name)
+        return self.node.args[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.node.args
+
+    def unread_explicit(self) -> list:
+        return [a for a in self.node.explicit if a not in self._read]
+
+    def fail(self, argument: str, why: str):
+        """Raise for an argument value the conversion cannot honour."""
+        value = self.node.args.get(argument)
+        raise NotImplementedError(
+            f"[{self.op}] argument {argument!r}={value!r} cannot be honoured: {why}"
+            + (f" (in module {self.node.module!r})" if self.node.module else "")
+        )
+
+
+class ConvertContext:
+    def __init__(self, graph: Graph, io_layout: str):
+        self.graph = graph
+        self.io_layout = io_layout
+        self.values: dict = {}
+        self.nodes: list = []
+        self.params: dict = {}  # torch name -> ParamRecord
+        self.num_transposes = 0
+        self._counter = itertools.count()
+        self._layout_cache: dict = {}
+        self._current: Optional[Node] = None
+
+    # ------------------------------------------------------------------------------------------------ values
+    def info(self, ref) -> Info:
+        return self.values[ref.name]
+
+    def perm(self, ref) -> tuple:
+        return self.values[ref.name].perm
+
+    def meta(self, ref) -> ValueMeta:
+        return self.values[ref.name].meta
+
+    def is_tensor(self, value) -> bool:
+        return isinstance(value, Ref) and self.values[value.name].perm is not None
+
+    def is_param(self, value) -> bool:
+        return isinstance(value, Ref) and value.name in self.graph.param_values
+
+    def used_items(self, name: str) -> set:
+        """Indices read (through getitem) from the tuple value ``name``; all of them if read otherwise."""
+        used = set()
+        for node in self._users.get(name, []):
+            if node.op == "operator.getitem" and node.args.get("a") == Ref(name):
+                used.add(node.args["b"])
+            else:
+                return {"all"}
+        return used
+
+    def fresh(self, hint: str) -> str:
+        return f"{hint}__{next(self._counter)}"
+
+    def value(self, value):
+        """Runtime spec of a non-tensor argument (literal, symbolic int, list of them)."""
+        if isinstance(value, Ref):
+            if self.is_param(value):
+                return self.param(value)
+            return {"ref": value.name}
+        if isinstance(value, (list, tuple)):
+            return [self.value(v) for v in value]
+        return value
+
+    def tensor(self, value, perm: Optional[tuple] = None):
+        """Runtime spec of a tensor argument, in layout ``perm`` (None: whatever layout it has)."""
+        if not isinstance(value, Ref):
+            return value  # a Python scalar standing in for a tensor
+        if self.is_param(value):
+            rank = self.meta(value).rank
+            if perm is None or tuple(perm) == L.identity(rank):
+                return self.param(value)
+            return self.param(value, "permute", perm=list(perm))
+        info = self.values[value.name]
+        if perm is None or tuple(perm) == info.perm:
+            return {"ref": value.name}
+        return {"ref": self.relayout(value, tuple(perm))}
+
+    def relayout(self, ref: Ref, perm: tuple) -> str:
+        """Name of ``ref``'s value in layout ``perm`` (emitting one transpose, shared by every reader)."""
+        key = (ref.name, perm)
+        if key in self._layout_cache:
+            return self._layout_cache[key]
+        info = self.values[ref.name]
+        axes = L.to_layout_axes(info.perm, perm)
+        name = self.fresh(f"{ref.name}_to_{''.join(map(str, perm))}")
+        self._emit_raw("transpose", [{"ref": ref.name}], {"axes": list(axes)}, [name])
+        self.values[name] = Info(info.meta, perm)
+        if L.moves_data(info.meta.shape, info.perm, perm):
+            self.num_transposes += 1
+        self._layout_cache[key] = name
+        return name
+
+    def param(self, ref: Ref, transform: str = "identity", **attrs) -> dict:
+        """Runtime spec of a parameter, stored in MLX layout by ``transform`` (chosen by the op type)."""
+        torch_name = self.graph.param_values[ref.name]
+        record = self.params.get(torch_name)
+        if record is None:
+            self.params[torch_name] = ParamRecord(
+                torch_name, transform, attrs, torch_name in self.graph.trainable,
+                list(self.graph.params[torch_name].shape),
+            )
+        elif (record.transform, record.attrs) != (transform, attrs):
+            raise NotImplementedError(
+                f"parameter {torch_name!r} is used in two layouts ({record.transform} {record.attrs} and "
+                f"{transform} {attrs}); Porter stores each parameter once"
+            )
+        return {"param": torch_name}
+
+    # ------------------------------------------------------------------------------------------------ emit
+    def _emit_raw(self, kernel: str, inputs: list, attrs: dict, outputs: list) -> None:
+        node = self._current
+        self.nodes.append(
+            {
+                "kernel": kernel,
+                "inputs": inputs,
+                "attrs": attrs,
+                "outputs": outputs,
+                "op": node.op if node else "",
+                "module": node.module if node else "",
+                "module_type": node.module_type if node else "",
+            }
+        )
+
+    def emit(self, kernel: str, inputs: list, attrs: Optional[dict] = None, *, out: Optional[str] = None,
+             perm: Optional[tuple] = None, meta: Optional[ValueMeta] = None, items: Optional[list] = None) -> Ref:
+        """Emit a runtime node producing one value (tensor with layout ``perm``, or a list with ``items``)."""
+        name = out or self._current.name
+        if meta is None:
+            meta = self._current.meta
+        self._emit_raw(kernel, inputs, attrs or {}, [name])
+        self.values[name] = Info(meta, tuple(perm) if perm is not None else None, items)
+        return Ref(name)
+
+    def alias(self, ref: Ref, *, out: Optional[str] = None) -> Ref:
+        """The current node's value is ``ref`` itself (contiguous, clone, eval dropout)."""
+        info = self.values[ref.name]
+        return self.emit("identity", [{"ref": ref.name}], perm=info.perm, items=info.items, out=out)
+
+
+# ---------------------------------------------------------------------------------------------------- driver
+def _find_unsupported(graph: Graph) -> dict:
+    missing: dict = {}
+    for node in graph.nodes:
+        if not has_converter(node.op):
+            missing.setdefault(node.op, []).append(node.module)
+    return missing
+
+
+def _input_perm(graph: Graph, index: int, io_layout: str) -> tuple:
+    meta = graph.input_meta[index]
+    rank = meta.rank
+    if io_layout == "torch" or not 3 <= rank <= 5:
+        return L.identity(rank)
+    name = graph.inputs[index]
+    readers = [n for n in graph.nodes if name in n.refs()]
+    if any(get_converter(n.op).channels_last for n in readers):
+        return L.channels_last(rank)
+    return L.identity(rank)
+
+
+def _module_outputs(graph: Graph) -> list:
+    """Per torch submodule call, the one tensor value leaving it; later calls of the same module win."""
+    members: dict = {}
+    info: dict = {}
+    for node in graph.nodes:
+        for depth, (call_id, path, type_name) in enumerate(node.scopes):
+            if path == "":
+                continue
+            members.setdefault(call_id, set()).add(node.name)
+            info[call_id] = (path, type_name, depth)
+    users = graph.users()
+    graph_outputs = {r.name for r in iter_refs(graph.outputs)}
+    metas = {n.name: n.meta for n in graph.nodes}
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    result = []
+    for call_id, names in members.items():
+        leaving = [
+            name for name in names
+            if name in graph_outputs or any(u.name not in names for u in users.get(name, []))
+        ]
+        tensors = [n for n in leaving if metas[n].kind == "tensor"]
+        if len(tensors) == 1:
+            path, type_name, depth = info[call_id]
+            # a value leaving nested modules: the inner module's hook fires first in torch
+            result.append((position[tensors[0]], -depth, tensors[0], path, type_name))
+    result.sort()
+    return [{"value": v, "module": p, "type": t} for _, _, v, p, t in result]
+
+
+def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
+    """Convert a captured graph; returns the runtime graph (a JSON-able dict) and MLX-layout weights.
+
+    Returns ``{"graph": dict, "weights": {torch name: np.ndarray}}``. Raises :class:`UnsupportedOpsError` listing
+    every op without a converter before converting anything.
+    """
+    if io_layout not in ("mlx", "torch"):
+        raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
+    dead_code_elimination(graph)
+    missing = _find_unsupported(graph)
+    if missing:
+        raise UnsupportedOpsError(missing)
+
+    ctx = ConvertContext(graph, io_layout)
+    ctx._users = graph.users()
+    for name in graph.param_values:
+        torch_name = graph.param_values[name]
+        shape = list(graph.params[torch_name].shape)
+        ctx.values[name] = Info(ValueMeta("tensor", shape, str(graph.params[torch_name].dtype)), L.identity(len(shape)))
+
+    inputs = []
+    for i, name in enumerate(graph.inputs):
+        meta = graph.input_meta[i]
+        perm = _input_perm(graph, i, io_layout) if meta.kind == "tensor" else None
+        ctx.values[name] = Info(meta, perm)
+        inputs.append({"name": name, "perm": list(perm) if perm is not None else None, "meta": meta.to_json()})
+
+    for node in graph.nodes:
+        ctx._current = node
+        call = Call(node)
+        get_converter(node.op).fn(ctx, call)
+        if node.name not in ctx.values:
+            raise RuntimeError(f"converter for {node.op} produced no value for {node.name}")
+        unread = call.unread_explicit()
+        if unread:
+            raise NotImplementedError(f"[{node.op}] the converter does not handle argument(s) {unread}")
+    ctx._current = None
+
+    outputs = []
+    for out in graph.outputs:
+        if ctx.is_tensor(out):
+            rank = ctx.meta(out).rank
+            current = ctx.perm(out)
+            want = L.identity(rank)
+            if io_layout == "mlx" and 3 <= rank <= 5 and current == L.channels_last(rank):
+                want = current
+            outputs.append({"value": ctx.tensor(out, want), "perm": list(want)})
+        else:
+            outputs.append({"value": ctx.value(out), "perm": None})
+
+    module_outputs = []
+    for entry in _module_outputs(graph):
+        perm = ctx.values[entry["value"]].perm
+        module_outputs.append(dict(entry, perm=list(perm)))
+
+    for torch_name, array in graph.params.items():
+        if torch_name not in ctx.params:  # unused by the forward (num_batches_tracked): kept for a full state_dict
+            ctx.params[torch_name] = ParamRecord(torch_name, "identity", {}, torch_name in graph.trainable,
+                                                 list(array.shape))
+    weights = {}
+    params = {}
+    for torch_name, record in ctx.params.items():
+        forward, _ = transforms.get(record.transform)
+        weights[torch_name] = np.ascontiguousarray(forward(graph.params[torch_name], **record.attrs))
+        params[torch_name] = {
+            "transform": record.transform,
+            "attrs": record.attrs,
+            "trainable": record.trainable,
+            "torch_shape": record.torch_shape,
+        }
+
+    runtime_graph = {
+        "format_version": FORMAT_VERSION,
+        "io_layout": io_layout,
+        "source_class": graph.source_class,
+        "frontend": graph.frontend,
+        "inputs": inputs,
+        "outputs": outputs,
+        "output_structure": graph.output_structure,
+        "nodes": ctx.nodes,
+        "params": params,
+        "module_outputs": module_outputs,
+        "num_transposes": ctx.num_transposes,
+    }
+    return {"graph": runtime_graph, "weights": weights}

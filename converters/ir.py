@@ -1,0 +1,135 @@
+"""The captured graph: a torch-free, JSON-serialisable intermediate representation.
+
+Both frontends (``torch.export`` and TorchScript) produce a :class:`Graph`; the conversion pass reads only this, so
+conversion, the runtime and save/load never need torch.
+
+A value is referenced by name through :class:`Ref`. Node arguments are kept by their ATen schema name (``stride``,
+``padding``, ...) with the schema defaults filled in; ``explicit`` lists the arguments the model actually passed, so
+the conversion can check that no argument the model gave was left unhandled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a graph value (a tensor, a symbolic int or a tuple of them) by name."""
+
+    name: str
+
+
+@dataclass
+class ValueMeta:
+    """What the example run says about a value.
+
+    ``kind``: "tensor", "int", "float", "bool", "list" or "none". For tensors, ``shape`` holds an int for a size that
+    is static and a string (the symbolic expression) for a dynamic one; ``dtype`` is a name like "float32".
+    ``hint`` holds the example's concrete sizes. For "list", ``items`` holds the element metas.
+    """
+
+    kind: str
+    shape: Optional[list] = None
+    dtype: Optional[str] = None
+    items: Optional[list] = None
+    hint: Optional[list] = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape) if self.shape is not None else 0
+
+    def to_json(self) -> dict:
+        out = {"kind": self.kind}
+        if self.shape is not None:
+            out["shape"] = list(self.shape)
+        if self.dtype is not None:
+            out["dtype"] = self.dtype
+        if self.items is not None:
+            out["items"] = [m.to_json() for m in self.items]
+        if self.hint is not None:
+            out["hint"] = list(self.hint)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ValueMeta":
+        items = [cls.from_json(m) for m in d["items"]] if "items" in d else None
+        return cls(d["kind"], d.get("shape"), d.get("dtype"), items, d.get("hint"))
+
+
+@dataclass
+class Node:
+    """One call in the captured graph.
+
+    ``op``: the ATen overload name, e.g. "aten.conv2d.default", or "operator.add" for symbolic-int arithmetic.
+    ``args``: argument name -> value (literals, :class:`Ref`, or lists of them), in schema order.
+    ``explicit``: names of the arguments the model passed (the others hold schema defaults).
+    ``module`` / ``module_type``: the innermost torch submodule the call ran in ("layer1.0.conv1", "Conv2d"); ""
+    for the root. ``scopes``: every enclosing module call, outermost first, as (call id, path, type).
+    """
+
+    name: str
+    op: str
+    args: dict
+    explicit: list
+    meta: ValueMeta
+    module: str = ""
+    module_type: str = ""
+    scopes: list = field(default_factory=list)
+
+    def refs(self) -> list:
+        """Names of every value this node reads."""
+        return [r.name for r in _iter_refs(list(self.args.values()))]
+
+
+@dataclass
+class Graph:
+    """A captured forward: inputs, nodes in execution order, outputs.
+
+    ``params``: state_dict name -> numpy array (torch layout) for every parameter, buffer and lifted constant the
+    graph reads; ``param_values`` maps the graph value name that holds each of them to its state_dict name.
+    ``trainable``: the state_dict names that are parameters (the rest are buffers/constants).
+    """
+
+    inputs: list  # value names
+    input_meta: list  # ValueMeta per input
+    nodes: list
+    outputs: list  # output values: Ref or literal
+    params: dict
+    param_values: dict
+    trainable: set
+    source_class: str = ""
+    frontend: str = ""
+    output_structure: str = "tuple"  # "single" when the model returns one tensor
+
+    def users(self) -> dict:
+        uses: dict = {}
+        for node in self.nodes:
+            for name in node.refs():
+                uses.setdefault(name, []).append(node)
+        return uses
+
+
+def _iter_refs(value):
+    if isinstance(value, Ref):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _iter_refs(item)
+
+
+def iter_refs(value):
+    """Every :class:`Ref` inside a (possibly nested) argument value."""
+    return _iter_refs(value)
+
+
+def dead_code_elimination(graph: Graph) -> None:
+    """Drop nodes whose result nobody reads (export keeps e.g. an unused ``x.permute(...)``)."""
+    live = {r.name for r in iter_refs(graph.outputs)}
+    kept = []
+    for node in reversed(graph.nodes):
+        if node.name in live:
+            kept.append(node)
+            live.update(node.refs())
+    graph.nodes = kept[::-1]

@@ -1,0 +1,135 @@
+"""Convolutions: conv1d/2d/3d (int, tuple, 'same' and 'valid' padding), convolution/_convolution (TorchScript),
+conv_transpose1d/2d/3d, mapped to Porter's ``porter.layers.functional`` conv functions (channels-last).
+
+Weight transforms are chosen here by op type: conv ``(C_out, C_in/g, *k) -> (C_out, *k, C_in/g)``, conv-transpose
+``(C_in, C_out/g, *k)`` regrouped to ``(C_out, *k, C_in/g)``.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import layout as L
+from .. import transforms
+from ..ir import Ref
+from ..registry import kernel, register
+from . import _layers
+
+
+def spatial_layout(rank: int, nd: int, op: str) -> tuple:
+    """Channels-last layout of a conv/pool input: batched ``(N, C, *S)`` or unbatched ``(C, *S)``."""
+    if rank == nd + 2:
+        return L.channels_last(rank)
+    if rank == nd + 1:
+        return L.channels_last_unbatched(rank)
+    raise ValueError(f"[{op}] expected a {nd + 1}-d or {nd + 2}-d input but got {rank} dims")
+
+
+def batched(fn):
+    """Run ``fn`` on an unbatched channels-last input by adding a batch axis of one."""
+
+    def run(x, *args, unbatched=False, **kwargs):
+        if not unbatched:
+            return fn(x, *args, **kwargs)
+        out = fn(x[None], *args, **kwargs)
+        return tuple(o[0] for o in out) if isinstance(out, tuple) else out[0]
+
+    return run
+
+
+@kernel("conv")
+def k_conv(x, weight, bias=None, *, nd, stride, padding, dilation, groups, unbatched=False):
+    conv = _layers.fn(f"conv{nd}d")
+    return batched(conv)(x, weight, bias, stride, padding, dilation, groups, unbatched=unbatched)
+
+
+@kernel("conv_transpose")
+def k_conv_transpose(x, weight, bias=None, *, nd, stride, padding, output_padding, groups, dilation,
+                     unbatched=False):
+    conv = _layers.fn(f"conv_transpose{nd}d")
+    return batched(conv)(x, weight, bias, stride, padding, output_padding, groups, dilation, unbatched=unbatched)
+
+
+@kernel("weight_transform")
+def k_weight_transform(w, *, name, attrs):
+    forward, _ = transforms.get(name)
+    return forward(w, **attrs)
+
+
+def _weight(ctx, w, name, **attrs):
+    if ctx.is_param(w):
+        return ctx.param(w, name, **attrs)
+    # a weight computed in the forward: transform it at run time, same transform
+    out = ctx.fresh(f"{w.name}_{name}")
+    ref = ctx.emit("weight_transform", [ctx.tensor(w, L.identity(ctx.meta(w).rank))],
+                   {"name": name, "attrs": attrs}, out=out, perm=None, meta=ctx.meta(w))
+    return {"ref": ref.name}
+
+
+def _conv_common(ctx, call, nd, transposed):
+    x, w, b = call.arg("input"), call.arg("weight"), call.arg("bias")
+    rank = ctx.meta(x).rank
+    perm = spatial_layout(rank, nd, call.op)
+    groups = call.arg("groups")
+    if isinstance(groups, Ref):
+        call.fail("groups", "groups must be a constant")
+    if transposed:
+        weight = _weight(ctx, w, "conv_transpose_weight", groups=groups)
+    else:
+        weight = _weight(ctx, w, "conv_weight")
+    inputs = [ctx.tensor(x, perm), weight]
+    if b is not None:
+        inputs.append(ctx.tensor(b))
+    return inputs, perm, groups, rank == nd + 1
+
+
+def _conv(nd):
+    def convert_conv(ctx, call):
+        inputs, perm, groups, unbatched = _conv_common(ctx, call, nd, False)
+        attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
+                 "dilation": call.arg("dilation"), "groups": groups, "unbatched": unbatched}
+        ctx.emit("conv", inputs, attrs, perm=perm)
+
+    convert_conv.__name__ = f"convert_conv{nd}d"
+    return convert_conv
+
+
+def _conv_transpose(nd):
+    def convert_conv_transpose(ctx, call):
+        inputs, perm, groups, unbatched = _conv_common(ctx, call, nd, True)
+        attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
+                 "output_padding": call.arg("output_padding"), "groups": groups, "dilation": call.arg("dilation"),
+                 "unbatched": unbatched}
+        ctx.emit("conv_transpose", inputs, attrs, perm=perm)
+
+    convert_conv_transpose.__name__ = f"convert_conv_transpose{nd}d"
+    return convert_conv_transpose
+
+
+for _nd in (1, 2, 3):
+    register(f"aten.conv{_nd}d.default", f"aten.conv{_nd}d.padding", channels_last=True)(_conv(_nd))
+    register(f"aten.conv_transpose{_nd}d.input", f"aten.conv_transpose{_nd}d.default", channels_last=True)(_conv_transpose(_nd))
+
+
+@register("aten.convolution.default", "aten._convolution.default", "aten._convolution.deprecated",
+          channels_last=True)
+def convert_convolution(ctx, call):
+    """The generic form (TorchScript and some exports): dispatch on ``transposed`` and the weight's rank."""
+    for flag in ("benchmark", "deterministic", "cudnn_enabled", "allow_tf32"):
+        if call.has(flag):
+            call.arg(flag)  # backend hints: no effect on values
+    nd = ctx.meta(call.arg("weight")).rank - 2
+    transposed = call.arg("transposed")
+    if transposed:
+        inputs, perm, groups, unbatched = _conv_common(ctx, call, nd, True)
+        attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
+                 "output_padding": call.arg("output_padding"), "groups": groups, "dilation": call.arg("dilation"),
+                 "unbatched": unbatched}
+        return ctx.emit("conv_transpose", inputs, attrs, perm=perm)
+    output_padding = call.arg("output_padding")
+    if any(output_padding or []):
+        call.fail("output_padding", "output_padding only applies to transposed convolutions")
+    inputs, perm, groups, unbatched = _conv_common(ctx, call, nd, False)
+    attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
+             "dilation": call.arg("dilation"), "groups": groups, "unbatched": unbatched}
+    ctx.emit("conv", inputs, attrs, perm=perm)

@@ -1,0 +1,111 @@
+"""Linear algebra and attention: linear, addmm, mm/bmm/matmul, baddbmm, scaled_dot_product_attention.
+
+``linear`` acts on the last torch dim only, so it runs in any layout that keeps that dim last in the array. The
+matmul family reads operands whose last two dims are merely swapped (``k.transpose(-2, -1)``) without a copy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+
+from .. import layout as L
+from ..registry import kernel, register
+
+
+@kernel("linear")
+def k_linear(x, weight, bias=None):
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def _operand(x, swap):
+    return x.swapaxes(-1, -2) if swap else x
+
+
+@kernel("matmul")
+def k_matmul(a, b, *, swap_a=False, swap_b=False):
+    return _operand(a, swap_a) @ _operand(b, swap_b)
+
+
+@kernel("addmm")
+def k_addmm(c, a, b, *, beta=1, alpha=1, swap_a=False, swap_b=False):
+    y = _operand(a, swap_a) @ _operand(b, swap_b)
+    if alpha != 1:
+        y = y * alpha
+    if beta == 0:
+        return y
+    return y + (c if beta == 1 else c * beta)
+
+
+@kernel("sdpa")
+def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q * scale) @ k.swapaxes(-1, -2)
+    if is_causal:
+        lq, lk = scores.shape[-2], scores.shape[-1]
+        causal = mx.tril(mx.ones((lq, lk), dtype=mx.bool_))
+        scores = mx.where(causal, scores, -mx.inf)
+    if mask is not None:
+        scores = mx.where(mask, scores, -mx.inf) if mask.dtype == mx.bool_ else scores + mask
+    return mx.softmax(scores, axis=-1, precise=True) @ v
+
+
+def _matmul_operand(ctx, x):
+    """(spec, swapped): an operand in torch's layout, or with only its last two dims swapped."""
+    perm = ctx.perm(x)
+    rank = len(perm)
+    if rank >= 2 and perm[:-2] == L.identity(rank - 2) and perm[-2:] == (rank - 1, rank - 2):
+        return ctx.tensor(x), True
+    return ctx.tensor(x, L.identity(rank)), False
+
+
+@register("aten.linear.default")
+def convert_linear(ctx, call):
+    x = call.arg("input")
+    perm = ctx.perm(x)
+    rank = len(perm)
+    if rank == 0 or perm[-1] != rank - 1:
+        perm = L.identity(rank)
+    bias = call.arg("bias")
+    inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight"))]
+    if bias is not None:
+        inputs.append(ctx.tensor(bias))
+    ctx.emit("linear", inputs, perm=perm)
+
+
+@register("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def convert_matmul(ctx, call):
+    a = call.arg("self")
+    b = call.arg("mat2") if call.has("mat2") else call.arg("other")
+    (sa, swap_a), (sb, swap_b) = _matmul_operand(ctx, a), _matmul_operand(ctx, b)
+    ctx.emit("matmul", [sa, sb], {"swap_a": swap_a, "swap_b": swap_b}, perm=L.identity(call.meta.rank))
+
+
+@register("aten.addmm.default", "aten.baddbmm.default")
+def convert_addmm(ctx, call):
+    a = call.arg("mat1") if call.has("mat1") else call.arg("batch1")
+    b = call.arg("mat2") if call.has("mat2") else call.arg("batch2")
+    c = call.arg("self")
+    (sa, swap_a), (sb, swap_b) = _matmul_operand(ctx, a), _matmul_operand(ctx, b)
+    from .elementwise import _broadcast_to_layout
+
+    rank = call.meta.rank
+    sc = ctx.tensor(c, L.identity(ctx.meta(c).rank))
+    ctx.emit("addmm", [sc, sa, sb], {"beta": call.arg("beta"), "alpha": call.arg("alpha"), "swap_a": swap_a,
+                                     "swap_b": swap_b}, perm=L.identity(rank))
+
+
+@register("aten.scaled_dot_product_attention.default")
+def convert_sdpa(ctx, call):
+    if call.arg("dropout_p") not in (0, 0.0):
+        call.fail("dropout_p", "attention dropout is random; convert in eval mode or pass dropout_p=0")
+    if call.arg("enable_gqa"):
+        call.fail("enable_gqa", "grouped-query attention is not supported yet")
+    q, k, v, mask = call.arg("query"), call.arg("key"), call.arg("value"), call.arg("attn_mask")
+    inputs = [ctx.tensor(t, L.identity(ctx.meta(t).rank)) for t in (q, k, v)]
+    if mask is not None:
+        inputs.append(ctx.tensor(mask, L.identity(ctx.meta(mask).rank)))
+    ctx.emit("sdpa", inputs, {"scale": call.arg("scale"), "is_causal": call.arg("is_causal")},
+             perm=L.identity(call.meta.rank))

@@ -1,0 +1,132 @@
+"""Normalisation: batch_norm (eval), layer_norm, group_norm, instance_norm.
+
+batch_norm normalises per channel and runs in any layout (the channel axis is found through the layout);
+layer_norm needs its normalised dims last in the array (true after ConvNeXt's permute to channels-last, which the
+layout pass turns into no transpose at all); group_norm runs channels-last.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import layout as L
+from ..registry import kernel, register
+from .conv import batched
+
+
+def _channel_shape(ndim, axis, c):
+    shape = [1] * ndim
+    shape[axis] = c
+    return shape
+
+
+@kernel("batch_norm")
+def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
+    shape = _channel_shape(x.ndim, axis, x.shape[axis])
+    scale = mx.rsqrt(var + eps)
+    if weight is not None:
+        scale = scale * weight
+    y = (x - mean.reshape(shape)) * scale.reshape(shape)
+    return y if bias is None else y + bias.reshape(shape)
+
+
+@kernel("layer_norm")
+def k_layer_norm(x, weight, bias, *, k, eps):
+    axes = list(range(x.ndim - k, x.ndim))
+    mean = mx.mean(x, axis=axes, keepdims=True)
+    var = mx.mean(mx.square(x - mean), axis=axes, keepdims=True)
+    y = (x - mean) * mx.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+@kernel("group_norm")
+def k_group_norm(x, weight, bias, *, groups, eps):
+    """Channels-last ``(N, *S, C)``: statistics per (sample, group) over the spatial dims and the group's channels."""
+    n, c = x.shape[0], x.shape[-1]
+    g = x.reshape(n, -1, groups, c // groups)
+    mean = mx.mean(g, axis=(1, 3), keepdims=True)
+    var = mx.mean(mx.square(g - mean), axis=(1, 3), keepdims=True)
+    y = ((g - mean) * mx.rsqrt(var + eps)).reshape(x.shape)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+@register("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", channels_last=True)
+def convert_batch_norm(ctx, call):
+    if call.has("training"):
+        if call.arg("training"):
+            call.fail("training", "training-mode batch norm uses batch statistics; convert in eval mode")
+        call.arg("cudnn_enabled")
+    call.arg("momentum")  # only updates running statistics in training mode
+    x = call.arg("input")
+    perm = ctx.perm(x)
+    rank = len(perm)
+    mean, var = call.arg("running_mean"), call.arg("running_var")
+    if mean is None or var is None:
+        call.fail("running_mean", "batch norm without running statistics normalises with batch statistics")
+    inputs = [ctx.tensor(x), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias")), ctx.tensor(mean),
+              ctx.tensor(var)]
+    axis = perm.index(1) if rank > 1 else 0
+    out = ctx.emit("batch_norm", inputs, {"axis": axis, "eps": call.arg("eps")}, perm=perm,
+                   meta=call.meta.items[0] if call.meta.kind == "list" else call.meta,
+                   out=None if call.meta.kind != "list" else ctx.fresh(call.name))
+    if call.meta.kind == "list":  # the decomposed form returns (out, save_mean, save_invstd); only out is used
+        from ..convert import Info
+
+        ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
+
+
+@kernel("pack")
+def k_pack(values):
+    return list(values)
+
+
+@register("aten.layer_norm.default", "aten.native_layer_norm.default")
+def convert_layer_norm(ctx, call):
+    x = call.arg("input")
+    if call.has("cudnn_enable"):
+        call.arg("cudnn_enable")
+    shape = call.arg("normalized_shape")
+    k = len(shape)
+    perm = ctx.perm(x)
+    rank = len(perm)
+    if perm[rank - k:] != tuple(range(rank - k, rank)):
+        perm = L.identity(rank)
+    inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
+    if call.meta.kind == "list":
+        call.fail("input", "native_layer_norm's mean/rstd outputs are not supported")
+    ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm)
+
+
+@register("aten.group_norm.default", channels_last=True)
+def convert_group_norm(ctx, call):
+    x = call.arg("input")
+    call.arg("cudnn_enabled")
+    rank = ctx.meta(x).rank
+    if rank < 2:
+        call.fail("input", "group_norm needs (N, C, ...) input")
+    perm = L.channels_last(rank)
+    inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
+    ctx.emit("group_norm", inputs, {"groups": call.arg("num_groups"), "eps": call.arg("eps")}, perm=perm)
+
+
+@register("aten.instance_norm.default", channels_last=True)
+def convert_instance_norm(ctx, call):
+    """Instance norm with input statistics = group norm with one group per channel."""
+    x = call.arg("input")
+    call.arg("momentum")
+    call.arg("cudnn_enabled")
+    if not call.arg("use_input_stats"):
+        call.fail("use_input_stats", "instance norm with running statistics is not supported yet")
+    call.arg("running_mean")
+    call.arg("running_var")
+    rank = ctx.meta(x).rank
+    perm = L.channels_last(rank)
+    channels = ctx.meta(x).shape[1]
+    if not isinstance(channels, int):
+        call.fail("input", "the channel count must be static")
+    inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
+    ctx.emit("group_norm", inputs, {"groups": channels, "eps": call.arg("eps")}, perm=perm)

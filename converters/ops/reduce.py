@@ -1,0 +1,133 @@
+"""Reductions and normalising reductions over ``dim`` arguments: mean, sum, amax/amin, var/std, softmax,
+log_softmax, argmax. The torch dims are translated to array axes through the input's layout, so a global
+average over (H, W) of a channels-last tensor needs no transpose.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import layout as L
+from ..registry import kernel, register
+from .shape import _dims
+
+_REDUCE = {"mean": mx.mean, "sum": mx.sum, "amax": mx.max, "amin": mx.min}
+
+
+@kernel("reduce")
+def k_reduce(x, *, fn, axes, keepdims, dtype=None):
+    if dtype is not None:
+        x = x.astype(getattr(mx, dtype))
+    return _REDUCE[fn](x, axis=axes, keepdims=keepdims)
+
+
+@kernel("variance")
+def k_variance(x, *, axes, keepdims, correction, std):
+    mean = mx.mean(x, axis=axes, keepdims=True)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    v = mx.sum(mx.square(x - mean), axis=axes, keepdims=keepdims) / max(count - correction, 0)
+    return mx.sqrt(v) if std else v
+
+
+@kernel("softmax")
+def k_softmax(x, *, axis, log=False, dtype=None):
+    if dtype is not None:
+        x = x.astype(getattr(mx, dtype))
+    if log:
+        return x - mx.logsumexp(x, axis=axis, keepdims=True)
+    return mx.softmax(x, axis=axis, precise=True)
+
+
+@kernel("argmax")
+def k_argmax(x, *, axis, keepdims, fn):
+    f = mx.argmax if fn == "argmax" else mx.argmin
+    if axis is None:
+        return f(x.reshape(-1)).astype(mx.int64)
+    return f(x, axis=axis, keepdims=keepdims).astype(mx.int64)
+
+
+def _reduce(fn):
+    def convert_reduce(ctx, call):
+        x = call.arg("self")
+        perm = ctx.perm(x)
+        rank = len(perm)
+        dims = _dims(call.arg("dim") if call.has("dim") else None, rank)
+        keepdim = call.arg("keepdim") if call.has("keepdim") else False
+        dtype = call.arg("dtype") if call.has("dtype") else None
+        out_perm = perm if keepdim else L.remove_dims(perm, dims)
+        ctx.emit("reduce", [ctx.tensor(x)], {"fn": fn, "axes": [perm.index(d) for d in dims], "keepdims": keepdim,
+                                              "dtype": dtype}, perm=out_perm)
+
+    convert_reduce.__name__ = f"convert_{fn}"
+    return convert_reduce
+
+
+register("aten.mean.dim", "aten.mean.default")(_reduce("mean"))
+register("aten.sum.dim_IntList", "aten.sum.default")(_reduce("sum"))
+register("aten.amax.default")(_reduce("amax"))
+register("aten.amin.default")(_reduce("amin"))
+
+
+def _variance(std):
+    def convert_variance(ctx, call):
+        x = call.arg("self")
+        perm = ctx.perm(x)
+        dims = _dims(call.arg("dim") if call.has("dim") else None, len(perm))
+        keepdim = call.arg("keepdim") if call.has("keepdim") else False
+        if call.has("correction"):
+            correction = call.arg("correction")
+            correction = 1 if correction is None else correction
+        else:
+            correction = 1 if call.arg("unbiased") else 0
+        out_perm = perm if keepdim else L.remove_dims(perm, dims)
+        ctx.emit("variance", [ctx.tensor(x)], {"axes": [perm.index(d) for d in dims], "keepdims": keepdim,
+                                                "correction": correction, "std": std}, perm=out_perm)
+
+    convert_variance.__name__ = "convert_std" if std else "convert_var"
+    return convert_variance
+
+
+register("aten.var.correction", "aten.var.dim", "aten.var.default")(_variance(False))
+register("aten.std.correction", "aten.std.dim", "aten.std.default")(_variance(True))
+
+
+def _softmax(log):
+    def convert_softmax(ctx, call):
+        x = call.arg("self")
+        perm = ctx.perm(x)
+        dtype = None
+        if call.has("dtype"):
+            dtype = call.arg("dtype")
+        if call.has("half_to_float") and call.arg("half_to_float"):
+            dtype = "float32"
+        ctx.emit("softmax", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "log": log, "dtype": dtype},
+                 perm=perm)
+
+    convert_softmax.__name__ = "convert_log_softmax" if log else "convert_softmax"
+    return convert_softmax
+
+
+register("aten.softmax.int", "aten._softmax.default")(_softmax(False))
+register("aten.log_softmax.int", "aten._log_softmax.default")(_softmax(True))
+
+
+def _arg(fn):
+    def convert_arg(ctx, call):
+        x = call.arg("self")
+        perm = ctx.perm(x)
+        dim, keepdim = call.arg("dim"), call.arg("keepdim")
+        if dim is None:
+            x_spec = ctx.tensor(x, L.identity(len(perm)))  # flat index in torch order
+            return ctx.emit("argmax", [x_spec], {"axis": None, "keepdims": False, "fn": fn}, perm=())
+        dim %= len(perm)
+        out_perm = perm if keepdim else L.remove_dims(perm, [dim])
+        ctx.emit("argmax", [ctx.tensor(x)], {"axis": perm.index(dim), "keepdims": keepdim, "fn": fn}, perm=out_perm)
+
+    convert_arg.__name__ = f"convert_{fn}"
+    return convert_arg
+
+
+register("aten.argmax.default")(_arg("argmax"))
+register("aten.argmin.default")(_arg("argmin"))

@@ -1,0 +1,144 @@
+"""Resampling and padding: upsample nearest / (bi,tri)linear (F.interpolate) and pad/constant_pad_nd/
+reflection/replication pads.
+
+Interpolation follows torch's source-index rules (``area_pixel_compute_source_index``): with ``scale_factor`` given
+the scale used for coordinates is ``1/scale_factor``, otherwise ``in/out``; index tables are computed per dim in
+float32 as torch does for float32 input, then applied channels-last with gathers (no loop over positions).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import numpy as np
+
+from .. import layout as L
+from ..registry import kernel, register
+from .conv import spatial_layout
+from . import _layers
+
+
+def _output_sizes(spatial, output_size, scale_factors):
+    if output_size is not None:
+        return [int(s) for s in output_size]
+    return [int(math.floor(float(l) * float(s))) for l, s in zip(spatial, scale_factors)]
+
+
+def _scale(in_size, out_size, scale_factor, align_corners):
+    if align_corners:
+        return np.float32((in_size - 1) / (out_size - 1)) if out_size > 1 else np.float32(0)
+    if scale_factor is not None and scale_factor > 0:
+        return np.float32(1.0 / scale_factor)
+    return np.float32(in_size / out_size)
+
+
+@kernel("upsample")
+def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=False):
+    """``x`` is channels-last ``(N, *S, C)``; ``mode`` is "nearest" or "linear" (separable over the nd dims)."""
+    spatial = x.shape[1:1 + nd]
+    outs = _output_sizes(spatial, output_size, scale_factors)
+    for i in range(nd):
+        L_in, L_out = spatial[i], outs[i]
+        sf = scale_factors[i] if scale_factors else None
+        axis = 1 + i
+        dst = np.arange(L_out, dtype=np.float32)
+        if mode == "nearest":
+            scale = _scale(L_in, L_out, sf, False)
+            src = np.minimum(np.floor(dst * scale).astype(np.int64), L_in - 1)
+            x = mx.take(x, mx.array(src.astype(np.int32)), axis=axis)
+            continue
+        scale = _scale(L_in, L_out, sf, align_corners)
+        if align_corners:
+            src = dst * scale
+        else:
+            src = np.maximum(scale * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+        i0 = np.minimum(src.astype(np.int64), L_in - 1)
+        i1 = np.minimum(i0 + 1, L_in - 1)
+        lam = (src - i0.astype(np.float32)).astype(np.float32)
+        shape = [1] * x.ndim
+        shape[axis] = L_out
+        w1 = mx.array(lam).reshape(shape).astype(x.dtype)
+        a = mx.take(x, mx.array(i0.astype(np.int32)), axis=axis)
+        b = mx.take(x, mx.array(i1.astype(np.int32)), axis=axis)
+        x = a * (1 - w1) + b * w1
+    return x
+
+
+_MODES = {"nearest": "nearest", "bilinear": "linear", "linear": "linear", "trilinear": "linear"}
+
+
+def _upsample(nd, mode, vec):
+    def convert_upsample(ctx, call):
+        x = call.arg("input") if vec else call.arg("self")
+        rank = ctx.meta(x).rank
+        if rank != nd + 2:
+            call.fail("input", f"expected a {nd + 2}-d input")
+        perm = L.channels_last(rank)
+        attrs = {"mode": _MODES[mode], "nd": nd}
+        if mode != "nearest":
+            attrs["align_corners"] = call.arg("align_corners")
+        if vec:
+            size = call.arg("output_size")
+            scales = call.arg("scale_factors")
+            attrs["scale_factors"] = list(scales) if scales is not None else None
+        else:
+            size = call.arg("output_size")
+            names = {1: ["scales"], 2: ["scales_h", "scales_w"], 3: ["scales_d", "scales_h", "scales_w"]}[nd]
+            scales = [call.arg(n) for n in names]
+            attrs["scale_factors"] = scales if any(s is not None for s in scales) else None
+            if attrs["scale_factors"] is not None and None in scales:
+                call.fail(names[scales.index(None)], "a scale must be given for every dim or none")
+        ctx.emit("upsample", [ctx.tensor(x, perm), ctx.value(size)], attrs, perm=perm)
+
+    convert_upsample.__name__ = f"convert_upsample_{mode}{nd}d"
+    return convert_upsample
+
+
+for _nd, _modes in ((1, ("nearest", "linear")), (2, ("nearest", "bilinear")), (3, ("nearest", "trilinear"))):
+    for _mode in _modes:
+        _base = f"aten.upsample_{_mode}{_nd}d"
+        register(f"{_base}.vec", channels_last=True)(_upsample(_nd, _mode, True))
+        register(f"{_base}.default", channels_last=True)(_upsample(_nd, _mode, False))
+
+
+# ---------------------------------------------------------------------------------------------------- padding
+@kernel("pad")
+def k_pad(x, pad, *, mode, value, axes):
+    """torch ``F.pad`` on an array in any layout: ``pad`` is torch's flat (lo, hi) list from the last torch dim,
+    ``axes[i]`` the array axis of the i-th padded dim. Porter's ``pad`` counts pairs over the spatial axes of a
+    channels-last array (or over the trailing axes with ``channels_last=False``); other layouts move the padded
+    axes last for the call."""
+    pad = [int(p) for p in pad]
+    pad_fn = _layers.fn("pad")
+    n = len(axes)
+    if axes == [x.ndim - 2 - i for i in range(n)]:
+        return pad_fn(x, pad, mode, value)
+    if axes == [x.ndim - 1 - i for i in range(n)]:
+        return pad_fn(x, pad, mode, value, channels_last=False)
+    order = [a for a in range(x.ndim) if a not in axes] + list(reversed(axes))
+    y = pad_fn(x.transpose(order), pad, mode, value, channels_last=False)
+    return y.transpose([order.index(a) for a in range(x.ndim)])
+
+
+def _pad(mode_fixed=None):
+    def convert_pad(ctx, call):
+        x = call.arg("self")
+        pad = call.arg("pad") if call.has("pad") else call.arg("padding")
+        mode = mode_fixed or (call.arg("mode") if call.has("mode") else "constant")
+        value = call.arg("value") if call.has("value") else None
+        perm = ctx.perm(x)
+        rank = len(perm)
+        axes = [perm.index(rank - 1 - i) for i in range(len(pad) // 2)]
+        ctx.emit("pad", [ctx.tensor(x), ctx.value(list(pad))], {"mode": mode, "value": value, "axes": axes},
+                 perm=perm)
+
+    return convert_pad
+
+
+register("aten.constant_pad_nd.default")(_pad("constant"))
+register("aten.pad.default")(_pad())
+for _nd in (1, 2, 3):
+    register(f"aten.reflection_pad{_nd}d.default")(_pad("reflect"))
+    register(f"aten.replication_pad{_nd}d.default")(_pad("replicate"))
+    register(f"aten.circular_pad{_nd}d.default")(_pad("circular"))

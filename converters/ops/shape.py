@@ -1,0 +1,488 @@
+"""Tensor-shape ops: view/reshape/flatten, permute/transpose, cat/stack, split/chunk, select/slice, squeeze,
+expand, symbolic sizes, tuple access and no-op copies.
+
+Layout tricks live here: permute and transpose only relabel the layout (no data moves); flatten/view keep a
+channels-last tensor channels-last when the merged dims are adjacent in the array (the patch flatten of a ViT);
+otherwise the tensor goes to torch's layout first so elements come out in torch's order (flatten after a conv).
+"""
+
+from __future__ import annotations
+
+import operator as _operator
+
+import mlx.core as mx
+
+from .. import layout as L
+from ..ir import Ref, ValueMeta
+from ..registry import kernel, register
+
+
+# ---------------------------------------------------------------------------------------------------- kernels
+@kernel("identity")
+def k_identity(x):
+    return x
+
+
+@kernel("transpose")
+def k_transpose(x, *, axes):
+    return x.transpose(axes)
+
+
+@kernel("size")
+def k_size(x, *, axis):
+    return x.shape[axis]
+
+
+_INT_OPS = {
+    "add": _operator.add, "sub": _operator.sub, "mul": _operator.mul, "floordiv": _operator.floordiv,
+    "truediv": _operator.truediv, "mod": _operator.mod, "neg": _operator.neg, "pow": _operator.pow,
+}
+
+
+@kernel("int_op")
+def k_int_op(*args, op):
+    return _INT_OPS[op](*args)
+
+
+@kernel("getitem")
+def k_getitem(seq, *, index):
+    return seq[index]
+
+
+@kernel("reshape")
+def k_reshape(x, sizes, *, merge=None):
+    """``sizes`` lists the output sizes in array order; ``merge[i]`` (when not None) names the input array axes
+    whose sizes multiply into output axis ``i`` (kept dims and merged dims)."""
+    if merge is not None:
+        sizes = [
+            s if axes is None else _prod(x.shape[a] for a in axes) for s, axes in zip(sizes, merge)
+        ]
+    return x.reshape([int(s) for s in sizes])
+
+
+def _prod(values):
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+@kernel("expand")
+def k_expand(x, sizes, *, lead, perm):
+    """torch ``expand(sizes)`` (``sizes`` in torch order) on an array in layout ``perm`` (of the result)."""
+    if lead:
+        x = x.reshape((1,) * lead + tuple(x.shape))
+    target = [x.shape[i] if sizes[perm[i]] == -1 else int(sizes[perm[i]]) for i in range(x.ndim)]
+    return mx.broadcast_to(x, target)
+
+
+@kernel("repeat")
+def k_repeat(x, repeats, *, lead, perm):
+    if lead:
+        x = x.reshape((1,) * lead + tuple(x.shape))
+    return mx.tile(x, [int(repeats[perm[i]]) for i in range(x.ndim)])
+
+
+@kernel("concat")
+def k_concat(tensors, *, axis):
+    return mx.concatenate(tensors, axis=axis)
+
+
+@kernel("stack")
+def k_stack(tensors, *, axis):
+    return mx.stack(tensors, axis=axis)
+
+
+@kernel("split")
+def k_split(x, size, *, axis, mode):
+    """torch split/chunk along ``axis``: mode "size" (pieces of ``size``), "sizes" (a list), "chunks"."""
+    length = x.shape[axis]
+    if mode == "sizes":
+        sizes = [int(s) for s in size]
+    else:
+        piece = int(size) if mode == "size" else -(-length // int(size))
+        piece = max(piece, 1)
+        sizes = [min(piece, length - start) for start in range(0, length, piece)] or [0]
+    bounds, total = [], 0
+    for s in sizes[:-1]:
+        total += s
+        bounds.append(total)
+    return mx.split(x, bounds, axis=axis)
+
+
+@kernel("unbind")
+def k_unbind(x, *, axis):
+    return [mx.take(x, i, axis=axis) for i in range(x.shape[axis])]
+
+
+@kernel("select")
+def k_select(x, index, *, axis):
+    index = int(index)
+    if index < 0:
+        index += x.shape[axis]
+    return mx.take(x, index, axis=axis)
+
+
+@kernel("slice")
+def k_slice(x, start, end, step, *, axis):
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(start, end, step)
+    return x[tuple(index)]
+
+
+@kernel("squeeze")
+def k_squeeze(x, *, axes):
+    return mx.squeeze(x, axes) if axes else x
+
+
+@kernel("unsqueeze")
+def k_unsqueeze(x, *, axis):
+    return mx.expand_dims(x, axis)
+
+
+@kernel("broadcast_layout")
+def k_broadcast_layout(x, *, lead, axes):
+    """A lower-rank torch-layout tensor brought to rank ``len(axes)`` (size-1 leading dims) and layout ``axes``."""
+    x = x.reshape((1,) * lead + tuple(x.shape))
+    return x.transpose(axes)
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+def _dims(dim, rank):
+    if dim is None:
+        return list(range(rank))
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    if len(dims) == 0:
+        return list(range(rank))
+    return sorted(d % rank if rank else 0 for d in dims)
+
+
+def _sizes_equal(a, b) -> bool:
+    return a == b
+
+
+def reshape_groups(in_meta: ValueMeta, out_meta: ValueMeta):
+    """Group torch dims of a view: list of (in dims, out dims), or None when the grouping is unclear.
+
+    Uses the example sizes; a symbolic dim may only be matched one-to-one with the same symbolic expression.
+    """
+    ins, outs = in_meta.shape, out_meta.shape
+    hi, ho = in_meta.hint or ins, out_meta.hint or outs
+    if None in hi or None in ho:
+        return None
+    i = j = 0
+    groups = []
+    while i < len(ins) and j < len(outs):
+        if _sizes_equal(ins[i], outs[j]):
+            groups.append(([i], [j]))
+            i, j = i + 1, j + 1
+            continue
+        gi, gj = [i], [j]
+        pi, pj = hi[i], ho[j]
+        i, j = i + 1, j + 1
+        while pi != pj:
+            if pi < pj and i < len(ins):
+                pi *= hi[i]
+                gi.append(i)
+                i += 1
+            elif pj < pi and j < len(outs):
+                pj *= ho[j]
+                gj.append(j)
+                j += 1
+            else:
+                return None
+        if pi == 0 or (len(gi) > 1 and len(gj) > 1):
+            return None
+        groups.append((gi, gj))
+    if i != len(ins) or j != len(outs):
+        return None
+    return groups
+
+
+def convert_view(ctx, call, x: Ref, size_values: list, out_meta: ValueMeta):
+    """Emit a view/reshape of ``x`` to torch sizes ``size_values``, keeping x's layout when possible."""
+    perm = ctx.perm(x)
+    rank_out = out_meta.rank
+    in_meta = ctx.meta(x)
+    if perm != L.identity(len(perm)):
+        groups = reshape_groups(in_meta, out_meta)
+        plan = _plan_in_layout(perm, groups) if groups else None
+        if plan is not None:
+            new_perm, merge = plan
+            sizes = [size_values[d] if size_values is not None else None for d in new_perm]
+            if any(m is None for m in merge) and size_values is None:
+                plan = None
+            else:
+                return ctx.emit("reshape", [ctx.tensor(x), ctx.value(sizes)], {"merge": merge}, perm=new_perm,
+                                meta=out_meta)
+    if size_values is None:  # flatten-style call without explicit sizes: compute them from the input
+        raise NotImplementedError("internal: view without sizes needs an in-layout plan")
+    return ctx.emit("reshape", [ctx.tensor(x, L.identity(len(perm))), ctx.value(size_values)],
+                    perm=L.identity(rank_out), meta=out_meta)
+
+
+def _plan_in_layout(perm, groups):
+    """(new perm, merge spec) when every group's input dims are adjacent and in order in the array."""
+    placed = []
+    for gi, gj in groups:
+        pos = [perm.index(d) for d in gi]
+        if pos != list(range(pos[0], pos[0] + len(pos))):
+            return None
+        placed.append((pos[0], gi, gj, pos))
+    placed.sort()
+    new_perm, merge = [], []
+    for _, gi, gj, pos in placed:
+        for d in gj:
+            new_perm.append(d)
+            merge.append(pos if len(gj) == 1 else None)
+    return tuple(new_perm), merge
+
+
+# ---------------------------------------------------------------------------------------------------- converters
+@register("aten.sym_size.int", "aten.size.int")
+def convert_sym_size(ctx, call):
+    x = call.arg("self")
+    ctx.emit("size", [ctx.tensor(x)], {"axis": L.axis_of(ctx.perm(x), call.arg("dim"))}, meta=ValueMeta("int"))
+
+
+@register(*(f"operator.{op}" for op in _INT_OPS))
+def convert_int_op(ctx, call):
+    op = call.op.split(".", 1)[1]
+    args = [ctx.value(call.arg(n)) for n in ("a", "b") if call.has(n)]
+    ctx.emit("int_op", args, {"op": op})
+
+
+@register("operator.getitem")
+def convert_getitem(ctx, call):
+    seq, index = call.arg("a"), call.arg("b")
+    info = ctx.info(seq)
+    if info.items is None:
+        raise NotImplementedError(f"getitem on a value without items ({seq.name})")
+    item = info.items[index]
+    ctx.emit("getitem", [ctx.value(seq)], {"index": index}, perm=item.perm, meta=item.meta, items=item.items)
+
+
+@register("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
+def convert_reshape(ctx, call):
+    x = call.arg("self")
+    sizes = call.arg("size") if call.has("size") else call.arg("shape")
+    convert_view(ctx, call, x, list(sizes), call.meta)
+
+
+@register("aten.flatten.using_ints")
+def convert_flatten(ctx, call):
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    start, end = call.arg("start_dim"), call.arg("end_dim")
+    if rank == 0:
+        return ctx.emit("reshape", [ctx.tensor(x), [1]], perm=(0,))
+    start, end = start % rank, end % rank
+    groups = [([d], [d]) for d in range(start)]
+    groups.append((list(range(start, end + 1)), [start]))
+    groups += [([d], [d - (end - start)]) for d in range(end + 1, rank)]
+    perm = ctx.perm(x)
+    plan = _plan_in_layout(perm, groups)
+    if plan is not None:
+        new_perm, merge = plan
+        return ctx.emit("reshape", [ctx.tensor(x), [None] * len(new_perm)], {"merge": merge}, perm=new_perm)
+    merge = [[d] for d in range(start)] + [list(range(start, end + 1))] + [[d] for d in range(end + 1, rank)]
+    ident = L.identity(rank)
+    ctx.emit("reshape", [ctx.tensor(x, ident), [None] * len(merge)], {"merge": merge},
+             perm=L.identity(call.meta.rank))
+
+
+@register("aten.unflatten.int")
+def convert_unflatten(ctx, call):
+    x, dim, sizes = call.arg("self"), call.arg("dim"), call.arg("sizes")
+    rank = ctx.meta(x).rank
+    dim %= rank
+    k = len(sizes)
+    groups = [([d], [d]) for d in range(dim)] + [([dim], list(range(dim, dim + k)))]
+    groups += [([d], [d + k - 1]) for d in range(dim + 1, rank)]
+    perm = ctx.perm(x)
+    new_perm, merge = _plan_in_layout(perm, groups)  # one input dim per group: always possible
+    full = {}
+    for gi, gj in groups:
+        for n, d in enumerate(gj):
+            full[d] = sizes[n] if len(gj) > 1 else None
+    ctx.emit("reshape", [ctx.tensor(x), ctx.value([full[d] for d in new_perm])], {"merge": merge}, perm=new_perm)
+
+
+@register("aten.permute.default")
+def convert_permute(ctx, call):
+    x = call.arg("self")
+    ctx.emit("identity", [ctx.tensor(x)], perm=L.permute_perm(ctx.perm(x), tuple(call.arg("dims"))))
+
+
+@register("aten.transpose.int", "aten.swapaxes.default")
+def convert_transpose(ctx, call):
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    a, b = (call.arg("dim0"), call.arg("dim1")) if call.has("dim0") else (call.arg("axis0"), call.arg("axis1"))
+    dims = list(range(rank))
+    if rank:
+        dims[a % rank], dims[b % rank] = dims[b % rank], dims[a % rank]
+    ctx.emit("identity", [ctx.tensor(x)], perm=L.permute_perm(ctx.perm(x), tuple(dims)))
+
+
+@register("aten.t.default", "aten.numpy_T.default")
+def convert_t(ctx, call):
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    dims = tuple(reversed(range(rank)))
+    ctx.emit("identity", [ctx.tensor(x)], perm=L.permute_perm(ctx.perm(x), dims))
+
+
+@register("aten.contiguous.default", "aten.clone.default")
+def convert_copy(ctx, call):
+    call.arg("memory_format")  # a memory-format request changes strides, never values
+    ctx.alias(call.arg("self"))
+
+
+@register("aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default", "aten.detach_.default")
+def convert_noop(ctx, call):
+    ctx.alias(call.arg("self"))
+
+
+@register("aten.expand.default")
+def convert_expand(ctx, call):
+    x, sizes = call.arg("self"), list(call.arg("size"))
+    call.arg("implicit")
+    perm = ctx.perm(x)
+    lead = len(sizes) - len(perm)
+    new_perm = tuple(range(lead)) + tuple(p + lead for p in perm)
+    ctx.emit("expand", [ctx.tensor(x), ctx.value(sizes)], {"lead": lead, "perm": list(new_perm)}, perm=new_perm)
+
+
+@register("aten.repeat.default")
+def convert_repeat(ctx, call):
+    x, repeats = call.arg("self"), list(call.arg("repeats"))
+    perm = ctx.perm(x)
+    lead = len(repeats) - len(perm)
+    new_perm = tuple(range(lead)) + tuple(p + lead for p in perm)
+    ctx.emit("repeat", [ctx.tensor(x), ctx.value(repeats)], {"lead": lead, "perm": list(new_perm)}, perm=new_perm)
+
+
+def _common_perm(ctx, tensors):
+    """The layout most inputs already have (ties: the first non-parameter tensor's)."""
+    candidates = [t for t in tensors if isinstance(t, Ref) and not ctx.is_param(t)] or list(tensors)
+    counts: dict = {}
+    for t in candidates:
+        counts[ctx.perm(t)] = counts.get(ctx.perm(t), 0) + 1
+    return max(counts, key=lambda p: (counts[p], -[ctx.perm(t) for t in candidates].index(p)))
+
+
+@register("aten.cat.default", "aten.concat.default")
+def convert_cat(ctx, call):
+    tensors, dim = call.arg("tensors"), call.arg("dim")
+    rank = call.meta.rank
+    tensors = [t for t in tensors if not (ctx.meta(t).rank == 1 and ctx.meta(t).shape == [0])]  # torch skips empty 1-d
+    perm = _common_perm(ctx, tensors)
+    specs = [ctx.tensor(t, perm) for t in tensors]
+    ctx.emit("concat", [specs], {"axis": L.axis_of(perm, dim % rank)}, perm=perm)
+
+
+@register("aten.stack.default")
+def convert_stack(ctx, call):
+    tensors, dim = call.arg("tensors"), call.arg("dim")
+    rank = call.meta.rank
+    dim %= rank
+    perm = _common_perm(ctx, tensors)
+    specs = [ctx.tensor(t, perm) for t in tensors]
+    new_perm = L.insert_dim(perm, dim)
+    ctx.emit("stack", [specs], {"axis": new_perm.index(dim)}, perm=new_perm)
+
+
+def _emit_split(ctx, call, x, size, dim, mode):
+    perm = ctx.perm(x)
+    from ..convert import Info
+
+    items = [Info(m, perm) for m in call.meta.items]
+    ctx.emit("split", [ctx.tensor(x), ctx.value(size)], {"axis": L.axis_of(perm, dim), "mode": mode}, items=items)
+
+
+@register("aten.split.Tensor")
+def convert_split(ctx, call):
+    _emit_split(ctx, call, call.arg("self"), call.arg("split_size"), call.arg("dim"), "size")
+
+
+@register("aten.split_with_sizes.default", "aten.split.sizes", "aten.split.default")
+def convert_split_sizes(ctx, call):
+    sizes = call.arg("split_sizes") if call.has("split_sizes") else call.arg("split_size")
+    _emit_split(ctx, call, call.arg("self"), list(sizes), call.arg("dim"), "sizes")
+
+
+@register("aten.chunk.default")
+def convert_chunk(ctx, call):
+    _emit_split(ctx, call, call.arg("self"), call.arg("chunks"), call.arg("dim"), "chunks")
+
+
+@register("aten.unbind.int")
+def convert_unbind(ctx, call):
+    from ..convert import Info
+
+    x, dim = call.arg("self"), call.arg("dim")
+    perm = ctx.perm(x)
+    dim %= len(perm)
+    item_perm = L.remove_dims(perm, [dim])
+    items = [Info(m, item_perm) for m in call.meta.items]
+    ctx.emit("unbind", [ctx.tensor(x)], {"axis": perm.index(dim)}, items=items)
+
+
+@register("aten.select.int")
+def convert_select(ctx, call):
+    x, dim = call.arg("self"), call.arg("dim")
+    perm = ctx.perm(x)
+    dim %= len(perm)
+    ctx.emit("select", [ctx.tensor(x), ctx.value(call.arg("index"))], {"axis": perm.index(dim)},
+             perm=L.remove_dims(perm, [dim]))
+
+
+@register("aten.slice.Tensor")
+def convert_slice(ctx, call):
+    x, dim = call.arg("self"), call.arg("dim")
+    perm = ctx.perm(x)
+    step = call.arg("step")
+    if isinstance(step, int) and step <= 0:
+        call.fail("step", "slice step must be positive")
+    end = call.arg("end")
+    if isinstance(end, int) and end >= 2**62:
+        end = None
+    ctx.emit("slice", [ctx.tensor(x), ctx.value(call.arg("start")), ctx.value(end), ctx.value(step)],
+             {"axis": L.axis_of(perm, dim)}, perm=perm)
+
+
+@register("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
+def convert_squeeze(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    shape = ctx.meta(x).shape
+    rank = len(perm)
+    requested = _dims(call.arg("dim"), rank) if call.has("dim") else list(range(rank))
+    dims = [d for d in requested if shape[d] == 1]
+    if len(shape) - len(dims) != call.meta.rank:
+        raise NotImplementedError(f"squeeze of a dynamic dim of {x.name}: the example cannot tell its size")
+    ctx.emit("squeeze", [ctx.tensor(x)], {"axes": [perm.index(d) for d in dims]}, perm=L.remove_dims(perm, dims))
+
+
+@register("aten.unsqueeze.default")
+def convert_unsqueeze(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    dim = call.arg("dim") % (len(perm) + 1)
+    new_perm = L.insert_dim(perm, dim)
+    ctx.emit("unsqueeze", [ctx.tensor(x)], {"axis": new_perm.index(dim)}, perm=new_perm)
+
+
+@kernel("shape")
+def k_shape(x, *, perm):
+    return [x.shape[perm.index(d)] for d in range(x.ndim)]
+
+
+@register("aten.size.default")
+def convert_shape(ctx, call):
+    from ..convert import Info
+
+    x = call.arg("self")
+    items = [Info(ValueMeta("int")) for _ in range(ctx.meta(x).rank)]
+    ctx.emit("shape", [ctx.tensor(x)], {"perm": list(ctx.perm(x))}, items=items)

@@ -1,0 +1,96 @@
+"""Two registries, both filled by decorators in the op-family files (``converters/ops/*.py``).
+
+* converters, keyed by the captured op ("aten.conv2d.default", "operator.getitem"): conversion-time functions
+  that choose layouts, transform weights and emit runtime nodes;
+* kernels, keyed by a runtime kernel name ("conv", "max_pool"): the MLX functions a converted graph runs.
+
+A duplicate registration raises; a lookup miss raises ``NotImplementedError`` naming the op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+_CONVERTERS: dict = {}
+_KERNELS: dict = {}
+
+
+class UnsupportedOpsError(NotImplementedError):
+    """Raised when a model uses ops Porter cannot convert; ``.ops`` lists every one of them at once.
+
+    Each entry of ``.ops`` is an op name; ``.locations`` maps each op name to the module paths where it occurs.
+    """
+
+    def __init__(self, locations: dict):
+        self.locations = {op: sorted(set(paths)) for op, paths in locations.items()}
+        self.ops = sorted(self.locations)
+        lines = [
+            f"  {op}  (in {', '.join(repr(p) if p else '<root>' for p in self.locations[op])})" for op in self.ops
+        ]
+        super().__init__(
+            f"Porter cannot convert {len(self.ops)} op(s) used by this model:\n" + "\n".join(lines)
+        )
+
+
+@dataclass(frozen=True)
+class ConverterEntry:
+    fn: Callable
+    # True when the op computes in channels-last (conv, pool, norm): a graph input read by it is taken
+    # channels-last under io_layout="mlx".
+    channels_last: bool
+
+
+def register(*ops: str, channels_last: bool = False):
+    """Register the decorated function as the converter of every op in ``ops``."""
+
+    def decorate(fn):
+        for op in ops:
+            if op in _CONVERTERS:
+                raise ValueError(f"duplicate converter for op {op!r}: {_CONVERTERS[op].fn.__name__} and {fn.__name__}")
+            _CONVERTERS[op] = ConverterEntry(fn, channels_last)
+        return fn
+
+    return decorate
+
+
+def kernel(name: str):
+    """Register the decorated function as the runtime kernel ``name``."""
+
+    def decorate(fn):
+        if name in _KERNELS:
+            raise ValueError(f"duplicate kernel {name!r}: {_KERNELS[name].__name__} and {fn.__name__}")
+        _KERNELS[name] = fn
+        return fn
+
+    return decorate
+
+
+def _load_families() -> None:
+    from . import ops  # noqa: F401  (importing the package registers every family)
+
+
+def has_converter(op: str) -> bool:
+    _load_families()
+    return op in _CONVERTERS
+
+
+def get_converter(op: str) -> ConverterEntry:
+    _load_families()
+    try:
+        return _CONVERTERS[op]
+    except KeyError:
+        raise NotImplementedError(f"Porter has no converter for op {op!r}") from None
+
+
+def get_kernel(name: str) -> Callable:
+    _load_families()
+    try:
+        return _KERNELS[name]
+    except KeyError:
+        raise NotImplementedError(f"Porter has no runtime kernel {name!r}") from None
+
+
+def supported_ops() -> list:
+    _load_families()
+    return sorted(_CONVERTERS)

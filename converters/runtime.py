@@ -1,0 +1,163 @@
+"""PortedModel: an ``mlx.nn.Module`` that runs a converted graph. Never imports torch."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from . import layout as L
+from . import transforms
+from .registry import get_kernel
+
+
+class _Program:
+    def __init__(self, graph: dict):
+        self.graph = graph
+        self.kernels = [get_kernel(n["kernel"]) for n in graph["nodes"]]  # fails early on an unknown kernel
+        self.module_outputs: dict = {}
+        for entry in graph["module_outputs"]:
+            self.module_outputs.setdefault(entry["value"], []).append(entry)
+
+
+class PortedModel(nn.Module):
+    """A converted torch model.
+
+    Call it with mx arrays (``ported(x)``). With ``io_layout="mlx"`` image-like inputs/outputs are channels-last
+    (``(N, H, W, C)``); with ``"torch"`` they use torch's layout exactly. Parameters are MLX arrays in MLX layouts,
+    keyed by their torch ``state_dict`` names in :attr:`params` (trainable) and :attr:`buffers` (frozen).
+
+    Attributes:
+        io_layout (str): ``"mlx"`` or ``"torch"``.
+        num_transposes (int): transposes the layout pass inserted (ones that reorder data).
+        input_layouts / output_layouts (list of str): per tensor, e.g. ``"NCHW->NHWC"`` or ``"as-is"``.
+    """
+
+    def __init__(self, graph: dict, weights: dict):
+        super().__init__()
+        # Held in a plain object: mlx.nn.Module would take a dict or list attribute for part of the parameter tree.
+        self._program = _Program(graph)
+        params, buffers = {}, {}
+        for name, spec in graph["params"].items():
+            if name not in weights:
+                raise ValueError(f"the weights have no entry for parameter {name!r}")
+            array = weights[name] if isinstance(weights[name], mx.array) else mx.array(weights[name])
+            (params if spec["trainable"] else buffers)[name] = array
+        self.params = params
+        self.buffers = buffers
+        self.freeze(keys=["buffers"], strict=False)
+
+    # ------------------------------------------------------------------------------------------------ properties
+    @property
+    def graph(self) -> dict:
+        return self._program.graph
+
+    @property
+    def io_layout(self) -> str:
+        return self._program.graph["io_layout"]
+
+    @property
+    def num_transposes(self) -> int:
+        return self._program.graph["num_transposes"]
+
+    @property
+    def input_layouts(self) -> list:
+        return [L.describe(tuple(i["perm"])) if i["perm"] is not None else "as-is" for i in self._program.graph["inputs"]]
+
+    @property
+    def output_layouts(self) -> list:
+        return [L.describe(tuple(o["perm"])) if o["perm"] is not None else "as-is" for o in self._program.graph["outputs"]]
+
+    @property
+    def source_class(self) -> str:
+        return self._program.graph.get("source_class", "")
+
+    # ------------------------------------------------------------------------------------------------ running
+    def _resolve(self, spec, env):
+        if isinstance(spec, dict):
+            if "ref" in spec:
+                return env[spec["ref"]]
+            if "param" in spec:
+                name = spec["param"]
+                return self.params[name] if name in self.params else self.buffers[name]
+            raise ValueError(f"bad argument spec {spec!r} in the converted graph")
+        if isinstance(spec, list):
+            return [self._resolve(s, env) for s in spec]
+        return spec
+
+    def _run(self, inputs, record: Optional[dict]):
+        specs = self._program.graph["inputs"]
+        if len(inputs) != len(specs):
+            raise TypeError(f"PortedModel expects {len(specs)} input(s) but got {len(inputs)}")
+        env = {}
+        for spec, x in zip(specs, inputs):
+            if spec["meta"]["kind"] == "tensor":
+                if not isinstance(x, mx.array):
+                    x = mx.array(np.asarray(x))
+                if x.ndim != len(spec["perm"]):
+                    raise ValueError(
+                        f"input {spec['name']!r} must have {len(spec['perm'])} dims "
+                        f"({L.describe(tuple(spec['perm']))}) but got shape {tuple(x.shape)}"
+                    )
+            env[spec["name"]] = x
+        for node, fn in zip(self._program.graph["nodes"], self._program.kernels):
+            args = [self._resolve(s, env) for s in node["inputs"]]
+            try:
+                result = fn(*args, **node["attrs"])
+            except (ValueError, TypeError) as e:
+                where = f" in module {node['module']!r}" if node["module"] else ""
+                raise type(e)(f"{e} (while running {node['op']}{where})") from e
+            (name,) = node["outputs"]
+            env[name] = result
+            if record is not None and name in self._program.module_outputs:
+                for entry in self._program.module_outputs[name]:
+                    perm = tuple(entry["perm"])
+                    torch_value = result.transpose(L.to_layout_axes(perm, L.identity(len(perm))))
+                    record.pop(entry["module"], None)  # a module called again moves to its last call's position
+                    record[entry["module"]] = torch_value
+        outs = tuple(self._resolve(o["value"], env) for o in self._program.graph["outputs"])
+        if self._program.graph["output_structure"] == "single":
+            return outs[0]
+        return outs
+
+    def __call__(self, *inputs):
+        return self._run(inputs, None)
+
+    def trace(self, *inputs):
+        """Run the forward and also return every torch submodule's output (torch layout) by qualified name."""
+        record: dict = {}
+        outputs = self._run(inputs, record)
+        return outputs, record
+
+    # ------------------------------------------------------------------------------------------------ torch view
+    def _to_torch(self, name, array):
+        spec = self._program.graph["params"][name]
+        _, inverse = transforms.get(spec["transform"])
+        return inverse(array, **spec["attrs"])
+
+    def torch_parameters(self) -> dict:
+        """Every parameter and buffer by torch state_dict name, in torch layout."""
+        out = {}
+        for name in self._program.graph["params"]:
+            array = self.params[name] if name in self.params else self.buffers[name]
+            out[name] = self._to_torch(name, array)
+        return out
+
+    def torch_parameter_grads(self, grads_tree) -> dict:
+        """Turn ``mx.grad`` w.r.t. ``trainable_parameters()`` into {torch name: np.ndarray in torch layout}."""
+        grads = grads_tree.get("params", grads_tree) if isinstance(grads_tree, dict) else grads_tree
+        out = {}
+        for name, g in grads.items():
+            if name not in self._program.graph["params"]:
+                raise KeyError(f"gradient for unknown parameter {name!r}")
+            out[name] = np.array(self._to_torch(name, g))
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"PortedModel(source={self.source_class!r}, nodes={len(self._program.graph['nodes'])}, "
+            f"params={len(self._program.graph['params'])}, io_layout={self.io_layout!r}, "
+            f"num_transposes={self.num_transposes})"
+        )

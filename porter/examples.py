@@ -1,0 +1,216 @@
+"""Built-in example models for conversion (imports torch; never used at runtime by a ported model).
+
+The ResNet here reproduces torchvision's architecture and module names, so ``resnet18().state_dict()`` has
+exactly the keys of ``torchvision.models.resnet18()`` and a torchvision checkpoint loads with ``strict=True``.
+Weights are random (seeded by the caller); Porter ships no pretrained weights.
+
+Example::
+
+    >>> import torch
+    >>> from porter.examples import EXAMPLES
+    >>> model = EXAMPLES["resnet18"]().eval()
+    >>> model(torch.randn(1, 3, 224, 224)).shape
+    torch.Size([1, 1000])
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Type, Union
+
+import torch
+from torch import nn
+
+__all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50", "EXAMPLES"]
+
+
+def _conv3x3(in_planes: int, out_planes: int, stride: int = 1, groups: int = 1, dilation: int = 1) -> nn.Conv2d:
+    # Padding equals the dilation so a 3x3 conv keeps the spatial size at stride 1.
+    return nn.Conv2d(in_planes, out_planes, 3, stride=stride, padding=dilation, groups=groups, bias=False,
+                     dilation=dilation)
+
+
+def _conv1x1(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_planes, out_planes, 1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convs with a residual connection (ResNet-18/34).
+
+    Args:
+        inplanes (int): input channels.
+        planes (int): output channels (``expansion`` is 1).
+        stride (int, optional): stride of the first conv. Default: ``1``.
+        downsample (nn.Module, optional): projection of the identity when shapes change. Default: ``None``.
+    Shape: ``(N, inplanes, H, W)`` -> ``(N, planes, H / stride, W / stride)``.
+    """
+
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Optional[nn.Module] = None,
+                 groups: int = 1, base_width: int = 64, dilation: int = 1,
+                 norm_layer: Optional[Callable[[int], nn.Module]] = None):
+        super().__init__()
+        if groups != 1 or base_width != 64:
+            raise ValueError("[BasicBlock] 'groups' must be 1 and 'base_width' must be 64 "
+                             f"but got groups={groups}, base_width={base_width}.")
+        if dilation > 1:
+            raise NotImplementedError("[BasicBlock] 'dilation' > 1 is not supported (as in torchvision).")
+        norm_layer = norm_layer or nn.BatchNorm2d
+        self.conv1 = _conv3x3(inplanes, planes, stride)
+        self.bn1 = norm_layer(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = _conv3x3(planes, planes)
+        self.bn2 = norm_layer(planes)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3 (strided, as in torchvision's "ResNet v1.5"), 1x1 expand, with a residual connection.
+
+    Args:
+        inplanes (int): input channels.
+        planes (int): bottleneck channels; the output has ``planes * 4``.
+        stride (int, optional): stride of the 3x3 conv. Default: ``1``.
+        downsample (nn.Module, optional): projection of the identity when shapes change. Default: ``None``.
+        groups (int, optional): groups of the 3x3 conv (ResNeXt). Default: ``1``.
+        base_width (int, optional): width per group (Wide ResNet / ResNeXt). Default: ``64``.
+        dilation (int, optional): dilation (and padding) of the 3x3 conv. Default: ``1``.
+    Shape: ``(N, inplanes, H, W)`` -> ``(N, 4 * planes, H / stride, W / stride)``.
+    """
+
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Optional[nn.Module] = None,
+                 groups: int = 1, base_width: int = 64, dilation: int = 1,
+                 norm_layer: Optional[Callable[[int], nn.Module]] = None):
+        super().__init__()
+        norm_layer = norm_layer or nn.BatchNorm2d
+        width = int(planes * (base_width / 64.0)) * groups
+        self.conv1 = _conv1x1(inplanes, width)
+        self.bn1 = norm_layer(width)
+        self.conv2 = _conv3x3(width, width, stride, groups, dilation)
+        self.bn2 = norm_layer(width)
+        self.conv3 = _conv1x1(width, planes * self.expansion)
+        self.bn3 = norm_layer(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    """ResNet with torchvision's module layout (``conv1, bn1, relu, maxpool, layer1..4, avgpool, fc``).
+
+    Args:
+        block (type): ``BasicBlock`` or ``Bottleneck``.
+        layers (sequence of 4 ints): blocks per stage.
+        num_classes (int, optional): classifier outputs. Default: ``1000``.
+        zero_init_residual (bool, optional): zero the last BN gamma of every block. Default: ``False``.
+        groups, width_per_group (int, optional): ResNeXt / Wide ResNet settings. Default: ``1``, ``64``.
+        replace_stride_with_dilation (3 bools, optional): for layer2..4, keep the resolution and dilate instead
+            of striding (segmentation backbones; Bottleneck only). Default: ``None`` (all strided).
+        widths (sequence of 4 ints, optional): stage widths; torchvision uses ``(64, 128, 256, 512)``. Smaller
+            widths give fast test models with the same structure and names. Default: ``(64, 128, 256, 512)``.
+        in_channels (int, optional): input channels. Default: ``3``.
+    Shape: ``(N, in_channels, H, W)`` -> ``(N, num_classes)``; any H, W >= 1 works (adaptive average pool).
+    """
+
+    def __init__(self, block: Type[Union[BasicBlock, Bottleneck]], layers: Sequence[int], num_classes: int = 1000,
+                 zero_init_residual: bool = False, groups: int = 1, width_per_group: int = 64,
+                 replace_stride_with_dilation: Optional[Sequence[bool]] = None,
+                 widths: Sequence[int] = (64, 128, 256, 512), in_channels: int = 3,
+                 norm_layer: Optional[Callable[[int], nn.Module]] = None):
+        super().__init__()
+        if len(layers) != 4 or len(widths) != 4:
+            raise ValueError(f"[ResNet] 'layers' and 'widths' must have 4 entries but got {list(layers)} and "
+                             f"{list(widths)}.")
+        dilate = list(replace_stride_with_dilation or (False, False, False))
+        if len(dilate) != 3:
+            raise ValueError(f"[ResNet] 'replace_stride_with_dilation' must have 3 entries but got {dilate}.")
+        self._norm_layer = norm_layer or nn.BatchNorm2d
+        self.inplanes = widths[0]
+        self.dilation = 1
+        self.groups = groups
+        self.base_width = width_per_group
+        self.conv1 = nn.Conv2d(in_channels, self.inplanes, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = self._norm_layer(self.inplanes)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, widths[0], layers[0])
+        self.layer2 = self._make_layer(block, widths[1], layers[1], stride=2, dilate=dilate[0])
+        self.layer3 = self._make_layer(block, widths[2], layers[2], stride=2, dilate=dilate[1])
+        self.layer4 = self._make_layer(block, widths[3], layers[3], stride=2, dilate=dilate[2])
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(widths[3] * block.expansion, num_classes)
+
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+        if zero_init_residual:
+            for m in self.modules():
+                if isinstance(m, Bottleneck):
+                    nn.init.constant_(m.bn3.weight, 0)
+                elif isinstance(m, BasicBlock):
+                    nn.init.constant_(m.bn2.weight, 0)
+
+    def _make_layer(self, block, planes: int, blocks: int, stride: int = 1, dilate: bool = False) -> nn.Sequential:
+        previous_dilation = self.dilation
+        if dilate:
+            # Trade the stride for dilation: same receptive field growth, resolution kept.
+            self.dilation *= stride
+            stride = 1
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            # The identity must match the block output: a strided 1x1 projection plus BN.
+            downsample = nn.Sequential(
+                _conv1x1(self.inplanes, planes * block.expansion, stride),
+                self._norm_layer(planes * block.expansion),
+            )
+        layers = [block(self.inplanes, planes, stride, downsample, self.groups, self.base_width, previous_dilation,
+                        self._norm_layer)]
+        self.inplanes = planes * block.expansion
+        for _ in range(1, blocks):
+            layers.append(block(self.inplanes, planes, groups=self.groups, base_width=self.base_width,
+                                dilation=self.dilation, norm_layer=self._norm_layer))
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+def resnet18(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNet-18 (BasicBlock, 2-2-2-2), torchvision's names; random weights."""
+    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes=num_classes, **kwargs)
+
+
+def resnet34(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNet-34 (BasicBlock, 3-4-6-3), torchvision's names; random weights."""
+    return ResNet(BasicBlock, [3, 4, 6, 3], num_classes=num_classes, **kwargs)
+
+
+def resnet50(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNet-50 (Bottleneck, 3-4-6-3), torchvision's names; random weights."""
+    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes=num_classes, **kwargs)
+
+
+#: Builders the CLI offers as ``porter convert --example NAME``; each takes ``num_classes``.
+EXAMPLES = {"resnet18": resnet18, "resnet34": resnet34, "resnet50": resnet50}

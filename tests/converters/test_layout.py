@@ -1,0 +1,204 @@
+"""Layout-pass tricks, each against torch at two input sizes and in both io layouts."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from converter_check import check_converted
+
+torch.manual_seed(0)
+
+
+def randomise_bn(model):
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+class FlattenAfterConv(nn.Module):
+    """The classic bug: flattening a channels-last feature map gives the wrong element order."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2)
+        self.fc = nn.Linear(4 * 3 * 3, 5)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(F.relu(self.conv(x)), 1))
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + x)
+
+
+class ChannelConcat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 2, 1)
+        self.b = nn.Conv2d(3, 5, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=1, padding=1)
+
+    def forward(self, x):
+        return torch.cat([self.a(x), self.b(x), self.pool(x)], dim=1)
+
+
+class ChannelShuffle(nn.Module):
+    def __init__(self, groups=2):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 1)
+        self.groups = groups
+
+    def forward(self, x):
+        x = self.conv(x)
+        n, c, h, w = x.size()
+        x = x.view(n, self.groups, c // self.groups, h, w)
+        x = torch.transpose(x, 1, 2).contiguous()
+        return x.view(n, -1, h, w)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise conv, permute to channels-last, LayerNorm + MLP + layer scale, permute back, residual."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.layer_scale = nn.Parameter(torch.rand(dim, 1, 1) + 0.5)
+
+    def forward(self, x):
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.pwconv2(F.gelu(self.pwconv1(self.norm(y)))).permute(0, 3, 1, 2)
+        return x + self.layer_scale * y
+
+
+class ClassToken(nn.Module):
+    """ViT-style patch embedding: conv, flatten(2).transpose(1, 2), class token cat, position add."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.proj = nn.Conv2d(3, dim, 4, stride=4)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        t = self.proj(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls_token.expand(t.shape[0], -1, -1), t], dim=1)
+        return self.norm(t)[:, 0], t.mean(1)
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1 = nn.Conv2d(8, 2, 1)
+        self.fc2 = nn.Conv2d(2, 8, 1)
+
+    def forward(self, x):
+        x = self.conv(x)
+        s = F.adaptive_avg_pool2d(x, 1)
+        s = F.hardsigmoid(self.fc2(F.relu(self.fc1(s))))
+        return x * s
+
+
+class ChannelOps(nn.Module):
+    """dim-argument ops on a channels-last tensor: softmax/sum/mean over channels and space, keepdim."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.bias = nn.Parameter(torch.randn(6, 1, 1))
+
+    def forward(self, x):
+        y = self.conv(x) + self.bias
+        a = torch.softmax(y, dim=1)
+        b = y.mean((2, 3), keepdim=True)
+        c = y.sum(dim=1)
+        return a - b, c, y.amax(dim=-1)
+
+
+def inputs(*shapes):
+    return [torch.randn(*s) for s in shapes]
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_flatten_after_conv(io_layout):
+    model = FlattenAfterConv().eval()
+    ported = check_converted(model, *inputs((2, 3, 8, 8), (5, 3, 8, 8)), io_layout=io_layout)
+    # the flatten needs torch's element order: one transpose before it (plus the input's under "torch")
+    assert ported.num_transposes == (1 if io_layout == "mlx" else 2)
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_residual_add(io_layout):
+    ported = check_converted(randomise_bn(Residual()), *inputs((2, 4, 9, 9), (1, 4, 12, 7)), io_layout=io_layout)
+    assert ported.num_transposes == (2 if io_layout == "torch" else 0)
+    if io_layout == "mlx":
+        assert ported.input_layouts == ["NCHW->NHWC"] and ported.output_layouts == ["NCHW->NHWC"]
+    else:
+        assert ported.input_layouts == ["as-is"] and ported.output_layouts == ["as-is"]
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_concat_on_channel_dim(io_layout):
+    ported = check_converted(ChannelConcat().eval(), *inputs((2, 3, 7, 7), (3, 3, 10, 6)), io_layout=io_layout)
+    assert ported.num_transposes == (0 if io_layout == "mlx" else 2)
+
+
+def test_channel_shuffle():
+    check_converted(ChannelShuffle(3).eval(), *inputs((2, 4, 5, 5), (1, 4, 8, 3)), io_layout="mlx")
+
+
+def test_convnext_permute_layernorm_needs_no_transpose():
+    ported = check_converted(ConvNeXtBlock().eval(), *inputs((2, 8, 9, 9), (1, 8, 14, 11)), io_layout="mlx")
+    assert ported.num_transposes == 0
+
+
+def test_class_token():
+    ported = check_converted(ClassToken().eval(), *inputs((2, 3, 16, 16), (3, 3, 8, 12)), io_layout="mlx")
+    assert ported.num_transposes == 0  # patch flatten stays channels-last: (N, h*w, D) is the array as is
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_squeeze_excite_broadcast(io_layout):
+    check_converted(SqueezeExcite().eval(), *inputs((2, 3, 6, 6), (1, 3, 9, 5)), io_layout=io_layout)
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_dim_ops_on_channels_last(io_layout):
+    check_converted(ChannelOps().eval(), *inputs((2, 3, 5, 5), (1, 3, 4, 7)), io_layout=io_layout)
+
+
+def test_io_layout_mlx_takes_channels_last_input():
+    import mlx.core as mx
+    import numpy as np
+    import porter
+
+    model = Residual().eval()
+    x = torch.randn(2, 4, 6, 6)
+    ported = porter.convert(model, x)  # default io_layout="mlx"
+    assert ported.io_layout == "mlx"
+    y = ported(mx.array(x.permute(0, 2, 3, 1).numpy()))
+    expected = model(x).detach().permute(0, 2, 3, 1).numpy()
+    assert y.shape == (2, 6, 6, 4)
+    assert np.abs(np.array(y) - expected).max() <= 1e-4 * np.abs(expected).max()
+    torch_io = porter.convert(model, x, io_layout="torch")
+    y2 = torch_io(mx.array(x.numpy()))
+    assert np.abs(np.array(y2) - model(x).detach().numpy()).max() <= 1e-4 * np.abs(expected).max()

@@ -1,0 +1,86 @@
+"""Registry of torch reference models for the converter coverage tests (issue 3's coverage list).
+
+``REGISTRY[name] = ModelSpec(builder, inputs, second_inputs)``:
+    builder: ``builder(seed=0) -> nn.Module`` in eval mode with seeded random weights and BatchNorm statistics.
+    inputs: the example input shapes (a tuple of shapes, torch layout), used for conversion.
+    second_inputs: shapes of a second, different input size the model accepts (other spatial size and batch;
+        batch only where the architecture fixes the spatial size, as ViT's position embedding does), or ``None``
+        when no other size is possible.
+
+Every model keeps torchvision's module structure and ``state_dict`` names where torchvision has the
+architecture, at small width and depth so the coverage test stays fast.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import torch
+from torch import nn
+
+from porter.examples import BasicBlock, Bottleneck, ResNet
+
+from ._common import randomize_
+from .branchy import densenet_small, googlenet_small
+from .classic import alexnet_small, squeezenet_small, vgg_bn_small
+from .mobile import efficientnet_small, mobilenet_v2_small, mobilenet_v3_small
+from .modern import convnext_small, regnet_small, shufflenet_v2_small
+from .segmentation import deeplabv3_small, segnet_small, unet_small
+from .video_audio import audio_cnn_small, r3d_small
+from .vit import vit_small
+
+Shapes = Tuple[Tuple[int, ...], ...]
+
+
+class ModelSpec(NamedTuple):
+    builder: Callable[..., nn.Module]
+    inputs: Shapes
+    second_inputs: Optional[Shapes]
+
+
+def _seeded(make: Callable[[], nn.Module]) -> Callable[..., nn.Module]:
+    def build(seed: int = 0) -> nn.Module:
+        torch.manual_seed(seed)
+        return randomize_(make(), seed)
+
+    build.__name__ = getattr(make, "__name__", "build")
+    return build
+
+
+def make_inputs(shapes: Shapes, seed: int = 0) -> Tuple[torch.Tensor, ...]:
+    """Seeded standard-normal float32 inputs of the given torch-layout shapes."""
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(s, generator=gen) for s in shapes)
+
+
+def _img(n: int, size: int, c: int = 3) -> Shapes:
+    return ((n, c, size, size),)
+
+
+REGISTRY = {
+    "resnet_basic": ModelSpec(
+        _seeded(partial(ResNet, BasicBlock, [2, 1, 1, 1], num_classes=10, widths=(8, 16, 16, 32))),
+        _img(2, 32), _img(1, 45)),
+    "resnet_bottleneck": ModelSpec(
+        _seeded(partial(ResNet, Bottleneck, [1, 2, 1, 1], num_classes=10, widths=(4, 8, 8, 8))),
+        _img(2, 32), _img(1, 45)),
+    "vgg_bn": ModelSpec(_seeded(vgg_bn_small), _img(2, 32), _img(1, 48)),
+    "alexnet": ModelSpec(_seeded(alexnet_small), _img(2, 96), _img(1, 127)),
+    "squeezenet": ModelSpec(_seeded(squeezenet_small), _img(2, 33), _img(1, 45)),
+    "densenet": ModelSpec(_seeded(densenet_small), _img(2, 32), _img(1, 45)),
+    "googlenet": ModelSpec(_seeded(googlenet_small), _img(2, 64), _img(1, 50)),
+    "mobilenet_v2": ModelSpec(_seeded(mobilenet_v2_small), _img(2, 32), _img(1, 45)),
+    "mobilenet_v3": ModelSpec(_seeded(mobilenet_v3_small), _img(2, 32), _img(1, 45)),
+    "efficientnet": ModelSpec(_seeded(efficientnet_small), _img(2, 32), _img(1, 45)),
+    "shufflenet_v2": ModelSpec(_seeded(shufflenet_v2_small), _img(2, 64), _img(1, 50)),
+    "convnext": ModelSpec(_seeded(convnext_small), _img(2, 32), _img(1, 48)),
+    "regnet": ModelSpec(_seeded(regnet_small), _img(2, 32), _img(1, 45)),
+    # The position embedding fixes the image size: the second input differs in batch size only.
+    "vit": ModelSpec(_seeded(vit_small), _img(2, 32), _img(3, 32)),
+    "r3d": ModelSpec(_seeded(r3d_small), ((1, 3, 4, 32, 32),), ((2, 3, 3, 24, 24),)),
+    "audio_cnn": ModelSpec(_seeded(audio_cnn_small), ((2, 1, 8000),), ((1, 1, 6001),)),
+    "segnet_unpool": ModelSpec(_seeded(segnet_small), _img(2, 32), _img(1, 30)),
+    "deeplabv3": ModelSpec(_seeded(deeplabv3_small), _img(2, 32), _img(1, 40)),
+    "unet": ModelSpec(_seeded(unet_small), _img(2, 32), _img(1, 48)),
+}

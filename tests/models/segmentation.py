@@ -1,0 +1,198 @@
+"""Dense-prediction models: a SegNet-style encoder-decoder (max-pool indices + MaxUnpool2d), a DeepLabV3-style
+head (dilated convs, image pooling, bilinear ``F.interpolate``) with torchvision's names, and a UNet
+(ConvTranspose2d upsampling, skip concatenation)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Dict, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from porter.examples import Bottleneck, ResNet
+
+
+def _conv_bn_relu(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+# ---------------------------------------------------------------------------------------------------- SegNet
+class SegNetSmall(nn.Module):
+    """Two conv stages, each followed by MaxPool2d(2, 2, return_indices=True); the decoder unpools with those
+    indices to the encoder's exact sizes (``output_size``), so odd input sizes come back whole."""
+
+    def __init__(self, widths: Sequence[int] = (8, 16), num_classes: int = 5):
+        super().__init__()
+        c1, c2 = widths
+        self.enc1 = _conv_bn_relu(3, c1)
+        self.pool1 = nn.MaxPool2d(2, 2, return_indices=True)
+        self.enc2 = _conv_bn_relu(c1, c2)
+        self.pool2 = nn.MaxPool2d(2, 2, return_indices=True)
+        self.unpool2 = nn.MaxUnpool2d(2, 2)
+        self.dec2 = _conv_bn_relu(c2, c1)
+        self.unpool1 = nn.MaxUnpool2d(2, 2)
+        self.dec1 = _conv_bn_relu(c1, c1)
+        self.classifier = nn.Conv2d(c1, num_classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.enc1(x)
+        size1 = x.size()
+        x, idx1 = self.pool1(x)
+        x = self.enc2(x)
+        size2 = x.size()
+        x, idx2 = self.pool2(x)
+        x = self.dec2(self.unpool2(x, idx2, output_size=size2))
+        x = self.dec1(self.unpool1(x, idx1, output_size=size1))
+        return self.classifier(x)
+
+
+# ---------------------------------------------------------------------------------------------------- DeepLabV3
+class IntermediateLayerGetter(nn.ModuleDict):
+    """Runs the backbone's children in order up to the last requested one and returns a dict of the requested
+    outputs (torchvision.models._utils.IntermediateLayerGetter)."""
+
+    def __init__(self, model: nn.Module, return_layers: Dict[str, str]):
+        layers = OrderedDict()
+        wanted = dict(return_layers)
+        for name, module in model.named_children():
+            layers[name] = module
+            wanted.pop(name, None)
+            if not wanted:
+                break
+        super().__init__(layers)
+        self.return_layers = dict(return_layers)
+
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        out = OrderedDict()
+        for name, module in self.items():
+            x = module(x)
+            if name in self.return_layers:
+                out[self.return_layers[name]] = x
+        return out
+
+
+class ASPPConv(nn.Sequential):
+    def __init__(self, in_channels: int, out_channels: int, dilation: int):
+        super().__init__(nn.Conv2d(in_channels, out_channels, 3, padding=dilation, dilation=dilation, bias=False),
+                         nn.BatchNorm2d(out_channels), nn.ReLU())
+
+
+class ASPPPooling(nn.Sequential):
+    """Image-level features: global average, 1x1 conv, BN, ReLU, bilinearly resized back to the input size."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__(nn.AdaptiveAvgPool2d(1), nn.Conv2d(in_channels, out_channels, 1, bias=False),
+                         nn.BatchNorm2d(out_channels), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = x.shape[-2:]
+        for mod in self:
+            x = mod(x)
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+class ASPP(nn.Module):
+    """Atrous spatial pyramid pooling: a 1x1 branch, one dilated 3x3 branch per rate, image pooling; concatenated
+    and projected (``convs``, ``project``)."""
+
+    def __init__(self, in_channels: int, atrous_rates: Sequence[int], out_channels: int = 256):
+        super().__init__()
+        modules = [nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels),
+                                 nn.ReLU())]
+        modules += [ASPPConv(in_channels, out_channels, rate) for rate in atrous_rates]
+        modules.append(ASPPPooling(in_channels, out_channels))
+        self.convs = nn.ModuleList(modules)
+        self.project = nn.Sequential(
+            nn.Conv2d(len(self.convs) * out_channels, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels),
+            nn.ReLU(), nn.Dropout(0.5),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(torch.cat([conv(x) for conv in self.convs], dim=1))
+
+
+class DeepLabHead(nn.Sequential):
+    def __init__(self, in_channels: int, num_classes: int, atrous_rates: Sequence[int] = (12, 24, 36),
+                 channels: int = 256):
+        super().__init__(ASPP(in_channels, atrous_rates, channels),
+                         nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels),
+                         nn.ReLU(), nn.Conv2d(channels, num_classes, 1))
+
+
+class DeepLabV3(nn.Module):
+    """``backbone`` (dilated ResNet through IntermediateLayerGetter), ``classifier`` (DeepLabHead); the logits are
+    bilinearly resized to the input size. Returns ``{"out": (N, num_classes, H, W)}`` like torchvision."""
+
+    def __init__(self, backbone: nn.Module, classifier: nn.Module):
+        super().__init__()
+        self.backbone = backbone
+        self.classifier = classifier
+        self.aux_classifier = None
+
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        input_shape = x.shape[-2:]
+        features = self.backbone(x)
+        out = self.classifier(features["out"])
+        return OrderedDict(out=F.interpolate(out, size=input_shape, mode="bilinear", align_corners=False))
+
+
+def deeplabv3_small(num_classes: int = 5) -> DeepLabV3:
+    """Output stride 8: layer3 and layer4 dilate (2, 4) instead of striding; ASPP rates 2, 4, 6."""
+    resnet = ResNet(Bottleneck, [1, 1, 1, 1], widths=(4, 8, 8, 8), replace_stride_with_dilation=[False, True, True])
+    backbone = IntermediateLayerGetter(resnet, {"layer4": "out"})
+    return DeepLabV3(backbone, DeepLabHead(8 * Bottleneck.expansion, num_classes, atrous_rates=(2, 4, 6),
+                                           channels=16))
+
+
+# ---------------------------------------------------------------------------------------------------- UNet
+class DoubleConv(nn.Sequential):
+    def __init__(self, cin: int, cout: int):
+        super().__init__(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+                         nn.ReLU(inplace=True))
+
+
+class Down(nn.Sequential):
+    def __init__(self, cin: int, cout: int):
+        super().__init__(nn.MaxPool2d(2), DoubleConv(cin, cout))
+
+
+class Up(nn.Module):
+    """ConvTranspose2d (2x2, stride 2) halves the channels and doubles the size; the skip is concatenated first."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(cin, cin // 2, kernel_size=2, stride=2)
+        self.conv = DoubleConv(cin, cout)
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.cat([skip, self.up(x)], dim=1))
+
+
+class UNet(nn.Module):
+    """Depth-2 UNet. Input sizes must be divisible by 4 (two 2x poolings undone by two 2x upsamplings)."""
+
+    def __init__(self, in_channels: int = 3, num_classes: int = 4, base: int = 8):
+        super().__init__()
+        self.inc = DoubleConv(in_channels, base)
+        self.down1 = Down(base, 2 * base)
+        self.down2 = Down(2 * base, 4 * base)
+        self.up1 = Up(4 * base, 2 * base)
+        self.up2 = Up(2 * base, base)
+        self.outc = nn.Conv2d(base, num_classes, kernel_size=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1 = self.inc(x)
+        x2 = self.down1(x1)
+        x3 = self.down2(x2)
+        return self.outc(self.up2(self.up1(x3, x2), x1))
+
+
+def segnet_small(num_classes: int = 5) -> SegNetSmall:
+    return SegNetSmall(num_classes=num_classes)
+
+
+def unet_small(num_classes: int = 4) -> UNet:
+    return UNet(num_classes=num_classes)
