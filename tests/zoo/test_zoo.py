@@ -14,6 +14,7 @@ from porter import zoo
 from porter.zoo.registry import register_model
 
 sys.path.insert(0, os.path.dirname(__file__))
+from helpers import check_against_torch  # noqa: E402
 from torch_twins import TWINS  # noqa: E402
 
 MODELS = zoo.list_models()
@@ -59,11 +60,21 @@ def test_matches_torch(name):
     for n, h, w in SIZES:
         x = torch.randn(n, 3, h, w, generator=torch.Generator().manual_seed(h))
         with torch.no_grad():
-            expected = twin(x).numpy()
-        got = np.array(model(mx.array(x.permute(0, 2, 3, 1).numpy())))
-        assert got.shape == expected.shape and got.dtype == np.float32
-        err = np.abs(got - expected).max()
-        assert err <= 1e-4 * np.abs(expected).max(), f"{name} at {h}x{w}: max abs err {err}"
+            scale = twin(x).abs().max().item()
+        check_against_torch(twin, model, x, nd=2, grad=False, atol=1e-4 * scale, rtol=0)
+
+
+def test_input_gradient_matches_torch():
+    """Eval-mode backward through a whole network (BatchNorm with running statistics, pools, residuals)."""
+    name = "resnet18"
+    twin = seeded_twin(name)
+    model = loaded_zoo_model(name, twin)
+    x = torch.randn(1, 3, 33, 35, generator=torch.Generator().manual_seed(5))
+    xt = x.clone().requires_grad_(True)
+    (twin(xt) * torch.from_numpy(np.random.default_rng(0).standard_normal((1, 7)).astype(np.float32))).sum().backward()
+    scale = twin(x).abs().max().item()
+    check_against_torch(twin, model, x, nd=2, atol=1e-4 * scale, rtol=0, grad_atol=1e-4 * xt.grad.abs().max().item(),
+                        grad_rtol=0)
 
 
 @pytest.mark.parametrize("name", MODELS)
