@@ -1,5 +1,6 @@
-"""porter.zoo: every registered model against its torch twin, strict loading, the registry, torch-free loading."""
+"""porter.zoo: every registered model against its torch reference, strict loading, the registry, torch-free loading."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -15,18 +16,32 @@ from porter.zoo.registry import register_model
 
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import check_against_torch  # noqa: E402
-from torch_twins import TWINS  # noqa: E402
 
 MODELS = zoo.list_models()
+_SMALL_RESNET = {"num_classes": 7, "widths": (8, 16, 24, 32)}
+# A reduced configuration per model (same structure and names, small widths) that both factories accept.
+SMALL = {
+    "resnet18": _SMALL_RESNET,
+    "resnet34": _SMALL_RESNET,
+    "resnet50": {"num_classes": 7, "widths": (4, 8, 12, 16)},
+    "vgg11_bn": {"num_classes": 7, "width_divisor": 8, "hidden": 32},
+    "vgg16_bn": {"num_classes": 7, "width_divisor": 8, "hidden": 32},
+    "mobilenet_v2": {"num_classes": 7, "width_mult": 0.25},
+}
 # Two input sizes (N, H, W): one even, one odd and non-square; the smallest that survive VGG's five pools.
 SIZES = [(2, 32, 32), (1, 45, 38)]
 
 
+def torch_factory(name):
+    """The torch reference named by ``model_info(name)["torch_model"]``, imported as the CLI's ``--arch`` does."""
+    module, _, factory = zoo.model_info(name)["torch_model"].partition(":")
+    return getattr(importlib.import_module(module), factory)
+
+
 def seeded_twin(name, seed=0):
     """The torch reference in eval mode with seeded random weights and randomized BatchNorm statistics."""
-    factory, kwargs = TWINS[name]
     torch.manual_seed(seed)
-    model = factory(**kwargs)
+    model = torch_factory(name)(**SMALL[name])
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for module in model.modules():
@@ -45,12 +60,12 @@ def numpy_state_dict(model):
 
 
 def loaded_zoo_model(name, twin):
-    return zoo.create(name, **TWINS[name][1]).load_torch_state_dict(numpy_state_dict(twin))
+    return zoo.create(name, **SMALL[name]).load_torch_state_dict(numpy_state_dict(twin))
 
 
-def test_every_model_has_a_twin():
+def test_every_model_has_a_small_configuration():
     assert MODELS, "the zoo registers no model"
-    assert sorted(TWINS) == MODELS
+    assert sorted(SMALL) == MODELS
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -85,11 +100,30 @@ def test_model_info(name):
     assert len(info["input_shape"]) == 4 and info["input_shape"][1] == 3
     module, _, factory = info["torch_model"].partition(":")
     assert module and factory == name
-    # The parameter count of the default configuration equals the torch reference's (built on the meta device:
-    # no memory for VGG's 138M parameters).
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_default_configuration_has_the_references_keys_and_shapes(name):
+    """Full size: the zoo model expects exactly the torch reference's state_dict (num_batches_tracked optional), and
+    ``num_parameters`` is the reference's count. Built on the meta device: no memory for VGG's 138M parameters."""
+    from porter.zoo._loading import torch_parameter_specs
+
     with torch.device("meta"):
-        reference = TWINS[name][0]()
-    assert info["num_parameters"] == sum(p.numel() for p in reference.parameters())
+        reference = torch_factory(name)()
+    expected = {k: tuple(v.shape) for k, v in reference.state_dict().items() if not k.endswith("num_batches_tracked")}
+    assert {k: spec[1] for k, spec in torch_parameter_specs(zoo.create(name)).items()} == expected
+    assert zoo.model_info(name)["num_parameters"] == sum(p.numel() for p in reference.parameters())
+
+
+# Parameter counts torchvision's documentation lists for its weights: an outside check that the references (and so
+# the zoo models) have torchvision's architecture, not only self-consistent names.
+TORCHVISION_NUM_PARAMS = {"resnet18": 11689512, "resnet34": 21797672, "resnet50": 25557032,
+                          "vgg11_bn": 132868840, "vgg16_bn": 138365992, "mobilenet_v2": 3504872}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_NUM_PARAMS))
+def test_parameter_count_is_torchvisions(name):
+    assert zoo.model_info(name)["num_parameters"] == TORCHVISION_NUM_PARAMS[name]
 
 
 def test_resnet_torch_model_is_the_example():
@@ -100,25 +134,12 @@ def test_resnet_torch_model_is_the_example():
         assert hasattr(examples, name)
 
 
-def test_default_resnet18_has_torchvision_keys():
-    """The full-size model expects exactly the reference's keys and shapes (no load needed to see them)."""
-    from porter.zoo._loading import torch_parameter_specs
-
-    from porter import examples
-
-    with torch.device("meta"):
-        reference = {k: tuple(v.shape) for k, v in examples.resnet18().state_dict().items()
-                     if not k.endswith("num_batches_tracked")}
-    specs = torch_parameter_specs(zoo.create("resnet18"))
-    assert {k: s[1] for k, s in specs.items()} == reference
-
-
 def test_accepts_anything_with_array_and_ignores_num_batches_tracked():
     twin = seeded_twin("resnet18")
     state = twin.state_dict()  # torch tensors: they have __array__
-    model = zoo.create("resnet18", **TWINS["resnet18"][1]).load_torch_state_dict(state)
+    model = zoo.create("resnet18", **SMALL["resnet18"]).load_torch_state_dict(state)
     without = {k: v for k, v in numpy_state_dict(twin).items() if not k.endswith("num_batches_tracked")}
-    other = zoo.create("resnet18", **TWINS["resnet18"][1]).load_torch_state_dict(without)
+    other = zoo.create("resnet18", **SMALL["resnet18"]).load_torch_state_dict(without)
     x = mx.random.normal((1, 32, 32, 3), key=mx.random.key(0))
     assert np.array_equal(np.array(model(x)), np.array(other(x)))
 
@@ -130,7 +151,7 @@ def test_strict_loading_lists_every_bad_key():
     state["layer9.0.conv1.weight"] = np.zeros((3, 3, 3, 3), np.float32)
     state["fc.weight"] = state["fc.weight"][:, :-1]
     state["conv1.weight"] = np.moveaxis(state["conv1.weight"], 1, -1)  # already channels-last: refused
-    model = zoo.create(name, **TWINS[name][1])
+    model = zoo.create(name, **SMALL[name])
     with pytest.raises(ValueError) as info:
         model.load_torch_state_dict(state)
     message = str(info.value)
@@ -146,7 +167,7 @@ def test_strict_loading_lists_every_bad_key():
 def test_non_strict_loads_what_is_there():
     twin = seeded_twin("resnet18")
     state = numpy_state_dict(twin)
-    model = zoo.create("resnet18", **TWINS["resnet18"][1])
+    model = zoo.create("resnet18", **SMALL["resnet18"])
     before = np.array(model.fc.bias)
     state.pop("fc.bias")
     state["extra.weight"] = np.ones(3, np.float32)
@@ -179,7 +200,7 @@ def test_model_argument_errors():
     with pytest.raises(TypeError):
         zoo.create("resnet18", no_such_argument=1)
     with pytest.raises(ValueError, match=r"\.safetensors"):
-        zoo.create("resnet18", **TWINS["resnet18"][1]).load_checkpoint("weights.pt")
+        zoo.create("resnet18", **SMALL["resnet18"]).load_checkpoint("weights.pt")
 
 
 def test_create_and_load_checkpoint_never_import_torch(tmp_path):
@@ -197,7 +218,7 @@ def test_create_and_load_checkpoint_never_import_torch(tmp_path):
 import sys, json
 import numpy as np, mlx.core as mx
 from porter.zoo import create, list_models, model_info
-model = create({name!r}, **json.loads({json.dumps(json.dumps(TWINS[name][1]))}))
+model = create({name!r}, **json.loads({json.dumps(json.dumps(SMALL[name]))}))
 model.load_checkpoint({str(tmp_path / 'w.safetensors')!r})
 np.save({str(tmp_path / 'y.npy')!r}, np.array(model(mx.array(np.load({str(tmp_path / 'x.npy')!r})))))
 [model_info(n) for n in list_models()]

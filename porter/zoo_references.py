@@ -1,16 +1,16 @@
-"""Torch references for the zoo tests: torchvision's architectures with torchvision's module names.
+"""Torch references of the zoo's VGG-BN and MobileNetV2 (imports torch; never used by a zoo model at runtime).
 
-torchvision is not a dependency, so VGG-BN and MobileNetV2 are re-stated here (ResNet comes from
-``porter.examples``). Each twin takes the same keyword arguments as the zoo factory of the same name, so a reduced
-configuration builds on both sides; ``TWINS`` maps every zoo name to ``(torch factory, reduced kwargs)``.
+torchvision is not a dependency, so these re-state torchvision's ``vgg11_bn``, ``vgg16_bn`` and ``mobilenet_v2``
+with its module names: their ``state_dict`` has exactly torchvision's keys, and ``porter convert --arch vgg11_bn``
+builds them (``model_info(name)["torch_model"]``). The ResNets' references are in :mod:`porter.examples`. Each
+factory takes the same keyword arguments as the zoo factory of the same name (torchvision's, plus
+``width_divisor``/``hidden`` for VGG to build reduced models with the same names). Weights are random.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-from porter import examples
 
 VGG_CONFIGS = {
     "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
@@ -19,6 +19,8 @@ VGG_CONFIGS = {
 
 
 class VGG(nn.Module):
+    """torchvision's VGG with BatchNorm: ``features`` (flat numbering), ``avgpool`` (7x7), ``classifier.0/3/6``."""
+
     def __init__(self, cfg, num_classes=1000, width_divisor=1, hidden=4096, dropout=0.5):
         super().__init__()
         layers, channels = [], 3
@@ -66,6 +68,8 @@ class InvertedResidual(nn.Module):
 
 
 class MobileNetV2(nn.Module):
+    """torchvision's MobileNetV2: ``features.0`` stem, ``features.1-17`` inverted residuals, ``features.18`` head."""
+
     SETTING = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2],
                [6, 320, 1, 1]]
 
@@ -87,24 +91,17 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-def vgg11_bn(num_classes=1000, **kwargs):
+def vgg11_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-11 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
     return VGG(VGG_CONFIGS["vgg11"], num_classes, **kwargs)
 
 
-def vgg16_bn(num_classes=1000, **kwargs):
+def vgg16_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-16 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
     return VGG(VGG_CONFIGS["vgg16"], num_classes, **kwargs)
 
 
-def mobilenet_v2(num_classes=1000, **kwargs):
+def mobilenet_v2(num_classes: int = 1000, **kwargs) -> MobileNetV2:
+    """MobileNetV2 (random weights); ``kwargs``: ``width_mult``, ``dropout``."""
     return MobileNetV2(num_classes, **kwargs)
 
-
-_SMALL_RESNET = {"num_classes": 7, "widths": (8, 16, 24, 32)}
-TWINS = {
-    "resnet18": (examples.resnet18, _SMALL_RESNET),
-    "resnet34": (examples.resnet34, _SMALL_RESNET),
-    "resnet50": (examples.resnet50, {"num_classes": 7, "widths": (4, 8, 12, 16)}),
-    "vgg11_bn": (vgg11_bn, {"num_classes": 7, "width_divisor": 8, "hidden": 32}),
-    "vgg16_bn": (vgg16_bn, {"num_classes": 7, "width_divisor": 8, "hidden": 32}),
-    "mobilenet_v2": (mobilenet_v2, {"num_classes": 7, "width_mult": 0.25}),
-}
