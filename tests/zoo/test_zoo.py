@@ -228,3 +228,16 @@ assert "torch" not in sys.modules, sorted(m for m in sys.modules if m.startswith
     assert result.returncode == 0, result.stderr
     got = np.load(tmp_path / "y.npy")
     assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_load_checkpoint_casts_to_the_models_dtype(tmp_path):
+    """A bfloat16 checkpoint (numpy has no bfloat16) loads into the float32 model as torch's load_state_dict would:
+    each value widened exactly."""
+    state = numpy_state_dict(seeded_twin("resnet18"))
+    path = str(tmp_path / "w.safetensors")
+    mx.save_safetensors(path, {k: mx.array(v).astype(mx.bfloat16) if v.dtype == np.float32 else mx.array(v)
+                               for k, v in state.items()})
+    model = zoo.create("resnet18", **SMALL["resnet18"]).load_checkpoint(path)
+    expected = torch.from_numpy(state["layer2.0.conv1.weight"]).bfloat16().float().permute(0, 2, 3, 1).numpy()
+    assert model.layer2[0].conv1.weight.dtype == mx.float32
+    assert np.array_equal(np.array(model.layer2[0].conv1.weight), expected)
