@@ -1,0 +1,82 @@
+"""VGG-11/16 with BatchNorm in MLX, channels-last, loading torchvision-format checkpoints.
+
+Names are torchvision's: ``features.<i>`` numbered over every conv, BN, ReLU and pool; ``classifier.0/3/6``.
+Example::
+
+    >>> model = zoo.create("vgg11_bn", num_classes=10)
+    >>> model(mx.zeros((1, 64, 64, 3))).shape
+    (1, 10)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from porter.layers import AdaptiveAvgPool2d, Conv2d, MaxPool2d
+
+from ._common import apply_sequence
+from ._loading import FlattenLinear, TorchCheckpointMixin
+from .registry import register_model
+
+_CONFIGS = {
+    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+}
+
+
+class VGG(TorchCheckpointMixin, nn.Module):
+    """VGG with BatchNorm: ``features`` (3x3 conv, BN, ReLU; 2x2 max pools), a 7x7 adaptive average pool and a
+    three-layer ``classifier``.
+
+    Args:
+        cfg (sequence): channels per conv, ``"M"`` for a max pool.
+        num_classes (int, optional): classifier outputs. Default: ``1000``.
+        width_divisor (int, optional): divide every conv width by this (a reduced model with the same names).
+            Default: ``1``.
+        hidden (int, optional): width of the two hidden classifier layers. Default: ``4096``.
+        dropout (float, optional): dropout probability in the classifier (inactive in eval). Default: ``0.5``.
+    Shape: ``(N, H, W, 3)`` -> ``(N, num_classes)``; any ``H, W >= 32`` (five 2x2 pools).
+    """
+
+    def __init__(self, cfg: Sequence[Union[int, str]], num_classes: int = 1000, width_divisor: int = 1,
+                 hidden: int = 4096, dropout: float = 0.5):
+        super().__init__()
+        if isinstance(width_divisor, bool) or not isinstance(width_divisor, int) or width_divisor <= 0:
+            raise ValueError(f"[VGG] 'width_divisor' must be a positive int but got {width_divisor!r}.")
+        self.features, channels = [], 3
+        for v in cfg:
+            if v == "M":
+                self.features.append(MaxPool2d(kernel_size=2, stride=2))
+                continue
+            width = max(1, v // width_divisor)
+            self.features += [Conv2d(channels, width, kernel_size=3, padding=1), nn.BatchNorm(width), nn.ReLU()]
+            channels = width
+        self.avgpool = AdaptiveAvgPool2d((7, 7))
+        self.classifier = [
+            FlattenLinear((channels, 7, 7), hidden), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(hidden, num_classes),
+        ]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return apply_sequence(self.classifier, self.avgpool(apply_sequence(self.features, x)))
+
+
+_TORCH = "porter.zoo_references:{}"
+
+
+@register_model("vgg11_bn", family="vgg", summary="VGG-11 with BatchNorm, 132.9M parameters",
+                torch_model=_TORCH.format("vgg11_bn"))
+def vgg11_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-11 (configuration "A") with BatchNorm. ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(_CONFIGS["vgg11"], num_classes=num_classes, **kwargs)
+
+
+@register_model("vgg16_bn", family="vgg", summary="VGG-16 with BatchNorm, 138.4M parameters",
+                torch_model=_TORCH.format("vgg16_bn"))
+def vgg16_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-16 (configuration "D") with BatchNorm. ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(_CONFIGS["vgg16"], num_classes=num_classes, **kwargs)
