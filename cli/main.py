@@ -11,5 +11,9 @@ def main() -> None:
     """Port PyTorch models to MLX: convert, validate, inspect, benchmark."""
 
 
+from porter.cli.doctor import doctor  # noqa: E402
+
+main.add_command(doctor)
+
 if __name__ == "__main__":
     main()
