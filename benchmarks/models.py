@@ -49,6 +49,7 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--path", choices=("auto", "convert", "reference"), default="auto",
                         help="MLX model from porter.convert or the hand-written reference (auto: convert if present)")
+    parser.add_argument("--compile", action="store_true", help="wrap the MLX forward in mx.compile")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment for the MLX processes (e.g. PORTER_BLAS=none)")
     args = parser.parse_args(argv)
@@ -63,7 +64,8 @@ def main(argv=None) -> None:
         builder, reference, chw = MODELS[name]
         for batch in (int(b) for b in args.batches.split(",")):
             spec = dict(builder=builder, shape=[batch, *chw], repeat=args.repeat, warmup=args.warmup,
-                        converter=None if use_convert else reference, sys_path=[ROOT])
+                        converter=None if use_convert else reference, sys_path=[ROOT],
+                        compile=args.compile)
             torch_rows, mlx_rows = [], []
             for _ in range(args.rounds):
                 torch_rows.append(benchmark_isolated(dict(spec, framework="torch"), env={"PORTER_BLAS": "none"}))

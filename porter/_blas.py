@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import mmap
 import os
 import platform
-import re
+import struct
 import sys
 import sysconfig
 import warnings
@@ -123,32 +122,46 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
 # --------------------------------------------------------------------------- the library
 
 
-def _read(path: str) -> bytes | mmap.mmap:
+def _rodata(path: str) -> bytes:
+    """The ``.rodata`` section of an ELF64 little-endian library (where OpenBLAS keeps its build strings), read
+    without loading it; the whole file if the section table cannot be read."""
     with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        head = f.read(64)
+        if head[:4] == b"\x7fELF" and head[4] == 2 and head[5] == 1:  # ELFCLASS64, little endian
+            shoff, = struct.unpack_from("<Q", head, 0x28)
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+            if shoff and shentsize >= 64 and 0 < shstrndx < shnum:
+                f.seek(shoff)
+                table = f.read(shentsize * shnum)
+                sections = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
+                _, _, _, _, names_off, names_size = sections[shstrndx]
+                f.seek(names_off)
+                names = f.read(names_size)
+                for name, _, _, _, offset, size in sections:
+                    if names[name:names.find(b"\0", name)] == b".rodata":
+                        f.seek(offset)
+                        return f.read(size)
+        f.seek(0)
+        return f.read()
 
 
 def openblas_target(path: str) -> str | None:
     """The CPU family an OpenBLAS library was built for: ``"DYNAMIC_ARCH"`` (picks kernels at run time), a target
-    name such as ``"SKYLAKEX"``, or None if the file is not a recognisable OpenBLAS.
+    name such as ``"SKYLAKEX"``, ``"unknown"``, or None if the file is not a recognisable OpenBLAS.
 
     Read from the file, without loading it: loading a build for the wrong CPU is what must be avoided. A single-target
     build holds its target's name once, as the string ``openblas_get_corename()`` returns; a DYNAMIC_ARCH build says so
-    in its configuration string.
+    in its configuration string (``openblas_get_config()``).
     """
-    data = _read(path)
-    try:
-        if data.find(b"OpenBLAS") < 0 and data.find(b"openblas_get_config") < 0:
-            return None
-        if data.find(b"DYNAMIC_ARCH") >= 0:
-            return "DYNAMIC_ARCH"
-        for name in (*TARGET_FLAGS, *BASELINE_TARGETS):
-            if data.find(b"\0" + name.encode() + b"\0") >= 0:
-                return name
-        return "unknown"
-    finally:
-        if isinstance(data, mmap.mmap):
-            data.close()
+    data = _rodata(path)
+    if b"OpenBLAS" not in data:
+        return None
+    if b"DYNAMIC_ARCH" in data:
+        return "DYNAMIC_ARCH"
+    for name in (*TARGET_FLAGS, *BASELINE_TARGETS):
+        if b"\0" + name.encode() + b"\0" in data:
+            return name
+    return "unknown"
 
 
 def unsafe_reason(candidate: Candidate, flags: frozenset[str], *, explicit: bool = False) -> str | None:

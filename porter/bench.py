@@ -121,6 +121,8 @@ def run_mlx(spec: dict) -> dict:
         ref = model(xt).numpy()
     convert = load_spec(spec["converter"]) if spec.get("converter") else _porter_convert
     forward = convert(model, xt)
+    if spec.get("compile"):
+        forward = mx.compile(forward)
     xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim == 4 else x)
     out = np.array(forward(xm))
     if out.ndim == 4:
@@ -134,7 +136,7 @@ def run_mlx(spec: dict) -> dict:
                 blas_library=info["blas"]["library"], threads=info["blas"]["threads"],
                 cache_limit=info["cache_limit"], mlx_peak_mb=mx.get_peak_memory() / 2**20,
                 peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20, max_rel_err=rel_err,
-                path=spec.get("converter") or "porter.convert")
+                path=(spec.get("converter") or "porter.convert") + (" + mx.compile" if spec.get("compile") else ""))
 
 
 def _porter_convert(model, x):
@@ -145,7 +147,7 @@ def _porter_convert(model, x):
 
 def benchmark_isolated(spec: dict, *, env: dict | None = None, timeout: float = 900) -> dict:
     """Run ``spec`` (``framework`` "torch" or "mlx", ``builder``, ``shape``, optional ``converter``, ``repeat``,
-    ``warmup``, ``seed``, ``threads``) in a fresh interpreter and return its result dict.
+    ``warmup``, ``seed``, ``threads``, ``compile``) in a fresh interpreter and return its result dict.
 
     ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``).
     """

@@ -95,6 +95,8 @@ def test_real_cmeel_openblas_is_checked_statically():
     assert _blas.openblas_target(found[0].path) == "SKYLAKEX"
     assert "avx512f" in _blas.unsafe_reason(found[0], AVX2_FLAGS)
     assert _blas.unsafe_reason(found[0], AVX512_FLAGS) is None
+    bundled = _blas._gfortran_from_mlx()  # a real ELF library that is not OpenBLAS
+    assert bundled is not None and _blas.openblas_target(bundled) is None
 
 
 def test_other_targets(tmp_path):
@@ -301,7 +303,7 @@ def run_python(code, **env):
 CORRECTNESS = """
     import json, sys
     {first}
-    import mlx.core as mx, numpy as np, torch
+    import mlx.core as mx, numpy as np
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((300, 200), dtype=np.float32), rng.standard_normal((200, 170), dtype=np.float32)
     got = np.array(mx.array(a) @ mx.array(b))
@@ -310,8 +312,15 @@ CORRECTNESS = """
     x = rng.standard_normal((2, 9, 13, 5), dtype=np.float32)   # NHWC
     w = rng.standard_normal((7, 3, 3, 5), dtype=np.float32)    # (C_out, kh, kw, C_in)
     got = np.array(mx.conv2d(mx.array(x), mx.array(w), stride=(2, 1), padding=1))
-    ref = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(0, 3, 1, 2),
-                                     stride=(2, 1), padding=1).permute(0, 2, 3, 1).numpy()
+    if {torch}:
+        import torch
+        ref = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2),
+                                         torch.from_numpy(w).permute(0, 3, 1, 2), stride=(2, 1),
+                                         padding=1).permute(0, 2, 3, 1).numpy()
+    else:  # float64 sum over the 3x3 taps
+        xp = np.pad(x.astype(np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)])
+        ref = sum(np.einsum("nhwc,oc->nhwo", xp[:, i:i + 9:2, j:j + 13, :], w[:, i, j, :].astype(np.float64))
+                  for i in range(3) for j in range(3))
     assert got.shape == ref.shape, (got.shape, ref.shape)
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
     import porter
@@ -320,7 +329,7 @@ CORRECTNESS = """
 
 
 def test_import_porter_gives_mlx_a_correct_fast_blas():
-    proc = run_python(CORRECTNESS.format(first="import porter"))
+    proc = run_python(CORRECTNESS.format(first="import porter", torch=True))
     info = json.loads(proc.stdout)
     blas = info["blas"]
     safe = [c for c in _blas.find_candidates({}) if _blas.unsafe_reason(c, _blas.cpu_flags()) is None]
@@ -337,7 +346,7 @@ def test_import_porter_gives_mlx_a_correct_fast_blas():
 
 
 def test_porter_blas_none_subprocess_is_silent_and_correct():
-    proc = run_python(CORRECTNESS.format(first="import porter"), PORTER_BLAS="none", PORTER_CACHE_LIMIT="64MiB")
+    proc = run_python(CORRECTNESS.format(first="import porter", torch=False), PORTER_BLAS="none", PORTER_CACHE_LIMIT="64MiB")
     info = json.loads(proc.stdout)
     assert info["blas"]["library"] is None and info["blas_symbol_provider"] is None
     assert info["blas"]["reason"] == "disabled by PORTER_BLAS=none"
@@ -346,7 +355,7 @@ def test_porter_blas_none_subprocess_is_silent_and_correct():
 
 
 def test_mlx_imported_before_porter_subprocess():
-    proc = run_python(CORRECTNESS.format(first="import mlx.core"))
+    proc = run_python(CORRECTNESS.format(first="import mlx.core", torch=False))
     info = json.loads(proc.stdout)
     assert "imported before porter" in info["blas"]["reason"]
     assert info["blas_symbol_provider"] is None  # nothing was preloaded: MLX kept its own BLAS
