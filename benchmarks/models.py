@@ -49,11 +49,15 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--path", choices=("auto", "convert", "reference"), default="auto",
                         help="MLX model from porter.convert or the hand-written reference (auto: convert if present)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for torch and for MLX's BLAS (default: all usable cores)")
     parser.add_argument("--compile", action="store_true", help="wrap the MLX forward in mx.compile")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment for the MLX processes (e.g. PORTER_BLAS=none)")
     args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
+    if args.threads:
+        env["PORTER_BLAS_THREADS"] = str(args.threads)
     use_convert = args.path == "convert" or (args.path == "auto" and porter_convert_available())
 
     header = ("| model | batch | torch ms | MLX ms | MLX/torch (range over rounds) | torch peak rss | "
@@ -65,7 +69,7 @@ def main(argv=None) -> None:
         for batch in (int(b) for b in args.batches.split(",")):
             spec = dict(builder=builder, shape=[batch, *chw], repeat=args.repeat, warmup=args.warmup,
                         converter=None if use_convert else reference, sys_path=[ROOT],
-                        compile=args.compile)
+                        compile=args.compile, threads=args.threads or None)
             torch_rows, mlx_rows = [], []
             for _ in range(args.rounds):
                 torch_rows.append(benchmark_isolated(dict(spec, framework="torch"), env={"PORTER_BLAS": "none"}))
