@@ -4,3 +4,7 @@ Every layer takes ``(N, *spatial, C)`` input (or unbatched ``(*spatial, C)`` whe
 and has torch's class name, constructor arguments and defaults. Functional forms live in
 :mod:`porter.layers.functional`.
 """
+
+from .adaptive_max import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d
+from .fractional import FractionalMaxPool2d, FractionalMaxPool3d
+from .max_pool import MaxPool1d, MaxPool2d, MaxPool3d

@@ -1,0 +1,223 @@
+"""The one max-over-windows engine behind every max-type pool (sliding, adaptive, fractional).
+
+A *window spec* describes, for a batched channels-last input ``(N, *spatial, C)``, the candidate values ("taps") of
+every output position, in torch's scan order (row-major over the per-dim taps, outer dim slowest), and how a tap number
+turns into torch's flat per-plane input index (``h*W + w``, ``(t*H + h)*W + w``). From that this module computes
+
+* the value: an elementwise ``mx.maximum`` over the taps (NaN propagates, as torch's ``v > best or isnan(v)`` scan);
+* the index: the FIRST tap equal to the max (torch updates on strict ``>``) or, when the max is NaN, the LAST NaN tap
+  (every NaN replaces the current best in torch's scan);
+* the gradient: a custom VJP that scatter-adds the output gradient at the chosen index only (overlapping windows
+  accumulate). ``mx.max``'s own VJP splits the gradient among tied maxima, which torch never does.
+
+The value-only forward never computes an argmax: the backward recomputes the indices from the saved input. Sliding
+windows read their taps as strided slices and, on large inputs, run as one fused ``mx.compile`` kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+# Fusing pays off only on large arrays; each new graph costs a one-off C++ compile (~0.5 s) on the CPU backend.
+COMPILE_MIN_ELEMENTS = 1 << 16
+
+
+class WindowSpec:
+    """What a max-type pool says about its windows. Subclasses: sliding, adaptive and fractional windows.
+
+    Attributes set by subclasses:
+        out_spatial: output extents.
+        plane: input spatial extents (the flat index runs over them).
+        tap_offsets: per tap, in scan order, its flat-index offset from the window's origin (python ints).
+        compile_key: a hashable key pinning every constant of the spec's graph (shapes included) when its taps
+            may be fused with ``mx.compile``; ``None`` otherwise.
+    """
+
+    out_spatial: tuple
+    plane: tuple
+    tap_offsets: tuple
+    compile_key: Optional[tuple] = None
+
+    def taps(self, x: mx.array) -> list:
+        """The candidate values, each ``(N, *out_spatial, C)``, in torch's scan order (row-major, outer dim slowest)."""
+        raise NotImplementedError
+
+    def origins(self, dtype) -> tuple:
+        """``(origin, first)``: the flat index of tap 0 of every window, broadcastable to the output, and, for specs
+        whose taps can read padding, the flat index torch reports when the max equals the padding value (its first
+        real tap), else ``None``."""
+        raise NotImplementedError
+
+    def valid_mask(self) -> Optional[mx.array]:
+        """Broadcastable bool mask of outputs whose window holds at least one real element (``None``: all do)."""
+        return None
+
+
+def plane_strides(plane: Sequence[int]) -> tuple:
+    """Row-major strides of a spatial plane: torch's flat index is ``sum(coord * stride)``."""
+    strides, acc = [], 1
+    for size in reversed(plane):
+        strides.append(acc)
+        acc *= size
+    return tuple(strides[::-1])
+
+
+def flat_grid(per_dim: Sequence, plane: Sequence[int], dtype) -> mx.array:
+    """Flat plane index of per-dim coordinate vectors (numpy), as an array broadcastable to ``(1, *out, 1)``."""
+    nd = len(plane)
+    flat = np.zeros([1] * (nd + 2), dtype=np.int64)
+    for dim, (coords, stride) in enumerate(zip(per_dim, plane_strides(plane))):
+        shape = [1] * (nd + 2)
+        shape[1 + dim] = -1
+        flat = flat + np.asarray(coords, dtype=np.int64).reshape(shape) * stride
+    return mx.array(flat).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------------- selection
+def _max_value(taps: Sequence[mx.array]) -> mx.array:
+    best = taps[0]
+    for v in taps[1:]:
+        best = mx.maximum(best, v)  # propagates NaN, like torch's scan
+    return best
+
+
+def _chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence[int], itype) -> mx.array:
+    """Torch's choice as a tap offset: the first tap equal to the max, or the last NaN when the max is NaN.
+
+    Offsets are carried as float constants: on MLX's CPU backend a ``where`` chain with float constants fuses into one
+    fast kernel, while the int32 form runs several times slower. ``itype`` is int32 for planes of 2**24 elements or
+    more, where float32 would no longer be exact.
+    """
+    k = len(taps)
+    const = [mx.array(o, dtype=itype) for o in offsets]
+    chosen = const[k - 1]
+    for t in range(k - 2, -1, -1):  # walking backwards leaves the first match
+        chosen = mx.where(taps[t] == best, const[t], chosen)
+    if mx.issubdtype(best.dtype, mx.floating):
+        last_nan = const[0]
+        for t in range(k):  # walking forwards leaves the last NaN
+            last_nan = mx.where(mx.isnan(taps[t]), const[t], last_nan)
+        chosen = mx.where(mx.isnan(best), last_nan, chosen)
+    return chosen
+
+
+def _index_type(spec: WindowSpec):
+    plane = 1
+    for size in spec.plane:
+        plane *= size
+    return mx.float32 if plane < 2**24 else mx.int32
+
+
+def _values_fn(spec: WindowSpec) -> Callable:
+    def values(x):
+        return _max_value(spec.taps(x))
+
+    return values
+
+
+def _indices_fn(spec: WindowSpec) -> Callable:
+    itype = _index_type(spec)
+
+    def values_and_indices(x, origin, *first):
+        taps = spec.taps(x)
+        best = _max_value(taps)
+        index = origin + _chosen_offset(taps, best, spec.tap_offsets, itype)
+        if first:
+            # the max is the padding value: torch never moved past the window's first real tap
+            index = mx.where(best == lowest(best.dtype), first[0], index)
+        return best, index.astype(mx.int32)
+
+    return values_and_indices
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(key: tuple, kind: str, spec: WindowSpec) -> Callable:
+    # ``key`` pins every constant the spec's graph uses (shapes included), so a cached function traced from an
+    # earlier, equal spec builds the same graph.
+    fn = _COMPILED.get((key, kind))
+    if fn is None:
+        if len(_COMPILED) > 256:
+            _COMPILED.clear()
+        fn = _COMPILED[(key, kind)] = mx.compile(_values_fn(spec) if kind == "values" else _indices_fn(spec))
+    return fn
+
+
+def _run(spec: WindowSpec, kind: str, x: mx.array):
+    out_elements = x.shape[0] * x.shape[-1]
+    for o in spec.out_spatial:
+        out_elements *= o
+    fuse = spec.compile_key is not None and out_elements >= COMPILE_MIN_ELEMENTS
+    fn = _compiled((spec.compile_key, x.dtype), kind, spec) if fuse else None
+    if kind == "values":
+        return (fn or _values_fn(spec))(x)
+    origin, first = spec.origins(_index_type(spec))
+    return (fn or _indices_fn(spec))(x, origin, *(() if first is None else (first,)))
+
+
+# ---------------------------------------------------------------------------------------------------- backward
+def _scatter_grad(spec: WindowSpec, x_shape: tuple, grad: mx.array, index: mx.array) -> mx.array:
+    """``grad_in[n, index, c] += grad`` per plane: torch's max-pool backward (overlapping windows accumulate)."""
+    n, c = x_shape[0], x_shape[-1]
+    plane = 1
+    for size in spec.plane:
+        plane *= size
+    total = n * plane * c
+    idx_type = mx.int32 if total < 2**31 else mx.int64
+    valid = spec.valid_mask()
+    index = index.astype(idx_type)
+    if valid is not None:
+        # an all-padding window (dilation) has no real element: torch's index points outside; drop its gradient
+        grad = mx.where(valid, grad, mx.zeros_like(grad))
+        index = mx.where(valid, index, mx.zeros_like(index))
+    batch = mx.arange(n, dtype=idx_type).reshape((n,) + (1,) * (index.ndim - 1))
+    where = (batch * plane + index) * c + mx.arange(c, dtype=idx_type)
+    flat = mx.zeros((total,), dtype=grad.dtype).at[where.reshape(-1)].add(grad.reshape(-1))
+    return flat.reshape(x_shape)
+
+
+# ---------------------------------------------------------------------------------------------------- entry point
+def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
+    """Max over the windows of ``spec`` on batched channels-last ``x``; ``(values, int64 indices)`` if asked.
+
+    Differentiable w.r.t. ``x`` with torch's gradient (all of it to the returned index).
+    """
+    out_shape = (x.shape[0],) + tuple(spec.out_spatial) + (x.shape[-1],)
+    if 0 in out_shape:
+        empty = mx.zeros(out_shape, dtype=x.dtype)
+        return (empty, mx.zeros(out_shape, dtype=mx.int64)) if return_indices else empty
+
+    if return_indices:
+
+        @mx.custom_function
+        def pool(a):
+            best, index = _run(spec, "indices", a)
+            return best, index.astype(mx.int64)
+
+        @pool.vjp
+        def pool_vjp(a, cotangents, outputs):
+            return _scatter_grad(spec, a.shape, cotangents[0], outputs[1])
+
+        return pool(x)
+
+    @mx.custom_function
+    def pool_values(a):
+        return _run(spec, "values", a)
+
+    @pool_values.vjp
+    def pool_values_vjp(a, cotangent, output):
+        _, index = _run(spec, "indices", a)  # recomputed here so the forward never pays for an argmax
+        return _scatter_grad(spec, a.shape, cotangent, index)
+
+    return pool_values(x)
+
+
+def lowest(dtype) -> float:
+    """The value padding takes in a max pool: -inf for floats, the type's minimum for integers (torch's start value)."""
+    if mx.issubdtype(dtype, mx.floating):
+        return float("-inf")
+    return int(mx.iinfo(dtype).min)

@@ -1,0 +1,211 @@
+"""AdaptiveMaxPool1d / 2d / 3d, exact to torch (values, indices, gradients), channels-last.
+
+Torch's adaptive windows (SEMANTICS.md section 5): on each dim, output ``o`` of ``O`` pools input ``[o*L // O,
+ceil((o+1)*L / O))``. Windows overlap and vary in length when ``O`` does not divide ``L`` (the "stride = L // O"
+shortcut is wrong then), and repeat elements when ``O > L``. Max, ties, NaN, indices and gradient follow the shared
+window-max engine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ._utils import adaptive_windows
+from ._window_max import WindowSpec, flat_grid, plane_strides, window_max
+from .max_pool import SlidingWindows
+
+
+class AdaptiveWindows(WindowSpec):
+    """Adaptive windows of varying length. Each dim gathers ``K = max window length`` taps; taps past a window's end
+    read a -inf sentinel appended to that dim, so they never win (every window has at least one real element)."""
+
+    def __init__(self, plane, out):
+        self.plane, self.out_spatial = tuple(plane), tuple(out)
+        self.starts, self.gathers, kernel = [], [], []
+        for length, o in zip(plane, out):
+            starts, ends = (np.array(v, dtype=np.int64) for v in adaptive_windows(length, o))
+            k = int((ends - starts).max(initial=1))  # initial: a zero-size output has no window
+            taps = starts[:, None] + np.arange(k)[None, :]
+            taps = np.where(taps < ends[:, None], taps, length)  # index ``length`` is the sentinel
+            self.starts.append(starts)
+            self.gathers.append([mx.array(taps[:, j].astype(np.int32)) for j in range(k)])
+            kernel.append(k)
+        self.tap_offsets = tuple(
+            sum(j * st for j, st in zip(combo, plane_strides(plane)))
+            for combo in itertools.product(*[range(k) for k in kernel])
+        )
+
+    def taps(self, x):
+        sentinel = [(0, 0)] + [(0, 1)] * len(self.plane) + [(0, 0)]
+        level = [mx.pad(x, sentinel, constant_values=float("-inf"))]
+        for dim, gathers in enumerate(self.gathers):
+            # earlier dims vary slowest in the resulting list: torch's row-major scan order
+            level = [mx.take(a, g, axis=1 + dim) for a in level for g in gathers]
+        return level
+
+    def origins(self, dtype):
+        return flat_grid(self.starts, self.plane, dtype), None
+
+
+def adaptive_windows_spec(plane, out) -> WindowSpec:
+    """Sliding windows when every dim divides evenly (then adaptive == kernel = stride = L // O), else gathers."""
+    if all(o > 0 and length % o == 0 for length, o in zip(plane, out)):
+        k = tuple(length // o for length, o in zip(plane, out))
+        nd = len(plane)
+        return SlidingWindows(plane, k, k, (0,) * nd, (1,) * nd, out, mx.float32)
+    return AdaptiveWindows(plane, out)
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+def _normalize_output_size(output_size, nd: int, layer: str) -> tuple:
+    fn = f"adaptive_max_pool{nd}d"
+    if nd == 1:
+        if isinstance(output_size, (list, tuple)):
+            if len(output_size) != 1:
+                raise ValueError(
+                    f"[{layer}] {fn}() argument 'output_size' should contain one int (got {len(output_size)})"
+                )
+            output_size = output_size[0]
+        if output_size is None or isinstance(output_size, bool) or not isinstance(output_size, numbers.Integral):
+            raise TypeError(
+                f"[{layer}] {fn}(): argument 'output_size' must be tuple of ints, not {type(output_size).__name__}"
+            )
+        return (int(output_size),)
+    if output_size is None:
+        raise TypeError(f"[{layer}] 'output_size' must be an int or a tuple of {nd} ints or None entries, not None")
+    sizes = tuple(output_size) if isinstance(output_size, (list, tuple)) else (output_size,) * nd
+    if len(sizes) != nd:
+        raise ValueError(f"[{layer}] {fn}(): internal error: output_size.size() must be {nd} (got {sizes!r})")
+    for item in sizes:
+        if item is not None and (isinstance(item, bool) or not isinstance(item, numbers.Integral)):
+            raise TypeError(
+                f"[{layer}] {fn}(): argument 'output_size' must be tuple of ints, but found element of type "
+                f"{type(item).__name__}"
+            )
+    return tuple(None if s is None else int(s) for s in sizes)
+
+
+def adaptive_max_pool(x: mx.array, nd: int, output_size, return_indices: bool = False, *, layer: str):
+    """N-d adaptive max pooling on channels-last ``(N, *spatial, C)`` or unbatched ``(*spatial, C)``.
+
+    ``output_size`` entries may be ``None`` (keep that input size; 2d/3d). Returns values, or ``(values, indices)``
+    with torch's int64 flat per-plane indices.
+    """
+    sizes = _normalize_output_size(output_size, nd, layer)
+    fn = f"adaptive_max_pool{nd}d"
+    if not isinstance(x, mx.array):
+        raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ValueError(
+            f"[{layer}] {fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
+            f"(channels-last: spatial dims then C, with an optional leading N)"
+        )
+    batched = x.ndim == nd + 2
+    non_batch = x.shape[1:] if batched else x.shape
+    if 0 in non_batch:
+        raise ValueError(
+            f"[{layer}] {fn}(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
+            f"{list(x.shape)} (channels-last)"
+        )
+    if not mx.issubdtype(x.dtype, mx.floating):
+        raise TypeError(f"[{layer}] \"{fn}\" not implemented for dtype {x.dtype} (floating inputs only, as torch)")
+    xb = x if batched else x[None]
+    plane = tuple(xb.shape[1 : 1 + nd])
+    out = tuple(length if s is None else s for s, length in zip(sizes, plane))
+    if any(o < 0 for o in out):
+        bad = next(o for o in out if o < 0)
+        shape = [xb.shape[0], xb.shape[-1], *out] if batched else [xb.shape[-1], *out]
+        raise ValueError(f"[{layer}] Trying to create tensor with negative dimension {bad}: {shape} (torch layout)")
+    result = window_max(xb, adaptive_windows_spec(plane, out), return_indices)
+    if batched:
+        return result
+    return tuple(r[0] for r in result) if return_indices else result[0]
+
+
+# ---------------------------------------------------------------------------------------------------- functional
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Adaptive 1-d max pooling over ``(N, L, C)`` or ``(L, C)``; see :class:`AdaptiveMaxPool1d`."""
+    return adaptive_max_pool(input, 1, output_size, return_indices, layer="adaptive_max_pool1d")
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Adaptive 2-d max pooling over ``(N, H, W, C)`` or ``(H, W, C)``; see :class:`AdaptiveMaxPool2d`."""
+    return adaptive_max_pool(input, 2, output_size, return_indices, layer="adaptive_max_pool2d")
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """Adaptive 3-d max pooling over ``(N, D, H, W, C)`` or ``(D, H, W, C)``; see :class:`AdaptiveMaxPool3d`."""
+    return adaptive_max_pool(input, 3, output_size, return_indices, layer="adaptive_max_pool3d")
+
+
+# ---------------------------------------------------------------------------------------------------- modules
+class _AdaptiveMaxPoolNd(nn.Module):
+    nd = 0
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__()
+        self.output_size = _normalize_output_size(output_size, self.nd, type(self).__name__)
+        self.return_indices = bool(return_indices)
+
+    def _extra_repr(self) -> str:
+        return f"output_size={self.output_size}, return_indices={self.return_indices}"
+
+    def __call__(self, x: mx.array):
+        return adaptive_max_pool(x, self.nd, self.output_size, self.return_indices, layer=type(self).__name__)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    """Torch's ``nn.AdaptiveMaxPool1d`` on channels-last input.
+
+    Args:
+        output_size (int): output length ``L_out`` (0 gives an empty output).
+        return_indices (bool, optional): also return int64 flat indices (torch's format). Default: ``False``.
+
+    Shape: ``(N, L, C)`` or ``(L, C)`` -> ``(N, L_out, C)`` or ``(L_out, C)``.
+
+    Example:
+        >>> AdaptiveMaxPool1d(4)(mx.random.normal((2, 10, 3))).shape
+        (2, 4, 3)
+    """
+
+    nd = 1
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    """Torch's ``nn.AdaptiveMaxPool2d`` on channels-last input.
+
+    Args:
+        output_size (int or tuple): ``(H_out, W_out)``; a ``None`` entry keeps that input size.
+        return_indices (bool, optional): also return int64 flat indices ``h*W + w`` per plane. Default: ``False``.
+
+    Shape: ``(N, H, W, C)`` or ``(H, W, C)`` -> ``(N, H_out, W_out, C)`` or ``(H_out, W_out, C)``.
+
+    Example:
+        >>> AdaptiveMaxPool2d((3, None))(mx.random.normal((2, 10, 7, 3))).shape
+        (2, 3, 7, 3)
+    """
+
+    nd = 2
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """Torch's ``nn.AdaptiveMaxPool3d`` on channels-last input.
+
+    Args:
+        output_size (int or tuple): ``(D_out, H_out, W_out)``; a ``None`` entry keeps that input size.
+        return_indices (bool, optional): also return int64 flat indices ``(t*H + h)*W + w`` per plane.
+            Default: ``False``.
+
+    Shape: ``(N, D, H, W, C)`` or ``(D, H, W, C)`` -> ``(N, D_out, H_out, W_out, C)`` or unbatched.
+
+    Example:
+        >>> AdaptiveMaxPool3d(2)(mx.random.normal((1, 5, 6, 7, 3))).shape
+        (1, 2, 2, 2, 3)
+    """
+
+    nd = 3

@@ -1,0 +1,345 @@
+"""MaxPool1d / MaxPool2d / MaxPool3d, exact to torch (values, indices, gradients), channels-last.
+
+One generic N-d implementation (:func:`max_pool`) behind thin public classes and functionals. The windows are torch's
+(SEMANTICS.md sections 1-3): padding acts as -inf (the dtype's minimum for integers), dilation, ceil mode with the rule
+that drops a last window starting in the right padding, first maximum on ties, last NaN when a window holds NaN, and
+indices that are flat offsets in each ``(n, c)`` plane (``h*W + w``), so they are interchangeable with torch's.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ._utils import format_shape, ntuple, pool_output_size
+from ._window_max import WindowSpec, flat_grid, lowest, plane_strides, window_max
+
+_TORCH_DTYPE_NAME = {mx.int64: "Long", mx.int32: "Int", mx.int16: "Short", mx.int8: "Char", mx.uint8: "Byte"}
+
+
+def _trunc_div(a: int, b: int) -> int:
+    """C integer division (toward zero), as ATen's checks compute it."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+# ---------------------------------------------------------------------------------------------------- windows
+class SlidingWindows(WindowSpec):
+    """Torch's max-pool windows on each spatial dim: taps ``o*s - p + j*d`` for ``j < k``, padding reads as lowest."""
+
+    def __init__(self, plane, kernel, stride, padding, dilation, out, dtype):
+        self.plane, self.out_spatial = tuple(plane), tuple(out)
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
+        self.pad_value = lowest(dtype)
+        # the right padding also covers ceil-mode windows that run past L + p
+        self.pad_hi = tuple(
+            max(0, (o - 1) * s + d * (k - 1) + 1 - (length + p))
+            for length, k, s, p, d, o in zip(plane, kernel, stride, padding, dilation, out)
+        )
+        self.padded = any(padding) or any(self.pad_hi)
+        self.tap_offsets = tuple(
+            sum(j * d * st for j, d, st in zip(combo, dilation, plane_strides(plane)))
+            for combo in itertools.product(*[range(k) for k in kernel])
+        )
+        self.compile_key = ("sliding", self.plane, kernel, stride, padding, dilation, self.out_spatial)
+
+    def taps(self, x):
+        if self.padded:
+            widths = [(0, 0)] + list(zip(self.padding, self.pad_hi)) + [(0, 0)]
+            x = mx.pad(x, widths, constant_values=self.pad_value)
+        per_dim = []
+        for k, s, d, o in zip(self.kernel, self.stride, self.dilation, self.out_spatial):
+            per_dim.append([slice(j * d, j * d + (o - 1) * s + 1, s) for j in range(k)])
+        # itertools.product is row-major: the first spatial dim varies slowest, torch's scan order
+        return [x[(slice(None),) + combo] for combo in itertools.product(*per_dim)]
+
+    def _starts(self, dim: int) -> np.ndarray:
+        return np.arange(self.out_spatial[dim]) * self.stride[dim] - self.padding[dim]
+
+    def _first(self, dim: int) -> np.ndarray:
+        # torch starts its scan at the first in-range tap (``while first < 0: first += d``), even if that overshoots
+        start, d = self._starts(dim), self.dilation[dim]
+        return np.where(start < 0, start + (-start + d - 1) // d * d, start)
+
+    def origins(self, dtype):
+        nd = len(self.plane)
+        origin = flat_grid([self._starts(dim) for dim in range(nd)], self.plane, dtype)
+        first = flat_grid([self._first(dim) for dim in range(nd)], self.plane, dtype) if self.padded else None
+        return origin, first
+
+    def valid_mask(self):
+        masks, any_empty = [], False
+        for dim, length in enumerate(self.plane):
+            first = self._first(dim)
+            last = self._starts(dim) + (self.kernel[dim] - 1) * self.dilation[dim]
+            ok = (first <= last) & (first < length)
+            any_empty |= not ok.all()
+            masks.append(mx.array(ok).reshape([1] * (1 + dim) + [-1] + [1] * (len(self.plane) - dim)))
+        if not any_empty:
+            return None
+        mask = masks[0]
+        for m in masks[1:]:
+            mask = mask & m
+        return mask
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+def _check_args_2d_style(nd, kernel, stride, padding, dilation, layer):
+    """Torch's parameter checks for max_pool2d/3d (and max_pool1d with indices), in torch's order."""
+    for k, s, p, d in zip(kernel, stride, padding, dilation):
+        if s == 0:
+            raise ValueError(f"[{layer}] stride should not be zero")
+        if p < 0:
+            raise ValueError(f"[{layer}] pad must be non-negative, but got pad: {p}")
+        if p > _trunc_div((k - 1) * d + 1, 2):
+            raise ValueError(
+                f"[{layer}] pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} "
+                f"and dilation={d}"
+            )
+    if any(k <= 0 for k in kernel):
+        raise ValueError(f"[{layer}] kernel size should be greater than zero, but got {_named(nd, 'k', kernel)}")
+    if any(s <= 0 for s in stride):
+        raise ValueError(f"[{layer}] stride should be greater than zero, but got {_named(nd, 'd', stride)}")
+    if any(d <= 0 for d in dilation):
+        raise ValueError(
+            f"[{layer}] dilation should be greater than zero, but got "
+            + " ".join(f"dilation{n}: {v}" for n, v in zip(_dim_names(nd), dilation))
+        )
+
+
+def _dim_names(nd):
+    return {1: ["W"], 2: ["H", "W"], 3: ["T", "H", "W"]}[nd]
+
+
+def _named(nd, prefix, values):
+    return " ".join(f"{prefix}{n}: {v}" for n, v in zip(_dim_names(nd), values))
+
+
+def _check_half_kernel(nd, kernel, padding, layer):
+    if any(p > k // 2 for k, p in zip(kernel, padding)):
+        if nd == 3:
+            detail = f"kT: {kernel[0]} kW: {kernel[2]} kH: {kernel[1]} padT: {padding[0]} padW: {padding[2]} padH: {padding[1]}"
+        else:
+            kh, kw = (1, kernel[0]) if nd == 1 else kernel
+            ph, pw = (0, padding[0]) if nd == 1 else padding
+            detail = f"padW = {pw}, padH = {ph}, kW = {kw}, kH = {kh}"
+        raise ValueError(f"[{layer}] pad should be smaller than or equal to half of kernel size, but got {detail}")
+
+
+def _check_args_1d_value(kernel, stride, padding, dilation, layer):
+    """The value-only max_pool1d's own checks (torch runs them instead of the 2d ones)."""
+    (k,), (s,), (p,), (d,) = kernel, stride, padding, dilation
+    if k <= 0:
+        raise ValueError(f"[{layer}] max_pool1d() kernel_size must be greater than zero, but got {k}")
+    if s <= 0:
+        raise ValueError(f"[{layer}] max_pool1d() stride must be greater than zero, but got {s}")
+    if p < 0:
+        raise ValueError(f"[{layer}] max_pool1d() padding must be non-negative, but got {p}")
+    if p > k // 2:
+        raise ValueError(
+            f"[{layer}] max_pool1d() padding should be at most half of kernel size, but got padding={p} and "
+            f"kernel_size={k}"
+        )
+    if d <= 0:
+        raise ValueError(f"[{layer}] max_pool1d() dilation must be greater than zero, but got {d}")
+
+
+def _normalize(nd, kernel_size, stride, padding, dilation, layer):
+    kernel = ntuple(kernel_size, nd, "kernel_size", layer)
+    stride = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else stride
+    stride = ntuple(stride, nd, "stride", layer)
+    return kernel, stride, ntuple(padding, nd, "padding", layer), ntuple(dilation, nd, "dilation", layer)
+
+
+def check_max_pool_args(nd, kernel_size, stride, padding, dilation, return_indices, layer):
+    """Normalise and validate the input-independent arguments; returns ``(kernel, stride, padding, dilation)``."""
+    kernel, stride, padding, dilation = _normalize(nd, kernel_size, stride, padding, dilation, layer)
+    if nd == 1 and not return_indices:
+        _check_args_1d_value(kernel, stride, padding, dilation, layer)
+    else:
+        _check_args_2d_style(nd, kernel, stride, padding, dilation, layer)
+        _check_half_kernel(nd, kernel, padding, layer)
+    return kernel, stride, padding, dilation
+
+
+def _check_input(x, nd, layer, return_indices):
+    if not isinstance(x, mx.array):
+        raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")
+    if x.ndim not in (nd + 1, nd + 2):
+        if nd == 1:
+            msg = "max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for input"
+            raise ValueError(f"[{layer}] {msg}, but got shape {tuple(x.shape)} (channels-last (L, C) or (N, L, C))")
+        ranks = f"{nd + 1}D or {nd + 2}D"
+        raise ValueError(
+            f"[{layer}] non-empty {ranks} (batch mode) tensor expected for input, but got shape {tuple(x.shape)} "
+            f"(channels-last: spatial dims then C, with an optional leading N)"
+        )
+    non_batch = x.shape[1:] if x.ndim == nd + 2 else x.shape
+    if 0 in non_batch:
+        raise ValueError(
+            f"[{layer}] Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with optional 0 dim batch size for "
+            f"input, but got shape {tuple(x.shape)} (a zero-sized channel or spatial dim)"
+        )
+    if x.dtype == mx.bool_ or x.dtype == mx.uint32 or x.dtype == mx.uint16 or x.dtype == mx.uint64:
+        raise TypeError(f"[{layer}] max pooling is not implemented for dtype {x.dtype}")
+    if nd == 1 and not return_indices and not mx.issubdtype(x.dtype, mx.floating):
+        # torch's value-only max_pool1d kernel is floating-only (its indices path accepts integers)
+        name = _TORCH_DTYPE_NAME.get(x.dtype, str(x.dtype))
+        raise TypeError(f"[{layer}] \"max_pool1d_impl\" not implemented for '{name}'")
+
+
+# ---------------------------------------------------------------------------------------------------- generic op
+def max_pool(
+    x: mx.array,
+    nd: int,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
+    layer: str = "MaxPool2d",
+):
+    """N-d max pooling on channels-last ``x``: ``(N, *spatial, C)`` or unbatched ``(*spatial, C)``.
+
+    Returns the pooled array, or ``(values, indices)`` with int64 flat per-plane indices when ``return_indices``.
+    Gradients match torch's (all of an output's gradient goes to its index). ``layer`` names the caller in errors.
+    """
+    kernel, stride, padding, dilation = check_max_pool_args(
+        nd, kernel_size, stride, padding, dilation, return_indices, layer
+    )
+    _check_input(x, nd, layer, return_indices)
+    batched = x.ndim == nd + 2
+    xb = x if batched else x[None]
+    plane = tuple(xb.shape[1 : 1 + nd])
+    out = tuple(pool_output_size(*args, bool(ceil_mode)) for args in zip(plane, kernel, stride, padding, dilation))
+    if any(o < 1 for o in out):
+        if nd == 1 and not return_indices:
+            raise ValueError(f"[{layer}] max_pool1d() Invalid computed output size: {out[0]}")
+        channels = xb.shape[-1]
+        in_shape, out_shape = (channels,) + plane, (channels,) + out
+        if nd == 1:  # torch runs 1d through its 2d kernel and reports 2d shapes
+            in_shape, out_shape = (channels, 1) + plane, (channels, 1) + out
+        raise ValueError(
+            f"[{layer}] Given input size: ({format_shape(in_shape)}). Calculated output size: "
+            f"({format_shape(out_shape)}). Output size is too small"
+        )
+    spec = SlidingWindows(plane, kernel, stride, padding, dilation, out, xb.dtype)
+    result = window_max(xb, spec, return_indices)
+    if batched:
+        return result
+    return tuple(r[0] for r in result) if return_indices else result[0]
+
+
+# ---------------------------------------------------------------------------------------------------- functional
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """1-d max pooling over ``(N, L, C)`` or ``(L, C)``; see :class:`MaxPool1d`."""
+    return max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode, return_indices, layer="max_pool1d")
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """2-d max pooling over ``(N, H, W, C)`` or ``(H, W, C)``; see :class:`MaxPool2d`."""
+    return max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices, layer="max_pool2d")
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """3-d max pooling over ``(N, D, H, W, C)`` or ``(D, H, W, C)``; see :class:`MaxPool3d`."""
+    return max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode, return_indices, layer="max_pool3d")
+
+
+# ---------------------------------------------------------------------------------------------------- modules
+class _MaxPoolNd(nn.Module):
+    nd = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        super().__init__()
+        name = type(self).__name__
+        # validate once, here; the call only checks what depends on the input
+        self.kernel_size, self.stride, self.padding, self.dilation = check_max_pool_args(
+            self.nd, kernel_size, stride, padding, dilation, return_indices, name
+        )
+        self.return_indices = bool(return_indices)
+        self.ceil_mode = bool(ceil_mode)
+
+    def _extra_repr(self) -> str:
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}, return_indices={self.return_indices}"
+        )
+
+    def __call__(self, x: mx.array):
+        return max_pool(
+            x, self.nd, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+            self.return_indices, layer=type(self).__name__,
+        )
+
+
+class MaxPool1d(_MaxPoolNd):
+    """Torch's ``nn.MaxPool1d`` on channels-last input.
+
+    Args:
+        kernel_size (int or tuple): window size.
+        stride (int or tuple, optional): window step. Default: ``kernel_size``.
+        padding (int or tuple, optional): implicit -inf padding on both sides, at most half the kernel. Default: ``0``.
+        dilation (int or tuple, optional): spacing between window taps. Default: ``1``.
+        return_indices (bool, optional): also return int64 flat indices (torch's format). Default: ``False``.
+        ceil_mode (bool, optional): round the output size up (torch's drop rule applies). Default: ``False``.
+
+    Shape: ``(N, L, C)`` or ``(L, C)`` -> ``(N, L_out, C)`` or ``(L_out, C)``.
+
+    Example:
+        >>> pool = MaxPool1d(3, stride=2, padding=1)
+        >>> pool(mx.random.normal((2, 10, 4))).shape
+        (2, 5, 4)
+    """
+
+    nd = 1
+
+
+class MaxPool2d(_MaxPoolNd):
+    """Torch's ``nn.MaxPool2d`` on channels-last input.
+
+    Args:
+        kernel_size (int or tuple): window size.
+        stride (int or tuple, optional): window step. Default: ``kernel_size``.
+        padding (int or tuple, optional): implicit -inf padding on both sides, at most half the kernel. Default: ``0``.
+        dilation (int or tuple, optional): spacing between window taps. Default: ``1``.
+        return_indices (bool, optional): also return int64 flat indices ``h*W + w`` per plane. Default: ``False``.
+        ceil_mode (bool, optional): round the output size up (torch's drop rule applies). Default: ``False``.
+
+    Shape: ``(N, H, W, C)`` or ``(H, W, C)`` -> ``(N, H_out, W_out, C)`` or ``(H_out, W_out, C)``.
+
+    Example:
+        >>> pool = MaxPool2d(3, stride=2, padding=1)
+        >>> pool(mx.random.normal((8, 112, 112, 64))).shape
+        (8, 56, 56, 64)
+    """
+
+    nd = 2
+
+
+class MaxPool3d(_MaxPoolNd):
+    """Torch's ``nn.MaxPool3d`` on channels-last input.
+
+    Args:
+        kernel_size (int or tuple): window size.
+        stride (int or tuple, optional): window step. Default: ``kernel_size``.
+        padding (int or tuple, optional): implicit -inf padding on both sides, at most half the kernel. Default: ``0``.
+        dilation (int or tuple, optional): spacing between window taps. Default: ``1``.
+        return_indices (bool, optional): also return int64 flat indices ``(t*H + h)*W + w`` per plane.
+            Default: ``False``.
+        ceil_mode (bool, optional): round the output size up (torch's drop rule applies). Default: ``False``.
+
+    Shape: ``(N, D, H, W, C)`` or ``(D, H, W, C)`` -> ``(N, D_out, H_out, W_out, C)`` or unbatched.
+
+    Example:
+        >>> pool = MaxPool3d(2)
+        >>> pool(mx.random.normal((1, 8, 8, 8, 3))).shape
+        (1, 4, 4, 4, 3)
+    """
+
+    nd = 3
