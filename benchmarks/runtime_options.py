@@ -4,7 +4,8 @@
 
 One MLX process; the variants are timed in interleaved rounds (A B C A B C ...) so that load from other processes on
 the machine hits each alike. Prints, per variant, the median forward time over all rounds, its ratio to the first
-variant with the range of per-round ratios (the noise), and MLX's peak memory.
+variant with the range of per-round ratios (the noise), MLX's peak active memory and the memory its buffer cache
+held after the runs (bounded by the cache limit).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main(argv=None) -> None:
     }
     times = {name: [] for name in variants}
     peaks = {name: 0.0 for name in variants}
+    cached = {name: 0.0 for name in variants}
     for _ in range(args.rounds):
         for name, (fn, limit) in variants.items():
             porter.set_cache_limit(limit)
@@ -62,16 +64,17 @@ def main(argv=None) -> None:
             mx.reset_peak_memory()
             times[name].append(time_fn(lambda: mx.eval(fn(x)), warmup=2, repeat=args.repeat)["median_ms"])
             peaks[name] = max(peaks[name], mx.get_peak_memory() / 2**20)
+            cached[name] = max(cached[name], mx.get_cache_memory() / 2**20)
     porter.set_cache_limit(default_limit)
     base = list(times.values())[0]
     print(f"{args.model} batch {args.batch}, {args.rounds} rounds x {args.repeat} runs; BLAS: "
           f"{porter.runtime_info()['blas']['config']}")
-    print("| variant | median ms | vs first (range over rounds) | MLX peak MB |")
-    print("|---|---|---|---|")
+    print("| variant | median ms | vs first (range over rounds) | MLX peak MB | cache held after MB |")
+    print("|---|---|---|---|---|")
     for name, ts in times.items():
         ratios = [t / b for t, b in zip(ts, base)]
         print(f"| {name} | {statistics.median(ts):.1f} | {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f}) | {peaks[name]:.0f} |")
+              f"({min(ratios):.2f}-{max(ratios):.2f}) | {peaks[name]:.0f} | {cached[name]:.0f} |")
 
 
 if __name__ == "__main__":
