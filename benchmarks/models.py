@@ -72,7 +72,7 @@ def main(argv=None) -> None:
                         compile=args.compile, threads=args.threads or None)
             torch_rows, mlx_rows = [], []
             for _ in range(args.rounds):
-                torch_rows.append(benchmark_isolated(dict(spec, framework="torch"), env={"PORTER_BLAS": "none"}))
+                torch_rows.append(benchmark_isolated(dict(spec, framework="torch")))
                 mlx_rows.append(benchmark_isolated(dict(spec, framework="mlx"), env=env))
             t = statistics.median([v for r in torch_rows for v in r["times_ms"]])
             m = statistics.median([v for r in mlx_rows for v in r["times_ms"]])

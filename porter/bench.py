@@ -149,9 +149,13 @@ def benchmark_isolated(spec: dict, *, env: dict | None = None, timeout: float = 
     """Run ``spec`` (``framework`` "torch" or "mlx", ``builder``, ``shape``, optional ``converter``, ``repeat``,
     ``warmup``, ``seed``, ``threads``, ``compile``) in a fresh interpreter and return its result dict.
 
-    ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``).
+    ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``). A torch child gets
+    ``PORTER_BLAS=none`` unless ``env`` sets it: then nothing but torch's own BLAS is loaded in it.
     """
-    child_env = dict(os.environ, **(env or {}))
+    child_env = dict(os.environ)
+    if spec.get("framework") == "torch":
+        child_env["PORTER_BLAS"] = "none"  # torch's own BLAS only, unless env says otherwise
+    child_env.update(env or {})
     proc = subprocess.run([sys.executable, "-m", "porter.bench", json.dumps(spec)], capture_output=True, text=True,
                           env=child_env, timeout=timeout)
     if proc.returncode != 0:
@@ -166,7 +170,7 @@ def benchmark_model(builder: str, shape, *, converter: str | None = None, repeat
     Returns ``{"torch": row, "mlx": row, "ratio": mlx_median / torch_median}``.
     """
     spec = dict(builder=builder, shape=list(shape), converter=converter, repeat=repeat, warmup=warmup)
-    torch_row = benchmark_isolated(dict(spec, framework="torch"), env=env)
+    torch_row = benchmark_isolated(dict(spec, framework="torch"))
     mlx_row = benchmark_isolated(dict(spec, framework="mlx"), env=env)
     return {"torch": torch_row, "mlx": mlx_row, "ratio": mlx_row["median_ms"] / torch_row["median_ms"]}
 
