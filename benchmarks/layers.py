@@ -77,13 +77,17 @@ def run_case(c: Case, repeat: int) -> dict:
             xg.grad = None
             _first(ft(xg)).sum().backward()
 
-        grad_fn = mx.grad(lambda a: _first(fm(a)).sum())
+        # value_and_grad: a linear op's gradient needs no forward values, so mx.grad alone would skip the forward
+        grad_fn = mx.value_and_grad(lambda a: _first(fm(a)).sum())
         row["torch_bwd"] = _median_ms(torch_step, repeat)
         row["porter_bwd"] = _median_ms(lambda: mx.eval(grad_fn(xm)), repeat)
     return row
 
 
 def load_cases() -> None:
+    # run as a script this module is `__main__`; make `from benchmarks.layers import case` register here, not in a
+    # second copy of the module
+    sys.modules.setdefault("benchmarks.layers", sys.modules[__name__])
     here = os.path.dirname(os.path.abspath(__file__))
     for path in sorted(glob.glob(os.path.join(here, "cases_*.py"))):
         importlib.import_module(f"benchmarks.{os.path.basename(path)[:-3]}")

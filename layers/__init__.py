@@ -6,5 +6,7 @@ and has torch's class name, constructor arguments and defaults. Functional forms
 """
 
 from .adaptive_max import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d
+from .conv import Conv1d, Conv2d, Conv3d
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .fractional import FractionalMaxPool2d, FractionalMaxPool3d
 from .max_pool import MaxPool1d, MaxPool2d, MaxPool3d

@@ -11,7 +11,8 @@ turns into torch's flat per-plane input index (``h*W + w``, ``(t*H + h)*W + w``)
   accumulate). ``mx.max``'s own VJP splits the gradient among tied maxima, which torch never does.
 
 The value-only forward never computes an argmax: the backward recomputes the indices from the saved input. Sliding
-windows read their taps as strided slices and, on large inputs, run as one fused ``mx.compile`` kernel.
+windows read their taps as strided slices and, on large inputs, run as one fused ``mx.compile`` kernel. Adaptive and
+fractional windows (:class:`SeparableWindows`) gather their taps and reduce one dim at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Callable, Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
+# Index arithmetic runs in float32 (fast on MLX's CPU backend) while every flat index fits its mantissa exactly.
+FLOAT_INDEX_LIMIT = 1 << 24
 # Fusing pays off only on large arrays; each new graph costs a one-off C++ compile (~0.5 s) on the CPU backend.
 COMPILE_MIN_ELEMENTS = 1 << 16
 
@@ -55,6 +58,61 @@ class WindowSpec:
         """Broadcastable bool mask of outputs whose window holds at least one real element (``None``: all do)."""
         return None
 
+    def compute(self, x: mx.array, kind: str):
+        """``kind="values"``: the max; ``"indices"``: ``(max, int32 flat index)``. Default: over the product of taps."""
+        return _run(self, kind, x)
+
+    def gradient(self, x: mx.array, grad: mx.array, index: Optional[mx.array]) -> mx.array:
+        """Input gradient: all of each output's gradient to its index (scatter-add). ``index`` is the forward's
+        when it computed one, else ``None`` (recomputed here)."""
+        if index is None:
+            index = self.compute(x, "indices")[1]
+        return _scatter_grad(self, x.shape, grad, index)
+
+
+class SeparableWindows(WindowSpec):
+    """Windows that are boxes of per-dim tap lists, reduced one dim at a time (last dim first) instead of over the
+    product of taps: ``sum(K_i)`` taps rather than ``prod(K_i)``. Exact for torch's rule: reducing the innermost
+    dim first keeps, per row, the first max (or last NaN); the next dim then picks the first row holding the max
+    (or the last row holding a NaN), which is the row-major first max (last NaN) of the box.
+
+    Subclasses give, per dim, ``kernel[dim]`` taps, ``take(a, dim, j)`` (tap ``j`` of every window along ``dim``,
+    for the values and for the carried index alike) and ``start(dim)`` (each window's first coordinate,
+    broadcastable along ``dim``); tap ``j`` sits at ``start + j``.
+    """
+
+    kernel: tuple
+
+    def prepare(self, x: mx.array) -> mx.array:
+        return x
+
+    def take(self, a: mx.array, dim: int, j: int) -> mx.array:
+        raise NotImplementedError
+
+    def taps_along(self, a: mx.array, dim: int) -> list:
+        """Every tap of every window along ``dim``; subclasses may gather them all at once."""
+        return [self.take(a, dim, j) for j in range(self.kernel[dim])]
+
+    def start(self, dim: int, dtype) -> mx.array:
+        raise NotImplementedError
+
+    def compute(self, x, kind):
+        a = self.prepare(x)
+        itype = _index_type(self)
+        strides = plane_strides(self.plane)
+        index = None
+        for dim in reversed(range(len(self.plane))):
+            taps = self.taps_along(a, dim)
+            best = max_value(taps)
+            if kind == "indices":
+                start = self.start(dim, itype)
+                cands = [(start + j) * strides[dim] for j in range(self.kernel[dim])]
+                if index is not None:
+                    cands = [c + inner for c, inner in zip(cands, self.taps_along(index, dim))]
+                index = chosen_offset(taps, best, cands, itype)
+            a = best
+        return a if kind == "values" else (a, index.astype(mx.int32))
+
 
 def plane_strides(plane: Sequence[int]) -> tuple:
     """Row-major strides of a spatial plane: torch's flat index is ``sum(coord * stride)``."""
@@ -77,22 +135,22 @@ def flat_grid(per_dim: Sequence, plane: Sequence[int], dtype) -> mx.array:
 
 
 # ---------------------------------------------------------------------------------------------------- selection
-def _max_value(taps: Sequence[mx.array]) -> mx.array:
+def max_value(taps: Sequence[mx.array]) -> mx.array:
     best = taps[0]
     for v in taps[1:]:
         best = mx.maximum(best, v)  # propagates NaN, like torch's scan
     return best
 
 
-def _chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence[int], itype) -> mx.array:
+def chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence, itype) -> mx.array:
     """Torch's choice as a tap offset: the first tap equal to the max, or the last NaN when the max is NaN.
 
     Offsets are carried as float constants: on MLX's CPU backend a ``where`` chain with float constants fuses into one
     fast kernel, while the int32 form runs several times slower. ``itype`` is int32 for planes of 2**24 elements or
-    more, where float32 would no longer be exact.
+    more, where float32 would no longer be exact. ``offsets`` may also be arrays (the separable engine's candidates).
     """
     k = len(taps)
-    const = [mx.array(o, dtype=itype) for o in offsets]
+    const = [o if isinstance(o, mx.array) else mx.array(o, dtype=itype) for o in offsets]
     chosen = const[k - 1]
     for t in range(k - 2, -1, -1):  # walking backwards leaves the first match
         chosen = mx.where(taps[t] == best, const[t], chosen)
@@ -108,12 +166,12 @@ def _index_type(spec: WindowSpec):
     plane = 1
     for size in spec.plane:
         plane *= size
-    return mx.float32 if plane < 2**24 else mx.int32
+    return mx.float32 if plane < FLOAT_INDEX_LIMIT else mx.int32
 
 
 def _values_fn(spec: WindowSpec) -> Callable:
     def values(x):
-        return _max_value(spec.taps(x))
+        return max_value(spec.taps(x))
 
     return values
 
@@ -123,8 +181,8 @@ def _indices_fn(spec: WindowSpec) -> Callable:
 
     def values_and_indices(x, origin, *first):
         taps = spec.taps(x)
-        best = _max_value(taps)
-        index = origin + _chosen_offset(taps, best, spec.tap_offsets, itype)
+        best = max_value(taps)
+        index = origin + chosen_offset(taps, best, spec.tap_offsets, itype)
         if first:
             # the max is the padding value: torch never moved past the window's first real tap
             index = mx.where(best == lowest(best.dtype), first[0], index)
@@ -136,23 +194,28 @@ def _indices_fn(spec: WindowSpec) -> Callable:
 _COMPILED: dict = {}
 
 
-def _compiled(key: tuple, kind: str, spec: WindowSpec) -> Callable:
-    # ``key`` pins every constant the spec's graph uses (shapes included), so a cached function traced from an
-    # earlier, equal spec builds the same graph.
-    fn = _COMPILED.get((key, kind))
+def fused(spec: WindowSpec, x: mx.array, kind: str, build: Callable[[], Callable]) -> Optional[Callable]:
+    """A cached ``mx.compile`` of ``build()`` for this spec, kind and dtype when ``x`` is large enough, else None.
+
+    ``spec.compile_key`` pins every constant the spec's graph uses (shapes included), so a function traced from an
+    earlier, equal spec builds the same graph.
+    """
+    out_elements = x.shape[0] * x.shape[-1]
+    for o in spec.out_spatial:
+        out_elements *= o
+    if spec.compile_key is None or out_elements < COMPILE_MIN_ELEMENTS:
+        return None
+    key = (spec.compile_key, kind, x.dtype)
+    fn = _COMPILED.get(key)
     if fn is None:
         if len(_COMPILED) > 256:
             _COMPILED.clear()
-        fn = _COMPILED[(key, kind)] = mx.compile(_values_fn(spec) if kind == "values" else _indices_fn(spec))
+        fn = _COMPILED[key] = mx.compile(build())
     return fn
 
 
 def _run(spec: WindowSpec, kind: str, x: mx.array):
-    out_elements = x.shape[0] * x.shape[-1]
-    for o in spec.out_spatial:
-        out_elements *= o
-    fuse = spec.compile_key is not None and out_elements >= COMPILE_MIN_ELEMENTS
-    fn = _compiled((spec.compile_key, x.dtype), kind, spec) if fuse else None
+    fn = fused(spec, x, kind, lambda: _values_fn(spec) if kind == "values" else _indices_fn(spec))
     if kind == "values":
         return (fn or _values_fn(spec))(x)
     origin, first = spec.origins(_index_type(spec))
@@ -195,23 +258,22 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
 
         @mx.custom_function
         def pool(a):
-            best, index = _run(spec, "indices", a)
+            best, index = spec.compute(a, "indices")
             return best, index.astype(mx.int64)
 
         @pool.vjp
         def pool_vjp(a, cotangents, outputs):
-            return _scatter_grad(spec, a.shape, cotangents[0], outputs[1])
+            return spec.gradient(a, cotangents[0], outputs[1])
 
         return pool(x)
 
     @mx.custom_function
     def pool_values(a):
-        return _run(spec, "values", a)
+        return spec.compute(a, "values")
 
     @pool_values.vjp
     def pool_values_vjp(a, cotangent, output):
-        _, index = _run(spec, "indices", a)  # recomputed here so the forward never pays for an argmax
-        return _scatter_grad(spec, a.shape, cotangent, index)
+        return spec.gradient(a, cotangent, None)  # recomputes the choice: the forward never pays for an argmax
 
     return pool_values(x)
 

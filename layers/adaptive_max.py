@@ -8,7 +8,6 @@ window-max engine.
 
 from __future__ import annotations
 
-import itertools
 import numbers
 
 import mlx.core as mx
@@ -16,13 +15,14 @@ import mlx.nn as nn
 import numpy as np
 
 from ._utils import adaptive_windows
-from ._window_max import WindowSpec, flat_grid, plane_strides, window_max
+from ._window_max import SeparableWindows, WindowSpec, window_max
 from .max_pool import SlidingWindows
 
 
-class AdaptiveWindows(WindowSpec):
+class AdaptiveWindows(SeparableWindows):
     """Adaptive windows of varying length. Each dim gathers ``K = max window length`` taps; taps past a window's end
-    read a -inf sentinel appended to that dim, so they never win (every window has at least one real element)."""
+    read a -inf sentinel appended to that dim, so they never win (every window has at least one real element and
+    ties go to the earlier tap)."""
 
     def __init__(self, plane, out):
         self.plane, self.out_spatial = tuple(plane), tuple(out)
@@ -33,23 +33,28 @@ class AdaptiveWindows(WindowSpec):
             taps = starts[:, None] + np.arange(k)[None, :]
             taps = np.where(taps < ends[:, None], taps, length)  # index ``length`` is the sentinel
             self.starts.append(starts)
-            self.gathers.append([mx.array(taps[:, j].astype(np.int32)) for j in range(k)])
+            self.gathers.append(mx.array(taps.T.reshape(-1).astype(np.int32)))  # tap-major: (K * O,)
             kernel.append(k)
-        self.tap_offsets = tuple(
-            sum(j * st for j, st in zip(combo, plane_strides(plane)))
-            for combo in itertools.product(*[range(k) for k in kernel])
-        )
+        self.kernel = tuple(kernel)
 
-    def taps(self, x):
+    def prepare(self, x):
         sentinel = [(0, 0)] + [(0, 1)] * len(self.plane) + [(0, 0)]
-        level = [mx.pad(x, sentinel, constant_values=float("-inf"))]
-        for dim, gathers in enumerate(self.gathers):
-            # earlier dims vary slowest in the resulting list: torch's row-major scan order
-            level = [mx.take(a, g, axis=1 + dim) for a in level for g in gathers]
-        return level
+        return mx.pad(x, sentinel, constant_values=float("-inf"))
 
-    def origins(self, dtype):
-        return flat_grid(self.starts, self.plane, dtype), None
+    def taps_along(self, a, dim):
+        # one gather of all K*O positions by array indexing (several times faster than mx.take on MLX's CPU backend
+        # for a middle axis), then the K taps are views of it
+        lead = (slice(None),) * (1 + dim)
+        gathered = a[lead + (self.gathers[dim],)]
+        shape = list(a.shape)
+        shape[1 + dim : 2 + dim] = [self.kernel[dim], self.out_spatial[dim]]
+        gathered = gathered.reshape(shape)
+        return [gathered[lead + (j,)] for j in range(self.kernel[dim])]
+
+    def start(self, dim, dtype):
+        shape = [1] * (len(self.plane) + 2)
+        shape[1 + dim] = -1
+        return mx.array(self.starts[dim]).reshape(shape).astype(dtype)
 
 
 def adaptive_windows_spec(plane, out) -> WindowSpec:

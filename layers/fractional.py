@@ -11,14 +11,13 @@ Windows are ``k`` wide, never padded. Max, ties, NaN, indices and gradients foll
 
 from __future__ import annotations
 
-import itertools
 import numbers
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ._window_max import WindowSpec, plane_strides, window_max
+from ._window_max import SeparableWindows, plane_strides, window_max
 
 _DIM_WORDS = {2: ["height", "width"], 3: ["time", "height", "width"]}
 
@@ -40,41 +39,30 @@ def interval_starts(u: mx.array, length: int, out: int, kernel: int) -> mx.array
     return mx.concatenate([starts, last], axis=-1)
 
 
-class FractionalWindows(WindowSpec):
-    """Per-plane windows ``[start, start + k)`` read by gathers from the flattened input."""
+class FractionalWindows(SeparableWindows):
+    """Per-plane windows ``[start, start + k)``, reduced one dim at a time with per-plane gathers."""
 
     def __init__(self, plane, kernel, out, starts):
         # starts[dim]: int32 (N, C, O_dim), already clamped into the input
         self.plane, self.out_spatial, self.kernel = tuple(plane), tuple(out), tuple(kernel)
-        self.starts = starts
-        self.tap_offsets = tuple(
-            sum(j * st for j, st in zip(combo, plane_strides(plane)))
-            for combo in itertools.product(*[range(k) for k in kernel])
-        )
-
-    def _grid(self, dtype, scale: int = 1) -> mx.array:
-        """``sum(start * stride)`` per output position, shaped ``(N, *out, C)``."""
-        nd = len(self.plane)
-        grid = None
-        for dim, (start, stride) in enumerate(zip(self.starts, plane_strides(self.plane))):
+        nd = len(plane)
+        self.index = []
+        for dim, start in enumerate(starts):
             n, c, o = start.shape
             shape = [n] + [1] * nd + [c]
             shape[1 + dim] = o
-            term = mx.moveaxis(start, 1, -1).reshape(shape).astype(dtype) * (stride * scale)
-            grid = term if grid is None else grid + term
-        return grid
+            self.index.append(mx.moveaxis(start, 1, -1).reshape(shape))  # (N, 1.., O_dim, ..1, C)
 
-    def taps(self, x):
-        n, c = x.shape[0], x.shape[-1]
-        plane = int(np.prod(self.plane))
-        itype = mx.int32 if n * plane * c < 2**31 else mx.int64
-        batch = mx.arange(n, dtype=itype).reshape((n,) + (1,) * (len(self.plane) + 1)) * (plane * c)
-        base = batch + self._grid(itype, scale=c) + mx.arange(c, dtype=itype)
-        flat = x.reshape(-1)
-        return [mx.take(flat, base + offset * c) for offset in self.tap_offsets]
+    def take(self, a, dim, j):
+        return mx.take_along_axis(a, self.index[dim] + j, axis=1 + dim)
+
+    def start(self, dim, dtype):
+        return self.index[dim].astype(dtype)
 
     def origins(self, dtype):
-        return self._grid(dtype), None
+        """Flat index of every window's first element, ``(N, *out, C)`` (the empty-kernel case reports it)."""
+        strides = plane_strides(self.plane)
+        return sum(self.start(dim, dtype) * strides[dim] for dim in range(len(self.plane))), None
 
 
 # ---------------------------------------------------------------------------------------------------- checks
@@ -145,15 +133,16 @@ def fractional_max_pool(
             output_size = [int(length * r) for length, r in zip(x.shape[x.ndim - 1 - nd : x.ndim - 1], ratio)]
     out = _tuple_arg(output_size, nd, "output_size", fn, layer)
 
+    where = f"{fn}()" if nd == 2 else "fractional_max_pool3d_out()"  # torch's 3d kernel names itself so
     if x.ndim not in (nd + 1, nd + 2):
         raise ValueError(
-            f"[{layer}] {fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
+            f"[{layer}] {where}: Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
             f"(channels-last: spatial dims then C, with an optional leading N)"
         )
     batched = x.ndim == nd + 2
     if 0 in (x.shape[1:] if batched else x.shape):
         raise ValueError(
-            f"[{layer}] {fn}(): Expected input to have non-zero size for non-batch dimensions, but got "
+            f"[{layer}] {where}: Expected input to have non-zero size for non-batch dimensions, but got "
             f"{list(x.shape)} (channels-last)"
         )
     if not mx.issubdtype(x.dtype, mx.floating):
@@ -172,8 +161,7 @@ def fractional_max_pool(
         too_large = out[dim] + kernel[dim] - 1 > plane[dim] if nd == 2 else out[dim] + kernel[dim] - 1 >= plane[dim]
         if too_large:
             word = _DIM_WORDS[nd][dim]
-            name = f"{fn}()" if nd == 2 else "fractional_max_pool3d_out()"
-            raise ValueError(f"[{layer}] {name}: pool {word} {kernel[dim]} too large relative to input {word} "
+            raise ValueError(f"[{layer}] {where}: pool {word} {kernel[dim]} too large relative to input {word} "
                              f"{plane[dim]}")
     if any(o < 0 for o in out):
         raise ValueError(f"[{layer}] Trying to create tensor with negative dimension {min(out)}: "

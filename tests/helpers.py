@@ -99,6 +99,7 @@ def check_against_torch(
     grad_atol: Optional[float] = None,
     grad_rtol: Optional[float] = None,
     extra_inputs: tuple = (),
+    params: Optional[dict] = None,
     seed: int = 0,
 ) -> None:
     """Run ``torch_fn(x)`` and ``porter_fn(x_channels_last)`` and compare everything they return.
@@ -110,6 +111,11 @@ def check_against_torch(
     ``sum(out * g)`` for a seeded random ``g`` must match torch's autograd.
     ``extra_inputs``: further torch tensors passed to both functions after ``x`` (converted to channels-last when
     they have the input's rank, e.g. unpool indices).
+    ``params``: parameters whose gradients are compared too, ``{name: (torch_leaf, porter_array, to_torch)}``:
+    ``torch_leaf`` is a tensor with ``requires_grad`` that ``torch_fn`` uses (e.g. a module's weight),
+    ``porter_array`` its Porter counterpart, ``to_torch`` maps a Porter-layout numpy array to torch's layout
+    (``None``: same layout). ``porter_fn`` then gets the dict ``{name: porter_array}`` as its last argument and must
+    compute with those arrays (for a module: ``module.update(p)`` first), so that MLX can differentiate them.
     """
     batched = x.ndim == nd + 2
     floating = x.dtype.is_floating_point
@@ -126,8 +132,14 @@ def check_against_torch(
         for e in extra_inputs
     )
 
+    params = params or {}
+    params_m = {name: p_m for name, (_, p_m, _) in params.items()}
+    for leaf, _, _ in params.values():
+        leaf.grad = None
+    call_extras_m = extras_m + ((params_m,) if params else ())
+
     out_t = torch_fn(xt, *extras_t)
-    out_m = porter_fn(xm, *extras_m)
+    out_m = porter_fn(xm, *call_extras_m)
     tup_t = out_t if isinstance(out_t, tuple) else (out_t,)
     tup_m = out_m if isinstance(out_m, tuple) else (out_m,)
     assert len(tup_t) == len(tup_m), f"torch returned {len(tup_t)} outputs, porter {len(tup_m)}"
@@ -152,12 +164,12 @@ def check_against_torch(
     (tup_t[0].float() * g_t.float()).sum().backward()
     g_m = torch_to_mx(g_t, batched) if tup_t[0].ndim == x.ndim else torch_to_mx(g_t, batched, False)
 
-    def loss(inp):
-        o = porter_fn(inp, *extras_m)
+    def loss(inp, p):
+        o = porter_fn(inp, *extras_m, *((p,) if params else ()))
         o = o[0] if isinstance(o, tuple) else o
         return (o.astype(mx.float32) * g_m.astype(mx.float32)).sum()
 
-    grad_m = mx.grad(loss)(xm)
+    grad_m, grad_p = mx.grad(loss, argnums=(0, 1))(xm, params_m)
     ga, gr = default_tolerance(x.dtype)
     if grad_atol is None:
         grad_atol = ga if not exact else max(ga, 1e-6)
@@ -170,3 +182,13 @@ def check_against_torch(
         rtol=grad_rtol,
         what="input gradient",
     )
+    for name, (leaf, _, to_torch) in params.items():
+        g = mx_to_numpy(grad_p[name], batched, channels_last=False).astype(np.float32)
+        assert leaf.grad is not None, f"torch computed no gradient for parameter {name!r}"
+        assert_close(
+            to_torch(g) if to_torch is not None else g,
+            torch_to_numpy(leaf.grad).astype(np.float32),
+            atol=grad_atol,
+            rtol=grad_rtol,
+            what=f"gradient of {name!r}",
+        )

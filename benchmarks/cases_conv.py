@@ -1,0 +1,85 @@
+"""Benchmark cases for the convolution family: Conv1d/2d/3d and ConvTranspose2d against torch.
+
+Weights are copied from the torch module into Porter's through the converter's transforms, so both sides compute the
+same function. ``conv2d_1x1 ... (conv_general)`` rows time the generic conv path for the 1x1 case that Porter runs as
+a matmul (``porter.layers.conv.MATMUL_1X1``), to show why the shortcut is taken.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import torch
+
+import porter.layers as L
+import porter.layers.conv as conv_module
+from benchmarks.layers import case
+from porter.layers.conv_weights import torch_conv_transpose_weight_to_mlx, torch_conv_weight_to_mlx
+
+_TORCH = {
+    "Conv1d": torch.nn.Conv1d,
+    "Conv2d": torch.nn.Conv2d,
+    "Conv3d": torch.nn.Conv3d,
+    "ConvTranspose2d": torch.nn.ConvTranspose2d,
+}
+
+
+def _pair(cls_name: str, *args, **kwargs):
+    """(torch module, Porter module) with the same weights."""
+    torch.manual_seed(0)
+    tm = _TORCH[cls_name](*args, **kwargs)
+    pm = getattr(L, cls_name)(*args, **kwargs)
+    w = tm.weight.detach().numpy()
+    if "Transpose" in cls_name:
+        pm.weight = mx.array(torch_conv_transpose_weight_to_mlx(w, tm.groups))
+    else:
+        pm.weight = mx.array(torch_conv_weight_to_mlx(w))
+    if tm.bias is not None:
+        pm.bias = mx.array(tm.bias.detach().numpy())
+    return tm, pm
+
+
+def _register(name: str, shape: tuple, cls_name: str, *args, generic_path: bool = False, **kwargs) -> None:
+    modules = {}
+
+    def pair():
+        if not modules:
+            modules["t"], modules["p"] = _pair(cls_name, *args, **kwargs)
+        return modules["t"], modules["p"]
+
+    def make_porter():
+        pm = pair()[1]
+        if not generic_path:
+            return pm
+
+        def run(x):  # the path is chosen while the graph is built, so toggling around the call is enough
+            conv_module.MATMUL_1X1 = False
+            try:
+                return pm(x)
+            finally:
+                conv_module.MATMUL_1X1 = True
+
+        return run
+
+    case(name, shape, lambda: pair()[0], make_porter)
+
+
+# 2d: realistic (ResNet stage-1 size) and small
+_register("conv2d_3x3 64->64 p1", (8, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1)
+_register("conv2d_3x3 16->16 p1 (small)", (2, 16, 16, 16), "Conv2d", 16, 16, 3, padding=1)
+_register("conv2d_3x3 64->64 s2 p1", (8, 64, 56, 56), "Conv2d", 64, 64, 3, stride=2, padding=1)
+_register("conv2d_1x1 64->256", (8, 64, 56, 56), "Conv2d", 64, 256, 1)
+_register("conv2d_1x1 64->256 (conv_general)", (8, 64, 56, 56), "Conv2d", 64, 256, 1, generic_path=True)
+_register("conv2d_1x1 16->32 (small)", (2, 16, 16, 16), "Conv2d", 16, 32, 1)
+_register("conv2d_1x1 16->32 (small, conv_general)", (2, 16, 16, 16), "Conv2d", 16, 32, 1, generic_path=True)
+_register("conv2d_dw3x3 64 p1", (8, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1, groups=64)
+_register("conv2d_3x3 reflect 32->32 p1", (4, 32, 64, 64), "Conv2d", 32, 32, 3, padding=1, padding_mode="reflect")
+# 1d and 3d
+_register("conv1d_k3 64->64 p1", (8, 64, 1024), "Conv1d", 64, 64, 3, padding=1)
+_register("conv3d_3x3x3 16->16 p1", (2, 16, 8, 28, 28), "Conv3d", 16, 16, 3, padding=1)
+# transposed (decoder upsampling)
+_register("conv_transpose2d_k2s2 64->32", (8, 64, 28, 28), "ConvTranspose2d", 64, 32, 2, stride=2)
+_register(
+    "conv_transpose2d_k3s2 64->32 p1 op1", (8, 64, 28, 28), "ConvTranspose2d", 64, 32, 3, stride=2, padding=1,
+    output_padding=1,
+)
+_register("conv_transpose2d_k4s2 16->8 p1 (small)", (2, 16, 16, 16), "ConvTranspose2d", 16, 8, 4, stride=2, padding=1)

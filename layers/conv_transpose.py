@@ -1,0 +1,406 @@
+"""ConvTranspose1d / 2d / 3d and their functional forms, exact to torch, channels-last.
+
+Input ``(N, *spatial, C_in)`` or unbatched ``(*spatial, C_in)``. Porter keeps the weight in the layout of the
+equivalent forward conv, ``(C_out, *kernel, C_in/groups)``; torch's ``(C_in, C_out/groups, *kernel)`` converts with
+:func:`porter.layers.conv_weights.torch_conv_transpose_weight_to_mlx` (a regroup, not just a transpose, when
+``groups > 1``).
+
+Why not ``mx.conv_transpose*``: it gives wrong shapes or values for some legal paddings (``padding > d*(k-1)``,
+SEMANTICS.md section 10). A transposed conv is a conv of the stride-dilated input with the flipped kernel, padded by
+``d*(k-1) - p`` before and ``d*(k-1) - p + output_padding`` after; negative amounts are crops, applied to the output.
+The forward uses ``conv_general(input_dilation=stride, flip=True)``; the backward is written out (MLX's own gradient
+of that op has a wrong input-gradient shape when ``output_padding > 0``). Kernel == stride without padding (2x2/s2
+upsampling) is one matmul plus a reshape.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ._utils import ntuple
+from .conv import check_arrays, check_bias, check_channels, check_groups, check_positive, init_conv_params
+
+
+def _check_output_padding(output_padding: tuple, stride: tuple, dilation: tuple, layer: str) -> None:
+    if any(op < 0 for op in output_padding):
+        raise ValueError(f"[{layer}] negative output_padding is not supported (got output_padding={output_padding}).")
+    if any(op >= s and op >= d for op, s, d in zip(output_padding, stride, dilation)):
+        raise ValueError(
+            f"[{layer}] output padding must be smaller than either stride or dilation, but got "
+            f"output_padding={output_padding} stride={stride} dilation={dilation}"
+        )
+
+
+def _base_size(length: int, k: int, s: int, p: int, d: int) -> int:
+    """Output length without output_padding: ``(L-1)*s - 2p + d*(k-1) + 1``."""
+    return (length - 1) * s - 2 * p + d * (k - 1) + 1
+
+
+# ---------------------------------------------------------------------------------------------------- functional
+def conv_transpose_nd(
+    input, weight, bias, stride, padding, output_padding, groups, dilation, *, nd: int, layer: str
+) -> mx.array:
+    """The generic N-d transposed convolution behind ``conv_transpose1d/2d/3d`` (see :func:`conv_transpose2d`)."""
+    check_arrays(input, weight, bias, nd, layer, f"conv_transpose{nd}d")
+    stride = ntuple(stride, nd, "stride", layer)
+    padding = ntuple(padding, nd, "padding", layer)
+    output_padding = ntuple(output_padding, nd, "output_padding", layer)
+    dilation = ntuple(dilation, nd, "dilation", layer)
+    groups = check_groups(groups, layer)
+    check_positive(stride, "stride", layer)
+    check_positive(dilation, "dilation", layer)
+    if any(p < 0 for p in padding):
+        raise ValueError(f"[{layer}] negative padding is not supported (got padding={padding}).")
+    _check_output_padding(output_padding, stride, dilation, layer)
+
+    c_out, kernel = weight.shape[0], tuple(weight.shape[1:-1])
+    if c_out % groups:
+        raise ValueError(
+            f"[{layer}] Given groups={groups}, expected weight (C_out, *kernel, C_in/groups) to be divisible by "
+            f"{groups} at dimension 0, but got weight of size {list(weight.shape)} instead"
+        )
+    batched = input.ndim == nd + 2
+    x = input if batched else input[None]
+    c_in = x.shape[-1]
+    if c_in != weight.shape[-1] * groups:
+        raise ValueError(
+            f"[{layer}] Given transposed=1, groups={groups}, weight of size {list(weight.shape)}, expected input"
+            f"{list(input.shape)} to have {weight.shape[-1] * groups} channels, but got {c_in} channels instead"
+        )
+    check_bias(bias, c_out, weight, layer, transposed=True)
+    check_positive(kernel, "kernel size", layer)
+    spatial = tuple(x.shape[1:-1])
+    out = tuple(
+        _base_size(n, k, s, p, d) + op
+        for n, k, s, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
+    )
+    if any(o <= 0 for o in out):  # torch 2.13 refuses an empty output too (measured; SEMANTICS.md 10 says otherwise)
+        raise ValueError(
+            f"[{layer}] Given input size per channel: ({' x '.join(map(str, spatial))}). Calculated output size per "
+            f"channel: ({' x '.join(map(str, out))}). Output size is too small"
+        )
+
+    if x.size == 0:  # zero batch: an empty output of the right shape
+        y = mx.zeros((x.shape[0], *out, c_out), dtype=x.dtype)
+    else:
+        y = _conv_transpose_core(x, weight, stride, padding, output_padding, dilation, groups)
+    if bias is not None:
+        y = y + bias
+    return y if batched else y[0]
+
+
+def _conv_transpose_core(x, weight, stride, padding, output_padding, dilation, groups) -> mx.array:
+    if len(weight.shape) == 5 and groups > 1:
+        # MLX's 3-d conv has no groups: one transposed conv per group (a loop over groups, not over positions)
+        c_in_g, c_out_g = weight.shape[-1], weight.shape[0] // groups
+        parts = [
+            _conv_transpose_core(
+                x[..., g * c_in_g : (g + 1) * c_in_g],
+                weight[g * c_out_g : (g + 1) * c_out_g],
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                1,
+            )
+            for g in range(groups)
+        ]
+        return mx.concatenate(parts, axis=-1)
+    kernel = tuple(weight.shape[1:-1])
+    no_overlap = kernel == tuple(stride) and all(d == 1 or k == 1 for k, d in zip(kernel, dilation))
+    if groups == 1 and no_overlap and not any(padding) and not any(output_padding):
+        return _patch_expand(x, weight)
+    return _transposed_conv_op(stride, padding, output_padding, dilation, groups)(x, weight)
+
+
+def _patch_expand(x: mx.array, weight: mx.array) -> mx.array:
+    """Kernel == stride, no padding (the usual 2x2/stride-2 upsampling): windows do not overlap, so every input
+    pixel writes its own ``k`` patch, ``patch = x @ w``: one matmul and a reshape, with no zero-stuffed input."""
+    nd = x.ndim - 2
+    c_out, kernel, c_in = weight.shape[0], weight.shape[1:-1], weight.shape[-1]
+    y = x.reshape(-1, c_in) @ weight.reshape(-1, c_in).T  # (N*prod(S), C_out*prod(k))
+    y = y.reshape(*x.shape[:-1], c_out, *kernel)  # (N, S1..Sn, C_out, k1..kn)
+    order = [0] + [a for i in range(nd) for a in (1 + i, 2 + nd + i)] + [1 + nd]
+    y = y.transpose(order)  # (N, S1, k1, ..., Sn, kn, C_out)
+    return y.reshape(x.shape[0], *(s * k for s, k in zip(x.shape[1:-1], kernel)), c_out)
+
+
+def _transposed_conv_op(stride, padding, output_padding, dilation, groups):
+    """The transposed conv as an ``mx.custom_function``: MLX's own gradient of ``conv_general(input_dilation=...)``
+    has the wrong input-gradient shape when the high padding is large (``output_padding > 0``), so the backward is
+    written out: a transposed conv's input gradient is the ordinary strided conv of the cotangent, and its weight
+    gradient is that conv's weight gradient (they are adjoints).
+    """
+
+    @mx.custom_function
+    def op(x, weight):
+        kernel = weight.shape[1:-1]
+        lo = [d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding)]
+        hi = [a + extra for a, extra in zip(lo, output_padding)]
+        y = mx.conv_general(
+            x,
+            weight,
+            stride=1,
+            padding=([max(a, 0) for a in lo], [max(b, 0) for b in hi]),
+            kernel_dilation=list(dilation),
+            input_dilation=list(stride),
+            groups=groups,
+            flip=True,
+        )
+        if any(a < 0 for a in lo) or any(b < 0 for b in hi):  # padding beyond d*(k-1): crop what conv could not
+            crop = tuple(slice(max(-a, 0), y.shape[i + 1] - max(-b, 0)) for i, (a, b) in enumerate(zip(lo, hi)))
+            y = y[(slice(None),) + crop]
+        return y
+
+    @op.vjp
+    def op_vjp(primals, cotangent, output):
+        x, weight = primals
+        conv_w = _as_forward_conv_weight(weight, groups)  # (C_in, *k, C_out/G): the conv from y's space to x's
+
+        def adjoint(w):
+            return mx.conv_general(
+                cotangent,
+                w,
+                stride=list(stride),
+                padding=(list(padding), list(padding)),
+                kernel_dilation=list(dilation),
+                groups=groups,
+            )
+
+        # the adjoint conv covers the input and, when output_padding >= stride, a little more: pad x to match
+        sizes = zip(cotangent.shape[1:-1], padding, dilation, weight.shape[1:-1], stride, x.shape[1:-1])
+        extra = [(o + 2 * p - d * (k - 1) - 1) // s + 1 - n for o, p, d, k, s, n in sizes]
+        x_cot = x if not any(extra) else mx.pad(x, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])
+        (dx,), (d_conv_w,) = mx.vjp(adjoint, [conv_w], [x_cot])
+        if any(extra):
+            dx = dx[(slice(None),) + tuple(slice(0, n) for n in x.shape[1:-1])]
+        return dx, _from_forward_conv_weight(d_conv_w, groups)
+
+    return op
+
+
+def _as_forward_conv_weight(weight: mx.array, groups: int) -> mx.array:
+    """Porter's transposed weight ``(C_out, *k, C_in/G)`` as the weight of the conv it transposes.
+
+    That conv maps ``C_out`` channels to ``C_in``: ``(C_in, *k, C_out/G)``. The same regroup as
+    :mod:`porter.layers.conv_weights`, in MLX ops so that it is differentiable.
+    """
+    c_out, kernel, c_in_g = weight.shape[0], weight.shape[1:-1], weight.shape[-1]
+    w = weight.reshape(groups, c_out // groups, *kernel, c_in_g)
+    w = mx.moveaxis(w, -1, 1)  # (G, C_in/G, C_out/G, *k): torch's transposed layout, grouped
+    w = w.reshape(groups * c_in_g, c_out // groups, *kernel)
+    return mx.moveaxis(w, 1, -1)
+
+
+def _from_forward_conv_weight(conv_w: mx.array, groups: int) -> mx.array:
+    """Inverse of :func:`_as_forward_conv_weight`."""
+    c_in, kernel, c_out_g = conv_w.shape[0], conv_w.shape[1:-1], conv_w.shape[-1]
+    w = mx.moveaxis(conv_w, -1, 1).reshape(groups, c_in // groups, c_out_g, *kernel)
+    w = mx.moveaxis(w, 1, -1)  # (G, C_out/G, *k, C_in/G)
+    return w.reshape(groups * c_out_g, *kernel, c_in // groups)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """1-d transposed convolution, torch's ``F.conv_transpose1d`` on channels-last data.
+
+    See :func:`conv_transpose2d`. Layout: input ``(N, L, C_in)`` or ``(L, C_in)``, weight ``(C_out, k, C_in/groups)``.
+    """
+    return conv_transpose_nd(
+        input, weight, bias, stride, padding, output_padding, groups, dilation, nd=1, layer="conv_transpose1d"
+    )
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """2-d transposed convolution, torch's ``F.conv_transpose2d`` on channels-last data (note: groups before dilation).
+
+    Args:
+        input (mx.array): ``(N, H, W, C_in)`` or unbatched ``(H, W, C_in)``.
+        weight (mx.array): ``(C_out, kH, kW, C_in/groups)``, Porter's layout (see the module docstring for torch's).
+        bias (mx.array, optional): ``(C_out,)``. Default: ``None``.
+        stride (int or tuple, optional): Default: ``1``.
+        padding (int or tuple, optional): ``d*(k-1) - padding`` is the implicit zero padding. Default: ``0``.
+        output_padding (int or tuple, optional): extra size on the high side; each must be smaller than the stride
+            or the dilation. Default: ``0``.
+        groups (int, optional): Default: ``1``.
+        dilation (int or tuple, optional): Default: ``1``.
+
+    Returns:
+        mx.array: ``(N, H_out, W_out, C_out)`` with ``H_out = (H-1)*s - 2p + d*(k-1) + output_padding + 1``.
+
+    Example:
+        >>> x = mx.random.normal((1, 8, 8, 16))
+        >>> w = mx.random.normal((3, 4, 4, 16))
+        >>> conv_transpose2d(x, w, stride=2, padding=1).shape   # (1, 16, 16, 3)
+    """
+    return conv_transpose_nd(
+        input, weight, bias, stride, padding, output_padding, groups, dilation, nd=2, layer="conv_transpose2d"
+    )
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """3-d transposed convolution, torch's ``F.conv_transpose3d`` on channels-last data.
+
+    See :func:`conv_transpose2d`. Layout: input ``(N, D, H, W, C_in)``, weight ``(C_out, kD, kH, kW, C_in/groups)``.
+    """
+    return conv_transpose_nd(
+        input, weight, bias, stride, padding, output_padding, groups, dilation, nd=3, layer="conv_transpose3d"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- modules
+class _ConvTransposeNd(nn.Module):
+    """Generic N-d transposed convolution module; ``ConvTranspose1d/2d/3d`` fix ``nd``."""
+
+    nd = 0
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+        padding_mode: str = "zeros",
+    ):
+        super().__init__()
+        layer, nd = type(self).__name__, self.nd
+        if padding_mode != "zeros":
+            raise ValueError(f'[{layer}] Only "zeros" padding mode is supported for {layer}')
+        self.groups = check_channels(in_channels, out_channels, groups, layer)
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = ntuple(kernel_size, nd, "kernel_size", layer)
+        self.stride = ntuple(stride, nd, "stride", layer)
+        self.padding = ntuple(padding, nd, "padding", layer)
+        self.output_padding = ntuple(output_padding, nd, "output_padding", layer)
+        self.dilation = ntuple(dilation, nd, "dilation", layer)
+        check_positive(self.kernel_size, "kernel_size", layer)
+        check_positive(self.stride, "stride", layer)
+        check_positive(self.dilation, "dilation", layer)
+        if any(p < 0 for p in self.padding):
+            raise ValueError(f"[{layer}] negative padding is not supported (got padding={self.padding}).")
+        _check_output_padding(self.output_padding, self.stride, self.dilation, layer)
+        self.padding_mode = padding_mode
+        # torch's transposed weight is (C_in, C_out/groups, *k), so its fan_in counts output channels
+        fan_in = (self.out_channels // self.groups) * math.prod(self.kernel_size)
+        shape = (self.out_channels, *self.kernel_size, self.in_channels // self.groups)
+        init_conv_params(self, shape, fan_in, bias, self.out_channels)
+
+    def _extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        for name, default in (("padding", 0), ("output_padding", 0), ("dilation", 1)):
+            if getattr(self, name) != (default,) * self.nd:
+                s += f", {name}={getattr(self, name)}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+    def _output_padding(self, x: mx.array, output_size) -> tuple:
+        """Torch's rule: ``output_size`` picks the output padding inside ``[min, min + stride - 1]`` per dim.
+
+        ``output_size`` lists the spatial sizes, or the whole output shape in Porter's layout
+        (``(N, *spatial, C)`` batched, ``(*spatial, C)`` unbatched).
+        """
+        layer, nd = type(self).__name__, self.nd
+        if output_size is None:
+            return self.output_padding
+        batched = x.ndim == nd + 2
+        size = list(output_size)
+        non_spatial = 2 if batched else 1
+        if len(size) == nd + non_spatial:
+            size = size[1:-1] if batched else size[:-1]
+        if len(size) != nd:
+            raise ValueError(
+                f"[{layer}] ConvTranspose{nd}D: for {x.ndim}D input, output_size must have {nd} or "
+                f"{nd + non_spatial} elements (got {len(list(output_size))})"
+            )
+        spatial = tuple(x.shape[1:-1] if batched else x.shape[:-1])
+        lo = [
+            _base_size(n, k, s, p, d)
+            for n, k, s, p, d in zip(spatial, self.kernel_size, self.stride, self.padding, self.dilation)
+        ]
+        hi = [m + s - 1 for m, s in zip(lo, self.stride)]
+        if any(not (a <= o <= b) for o, a, b in zip(size, lo, hi)):
+            raise ValueError(
+                f"[{layer}] requested an output size of {size}, but valid sizes range from {lo} to {hi} "
+                f"(for an input of {spatial})"
+            )
+        return tuple(o - a for o, a in zip(size, lo))
+
+    def __call__(self, x: mx.array, output_size=None) -> mx.array:
+        layer = type(self).__name__
+        if not isinstance(x, mx.array) or x.ndim not in (self.nd + 1, self.nd + 2):
+            check_arrays(x, self.weight, self.bias, self.nd, layer, f"conv_transpose{self.nd}d")
+        output_padding = self._output_padding(x, output_size)
+        return conv_transpose_nd(
+            x,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            output_padding,
+            self.groups,
+            self.dilation,
+            nd=self.nd,
+            layer=layer,
+        )
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Torch's ``nn.ConvTranspose1d`` on channels-last input.
+
+    Args:
+        in_channels (int), out_channels (int), kernel_size (int or tuple): as in torch.
+        stride (int or tuple, optional): Default: ``1``.
+        padding (int or tuple, optional): Default: ``0``.
+        output_padding (int or tuple, optional): Default: ``0``.
+        groups (int, optional): Default: ``1``.
+        bias (bool, optional): Default: ``True``.
+        dilation (int or tuple, optional): Default: ``1``.
+        padding_mode (str, optional): only ``'zeros'``, as in torch. Default: ``'zeros'``.
+
+    Shape: input ``(N, L, C_in)`` or ``(L, C_in)``; output ``(N, L_out, C_out)``. Weight ``(C_out, k, C_in/groups)``.
+    ``__call__(x, output_size=None)`` accepts torch's ``output_size``.
+
+    Example:
+        >>> up = ConvTranspose1d(8, 4, 4, stride=2, padding=1)
+        >>> up(mx.random.normal((2, 10, 8))).shape   # (2, 20, 4)
+    """
+
+    nd = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Torch's ``nn.ConvTranspose2d`` on channels-last input; arguments as :class:`ConvTranspose1d`.
+
+    Shape: input ``(N, H, W, C_in)`` or ``(H, W, C_in)``; output ``(N, H_out, W_out, C_out)``.
+    Weight ``(C_out, kH, kW, C_in/groups)``.
+
+    Example:
+        >>> up = ConvTranspose2d(16, 8, 3, stride=2, padding=1)
+        >>> up(mx.random.normal((1, 7, 7, 16)), output_size=(14, 14)).shape   # (1, 14, 14, 8)
+    """
+
+    nd = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Torch's ``nn.ConvTranspose3d`` on channels-last input; arguments as :class:`ConvTranspose1d`.
+
+    Shape: input ``(N, D, H, W, C_in)`` or ``(D, H, W, C_in)``; output ``(N, D_out, H_out, W_out, C_out)``.
+    Weight ``(C_out, kD, kH, kW, C_in/groups)``.
+
+    Example:
+        >>> up = ConvTranspose3d(4, 2, 2, stride=2)
+        >>> up(mx.random.normal((1, 3, 4, 4, 4))).shape   # (1, 6, 8, 8, 2)
+    """
+
+    nd = 3
