@@ -7,8 +7,9 @@
 Each round starts a fresh torch process and a fresh MLX process (porter.bench.benchmark_isolated), so the BLAS Porter
 loads for MLX cannot change torch's speed, and alternates them so machine load hits both alike. The table gives the
 median over all timed runs of all rounds, the ratio MLX/torch (below 1: MLX faster) with its range over rounds (the
-noise), the BLAS MLX used, and peak memory: ``rss`` is the process's peak resident size (interpreter and libraries
-included; the MLX process also holds torch, used to build and check the model), ``mlx`` is MLX's own peak allocation.
+noise), the same ratio in process CPU time (steadier on a loaded machine, most of all with --threads 1), the BLAS
+MLX used, and peak memory: ``rss`` is the process's peak resident size (interpreter and libraries included; the MLX
+process also holds torch, used to build and check the model), ``mlx`` is MLX's own peak allocation.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ sys.path.insert(0, ROOT)
 
 from porter.bench import benchmark_isolated  # noqa: E402
 
+RM = "benchmarks.reference_models:"
 MODELS = {
-    # name: (torch builder, hand-written MLX forward used when porter.convert is not available, input C/H/W)
-    "resnet18": ("benchmarks.reference_models:resnet18", "benchmarks.reference_models:resnet_to_mlx", (3, 224, 224)),
-    "mobilenet_v2": ("benchmarks.reference_models:mobilenet_v2", "benchmarks.reference_models:mobilenet_v2_to_mlx",
-                     (3, 224, 224)),
+    # name: (torch builder, {path: hand-written MLX forward used when porter.convert is not used}, input C/H/W)
+    "resnet18": (RM + "resnet18", {"layers": RM + "resnet_to_porter_layers", "mx": RM + "resnet_to_mlx"},
+                 (3, 224, 224)),
+    "mobilenet_v2": (RM + "mobilenet_v2", {"layers": RM + "mobilenet_v2_to_porter_layers",
+                                           "mx": RM + "mobilenet_v2_to_mlx"}, (3, 224, 224)),
 }
 
 
@@ -47,8 +50,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="fresh torch+MLX process pairs per case")
     parser.add_argument("--repeat", type=int, default=10, help="timed forwards per process")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--path", choices=("auto", "convert", "reference"), default="auto",
-                        help="MLX model from porter.convert or the hand-written reference (auto: convert if present)")
+    parser.add_argument("--path", choices=("auto", "convert", "layers", "mx"), default="auto",
+                        help="MLX model from porter.convert, or hand-written from porter.layers or plain mx ops "
+                             "(auto: convert if present, else layers)")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for torch and for MLX's BLAS (default: all usable cores)")
     parser.add_argument("--compile", action="store_true", help="wrap the MLX forward in mx.compile")
@@ -58,17 +62,19 @@ def main(argv=None) -> None:
     env = dict(item.split("=", 1) for item in args.env)
     if args.threads:
         env["PORTER_BLAS_THREADS"] = str(args.threads)
-    use_convert = args.path == "convert" or (args.path == "auto" and porter_convert_available())
+    path = args.path
+    if path == "auto":
+        path = "convert" if porter_convert_available() else "layers"
 
-    header = ("| model | batch | torch ms | MLX ms | MLX/torch (range over rounds) | torch peak rss | "
+    header = ("| model | batch | torch ms | MLX ms | MLX/torch (range over rounds) | CPU-time MLX/torch | torch peak rss | "
               "MLX peak rss / mlx | BLAS (threads) | MLX path | max rel err |")
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for name in args.models.split(","):
-        builder, reference, chw = MODELS[name]
+        builder, references, chw = MODELS[name]
         for batch in (int(b) for b in args.batches.split(",")):
             spec = dict(builder=builder, shape=[batch, *chw], repeat=args.repeat, warmup=args.warmup,
-                        converter=None if use_convert else reference, sys_path=[ROOT],
+                        converter=None if path == "convert" else references[path], sys_path=[ROOT],
                         compile=args.compile, threads=args.threads or None)
             torch_rows, mlx_rows = [], []
             for _ in range(args.rounds):
@@ -77,8 +83,10 @@ def main(argv=None) -> None:
             t = statistics.median([v for r in torch_rows for v in r["times_ms"]])
             m = statistics.median([v for r in mlx_rows for v in r["times_ms"]])
             ratios = [mr["median_ms"] / tr["median_ms"] for tr, mr in zip(torch_rows, mlx_rows)]
+            cpu = statistics.median(r["cpu_median_ms"] for r in mlx_rows) / statistics.median(
+                r["cpu_median_ms"] for r in torch_rows)
             last = mlx_rows[-1]
-            print(f"| {name} | {batch} | {t:.1f} | {m:.1f} | {m / t:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | "
+            print(f"| {name} | {batch} | {t:.1f} | {m:.1f} | {m / t:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {cpu:.2f} | "
                   f"{max(r['peak_rss_mb'] for r in torch_rows):.0f} MB | "
                   f"{max(r['peak_rss_mb'] for r in mlx_rows):.0f} / {max(r['mlx_peak_mb'] for r in mlx_rows):.0f} MB"
                   f" | {last['blas']} ({last['threads']}) | {last['path']} | "

@@ -1,7 +1,9 @@
 """Models for benchmarks/models.py: torch builders and hand-written MLX equivalents.
 
 The hand-written MLX forwards are the stand-in until ``porter.convert`` lands: they take the torch module's weights
-(so the benchmark checks them against torch) and use plain ``mx`` ops, the same ones Porter's layers use. Which path
+(so the benchmark checks them against torch). ``*_to_porter_layers`` run the convolutions and max pooling through
+``porter.layers.functional`` (which turns 1x1 convolutions into matmuls and runs depthwise ones as taps);
+``*_to_mlx`` use plain ``mx`` ops (``mx.conv2d``; 1x1 as matmul unless ``PORTER_BENCH_1X1=conv``). Which path
 produced a figure is printed in the benchmark table.
 """
 
@@ -119,10 +121,12 @@ class _Conv:
     baseline, does not fold it either.
     """
 
-    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None):
+    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, porter_layers: bool = False):
         w = conv.weight.detach().numpy()  # (out, in/groups, kh, kw)
         self.stride, self.padding, self.groups = conv.stride, conv.padding, conv.groups
-        self.pointwise = w.shape[2:] == (1, 1) and conv.groups == 1 and conv.padding == (0, 0) and _pointwise_as_matmul()
+        self.porter_layers = porter_layers
+        self.pointwise = (w.shape[2:] == (1, 1) and conv.groups == 1 and conv.padding == (0, 0)
+                          and _pointwise_as_matmul() and not porter_layers)
         if self.pointwise:
             self.w = mx.array(np.ascontiguousarray(w[:, :, 0, 0].T))  # (in, out)
         else:
@@ -135,7 +139,11 @@ class _Conv:
             self.bn = (mx.array(scale.astype(np.float32)), mx.array(shift.astype(np.float32)))
 
     def __call__(self, x):
-        if self.pointwise:
+        if self.porter_layers:
+            from porter.layers.functional import conv2d
+
+            y = conv2d(x, self.w, None, self.stride, self.padding, 1, self.groups)
+        elif self.pointwise:
             if self.stride != (1, 1):
                 x = x[:, :: self.stride[0], :: self.stride[1], :]
             y = x @ self.w
@@ -160,19 +168,26 @@ def _max_pool_3x3_s2_p1(x):
     return out
 
 
-def resnet_to_mlx(model: nn.Module, x=None):
+def resnet_to_mlx(model: nn.Module, x=None, porter_layers: bool = False):
     """MLX NHWC forward of a torchvision-structured BasicBlock ResNet with ``model``'s weights."""
-    stem = _Conv(model.conv1, model.bn1)
+    stem = _Conv(model.conv1, model.bn1, porter_layers)
     blocks = []
     for name in ("layer1", "layer2", "layer3", "layer4"):
         for blk in getattr(model, name):
-            down = _Conv(blk.downsample[0], blk.downsample[1]) if blk.downsample is not None else None
-            blocks.append((_Conv(blk.conv1, blk.bn1), _Conv(blk.conv2, blk.bn2), down))
+            down = _Conv(blk.downsample[0], blk.downsample[1], porter_layers) if blk.downsample is not None else None
+            blocks.append((_Conv(blk.conv1, blk.bn1, porter_layers), _Conv(blk.conv2, blk.bn2, porter_layers), down))
+    if porter_layers:
+        from porter.layers.functional import max_pool2d
+
+        def pool(x):
+            return max_pool2d(x, 3, 2, 1)
+    else:
+        pool = _max_pool_3x3_s2_p1
     fc_w = mx.array(model.fc.weight.detach().numpy().T.copy())
     fc_b = mx.array(model.fc.bias.detach().numpy())
 
     def forward(x):
-        x = _max_pool_3x3_s2_p1(mx.maximum(stem(x), 0))
+        x = pool(mx.maximum(stem(x), 0))
         for c1, c2, down in blocks:
             identity = x if down is None else down(x)
             x = mx.maximum(c2(mx.maximum(c1(x), 0)) + identity, 0)
@@ -181,11 +196,11 @@ def resnet_to_mlx(model: nn.Module, x=None):
     return forward
 
 
-def mobilenet_v2_to_mlx(model: nn.Module, x=None):
+def mobilenet_v2_to_mlx(model: nn.Module, x=None, porter_layers: bool = False):
     """MLX NHWC forward of :class:`MobileNetV2` with ``model``'s weights."""
 
     def conv_bn(seq):
-        return _Conv(seq[0], seq[1]), len(seq) == 3
+        return _Conv(seq[0], seq[1], porter_layers), len(seq) == 3
 
     stem = conv_bn(model.features[0])
     blocks = [([conv_bn(s) for s in blk.conv], blk.use_res) for blk in model.features[1:-1]]
@@ -208,3 +223,13 @@ def mobilenet_v2_to_mlx(model: nn.Module, x=None):
         return mx.mean(apply(head, x), axis=(1, 2)) @ fc_w + fc_b
 
     return forward
+
+
+def resnet_to_porter_layers(model: nn.Module, x=None):
+    """:func:`resnet_to_mlx` with convolutions and max pooling from ``porter.layers.functional``."""
+    return resnet_to_mlx(model, x, porter_layers=True)
+
+
+def mobilenet_v2_to_porter_layers(model: nn.Module, x=None):
+    """:func:`mobilenet_v2_to_mlx` with convolutions from ``porter.layers.functional``."""
+    return mobilenet_v2_to_mlx(model, x, porter_layers=True)

@@ -1,6 +1,7 @@
 """Which MLX runtime settings pay off on CPU: cache limit, mx.compile, 1x1 convolution as matmul.
 
     python benchmarks/runtime_options.py --model resnet18 --batch 8 --rounds 5
+    PORTER_BLAS_THREADS=1 python benchmarks/runtime_options.py ...   # single-threaded: CPU time is steadier
 
 One MLX process; the variants are timed in interleaved rounds (A B C A B C ...) so that load from other processes on
 the machine hits each alike. Prints, per variant, the median forward time over all rounds, its ratio to the first
@@ -55,6 +56,7 @@ def main(argv=None) -> None:
         "mx.compile": (compiled, default_limit),
     }
     times = {name: [] for name in variants}
+    cpu = {name: [] for name in variants}
     peaks = {name: 0.0 for name in variants}
     cached = {name: 0.0 for name in variants}
     for _ in range(args.rounds):
@@ -62,19 +64,23 @@ def main(argv=None) -> None:
             porter.set_cache_limit(limit)
             mx.clear_cache()
             mx.reset_peak_memory()
-            times[name].append(time_fn(lambda: mx.eval(fn(x)), warmup=2, repeat=args.repeat)["median_ms"])
+            timing = time_fn(lambda: mx.eval(fn(x)), warmup=2, repeat=args.repeat)
+            times[name].append(timing["median_ms"])
+            cpu[name].append(timing["cpu_median_ms"])
             peaks[name] = max(peaks[name], mx.get_peak_memory() / 2**20)
             cached[name] = max(cached[name], mx.get_cache_memory() / 2**20)
     porter.set_cache_limit(default_limit)
     base = list(times.values())[0]
+    cpu_base = statistics.median(list(cpu.values())[0])
     print(f"{args.model} batch {args.batch}, {args.rounds} rounds x {args.repeat} runs; BLAS: "
           f"{porter.runtime_info()['blas']['config']}")
-    print("| variant | median ms | vs first (range over rounds) | MLX peak MB | cache held after MB |")
-    print("|---|---|---|---|---|")
+    print("| variant | median ms | vs first (range over rounds) | CPU-time vs first | MLX peak MB | cache held after MB |")
+    print("|---|---|---|---|---|---|")
     for name, ts in times.items():
         ratios = [t / b for t, b in zip(ts, base)]
         print(f"| {name} | {statistics.median(ts):.1f} | {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f}) | {peaks[name]:.0f} | {cached[name]:.0f} |")
+              f"({min(ratios):.2f}-{max(ratios):.2f}) | {statistics.median(cpu[name]) / cpu_base:.2f} | "
+              f"{peaks[name]:.0f} | {cached[name]:.0f} |")
 
 
 if __name__ == "__main__":
