@@ -404,7 +404,10 @@ def choose(
         skipped.append((c.source, c.path, why))
         if c.source == ENV_BLAS:
             warnings.warn(f"porter: {ENV_BLAS}={c.path} not used ({why}); looking for another BLAS", stacklevel=3)
-    return BlasChoice(reason="no optimized BLAS found", skipped=skipped, hint=HINT)
+    hint = HINT
+    if skipped:  # e.g. the fast-cpu extra is installed but is an AVX-512 build on a CPU without it
+        hint += " Skipped: " + "; ".join(f"{source} ({why})" for source, _, why in skipped) + "."
+    return BlasChoice(reason="no optimized BLAS found", skipped=skipped, hint=hint)
 
 
 def configure() -> BlasChoice:
