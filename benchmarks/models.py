@@ -66,8 +66,8 @@ def main(argv=None) -> None:
     if path == "auto":
         path = "convert" if porter_convert_available() else "layers"
 
-    header = ("| model | batch | torch ms | MLX ms | MLX/torch (range over rounds) | CPU-time MLX/torch | torch peak rss | "
-              "MLX peak rss / mlx | BLAS (threads) | MLX path | max rel err |")
+    header = ("| model | batch | torch ms | MLX ms | MLX/torch (range over rounds) | CPU-time MLX/torch | "
+              "torch peak rss | MLX peak rss / mlx | BLAS (threads) | MLX path | max rel err |")
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for name in args.models.split(","):
@@ -86,7 +86,8 @@ def main(argv=None) -> None:
             cpu = statistics.median(r["cpu_median_ms"] for r in mlx_rows) / statistics.median(
                 r["cpu_median_ms"] for r in torch_rows)
             last = mlx_rows[-1]
-            print(f"| {name} | {batch} | {t:.1f} | {m:.1f} | {m / t:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {cpu:.2f} | "
+            print(f"| {name} | {batch} | {t:.1f} | {m:.1f} | {m / t:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | "
+                  f"{cpu:.2f} | "
                   f"{max(r['peak_rss_mb'] for r in torch_rows):.0f} MB | "
                   f"{max(r['peak_rss_mb'] for r in mlx_rows):.0f} / {max(r['mlx_peak_mb'] for r in mlx_rows):.0f} MB"
                   f" | {last['blas']} ({last['threads']}) | {last['path']} | "

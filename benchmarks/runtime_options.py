@@ -74,7 +74,8 @@ def main(argv=None) -> None:
     cpu_base = statistics.median(list(cpu.values())[0])
     print(f"{args.model} batch {args.batch}, {args.rounds} rounds x {args.repeat} runs; BLAS: "
           f"{porter.runtime_info()['blas']['config']}")
-    print("| variant | median ms | vs first (range over rounds) | CPU-time vs first | MLX peak MB | cache held after MB |")
+    print("| variant | median ms | vs first (range over rounds) | CPU-time vs first | MLX peak MB "
+          "| cache held after MB |")
     print("|---|---|---|---|---|---|")
     for name, ts in times.items():
         ratios = [t / b for t, b in zip(ts, base)]

@@ -356,7 +356,8 @@ def test_import_porter_gives_mlx_a_correct_fast_blas():
 
 
 def test_porter_blas_none_subprocess_is_silent_and_correct():
-    proc = run_python(CORRECTNESS.format(first="import porter", torch=False), PORTER_BLAS="none", PORTER_CACHE_LIMIT="64MiB")
+    proc = run_python(CORRECTNESS.format(first="import porter", torch=False), PORTER_BLAS="none",
+                      PORTER_CACHE_LIMIT="64MiB")
     info = json.loads(proc.stdout)
     assert info["blas"]["library"] is None and info["blas_symbol_provider"] is None
     assert info["blas"]["reason"] == "disabled by PORTER_BLAS=none"
