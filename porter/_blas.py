@@ -396,6 +396,9 @@ def choose(
             except OSError as err:
                 why = f"failed to load: {err}"
             else:
+                if not hasattr(lib, "cblas_sgemm"):  # e.g. scipy-openblas32, whose symbols are prefixed
+                    why = "loaded, but exports no cblas_sgemm, so MLX would not use it"
+            if why is None:
                 _set_threads(lib, env)
                 config, threads = _describe(lib)
                 how = f"{ENV_BLAS}={setting}" if c.source == ENV_BLAS else "first safe candidate found"

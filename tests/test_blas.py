@@ -40,14 +40,17 @@ def fake_lib(path, *, target=None, dynamic=False, openblas=True):
 class FakeLoader:
     """Records what would be loaded; fails for paths in `broken`."""
 
-    def __init__(self, broken=()):
-        self.loaded, self.broken = [], set(broken)
+    def __init__(self, broken=(), prefixed=()):
+        self.loaded, self.broken, self.prefixed = [], set(broken), set(prefixed)
 
     def __call__(self, path):
         if path in self.broken:
             raise OSError(f"{path}: cannot open shared object file")
         self.loaded.append(path)
-        return object()  # no openblas_* functions: threads/config stay None
+        lib = type("Lib", (), {})()  # no openblas_* functions: threads/config stay None
+        if path not in self.prefixed:
+            lib.cblas_sgemm = lambda *args: None
+        return lib
 
 
 # --------------------------------------------------------------------------- CPU flags and library targets
@@ -181,6 +184,16 @@ def test_load_failure_falls_through(tmp_path):
     assert loader.loaded == [libs["serial"]]
     assert [s[0] for s in choice.skipped] == ["cmeel-openblas", "system-openblas"]
     assert all("failed to load" in s[2] for s in choice.skipped)
+
+
+def test_library_without_standard_symbols_is_skipped(tmp_path):
+    """A BLAS whose symbols are prefixed (scipy-openblas32) loads, but MLX would never call it."""
+    tree = make_tree(tmp_path)
+    libs = tree[1]
+    choice, loader, _ = choose(tmp_path, loader=FakeLoader(prefixed={libs["cmeel"]}), tree=tree)
+    assert choice.source == "system-openblas"
+    assert choice.skipped == [("cmeel-openblas", libs["cmeel"],
+                               "loaded, but exports no cblas_sgemm, so MLX would not use it")]
 
 
 def test_env_override(tmp_path):
