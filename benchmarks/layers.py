@@ -21,6 +21,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import porter  # noqa: E402,F401  (first: gives MLX its optimized BLAS, which must happen before mlx.core loads)
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -6,6 +6,7 @@ from porter import __version__
 
 from .bench import bench
 from .convert import convert
+from .doctor import doctor
 from .inspect import inspect
 from .validate import validate
 from .zoo import zoo
@@ -23,19 +24,12 @@ def main() -> None:
     """Port PyTorch models to MLX: convert, validate, inspect, benchmark."""
 
 
-@main.command(hidden=True)
-@click.pass_context
-def demo(ctx):
-    """Same as `porter convert --example resnet18` (kept for old instructions)."""
-    ctx.invoke(convert, example="resnet18")
-
-
 main.add_command(convert)
 main.add_command(validate)
 main.add_command(inspect)
 main.add_command(bench)
 main.add_command(zoo)
-
+main.add_command(doctor)
 
 if __name__ == "__main__":
     main()

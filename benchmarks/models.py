@@ -1,0 +1,98 @@
+"""Whole-model forward time in MLX through Porter against torch, each framework in its own process.
+
+    python benchmarks/models.py                          # ResNet-18 and MobileNetV2 at batch 1 and 8
+    python benchmarks/models.py --models resnet18 --batches 8 --rounds 5 --repeat 10
+    python benchmarks/models.py --env PORTER_CACHE_LIMIT=mlx   # e.g. MLX's default cache limit, for comparison
+
+Each round starts a fresh torch process and a fresh MLX process (porter.bench.benchmark_isolated), so the BLAS Porter
+loads for MLX cannot change torch's speed, and alternates them so machine load hits both alike. The table gives the
+median over all timed runs of all rounds, the ratio MLX/torch (below 1: MLX faster) with its range over rounds (the
+noise), the same ratio in process CPU time (steadier on a loaded machine, most of all with --threads 1), the BLAS
+MLX used, and peak memory: ``rss`` is the process's peak resident size (interpreter and libraries included; the MLX
+process also holds torch, used to build and check the model), ``mlx`` is MLX's own peak allocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from porter.bench import benchmark_isolated  # noqa: E402
+
+RM = "benchmarks.reference_models:"
+MODELS = {
+    # name: (torch builder, {path: hand-written MLX forward used when porter.convert is not used}, input C/H/W)
+    "resnet18": (RM + "resnet18", {"layers": RM + "resnet_to_porter_layers", "mx": RM + "resnet_to_mlx"},
+                 (3, 224, 224)),
+    "mobilenet_v2": (RM + "mobilenet_v2", {"layers": RM + "mobilenet_v2_to_porter_layers",
+                                           "mx": RM + "mobilenet_v2_to_mlx"}, (3, 224, 224)),
+}
+
+
+def porter_convert_available() -> bool:
+    import porter
+
+    try:
+        return callable(getattr(porter, "convert"))
+    except AttributeError:
+        return False
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh torch+MLX process pairs per case")
+    parser.add_argument("--repeat", type=int, default=10, help="timed forwards per process")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--path", choices=("auto", "convert", "layers", "mx"), default="auto",
+                        help="MLX model from porter.convert, or hand-written from porter.layers or plain mx ops "
+                             "(auto: convert if present, else layers)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for torch and for MLX's BLAS (default: all usable cores)")
+    parser.add_argument("--compile", action="store_true", help="wrap the MLX forward in mx.compile")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment for the MLX processes (e.g. PORTER_BLAS=none)")
+    args = parser.parse_args(argv)
+    env = dict(item.split("=", 1) for item in args.env)
+    if args.threads:
+        env["PORTER_BLAS_THREADS"] = str(args.threads)
+    path = args.path
+    if path == "auto":
+        path = "convert" if porter_convert_available() else "layers"
+
+    header = ("| model | batch | torch ms | MLX ms | MLX/torch (range over rounds) | CPU-time MLX/torch | "
+              "torch peak rss | MLX peak rss / mlx | BLAS (threads) | MLX path | max rel err |")
+    print(header)
+    print("|---" * (header.count("|") - 1) + "|")
+    for name in args.models.split(","):
+        builder, references, chw = MODELS[name]
+        for batch in (int(b) for b in args.batches.split(",")):
+            spec = dict(builder=builder, shape=[batch, *chw], repeat=args.repeat, warmup=args.warmup,
+                        converter=None if path == "convert" else references[path], sys_path=[ROOT],
+                        compile=args.compile, threads=args.threads or None)
+            torch_rows, mlx_rows = [], []
+            for _ in range(args.rounds):
+                torch_rows.append(benchmark_isolated(dict(spec, framework="torch")))
+                mlx_rows.append(benchmark_isolated(dict(spec, framework="mlx"), env=env))
+            t = statistics.median([v for r in torch_rows for v in r["times_ms"]])
+            m = statistics.median([v for r in mlx_rows for v in r["times_ms"]])
+            ratios = [mr["median_ms"] / tr["median_ms"] for tr, mr in zip(torch_rows, mlx_rows)]
+            cpu = statistics.median(r["cpu_median_ms"] for r in mlx_rows) / statistics.median(
+                r["cpu_median_ms"] for r in torch_rows)
+            last = mlx_rows[-1]
+            print(f"| {name} | {batch} | {t:.1f} | {m:.1f} | {m / t:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | "
+                  f"{cpu:.2f} | "
+                  f"{max(r['peak_rss_mb'] for r in torch_rows):.0f} MB | "
+                  f"{max(r['peak_rss_mb'] for r in mlx_rows):.0f} / {max(r['mlx_peak_mb'] for r in mlx_rows):.0f} MB"
+                  f" | {last['blas']} ({last['threads']}) | {last['path']} | "
+                  f"{max(r['max_rel_err'] for r in mlx_rows):.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Forward-pass timing of a model in torch and in MLX through Porter, each in its own process.
+
+Porter gives MLX an optimized BLAS by loading it globally before ``mlx.core`` is imported; in the same process that
+can also rebind torch's lazily bound BLAS calls and change torch's speed. So a fair comparison runs each framework in a
+fresh interpreter: :func:`benchmark_isolated` starts ``python -m porter.bench`` with a JSON spec and reads one JSON
+line back. The model is named by importable specs (``"package.module:function"``) so the child can build it.
+
+Example::
+
+    from porter.bench import benchmark_isolated
+    spec = dict(builder="porter.examples:resnet18", shape=[8, 3, 224, 224], repeat=20)
+    torch_row = benchmark_isolated(dict(spec, framework="torch"))
+    mlx_row = benchmark_isolated(dict(spec, framework="mlx"))
+    print(mlx_row["median_ms"] / torch_row["median_ms"])
+
+Nothing here imports torch at module level.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+
+def time_fn(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 20) -> dict:
+    """Wall times of ``fn()`` (which must block until its result is ready) after ``warmup`` untimed calls.
+
+    Returns a dict with ``median_ms``, ``p10_ms``, ``p90_ms``, ``min_ms`` and all ``times_ms`` (wall clock), and
+    ``cpu_median_ms``: CPU time of the whole process (all threads) per call. On a loaded machine, CPU time of a
+    single-threaded run is the steadier measure of work; wall clock is what a user waits.
+    """
+    for _ in range(warmup):
+        fn()
+    times, cpu_times = [], []
+    for _ in range(repeat):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+        cpu_times.append((time.process_time() - cpu_start) * 1e3)
+    ordered = sorted(times)
+    return {
+        "cpu_median_ms": statistics.median(cpu_times),
+        "median_ms": statistics.median(times),
+        "p10_ms": ordered[int(0.1 * (len(ordered) - 1))],
+        "p90_ms": ordered[int(0.9 * (len(ordered) - 1) + 0.5)],
+        "min_ms": ordered[0],
+        "times_ms": times,
+    }
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (``ru_maxrss``)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def load_spec(spec: str):
+    """``"package.module:attribute"`` -> the attribute."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"[porter.bench] expected 'module:function' but got {spec!r}.")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _torch_model(spec: dict):
+    import torch
+
+    torch.manual_seed(spec.get("seed", 0))
+    model = load_spec(spec["builder"])(**spec.get("builder_kwargs", {})).eval()
+    # BatchNorm statistics away from (0, 1) so a wrong normalisation shows in the sanity check.
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def _input(spec: dict):
+    import numpy as np
+
+    return np.random.default_rng(spec.get("seed", 0)).standard_normal(spec["shape"]).astype(np.float32)
+
+
+def run_torch(spec: dict) -> dict:
+    """Time a torch model's forward in this process (``torch.no_grad``, ``spec["threads"]`` or all cores)."""
+    import torch
+
+    torch.set_num_threads(spec.get("threads") or len(os.sched_getaffinity(0)))
+    model = _torch_model(spec)
+    x = torch.from_numpy(_input(spec))
+    base = rss_bytes()
+    with torch.no_grad():
+        timing = time_fn(lambda: model(x), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    return dict(timing, framework="torch", torch=torch.__version__, threads=torch.get_num_threads(),
+                peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20)
+
+
+def run_mlx(spec: dict) -> dict:
+    """Convert the torch model with ``spec["converter"]`` (``"module:function"``, ``fn(torch_model, x_nchw)`` ->
+    callable on NHWC ``mx.array``; default :func:`porter.convert`) and time its forward in this process. Checks the
+    output against torch once (untimed) and reports the largest error relative to the output's magnitude."""
+    import porter  # first: picks the BLAS before mlx.core is imported
+
+    import mlx.core as mx
+    import numpy as np
+    import torch
+
+    model = _torch_model(spec)
+    x = _input(spec)
+    xt = torch.from_numpy(x)
+    with torch.no_grad():
+        ref = model(xt).numpy()
+    convert = load_spec(spec["converter"]) if spec.get("converter") else _porter_convert
+    forward = convert(model, xt)
+    if spec.get("compile"):
+        forward = mx.compile(forward)
+    xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim == 4 else x)
+    out = np.array(forward(xm))
+    if out.ndim == 4:
+        out = np.moveaxis(out, -1, 1)
+    rel_err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-12))
+    mx.reset_peak_memory()
+    base = rss_bytes()
+    timing = time_fn(lambda: mx.eval(forward(xm)), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    info = porter.runtime_info()
+    return dict(timing, framework="mlx", mlx=info["mlx"], blas=info["blas"]["config"] or info["blas"]["source"],
+                blas_library=info["blas"]["library"], threads=info["blas"]["threads"],
+                cache_limit=info["cache_limit"], mlx_peak_mb=mx.get_peak_memory() / 2**20,
+                peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20, max_rel_err=rel_err,
+                path=(spec.get("converter") or "porter.convert") + (" + mx.compile" if spec.get("compile") else ""))
+
+
+def _porter_convert(model, x):
+    import porter
+
+    return porter.convert(model, x)
+
+
+def benchmark_isolated(spec: dict, *, env: dict | None = None, timeout: float = 900) -> dict:
+    """Run ``spec`` (``framework`` "torch" or "mlx", ``builder``, ``shape``, optional ``converter``, ``repeat``,
+    ``warmup``, ``seed``, ``threads``, ``compile``) in a fresh interpreter and return its result dict.
+
+    ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``). A torch child gets
+    ``PORTER_BLAS=none`` unless ``env`` sets it: then nothing but torch's own BLAS is loaded in it.
+    """
+    child_env = dict(os.environ)
+    if spec.get("framework") == "torch":
+        child_env["PORTER_BLAS"] = "none"  # torch's own BLAS only, unless env says otherwise
+    child_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", "porter.bench", json.dumps(spec)], capture_output=True, text=True,
+                          env=child_env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"[porter.bench] the {spec.get('framework')} worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def benchmark_model(builder: str, shape, *, converter: str | None = None, repeat: int = 20, warmup: int = 3,
+                    env: dict | None = None) -> dict:
+    """Torch and MLX (through Porter) forward times of one model at one input shape, each in its own process.
+
+    Returns ``{"torch": row, "mlx": row, "ratio": mlx_median / torch_median}``.
+    """
+    spec = dict(builder=builder, shape=list(shape), converter=converter, repeat=repeat, warmup=warmup)
+    torch_row = benchmark_isolated(dict(spec, framework="torch"))
+    mlx_row = benchmark_isolated(dict(spec, framework="mlx"), env=env)
+    return {"torch": torch_row, "mlx": mlx_row, "ratio": mlx_row["median_ms"] / torch_row["median_ms"]}
+
+
+def _main(argv: list[str]) -> None:
+    spec = json.loads(argv[0])
+    for path in spec.get("sys_path", []):
+        sys.path.insert(0, path)
+    runner = {"torch": run_torch, "mlx": run_mlx}[spec["framework"]]
+    print(json.dumps(runner(spec)))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -1,0 +1,43 @@
+"""porter.bench: timing helpers and the isolated torch / MLX worker processes."""
+
+import os
+
+import pytest
+
+from porter import bench
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def conv_to_mlx(model, x):
+    """Converter used by the worker test: a torch Conv2d as an MLX NHWC forward (plain mx ops)."""
+    import mlx.core as mx
+
+    w = mx.array(model.weight.detach().permute(0, 2, 3, 1).numpy())
+    b = mx.array(model.bias.detach().numpy())
+    return lambda x: mx.conv2d(x, w, padding=model.padding) + b
+
+
+def test_time_fn_counts_and_orders():
+    calls = []
+    t = bench.time_fn(lambda: calls.append(1), warmup=2, repeat=5)
+    assert len(calls) == 7 and len(t["times_ms"]) == 5
+    assert t["min_ms"] <= t["p10_ms"] <= t["median_ms"] <= t["p90_ms"]
+
+
+def test_load_spec():
+    assert bench.load_spec("os.path:join") is os.path.join
+    with pytest.raises(ValueError, match="expected 'module:function'"):
+        bench.load_spec("os.path.join")
+
+
+def test_isolated_workers_agree_with_torch():
+    spec = dict(builder="torch.nn:Conv2d", builder_kwargs=dict(in_channels=3, out_channels=4, kernel_size=3, padding=1),
+                shape=[2, 3, 10, 9], repeat=3, warmup=1, converter="test_bench:conv_to_mlx", sys_path=[HERE])
+    torch_row = bench.benchmark_isolated(dict(spec, framework="torch"))
+    mlx_row = bench.benchmark_isolated(dict(spec, framework="mlx"))
+    assert torch_row["framework"] == "torch" and len(torch_row["times_ms"]) == 3
+    assert mlx_row["framework"] == "mlx" and mlx_row["max_rel_err"] < 1e-5  # checked against torch in the worker
+    assert mlx_row["peak_rss_mb"] > 0 and mlx_row["mlx_peak_mb"] > 0 and mlx_row["blas"]
+    with pytest.raises(RuntimeError, match="the mlx worker failed"):
+        bench.benchmark_isolated(dict(spec, framework="mlx", converter="test_bench:missing"))

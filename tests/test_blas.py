@@ -1,0 +1,397 @@
+"""Porter's choice of BLAS for MLX (porter/_blas.py) and its runtime defaults (porter/_runtime.py).
+
+The selection logic is tested with fake libraries, fake /proc/cpuinfo and a fake loader; subprocess tests check the
+real thing: after `import porter`, MLX's matmul and conv agree with numpy/torch and the BLAS reported is the one MLX
+resolves its symbols from.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+from porter import _blas, _runtime
+from porter._blas import Candidate
+
+AVX512_FLAGS = frozenset("fpu sse4_2 avx fma avx2 avx512f avx512cd avx512bw avx512dq avx512vl avx512_bf16".split())
+AVX2_FLAGS = frozenset("fpu sse4_2 avx fma avx2".split())
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fake_lib(path, *, target=None, dynamic=False, openblas=True):
+    """A file that looks like an OpenBLAS build for `target` (or DYNAMIC_ARCH) to the static checks."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = b"\x7fELF" + b"\0" * 64
+    if openblas:
+        data += b"openblas_get_config\0OpenBLAS 0.3.31 NO_AFFINITY "
+    if dynamic:
+        data += b"DYNAMIC_ARCH\0"
+    if target:
+        data += b"\0" + target.encode() + b"\0"
+    with open(path, "wb") as f:
+        f.write(data + b"\0" * 64)
+    return str(path)
+
+
+class FakeLoader:
+    """Records what would be loaded; fails for paths in `broken`."""
+
+    def __init__(self, broken=(), prefixed=()):
+        self.loaded, self.broken, self.prefixed = [], set(broken), set(prefixed)
+
+    def __call__(self, path):
+        if path in self.broken:
+            raise OSError(f"{path}: cannot open shared object file")
+        self.loaded.append(path)
+        lib = type("Lib", (), {})()  # no openblas_* functions: threads/config stay None
+        if path not in self.prefixed:
+            lib.cblas_sgemm = lambda *args: None
+        return lib
+
+
+# --------------------------------------------------------------------------- CPU flags and library targets
+
+
+def test_cpu_flags_x86_and_arm(tmp_path):
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nmodel name\t: EPYC\nflags\t\t: fpu avx2 avx512f\n\nprocessor\t: 1\nflags\t: fpu\n")
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd sve\n")
+    assert _blas.cpu_flags(str(x86)) == {"fpu", "avx2", "avx512f"}
+    assert _blas.cpu_flags(str(arm)) == {"fp", "asimd", "sve"}
+    assert _blas.cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        (dict(target="SKYLAKEX"), "SKYLAKEX"),
+        (dict(target="HASWELL"), "HASWELL"),
+        (dict(target="NEHALEM"), "NEHALEM"),
+        (dict(dynamic=True), "DYNAMIC_ARCH"),
+        (dict(), "unknown"),
+        (dict(openblas=False, target="SKYLAKEX"), None),
+    ],
+)
+def test_openblas_target(tmp_path, kwargs, expected):
+    assert _blas.openblas_target(fake_lib(tmp_path / "lib.so", **kwargs)) == expected
+
+
+def test_avx512_build_refused_without_avx512f(tmp_path):
+    lib = Candidate("cmeel-openblas", fake_lib(tmp_path / "libopenblas.so.0", target="SKYLAKEX"))
+    why = _blas.unsafe_reason(lib, AVX2_FLAGS)
+    assert why is not None and "SKYLAKEX" in why and "avx512f" in why
+    # ... even when named explicitly: the user asked for speed, not for SIGILL.
+    assert _blas.unsafe_reason(Candidate("PORTER_BLAS", lib.path), AVX2_FLAGS, explicit=True) is not None
+    assert _blas.unsafe_reason(lib, AVX512_FLAGS) is None
+
+
+def test_real_cmeel_openblas_is_checked_statically():
+    """The wheel the fast-cpu extra installs is an AVX-512 build: refused without avx512f, accepted with it."""
+    found = [c for c in _blas.find_candidates({}) if c.source == "cmeel-openblas"]
+    if not found:
+        pytest.skip("cmeel-openblas (the fast-cpu extra) is not installed in this environment")
+    assert _blas.openblas_target(found[0].path) == "SKYLAKEX"
+    assert "avx512f" in _blas.unsafe_reason(found[0], AVX2_FLAGS)
+    assert _blas.unsafe_reason(found[0], AVX512_FLAGS) is None
+    bundled = _blas._gfortran_from_mlx()  # a real ELF library that is not OpenBLAS
+    assert bundled is not None and _blas.openblas_target(bundled) is None
+
+
+def test_other_targets(tmp_path):
+    haswell = Candidate("system-openblas", fake_lib(tmp_path / "h.so", target="HASWELL"))
+    assert "avx2" in _blas.unsafe_reason(haswell, frozenset({"avx"}))
+    assert _blas.unsafe_reason(haswell, AVX2_FLAGS) is None
+    dynamic = Candidate("system-openblas", fake_lib(tmp_path / "d.so", dynamic=True))
+    assert _blas.unsafe_reason(dynamic, frozenset()) is None
+    unknown = Candidate("system-openblas", fake_lib(tmp_path / "u.so"))
+    assert "does not know" in _blas.unsafe_reason(unknown, AVX512_FLAGS)
+    assert _blas.unsafe_reason(unknown, AVX512_FLAGS, explicit=True) is None
+    other = Candidate("system-openblas", fake_lib(tmp_path / "blis.so", openblas=False))
+    assert _blas.unsafe_reason(other, AVX512_FLAGS) == "not an OpenBLAS library"
+    assert _blas.unsafe_reason(other, AVX512_FLAGS, explicit=True) is None
+    assert _blas.unsafe_reason(Candidate("mkl", fake_lib(tmp_path / "libmkl_rt.so.2", openblas=False)),
+                               frozenset()) is None
+    assert _blas.unsafe_reason(Candidate("PORTER_BLAS", str(tmp_path / "nope.so")), AVX512_FLAGS) == "no such file"
+
+
+# --------------------------------------------------------------------------- candidate order
+
+
+def make_tree(tmp_path):
+    site = tmp_path / "site"
+    cmeel = fake_lib(site / "cmeel.prefix/lib/libopenblas.so.0", target="SKYLAKEX")
+    root = tmp_path / "root"
+    lib_dir = root / f"usr/lib/{_blas._multiarch()}"
+    pthread = fake_lib(lib_dir / "openblas-pthread/libopenblas.so.0", dynamic=True)
+    os.symlink(pthread, lib_dir / "libopenblas.so.0")  # Debian's alternatives link: the same library, listed once
+    serial = fake_lib(lib_dir / "openblas-serial/libopenblas.so.0", dynamic=True)
+    prefix = tmp_path / "env"
+    mkl = fake_lib(prefix / "lib/libmkl_rt.so.2", openblas=False)
+    return dict(site_dirs=[str(site), str(tmp_path / "empty")], root=str(root), prefixes=[str(prefix)]), \
+        dict(cmeel=cmeel, system=str(lib_dir / "libopenblas.so.0"), serial=serial, mkl=mkl)
+
+
+def test_candidate_order(tmp_path):
+    where, libs = make_tree(tmp_path)
+    found = _blas.find_candidates({"PORTER_BLAS": "/opt/my/libblis.so"}, **where)
+    assert [(c.source, c.path) for c in found] == [
+        ("PORTER_BLAS", "/opt/my/libblis.so"),  # listed even if missing: its failure must be reported
+        ("cmeel-openblas", libs["cmeel"]),
+        ("system-openblas", libs["system"]),
+        ("system-openblas", libs["serial"]),
+        ("mkl", libs["mkl"]),
+    ]
+    for disabled in ("none", "NONE", "off", "auto", ""):
+        assert [c.source for c in _blas.find_candidates({"PORTER_BLAS": disabled}, **where)][0] == "cmeel-openblas"
+    assert _blas.find_candidates({}, site_dirs=[], root=str(tmp_path / "nothing"), prefixes=[]) == []
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+def choose(tmp_path, env=None, flags=AVX512_FLAGS, loader=None, tree=None, **kwargs):
+    where, libs = tree or make_tree(tmp_path)
+    loader = loader or FakeLoader()
+    kwargs.setdefault("system", "Linux")
+    kwargs.setdefault("mlx_imported", False)
+    choice = _blas.choose(env or {}, flags=flags, candidates=_blas.find_candidates(env or {}, **where),
+                          load=loader, **kwargs)
+    return choice, loader, libs
+
+
+def test_first_safe_candidate_wins(tmp_path):
+    choice, loader, libs = choose(tmp_path)
+    assert loader.loaded == [libs["cmeel"]]
+    assert (choice.library, choice.source, choice.hint) == (libs["cmeel"], "cmeel-openblas", None)
+
+
+def test_avx512_guard_falls_through_to_system_openblas(tmp_path):
+    choice, loader, libs = choose(tmp_path, flags=AVX2_FLAGS)
+    assert loader.loaded == [libs["system"]]  # the AVX-512 build was never loaded
+    assert choice.source == "system-openblas"
+    assert choice.skipped[0][:2] == ("cmeel-openblas", libs["cmeel"]) and "avx512f" in choice.skipped[0][2]
+
+
+def test_load_failure_falls_through(tmp_path):
+    tree = make_tree(tmp_path)
+    libs = tree[1]
+    choice, loader, _ = choose(tmp_path, loader=FakeLoader(broken={libs["cmeel"], libs["system"]}), tree=tree)
+    assert loader.loaded == [libs["serial"]]
+    assert [s[0] for s in choice.skipped] == ["cmeel-openblas", "system-openblas"]
+    assert all("failed to load" in s[2] for s in choice.skipped)
+
+
+def test_library_without_standard_symbols_is_skipped(tmp_path):
+    """A BLAS whose symbols are prefixed (scipy-openblas32) loads, but MLX would never call it."""
+    tree = make_tree(tmp_path)
+    libs = tree[1]
+    choice, loader, _ = choose(tmp_path, loader=FakeLoader(prefixed={libs["cmeel"]}), tree=tree)
+    assert choice.source == "system-openblas"
+    assert choice.skipped == [("cmeel-openblas", libs["cmeel"],
+                               "loaded, but exports no cblas_sgemm, so MLX would not use it")]
+
+
+def test_env_override(tmp_path):
+    mine = fake_lib(tmp_path / "mine/libopenblas.so.0", target="HASWELL")
+    choice, loader, _ = choose(tmp_path, env={"PORTER_BLAS": mine})
+    assert loader.loaded == [mine]
+    assert choice.source == "PORTER_BLAS" and choice.reason == f"PORTER_BLAS={mine}"
+
+
+def test_env_override_unusable_warns_and_continues(tmp_path):
+    with pytest.warns(UserWarning, match=r"PORTER_BLAS=/missing/libblas.so not used \(no such file\)"):
+        choice, loader, libs = choose(tmp_path, env={"PORTER_BLAS": "/missing/libblas.so"})
+    assert choice.source == "cmeel-openblas" and loader.loaded == [libs["cmeel"]]
+    avx512 = fake_lib(tmp_path / "mine/libopenblas.so.0", target="SKYLAKEX")
+    with pytest.warns(UserWarning, match="lacks avx512f"):
+        choice, loader, libs = choose(tmp_path / "again", env={"PORTER_BLAS": avx512}, flags=AVX2_FLAGS)
+    assert avx512 not in loader.loaded and choice.source == "system-openblas"
+
+
+def test_porter_blas_none_loads_nothing_and_is_silent(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        choice, loader, _ = choose(tmp_path, env={"PORTER_BLAS": "none"})
+    assert loader.loaded == [] and choice.library is None and choice.hint is None
+    assert choice.reason == "disabled by PORTER_BLAS=none"
+
+
+def test_fallback_hint_when_nothing_found(tmp_path):
+    loader = FakeLoader()
+    choice = _blas.choose({}, system="Linux", mlx_imported=False, flags=AVX2_FLAGS, candidates=[], load=loader)
+    assert choice.library is None and choice.source == "bundled"
+    assert choice.hint == _blas.HINT and "\n" not in _blas.HINT and "porter-mlx[fast-cpu]" in _blas.HINT
+
+
+def test_fallback_hint_names_what_was_skipped(tmp_path):
+    """The fast-cpu extra installed on a CPU without AVX-512: the one-line hint says why it is not used."""
+    lib = Candidate("cmeel-openblas", fake_lib(tmp_path / "libopenblas.so.0", target="SKYLAKEX"))
+    loader = FakeLoader()
+    choice = _blas.choose({}, system="Linux", mlx_imported=False, flags=AVX2_FLAGS, candidates=[lib], load=loader)
+    assert loader.loaded == [] and choice.library is None
+    assert choice.hint.startswith(_blas.HINT) and "\n" not in choice.hint
+    assert "cmeel-openblas (built for SKYLAKEX, this CPU lacks avx512f" in choice.hint
+
+
+def test_macos_does_nothing(tmp_path):
+    choice, loader, _ = choose(tmp_path, system="Darwin")
+    assert loader.loaded == [] and choice.source == "Accelerate" and choice.hint is None
+
+
+def test_mlx_imported_first_is_reported_not_fatal(tmp_path, monkeypatch):
+    monkeypatch.setattr(_blas, "global_provider", lambda symbol="cblas_sgemm": None)
+    choice, loader, _ = choose(tmp_path, mlx_imported=True)
+    assert loader.loaded == [] and choice.library is None
+    assert "imported before porter" in choice.reason and "import porter" in choice.hint
+    # nothing better installed: nothing to advise
+    choice = _blas.choose({}, system="Linux", mlx_imported=True, flags=AVX2_FLAGS, candidates=[], load=loader)
+    assert choice.hint is None and "imported before porter" in choice.reason
+
+
+def test_missing_gfortran_is_borrowed_from_mlx(tmp_path, monkeypatch):
+    """cmeel-openblas needs libgfortran.so.5; without it on the system, mlx-cpu's bundled copy is used."""
+    calls = []
+    lib = Candidate("cmeel-openblas", str(tmp_path / "libopenblas.so.0"))
+
+    def loader(path):
+        if not calls:
+            calls.append(path)
+            raise OSError("libgfortran.so.5: cannot open shared object file: No such file or directory")
+        calls.append(path)
+
+    monkeypatch.setattr(_blas, "_gfortran_from_mlx", lambda: "/x/mlx_cpu.libs/libgfortran-abc.so.5.0.0")
+    monkeypatch.setattr(_blas, "provide_gfortran", lambda bundled, load: calls.append(("shim", bundled)))
+    _blas.load_candidate(lib, loader)
+    assert calls == [lib.path, ("shim", "/x/mlx_cpu.libs/libgfortran-abc.so.5.0.0"), lib.path]
+    with pytest.raises(OSError, match="other.so"):
+        _blas.load_candidate(lib, _raise_other)  # another missing library: not ours to fix
+
+
+def _raise_other(path):
+    raise OSError("other.so: cannot open shared object file")
+
+
+# --------------------------------------------------------------------------- cache limit
+
+
+@pytest.mark.parametrize("text, expected", [("4096", 4096), ("512MB", 512 * 10**6), ("1GiB", 1 << 30),
+                                            ("1.5g", 3 << 29), (" 64 mib ", 64 << 20)])
+def test_parse_size(text, expected):
+    assert _runtime.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1", "5 parsecs", "1e9"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="PORTER_CACHE_LIMIT"):
+        _runtime.parse_size(text)
+
+
+def test_set_cache_limit_roundtrip_and_errors():
+    before = _runtime.get_cache_limit()
+    try:
+        assert _runtime.set_cache_limit("256MiB") == before
+        assert _runtime.get_cache_limit() == 256 << 20
+        with pytest.raises(ValueError, match=r"\[set_cache_limit\] 'limit' must be non-negative but got -1"):
+            _runtime.set_cache_limit(-1)
+        with pytest.raises(TypeError, match="'limit' must be an int"):
+            _runtime.set_cache_limit(1.5)
+    finally:
+        _runtime.set_cache_limit(before)
+
+
+def test_default_cache_limit_is_bounded():
+    limit = _runtime.default_cache_limit()
+    assert 0 < limit <= _runtime.DEFAULT_CACHE_LIMIT
+    total = _runtime._total_memory()
+    assert total is None or limit <= total // 8
+
+
+# --------------------------------------------------------------------------- the real thing, in fresh processes
+
+
+def run_python(code, **env):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PORTER_")}
+    full_env.update(env)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+CORRECTNESS = """
+    import json, sys
+    {first}
+    import mlx.core as mx, numpy as np
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((300, 200), dtype=np.float32), rng.standard_normal((200, 170), dtype=np.float32)
+    got = np.array(mx.array(a) @ mx.array(b))
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
+    x = rng.standard_normal((2, 9, 13, 5), dtype=np.float32)   # NHWC
+    w = rng.standard_normal((7, 3, 3, 5), dtype=np.float32)    # (C_out, kh, kw, C_in)
+    got = np.array(mx.conv2d(mx.array(x), mx.array(w), stride=(2, 1), padding=1))
+    if {torch}:
+        import torch
+        ref = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2),
+                                         torch.from_numpy(w).permute(0, 3, 1, 2), stride=(2, 1),
+                                         padding=1).permute(0, 2, 3, 1).numpy()
+    else:  # float64 sum over the 3x3 taps
+        xp = np.pad(x.astype(np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)])
+        ref = sum(np.einsum("nhwc,oc->nhwo", xp[:, i:i + 9:2, j:j + 13, :], w[:, i, j, :].astype(np.float64))
+                  for i in range(3) for j in range(3))
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
+    import porter
+    print(json.dumps(porter.runtime_info()))
+"""
+
+
+def test_import_porter_gives_mlx_a_correct_fast_blas():
+    proc = run_python(CORRECTNESS.format(first="import porter", torch=True))
+    info = json.loads(proc.stdout)
+    blas = info["blas"]
+    safe = [c for c in _blas.find_candidates({}) if _blas.unsafe_reason(c, _blas.cpu_flags()) is None]
+    if safe:
+        assert blas["library"] == safe[0].path and blas["hint"] is None
+        # What MLX actually resolves cblas_sgemm from is the library reported.
+        assert os.path.realpath(info["blas_symbol_provider"]) == os.path.realpath(blas["library"])
+        assert blas["threads"] >= 1
+        assert "porter:" not in proc.stderr
+    else:
+        assert blas["library"] is None and blas["hint"].startswith(_blas.HINT) and "porter-mlx[fast-cpu]" in proc.stderr
+    assert info["cache_limit"] == _runtime.default_cache_limit()
+    assert info["device"].startswith("Device(cpu")
+
+
+def test_porter_blas_none_subprocess_is_silent_and_correct():
+    proc = run_python(CORRECTNESS.format(first="import porter", torch=False), PORTER_BLAS="none",
+                      PORTER_CACHE_LIMIT="64MiB")
+    info = json.loads(proc.stdout)
+    assert info["blas"]["library"] is None and info["blas_symbol_provider"] is None
+    assert info["blas"]["reason"] == "disabled by PORTER_BLAS=none"
+    assert info["cache_limit"] == 64 << 20 and info["cache_limit_how"] == "PORTER_CACHE_LIMIT=64MiB"
+    assert "porter:" not in proc.stderr
+
+
+def test_mlx_imported_before_porter_subprocess():
+    proc = run_python(CORRECTNESS.format(first="import mlx.core", torch=False))
+    info = json.loads(proc.stdout)
+    assert "imported before porter" in info["blas"]["reason"]
+    assert info["blas_symbol_provider"] is None  # nothing was preloaded: MLX kept its own BLAS
+
+
+def test_porter_doctor_command():
+    from click.testing import CliRunner
+
+    from porter.cli.main import main
+
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "blas" in result.output and "cache limit" in result.output and "mlx " in result.output
+    result = CliRunner().invoke(main, ["doctor", "--json"])
+    assert result.exit_code == 0 and set(json.loads(result.output)) >= {"blas", "mlx", "device", "cache_limit"}
