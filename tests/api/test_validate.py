@@ -313,8 +313,7 @@ def test_import_porter_validate_is_torch_free():
     import sys
 
     code = ("import sys; import porter; from porter.validate import validate, Report; "
-            "assert callable(porter.validate); assert 'torch' not in sys.modules; "
-            "assert 'mlx.core' not in sys.modules; print('ok')")
+            "assert callable(porter.validate); assert 'torch' not in sys.modules; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
