@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from functools import lru_cache
 from typing import Optional, Sequence
 
 import mlx.core as mx
@@ -125,13 +126,72 @@ def _scatter(size: int, spare: int):
     return scatter
 
 
+_BITS = {2: mx.uint16, 4: mx.uint32, 8: mx.uint64}
+
+
+@lru_cache(maxsize=32)
+def _block_positions(in_spatial: tuple, s: tuple, out_spatial: tuple) -> mx.array:
+    """Flat output positions of the tiling blocks: shape ``(1, i1, s1, i2, s2, ..., 1)``, entry ``[i, a]`` the plane
+    index of output position ``i * s + a`` (strides of ``out_spatial``, which may be larger than the grid)."""
+    grid = np.zeros([v for pair in zip(in_spatial, s) for v in pair], dtype=np.int64)
+    stride = 1
+    for d in reversed(range(len(s))):
+        shape = [1] * (2 * len(s))
+        shape[2 * d], shape[2 * d + 1] = in_spatial[d], s[d]
+        coord = np.arange(in_spatial[d])[:, None] * s[d] + np.arange(s[d])[None, :]
+        grid = grid + coord.reshape(shape) * stride
+        stride *= out_spatial[d]
+    return mx.array(grid[None, ..., None])
+
+
+def _block_match(index: mx.array, in_spatial: tuple, s: tuple, out_spatial: tuple) -> Optional[mx.array]:
+    """If every index lies in its own ``s``-block of the output (what a kernel == stride pool without padding
+    produces), the ``(N, i1, s1, ..., C)`` mask of the positions written; else ``None``.
+
+    Blocks are disjoint and each holds one input value, so when the masks hit once per input value the unpool is a
+    masked broadcast: no scatter, no duplicates, and in-range indices by construction.
+    """
+    n, c = index.shape[0], index.shape[-1]
+    blocked = index.reshape(n, *[v for d in in_spatial for v in (d, 1)], c)
+    mask = blocked == _block_positions(in_spatial, s, out_spatial)
+    if not mx.sum(mask).item() == index.size:  # one synchronisation, replacing the scatter path's range check
+        return None
+    return mask
+
+
+def _masked_broadcast(grid: tuple, out_spatial: tuple):
+    """``values`` (blocked like the mask) at the masked positions, zero elsewhere, as an ``(N, *out_spatial, C)``
+    plane (zero rows past the ``grid``); the gradient is torch's gather at the indices."""
+
+    @mx.custom_function
+    def broadcast(values, mask, index):
+        n, c = values.shape[0], values.shape[-1]
+        # a bit-wise product instead of mx.where: exact for NaN/inf/-0.0 and branch-free (where on a random mask
+        # was ~3x slower on MLX CPU)
+        out = (mask * values.view(_BITS[values.dtype.size])).view(values.dtype).reshape(n, *grid, c)
+        extra = [(0, o - g) for o, g in zip(out_spatial, grid)]
+        return mx.pad(out, [(0, 0)] + extra + [(0, 0)]) if any(e for _, e in extra) else out
+
+    @broadcast.vjp
+    def broadcast_vjp(primals, cotangent, output):
+        values, mask, index = primals
+        n, c = values.shape[0], values.shape[-1]
+        flat = cotangent.reshape(n, -1, c)
+        grad = mx.take_along_axis(flat, index.reshape(n, -1, c), axis=1).reshape(values.shape)
+        return grad, mx.zeros_like(mask), mx.zeros_like(index)
+
+    return broadcast
+
+
 def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None, padding=0,
                output_size: Optional[Sequence[int]] = None, *, layer: Optional[str] = None) -> mx.array:
     """Generic N-d max unpool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input with torch's flat plane indices.
 
     The range check of ``indices`` needs its answer on the host: one compare-and-reduce pass over the indices and a
     synchronisation per call (about 2 ms of a 40 ms unpool of (8, 56, 56, 64) on this machine). An out-of-range
-    index raises instead of writing out of bounds.
+    index raises instead of writing out of bounds. When kernel == stride without padding, indices that each lie in
+    their own window's block (what such a max pool returns) are written by a masked broadcast instead of a scatter
+    (about 2x faster on MLX CPU); the block test costs the same one synchronisation and replaces the range check.
     """
     layer = layer or f"max_unpool{nd}d"
     k = ntuple(kernel_size, nd, "kernel_size", layer)
@@ -152,8 +212,19 @@ def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None
     if size == 0 or n == 0:
         out = mx.zeros((n, *out_spatial, c), dtype=xb.dtype)
         return out if batched else out[0]
+    index_b = indices if batched else indices[None]
+    in_spatial = tuple(xb.shape[1 : 1 + nd])
+    if k == s and not any(p) and all(o >= i * si for o, i, si in zip(out_spatial, in_spatial, s)) \
+            and xb.dtype.size in _BITS and index_b.size < 2 ** 31:
+        # the layout of a kernel == stride pool: try the scatter-free form (falls through for any other indices)
+        mask = _block_match(index_b, in_spatial, s, out_spatial)
+        if mask is not None:
+            blocked = xb.reshape(n, *[v for d in in_spatial for v in (d, 1)], c)
+            grid = tuple(i * si for i, si in zip(in_spatial, s))
+            out = _masked_broadcast(grid, out_spatial)(blocked, mask, index_b)
+            return out if batched else out[0]
     values = xb.reshape(n, -1, c)
-    index = (indices if batched else indices[None]).reshape(n, -1, c)
+    index = index_b.reshape(n, -1, c)
     # one pass: viewed as unsigned, a negative index is huge, so a single compare catches both ends
     if mx.any(index.view(mx.uint64) >= size).item():
         _raise_invalid_index(index, size, out_spatial, nd, layer)
