@@ -9,6 +9,7 @@ indices that are flat offsets in each ``(n, c)`` plane (``h*W + w``), so they ar
 from __future__ import annotations
 
 import itertools
+import math
 from functools import lru_cache
 
 import mlx.core as mx
@@ -104,7 +105,7 @@ class SlidingWindows(SeparableWindows):
         returns the first maximum (torch's strict ``>``); a NaN window takes its last NaN (torch's scan)."""
         nd = len(self.plane)
         n, c = x.shape[0], x.shape[-1]
-        count = int(np.prod(self.kernel))
+        count = math.prod(self.kernel)
         windows = self._window_view(x).reshape(n, *self.out_spatial, count, c)
         best = windows.max(axis=-2)
         tap = mx.argmax(windows, axis=-2)
@@ -120,9 +121,9 @@ class SlidingWindows(SeparableWindows):
         """``(N, *out, *kernel, C)`` view of the padded input: output dims step by the stride, kernel dims by 1."""
         x = self._padded(x)
         n, *spatial, c = x.shape
-        rows = [c * int(np.prod(spatial[i + 1 :])) for i in range(len(spatial))]
+        rows = [c * math.prod(spatial[i + 1 :]) for i in range(len(spatial))]
         shape = (n, *self.out_spatial, *self.kernel, c)
-        strides = (int(np.prod(spatial)) * c, *[r * s for r, s in zip(rows, self.stride)], *rows, 1)
+        strides = (math.prod(spatial) * c, *[r * s for r, s in zip(rows, self.stride)], *rows, 1)
         return mx.as_strided(x, shape, strides)
 
     def _starts(self, dim: int) -> np.ndarray:
