@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from functools import lru_cache
 from typing import Optional, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from . import _blocks
 from ._utils import as_batched, format_shape, ntuple
 
 
@@ -126,51 +126,12 @@ def _scatter(size: int, spare: int):
     return scatter
 
 
-_BITS = {2: mx.uint16, 4: mx.uint32, 8: mx.uint64}
-
-
-@lru_cache(maxsize=32)
-def _block_positions(in_spatial: tuple, s: tuple, out_spatial: tuple) -> mx.array:
-    """Flat output positions of the tiling blocks: shape ``(1, i1, s1, i2, s2, ..., 1)``, entry ``[i, a]`` the plane
-    index of output position ``i * s + a`` (strides of ``out_spatial``, which may be larger than the grid)."""
-    grid = np.zeros([v for pair in zip(in_spatial, s) for v in pair], dtype=np.int64)
-    stride = 1
-    for d in reversed(range(len(s))):
-        shape = [1] * (2 * len(s))
-        shape[2 * d], shape[2 * d + 1] = in_spatial[d], s[d]
-        coord = np.arange(in_spatial[d])[:, None] * s[d] + np.arange(s[d])[None, :]
-        grid = grid + coord.reshape(shape) * stride
-        stride *= out_spatial[d]
-    return mx.array(grid[None, ..., None])
-
-
-def _block_match(index: mx.array, in_spatial: tuple, s: tuple, out_spatial: tuple) -> Optional[mx.array]:
-    """If every index lies in its own ``s``-block of the output (what a kernel == stride pool without padding
-    produces), the ``(N, i1, s1, ..., C)`` mask of the positions written; else ``None``.
-
-    Blocks are disjoint and each holds one input value, so when the masks hit once per input value the unpool is a
-    masked broadcast: no scatter, no duplicates, and in-range indices by construction.
-    """
-    n, c = index.shape[0], index.shape[-1]
-    blocked = index.reshape(n, *[v for d in in_spatial for v in (d, 1)], c)
-    mask = blocked == _block_positions(in_spatial, s, out_spatial)
-    if not mx.sum(mask).item() == index.size:  # one synchronisation, replacing the scatter path's range check
-        return None
-    return mask
-
-
-def _masked_broadcast(grid: tuple, out_spatial: tuple):
-    """``values`` (blocked like the mask) at the masked positions, zero elsewhere, as an ``(N, *out_spatial, C)``
-    plane (zero rows past the ``grid``); the gradient is torch's gather at the indices."""
+def _masked_broadcast(block: tuple, out_spatial: tuple):
+    """:func:`_blocks.place` with the gradient of torch's unpool: a gather at the indices."""
 
     @mx.custom_function
     def broadcast(values, mask, index):
-        n, c = values.shape[0], values.shape[-1]
-        # a bit-wise product instead of mx.where: exact for NaN/inf/-0.0 and branch-free (where on a random mask
-        # was ~3x slower on MLX CPU)
-        out = (mask * values.view(_BITS[values.dtype.size])).view(values.dtype).reshape(n, *grid, c)
-        extra = [(0, o - g) for o, g in zip(out_spatial, grid)]
-        return mx.pad(out, [(0, 0)] + extra + [(0, 0)]) if any(e for _, e in extra) else out
+        return _blocks.place(values, mask, block, out_spatial)
 
     @broadcast.vjp
     def broadcast_vjp(primals, cotangent, output):
@@ -214,14 +175,12 @@ def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None
         return out if batched else out[0]
     index_b = indices if batched else indices[None]
     in_spatial = tuple(xb.shape[1 : 1 + nd])
-    if k == s and not any(p) and all(o >= i * si for o, i, si in zip(out_spatial, in_spatial, s)) \
-            and xb.dtype.size in _BITS and index_b.size < 2 ** 31:
-        # the layout of a kernel == stride pool: try the scatter-free form (falls through for any other indices)
-        mask = _block_match(index_b, in_spatial, s, out_spatial)
-        if mask is not None:
-            blocked = xb.reshape(n, *[v for d in in_spatial for v in (d, 1)], c)
-            grid = tuple(i * si for i, si in zip(in_spatial, s))
-            out = _masked_broadcast(grid, out_spatial)(blocked, mask, index_b)
+    if k == s and not any(p) and _blocks.covers(in_spatial, s, out_spatial) and _blocks.supported(xb.dtype):
+        # the layout of a kernel == stride pool: if every index lies in its own block (one synchronisation, which
+        # also stands in for the range check), a masked broadcast replaces the scatter; other indices fall through
+        mask = _blocks.block_mask(index_b, s, out_spatial)
+        if mx.sum(mask).item() == index_b.size:
+            out = _masked_broadcast(s, out_spatial)(xb, mask, index_b)
             return out if batched else out[0]
     values = xb.reshape(n, -1, c)
     index = index_b.reshape(n, -1, c)

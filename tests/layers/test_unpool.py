@@ -215,7 +215,7 @@ def test_block_path_is_taken(monkeypatch):
     monkeypatch.setattr(unpool, "_masked_broadcast", lambda *a: calls.append(a) or real(*a))
     y, idx = _pooled(2, (2, 3, 8, 9), 2, None, 0)
     max_unpool2d(_mx(y), _mx(idx), 2, output_size=(8, 9))
-    assert calls == [((8, 8), (8, 9))]
+    assert calls == [((2, 2), (8, 9))]  # (block, output plane)
     y, idx = _pooled(2, (2, 3, 9, 9), 3, 2, 1)
     max_unpool2d(_mx(y), _mx(idx), 3, 2, 1)
     assert len(calls) == 1
