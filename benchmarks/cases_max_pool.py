@@ -46,3 +46,21 @@ def _fractional_pair():
 
 
 case("fractional_max_pool2d 3 (112->80)", BIG, lambda: _fractional_pair()[0], lambda: _fractional_pair()[1])
+
+# small inputs: per-op cost dominates (below the fusing size the pools take one window array and an argmax)
+case("adaptive_max_pool2d 5x5 indices small", SMALL, lambda: lambda x: F.adaptive_max_pool2d(x, 5, True),
+     lambda: L.AdaptiveMaxPool2d(5, return_indices=True))
+
+
+def _fractional_small_pair():
+    samples = torch.rand(SMALL[0], SMALL[1], 2)
+    samples_m = mx.array(samples.numpy())
+    t = lambda x: F.fractional_max_pool2d(x, 3, output_size=(14, 14), return_indices=True,  # noqa: E731
+                                          _random_samples=samples)
+    m = lambda x: L.FractionalMaxPool2d(3, output_size=(14, 14), return_indices=True)(  # noqa: E731
+        x, random_samples=samples_m)
+    return t, m
+
+
+case("fractional_max_pool2d 3 indices small", SMALL, lambda: _fractional_small_pair()[0],
+     lambda: _fractional_small_pair()[1])

@@ -104,6 +104,23 @@ def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarra
     return total, sizes
 
 
+def _global_sum(x: mx.array) -> mx.array:
+    """Sum over every spatial axis of ``(N, *spatial, C)``, keeping them as 1s.
+
+    MLX's CPU reduction over a middle axis runs faster with longer contiguous rows: with few channels, summing
+    ``g`` spatial positions' channel rows as one ``g * C`` row first, then the ``g`` partial sums, measured
+    ~20% faster (1.67 -> 1.35 ms on (8, 56, 56, 256)); with C >= 1024 it is slower.
+    """
+    n, c = x.shape[0], x.shape[-1]
+    positions = math.prod(x.shape[1:-1])
+    keep = (n,) + (1,) * (x.ndim - 2) + (c,)
+    group = next((g for g in (4, 8, 2) if positions % g == 0 and positions > g), 1) if c < 1024 else 1
+    if group == 1:
+        return x.reshape(n, positions, c).sum(axis=1).reshape(keep)
+    partial = x.reshape(n, positions // group, group * c).sum(axis=1)
+    return partial.reshape(n, group, c).sum(axis=1).reshape(keep)
+
+
 def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -> mx.array:
     """Generic N-d adaptive average pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input (torch semantics)."""
     layer = layer or f"adaptive_avg_pool{nd}d"
@@ -130,7 +147,10 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
     work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb
     divisor = None
     global_axes = tuple(1 + axis for axis, o in enumerate(out) if o == 1 and spatial[axis] > 1)
-    if global_axes:
+    if len(global_axes) == nd:
+        work = _global_sum(work)
+        divisor = np.full((1,) * (nd + 2), math.prod(spatial[a - 1] for a in global_axes))
+    elif global_axes:
         # windows spanning a whole axis: one reduction over all such axes at once
         work = work.sum(axis=global_axes, keepdims=True)
         divisor = np.full((1,) * (nd + 2), math.prod(spatial[a - 1] for a in global_axes))

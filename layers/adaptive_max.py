@@ -8,14 +8,16 @@ window-max engine.
 
 from __future__ import annotations
 
+import math
 import numbers
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
 from ._utils import adaptive_windows
-from ._window_max import SeparableWindows, WindowSpec, fused, window_max
+from ._window_max import SeparableWindows, WindowSpec, fusable, fused, plane_strides, window_max
 from .max_pool import SlidingWindows
 
 
@@ -51,6 +53,8 @@ class AdaptiveWindows(SeparableWindows):
 
     def compute(self, x, kind):
         if kind == "indices":
+            if not fusable(self, x):
+                return self._small_indices(x)
             return super().compute(x, kind)
 
         def values(a):
@@ -61,10 +65,45 @@ class AdaptiveWindows(SeparableWindows):
         fn = fused(self, x, "values", lambda: values)
         return (fn or values)(x)
 
+    def _small_indices(self, x):
+        """Max and argmax of small inputs over one gathered ``(N, *out, K, C)`` window array (``K`` the product of
+        the per-dim tap counts): ~20 MLX ops instead of the separable engine's ~200, whose per-op cost dominates
+        below the fusing size. Row-major tap order is torch's scan order, repeats included (see the class note)."""
+        nd = len(self.plane)
+        n, c = x.shape[0], x.shape[-1]
+        a = x
+        for dim in reversed(range(nd)):  # last dim first, so the earlier axes keep their positions
+            a = self._gather(a, dim)  # axis 1 + dim becomes (K_dim, O_dim)
+        # (N, K1, O1, K2, O2, ..., C) -> (N, O1, O2, ..., K1, K2, ..., C)
+        order = [0] + [2 + 2 * d for d in range(nd)] + [1 + 2 * d for d in range(nd)] + [1 + 2 * nd]
+        count = math.prod(self.kernel)
+        windows = a.transpose(order).reshape(n, *self.out_spatial, count, c)
+        best = windows.max(axis=-2)
+        tap = mx.argmax(windows, axis=-2)  # the first maximum
+        last_nan = (count - 1) - mx.argmax(mx.isnan(windows)[..., ::-1, :], axis=-2)
+        tap = mx.where(mx.isnan(best), last_nan, tap)
+        base, table = _adaptive_index_table(self.plane, self.out_spatial)
+        return best, mx.take(table, base + tap.astype(mx.int32))
+
     def coord(self, dim, j, dtype):
         shape = [1] * (len(self.plane) + 2)
         shape[1 + dim] = -1
         return mx.array(self.coords[dim][:, j]).reshape(shape).astype(dtype)
+
+
+@lru_cache(maxsize=128)
+def _adaptive_index_table(plane: tuple, out: tuple) -> tuple[mx.array, mx.array]:
+    """Flat plane index of tap ``t`` of output ``o``, as a flat table read at ``base[o] + t``: ``base`` is
+    ``(1, *out, 1)`` int32 (``o_flat * K``), the table ``(prod(out) * K,)`` int32."""
+    spec = AdaptiveWindows(plane, out)
+    flat = np.zeros([1] * (2 * len(plane)), dtype=np.int64)
+    for dim, (taps, stride) in enumerate(zip(spec.coords, plane_strides(plane))):
+        shape = [1] * (2 * len(plane))
+        shape[dim], shape[len(plane) + dim] = taps.shape
+        flat = flat + taps.reshape(shape) * stride  # axes (O1, O2, ..., K1, K2, ...)
+    count = math.prod(spec.kernel)
+    base = (np.arange(math.prod(out)) * count).reshape(1, *out, 1)
+    return mx.array(base.astype(np.int32)), mx.array(flat.reshape(-1).astype(np.int32))
 
 
 def adaptive_windows_spec(plane, out) -> WindowSpec:

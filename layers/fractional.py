@@ -11,12 +11,15 @@ Windows are ``k`` wide, never padded. Max, ties, NaN, indices and gradients foll
 
 from __future__ import annotations
 
+import math
 import numbers
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
-from ._window_max import SeparableWindows, plane_strides, window_max
+from ._window_max import SeparableWindows, fusable, plane_strides, window_max
 
 _DIM_WORDS = {2: ["height", "width"], 3: ["time", "height", "width"]}
 
@@ -58,10 +61,56 @@ class FractionalWindows(SeparableWindows):
     def start(self, dim, dtype):
         return self.index[dim].astype(dtype)
 
+    def compute(self, x, kind):
+        if kind == "indices" and not fusable(self, x):
+            return self._small_indices(x)
+        return super().compute(x, kind)
+
+    def _small_indices(self, x):
+        """Max and argmax of small inputs over one gathered ``(N, *out, K, C)`` window array: ~20 MLX ops instead
+        of the separable engine's ~160, whose per-op cost dominates at small sizes. Ties: ``mx.argmax``'s first
+        maximum in row-major window order (torch's scan); a NaN window takes its last NaN."""
+        nd = len(self.plane)
+        n, c = x.shape[0], x.shape[-1]
+        a = x
+        for dim in range(nd):
+            k, o = self.kernel[dim], self.out_spatial[dim]
+            shape = list(self.index[dim].shape)
+            taps = self.index[dim][(slice(None),) * (1 + dim) + (None,)] + _tap_column(k, nd, dim)
+            shape[1 + dim] = k * o
+            a = mx.take_along_axis(a, taps.reshape(shape), axis=1 + dim)  # axis 1 + dim: (K_dim * O_dim)
+        a = a.reshape(n, *[v for k, o in zip(self.kernel, self.out_spatial) for v in (k, o)], c)
+        order = [0] + [2 + 2 * d for d in range(nd)] + [1 + 2 * d for d in range(nd)] + [1 + 2 * nd]
+        count = math.prod(self.kernel)
+        windows = a.transpose(order).reshape(n, *self.out_spatial, count, c)
+        best = windows.max(axis=-2)
+        tap = mx.argmax(windows, axis=-2)  # the first maximum
+        if mx.issubdtype(x.dtype, mx.floating):
+            last_nan = (count - 1) - mx.argmax(mx.isnan(windows)[..., ::-1, :], axis=-2)
+            tap = mx.where(mx.isnan(best), last_nan, tap)
+        return best, self.first_index(mx.int32) + mx.take(_window_offsets(self.plane, self.kernel), tap)
+
     def first_index(self, dtype):
         """Flat index of every window's first element, ``(N, *out, C)`` (the empty-kernel case reports it)."""
         strides = plane_strides(self.plane)
         return sum(self.start(dim, dtype) * strides[dim] for dim in range(len(self.plane)))
+
+
+@lru_cache(maxsize=64)
+def _tap_column(k: int, nd: int, dim: int) -> mx.array:
+    """``0..k-1`` shaped to add a tap axis in front of axis ``1 + dim`` of a ``(N, *spatial, C)`` start array."""
+    shape = [1] * (nd + 3)
+    shape[1 + dim] = k
+    return mx.arange(k, dtype=mx.int32).reshape(shape)
+
+
+@lru_cache(maxsize=64)
+def _window_offsets(plane: tuple, kernel: tuple) -> mx.array:
+    """Flat plane offset of every tap of a window from its first element, in row-major window order."""
+    offsets = np.zeros(1, dtype=np.int64)
+    for k, stride in zip(kernel, plane_strides(plane)):
+        offsets = (offsets[:, None] + np.arange(k)[None, :] * stride).reshape(-1)
+    return mx.array(offsets.astype(np.int32))
 
 
 # ---------------------------------------------------------------------------------------------------- checks

@@ -18,6 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from . import _blocks
 from ._utils import as_batched, format_shape, ntuple
 
 
@@ -125,13 +126,33 @@ def _scatter(size: int, spare: int):
     return scatter
 
 
+def _masked_broadcast(block: tuple, out_spatial: tuple):
+    """:func:`_blocks.place` with the gradient of torch's unpool: a gather at the indices."""
+
+    @mx.custom_function
+    def broadcast(values, mask, index):
+        return _blocks.place(values, mask, block, out_spatial)
+
+    @broadcast.vjp
+    def broadcast_vjp(primals, cotangent, output):
+        values, mask, index = primals
+        n, c = values.shape[0], values.shape[-1]
+        flat = cotangent.reshape(n, -1, c)
+        grad = mx.take_along_axis(flat, index.reshape(n, -1, c), axis=1).reshape(values.shape)
+        return grad, mx.zeros_like(mask), mx.zeros_like(index)
+
+    return broadcast
+
+
 def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None, padding=0,
                output_size: Optional[Sequence[int]] = None, *, layer: Optional[str] = None) -> mx.array:
     """Generic N-d max unpool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input with torch's flat plane indices.
 
     The range check of ``indices`` needs its answer on the host: one compare-and-reduce pass over the indices and a
     synchronisation per call (about 2 ms of a 40 ms unpool of (8, 56, 56, 64) on this machine). An out-of-range
-    index raises instead of writing out of bounds.
+    index raises instead of writing out of bounds. When kernel == stride without padding, indices that each lie in
+    their own window's block (what such a max pool returns) are written by a masked broadcast instead of a scatter
+    (about 2x faster on MLX CPU); the block test costs the same one synchronisation and replaces the range check.
     """
     layer = layer or f"max_unpool{nd}d"
     k = ntuple(kernel_size, nd, "kernel_size", layer)
@@ -152,8 +173,17 @@ def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None
     if size == 0 or n == 0:
         out = mx.zeros((n, *out_spatial, c), dtype=xb.dtype)
         return out if batched else out[0]
+    index_b = indices if batched else indices[None]
+    in_spatial = tuple(xb.shape[1 : 1 + nd])
+    if k == s and not any(p) and _blocks.covers(in_spatial, s, out_spatial) and _blocks.supported(xb.dtype):
+        # the layout of a kernel == stride pool: if every index lies in its own block (one synchronisation, which
+        # also stands in for the range check), a masked broadcast replaces the scatter; other indices fall through
+        mask = _blocks.block_mask(index_b, s, out_spatial)
+        if mx.sum(mask).item() == index_b.size:
+            out = _masked_broadcast(s, out_spatial)(xb, mask, index_b)
+            return out if batched else out[0]
     values = xb.reshape(n, -1, c)
-    index = (indices if batched else indices[None]).reshape(n, -1, c)
+    index = index_b.reshape(n, -1, c)
     # one pass: viewed as unsigned, a negative index is huge, so a single compare catches both ends
     if mx.any(index.view(mx.uint64) >= size).item():
         _raise_invalid_index(index, size, out_spatial, nd, layer)

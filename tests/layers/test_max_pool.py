@@ -204,7 +204,9 @@ def test_integer_max_pool1d_needs_indices():
     (2, (2, 32, 33, 35), ((2, 3), (2, 2), (1, 1), (2, 1), True)),
     (3, (2, 16, 17, 18, 19), (3, 2, 1, 1, True)),
     (1, (16, 64, 200), (4, 3, 2, 2, True)),
-    (2, (4, 64, 41, 40), (2, None, 0, 1, True)),  # tiling windows: the scatter-free backward
+    (2, (4, 64, 41, 40), (2, None, 0, 1, True)),  # ceil mode pads the last window: the scatter backward
+    (2, (4, 64, 41, 39), (2, None, 0, 1, False)),  # tiling windows (floor leftovers): the masked-broadcast backward
+    (3, (2, 16, 10, 12, 13), ((2, 3, 2), None, 0, 1, False)),
     (3, (2, 16, 9, 10, 11), ((2, 3, 2), None, 0, 1, False)),
 ])
 def test_fused_kernel_matches(nd, shape, args):
@@ -352,3 +354,20 @@ def test_output_size_formula_exhaustive():
                 lambda a: F.max_pool1d(a, k, s, p, d, ceil, True), lambda a: PF.max_pool1d(a, k, s, p, d, ceil, True),
                 x, nd=1, exact=True, grad=False,
             )
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_tiling_backward_is_a_masked_broadcast(nd, monkeypatch):
+    # kernel == stride without padding: the backward places the gradient by block mask, no scatter; ties (first
+    # maximum), NaN (last NaN) and floor-mode leftovers (zero gradient) must still match torch exactly
+    import porter.layers._blocks as blocks
+
+    calls = []
+    real = blocks.place
+    monkeypatch.setattr(blocks, "place", lambda *a: calls.append(1) or real(*a))
+    shape = (2, 3) + (7,) * nd
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 3, shape, generator=gen).float()
+    x[torch.rand(shape, generator=gen) < 0.1] = NAN
+    check_max_pool(x, nd, 2)
+    assert calls

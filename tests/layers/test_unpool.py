@@ -173,3 +173,49 @@ def test_input_dtype_and_rank():
         max_unpool2d(mx.zeros((2, 2)), mx.zeros((2, 2), dtype=mx.int64), 2)
     with pytest.raises(ValueError, match=r"\[MaxUnpool3d\] 'kernel_size'"):
         MaxUnpool3d((2, 2))
+
+
+# ------------------------------------------------------------------------------------- kernel == stride fast path
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_block_path_special_values(nd):
+    # indices of a kernel == stride pool take the scatter-free path; NaN, inf and -0.0 must land bit-exactly
+    shape = (2, 3) + (4,) * (nd - 1) + (5,)
+    y, idx = _pooled(nd, shape, 2, None, 0)
+    flat = y.view(-1)
+    flat[0], flat[1], flat[2], flat[3] = float("nan"), float("inf"), -float("inf"), -0.0
+    size = tuple(shape[2:])
+    check_against_torch(lambda a, i: TORCH_FN[nd](a, i, 2, None, 0, size),
+                        lambda a, i: PORTER_FN[nd](a, i, 2, None, 0, size), y, nd=nd, exact=True, extra_inputs=(idx,))
+    out = np.array(PORTER_FN[nd](_mx(y), _mx(idx), 2, None, 0, size))
+    assert np.signbit(out).sum() == np.signbit(TORCH_FN[nd](y, idx, 2, None, 0, size).numpy()).sum()
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_block_path_falls_back_for_other_indices(nd):
+    # kernel == stride, but one index points into a neighbouring block (a legal unpool input): the scatter-free
+    # form cannot express it, so the result must come from the general path, equal to torch's
+    y, idx = _pooled(nd, (2, 3) + (4,) * nd, 2, None, 0)
+    moved = idx.clone()
+    moved.view(-1)[0] = idx.view(-1)[1]  # now a duplicate outside its own block
+    moved.view(-1)[5] = 0 if int(idx.view(-1)[5]) != 0 else 1
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # torch's duplicate winner is the last writer only single-threaded
+    try:
+        check_against_torch(lambda a, i: TORCH_FN[nd](a, i, 2), lambda a, i: PORTER_FN[nd](a, i, 2), y, nd=nd,
+                            exact=True, extra_inputs=(moved,))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_block_path_is_taken(monkeypatch):
+    import porter.layers.unpool as unpool
+
+    calls = []
+    real = unpool._masked_broadcast
+    monkeypatch.setattr(unpool, "_masked_broadcast", lambda *a: calls.append(a) or real(*a))
+    y, idx = _pooled(2, (2, 3, 8, 9), 2, None, 0)
+    max_unpool2d(_mx(y), _mx(idx), 2, output_size=(8, 9))
+    assert calls == [((2, 2), (8, 9))]  # (block, output plane)
+    y, idx = _pooled(2, (2, 3, 9, 9), 3, 2, 1)
+    max_unpool2d(_mx(y), _mx(idx), 3, 2, 1)
+    assert len(calls) == 1
