@@ -1,6 +1,8 @@
 import os
 import sys
 
+import numpy as np
+import pytest
 import torch
 
 # Before any test module imports mlx.core: porter hands MLX an optimized BLAS only if it is imported first.
@@ -8,4 +10,9 @@ import porter  # noqa: F401
 
 sys.path.insert(0, os.path.dirname(__file__))  # `from helpers import ...` in every test file
 
-torch.manual_seed(0)
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """Every test sees the same random data whatever ran before it (and on a re-run of that test alone)."""
+    torch.manual_seed(0)
+    np.random.seed(0)
