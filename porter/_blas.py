@@ -9,8 +9,10 @@ Candidates, in this order (the first that is present, safe on this CPU and loads
 
 1. ``PORTER_BLAS=/path/to/libblas.so``: an explicit library. ``PORTER_BLAS=none`` keeps MLX's bundled BLAS and
    disables everything below (silently).
-2. ``cmeel-openblas`` installed by pip in this environment (``pip install 'porter-mlx[fast-cpu]'``).
-3. The system's OpenBLAS (Debian/Ubuntu ``libopenblas0-pthread`` and friends, Fedora ``openblas``).
+2. The system's OpenBLAS (Debian/Ubuntu ``libopenblas0-pthread`` and friends, Fedora ``openblas``): an install the
+   machine's owner chose, built for every x86-64 CPU (``DYNAMIC_ARCH``) and for any thread count.
+3. ``cmeel-openblas`` installed by pip in this environment (``pip install 'porter-mlx[fast-cpu]'``): the pip-only
+   fast path (an AVX-512 build, at most 4 threads).
 4. MKL installed by pip or conda in this environment (``libmkl_rt``).
 
 "Safe on this CPU": an OpenBLAS built for one CPU family (not ``DYNAMIC_ARCH``) is loaded only if ``/proc/cpuinfo``
@@ -228,9 +230,6 @@ def find_candidates(
     if explicit and explicit.lower() not in DISABLE_VALUES and explicit.lower() != "auto":
         found.append(Candidate(ENV_BLAS, explicit))
 
-    for site in site_dirs:
-        found.append(Candidate("cmeel-openblas", os.path.join(site, "cmeel.prefix", "lib", "libopenblas.so.0")))
-
     lib_dirs = [f"usr/lib/{_multiarch()}", "usr/lib64", "usr/lib"]
     for lib_dir in lib_dirs:
         base = os.path.join(root, lib_dir)
@@ -238,6 +237,9 @@ def find_candidates(
         for rel in ("libopenblas.so.0", "openblas-pthread/libopenblas.so.0", "openblas-openmp/libopenblas.so.0",
                     "libopenblasp.so.0", "libopenblaso.so.0", "openblas-serial/libopenblas.so.0"):
             found.append(Candidate("system-openblas", os.path.join(base, rel)))
+
+    for site in site_dirs:
+        found.append(Candidate("cmeel-openblas", os.path.join(site, "cmeel.prefix", "lib", "libopenblas.so.0")))
 
     for prefix in prefixes:
         for rel in ("lib/libmkl_rt.so.2", "lib/libmkl_rt.so"):

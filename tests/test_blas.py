@@ -141,13 +141,13 @@ def test_candidate_order(tmp_path):
     found = _blas.find_candidates({"PORTER_BLAS": "/opt/my/libblis.so"}, **where)
     assert [(c.source, c.path) for c in found] == [
         ("PORTER_BLAS", "/opt/my/libblis.so"),  # listed even if missing: its failure must be reported
-        ("cmeel-openblas", libs["cmeel"]),
         ("system-openblas", libs["system"]),
         ("system-openblas", libs["serial"]),
+        ("cmeel-openblas", libs["cmeel"]),
         ("mkl", libs["mkl"]),
     ]
     for disabled in ("none", "NONE", "off", "auto", ""):
-        assert [c.source for c in _blas.find_candidates({"PORTER_BLAS": disabled}, **where)][0] == "cmeel-openblas"
+        assert [c.source for c in _blas.find_candidates({"PORTER_BLAS": disabled}, **where)][0] == "system-openblas"
     assert _blas.find_candidates({}, site_dirs=[], root=str(tmp_path / "nothing"), prefixes=[]) == []
 
 
@@ -166,23 +166,35 @@ def choose(tmp_path, env=None, flags=AVX512_FLAGS, loader=None, tree=None, **kwa
 
 def test_first_safe_candidate_wins(tmp_path):
     choice, loader, libs = choose(tmp_path)
+    assert loader.loaded == [libs["system"]]
+    assert (choice.library, choice.source, choice.hint) == (libs["system"], "system-openblas", None)
+
+
+def test_pip_openblas_when_no_system_openblas(tmp_path):
+    tree = make_tree(tmp_path)
+    libs = tree[1]
+    choice, loader, _ = choose(tmp_path, loader=FakeLoader(broken={libs["system"], libs["serial"]}), tree=tree)
     assert loader.loaded == [libs["cmeel"]]
-    assert (choice.library, choice.source, choice.hint) == (libs["cmeel"], "cmeel-openblas", None)
+    assert (choice.library, choice.source) == (libs["cmeel"], "cmeel-openblas")
 
 
-def test_avx512_guard_falls_through_to_system_openblas(tmp_path):
-    choice, loader, libs = choose(tmp_path, flags=AVX2_FLAGS)
-    assert loader.loaded == [libs["system"]]  # the AVX-512 build was never loaded
-    assert choice.source == "system-openblas"
-    assert choice.skipped[0][:2] == ("cmeel-openblas", libs["cmeel"]) and "avx512f" in choice.skipped[0][2]
+def test_avx512_guard_skips_the_pip_build(tmp_path):
+    tree = make_tree(tmp_path)
+    libs = tree[1]
+    broken = FakeLoader(broken={libs["system"], libs["serial"]})
+    choice, loader, _ = choose(tmp_path, flags=AVX2_FLAGS, loader=broken, tree=tree)
+    assert libs["cmeel"] not in loader.loaded  # the AVX-512 build was never loaded
+    assert choice.source == "mkl"
+    skipped = {s[0]: s for s in choice.skipped}
+    assert skipped["cmeel-openblas"][1] == libs["cmeel"] and "avx512f" in skipped["cmeel-openblas"][2]
 
 
 def test_load_failure_falls_through(tmp_path):
     tree = make_tree(tmp_path)
     libs = tree[1]
-    choice, loader, _ = choose(tmp_path, loader=FakeLoader(broken={libs["cmeel"], libs["system"]}), tree=tree)
-    assert loader.loaded == [libs["serial"]]
-    assert [s[0] for s in choice.skipped] == ["cmeel-openblas", "system-openblas"]
+    choice, loader, _ = choose(tmp_path, loader=FakeLoader(broken={libs["system"], libs["serial"]}), tree=tree)
+    assert loader.loaded == [libs["cmeel"]]
+    assert [s[0] for s in choice.skipped] == ["system-openblas", "system-openblas"]
     assert all("failed to load" in s[2] for s in choice.skipped)
 
 
@@ -190,9 +202,9 @@ def test_library_without_standard_symbols_is_skipped(tmp_path):
     """A BLAS whose symbols are prefixed (scipy-openblas32) loads, but MLX would never call it."""
     tree = make_tree(tmp_path)
     libs = tree[1]
-    choice, loader, _ = choose(tmp_path, loader=FakeLoader(prefixed={libs["cmeel"]}), tree=tree)
-    assert choice.source == "system-openblas"
-    assert choice.skipped == [("cmeel-openblas", libs["cmeel"],
+    choice, loader, _ = choose(tmp_path, loader=FakeLoader(prefixed={libs["system"]}), tree=tree)
+    assert choice.source == "system-openblas" and choice.library == libs["serial"]
+    assert choice.skipped == [("system-openblas", libs["system"],
                                "loaded, but exports no cblas_sgemm, so MLX would not use it")]
 
 
@@ -206,7 +218,7 @@ def test_env_override(tmp_path):
 def test_env_override_unusable_warns_and_continues(tmp_path):
     with pytest.warns(UserWarning, match=r"PORTER_BLAS=/missing/libblas.so not used \(no such file\)"):
         choice, loader, libs = choose(tmp_path, env={"PORTER_BLAS": "/missing/libblas.so"})
-    assert choice.source == "cmeel-openblas" and loader.loaded == [libs["cmeel"]]
+    assert choice.source == "system-openblas" and loader.loaded == [libs["system"]]
     avx512 = fake_lib(tmp_path / "mine/libopenblas.so.0", target="SKYLAKEX")
     with pytest.warns(UserWarning, match="lacks avx512f"):
         choice, loader, libs = choose(tmp_path / "again", env={"PORTER_BLAS": avx512}, flags=AVX2_FLAGS)
