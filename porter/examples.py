@@ -1,7 +1,12 @@
-"""Built-in example models for conversion (imports torch; never used at runtime by a ported model).
+"""Torch reference architectures shipped with Porter (imports torch; never used at runtime by a ported model).
 
-The ResNet here reproduces torchvision's architecture and module names, so ``resnet18().state_dict()`` has
-exactly the keys of ``torchvision.models.resnet18()`` and a torchvision checkpoint loads with ``strict=True``.
+ResNet-18/34/50, VGG-11/16 with BatchNorm and MobileNetV2 reproduce torchvision's architectures and module names, so
+``resnet18().state_dict()`` has exactly the keys of ``torchvision.models.resnet18()`` (likewise ``vgg11_bn``,
+``vgg16_bn``, ``mobilenet_v2``) and a torchvision checkpoint loads with ``strict=True``; torchvision is not a
+dependency. They are the ``torch_model`` of the zoo entries of the same name (``porter convert --arch NAME``), and
+each factory takes the keyword arguments of the zoo factory of the same name. Constructor arguments build reduced
+models with the same names (ResNet ``widths``, VGG ``cfg``/``width_divisor``/``hidden``, MobileNetV2
+``inverted_residual_setting``/``input_channel``/``last_channel``/``round_nearest``), used by the tests.
 Weights are random (seeded by the caller); Porter ships no pretrained weights.
 
 Example::
@@ -20,7 +25,8 @@ from typing import Callable, Optional, Sequence, Type, Union
 import torch
 from torch import nn
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50", "EXAMPLES"]
+__all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50", "VGG", "VGG_CONFIGS", "vgg11_bn",
+           "vgg16_bn", "InvertedResidual", "MobileNetV2", "mobilenet_v2", "EXAMPLES"]
 
 
 def _conv3x3(in_planes: int, out_planes: int, stride: int = 1, groups: int = 1, dilation: int = 1) -> nn.Conv2d:
@@ -212,5 +218,149 @@ def resnet50(num_classes: int = 1000, **kwargs) -> ResNet:
     return ResNet(Bottleneck, [3, 4, 6, 3], num_classes=num_classes, **kwargs)
 
 
-#: Builders the CLI offers as ``porter convert --example NAME``; each takes ``num_classes``.
-EXAMPLES = {"resnet18": resnet18, "resnet34": resnet34, "resnet50": resnet50}
+# ---------------------------------------------------------------------------------------------------- VGG
+VGG_CONFIGS = {
+    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+}
+
+
+class VGG(nn.Module):
+    """torchvision's VGG with BatchNorm: ``features`` (flat numbering), ``avgpool`` (7x7), ``classifier.0/3/6``.
+
+    Args:
+        cfg (sequence): channels per 3x3 conv (each followed by BN and ReLU), ``"M"`` for a 2x2 max pool.
+        num_classes (int, optional): classifier outputs. Default: ``1000``.
+        width_divisor (int, optional): divide every conv width by this (a reduced model with the same names).
+            Default: ``1``.
+        hidden (int, optional): width of the two hidden classifier layers. Default: ``4096``.
+        dropout (float, optional): dropout probability in the classifier (inactive in eval). Default: ``0.5``.
+    Shape: ``(N, 3, H, W)`` -> ``(N, num_classes)``; the adaptive pool accepts any feature-map size, also
+    smaller than 7 (windows then repeat input elements).
+    """
+
+    def __init__(self, cfg: Sequence[Union[int, str]], num_classes: int = 1000, width_divisor: int = 1,
+                 hidden: int = 4096, dropout: float = 0.5):
+        super().__init__()
+        layers, channels = [], 3
+        for v in cfg:
+            if v == "M":
+                layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+                continue
+            width = max(1, v // width_divisor)
+            layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1), nn.BatchNorm2d(width), nn.ReLU(True)]
+            channels = width
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
+        self.classifier = nn.Sequential(
+            nn.Linear(channels * 7 * 7, hidden), nn.ReLU(True), nn.Dropout(dropout),
+            nn.Linear(hidden, hidden), nn.ReLU(True), nn.Dropout(dropout),
+            nn.Linear(hidden, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+def vgg11_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-11 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg11"], num_classes, **kwargs)
+
+
+def vgg16_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-16 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg16"], num_classes, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- MobileNetV2
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    # Round to a multiple of ``divisor`` without losing more than 10% of the channels (torchvision's rule).
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+class ConvBNReLU6(nn.Sequential):
+    """torchvision's ``Conv2dNormActivation`` with ReLU6: children ``0`` (conv, no bias), ``1`` (BN), ``2``."""
+
+    def __init__(self, inp: int, oup: int, kernel_size: int = 3, stride: int = 1, groups: int = 1):
+        super().__init__(nn.Conv2d(inp, oup, kernel_size, stride, (kernel_size - 1) // 2, groups=groups, bias=False),
+                         nn.BatchNorm2d(oup), nn.ReLU6(inplace=True))
+
+
+class InvertedResidual(nn.Module):
+    """1x1 expand (ReLU6), 3x3 depthwise (ReLU6), linear 1x1 projection; residual when the shape is kept.
+
+    Args:
+        inp (int): input channels.
+        oup (int): output channels.
+        stride (int): stride of the depthwise conv, 1 or 2.
+        expand_ratio (int): hidden width is ``round(inp * expand_ratio)``; ``1`` drops the expansion conv.
+    Shape: ``(N, inp, H, W)`` -> ``(N, oup, ceil(H / stride), ceil(W / stride))``; children ``conv.0 ..``.
+    """
+
+    def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int):
+        super().__init__()
+        if stride not in (1, 2):
+            raise ValueError(f"[InvertedResidual] 'stride' must be 1 or 2 but got {stride}.")
+        hidden = int(round(inp * expand_ratio))
+        self.use_res_connect = stride == 1 and inp == oup
+        layers = [ConvBNReLU6(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
+        layers += [ConvBNReLU6(hidden, hidden, stride=stride, groups=hidden),
+                   nn.Conv2d(hidden, oup, 1, 1, 0, bias=False), nn.BatchNorm2d(oup)]
+        self.conv = nn.Sequential(*layers)
+        self.out_channels = oup
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    """torchvision's MobileNetV2: ``features.0`` stem, inverted residuals, 1x1 head conv, ``classifier.1``.
+
+    Args:
+        num_classes (int, optional): classifier outputs. Default: ``1000``.
+        width_mult (float, optional): width multiplier of every layer. Default: ``1.0``.
+        inverted_residual_setting (list of [t, c, n, s], optional): per stage the expansion, output channels,
+            repeats and first stride. Default: ``None`` (torchvision's 7 stages, 17 blocks).
+        round_nearest (int, optional): channel counts are rounded to multiples of this. Default: ``8``.
+        dropout (float, optional): dropout before the classifier (inactive in eval). Default: ``0.2``.
+        input_channel (int, optional): stem width before ``width_mult``. Default: ``32``.
+        last_channel (int, optional): head width before ``width_mult`` (never scaled below it). Default: ``1280``.
+    Shape: ``(N, 3, H, W)`` -> ``(N, num_classes)``; any ``H, W >= 1``.
+    """
+
+    SETTING = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2],
+               [6, 320, 1, 1]]
+
+    def __init__(self, num_classes: int = 1000, width_mult: float = 1.0,
+                 inverted_residual_setting: Optional[Sequence[Sequence[int]]] = None, round_nearest: int = 8,
+                 dropout: float = 0.2, input_channel: int = 32, last_channel: int = 1280):
+        super().__init__()
+        setting = self.SETTING if inverted_residual_setting is None else inverted_residual_setting
+        if not setting or any(len(row) != 4 for row in setting):
+            raise ValueError("[MobileNetV2] 'inverted_residual_setting' must be a non-empty list of [t, c, n, s] "
+                             f"rows but got {setting!r}.")
+        channels = _make_divisible(input_channel * width_mult, round_nearest)
+        last = _make_divisible(last_channel * max(1.0, width_mult), round_nearest)
+        features = [ConvBNReLU6(3, channels, stride=2)]
+        for t, c, n, s in setting:
+            out = _make_divisible(c * width_mult, round_nearest)
+            for i in range(n):
+                features.append(InvertedResidual(channels, out, s if i == 0 else 1, t))
+                channels = out
+        features.append(ConvBNReLU6(channels, last, kernel_size=1))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(last, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+def mobilenet_v2(num_classes: int = 1000, **kwargs) -> MobileNetV2:
+    """MobileNetV2 (random weights); ``kwargs``: ``width_mult``, ``dropout`` and the other constructor arguments."""
+    return MobileNetV2(num_classes, **kwargs)
+
+
+#: Builders the CLI offers as ``porter convert --example NAME``; each takes ``num_classes``. VGG is left out on
+#: purpose: its 133M+ parameters make a 0.5 GB example checkpoint; ``--arch vgg11_bn`` still reaches it.
+EXAMPLES = {"resnet18": resnet18, "resnet34": resnet34, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2}

@@ -87,7 +87,7 @@ class MobileNetV2(TorchCheckpointMixin, nn.Module):
 
 
 @register_model("mobilenet_v2", family="mobilenet", summary="MobileNetV2 (width 1.0), 3.5M parameters",
-                torch_model="porter.zoo_references:mobilenet_v2")
+                torch_model="porter.examples:mobilenet_v2")
 def mobilenet_v2(num_classes: int = 1000, **kwargs) -> MobileNetV2:
     """MobileNetV2 as torchvision's ``mobilenet_v2``. ``kwargs``: ``width_mult``, ``dropout``."""
     return MobileNetV2(num_classes=num_classes, **kwargs)

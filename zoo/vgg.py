@@ -65,7 +65,7 @@ class VGG(TorchCheckpointMixin, nn.Module):
         return apply_sequence(self.classifier, self.avgpool(apply_sequence(self.features, x)))
 
 
-_TORCH = "porter.zoo_references:{}"
+_TORCH = "porter.examples:{}"
 
 
 @register_model("vgg11_bn", family="vgg", summary="VGG-11 with BatchNorm, 132.9M parameters",

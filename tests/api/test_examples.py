@@ -1,24 +1,28 @@
-"""porter.examples: the built-in ResNets have torchvision's structure, names and sizes.
+"""porter.examples: the built-in ResNets, VGG-BNs and MobileNetV2 have torchvision's structure, names and sizes.
 
-The expected counts are torchvision 0.28's (parameters and state_dict entries of resnet18/34/50), so a
-torchvision checkpoint would load with strict=True.
+The expected counts are torchvision 0.28's (parameters and state_dict entries), so a torchvision checkpoint
+would load with strict=True.
 """
 
 import pytest
 import torch
 
-from porter.examples import EXAMPLES, BasicBlock, Bottleneck, ResNet, resnet18, resnet50
+from porter import examples
+from porter.examples import EXAMPLES, BasicBlock, Bottleneck, MobileNetV2, ResNet, mobilenet_v2, resnet18, resnet50
 
 TORCHVISION = {  # name: (parameters, state_dict entries)
     "resnet18": (11_689_512, 122),
     "resnet34": (21_797_672, 218),
     "resnet50": (25_557_032, 320),
+    "vgg11_bn": (132_868_840, 62),
+    "vgg16_bn": (138_365_992, 97),
+    "mobilenet_v2": (3_504_872, 314),
 }
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION))
 def test_sizes_match_torchvision(name):
-    model = EXAMPLES[name]()
+    model = getattr(examples, name)()
     params, entries = TORCHVISION[name]
     assert sum(p.numel() for p in model.parameters()) == params
     assert len(model.state_dict()) == entries
@@ -76,3 +80,34 @@ def test_errors_name_the_layer():
         ResNet(BasicBlock, [1, 1, 1, 2], replace_stride_with_dilation=[False, False, True])
     with pytest.raises(ValueError, match=r"\[ResNet\] 'replace_stride_with_dilation' must have 3 entries"):
         ResNet(Bottleneck, [1, 1, 1, 1], replace_stride_with_dilation=[True])
+
+
+def test_examples_offered_by_the_cli():
+    # VGG is not an --example on purpose (a 0.5 GB checkpoint); every offered builder takes num_classes.
+    assert sorted(EXAMPLES) == ["mobilenet_v2", "resnet18", "resnet34", "resnet50"]
+    for name, build in EXAMPLES.items():
+        assert build is getattr(examples, name)
+
+
+def test_mobilenet_v2_names_and_reduced_configuration():
+    sd = mobilenet_v2().state_dict()
+    assert sd["features.0.0.weight"].shape == (32, 3, 3, 3)
+    assert sd["features.1.conv.0.0.weight"].shape == (32, 1, 3, 3)  # t=1: no expansion conv
+    assert sd["features.2.conv.0.0.weight"].shape == (96, 16, 1, 1)
+    assert sd["features.18.0.weight"].shape == (1280, 320, 1, 1)
+    assert sd["classifier.1.weight"].shape == (1000, 1280)
+    # A reduced model keeps the names: round_nearest=4 keeps a 12-channel stage that 8 would round to 16.
+    small = MobileNetV2(10, inverted_residual_setting=[[1, 8, 1, 1], [4, 12, 2, 2]], round_nearest=4,
+                        input_channel=8, last_channel=32)
+    sd = small.state_dict()
+    assert sd["features.2.conv.2.weight"].shape == (12, 32, 1, 1)
+    assert sd["features.4.0.weight"].shape == (32, 12, 1, 1) and sd["classifier.1.weight"].shape == (10, 32)
+    with torch.no_grad():
+        assert small.eval()(torch.randn(1, 3, 45, 37)).shape == (1, 10)
+
+
+def test_mobilenet_v2_errors_name_the_layer():
+    with pytest.raises(ValueError, match=r"\[InvertedResidual\] 'stride' must be 1 or 2 but got 3"):
+        MobileNetV2(inverted_residual_setting=[[1, 16, 1, 3]])
+    with pytest.raises(ValueError, match=r"\[MobileNetV2\] 'inverted_residual_setting'"):
+        MobileNetV2(inverted_residual_setting=[[1, 16, 1]])

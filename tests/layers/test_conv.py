@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_against_torch
+from helpers import TORCH_TO_MX, check_against_torch, torch_to_mx
 
 import porter.layers as L
 import porter.layers.conv as conv_module
@@ -22,22 +22,20 @@ TORCH_CONV = {1: torch.nn.Conv1d, 2: torch.nn.Conv2d, 3: torch.nn.Conv3d}
 PORTER_CONV = {1: L.Conv1d, 2: L.Conv2d, 3: L.Conv3d}
 TORCH_F = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 PORTER_F = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}
-MX_DTYPE = {torch.float32: mx.float32, torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}
 # (value atol/rtol, gradient atol/rtol): conv sums many products, so float32 gets a little more than the default
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (6e-2, 6e-2)}
 
 
 def to_mx(t: torch.Tensor) -> mx.array:
     """A torch tensor's values as an MLX array of the same dtype (no layout change)."""
-    t = t.detach()
-    return mx.array(t.float().numpy()).astype(MX_DTYPE[t.dtype])
+    return torch_to_mx(t, batched=False, channels_last=False)
 
 
 def porter_twin(tm: torch.nn.Module, nd: int, **kwargs):
     """A Porter Conv with the torch module's configuration and weights (through the converter's transform)."""
     pm = PORTER_CONV[nd](tm.in_channels, tm.out_channels, tm.kernel_size, **kwargs)
     pm.weight = mx.array(torch_conv_weight_to_mlx(tm.weight.detach().float().numpy())).astype(
-        MX_DTYPE[tm.weight.dtype]
+        TORCH_TO_MX[tm.weight.dtype]
     )
     pm.bias = None if tm.bias is None else to_mx(tm.bias)
     return pm

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_against_torch
+from helpers import TORCH_TO_MX, check_against_torch, torch_to_mx
 
 import porter.layers as L
 import porter.layers.functional as PF
@@ -23,20 +23,19 @@ TORCH_CT = {1: torch.nn.ConvTranspose1d, 2: torch.nn.ConvTranspose2d, 3: torch.n
 PORTER_CT = {1: L.ConvTranspose1d, 2: L.ConvTranspose2d, 3: L.ConvTranspose3d}
 TORCH_F = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 PORTER_F = {1: PF.conv_transpose1d, 2: PF.conv_transpose2d, 3: PF.conv_transpose3d}
-MX_DTYPE = {torch.float32: mx.float32, torch.float16: mx.float16, torch.bfloat16: mx.bfloat16}
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (6e-2, 6e-2)}
 
 
 def to_mx(t: torch.Tensor) -> mx.array:
-    t = t.detach()
-    return mx.array(t.float().numpy()).astype(MX_DTYPE[t.dtype])
+    """A torch tensor's values as an MLX array of the same dtype (no layout change)."""
+    return torch_to_mx(t, batched=False, channels_last=False)
 
 
 def porter_twin(tm: torch.nn.Module, nd: int, **kwargs):
     """A Porter ConvTranspose with the torch module's configuration and weights (through the converter's transform)."""
     pm = PORTER_CT[nd](tm.in_channels, tm.out_channels, tm.kernel_size, **kwargs)
     w = torch_conv_transpose_weight_to_mlx(tm.weight.detach().float().numpy(), tm.groups)
-    pm.weight = mx.array(w).astype(MX_DTYPE[tm.weight.dtype])
+    pm.weight = mx.array(w).astype(TORCH_TO_MX[tm.weight.dtype])
     pm.bias = None if tm.bias is None else to_mx(tm.bias)
     return pm
 

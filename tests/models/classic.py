@@ -1,55 +1,21 @@
-"""VGG with BatchNorm, AlexNet and SqueezeNet 1.1 at test size, with torchvision's module names."""
+"""VGG with BatchNorm, AlexNet and SqueezeNet 1.1 at test size, with torchvision's module names.
+
+VGG is the package's own (:class:`porter.examples.VGG`) with a small configuration.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Sequence
 
 import torch
 from torch import nn
 
-
-class VGG(nn.Module):
-    """``features`` (conv stack), ``avgpool`` (AdaptiveAvgPool2d((7, 7))), ``classifier`` (three Linear layers).
-
-    Shape: ``(N, 3, H, W)`` -> ``(N, num_classes)``; the adaptive pool accepts any feature-map size, also
-    smaller than 7 (windows then repeat input elements).
-    """
-
-    def __init__(self, features: nn.Module, feature_channels: int, hidden: int = 4096, num_classes: int = 1000,
-                 dropout: float = 0.5):
-        super().__init__()
-        self.features = features
-        self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
-        self.classifier = nn.Sequential(
-            nn.Linear(feature_channels * 7 * 7, hidden), nn.ReLU(True), nn.Dropout(p=dropout),
-            nn.Linear(hidden, hidden), nn.ReLU(True), nn.Dropout(p=dropout),
-            nn.Linear(hidden, num_classes),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.avgpool(self.features(x))
-        return self.classifier(torch.flatten(x, 1))
-
-
-def make_vgg_layers(cfg: Sequence[Union[int, str]], batch_norm: bool) -> nn.Sequential:
-    """Conv3x3 (+BN) +ReLU per int in ``cfg``, MaxPool2d(2, 2) per ``"M"`` (torchvision's flat numbering)."""
-    layers, in_channels = [], 3
-    for v in cfg:
-        if v == "M":
-            layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
-            continue
-        layers.append(nn.Conv2d(in_channels, v, kernel_size=3, padding=1))
-        if batch_norm:
-            layers.append(nn.BatchNorm2d(v))
-        layers.append(nn.ReLU(inplace=True))
-        in_channels = v
-    return nn.Sequential(*layers)
+from porter.examples import VGG
 
 
 def vgg_bn_small(num_classes: int = 10) -> VGG:
     """VGG-11-with-BN shape at 1/8 width: 8-M-16-M-32-32-M."""
-    cfg = [8, "M", 16, "M", 32, 32, "M"]
-    return VGG(make_vgg_layers(cfg, batch_norm=True), 32, hidden=64, num_classes=num_classes)
+    return VGG([8, "M", 16, "M", 32, 32, "M"], num_classes=num_classes, hidden=64)
 
 
 class AlexNet(nn.Module):

@@ -1,4 +1,7 @@
-"""MobileNetV2, MobileNetV3 and EfficientNet at test size, with torchvision's module structure and names."""
+"""MobileNetV2, MobileNetV3 and EfficientNet at test size, with torchvision's module structure and names.
+
+MobileNetV2 is the package's own (:class:`porter.examples.MobileNetV2`) with a small configuration.
+"""
 
 from __future__ import annotations
 
@@ -6,63 +9,19 @@ from functools import partial
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from porter.examples import MobileNetV2
 
 from ._common import ConvNormActivation, SqueezeExcitation, StochasticDepth, make_divisible
 
 
 # ---------------------------------------------------------------------------------------------------- V2
-class InvertedResidualV2(nn.Module):
-    """1x1 expand (ReLU6), 3x3 depthwise (ReLU6), linear 1x1 projection; residual when shapes allow.
-
-    torchvision calls this class ``InvertedResidual``; its children are ``conv.0 .. conv.3``.
-    """
-
-    def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int):
-        super().__init__()
-        if stride not in (1, 2):
-            raise ValueError(f"[InvertedResidual] 'stride' must be 1 or 2 but got {stride}.")
-        hidden_dim = int(round(inp * expand_ratio))
-        self.use_res_connect = stride == 1 and inp == oup
-        layers = []
-        if expand_ratio != 1:
-            layers.append(ConvNormActivation(inp, hidden_dim, kernel_size=1, activation_layer=nn.ReLU6))
-        layers += [
-            ConvNormActivation(hidden_dim, hidden_dim, stride=stride, groups=hidden_dim, activation_layer=nn.ReLU6),
-            nn.Conv2d(hidden_dim, oup, 1, 1, 0, bias=False),
-            nn.BatchNorm2d(oup),
-        ]
-        self.conv = nn.Sequential(*layers)
-        self.out_channels = oup
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv(x) if self.use_res_connect else self.conv(x)
-
-
-class MobileNetV2(nn.Module):
-    """``features`` (stem, inverted residuals, 1x1 head conv), global average, ``classifier`` (dropout, linear)."""
-
-    def __init__(self, setting: Sequence[Sequence[int]], input_channel: int = 32, last_channel: int = 1280,
-                 num_classes: int = 1000, dropout: float = 0.2):
-        super().__init__()
-        features = [ConvNormActivation(3, input_channel, stride=2, activation_layer=nn.ReLU6)]
-        for t, c, n, s in setting:
-            for i in range(n):
-                features.append(InvertedResidualV2(input_channel, c, s if i == 0 else 1, expand_ratio=t))
-                input_channel = c
-        features.append(ConvNormActivation(input_channel, last_channel, kernel_size=1, activation_layer=nn.ReLU6))
-        self.features = nn.Sequential(*features)
-        self.classifier = nn.Sequential(nn.Dropout(p=dropout), nn.Linear(last_channel, num_classes))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.adaptive_avg_pool2d(self.features(x), (1, 1))
-        return self.classifier(torch.flatten(x, 1))
-
-
 def mobilenet_v2_small(num_classes: int = 10) -> MobileNetV2:
+    # round_nearest=4 keeps the 12-channel stage (multiples of 8 would round it to 16).
     setting = [[1, 8, 1, 1], [4, 12, 2, 2], [4, 16, 2, 2]]
-    return MobileNetV2(setting, input_channel=8, last_channel=32, num_classes=num_classes)
+    return MobileNetV2(num_classes, inverted_residual_setting=setting, round_nearest=4, input_channel=8,
+                       last_channel=32)
 
 
 # ---------------------------------------------------------------------------------------------------- V3
