@@ -24,23 +24,28 @@ sys.path.insert(0, ROOT)
 
 from porter.bench import benchmark_isolated  # noqa: E402
 
-RM = "benchmarks.reference_models:"
 MODELS = {
-    # name: (torch builder, {path: hand-written MLX forward used when porter.convert is not used}, input C/H/W)
-    "resnet18": (RM + "resnet18", {"layers": RM + "resnet_to_porter_layers", "mx": RM + "resnet_to_mlx"},
-                 (3, 224, 224)),
-    "mobilenet_v2": (RM + "mobilenet_v2", {"layers": RM + "mobilenet_v2_to_porter_layers",
-                                           "mx": RM + "mobilenet_v2_to_mlx"}, (3, 224, 224)),
+    # name: (torch builder, zoo model that loads the same state_dict, input C/H/W)
+    "resnet18": ("porter.examples:resnet18", "resnet18", (3, 224, 224)),
+    "mobilenet_v2": ("porter.examples:mobilenet_v2", "mobilenet_v2", (3, 224, 224)),
 }
 
 
-def porter_convert_available() -> bool:
-    import porter
+def _zoo_forward(name: str, model, x=None):
+    """The hand-written ``porter.zoo`` model ``name`` with the torch model's weights (channels-last forward)."""
+    import porter.zoo
 
-    try:
-        return callable(getattr(porter, "convert"))
-    except AttributeError:
-        return False
+    ported = porter.zoo.create(name)
+    ported.load_torch_state_dict(model.state_dict())
+    return ported
+
+
+def zoo_resnet18(model, x=None):
+    return _zoo_forward("resnet18", model, x)
+
+
+def zoo_mobilenet_v2(model, x=None):
+    return _zoo_forward("mobilenet_v2", model, x)
 
 
 def main(argv=None) -> None:
@@ -50,9 +55,8 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="fresh torch+MLX process pairs per case")
     parser.add_argument("--repeat", type=int, default=10, help="timed forwards per process")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--path", choices=("auto", "convert", "layers", "mx"), default="auto",
-                        help="MLX model from porter.convert, or hand-written from porter.layers or plain mx ops "
-                             "(auto: convert if present, else layers)")
+    parser.add_argument("--path", choices=("convert", "zoo"), default="convert",
+                        help="MLX model from porter.convert, or the hand-written porter.zoo model")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for torch and for MLX's BLAS (default: all usable cores)")
     parser.add_argument("--compile", action="store_true", help="wrap the MLX forward in mx.compile")
@@ -63,18 +67,16 @@ def main(argv=None) -> None:
     if args.threads:
         env["PORTER_BLAS_THREADS"] = str(args.threads)
     path = args.path
-    if path == "auto":
-        path = "convert" if porter_convert_available() else "layers"
 
     header = ("| model | batch | torch ms | MLX ms | MLX/torch (range over rounds) | CPU-time MLX/torch | "
               "torch peak rss | MLX peak rss / mlx | BLAS (threads) | MLX path | max rel err |")
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for name in args.models.split(","):
-        builder, references, chw = MODELS[name]
+        builder, zoo_name, chw = MODELS[name]
         for batch in (int(b) for b in args.batches.split(",")):
             spec = dict(builder=builder, shape=[batch, *chw], repeat=args.repeat, warmup=args.warmup,
-                        converter=None if path == "convert" else references[path], sys_path=[ROOT],
+                        converter=None if path == "convert" else f"benchmarks.models:zoo_{zoo_name}", sys_path=[ROOT],
                         compile=args.compile, threads=args.threads or None)
             torch_rows, mlx_rows = [], []
             for _ in range(args.rounds):

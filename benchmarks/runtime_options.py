@@ -24,28 +24,37 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks import reference_models as rm  # noqa: E402
+import porter.layers.conv as conv_layers  # noqa: E402
 from porter.bench import time_fn  # noqa: E402
+from porter.examples import EXAMPLES  # noqa: E402
 
-BUILD = {"resnet18": (rm.resnet18, rm.resnet_to_mlx), "mobilenet_v2": (rm.mobilenet_v2, rm.mobilenet_v2_to_mlx)}
+
+def one_by_one_through_conv(forward):
+    """``forward`` with Porter's 1x1 convolutions built through ``mx.conv_general`` instead of a matmul."""
+
+    def run(x):
+        conv_layers.MATMUL_1X1 = False  # read while the (lazy) graph is built, so restoring it after is safe
+        try:
+            return forward(x)
+        finally:
+            conv_layers.MATMUL_1X1 = True
+
+    return run
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18", choices=BUILD)
+    parser.add_argument("--model", default="resnet18", choices=sorted(EXAMPLES))
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)
-    build, to_mlx = BUILD[args.model]
-    model = build().eval()
+    model = EXAMPLES[args.model]().eval()
+    plain = porter.convert(model, torch.randn(1, 3, 224, 224))  # channels-last input
     x = mx.array(np.random.default_rng(0).standard_normal((args.batch, 224, 224, 3)).astype(np.float32))
-    os.environ["PORTER_BENCH_1X1"] = "matmul"
-    plain = to_mlx(model)
-    os.environ["PORTER_BENCH_1X1"] = "conv"
-    conv1x1 = to_mlx(model)
+    conv1x1 = one_by_one_through_conv(plain)
     compiled = mx.compile(plain)
     default_limit = porter.get_cache_limit()
     variants = {
