@@ -291,13 +291,14 @@ def _depthwise_stride1_op(dilation):
         dx = _tap_sum(g, flipped, (1,) * nd, dilation, reduce_to=c_in)
         mult = weight.shape[0] // c_in
         acc_dtype = mx.float32 if x.dtype in (mx.float16, mx.bfloat16) else x.dtype
-        g = cotangent.astype(acc_dtype).reshape(-1, c_in, mult)
         out = cotangent.shape[1:-1]
+        g = cotangent.astype(acc_dtype).reshape(x.shape[0], *out, c_in, mult)
+        positions = tuple(range(nd + 1))  # reduce the strided windows in place: a reshape would copy them
         taps = []
         for tap in itertools.product(*(range(k) for k in kernel)):
             window = tuple(slice(t * d, t * d + o) for t, d, o in zip(tap, dilation, out))
-            xs = x[(slice(None),) + window].astype(acc_dtype).reshape(-1, c_in, 1)
-            taps.append((xs * g).sum(axis=0))  # (C_in, m)
+            xs = x[(slice(None),) + window].astype(acc_dtype)
+            taps.append((xs[..., None] * g).sum(axis=positions))  # (C_in, m)
         dw = mx.stack(taps, axis=-1).reshape(c_in * mult, *kernel, 1)
         return dx, dw.astype(weight.dtype)
 
