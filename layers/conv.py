@@ -232,13 +232,11 @@ def _depthwise_conv(x, weight, stride, lo, hi, dilation) -> mx.array:
     the tap's per-channel weight: elementwise work only, faster than MLX's grouped CPU conv forward and backward.
 
     A channel multiplier ``m = C_out / C_in`` maps output channel ``c*m + j`` to input channel ``c``, as in torch.
-    With stride 1 the backward is written out (:func:`_depthwise_stride1_op`).
+    The backward is written out (:func:`_depthwise_op`).
     """
     if any(lo) or any(hi):
         x = mx.pad(x, [(0, 0)] + [(a, b) for a, b in zip(lo, hi)] + [(0, 0)])
-    if all(s == 1 for s in stride):
-        return _depthwise_stride1_op(tuple(dilation))(x, weight)
-    return _tap_sum(x, weight, stride, dilation)
+    return _depthwise_op(tuple(stride), tuple(dilation))(x, weight)
 
 
 def _tap_sum(x, weight, stride, dilation, reduce_to: int = 0) -> mx.array:
@@ -268,41 +266,76 @@ def _tap_sum(x, weight, stride, dilation, reduce_to: int = 0) -> mx.array:
     return y.astype(x.dtype)
 
 
-def _depthwise_stride1_op(dilation):
-    """Stride-1 depthwise conv of an already padded input with a written-out backward.
+def _depthwise_op(stride, dilation):
+    """Depthwise conv of an already padded input (:func:`_tap_sum`) with a written-out backward.
 
     MLX differentiates the tap sum slice by slice: each tap's input gradient is a full-size zero array with the
-    slice scattered in (measured about 2x the forward). The input gradient is the same tap sum over the cotangent,
-    padded by ``d*(k-1)``, with the kernel flipped; the weight gradient of tap ``t`` is ``sum(x[o + d*t] * g[o])``.
+    slice scattered in (measured about 2x the forward). Here the input gradient is a tap sum over the cotangent:
+    with stride 1, the cotangent padded by ``d*(k-1)`` with the flipped kernel; with a stride (dilation 1), one such
+    sum per input phase ``r`` with the taps ``w[r::s]``, interleaved (as in the sub-pixel transposed conv). Strided
+    and dilated at once keeps MLX's gradient. The weight gradient of tap ``t`` is ``sum(x[s*o + d*t] * g[o])``.
     """
+    nd = len(stride)
 
     @mx.custom_function
     def op(x, weight):
-        return _tap_sum(x, weight, (1,) * len(dilation), dilation)
+        return _tap_sum(x, weight, stride, dilation)
 
     @op.vjp
     def op_vjp(primals, cotangent, output):
         x, weight = primals
-        nd, kernel = x.ndim - 2, weight.shape[1:-1]
-        reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
-        g = mx.pad(cotangent, [(0, 0)] + [(r, r) for r in reach] + [(0, 0)])
-        flipped = weight[(slice(None),) + (slice(None, None, -1),) * nd]
-        c_in = x.shape[-1]
-        dx = _tap_sum(g, flipped, (1,) * nd, dilation, reduce_to=c_in)
+        kernel, c_in = weight.shape[1:-1], x.shape[-1]
         mult = weight.shape[0] // c_in
+        if all(s == 1 for s in stride):
+            reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
+            g = mx.pad(cotangent, [(0, 0)] + [(r, r) for r in reach] + [(0, 0)])
+            flipped = weight[(slice(None),) + (slice(None, None, -1),) * nd]
+            dx = _tap_sum(g, flipped, stride, dilation, reduce_to=c_in)
+        elif all(d == 1 for d in dilation):
+            dx = _depthwise_strided_input_grad(cotangent, weight, stride, x.shape, c_in)
+        else:
+            _, (dx,) = mx.vjp(lambda x: _tap_sum(x, weight, stride, dilation), [x], [cotangent])
         acc_dtype = mx.float32 if x.dtype in (mx.float16, mx.bfloat16) else x.dtype
         out = cotangent.shape[1:-1]
         g = cotangent.astype(acc_dtype).reshape(x.shape[0], *out, c_in, mult)
         positions = tuple(range(nd + 1))  # reduce the strided windows in place: a reshape would copy them
         taps = []
         for tap in itertools.product(*(range(k) for k in kernel)):
-            window = tuple(slice(t * d, t * d + o) for t, d, o in zip(tap, dilation, out))
+            window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(tap, dilation, out, stride))
             xs = x[(slice(None),) + window].astype(acc_dtype)
             taps.append((xs[..., None] * g).sum(axis=positions))  # (C_in, m)
         dw = mx.stack(taps, axis=-1).reshape(c_in * mult, *kernel, 1)
         return dx, dw.astype(weight.dtype)
 
     return op
+
+
+def _depthwise_strided_input_grad(cotangent, weight, stride, x_shape, c_in) -> mx.array:
+    """Input gradient of a strided depthwise conv (dilation 1): input position ``s*q + r`` receives ``g[q - m] *
+    w[s*m + r]``, a stride-1 tap sum of the cotangent per phase ``r``; the phases are interleaved and fitted to
+    the (padded) input length."""
+    nd = len(stride)
+    n, out, kernel = cotangent.shape[0], cotangent.shape[1:-1], weight.shape[1:-1]
+    taps = [-(-k // s) for k, s in zip(kernel, stride)]
+    q = [o + m - 1 for o, m in zip(out, taps)]
+    phases = []
+    for r in itertools.product(*(range(s) for s in stride)):
+        sizes = [len(range(ri, k, s)) for ri, k, s in zip(r, kernel, stride)]
+        if 0 in sizes:  # kernel smaller than the stride: these inputs are never read
+            phases.append(mx.zeros((n, *q, c_in), dtype=cotangent.dtype))
+            continue
+        sub = weight[(slice(None),) + tuple(slice(ri, None, s) for ri, s in zip(r, stride))]
+        g = mx.pad(cotangent, [(0, 0)] + [(m - 1, t - 1) for m, t in zip(sizes, taps)] + [(0, 0)])
+        flipped = sub[(slice(None),) + (slice(None, None, -1),) * nd]
+        phases.append(_tap_sum(g, flipped, (1,) * nd, (1,) * nd, reduce_to=c_in))
+    dx = mx.stack(phases, axis=-2).reshape(n, *q, *stride, c_in)
+    order = [0] + [a for i in range(nd) for a in (1 + i, 1 + nd + i)] + [1 + 2 * nd]
+    dx = dx.transpose(order).reshape(n, *(a * s for a, s in zip(q, stride)), c_in)
+    size = x_shape[1:-1]
+    extra = [max(0, L - a * s) for L, a, s in zip(size, q, stride)]  # trailing inputs no output reads
+    if any(extra):
+        dx = mx.pad(dx, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])
+    return dx[(slice(None),) + tuple(slice(0, L) for L in size)]
 
 
 def _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
