@@ -73,6 +73,7 @@ _register("conv2d_1x1 16->32 (small)", (2, 16, 16, 16), "Conv2d", 16, 32, 1)
 _register("conv2d_1x1 16->32 (small, conv_general)", (2, 16, 16, 16), "Conv2d", 16, 32, 1, generic_path=True)
 _register("conv2d_dw3x3 64 p1", (8, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1, groups=64)
 _register("conv2d_dw3x3 32 s2 p1", (8, 32, 112, 112), "Conv2d", 32, 32, 3, stride=2, padding=1, groups=32)
+_register("conv2d_3x3 d2 32->16 p2", (4, 32, 56, 56), "Conv2d", 32, 16, 3, padding=2, dilation=2)
 _register("conv2d_3x3 reflect 32->32 p1", (4, 32, 64, 64), "Conv2d", 32, 32, 3, padding=1, padding_mode="reflect")
 # 1d and 3d
 _register("conv1d_k3 64->64 p1", (8, 64, 1024), "Conv1d", 64, 64, 3, padding=1)

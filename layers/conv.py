@@ -173,9 +173,36 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
         return _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups)
     if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
         return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
+    if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
+        return _dilated_conv(x, weight, lo, hi, dilation, groups)
     return mx.conv_general(
         x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
     )
+
+
+def _dilated_conv(x, weight, lo, hi, dilation, groups) -> mx.array:
+    """A dilated stride-1 conv as an undilated one over the input's ``d`` phases folded into the batch.
+
+    MLX's ``kernel_dilation`` path is slow on CPU (measured 3x3, d=2, (4,56,56,32)->16: 95 ms against 8 ms
+    undilated). Output ``d*q + r`` reads only inputs ``d*j + r``: phase ``r`` of the (padded) input, convolved
+    without dilation, gives those outputs. Same multiply-adds; the phases are split and interleaved by reshapes.
+    """
+    nd = x.ndim - 2
+    n, c = x.shape[0], x.shape[-1]
+    padded = [size + a + b for size, a, b in zip(x.shape[1:-1], lo, hi)]
+    out = [p - d * (k - 1) for p, d, k in zip(padded, dilation, weight.shape[1:-1])]
+    blocks = [-(-p // d) for p, d in zip(padded, dilation)]  # per-phase length; the input is padded to d*blocks
+    x = mx.pad(x, [(0, 0)] + [(a, b + m * d - p) for a, b, m, d, p in zip(lo, hi, blocks, dilation, padded)] + [(0, 0)])
+    x = x.reshape(n, *[v for m, d in zip(blocks, dilation) for v in (m, d)], c)
+    phase_axes = [2 + 2 * i for i in range(nd)]
+    x = x.transpose([0] + phase_axes + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd])
+    x = x.reshape(n * math.prod(dilation), *blocks, c)
+    y = mx.conv_general(x, weight, groups=groups)  # (N * prod(d), *per-phase out, C_out)
+    per_phase = y.shape[1:-1]
+    y = y.reshape(n, *dilation, *per_phase, y.shape[-1])
+    y = y.transpose([0] + [a for i in range(nd) for a in (1 + nd + i, 1 + i)] + [1 + 2 * nd])
+    y = y.reshape(n, *(m * d for m, d in zip(per_phase, dilation)), y.shape[-1])
+    return y[(slice(None),) + tuple(slice(0, o) for o in out)]
 
 
 def _strided_conv_op(stride, lo, hi, groups):
