@@ -72,6 +72,8 @@ _register("conv2d_1x1 64->256 (conv_general)", (8, 64, 56, 56), "Conv2d", 64, 25
 _register("conv2d_1x1 16->32 (small)", (2, 16, 16, 16), "Conv2d", 16, 32, 1)
 _register("conv2d_1x1 16->32 (small, conv_general)", (2, 16, 16, 16), "Conv2d", 16, 32, 1, generic_path=True)
 _register("conv2d_dw3x3 64 p1", (8, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1, groups=64)
+_register("conv2d_dw3x3 32 s2 p1", (8, 32, 112, 112), "Conv2d", 32, 32, 3, stride=2, padding=1, groups=32)
+_register("conv2d_3x3 d2 32->16 p2", (4, 32, 56, 56), "Conv2d", 32, 16, 3, padding=2, dilation=2)
 _register("conv2d_3x3 reflect 32->32 p1", (4, 32, 64, 64), "Conv2d", 32, 32, 3, padding=1, padding_mode="reflect")
 # 1d and 3d
 _register("conv1d_k3 64->64 p1", (8, 64, 1024), "Conv1d", 64, 64, 3, padding=1)
@@ -81,5 +83,9 @@ _register("conv_transpose2d_k2s2 64->32", (8, 64, 28, 28), "ConvTranspose2d", 64
 _register(
     "conv_transpose2d_k3s2 64->32 p1 op1", (8, 64, 28, 28), "ConvTranspose2d", 64, 32, 3, stride=2, padding=1,
     output_padding=1,
+)
+_register(
+    "conv_transpose2d_k3s2 32->16 p1 d2", (4, 32, 28, 28), "ConvTranspose2d", 32, 16, 3, stride=2, padding=1,
+    dilation=2,
 )
 _register("conv_transpose2d_k4s2 16->8 p1 (small)", (2, 16, 16, 16), "ConvTranspose2d", 16, 8, 4, stride=2, padding=1)

@@ -109,9 +109,35 @@ def _pad_constant(x: mx.array, pairs, axes, value) -> mx.array:
     return x
 
 
+def _pad_sliced(x: mx.array, lo: int, hi: int, axis: int, mode: str) -> mx.array:
+    """The gather of :func:`_pad_indexed` as slices and one concatenate: ``mx.take`` along an axis is slow on CPU
+    (measured reflect-padding (4,64,64,32) by 1: 4.7 ms, against 0.2 ms for a zero pad). Non-negative pads only,
+    at most the axis length."""
+    length = x.shape[axis]
+
+    def part(start, stop, step=1):
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, stop, step)
+        return x[tuple(index)]
+
+    if mode == "reflect":  # input lo..1 before, L-2..L-1-hi after (the edge is not repeated)
+        stop = length - 2 - hi
+        left, right = part(lo, 0, -1), part(length - 2, stop if stop >= 0 else None, -1)
+    elif mode == "replicate":
+        left, right = part(0, 1), part(length - 1, length)
+        left = mx.repeat(left, lo, axis=axis)
+        right = mx.repeat(right, hi, axis=axis)
+    else:  # circular
+        left, right = part(length - lo, length), part(0, hi)
+    pieces = [p for p, n in ((left, lo), (x, length), (right, hi)) if n]
+    return mx.concatenate(pieces, axis=axis) if len(pieces) > 1 else x
+
+
 def _pad_indexed(x: mx.array, lo: int, hi: int, axis: int, mode: str) -> mx.array:
     """Reflect/replicate/circular on one axis as a gather: output position ``i`` reads input ``src(i - lo)``."""
     length = x.shape[axis]
+    if 0 <= lo <= length and 0 <= hi <= length and not (mode == "reflect" and max(lo, hi) >= length):
+        return _pad_sliced(x, lo, hi, axis, mode)
     if mode == "circular" and (lo < 0 or hi < 0):
         # torch crops first and wraps around the cropped array (not the original one)
         keep = mx.arange(max(-lo, 0), length - max(-hi, 0))
