@@ -54,9 +54,9 @@ class WindowSpec:
         """``kind="values"``: the max; ``"indices"``: ``(max, int32 flat index)``."""
         raise NotImplementedError
 
-    def gradient(self, x: mx.array, grad: mx.array, index: Optional[mx.array]) -> mx.array:
+    def gradient(self, x: mx.array, grad: mx.array, index: Optional[mx.array], best: Optional[mx.array] = None):
         """Input gradient: all of each output's gradient to its index (scatter-add). ``index`` is the forward's
-        when it computed one, else ``None`` (recomputed here)."""
+        when it computed one, else ``None`` (recomputed here); ``best``: the forward's max, when known."""
         if index is None:
             index = self.compute(x, "indices")[1]
         return _scatter_grad(self, x.shape, grad, index)
@@ -281,7 +281,9 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
 
     @pool_values.vjp
     def pool_values_vjp(a, cotangent, output):
-        return spec.gradient(a, cotangent, None)  # recomputes the choice: the forward never pays for an argmax
+        best = output[0] if isinstance(output, (list, tuple)) else output
+        # recomputes the choice: the forward never pays for an argmax
+        return spec.gradient(a, cotangent, None, best=best)
 
     return pool_values(x)
 
