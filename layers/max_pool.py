@@ -18,7 +18,9 @@ import numpy as np
 
 from . import _blocks
 from ._utils import format_shape, ntuple, pool_output_size
-from ._window_max import SeparableWindows, flat_grid, fusable, fused_max, lowest, plane_strides, window_max
+from ._window_max import (
+    SeparableWindows, first_max_tap, flat_grid, fusable, fused_max, lowest, plane_strides, window_max,
+)
 
 _TORCH_DTYPE_NAME = {mx.int64: "Long", mx.int32: "Int", mx.int16: "Short", mx.int8: "Char", mx.uint8: "Byte"}
 
@@ -137,7 +139,7 @@ class SlidingWindows(SeparableWindows):
 
     def gradient(self, x, grad, index, best=None):
         if index is None:
-            index = self._gradient_index(x, best)
+            index = self.gradient_index(x, best)
         if not self._tiles() or not _blocks.covers(self.out_spatial, self.kernel, self.plane) \
                 or not _blocks.supported(grad.dtype):
             return super().gradient(x, grad, index)
@@ -146,28 +148,15 @@ class SlidingWindows(SeparableWindows):
         mask = _blocks.block_mask(index, self.kernel, self.plane)
         return _blocks.place(grad, mask, self.kernel, self.plane)
 
-    def _gradient_index(self, x, best):
-        """Torch's flat index, recomputed for the backward from the input and the forward's max ``best``.
-
-        The backward runs inside a custom VJP, where ``mx.compile`` does not fuse, so the separable engine's ~100
-        elementwise ops each make a full pass. Without dilation this takes four passes over one strided window view
-        instead: each tap scores ``K - j`` where it equals the max and ``(j + 1) * (K + 1)`` where it is NaN, so the
-        top score is the first maximum (torch's strict ``>``) or, in a window holding NaN, the last NaN (torch's
-        scan). Small integer scores keep the passes cheap; no data-dependent branch, so it also runs under compile.
-        """
+    def gradient_index(self, x, best):
+        """Without dilation: :func:`first_max_tap` over one strided window view (a handful of passes, where the
+        separable engine makes ~100 unfused ones inside the VJP), then the small-input index tables."""
         if best is None or any(d != 1 for d in self.dilation):
             return self.compute(x, "indices")[1]
         nd = len(self.plane)
         n, c = x.shape[0], x.shape[-1]
-        count = math.prod(self.kernel)
-        windows = self._window_view(x)  # (N, *out, *kernel, C)
         target = best.reshape(n, *self.out_spatial, *([1] * nd), c)
-        first_max, last_nan = _tap_scores(self.kernel)
-        score = (windows == target) * first_max
-        if mx.issubdtype(x.dtype, mx.floating):
-            score = score + mx.isnan(windows) * last_nan
-        top = score.max(axis=tuple(range(1 + nd, 1 + 2 * nd))).astype(mx.int32)
-        tap = mx.where(top > count, top // (count + 1) - 1, count - top)
+        tap = first_max_tap(self._window_view(x), target, tuple(range(1 + nd, 1 + 2 * nd)), self.kernel)
         starts, offsets = _small_index_tables(self.plane, self.kernel, self.stride, self.padding, self.out_spatial)
         index = starts + mx.take(offsets, tap)
         return self.fixup(best, index, *self.extra_inputs(mx.int32))
@@ -196,20 +185,6 @@ def _first_grid(plane, kernel, stride, padding, dilation, out, dtype):
     """Flat index of each window's first real tap (cached: a per-call constant would cost a conversion op)."""
     spec = SlidingWindows(plane, kernel, stride, padding, dilation, out, mx.float32)
     return flat_grid([spec._first(dim) for dim in range(len(plane))], plane, dtype)
-
-
-@lru_cache(maxsize=64)
-def _tap_scores(kernel: tuple) -> tuple:
-    """Per tap ``j`` (row-major over the kernel), ``K - j`` and ``(j + 1) * (K + 1)``, shaped ``(1, *kernel, 1)``
-    to broadcast against ``(N, *out, *kernel, C)``, in the smallest unsigned type holding their sums."""
-    count = math.prod(kernel)
-    top = count * (count + 1) + count
-    dtype = mx.uint8 if top < 1 << 8 else mx.uint16 if top < 1 << 16 else mx.uint32
-    j = np.arange(count).reshape(kernel)
-    shape = (1,) * (len(kernel) + 1) + tuple(kernel) + (1,)
-    first_max = mx.array((count - j).reshape(shape)).astype(dtype)
-    last_nan = mx.array(((j + 1) * (count + 1)).reshape(shape)).astype(dtype)
-    return first_max, last_nan
 
 
 @lru_cache(maxsize=128)
