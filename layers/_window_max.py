@@ -249,7 +249,9 @@ def first_max_tap(windows: mx.array, best: mx.array, axes: tuple, shape: tuple) 
         score = score + mx.isnan(windows) * last_nan
     count = math.prod(shape)
     top = score.max(axis=axes).astype(mx.int32)
-    return mx.where(top > count, top // (count + 1) - 1, count - top)
+    # top is never 0 while ``best`` is the max of these windows; the clamp keeps a later table lookup in bounds
+    # (MLX's take does not check) should a caller pass anything else
+    return mx.minimum(mx.where(top > count, top // (count + 1) - 1, count - top), count - 1)
 
 
 @lru_cache(maxsize=64)
