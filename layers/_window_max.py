@@ -17,6 +17,8 @@ inputs, run as fused ``mx.compile`` kernels; adaptive and fractional windows gat
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
 import mlx.core as mx
@@ -54,12 +56,16 @@ class WindowSpec:
         """``kind="values"``: the max; ``"indices"``: ``(max, int32 flat index)``."""
         raise NotImplementedError
 
-    def gradient(self, x: mx.array, grad: mx.array, index: Optional[mx.array]) -> mx.array:
+    def gradient(self, x: mx.array, grad: mx.array, index: Optional[mx.array], best: Optional[mx.array] = None):
         """Input gradient: all of each output's gradient to its index (scatter-add). ``index`` is the forward's
-        when it computed one, else ``None`` (recomputed here)."""
+        when it computed one, else ``None`` (recomputed here); ``best``: the forward's max, when known."""
         if index is None:
-            index = self.compute(x, "indices")[1]
+            index = self.gradient_index(x, best)
         return _scatter_grad(self, x.shape, grad, index)
+
+    def gradient_index(self, x: mx.array, best: Optional[mx.array]) -> mx.array:
+        """Torch's flat index, recomputed for the backward (``best``: the forward's max, when known)."""
+        return self.compute(x, "indices")[1]
 
 
 class SeparableWindows(WindowSpec):
@@ -228,6 +234,40 @@ def fused_max(spec: WindowSpec, x: mx.array) -> mx.array:
 
 
 # ---------------------------------------------------------------------------------------------------- backward
+def first_max_tap(windows: mx.array, best: mx.array, axes: tuple, shape: tuple) -> mx.array:
+    """Torch's choice among the taps on ``axes`` of ``windows`` (taps row-major over ``shape``), given the max
+    ``best`` (broadcastable, 1 on ``axes``): the first tap equal to it, or the last NaN in a window holding NaN.
+
+    Four passes, for the backward, where ``mx.compile`` does not fuse inside a custom VJP (the separable engine's
+    ~100 elementwise ops would each make a full pass): each tap scores ``K - j`` where it equals the max and
+    ``(j + 1) * (K + 1)`` where it is NaN, so the top score names the tap; small unsigned scores keep the passes
+    cheap, and there is no data-dependent branch. Returns int32 tap numbers.
+    """
+    first_max, last_nan = _tap_scores(tuple(shape), windows.ndim, tuple(axes))
+    score = (windows == best) * first_max
+    if mx.issubdtype(windows.dtype, mx.floating):
+        score = score + mx.isnan(windows) * last_nan
+    count = math.prod(shape)
+    top = score.max(axis=axes).astype(mx.int32)
+    # top is never 0 while ``best`` is the max of these windows; the clamp keeps a later table lookup in bounds
+    # (MLX's take does not check) should a caller pass anything else
+    return mx.minimum(mx.where(top > count, top // (count + 1) - 1, count - top), count - 1)
+
+
+@lru_cache(maxsize=64)
+def _tap_scores(shape: tuple, ndim: int, axes: tuple) -> tuple:
+    """Per tap ``j`` (row-major over ``shape``, laid on ``axes`` of an ``ndim`` array), ``K - j`` and
+    ``(j + 1) * (K + 1)`` in the smallest unsigned type holding their sums."""
+    count = math.prod(shape)
+    top = count * (count + 1) + count
+    dtype = mx.uint8 if top < 1 << 8 else mx.uint16 if top < 1 << 16 else mx.uint32
+    full = [1] * ndim
+    for axis, size in zip(axes, shape):
+        full[axis] = size
+    j = np.arange(count).reshape(full)
+    return mx.array(count - j).astype(dtype), mx.array((j + 1) * (count + 1)).astype(dtype)
+
+
 def _scatter_grad(spec: WindowSpec, x_shape: tuple, grad: mx.array, index: mx.array) -> mx.array:
     """``grad_in[n, index, c] += grad`` per plane: torch's max-pool backward (overlapping windows accumulate)."""
     n, c = x_shape[0], x_shape[-1]
@@ -281,7 +321,9 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
 
     @pool_values.vjp
     def pool_values_vjp(a, cotangent, output):
-        return spec.gradient(a, cotangent, None)  # recomputes the choice: the forward never pays for an argmax
+        best = output[0] if isinstance(output, (list, tuple)) else output
+        # recomputes the choice: the forward never pays for an argmax
+        return spec.gradient(a, cotangent, None, best=best)
 
     return pool_values(x)
 

@@ -18,7 +18,9 @@ import numpy as np
 
 from . import _blocks
 from ._utils import format_shape, ntuple, pool_output_size
-from ._window_max import SeparableWindows, flat_grid, fusable, fused_max, lowest, plane_strides, window_max
+from ._window_max import (
+    SeparableWindows, first_max_tap, flat_grid, fusable, fused_max, lowest, plane_strides, window_max,
+)
 
 _TORCH_DTYPE_NAME = {mx.int64: "Long", mx.int32: "Int", mx.int16: "Short", mx.int8: "Char", mx.uint8: "Byte"}
 
@@ -61,7 +63,10 @@ class SlidingWindows(SeparableWindows):
         small = all(d == 1 for d in self.dilation) and not fusable(self, x)
         if kind == "indices":
             if small:
-                return self._small_indices(x)
+                # the max, then the index in a few passes over one window view (gradient_index): below the fusing
+                # size, fewer and cheaper MLX ops than a window copy with two argmax reductions
+                best = self.compute(x, "values")
+                return best, self.gradient_index(x, best)
             # one dim at a time: 3+3+3 taps for a 3x3x3 window instead of 27 (the index pass costs per tap)
             return super().compute(x, kind)
         if small:
@@ -100,24 +105,6 @@ class SlidingWindows(SeparableWindows):
         # the max is the padding value: torch never moved past the window's first real tap
         return mx.where(best == self.pad_value, extra[0], index)
 
-    def _small_indices(self, x):
-        """Max and argmax of small inputs from one copied ``(N, *out, K, C)`` window array: about 20 MLX ops instead
-        of the separable engine's ~100, whose per-op cost dominates below the fusing size. Ties: ``mx.argmax``
-        returns the first maximum (torch's strict ``>``); a NaN window takes its last NaN (torch's scan)."""
-        nd = len(self.plane)
-        n, c = x.shape[0], x.shape[-1]
-        count = math.prod(self.kernel)
-        windows = self._window_view(x).reshape(n, *self.out_spatial, count, c)
-        best = windows.max(axis=-2)
-        tap = mx.argmax(windows, axis=-2)
-        if mx.issubdtype(x.dtype, mx.floating):
-            last_nan = (count - 1) - mx.argmax(mx.isnan(windows)[..., ::-1, :], axis=-2)
-            tap = mx.where(mx.isnan(best), last_nan, tap)
-        starts, offsets = _small_index_tables(self.plane, self.kernel, self.stride, self.padding, self.out_spatial)
-        index = starts + mx.take(offsets, tap)
-        extra = self.extra_inputs(mx.int32)
-        return best, self.fixup(best, index, *extra)
-
     def _window_view(self, x):
         """``(N, *out, *kernel, C)`` view of the padded input: output dims step by the stride, kernel dims by 1."""
         x = self._padded(x)
@@ -135,16 +122,29 @@ class SlidingWindows(SeparableWindows):
         start, d = self._starts(dim), self.dilation[dim]
         return np.where(start < 0, start + (-start + d - 1) // d * d, start)
 
-    def gradient(self, x, grad, index):
+    def gradient(self, x, grad, index, best=None):
+        if index is None:
+            index = self.gradient_index(x, best)
         if not self._tiles() or not _blocks.covers(self.out_spatial, self.kernel, self.plane) \
                 or not _blocks.supported(grad.dtype):
             return super().gradient(x, grad, index)
         # windows tile the input (kernel == stride, no padding/dilation): every index lies in its own window, so
         # the gradient is a masked broadcast instead of a scatter-add (~2x faster on MLX CPU); no overlaps to add
-        if index is None:
-            index = self.compute(x, "indices")[1]
         mask = _blocks.block_mask(index, self.kernel, self.plane)
         return _blocks.place(grad, mask, self.kernel, self.plane)
+
+    def gradient_index(self, x, best):
+        """Without dilation: :func:`first_max_tap` over one strided window view (a handful of passes, where the
+        separable engine makes ~100 unfused ones inside the VJP), then the small-input index tables."""
+        if best is None or any(d != 1 for d in self.dilation):
+            return self.compute(x, "indices")[1]
+        nd = len(self.plane)
+        n, c = x.shape[0], x.shape[-1]
+        target = best.reshape(n, *self.out_spatial, *([1] * nd), c)
+        tap = first_max_tap(self._window_view(x), target, tuple(range(1 + nd, 1 + 2 * nd)), self.kernel)
+        starts, offsets = _small_index_tables(self.plane, self.kernel, self.stride, self.padding, self.out_spatial)
+        index = starts + mx.take(offsets, tap)
+        return self.fixup(best, index, *self.extra_inputs(mx.int32))
 
     def _tiles(self) -> bool:
         return self.kernel == self.stride and not self.padded and all(d == 1 for d in self.dilation)

@@ -144,6 +144,18 @@ def test_inf_values(nd):
     check_max_pool(x, nd, 3, 2, 1, 1, True)
 
 
+@pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 1), (5, 3, 2)])
+def test_gradient_ties_nan_fused_size(kernel, stride, padding):
+    # above the fusing size, where the forward runs fused and the backward re-derives torch's index from a window
+    # view (tap scores in uint8 for 9 taps, uint16 for 25): ties, NaN and -inf windows must still route exactly
+    gen = torch.Generator().manual_seed(kernel)
+    x = torch.randint(-1, 2, (2, 16, 96, 96), generator=gen).float()
+    r = torch.rand(x.shape, generator=gen)
+    x[r < 0.02] = NAN
+    x[r > 0.97] = -INF
+    check_max_pool(x, 2, kernel, stride, padding, 1, True)
+
+
 @pytest.mark.parametrize("nd", [1, 2, 3])
 def test_all_negative_inf_with_padding(nd):
     # the max equals the padding value: torch reports the window's first real tap, and sends the gradient there
