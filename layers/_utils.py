@@ -69,6 +69,28 @@ def _layout(nd: int, batched: bool) -> str:
     return "(" + ", ".join((["N"] if batched else []) + spatial + ["C"]) + ")"
 
 
+def check_float_pool_input(x: mx.array, nd: int, layer: str, where: str, op: str, empty_says: str):
+    """Torch's input checks of the float-only max-type pools (adaptive, fractional); returns ``(x_batched, batched)``.
+
+    ``where`` prefixes the shape errors as torch's kernel names itself (``adaptive_max_pool2d()``), ``op`` is the
+    name in the dtype error, ``empty_says`` torch's wording before the shape in the empty-input error.
+    """
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ValueError(
+            f"[{layer}] {where}: Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
+            f"(channels-last: spatial dims then C, with an optional leading N)"
+        )
+    batched = x.ndim == nd + 2
+    if 0 in (x.shape[1:] if batched else x.shape):
+        raise ValueError(
+            f"[{layer}] {where}: Expected input to have non-zero size for non-batch dimensions, {empty_says} "
+            f"{list(x.shape)} (channels-last)"
+        )
+    if not mx.issubdtype(x.dtype, mx.floating):
+        raise TypeError(f"[{layer}] \"{op}\" not implemented for dtype {x.dtype} (floating inputs only, as torch)")
+    return (x if batched else x[None]), batched
+
+
 def as_batched(x: mx.array, nd: int, layer: str) -> tuple[mx.array, bool]:
     """Return ``x`` with a leading batch axis and whether it had one (so the caller can strip it again)."""
     batched = check_rank(x, nd, layer)

@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ._utils import adaptive_windows
+from ._utils import adaptive_windows, check_float_pool_input
 from ._window_max import SeparableWindows, WindowSpec, fusable, fused, plane_strides, window_max
 from .max_pool import SlidingWindows
 
@@ -154,21 +154,7 @@ def adaptive_max_pool(x: mx.array, nd: int, output_size, return_indices: bool = 
     fn = f"adaptive_max_pool{nd}d"
     if not isinstance(x, mx.array):
         raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")
-    if x.ndim not in (nd + 1, nd + 2):
-        raise ValueError(
-            f"[{layer}] {fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
-            f"(channels-last: spatial dims then C, with an optional leading N)"
-        )
-    batched = x.ndim == nd + 2
-    non_batch = x.shape[1:] if batched else x.shape
-    if 0 in non_batch:
-        raise ValueError(
-            f"[{layer}] {fn}(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
-            f"{list(x.shape)} (channels-last)"
-        )
-    if not mx.issubdtype(x.dtype, mx.floating):
-        raise TypeError(f"[{layer}] \"{fn}\" not implemented for dtype {x.dtype} (floating inputs only, as torch)")
-    xb = x if batched else x[None]
+    xb, batched = check_float_pool_input(x, nd, layer, f"{fn}()", fn, "but input has sizes")
     plane = tuple(xb.shape[1 : 1 + nd])
     out = tuple(length if s is None else s for s, length in zip(sizes, plane))
     if any(o < 0 for o in out):

@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ._utils import check_float_pool_input
 from ._window_max import SeparableWindows, fusable, plane_strides, window_max
 
 _DIM_WORDS = {2: ["height", "width"], 3: ["time", "height", "width"]}
@@ -182,20 +183,7 @@ def fractional_max_pool(
     out = _tuple_arg(output_size, nd, "output_size", fn, layer)
 
     where = f"{fn}()" if nd == 2 else "fractional_max_pool3d_out()"  # torch's 3d kernel names itself so
-    if x.ndim not in (nd + 1, nd + 2):
-        raise ValueError(
-            f"[{layer}] {where}: Expected {nd + 1}D or {nd + 2}D tensor, but got shape {tuple(x.shape)} "
-            f"(channels-last: spatial dims then C, with an optional leading N)"
-        )
-    batched = x.ndim == nd + 2
-    if 0 in (x.shape[1:] if batched else x.shape):
-        raise ValueError(
-            f"[{layer}] {where}: Expected input to have non-zero size for non-batch dimensions, but got "
-            f"{list(x.shape)} (channels-last)"
-        )
-    if not mx.issubdtype(x.dtype, mx.floating):
-        raise TypeError(f"[{layer}] \"{fn}\" not implemented for dtype {x.dtype} (floating inputs only, as torch)")
-    xb = x if batched else x[None]
+    xb, batched = check_float_pool_input(x, nd, layer, where, fn, "but got")
     plane = tuple(xb.shape[1 : 1 + nd])
 
     if random_samples is None:
