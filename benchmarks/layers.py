@@ -13,9 +13,7 @@ import argparse
 import glob
 import importlib
 import os
-import statistics
 import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,6 +23,8 @@ import porter  # noqa: E402,F401  (first: gives MLX its optimized BLAS, which mu
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from porter.bench import time_fn  # noqa: E402
 
 
 @dataclass
@@ -49,15 +49,8 @@ def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
-def _median_ms(fn: Callable, repeat: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+def _median_ms(fn: Callable, repeat: int) -> float:
+    return time_fn(fn, warmup=3, repeat=repeat)["median_ms"]
 
 
 def run_case(c: Case, repeat: int) -> dict:

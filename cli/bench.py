@@ -1,9 +1,8 @@
 """``porter bench``: latency of a converted model, against torch on the same inputs."""
 
-import statistics
-import time
-
 import click
+
+from porter.bench import time_fn
 
 from .artifact import load_ported, read_metadata
 from .convert import architecture_options
@@ -21,18 +20,6 @@ def parse_batches(text):
         raise InputError(f"--batch '{text}' is not a comma-separated list of positive integers.",
                          "Give batch sizes like --batch 1,8.")
     return batches
-
-
-def median_seconds(run, warmup, repeat):
-    """Median wall time of ``run()`` over ``repeat`` calls after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 @click.command(short_help="MLX latency against torch (median after warm-up).")
@@ -92,7 +79,7 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                     out = ported(*mx_inputs)
                     mx.eval(out)
 
-                row = {"batch": b, "mlx_ms": 1e3 * median_seconds(run_mlx, warmup, repeat)}
+                row = {"batch": b, "mlx_ms": time_fn(run_mlx, warmup=warmup, repeat=repeat)["median_ms"]}
                 if torch_model is not None:
                     import torch
 
@@ -102,7 +89,7 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                         with torch.inference_mode():
                             torch_model(*t_inputs)
 
-                    row["torch_ms"] = 1e3 * median_seconds(run_torch, warmup, repeat)
+                    row["torch_ms"] = time_fn(run_torch, warmup=warmup, repeat=repeat)["median_ms"]
                     row["ratio"] = row["mlx_ms"] / row["torch_ms"]
                 rows.append(row)
     ui.echo(f"{directory}: median of {repeat} runs after {warmup} warm-up runs")
