@@ -97,15 +97,6 @@ def as_batched(x: mx.array, nd: int, layer: str) -> tuple[mx.array, bool]:
     return (x if batched else x[None]), batched
 
 
-def spatial_shape(x: mx.array, nd: int) -> tuple[int, ...]:
-    """Spatial extents of a batched channels-last array ``(N, *spatial, C)``."""
-    return tuple(x.shape[1 : 1 + nd])
-
-
-def is_floating(dtype) -> bool:
-    return mx.issubdtype(dtype, mx.floating)
-
-
 def format_shape(shape: Sequence[int]) -> str:
     """Torch's ``2x3x4`` shape spelling used in its pooling error messages."""
     return "x".join(str(int(s)) for s in shape)
