@@ -24,6 +24,8 @@ from typing import Callable, Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
+from . import _native
+
 # Index arithmetic runs in float32 (fast on MLX's CPU backend) while every flat index fits its mantissa exactly.
 FLOAT_INDEX_LIMIT = 1 << 24
 # Fusing pays off only on large arrays; each new graph costs a one-off C++ compile (~0.5 s) on the CPU backend.
@@ -47,6 +49,11 @@ class WindowSpec:
     def taps(self, x: mx.array) -> list:
         """Every candidate value, each ``(N, *out_spatial, C)`` (for a fused value-only max over all taps)."""
         raise NotImplementedError
+
+    def native_tables(self) -> Optional[tuple]:
+        """Per-dim ``(first, end, step)`` tap tables for the native kernel (``layers/csrc/windows.h``): output ``o``
+        reads ``first[o], first[o] + step, ... < end[o]``. ``None``: the spec has no such form (fractional)."""
+        return None
 
     def valid_mask(self) -> Optional[mx.array]:
         """Broadcastable bool mask of outputs whose window holds at least one real element (``None``: all do)."""
@@ -301,6 +308,10 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
     if 0 in out_shape:
         empty = mx.zeros(out_shape, dtype=x.dtype)
         return (empty, mx.zeros(out_shape, dtype=mx.int64)) if return_indices else empty
+
+    tables = spec.native_tables()
+    if tables is not None and _native.active():
+        return _native.window_max(x, *tables, return_indices)  # one multi-threaded pass (layers/csrc)
 
     if return_indices:
 

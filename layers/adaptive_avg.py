@@ -18,6 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from . import _native
 from ._utils import adaptive_windows, as_batched
 
 
@@ -104,6 +105,17 @@ def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarra
     return total, sizes
 
 
+@lru_cache(maxsize=256)
+def _native_tables(spatial: tuple, out: tuple) -> tuple:
+    firsts, ends, divisors = [], [], []
+    for length, o in zip(spatial, out):
+        starts, stops = adaptive_windows(length, o)
+        firsts.append(tuple(starts))
+        ends.append(tuple(stops))
+        divisors.append(tuple(b - a for a, b in zip(starts, stops)))
+    return tuple(firsts), tuple(ends), tuple(divisors)
+
+
 def _global_sum(x: mx.array) -> mx.array:
     """Sum over every spatial axis of ``(N, *spatial, C)``, keeping them as 1s.
 
@@ -142,6 +154,10 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
     out = tuple(n if o is None else o for o, n in zip(sizes, spatial))
     if any(o == 0 for o in out) or xb.size == 0:
         result = mx.zeros((xb.shape[0],) + out + (xb.shape[-1],), dtype=xb.dtype)
+        return result if batched else result[0]
+    if _native.active():
+        # one pass (layers/csrc), dividing by each window length in turn as torch does (sum / kh / kw)
+        result = _native.window_sum(xb, *_native_tables(spatial, out), sequential=True)
         return result if batched else result[0]
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
     work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb

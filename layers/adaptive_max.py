@@ -39,6 +39,9 @@ class AdaptiveWindows(SeparableWindows):
         self.kernel = tuple(kernel)
         self.compile_key = ("adaptive", self.plane, self.out_spatial)
 
+    def native_tables(self):
+        return _adaptive_tables(self.plane, self.out_spatial)
+
     def _gather(self, a, dim):
         """``(..., K, O, ...)``: every tap of every window along ``dim`` in one gather (array indexing runs several
         times faster than ``mx.take`` on a middle axis on MLX's CPU backend)."""
@@ -104,6 +107,16 @@ def _adaptive_index_table(plane: tuple, out: tuple) -> tuple[mx.array, mx.array]
     count = math.prod(spec.kernel)
     base = (np.arange(math.prod(out)) * count).reshape(1, *out, 1)
     return mx.array(base.astype(np.int32)), mx.array(flat.reshape(-1).astype(np.int32))
+
+
+@lru_cache(maxsize=256)
+def _adaptive_tables(plane: tuple, out: tuple) -> tuple:
+    firsts, ends = [], []
+    for length, o in zip(plane, out):
+        starts, stops = adaptive_windows(length, o)
+        firsts.append(tuple(starts))
+        ends.append(tuple(stops))
+    return tuple(firsts), tuple(ends), (1,) * len(plane)
 
 
 def adaptive_windows_spec(plane, out) -> WindowSpec:

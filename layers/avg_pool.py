@@ -15,6 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from . import _native
 from ._utils import as_batched, format_shape, pool_output_size
 
 _ORDINAL = {1: "one", 2: "two", 3: "three"}
@@ -154,6 +155,19 @@ def _divisor(spatial, out, k, s, p, count_include_pad: bool, divisor_override, i
     return table if integer else table.astype(mx.float32)
 
 
+@lru_cache(maxsize=256)
+def _native_tables(spatial, out, k, s, p, count_include_pad: bool) -> tuple:
+    """Per-dim real taps ``[max(start, 0), min(start + k, L))`` and divisors (pool size or real count)."""
+    firsts, ends, divisors = [], [], []
+    for n, ki, si, pi, oi in zip(spatial, k, s, p, out):
+        start = np.arange(oi, dtype=np.int64) * si - pi
+        pool, count = _axis_divisors(n, ki, si, pi, oi)
+        firsts.append(tuple(int(v) for v in np.maximum(start, 0)))
+        ends.append(tuple(int(v) for v in np.minimum(start + ki, n)))
+        divisors.append(tuple(int(v) for v in (pool if count_include_pad else count)))
+    return tuple(firsts), tuple(ends), tuple(divisors)
+
+
 def _pad_widths(spatial, k, s, p, out) -> list[tuple[int, int]]:
     """Zero padding per spatial axis: ``p`` on the left, and on the right as much as the last window reaches."""
     return [(pi, max(0, (oi - 1) * si + ki - pi - n)) for n, ki, si, pi, oi in zip(spatial, k, s, p, out)]
@@ -203,6 +217,10 @@ def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mo
     """:func:`avg_pool` with arguments already normalised by :func:`check_avg_pool_args` (modules validate once)."""
     xb, batched = as_batched(x, nd, layer)
     out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
+    if xb.dtype != mx.int64 and xb.size > 0 and _native.active():
+        first, end, divisor = _native_tables(tuple(xb.shape[1 : 1 + nd]), out_shape, k, s, p, count_include_pad)
+        out = _native.window_sum(xb, first, end, divisor, divisor_override or 0)  # one pass (layers/csrc)
+        return out if batched else out[0]
     integer = xb.dtype == mx.int64
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
     work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb

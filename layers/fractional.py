@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from . import _native
 from ._utils import check_float_pool_input
 from ._window_max import SeparableWindows, fusable, plane_strides, window_max
 
@@ -211,7 +212,10 @@ def fractional_max_pool(
     else:
         # samples outside [0, 1) make torch read out of bounds; keep the gathers inside the input instead
         starts = [mx.clip(s, 0, length - k) for s, length, k in zip(starts, plane, kernel)]
-        result = window_max(xb, FractionalWindows(plane, kernel, out, starts), return_indices)
+        if _native.active() and xb.size > 0 and all(out):
+            result = _native.fractional_max(xb, starts, kernel, return_indices)
+        else:
+            result = window_max(xb, FractionalWindows(plane, kernel, out, starts), return_indices)
     if batched:
         return result
     return tuple(r[0] for r in result) if return_indices else result[0]

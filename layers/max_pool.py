@@ -146,6 +146,9 @@ class SlidingWindows(SeparableWindows):
         index = starts + mx.take(offsets, tap)
         return self.fixup(best, index, *self.extra_inputs(mx.int32))
 
+    def native_tables(self):
+        return _sliding_tables(self.plane, self.kernel, self.stride, self.padding, self.dilation, self.out_spatial)
+
     def _tiles(self) -> bool:
         return self.kernel == self.stride and not self.padded and all(d == 1 for d in self.dilation)
 
@@ -163,6 +166,19 @@ class SlidingWindows(SeparableWindows):
         for m in masks[1:]:
             mask = mask & m
         return mask
+
+
+@lru_cache(maxsize=256)
+def _sliding_tables(plane, kernel, stride, padding, dilation, out) -> tuple:
+    """Torch's scan per dim: from the first in-range tap (``while first < 0: first += d``) to the window's last tap
+    clipped to the input; a window lying wholly in the padding has ``first >= end`` (no tap)."""
+    firsts, ends = [], []
+    for length, k, s, p, d, o in zip(plane, kernel, stride, padding, dilation, out):
+        start = np.arange(o, dtype=np.int64) * s - p
+        first = np.where(start < 0, start + (-start + d - 1) // d * d, start)
+        firsts.append(tuple(int(v) for v in first))
+        ends.append(tuple(int(v) for v in np.minimum(start + (k - 1) * d + 1, length)))
+    return tuple(firsts), tuple(ends), tuple(dilation)
 
 
 @lru_cache(maxsize=128)

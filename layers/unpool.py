@@ -18,7 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from . import _blocks
+from . import _blocks, _native
 from ._utils import as_batched, format_shape, ntuple
 
 
@@ -175,6 +175,12 @@ def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None
         return out if batched else out[0]
     index_b = indices if batched else indices[None]
     in_spatial = tuple(xb.shape[1 : 1 + nd])
+    if _native.active():
+        # one pass that also counts out-of-range indices (skipped), checked after it ran: one synchronisation
+        out, bad = _native.unpool(xb, index_b, out_spatial)
+        if bad.item():
+            _raise_invalid_index(index_b.reshape(n, -1, c), size, out_spatial, nd, layer)
+        return out if batched else out[0]
     if k == s and not any(p) and _blocks.covers(in_spatial, s, out_spatial) and _blocks.supported(xb.dtype):
         # the layout of a kernel == stride pool: if every index lies in its own block (one synchronisation, which
         # also stands in for the range check), a masked broadcast replaces the scatter; other indices fall through

@@ -15,6 +15,12 @@ import porter.layers.conv as conv_module
 import porter.layers.functional as PF
 from porter.layers.conv_weights import mlx_conv_weight_to_torch, torch_conv_weight_to_mlx
 
+
+@pytest.fixture(autouse=True)
+def backend():
+    """Conv layers have no native kernel: one run (overrides tests/layers/conftest.py's two)."""
+    return "mlx"
+
 # torch warns that it copies the input for an even 'same' kernel; that is torch's business
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
 

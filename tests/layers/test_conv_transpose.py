@@ -19,6 +19,12 @@ from porter.layers.conv_weights import (
     torch_conv_weight_to_mlx,
 )
 
+
+@pytest.fixture(autouse=True)
+def backend():
+    """Conv layers have no native kernel: one run (overrides tests/layers/conftest.py's two)."""
+    return "mlx"
+
 TORCH_CT = {1: torch.nn.ConvTranspose1d, 2: torch.nn.ConvTranspose2d, 3: torch.nn.ConvTranspose3d}
 PORTER_CT = {1: L.ConvTranspose1d, 2: L.ConvTranspose2d, 3: L.ConvTranspose3d}
 TORCH_F = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}

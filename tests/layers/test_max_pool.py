@@ -245,6 +245,7 @@ def test_integer_index_arithmetic(monkeypatch, fused):
     )
 
 
+@pytest.mark.pure_mlx
 def test_fused_kernel_is_used():
     before = len(window_max_module._COMPILED)
     mx.eval(PF.max_pool2d(mx.zeros((1, 300, 300, 4)), 3, 2, 1, 1, True))
@@ -368,6 +369,7 @@ def test_output_size_formula_exhaustive():
             )
 
 
+@pytest.mark.pure_mlx
 @pytest.mark.parametrize("nd", [1, 2, 3])
 def test_tiling_backward_is_a_masked_broadcast(nd, monkeypatch):
     # kernel == stride without padding: the backward places the gradient by block mask, no scatter; ties (first

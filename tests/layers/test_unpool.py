@@ -207,6 +207,7 @@ def test_block_path_falls_back_for_other_indices(nd):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.pure_mlx
 def test_block_path_is_taken(monkeypatch):
     import porter.layers.unpool as unpool
 

@@ -1,0 +1,373 @@
+"""Porter's native CPU kernels: finding, building and calling the ``_porter_kernels`` MLX extension.
+
+MLX's CPU backend runs a pooling layer as a chain of generic ops (strided slices, maximum, where, scatter), each a
+full pass over memory, single-threaded, with a fixed cost per op that dominates small inputs. The kernels in
+``layers/csrc`` do each pooling layer in one multi-threaded, channel-vectorized pass (window max/sum, fractional
+max, plane scatter/gather), as MLX primitives. They are C++ built against the installed MLX, so they are built on the
+user's machine, once: ``porter build-kernels`` (``scripts/setup.sh`` runs it).
+
+Where they live: ``$PORTER_KERNEL_DIR`` or ``~/.cache/porter/kernels`` (``$XDG_CACHE_HOME`` respected), one folder per
+build *tag*: the MLX version, the Python ABI, the CPU (the build uses ``-march=native``) and a hash of the sources,
+so a build is never loaded into an MLX or a CPU it was not built for; an out-of-date build is simply not found.
+
+When they are used: the module is built and loads, ``PORTER_NATIVE`` is not ``0``, and the default device is the
+CPU (the kernels have no GPU code: on Apple GPUs and CUDA the layers keep their pure-MLX path). Otherwise every layer
+falls back to pure MLX ops, with identical results; :func:`status` (``porter doctor``) says which and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import warnings
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Sequence
+
+import mlx.core as mx
+
+MODULE = "_porter_kernels"
+ENV_ENABLE = "PORTER_NATIVE"
+ENV_DIR = "PORTER_KERNEL_DIR"
+SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
+SOURCES = ("CMakeLists.txt", "kernels.cpp", "parallel.h", "pool_kernels.h", "windows.h")
+# nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
+NANOBIND_REQUIREMENT = "nanobind>=3,<4"
+
+_state = {"module": None, "error": None, "loaded": False, "enabled": True, "warned": False}
+
+
+# ---------------------------------------------------------------------------------------------------- where
+def _cpu_fingerprint() -> str:
+    """What ``-march=native`` depends on: the CPU's feature flags (Linux) or its model (elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine() + " " + platform.processor()
+
+
+def build_tag() -> str:
+    """The folder name a build for this MLX, Python, CPU and source tree lives under."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update(name.encode())
+        digest.update((SOURCE_DIR / name).read_bytes())
+    digest.update(_cpu_fingerprint().encode())
+    py = sysconfig.get_config_var("SOABI") or f"py{sys.version_info[0]}{sys.version_info[1]}"
+    return f"mlx{mx.__version__}-{py}-{platform.machine()}-{digest.hexdigest()[:16]}"
+
+
+def kernel_root() -> Path:
+    explicit = os.environ.get(ENV_DIR)
+    if explicit:
+        return Path(explicit).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "porter" / "kernels"
+
+
+def kernel_dir() -> Path:
+    return kernel_root() / build_tag()
+
+
+def _module_file(folder: Path) -> Optional[Path]:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = folder / (MODULE + suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- load
+def _env_enabled() -> bool:
+    return os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "off", "false", "no", "none")
+
+
+def kernels():
+    """The loaded extension module, or ``None`` (not built, disabled, or failed to load: see :func:`status`)."""
+    if not _state["loaded"]:
+        _state["loaded"] = True
+        if not _env_enabled():
+            _state["error"] = f"disabled by {ENV_ENABLE}={os.environ.get(ENV_ENABLE)}"
+            return None
+        path = _module_file(kernel_dir())
+        if path is None:
+            _state["error"] = "not built for this MLX/CPU: run `porter build-kernels`"
+            return None
+        try:
+            spec = importlib.util.spec_from_file_location(MODULE, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _state["module"] = module
+        except Exception as exc:  # a broken build must not break the layers: they fall back
+            _state["error"] = f"failed to load {path}: {exc}"
+    return _state["module"]
+
+
+def available() -> bool:
+    return kernels() is not None
+
+
+def active() -> bool:
+    """Whether the layers take the native path now: kernels loaded, enabled, and the default device is the CPU."""
+    if not _state["enabled"] or mx.default_device() != mx.cpu:
+        return False
+    module = kernels()
+    if module is None and not _state["warned"] and _env_enabled():
+        _state["warned"] = True
+        warnings.warn(
+            f"Porter's native CPU kernels are not available ({_state['error']}); pooling layers run on slower "
+            "pure-MLX ops. Build them with `porter build-kernels`, or set PORTER_NATIVE=0 to silence this.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return module is not None
+
+
+@contextlib.contextmanager
+def use_native(enabled: bool):
+    """Within the block, layers take (``True``) or skip (``False``) the native kernels; for tests and benchmarks."""
+    previous = _state["enabled"]
+    _state["enabled"] = bool(enabled)
+    try:
+        yield
+    finally:
+        _state["enabled"] = previous
+
+
+def status() -> dict:
+    module = kernels()
+    info = {
+        "available": module is not None,
+        "enabled": _state["enabled"] and _env_enabled(),
+        "directory": str(kernel_dir()),
+        "reason": None if module is not None else _state["error"],
+    }
+    if module is not None:
+        info["threads"] = module.num_threads()
+    return info
+
+
+def set_num_threads(n: int) -> None:
+    """Threads the native kernels use (default: ``PORTER_NUM_THREADS`` or the CPUs this process may use)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"[porter.set_num_threads] 'n' must be a positive int, got {n!r}")
+    module = kernels()
+    if module is not None:
+        module.set_num_threads(n)
+
+
+# ---------------------------------------------------------------------------------------------------- build
+class BuildError(RuntimeError):
+    """The native kernels could not be built; the message says which step failed and how to fix it."""
+
+
+def _tool(name: str) -> Optional[str]:
+    found = shutil.which(name)
+    if found:
+        return found
+    # pip's cmake/ninja wheels install next to the interpreter
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else None
+
+
+def _nanobind_dir() -> str:
+    try:
+        import nanobind
+    except ImportError as exc:
+        raise BuildError(
+            f"building the native kernels needs nanobind ({NANOBIND_REQUIREMENT}): "
+            f"pip install '{NANOBIND_REQUIREMENT}'"
+        ) from exc
+    major = int(nanobind.__version__.split(".")[0])
+    if major != 3:
+        raise BuildError(
+            f"nanobind {nanobind.__version__} does not match MLX {mx.__version__}'s ABI: "
+            f"pip install '{NANOBIND_REQUIREMENT}'"
+        )
+    return nanobind.cmake_dir()
+
+
+def _arch_flags() -> str:
+    if platform.system() == "Darwin":
+        return ""
+    return "-march=native"
+
+
+def build(force: bool = False, verbose: bool = False) -> Path:
+    """Compile the kernels for this MLX/Python/CPU into :func:`kernel_dir`; returns the module's path.
+
+    The module is built in a temporary folder and checked in a fresh interpreter (an ABI mismatch must not crash the
+    caller) before it is moved into place, so a failed build never leaves a half-written module behind.
+    """
+    target = kernel_dir()
+    existing = _module_file(target)
+    if existing is not None and not force:
+        return existing
+    cmake = _tool("cmake")
+    if cmake is None:
+        raise BuildError("building the native kernels needs CMake >= 3.24 on PATH (apt install cmake, or pip install cmake)")
+    nanobind_dir = _nanobind_dir()
+    mlx_root = Path(importlib.util.find_spec("mlx").submodule_search_locations[0])
+    ninja = _tool("ninja")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="porter-kernels-", dir=target.parent) as tmp:
+        build_dir = Path(tmp) / "build"
+        configure = [
+            cmake, "-S", str(SOURCE_DIR), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+            f"-DPython_EXECUTABLE={sys.executable}", f"-DMLX_ROOT={mlx_root}", f"-Dnanobind_ROOT={nanobind_dir}",
+            f"-DPORTER_ARCH_FLAGS={_arch_flags()}",
+        ]
+        if ninja:
+            configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+        steps = [("configure", configure), ("compile", [cmake, "--build", str(build_dir), "--parallel"])]
+        for step, cmd in steps:
+            run = subprocess.run(cmd, capture_output=not verbose, text=True)
+            if run.returncode != 0:
+                tail = "" if verbose else "\n".join((run.stdout + run.stderr).strip().splitlines()[-25:])
+                raise BuildError(f"native kernels: the {step} step failed (exit {run.returncode})\n{tail}")
+        built = _module_file(build_dir)
+        if built is None:
+            raise BuildError(f"native kernels: the build finished but produced no {MODULE} module in {build_dir}")
+        staged = Path(tmp) / "staged"
+        staged.mkdir()
+        shutil.copy2(built, staged / built.name)
+        _self_test(staged)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staged, target)
+    _state.update(module=None, error=None, loaded=False)
+    return _module_file(target)
+
+
+_SELF_TEST = """
+import sys, importlib.util
+import mlx.core as mx
+spec = importlib.util.spec_from_file_location("_porter_kernels", sys.argv[1])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+x = mx.array([[[1.0], [3.0], [2.0]]])
+v, i = m.window_max(x, [[0, 1]], [[2, 3]], [1], True)
+assert v.tolist() == [[[3.0], [3.0]]] and i.tolist() == [[[1], [1]]], (v, i)
+"""
+
+
+def _self_test(folder: Path) -> None:
+    path = _module_file(folder)
+    env = dict(os.environ, PORTER_NATIVE="0")
+    run = subprocess.run([sys.executable, "-c", _SELF_TEST, str(path)], capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-15:])
+        raise BuildError(f"native kernels: the built module failed its self-test (not installed)\n{tail}")
+
+
+# ---------------------------------------------------------------------------------------------------- ops
+# Differentiable wrappers: each native forward paired with its native backward through mx.custom_function. The
+# window tables are tuples of tuples (hashable), so the wrapper for one layer configuration is built once.
+Tables = tuple  # ((per-dim first), (per-dim end), (per-dim step))
+
+
+@lru_cache(maxsize=512)
+def _window_max_fn(first: tuple, end: tuple, step: tuple, with_indices: bool):
+    k = kernels()
+
+    @mx.custom_function
+    def pool(x):
+        out = k.window_max(x, first, end, step, with_indices)
+        return (out[0], out[1]) if with_indices else out[0]
+
+    @pool.vjp
+    def pool_vjp(x, cotangent, output):
+        grad = cotangent[0] if isinstance(cotangent, (list, tuple)) else cotangent
+        return k.window_max_grad(x, grad.astype(x.dtype), first, end, step)
+
+    return pool
+
+
+def window_max(x: mx.array, first: tuple, end: tuple, step: tuple, with_indices: bool):
+    """Max over per-dim window tables on batched channels-last ``x`` (see ``csrc/windows.h``); torch's values,
+    int64 indices when asked, and torch's gradient (all of it to the chosen tap)."""
+    return _window_max_fn(first, end, step, with_indices)(x)
+
+
+@lru_cache(maxsize=512)
+def _fractional_fn(kernel: tuple, plane: tuple):
+    k = kernels()
+
+    @mx.custom_function
+    def pool(x, *starts):
+        out = k.fractional_max(x, list(starts), kernel, True)  # the backward scatters at the indices
+        return out[0], out[1]
+
+    @pool.vjp
+    def pool_vjp(primals, cotangent, output):
+        x, starts = primals[0], primals[1:]
+        grad = cotangent[0].astype(x.dtype)
+        index = output[1]
+        return (k.plane_scatter(grad, index, plane, False)[0],) + tuple(mx.zeros_like(s) for s in starts)
+
+    return pool
+
+
+def fractional_max(x: mx.array, starts: Sequence[mx.array], kernel: tuple, with_indices: bool):
+    """Fractional max pool with per-(n, c) window starts ``(N, C, O_d)`` per dim; values (and int64 indices)."""
+    plane = tuple(x.shape[1:-1])
+    values, index = _fractional_fn(tuple(kernel), plane)(x, *starts)
+    return (values, index) if with_indices else values
+
+
+@lru_cache(maxsize=512)
+def _window_sum_fn(first: tuple, end: tuple, divisor: tuple, override: int, sequential: bool, plane: tuple):
+    k = kernels()
+
+    @mx.custom_function
+    def pool(x):
+        return k.window_sum(x, first, end, divisor, override, sequential)
+
+    @pool.vjp
+    def pool_vjp(x, cotangent, output):
+        return k.window_sum_grad(cotangent.astype(x.dtype), plane, first, end, divisor, override, sequential)
+
+    return pool
+
+
+def window_sum(x: mx.array, first: tuple, end: tuple, divisor: tuple, override: int = 0, sequential: bool = False):
+    """Average over per-dim windows ``[first, end)`` on batched channels-last float ``x``: the window sum divided by
+    ``override`` if nonzero, else by the product of the per-dim ``divisor`` entries (or by each in turn with
+    ``sequential``, as torch's adaptive average does)."""
+    return _window_sum_fn(first, end, divisor, int(override), bool(sequential), tuple(x.shape[1:-1]))(x)
+
+
+@lru_cache(maxsize=512)
+def _unpool_fn(plane: tuple):
+    k = kernels()
+
+    @mx.custom_function
+    def unpool(values, index):
+        out, bad = k.plane_scatter(values, index, plane, True)
+        return out, bad
+
+    @unpool.vjp
+    def unpool_vjp(primals, cotangent, output):
+        values, index = primals
+        # torch's backward gathers at every index, duplicates included (each gets the full gradient)
+        return k.plane_gather(cotangent[0].astype(values.dtype), index), mx.zeros_like(index)
+
+    return unpool
+
+
+def unpool(values: mx.array, index: mx.array, plane: tuple):
+    """``out[n, index, c] = values`` per plane (the last writer in scan order wins), ``(N, *plane, C)``; also the
+    count of out-of-range indices (skipped) as an int64 scalar, which the caller must check."""
+    return _unpool_fn(tuple(plane))(values, index)

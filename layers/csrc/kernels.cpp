@@ -1,0 +1,441 @@
+// Porter's native CPU kernels for MLX: channels-last pooling primitives (window max/sum, fractional max, plane
+// scatter/gather), exposed to Python as `_porter_kernels`. Built against the installed MLX by
+// `porter build-kernels` (layers/_native.py); the layers fall back to pure MLX ops when the module is missing.
+//
+// Layouts: inputs are batched channels-last `(N, *spatial, C)` with 1-3 spatial dims; indices are int64 flat
+// offsets inside each (n, c) plane, torch's format. The primitives are CPU-only and carry no VJP of their own:
+// layers/_native.py wraps them in mx.custom_function with the matching backward kernel.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/array.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/ops.h"
+#include "mlx/primitives.h"
+#include "mlx/stream.h"
+#include "mlx/utils.h"
+
+#include "pool_kernels.h"
+
+namespace nb = nanobind;
+
+namespace porter {
+
+using Ints = std::vector<int64_t>;
+using Table = std::vector<Ints>;
+
+[[noreturn]] void fail(const std::string& what, const std::string& msg) {
+  throw std::invalid_argument("[porter." + what + "] " + msg);
+}
+
+mx::Stream cpu_stream(const char* what) {
+  mx::Stream s = mx::default_stream(mx::default_device());
+  if (s.device != mx::Device::cpu) {
+    fail(what, "native kernels run on the CPU only; the default device is not the CPU");
+  }
+  return s;
+}
+
+void check_batched(const mx::array& x, const char* what, const char* arg) {
+  if (x.ndim() < 3 || x.ndim() > 5) {
+    std::ostringstream msg;
+    msg << arg << " must be batched channels-last (N, *spatial, C) with 1 to 3 spatial dims, got shape " << x.shape();
+    fail(what, msg.str());
+  }
+}
+
+// Builds the per-dim window tables of the nd spatial dims (nd = first.size()), padded on the left to three.
+std::vector<Axis> make_axes(const char* what, const Table& first, const Table& end, const Ints& step,
+                            const Table& divisor, const mx::Shape& shape) {
+  const size_t nd = shape.size() - 2;
+  if (first.size() != nd || end.size() != nd || step.size() != nd || (!divisor.empty() && divisor.size() != nd)) {
+    fail(what, "window tables must give one entry per spatial dim of the input");
+  }
+  std::vector<Axis> axes(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    const int64_t extent = shape[1 + d];
+    Axis& a = axes[d];
+    a.first = first[d];
+    a.end = end[d];
+    a.step = step[d];
+    if (!divisor.empty()) a.divisor = divisor[d];
+    if (a.first.empty() || a.end.size() != a.first.size() ||
+        (!divisor.empty() && a.divisor.size() != a.first.size()) || a.step <= 0) {
+      fail(what, "window tables of a spatial dim must be non-empty, of equal length, with a positive step");
+    }
+    for (size_t o = 0; o < a.first.size(); ++o) {
+      // taps run over [first, end) and must be real positions; `first` may lie past `end` (a window with no tap)
+      if (a.end[o] > extent || (a.first[o] < 0 && a.first[o] < a.end[o])) {
+        fail(what, "window table reads outside the input");
+      }
+    }
+  }
+  return pad_axes(std::move(axes));
+}
+
+mx::Shape out_shape(const mx::array& x, const std::vector<int64_t>& out_spatial) {
+  mx::Shape shape{x.shape(0)};
+  for (int64_t o : out_spatial) shape.push_back(static_cast<int>(o));
+  shape.push_back(x.shape(-1));
+  return shape;
+}
+
+// Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.
+template <typename Body>
+void launch(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs, Body body) {
+  for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+  auto& enc = mx::cpu::get_command_encoder(s);
+  std::vector<mx::array> ins, outs;
+  for (auto& i : inputs) {
+    enc.set_input_array(i);
+    ins.push_back(mx::array::unsafe_weak_copy(i));
+  }
+  for (auto& o : outputs) {
+    enc.set_output_array(o);
+    outs.push_back(mx::array::unsafe_weak_copy(o));
+  }
+  enc.dispatch([ins = std::move(ins), outs = std::move(outs), body = std::move(body)]() mutable { body(ins, outs); });
+}
+
+template <typename P>
+bool same_type(const mx::Primitive& a, const mx::Primitive& b) {
+  return dynamic_cast<const P*>(&b) != nullptr && dynamic_cast<const P*>(&a) != nullptr;
+}
+
+// ------------------------------------------------------------------------------------------------ primitives
+class WindowMax : public mx::Primitive {
+ public:
+  WindowMax(mx::Stream s, std::vector<Axis> axes, bool with_indices)
+      : mx::Primitive(s), axes_(std::move(axes)), with_indices_(with_indices) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [axes = axes_, wi = with_indices_](auto& in, auto& out) {
+      Geometry g = Geometry::of(in[0]);
+      dispatch(in[0].dtype(), "window_max", [&](auto tag) {
+        using T = decltype(tag);
+        window_max<T>(in[0].template data<T>(), g, axes, out[0].template data<T>(),
+                      wi ? out[1].template data<int64_t>() : nullptr);
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.window_max] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return "PorterWindowMax"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<WindowMax>(*this, other)) return false;
+    auto& o = static_cast<const WindowMax&>(other);
+    return axes_ == o.axes_ && with_indices_ == o.with_indices_;
+  }
+
+ private:
+  std::vector<Axis> axes_;
+  bool with_indices_;
+};
+
+class WindowMaxGrad : public mx::Primitive {
+ public:
+  WindowMaxGrad(mx::Stream s, std::vector<Axis> axes) : mx::Primitive(s), axes_(std::move(axes)) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [axes = axes_](auto& in, auto& out) {
+      Geometry g = Geometry::of(in[0]);
+      dispatch(in[0].dtype(), "window_max_grad", [&](auto tag) {
+        using T = decltype(tag);
+        window_max_grad<T>(in[0].template data<T>(), g, axes, in[1].template data<T>(), out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.window_max_grad] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return "PorterWindowMaxGrad"; }
+
+ private:
+  std::vector<Axis> axes_;
+};
+
+class FractionalMax : public mx::Primitive {
+ public:
+  FractionalMax(mx::Stream s, Ints kernel, Ints out, bool with_indices)
+      : mx::Primitive(s), kernel_(std::move(kernel)), out_(std::move(out)), with_indices_(with_indices) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [k = kernel_, o = out_, wi = with_indices_](auto& in, auto& out) {
+      Geometry g = Geometry::of(in[0]);
+      const size_t nd = in.size() - 1;
+      const int64_t* starts[3] = {nullptr, nullptr, nullptr};
+      int64_t kernel[3] = {1, 1, 1}, size[3] = {1, 1, 1};
+      for (size_t d = 0; d < nd; ++d) {
+        starts[3 - nd + d] = in[1 + d].template data<int64_t>();
+        kernel[3 - nd + d] = k[d];
+        size[3 - nd + d] = o[d];
+      }
+      dispatch(in[0].dtype(), "fractional_max", [&](auto tag) {
+        using T = decltype(tag);
+        fractional_max<T>(in[0].template data<T>(), g, starts, size, kernel, out[0].template data<T>(),
+                          wi ? out[1].template data<int64_t>() : nullptr);
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.fractional_max] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return "PorterFractionalMax"; }
+
+ private:
+  Ints kernel_, out_;
+  bool with_indices_;
+};
+
+class WindowSum : public mx::Primitive {
+ public:
+  WindowSum(mx::Stream s, std::vector<Axis> axes, int64_t override_div, bool sequential, bool grad)
+      : mx::Primitive(s), axes_(std::move(axes)), override_(override_div), sequential_(sequential), grad_(grad) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs,
+           [axes = axes_, ov = override_, seq = sequential_, grad = grad_](auto& in, auto& out) {
+             dispatch_float(in[0].dtype(), grad ? "window_sum_grad" : "window_sum", [&](auto tag) {
+               using T = decltype(tag);
+               if (grad) {
+                 window_sum_grad<T>(in[0].template data<T>(), Geometry::of(out[0]), axes, ov, seq,
+                                    out[0].template data<T>());
+               } else {
+                 window_sum<T>(in[0].template data<T>(), Geometry::of(in[0]), axes, ov, seq,
+                               out[0].template data<T>());
+               }
+             });
+           });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.window_sum] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return grad_ ? "PorterWindowSumGrad" : "PorterWindowSum"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<WindowSum>(*this, other)) return false;
+    auto& o = static_cast<const WindowSum&>(other);
+    return axes_ == o.axes_ && override_ == o.override_ && sequential_ == o.sequential_ && grad_ == o.grad_;
+  }
+
+ private:
+  std::vector<Axis> axes_;
+  int64_t override_;
+  bool sequential_, grad_;
+};
+
+class PlaneScatter : public mx::Primitive {
+ public:
+  PlaneScatter(mx::Stream s, int64_t plane, bool assign) : mx::Primitive(s), plane_(plane), assign_(assign) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [plane = plane_, assign = assign_](auto& in, auto& out) {
+      const auto& src = in[0];
+      const int64_t n = src.shape(0), c = src.shape(-1), positions = src.size() / std::max<int64_t>(1, n * c);
+      dispatch(src.dtype(), "plane_scatter", [&](auto tag) {
+        using T = decltype(tag);
+        int64_t bad = plane_scatter<T>(src.template data<T>(), in[1].template data<int64_t>(), n, positions, c,
+                                       plane, assign, out[0].template data<T>());
+        if (out.size() > 1) *out[1].template data<int64_t>() = bad;
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.plane_scatter] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return assign_ ? "PorterPlaneAssign" : "PorterPlaneScatterAdd"; }
+
+ private:
+  int64_t plane_;
+  bool assign_;
+};
+
+class PlaneGather : public mx::Primitive {
+ public:
+  PlaneGather(mx::Stream s, int64_t plane) : mx::Primitive(s), plane_(plane) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [plane = plane_](auto& in, auto& out) {
+      const auto& idx = in[1];
+      const int64_t n = idx.shape(0), c = idx.shape(-1), positions = idx.size() / std::max<int64_t>(1, n * c);
+      dispatch(in[0].dtype(), "plane_gather", [&](auto tag) {
+        using T = decltype(tag);
+        plane_gather<T>(in[0].template data<T>(), idx.template data<int64_t>(), n, positions, c, plane,
+                        out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.plane_gather] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return "PorterPlaneGather"; }
+
+ private:
+  int64_t plane_;
+};
+
+// ------------------------------------------------------------------------------------------------ ops
+std::vector<mx::array> window_max_op(const mx::array& x, const Table& first, const Table& end, const Ints& step,
+                                     bool with_indices) {
+  auto s = cpu_stream("window_max");
+  check_batched(x, "window_max", "x");
+  auto axes = make_axes("window_max", first, end, step, {}, x.shape());
+  Ints out;
+  for (size_t d = 3 - first.size(); d < 3; ++d) out.push_back(axes[d].out());
+  auto shape = out_shape(x, out);
+  std::vector<mx::Shape> shapes{shape};
+  std::vector<mx::Dtype> dtypes{x.dtype()};
+  if (with_indices) {
+    shapes.push_back(shape);
+    dtypes.push_back(mx::int64);
+  }
+  return mx::array::make_arrays(shapes, dtypes, std::make_shared<WindowMax>(s, std::move(axes), with_indices), {x});
+}
+
+std::vector<mx::array> fractional_max_op(const mx::array& x, const std::vector<mx::array>& starts, const Ints& kernel,
+                                         bool with_indices) {
+  auto s = cpu_stream("fractional_max");
+  check_batched(x, "fractional_max", "x");
+  const size_t nd = x.ndim() - 2;
+  if (starts.size() != nd || kernel.size() != nd) {
+    fail("fractional_max", "starts and kernel must give one entry per spatial dim of the input");
+  }
+  std::vector<mx::array> inputs{x};
+  Ints out;
+  for (size_t d = 0; d < nd; ++d) {
+    const auto& st = starts[d];
+    if (st.ndim() != 3 || st.shape(0) != x.shape(0) || st.shape(1) != x.shape(-1)) {
+      fail("fractional_max", "starts must be (N, C, out) per spatial dim");
+    }
+    if (kernel[d] <= 0 || kernel[d] > x.shape(1 + d)) fail("fractional_max", "kernel must fit the input");
+    out.push_back(st.shape(2));
+    inputs.push_back(mx::contiguous(mx::astype(st, mx::int64, s), false, s));
+  }
+  auto shape = out_shape(x, out);
+  std::vector<mx::Shape> shapes{shape};
+  std::vector<mx::Dtype> dtypes{x.dtype()};
+  if (with_indices) {
+    shapes.push_back(shape);
+    dtypes.push_back(mx::int64);
+  }
+  return mx::array::make_arrays(shapes, dtypes, std::make_shared<FractionalMax>(s, kernel, out, with_indices),
+                                inputs);
+}
+
+mx::array window_max_grad_op(const mx::array& x, const mx::array& grad, const Table& first, const Table& end,
+                             const Ints& step) {
+  auto s = cpu_stream("window_max_grad");
+  check_batched(x, "window_max_grad", "x");
+  auto axes = make_axes("window_max_grad", first, end, step, {}, x.shape());
+  if (grad.ndim() != x.ndim() || grad.shape(0) != x.shape(0) || grad.shape(-1) != x.shape(-1) ||
+      grad.dtype() != x.dtype()) {
+    fail("window_max_grad", "grad must be (N, *out, C) in the dtype of x");
+  }
+  for (size_t d = 0; d + 2 < x.ndim(); ++d) {
+    if (axes[3 - (x.ndim() - 2) + d].out() != grad.shape(1 + d)) {
+      fail("window_max_grad", "window tables do not match the gradient's shape");
+    }
+  }
+  return mx::array(x.shape(), x.dtype(), std::make_shared<WindowMaxGrad>(s, std::move(axes)),
+                   {x, mx::contiguous(grad, false, s)});
+}
+
+mx::array window_sum_op(const mx::array& x, const Table& first, const Table& end, const Table& divisor,
+                        int64_t override_div, bool sequential) {
+  auto s = cpu_stream("window_sum");
+  check_batched(x, "window_sum", "x");
+  Ints step(first.size(), 1);
+  auto axes = make_axes("window_sum", first, end, step, divisor, x.shape());
+  Ints out;
+  for (size_t d = 3 - first.size(); d < 3; ++d) out.push_back(axes[d].out());
+  return mx::array(out_shape(x, out), x.dtype(),
+                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, false), {x});
+}
+
+mx::array window_sum_grad_op(const mx::array& grad, const Ints& plane, const Table& first, const Table& end,
+                             const Table& divisor, int64_t override_div, bool sequential) {
+  auto s = cpu_stream("window_sum_grad");
+  check_batched(grad, "window_sum_grad", "grad");
+  if (plane.size() != grad.ndim() - 2) fail("window_sum_grad", "plane must give one extent per spatial dim");
+  mx::Shape in_shape{grad.shape(0)};
+  for (int64_t p : plane) in_shape.push_back(static_cast<int>(p));
+  in_shape.push_back(grad.shape(-1));
+  Ints step(first.size(), 1);
+  auto axes = make_axes("window_sum_grad", first, end, step, divisor, in_shape);
+  for (size_t d = 0; d < plane.size(); ++d) {
+    if (axes[3 - plane.size() + d].out() != grad.shape(1 + d)) {
+      fail("window_sum_grad", "window tables do not match the gradient's shape");
+    }
+  }
+  return mx::array(in_shape, grad.dtype(),
+                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, true),
+                   {mx::contiguous(grad, false, s)});
+}
+
+// With `assign` (max unpool), also returns the number of out-of-range indices (skipped) as an int64 scalar.
+std::vector<mx::array> plane_scatter_op(const mx::array& src, const mx::array& index, const Ints& plane,
+                                        bool assign) {
+  auto s = cpu_stream("plane_scatter");
+  check_batched(src, "plane_scatter", "src");
+  if (index.shape() != src.shape()) fail("plane_scatter", "index must have the shape of src");
+  mx::Shape shape{src.shape(0)};
+  int64_t flat = 1;
+  for (int64_t p : plane) {
+    if (p <= 0) fail("plane_scatter", "plane extents must be positive");
+    shape.push_back(static_cast<int>(p));
+    flat *= p;
+  }
+  shape.push_back(src.shape(-1));
+  std::vector<mx::Shape> shapes{shape};
+  std::vector<mx::Dtype> dtypes{src.dtype()};
+  if (assign) {
+    shapes.push_back({});
+    dtypes.push_back(mx::int64);
+  }
+  return mx::array::make_arrays(
+      shapes, dtypes, std::make_shared<PlaneScatter>(s, flat, assign),
+      {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+}
+
+mx::array plane_gather_op(const mx::array& src, const mx::array& index) {
+  auto s = cpu_stream("plane_gather");
+  check_batched(src, "plane_gather", "src");
+  check_batched(index, "plane_gather", "index");
+  if (index.shape(0) != src.shape(0) || index.shape(-1) != src.shape(-1)) {
+    fail("plane_gather", "index and src must share N and C");
+  }
+  int64_t flat = 1;
+  for (size_t d = 1; d + 1 < src.ndim(); ++d) flat *= src.shape(d);
+  return mx::array(index.shape(), src.dtype(), std::make_shared<PlaneGather>(s, flat),
+                   {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+}
+
+}  // namespace porter
+
+NB_MODULE(_porter_kernels, m) {
+  m.doc() = "Porter's native CPU kernels for MLX (channels-last pooling).";
+  m.def("window_max", &porter::window_max_op, nb::arg("x"), nb::arg("first"), nb::arg("end"), nb::arg("step"),
+        nb::arg("with_indices"));
+  m.def("window_max_grad", &porter::window_max_grad_op, nb::arg("x"), nb::arg("grad"), nb::arg("first"),
+        nb::arg("end"), nb::arg("step"));
+  m.def("fractional_max", &porter::fractional_max_op, nb::arg("x"), nb::arg("starts"), nb::arg("kernel"),
+        nb::arg("with_indices"));
+  m.def("window_sum", &porter::window_sum_op, nb::arg("x"), nb::arg("first"), nb::arg("end"), nb::arg("divisor"),
+        nb::arg("override"), nb::arg("sequential"));
+  m.def("window_sum_grad", &porter::window_sum_grad_op, nb::arg("grad"), nb::arg("plane"), nb::arg("first"),
+        nb::arg("end"), nb::arg("divisor"), nb::arg("override"), nb::arg("sequential"));
+  m.def("plane_scatter", &porter::plane_scatter_op, nb::arg("src"), nb::arg("index"), nb::arg("plane"),
+        nb::arg("assign"));
+  m.def("plane_gather", &porter::plane_gather_op, nb::arg("src"), nb::arg("index"));
+  m.def("num_threads", &porter::num_threads);
+  m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
+}
