@@ -1,10 +1,11 @@
 """Time every Porter layer against torch (as users run it: NCHW) on this machine, in one run.
 
-    python benchmarks/layers.py [--filter max_pool] [--repeat 20]
+    python benchmarks/layers.py [--filter max_pool] [--repeat 20] [--native off]
 
 Each case lives in a ``benchmarks/cases_<family>.py`` file and registers itself with :func:`case`. For each case the
 script prints torch and Porter medians for the forward pass and for forward+backward, and the ratio Porter/torch
-(below 1.0 means Porter is faster).
+(below 1.0 means Porter is faster). Porter's pooling layers take the native CPU kernels when they are built
+(``porter build-kernels``); ``--native off`` times the pure-MLX path that GPUs and machines without them use.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from porter.bench import time_fn  # noqa: E402
+from porter.layers import _native  # noqa: E402
 
 
 @dataclass
@@ -90,13 +92,25 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--filter", default="", help="run only cases whose name contains this text")
     parser.add_argument("--repeat", type=int, default=20, help="timed repetitions per measurement (median)")
+    parser.add_argument("--native", choices=("auto", "off"), default="auto",
+                        help="auto: the native CPU kernels when built (what users get); off: the pure-MLX path")
     args = parser.parse_args(argv)
+    with _native.use_native(args.native == "auto"):
+        return _run(args)
+
+
+def _run(args) -> int:
     load_cases()
     selected = [c for c in CASES if args.filter in c.name]
     if not selected:
         print(f"no benchmark case matches --filter {args.filter!r}", file=sys.stderr)
         return 2
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), mlx {mx.__version__} on {mx.default_device()}")
+    native = _native.status()
+    if _native.active():
+        print(f"porter pooling: native CPU kernels ({native['threads']} threads)")
+    else:
+        print(f"porter pooling: pure MLX ops ({'--native off' if native['available'] else native['reason']})")
     head = f"{'case':44s} {'shape (torch layout)':22s} {'fwd torch':>9s} {'porter':>8s} {'ratio':>6s}"
     head += f" {'f+b torch':>9s} {'porter':>8s} {'ratio':>6s}"
     print(head)

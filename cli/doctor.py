@@ -1,4 +1,5 @@
-"""``porter doctor``: what MLX runs on here (BLAS and how it was chosen, cache limit, MLX version, device, CPU)."""
+"""``porter doctor``: what MLX runs on here (BLAS and how it was chosen, native kernels, cache limit, MLX version,
+device, CPU)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,13 @@ def format_info(info: dict) -> str:
         f"{_size(info['memory_limit'])})",
         f"cpu             {info['cpu_count']} cores usable; flags: {' '.join(info['cpu_flags']) or '-'}",
     ]
+    native = info.get("native_kernels")
+    if native is not None:
+        if native["available"]:
+            state = "in use on the CPU" if native["enabled"] else "built, but disabled"
+            lines.append(f"native kernels  {state}, {native['threads']} threads ({native['directory']})")
+        else:
+            lines.append(f"native kernels  not used: {native['reason']}")
     if blas["hint"]:
         lines.append(f"hint            {blas['hint']}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from .bench import bench
 from .convert import convert
 from .doctor import doctor
 from .inspect import inspect
+from .kernels import build_kernels
 from .validate import validate
 from .zoo import zoo
 
@@ -30,6 +31,7 @@ main.add_command(inspect)
 main.add_command(bench)
 main.add_command(zoo)
 main.add_command(doctor)
+main.add_command(build_kernels)
 
 if __name__ == "__main__":
     main()

@@ -302,28 +302,28 @@ def window_max(x: mx.array, first: tuple, end: tuple, step: tuple, with_indices:
 
 
 @lru_cache(maxsize=512)
-def _fractional_fn(kernel: tuple, plane: tuple):
+def _fractional_fn(kernel: tuple, out: tuple, columns: tuple, plane: tuple):
     k = kernels()
 
     @mx.custom_function
-    def pool(x, *starts):
-        out = k.fractional_max(x, list(starts), kernel, True)  # the backward scatters at the indices
-        return out[0], out[1]
+    def pool(x, samples):
+        values, index = k.fractional_max(x, samples, kernel, out, columns)  # the backward scatters at the indices
+        return values, index
 
     @pool.vjp
     def pool_vjp(primals, cotangent, output):
-        x, starts = primals[0], primals[1:]
+        x, samples = primals
         grad = cotangent[0].astype(x.dtype)
-        index = output[1]
-        return (k.plane_scatter(grad, index, plane, False)[0],) + tuple(mx.zeros_like(s) for s in starts)
+        return k.plane_scatter(grad, output[1], plane, False)[0], mx.zeros_like(samples)
 
     return pool
 
 
-def fractional_max(x: mx.array, starts: Sequence[mx.array], kernel: tuple, with_indices: bool):
-    """Fractional max pool with per-(n, c) window starts ``(N, C, O_d)`` per dim; values (and int64 indices)."""
+def fractional_max(x: mx.array, samples: mx.array, kernel: tuple, out: tuple, columns: tuple, with_indices: bool):
+    """Fractional max pool of batched channels-last ``x`` from torch's ``(N, C, nd)`` samples (``columns[d]``: the
+    sample column of spatial dim ``d``); the window starts are computed in the kernel, in the input dtype."""
     plane = tuple(x.shape[1:-1])
-    values, index = _fractional_fn(tuple(kernel), plane)(x, *starts)
+    values, index = _fractional_fn(tuple(kernel), tuple(out), tuple(columns), plane)(x, samples)
     return (values, index) if with_indices else values
 
 

@@ -206,16 +206,19 @@ def fractional_max_pool(
 
     # sample columns per dim: 2d stores [W, H], 3d stores [T, H, W]
     columns = [1, 0] if nd == 2 else [0, 1, 2]
+    if _native.active() and xb.size > 0 and all(out) and all(k > 0 for k in kernel) and math.prod(plane) < 2**31:
+        # one pass that also computes the intervals from the samples (layers/csrc)
+        result = _native.fractional_max(xb, samples, kernel, out, columns, return_indices)
+        if batched:
+            return result
+        return tuple(r[0] for r in result) if return_indices else result[0]
     starts = [interval_starts(samples[:, :, columns[dim]], plane[dim], out[dim], kernel[dim]) for dim in range(nd)]
     if any(k <= 0 for k in kernel):
         result = _empty_kernel(xb, FractionalWindows(plane, kernel, out, starts), return_indices)
     else:
         # samples outside [0, 1) make torch read out of bounds; keep the gathers inside the input instead
         starts = [mx.clip(s, 0, length - k) for s, length, k in zip(starts, plane, kernel)]
-        if _native.active() and xb.size > 0 and all(out):
-            result = _native.fractional_max(xb, starts, kernel, return_indices)
-        else:
-            result = window_max(xb, FractionalWindows(plane, kernel, out, starts), return_indices)
+        result = window_max(xb, FractionalWindows(plane, kernel, out, starts), return_indices)
     if batched:
         return result
     return tuple(r[0] for r in result) if return_indices else result[0]

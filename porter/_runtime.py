@@ -125,4 +125,7 @@ def runtime_info() -> dict:
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_flags": [f for f in _blas.RELEVANT_FLAGS if f in flags],
     }
+    from porter.layers import _native
+
+    info["native_kernels"] = _native.status()
     return info

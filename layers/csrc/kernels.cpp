@@ -166,24 +166,23 @@ class WindowMaxGrad : public mx::Primitive {
 
 class FractionalMax : public mx::Primitive {
  public:
-  FractionalMax(mx::Stream s, Ints kernel, Ints out, bool with_indices)
-      : mx::Primitive(s), kernel_(std::move(kernel)), out_(std::move(out)), with_indices_(with_indices) {}
+  FractionalMax(mx::Stream s, Ints kernel, Ints out, Ints column)
+      : mx::Primitive(s), kernel_(std::move(kernel)), out_(std::move(out)), column_(std::move(column)) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    launch(stream(), inputs, outputs, [k = kernel_, o = out_, wi = with_indices_](auto& in, auto& out) {
+    launch(stream(), inputs, outputs, [k = kernel_, o = out_, col = column_](auto& in, auto& out) {
       Geometry g = Geometry::of(in[0]);
-      const size_t nd = in.size() - 1;
-      const int64_t* starts[3] = {nullptr, nullptr, nullptr};
-      int64_t kernel[3] = {1, 1, 1}, size[3] = {1, 1, 1};
-      for (size_t d = 0; d < nd; ++d) {
-        starts[3 - nd + d] = in[1 + d].template data<int64_t>();
+      const int nd = static_cast<int>(k.size());
+      int64_t kernel[3] = {1, 1, 1}, size[3] = {1, 1, 1}, column[3] = {0, 0, 0};
+      for (int d = 0; d < nd; ++d) {
         kernel[3 - nd + d] = k[d];
         size[3 - nd + d] = o[d];
+        column[3 - nd + d] = col[d];
       }
-      dispatch(in[0].dtype(), "fractional_max", [&](auto tag) {
+      dispatch_float(in[0].dtype(), "fractional_max", [&](auto tag) {
         using T = decltype(tag);
-        fractional_max<T>(in[0].template data<T>(), g, starts, size, kernel, out[0].template data<T>(),
-                          wi ? out[1].template data<int64_t>() : nullptr);
+        fractional_max<T>(in[0].template data<T>(), g, in[1].template data<T>(), column, nd, size, kernel,
+                          out[0].template data<T>(), out[1].template data<int64_t>());
       });
     });
   }
@@ -193,8 +192,7 @@ class FractionalMax : public mx::Primitive {
   const char* name() const override { return "PorterFractionalMax"; }
 
  private:
-  Ints kernel_, out_;
-  bool with_indices_;
+  Ints kernel_, out_, column_;
 };
 
 class WindowSum : public mx::Primitive {
@@ -301,34 +299,31 @@ std::vector<mx::array> window_max_op(const mx::array& x, const Table& first, con
   return mx::array::make_arrays(shapes, dtypes, std::make_shared<WindowMax>(s, std::move(axes), with_indices), {x});
 }
 
-std::vector<mx::array> fractional_max_op(const mx::array& x, const std::vector<mx::array>& starts, const Ints& kernel,
-                                         bool with_indices) {
+// samples: (N, C, nd) in x's dtype (torch's random_samples); column[d]: the sample column of spatial dim d.
+std::vector<mx::array> fractional_max_op(const mx::array& x, const mx::array& samples, const Ints& kernel,
+                                         const Ints& out, const Ints& column) {
   auto s = cpu_stream("fractional_max");
   check_batched(x, "fractional_max", "x");
   const size_t nd = x.ndim() - 2;
-  if (starts.size() != nd || kernel.size() != nd) {
-    fail("fractional_max", "starts and kernel must give one entry per spatial dim of the input");
+  if (kernel.size() != nd || out.size() != nd || column.size() != nd) {
+    fail("fractional_max", "kernel, out and column must give one entry per spatial dim of the input");
   }
-  std::vector<mx::array> inputs{x};
-  Ints out;
+  if (samples.ndim() != 3 || samples.shape(0) != x.shape(0) || samples.shape(1) != x.shape(-1) ||
+      samples.shape(2) != static_cast<int>(nd) || samples.dtype() != x.dtype()) {
+    fail("fractional_max", "samples must be (N, C, nd) in the input's dtype");
+  }
+  int64_t plane = 1;
+  for (size_t d = 0; d < nd; ++d) plane *= x.shape(1 + d);
+  if (plane >= (int64_t{1} << 31)) fail("fractional_max", "planes of 2**31 elements or more are not supported");
   for (size_t d = 0; d < nd; ++d) {
-    const auto& st = starts[d];
-    if (st.ndim() != 3 || st.shape(0) != x.shape(0) || st.shape(1) != x.shape(-1)) {
-      fail("fractional_max", "starts must be (N, C, out) per spatial dim");
-    }
     if (kernel[d] <= 0 || kernel[d] > x.shape(1 + d)) fail("fractional_max", "kernel must fit the input");
-    out.push_back(st.shape(2));
-    inputs.push_back(mx::contiguous(mx::astype(st, mx::int64, s), false, s));
+    if (out[d] <= 0) fail("fractional_max", "out sizes must be positive");
+    if (column[d] < 0 || column[d] >= static_cast<int64_t>(nd)) fail("fractional_max", "column out of range");
   }
   auto shape = out_shape(x, out);
-  std::vector<mx::Shape> shapes{shape};
-  std::vector<mx::Dtype> dtypes{x.dtype()};
-  if (with_indices) {
-    shapes.push_back(shape);
-    dtypes.push_back(mx::int64);
-  }
-  return mx::array::make_arrays(shapes, dtypes, std::make_shared<FractionalMax>(s, kernel, out, with_indices),
-                                inputs);
+  return mx::array::make_arrays({shape, shape}, {x.dtype(), mx::int64},
+                                std::make_shared<FractionalMax>(s, kernel, out, column),
+                                {x, mx::contiguous(samples, false, s)});
 }
 
 mx::array window_max_grad_op(const mx::array& x, const mx::array& grad, const Table& first, const Table& end,
@@ -427,8 +422,8 @@ NB_MODULE(_porter_kernels, m) {
         nb::arg("with_indices"));
   m.def("window_max_grad", &porter::window_max_grad_op, nb::arg("x"), nb::arg("grad"), nb::arg("first"),
         nb::arg("end"), nb::arg("step"));
-  m.def("fractional_max", &porter::fractional_max_op, nb::arg("x"), nb::arg("starts"), nb::arg("kernel"),
-        nb::arg("with_indices"));
+  m.def("fractional_max", &porter::fractional_max_op, nb::arg("x"), nb::arg("samples"), nb::arg("kernel"),
+        nb::arg("out"), nb::arg("column"));
   m.def("window_sum", &porter::window_sum_op, nb::arg("x"), nb::arg("first"), nb::arg("end"), nb::arg("divisor"),
         nb::arg("override"), nb::arg("sequential"));
   m.def("window_sum_grad", &porter::window_sum_grad_op, nb::arg("grad"), nb::arg("plane"), nb::arg("first"),

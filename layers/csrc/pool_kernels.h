@@ -23,6 +23,7 @@ typename Acc<T>::type lowest_value() {
   }
 }
 
+// torch's scan replaces the best value when `v > best || isnan(v)` (not `!(v <= best)`: a NaN best must stay).
 template <typename A>
 inline bool is_nan(A v) {
   if constexpr (std::is_floating_point_v<A>) {
@@ -185,40 +186,169 @@ void window_max_grad(const T* x, const Geometry& g, const std::vector<Axis>& ax,
 }
 
 // ------------------------------------------------------------------------------------------------ fractional max
-// Fractional windows: per (n, c) window starts `starts[d][(n * C + c) * O_d + o]` on the nd last dims, `kernel[d]`
-// consecutive taps each (always in range). Same scan rule as window_max.
+// Torch's fractional-pool window starts on one dim for one sample `u` (generate_intervals), every step rounded in
+// the input's type T as torch's scalar_t arithmetic does; then clamped into [0, L - K] (torch reads out of bounds
+// for samples outside [0, 1); Porter keeps the window inside the input instead).
 template <typename T>
-void fractional_max(const T* x, const Geometry& g, const int64_t* const starts[3], const int64_t out_size[3],
-                    const int64_t kernel[3], T* out, int64_t* idx) {
+void fractional_starts(T u_t, int64_t length, int64_t out, int64_t kernel, int64_t* starts) {
+  using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  auto round = [](F v) { return static_cast<F>(static_cast<T>(v)); };  // through T: a no-op for float/double
+  const F u = static_cast<F>(u_t);
+  if (out > 1) {
+    const F alpha = round(round(static_cast<F>(length - kernel)) / round(static_cast<F>(out - 1)));
+    const int64_t base = static_cast<int>(round(u * alpha));
+    for (int64_t i = 0; i < out - 1; ++i) {
+      starts[i] = static_cast<int>(round(round(round(static_cast<F>(i)) + u) * alpha)) - base;
+    }
+  }
+  if (out > 0) starts[out - 1] = length - kernel;
+  for (int64_t i = 0; i < out; ++i) starts[i] = std::min(std::max<int64_t>(starts[i], 0), length - kernel);
+}
+
+// Strided copies that the auto-vectorizer would turn into AVX-512 gathers/scatters (several times slower than scalar
+// moves on the AMD cores measured here): kept scalar.
+#if defined(__clang__)
+#define PORTER_SCALAR_LOOP _Pragma("clang loop vectorize(disable)")
+#define PORTER_SCALAR_FN
+#elif defined(__GNUC__)
+#define PORTER_SCALAR_LOOP
+#define PORTER_SCALAR_FN __attribute__((optimize("no-tree-vectorize")))
+#else
+#define PORTER_SCALAR_LOOP
+#define PORTER_SCALAR_FN
+#endif
+
+// dst[i] = src[i * stride] for i < n
+template <typename D, typename S>
+PORTER_SCALAR_FN inline void strided_load(D* __restrict dst, const S* __restrict src, int64_t stride, int64_t n) {
+  PORTER_SCALAR_LOOP
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(src[i * stride]);
+}
+
+// dst[i * stride] = src[i] for i < n
+template <typename D, typename S>
+PORTER_SCALAR_FN inline void strided_store(D* __restrict dst, const S* __restrict src, int64_t stride, int64_t n) {
+  PORTER_SCALAR_LOOP
+  for (int64_t i = 0; i < n; ++i) dst[i * stride] = static_cast<D>(src[i]);
+}
+
+// One step of torch's scan over `count` candidate rows of `width` lanes: rows `src + j * step` (values) and
+// `idx + j * step` (their flat indices) for j < count, reduced lane by lane into `best`/`where` (first max, last
+// NaN), vectorized over the lanes.
+template <typename A>
+inline void scan_rows(const A* src, const int32_t* idx, int64_t step, int64_t count, int64_t width,
+                      A* __restrict best, int32_t* __restrict where) {
+  for (int64_t i = 0; i < width; ++i) {
+    best[i] = src[i];
+    where[i] = idx[i];
+  }
+  for (int64_t j = 1; j < count; ++j) {
+    const A* s = src + j * step;
+    const int32_t* k = idx + j * step;
+    for (int64_t i = 0; i < width; ++i) {
+      const A v = s[i];
+      const bool take = (v > best[i]) | is_nan(v);
+      best[i] = take ? v : best[i];
+      where[i] = take ? k[i] : where[i];
+    }
+  }
+}
+
+// Fractional max pool: per (n, c) plane, windows of kernel[d] consecutive taps from the starts its sample gives
+// (samples (N, C, nd) in T; `column[d]`: the sample column of spatial dim d). Same scan rule as window_max.
+// Separable, innermost dim first (exact for torch's rule, see layers/_window_max.py): a stride-1 sliding max
+// along W (vectorized over W) picked at the window starts, then per output row the rows of the window (vectorized
+// over the output row), then likewise along D. Work splits over (n, 16-channel block); the block is copied
+// plane-major first and the results are written back channels-last at the end.
+template <typename T>
+void fractional_max(const T* x, const Geometry& g, const T* samples, const int64_t column[3], int nd,
+                    const int64_t out_size[3], const int64_t kernel[3], T* out, int64_t* idx) {
   using A = typename Acc<T>::type;
   const int64_t o0 = out_size[0], o1 = out_size[1], o2 = out_size[2], C = g.c;
-  const int64_t p0 = g.plane_stride(0), p1 = g.plane_stride(1);
-  parallel_for(g.n * o0 * o1, o2 * C * kernel[0] * kernel[1] * kernel[2], [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t n = row / (o0 * o1), i0 = (row / o1) % o0, i1 = row % o1;
-      for (int64_t i2 = 0; i2 < o2; ++i2) {
-        const int64_t at = ((row * o2) + i2) * C;
-        for (int64_t c = 0; c < C; ++c) {
-          const int64_t plane_id = n * C + c;
-          const int64_t s0 = starts[0] ? starts[0][plane_id * o0 + i0] : 0;
-          const int64_t s1 = starts[1] ? starts[1][plane_id * o1 + i1] : 0;
-          const int64_t s2 = starts[2][plane_id * o2 + i2];
-          A best = lowest_value<T>();
-          int64_t where = s0 * p0 + s1 * p1 + s2;
-          const T* xc = x + n * g.stride_n + c * g.stride_c;
-          for (int64_t a = s0; a < s0 + kernel[0]; ++a) {
-            for (int64_t b = s1; b < s1 + kernel[1]; ++b) {
-              for (int64_t w = s2; w < s2 + kernel[2]; ++w) {
-                A v = static_cast<A>(xc[a * g.stride[0] + b * g.stride[1] + w * g.stride[2]]);
-                if ((v > best) | is_nan(v)) {
-                  best = v;
-                  where = a * p0 + b * p1 + w;
-                }
-              }
+  const int64_t s0 = g.size[0], s1 = g.size[1], s2 = g.size[2], plane = g.plane();
+  const int64_t k0 = kernel[0], k1 = kernel[1], k2 = kernel[2];
+  const int64_t cb = std::min<int64_t>(C, 16), blocks = (C + cb - 1) / cb;
+  const int64_t outputs = o0 * o1 * o2;
+  parallel_for(g.n * blocks, (plane * (k2 + 2) + s0 * o1 * o2 * k1 + outputs * k0) * cb,
+               [&](int64_t begin, int64_t end) {
+    const int64_t pitch = plane + 16;  // planes padded apart: the 16 writes per pixel do not alias 4 KiB apart
+    std::vector<A> local(pitch * cb);
+    std::vector<A> slide(s2), r1(s0 * s1 * o2), r2(s0 * o1 * o2), res(outputs * cb);
+    std::vector<int32_t> slide_i(s2), r1_i(s0 * s1 * o2), r2_i(s0 * o1 * o2), res_i(outputs * cb);
+    std::vector<int64_t> st0(o0), st1(o1), st2(o2);
+    int64_t* starts[3] = {st0.data(), st1.data(), st2.data()};
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t n = job / blocks, c0 = (job % blocks) * cb, w_c = std::min(C, c0 + cb) - c0;
+      // transposed in 16 x 16 tiles (pixels x channels), which stay in L1 between the channel passes
+      for (int64_t a = 0; a < s0; ++a) {
+        for (int64_t b = 0; b < s1; ++b) {
+          const T* rp = x + n * g.stride_n + a * g.stride[0] + b * g.stride[1] + c0 * g.stride_c;
+          const int64_t pbase = (a * s1 + b) * s2;
+          for (int64_t w0 = 0; w0 < s2; w0 += 16) {
+            const int64_t wn = std::min<int64_t>(16, s2 - w0);
+            for (int64_t c = 0; c < w_c; ++c) {
+              const T* src = rp + w0 * g.stride[2] + c * g.stride_c;
+              A* dst = local.data() + c * pitch + pbase + w0;
+              strided_load(dst, src, g.stride[2], wn);
             }
           }
-          out[at + c] = static_cast<T>(best);
-          if (idx) idx[at + c] = where;
+        }
+      }
+      for (int64_t c = 0; c < w_c; ++c) {
+        const T* sp = samples + (n * C + c0 + c) * nd;
+        for (int d = 0; d < 3; ++d) {
+          if (d < 3 - nd) {
+            std::fill(starts[d], starts[d] + out_size[d], 0);
+          } else {
+            fractional_starts<T>(sp[column[d]], g.size[d], out_size[d], kernel[d], starts[d]);
+          }
+        }
+        const A* lp = local.data() + c * pitch;
+        // W: sliding max of k2 taps at every position, then the window starts
+        const int64_t span = s2 - k2 + 1;
+        for (int64_t r = 0; r < s0 * s1; ++r) {
+          const A* row = lp + r * s2;
+          for (int64_t w = 0; w < span; ++w) {
+            slide[w] = row[w];
+            slide_i[w] = static_cast<int32_t>(w);
+          }
+          for (int64_t kw = 1; kw < k2; ++kw) {
+            for (int64_t w = 0; w < span; ++w) {
+              const A v = row[w + kw];
+              const bool take = (v > slide[w]) | is_nan(v);
+              slide[w] = take ? v : slide[w];
+              slide_i[w] = take ? static_cast<int32_t>(w + kw) : slide_i[w];
+            }
+          }
+          for (int64_t i2 = 0; i2 < o2; ++i2) {
+            r1[r * o2 + i2] = slide[st2[i2]];
+            r1_i[r * o2 + i2] = static_cast<int32_t>(r * s2 + slide_i[st2[i2]]);
+          }
+        }
+        // H: per output row, the k1 rows of its window (vectorized over the o2 outputs)
+        for (int64_t a = 0; a < s0; ++a) {
+          for (int64_t i1 = 0; i1 < o1; ++i1) {
+            const int64_t from = (a * s1 + st1[i1]) * o2;
+            scan_rows<A>(r1.data() + from, r1_i.data() + from, o2, k1, o2, r2.data() + (a * o1 + i1) * o2,
+                         r2_i.data() + (a * o1 + i1) * o2);
+          }
+        }
+        // D: per output slice, the k0 slices of its window (vectorized over o1 * o2)
+        for (int64_t i0 = 0; i0 < o0; ++i0) {
+          const int64_t from = st0[i0] * o1 * o2;
+          scan_rows<A>(r2.data() + from, r2_i.data() + from, o1 * o2, k0, o1 * o2,
+                       res.data() + c * outputs + i0 * o1 * o2, res_i.data() + c * outputs + i0 * o1 * o2);
+        }
+      }
+      for (int64_t o0_ = 0; o0_ < outputs; o0_ += 16) {  // back to channels-last, in 16 x 16 tiles
+        const int64_t on = std::min<int64_t>(16, outputs - o0_);
+        for (int64_t c = 0; c < w_c; ++c) {
+          T* op = out + (n * outputs + o0_) * C + c0 + c;
+          int64_t* ip = idx + (n * outputs + o0_) * C + c0 + c;
+          const A* rv = res.data() + c * outputs + o0_;
+          const int32_t* ri = res_i.data() + c * outputs + o0_;
+          strided_store(op, rv, C, on);
+          strided_store(ip, ri, C, on);
         }
       }
     }
