@@ -6,8 +6,9 @@ Error messages name the layer (``[MaxPool2d]``) and the argument, reusing torch'
 
 from __future__ import annotations
 
+import functools
 import numbers
-from typing import Sequence
+from typing import Callable, Sequence
 
 import mlx.core as mx
 
@@ -20,6 +21,11 @@ def ntuple(value, n: int, name: str, layer: str, *, allow_none: bool = False) ->
     A length-1 sequence is broadcast (as torch does); any other length than 1 or ``n`` raises ``ValueError``.
     Floats and bools raise ``TypeError``. ``allow_none`` lets ``None`` entries through (adaptive ``output_size``).
     """
+    # fast paths (this runs on every layer call): a plain int, or a tuple of n plain ints (``bool`` is not ``int``)
+    if type(value) is int:
+        return (value,) * n
+    if type(value) is tuple and len(value) == n and all(type(item) is int for item in value):
+        return value
     if isinstance(value, (list, tuple)):
         items = tuple(value)
         if len(items) == 1:
@@ -95,6 +101,52 @@ def as_batched(x: mx.array, nd: int, layer: str) -> tuple[mx.array, bool]:
     """Return ``x`` with a leading batch axis and whether it had one (so the caller can strip it again)."""
     batched = check_rank(x, nd, layer)
     return (x if batched else x[None]), batched
+
+
+def _typed(value):
+    if type(value) in (tuple, list):
+        return (type(value), tuple(_typed(item) for item in value))
+    return (type(value), value)
+
+
+def plan_cache(fn: Callable) -> Callable:
+    """Memoize a layer's argument and shape checks (and what they work out) per call signature.
+
+    The key records every argument's type as well as its value, recursively, so that values that compare equal
+    across types (``True == 1``, ``2.0 == 2``, ``[2] == (2,)`` after conversion) do not share an entry: a call that
+    must raise always reaches the checks. Errors are never cached; unhashable arguments skip the cache.
+    """
+    cache: dict = {}
+
+    @functools.wraps(fn)
+    def cached(*args):
+        try:
+            key = _typed(args)
+            return cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable argument
+            return fn(*args)
+        value = fn(*args)
+        if len(cache) >= 1024:
+            cache.clear()
+        cache[key] = value
+        return value
+
+    cached.cache = cache
+    return cached
+
+
+class ShapeOnly:
+    """What the input checks read of an array (``shape``, ``ndim``, ``dtype``, ``size``): lets a layer run its
+    checks once per input shape and dtype and cache the outcome (errors are never cached: they propagate)."""
+
+    def __init__(self, shape: tuple, dtype):
+        self.shape, self.dtype, self.ndim = tuple(shape), dtype, len(shape)
+        size = 1
+        for n in self.shape:
+            size *= n
+        self.size = size
 
 
 def format_shape(shape: Sequence[int]) -> str:

@@ -19,7 +19,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import _native
-from ._utils import adaptive_windows, as_batched
+from ._utils import ShapeOnly, adaptive_windows, as_batched, check_rank, plan_cache
 
 
 def check_output_size(output_size, nd: int, layer: str) -> tuple:
@@ -133,26 +133,40 @@ def _global_sum(x: mx.array) -> mx.array:
     return partial.reshape(n, group, c).sum(axis=1).reshape(keep)
 
 
-def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -> mx.array:
-    """Generic N-d adaptive average pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input (torch semantics)."""
-    layer = layer or f"adaptive_avg_pool{nd}d"
+@plan_cache
+def _plan(nd: int, output_size, shape: tuple, dtype, layer: str) -> tuple:
+    """Torch's checks of the arguments and of the input's shape and dtype; returns ``(batched, out, empty)``."""
     sizes = check_output_size(output_size, nd, layer)
-    xb, batched = as_batched(x, nd, layer)
-    spatial = tuple(xb.shape[1 : 1 + nd])
+    x = ShapeOnly(shape, dtype)
+    batched = check_rank(x, nd, layer)
+    full = shape if batched else (1,) + tuple(shape)
+    spatial = tuple(full[1 : 1 + nd])
     # torch's 3d kernel also rejects zero channels; its 1d/2d kernels accept them
     empty = [f"spatial dimension {axis}" for axis, n in enumerate(spatial) if n == 0]
-    if nd == 3 and xb.shape[-1] == 0:
+    if nd == 3 and full[-1] == 0:
         empty.insert(0, "the channel dimension")
     if empty:
-        torch_shape = list(x.shape[:-1 - nd]) + [x.shape[-1]] + list(spatial)
+        torch_shape = list(shape[:-1 - nd]) + [shape[-1]] + list(spatial)
         raise ValueError(
             f"[{layer}] 'input': adaptive_avg_pool{max(nd, 2)}d(): Expected input to have non-zero size for "
             f"non-batch dimensions, but input has sizes {torch_shape} (torch layout) with {empty[0]} being empty"
         )
-    if not mx.issubdtype(xb.dtype, mx.floating):
-        raise TypeError(f"[{layer}] 'input': \"{layer}\" not implemented for '{xb.dtype}' (floating input only)")
+    if not mx.issubdtype(dtype, mx.floating):
+        raise TypeError(f"[{layer}] 'input': \"{layer}\" not implemented for '{dtype}' (floating input only)")
     out = tuple(n if o is None else o for o, n in zip(sizes, spatial))
-    if any(o == 0 for o in out) or xb.size == 0:
+    return batched, out, any(o == 0 for o in out) or x.size == 0
+
+
+def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -> mx.array:
+    """Generic N-d adaptive average pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input (torch semantics)."""
+    layer = layer or f"adaptive_avg_pool{nd}d"
+    if not isinstance(x, mx.array):
+        check_output_size(output_size, nd, layer)
+        as_batched(x, nd, layer)  # raises for a non-array
+    batched, out, empty = _plan(nd, output_size, tuple(x.shape), x.dtype, layer)
+    xb = x if batched else x[None]
+    spatial = tuple(xb.shape[1 : 1 + nd])
+    if empty:
         result = mx.zeros((xb.shape[0],) + out + (xb.shape[-1],), dtype=xb.dtype)
         return result if batched else result[0]
     if _native.active():

@@ -16,7 +16,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import _native
-from ._utils import as_batched, format_shape, pool_output_size
+from ._utils import ShapeOnly, as_batched, check_rank, format_shape, plan_cache, pool_output_size
 
 _ORDINAL = {1: "one", 2: "two", 3: "three"}
 
@@ -102,6 +102,9 @@ def check_avg_pool_args(
     return k, s, p
 
 
+_checked_args = plan_cache(check_avg_pool_args)
+
+
 def check_avg_pool_input(x: mx.array, nd: int, k, s, p, ceil_mode: bool, layer: str) -> tuple[int, ...]:
     """Input checks that follow the argument checks (batched ``x``); return the output spatial size."""
     spatial, channels = tuple(x.shape[1 : 1 + nd]), x.shape[-1]
@@ -155,6 +158,17 @@ def _divisor(spatial, out, k, s, p, count_include_pad: bool, divisor_override, i
     return table if integer else table.astype(mx.float32)
 
 
+@plan_cache
+def _native_plan(nd, k, s, p, ceil_mode, count_include_pad, shape, dtype, layer) -> tuple:
+    """The input checks and the native window tables, once per configuration and input shape."""
+    xb = ShapeOnly(shape, dtype)
+    batched = check_rank(xb, nd, layer)
+    if not batched:
+        xb = ShapeOnly((1,) + tuple(shape), dtype)
+    out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
+    return batched, _native_tables(tuple(xb.shape[1 : 1 + nd]), out_shape, k, s, p, count_include_pad)
+
+
 @lru_cache(maxsize=256)
 def _native_tables(spatial, out, k, s, p, count_include_pad: bool) -> tuple:
     """Per-dim real taps ``[max(start, 0), min(start + k, L))`` and divisors (pool size or real count)."""
@@ -206,21 +220,19 @@ def avg_pool(
 ) -> mx.array:
     """Generic N-d average pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input (torch semantics)."""
     layer = layer or f"avg_pool{nd}d"
-    k, s, p = check_avg_pool_args(
-        nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layer
-    )
+    k, s, p = _checked_args(nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, layer)
     return avg_pool_checked(x, nd, k, s, p, ceil_mode, count_include_pad, divisor_override, layer)
 
 
 def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mode: bool, count_include_pad: bool,
                      divisor_override: Optional[int], layer: str) -> mx.array:
     """:func:`avg_pool` with arguments already normalised by :func:`check_avg_pool_args` (modules validate once)."""
+    if isinstance(x, mx.array) and x.dtype != mx.int64 and x.size > 0 and _native.active():
+        batched, tables = _native_plan(nd, k, s, p, ceil_mode, count_include_pad, tuple(x.shape), x.dtype, layer)
+        out = _native.window_sum(x if batched else x[None], *tables, divisor_override or 0)  # one pass (layers/csrc)
+        return out if batched else out[0]
     xb, batched = as_batched(x, nd, layer)
     out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
-    if xb.dtype != mx.int64 and xb.size > 0 and _native.active():
-        first, end, divisor = _native_tables(tuple(xb.shape[1 : 1 + nd]), out_shape, k, s, p, count_include_pad)
-        out = _native.window_sum(xb, first, end, divisor, divisor_override or 0)  # one pass (layers/csrc)
-        return out if batched else out[0]
     integer = xb.dtype == mx.int64
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
     work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb

@@ -17,7 +17,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import _blocks
-from ._utils import format_shape, ntuple, pool_output_size
+from ._utils import ShapeOnly, format_shape, ntuple, plan_cache, pool_output_size
 from ._window_max import (
     SeparableWindows, first_max_tap, flat_grid, fusable, fused_max, lowest, plane_strides, window_max,
 )
@@ -276,7 +276,7 @@ def check_max_pool_args(nd, kernel_size, stride, padding, dilation, return_indic
 
 
 def _check_input(x, nd, layer, return_indices):
-    if not isinstance(x, mx.array):
+    if not isinstance(x, (mx.array, ShapeOnly)):
         raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")
     if x.ndim not in (nd + 1, nd + 2):
         if nd == 1:
@@ -319,18 +319,33 @@ def max_pool(
     Returns the pooled array, or ``(values, indices)`` with int64 flat per-plane indices when ``return_indices``.
     Gradients match torch's (all of an output's gradient goes to its index). ``layer`` names the caller in errors.
     """
+    if not isinstance(x, mx.array):
+        check_max_pool_args(nd, kernel_size, stride, padding, dilation, return_indices, layer)
+        _check_input(x, nd, layer, return_indices)  # raises the TypeError
+    args = (nd, kernel_size, stride, padding, dilation, bool(ceil_mode), bool(return_indices), layer,
+            tuple(x.shape), x.dtype)
+    spec = _plan(*args)  # the checks and windows depend only on these: worked out once per configuration
+    batched = x.ndim == nd + 2
+    xb = x if batched else x[None]
+    result = window_max(xb, spec, return_indices)
+    if batched:
+        return result
+    return tuple(r[0] for r in result) if return_indices else result[0]
+
+
+@plan_cache
+def _plan(nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices, layer, shape, dtype):
+    """Every check of :func:`max_pool` that does not read the data, and the windows; raises as torch does."""
     kernel, stride, padding, dilation = check_max_pool_args(
         nd, kernel_size, stride, padding, dilation, return_indices, layer
     )
-    _check_input(x, nd, layer, return_indices)
-    batched = x.ndim == nd + 2
-    xb = x if batched else x[None]
-    plane = tuple(xb.shape[1 : 1 + nd])
-    out = tuple(pool_output_size(*args, bool(ceil_mode)) for args in zip(plane, kernel, stride, padding, dilation))
+    _check_input(ShapeOnly(shape, dtype), nd, layer, return_indices)
+    plane = tuple(shape[-1 - nd : -1])
+    out = tuple(pool_output_size(*args, ceil_mode) for args in zip(plane, kernel, stride, padding, dilation))
     if any(o < 1 for o in out):
         if nd == 1 and not return_indices:
             raise ValueError(f"[{layer}] max_pool1d() Invalid computed output size: {out[0]}")
-        channels = xb.shape[-1]
+        channels = shape[-1]
         in_shape, out_shape = (channels,) + plane, (channels,) + out
         if nd == 1:  # torch runs 1d through its 2d kernel and reports 2d shapes
             in_shape, out_shape = (channels, 1) + plane, (channels, 1) + out
@@ -338,11 +353,7 @@ def max_pool(
             f"[{layer}] Given input size: ({format_shape(in_shape)}). Calculated output size: "
             f"({format_shape(out_shape)}). Output size is too small"
         )
-    spec = SlidingWindows(plane, kernel, stride, padding, dilation, out, xb.dtype)
-    result = window_max(xb, spec, return_indices)
-    if batched:
-        return result
-    return tuple(r[0] for r in result) if return_indices else result[0]
+    return SlidingWindows(plane, kernel, stride, padding, dilation, out, dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- functional
