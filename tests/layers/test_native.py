@@ -1,0 +1,279 @@
+"""The native CPU kernels themselves: inputs the parity tables do not produce (strided and broadcast views, other
+thread counts), that each layer family really takes the native path, the kernels' own argument checks, and the
+build and load machinery (clear errors, nothing half-written, a clean fallback).
+
+Values are checked against torch in the test itself, or against the pure-MLX path where the point is that both
+paths agree on an input torch cannot express (a broadcast view)."""
+
+import os
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import porter.layers.functional as PF
+from porter.layers import _native
+
+pytestmark = pytest.mark.skipif(not _native._env_enabled(), reason="PORTER_NATIVE=0: the native kernels are off")
+
+
+@pytest.fixture(autouse=True)
+def backend():
+    """These tests pick their path themselves (overrides the two-path fixture of conftest.py)."""
+    if not _native.available():
+        pytest.fail(f"native kernels unavailable: {_native.status()['reason']}", pytrace=False)
+    with _native.use_native(True):
+        yield "native"
+
+
+def _nchw(a: mx.array) -> torch.Tensor:
+    return torch.from_numpy(np.array(a)).movedim(-1, 1)
+
+
+def _nhwc(t: torch.Tensor) -> np.ndarray:
+    return t.movedim(1, -1).numpy()
+
+
+# ---------------------------------------------------------------------------------------------------- dispatch
+class _Counter:
+    def __init__(self, monkeypatch):
+        self.calls = []
+        module = _native.kernels()
+        for name in ("window_max", "window_max_grad", "fractional_max", "window_sum", "window_sum_grad",
+                     "plane_scatter", "plane_gather"):
+            real = getattr(module, name)
+            monkeypatch.setattr(module, name, self._wrap(name, real))
+        for fn in (_native._window_max_fn, _native._fractional_fn, _native._window_sum_fn, _native._unpool_fn):
+            fn.cache_clear()  # cached closures hold the unwrapped functions
+
+    def _wrap(self, name, real):
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+
+CASES = {
+    "max_pool2d": lambda x: PF.max_pool2d(x, 3, 2, 1),
+    "max_pool3d": lambda x: PF.max_pool3d(x[:, None], 1, 1),
+    "adaptive_max_pool2d": lambda x: PF.adaptive_max_pool2d(x, 3),
+    "fractional_max_pool2d": lambda x: PF.fractional_max_pool2d(x, 2, output_size=4),
+    "avg_pool2d": lambda x: PF.avg_pool2d(x, 3, 2, 1),
+    "adaptive_avg_pool2d": lambda x: PF.adaptive_avg_pool2d(x, 3),
+    "lp_pool2d": lambda x: PF.lp_pool2d(x, 2, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_family_takes_the_native_path_forward_and_backward(name, monkeypatch):
+    counter = _Counter(monkeypatch)
+    x = mx.random.normal((2, 9, 9, 4))
+    _, grad = mx.value_and_grad(lambda a: CASES[name](a).sum())(x)
+    mx.eval(grad)
+    forward = {"max_pool2d": "window_max", "max_pool3d": "window_max", "adaptive_max_pool2d": "window_max",
+               "fractional_max_pool2d": "fractional_max"}.get(name, "window_sum")
+    assert forward in counter.calls
+    assert any(c.endswith("_grad") or c == "plane_scatter" for c in counter.calls), counter.calls
+
+
+def test_unpool_takes_the_native_path(monkeypatch):
+    counter = _Counter(monkeypatch)
+    y, idx = PF.max_pool2d(mx.random.normal((1, 4, 4, 2)), 2, return_indices=True)
+    mx.eval(mx.grad(lambda a: PF.max_unpool2d(a, idx, 2).sum())(y))
+    assert "plane_scatter" in counter.calls and "plane_gather" in counter.calls
+
+
+def test_pure_mlx_path_when_disabled(monkeypatch):
+    counter = _Counter(monkeypatch)
+    with _native.use_native(False):
+        mx.eval(PF.max_pool2d(mx.random.normal((1, 6, 6, 2)), 2), PF.avg_pool2d(mx.random.normal((1, 6, 6, 2)), 2))
+    assert counter.calls == []
+
+
+# ---------------------------------------------------------------------------------------------------- layouts
+def _strided_views():
+    base = mx.random.normal((2, 11, 13, 6))
+    return {
+        "transposed H/W": mx.swapaxes(base, 1, 2),
+        "channel slice": base[..., 1:5],
+        "channel step": base[..., ::2],
+        "spatial step": base[:, ::2, 1::3],
+        "channels-first made last": mx.moveaxis(mx.random.normal((2, 6, 11, 13)), 1, -1),
+    }
+
+
+@pytest.mark.parametrize("view", sorted(_strided_views()))
+@pytest.mark.parametrize("op", ["max", "max_indices", "avg", "adaptive_avg", "adaptive_max", "fractional"])
+def test_non_contiguous_inputs_match_torch(view, op):
+    x = _strided_views()[view]
+    xt = _nchw(x).contiguous()
+    if op == "max":
+        got, want = PF.max_pool2d(x, 3, 2, 1, ceil_mode=True), TF.max_pool2d(xt, 3, 2, 1, ceil_mode=True)
+    elif op == "max_indices":
+        got = PF.max_pool2d(x, 2, 1, dilation=2, return_indices=True)[1]
+        want = TF.max_pool2d(xt, 2, 1, dilation=2, return_indices=True)[1]
+    elif op == "avg":
+        got, want = PF.avg_pool2d(x, 3, 2, 1, count_include_pad=False), TF.avg_pool2d(xt, 3, 2, 1, count_include_pad=False)
+    elif op == "adaptive_avg":
+        got, want = PF.adaptive_avg_pool2d(x, (3, 4)), TF.adaptive_avg_pool2d(xt, (3, 4))
+    elif op == "adaptive_max":
+        got = PF.adaptive_max_pool2d(x, (3, 4), return_indices=True)[1]
+        want = TF.adaptive_max_pool2d(xt, (3, 4), return_indices=True)[1]
+    else:
+        samples = torch.rand(x.shape[0], x.shape[-1], 2)
+        got = PF.fractional_max_pool2d(x, 2, output_size=(4, 3), return_indices=True,
+                                       random_samples=mx.array(samples.numpy()))[1]
+        want = TF.fractional_max_pool2d(xt, 2, output_size=(4, 3), return_indices=True, _random_samples=samples)[1]
+    if want.dtype == torch.int64:
+        np.testing.assert_array_equal(np.array(got), _nhwc(want))
+    else:
+        np.testing.assert_allclose(np.array(got), _nhwc(want), rtol=1e-6, atol=1e-6)
+
+
+def test_broadcast_input_and_cotangent_agree_with_the_pure_path():
+    # a zero-stride input (torch has no such layout for its kernels to see) and mx.grad's broadcast cotangent
+    x = mx.broadcast_to(mx.random.normal((1, 7, 1, 3)), (2, 7, 9, 3))
+
+    def run():
+        f = lambda a: (PF.max_pool2d(a, 3, 2, 1) * 2).sum() + PF.avg_pool2d(a, 2, 1).sum()  # noqa: E731
+        value, grad = mx.value_and_grad(f)(x)
+        return np.array(value), np.array(grad)
+
+    native = run()
+    with _native.use_native(False):
+        pure = run()
+    np.testing.assert_allclose(native[0], pure[0], rtol=1e-6)
+    np.testing.assert_allclose(native[1], pure[1], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------- threads
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_results_do_not_depend_on_the_thread_count(threads):
+    x = mx.array(np.random.default_rng(0).standard_normal((5, 37, 29, 40)).astype(np.float32))
+    grad_out = mx.array(np.random.default_rng(1).standard_normal((5, 19, 15, 40)).astype(np.float32))
+
+    def run():
+        values, index = PF.max_pool2d(x, 3, 2, 1, return_indices=True)
+        avg = PF.avg_pool2d(x, 3, 2, 1)
+        _, vjp = mx.vjp(lambda a: PF.max_pool2d(a, 3, 2, 1), [x], [grad_out])
+        _, avg_vjp = mx.vjp(lambda a: PF.avg_pool2d(a, 3, 2, 1), [x], [grad_out])
+        return [np.array(a) for a in (values, index, avg, vjp[0], avg_vjp[0])]
+
+    before = _native.kernels().num_threads()
+    try:
+        _native.set_num_threads(1)
+        serial = run()
+        _native.set_num_threads(threads)
+        parallel = run()
+    finally:
+        _native.set_num_threads(before)
+    for a, b in zip(serial, parallel):
+        np.testing.assert_array_equal(a, b)  # the same order of operations: bit for bit
+
+
+def test_set_num_threads_names_the_argument():
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="'n' must be a positive int"):
+            _native.set_num_threads(bad)
+
+
+# ---------------------------------------------------------------------------------------------------- kernel checks
+def test_kernel_argument_checks_raise_clear_errors():
+    k = _native.kernels()
+    x = mx.zeros((1, 4, 4, 2))
+    with pytest.raises(ValueError, match=r"\[porter.window_max\] window tables must give one entry per spatial dim"):
+        k.window_max(x, [[0]], [[1]], [1], False)
+    with pytest.raises(ValueError, match="reads outside the input"):
+        k.window_max(x, [[0], [0]], [[1], [5]], [1, 1], False)
+    with pytest.raises(ValueError, match="must be batched channels-last"):
+        k.window_sum(mx.zeros((4, 2)), [[0]], [[1]], [[1]], 0, False)
+    with pytest.raises(ValueError, match=r"samples must be \(N, C, nd\)"):
+        k.fractional_max(x, mx.zeros((1, 2, 2), dtype=mx.float16), [2, 2], [2, 2], [1, 0])
+    with pytest.raises(ValueError, match="index must have the shape of src"):
+        k.plane_scatter(x, mx.zeros((1, 4, 4, 1), dtype=mx.int64), [4, 4], True)
+
+
+# ---------------------------------------------------------------------------------------------------- build / load
+def test_status_reports_the_kernels_in_use():
+    info = _native.status()
+    assert info["available"] and info["enabled"] and info["reason"] is None
+    assert info["threads"] >= 1 and os.path.isdir(info["directory"])
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    full = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120)
+
+
+def test_disabled_by_environment_falls_back_silently():
+    run = _python(
+        "import warnings; warnings.simplefilter('error')\n"
+        "import porter, mlx.core as mx\n"
+        "from porter.layers import _native, functional as F\n"
+        "mx.eval(F.max_pool2d(mx.ones((1, 4, 4, 1)), 2))\n"
+        "print(_native.status()['reason'])",
+        PORTER_NATIVE="0",
+    )
+    assert run.returncode == 0, run.stderr
+    assert "disabled by PORTER_NATIVE=0" in run.stdout
+
+
+def test_missing_build_warns_once_and_falls_back(tmp_path):
+    run = _python(
+        "import warnings\n"
+        "import porter, mlx.core as mx\n"
+        "from porter.layers import _native, functional as F\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    a = F.max_pool2d(mx.arange(16.0).reshape(1, 4, 4, 1), 2)\n"
+        "    b = F.avg_pool2d(mx.ones((1, 4, 4, 1)), 2)\n"
+        "print(len([w for w in seen if 'porter build-kernels' in str(w.message)]), a.reshape(-1).tolist())",
+        PORTER_KERNEL_DIR=str(tmp_path / "empty"),
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split()[0] == "1"
+    assert "[5.0, 7.0, 13.0, 15.0]" in run.stdout
+
+
+def test_build_reports_a_missing_tool_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PORTER_KERNEL_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setattr(_native, "_tool", lambda name: None)
+    with pytest.raises(_native.BuildError, match="needs CMake"):
+        _native.build()
+    assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").rglob("*.so"))
+
+
+def test_build_reports_a_failed_compile_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PORTER_KERNEL_DIR", str(tmp_path / "kernels"))
+    broken = tmp_path / "csrc"
+    broken.mkdir()
+    for name in _native.SOURCES:
+        (broken / name).write_text((_native.SOURCE_DIR / name).read_text())
+    (broken / "kernels.cpp").write_text((broken / "kernels.cpp").read_text() + "\nthis is not C++;\n")
+    monkeypatch.setattr(_native, "SOURCE_DIR", broken)
+    with pytest.raises(_native.BuildError, match="the (configure|compile) step failed"):
+        _native.build()
+    leftovers = [p for p in (tmp_path / "kernels").rglob("*") if p.is_file()]
+    assert leftovers == []
+
+
+def test_build_tag_tracks_mlx_sources_and_cpu(monkeypatch):
+    tag = _native.build_tag()
+    assert tag.startswith(f"mlx{mx.__version__}-")
+    monkeypatch.setattr(_native, "_cpu_fingerprint", lambda: "another cpu")
+    assert _native.build_tag() != tag
+
+
+def test_cli_build_kernels_is_a_no_op_when_built():
+    from click.testing import CliRunner
+
+    from porter.cli.main import main
+
+    result = CliRunner().invoke(main, ["build-kernels"])
+    assert result.exit_code == 0, result.output
+    assert "native kernels ready:" in result.output
