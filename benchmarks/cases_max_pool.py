@@ -41,7 +41,8 @@ def _fractional_pair():
     samples = torch.rand(8, 64, 2)
     samples_m = mx.array(samples.numpy())
     t = lambda x: F.fractional_max_pool2d(x, 3, output_size=(80, 80), _random_samples=samples)  # noqa: E731
-    m = lambda x: L.FractionalMaxPool2d(3, output_size=(80, 80))(x, random_samples=samples_m)  # noqa: E731
+    pool = L.FractionalMaxPool2d(3, output_size=(80, 80))
+    m = lambda x: pool(x, random_samples=samples_m)  # noqa: E731
     return t, m
 
 
@@ -57,8 +58,8 @@ def _fractional_small_pair():
     samples_m = mx.array(samples.numpy())
     t = lambda x: F.fractional_max_pool2d(x, 3, output_size=(14, 14), return_indices=True,  # noqa: E731
                                           _random_samples=samples)
-    m = lambda x: L.FractionalMaxPool2d(3, output_size=(14, 14), return_indices=True)(  # noqa: E731
-        x, random_samples=samples_m)
+    pool = L.FractionalMaxPool2d(3, output_size=(14, 14), return_indices=True)
+    m = lambda x: pool(x, random_samples=samples_m)  # noqa: E731
     return t, m
 
 

@@ -4,7 +4,8 @@
 
 Each case lives in a ``benchmarks/cases_<family>.py`` file and registers itself with :func:`case`. For each case the
 script prints torch and Porter medians for the forward pass and for forward+backward, and the ratio Porter/torch
-(below 1.0 means Porter is faster). Porter's pooling layers take the native CPU kernels when they are built
+(below 1.0 means Porter is faster). Small inputs also get an in-graph figure (16 calls evaluated together, per
+call), where MLX's fixed per-eval cost is shared as it is inside a model. Porter's pooling layers take the native CPU kernels when they are built
 (``porter build-kernels``); ``--native off`` times the pure-MLX path that GPUs and machines without them use.
 """
 
@@ -39,6 +40,8 @@ class Case:
 
 
 CASES: list[Case] = []
+GRAPH_MAX_ELEMENTS = 1 << 17  # inputs up to this size also get the in-graph timing
+GRAPH_CALLS = 16
 
 
 def case(name: str, shape: tuple, make_torch: Callable, make_porter: Callable, backward: bool = True) -> None:
@@ -65,6 +68,16 @@ def run_case(c: Case, repeat: int) -> dict:
     with torch.no_grad():
         row["torch_fwd"] = _median_ms(lambda: _first(ft(xt)), repeat)
     row["porter_fwd"] = _median_ms(lambda: mx.eval(_first(fm(xm))), repeat)
+    if x_np.size <= GRAPH_MAX_ELEMENTS:
+        # in a model a layer is one node of a larger graph, evaluated once: the per-eval fixed cost (a hand-off to
+        # MLX's stream thread, 15-70 us on this VM depending on where the threads land) is shared. Time 16
+        # independent calls in one eval (torch: 16 calls) to show the per-layer cost in that setting.
+        xs = [xm + 0 for _ in range(GRAPH_CALLS)]
+        ts = [xt.clone() for _ in range(GRAPH_CALLS)]
+        mx.eval(xs)
+        with torch.no_grad():
+            row["torch_graph"] = _median_ms(lambda: [_first(ft(t)) for t in ts], repeat) / GRAPH_CALLS
+        row["porter_graph"] = _median_ms(lambda: mx.eval([_first(fm(a)) for a in xs]), repeat) / GRAPH_CALLS
     if c.backward:
         xg = xt.clone().requires_grad_(True)
 
@@ -115,12 +128,20 @@ def _run(args) -> int:
     head += f" {'f+b torch':>9s} {'porter':>8s} {'ratio':>6s}"
     print(head)
     print("-" * len(head))
+    floor = mx.zeros((2, 28, 28, 16))
+    mx.eval(floor)
+    floor_ms = _median_ms(lambda: mx.eval(floor + 1), args.repeat * 5)
+    print(f"(MLX's fixed cost of one mx.eval of a single small op here: {floor_ms:.3f}ms; small inputs also get an "
+          f"'in-graph' figure: {GRAPH_CALLS} calls in one eval, per call)")
     for c in selected:
         r = run_case(c, args.repeat)
         line = f"{r['name']:44s} {str(r['shape']):22s} {r['torch_fwd']:8.2f}ms {r['porter_fwd']:6.2f}ms"
         line += f" {r['porter_fwd'] / r['torch_fwd']:5.2f}x"
         if "torch_bwd" in r:
             line += f" {r['torch_bwd']:7.2f}ms {r['porter_bwd']:6.2f}ms {r['porter_bwd'] / r['torch_bwd']:5.2f}x"
+        if "torch_graph" in r:
+            line += (f"   in-graph fwd {r['torch_graph']:.3f}ms {r['porter_graph']:.3f}ms "
+                     f"{r['porter_graph'] / r['torch_graph']:5.2f}x")
         print(line, flush=True)
     return 0
 

@@ -29,7 +29,6 @@ import sys
 import sysconfig
 import tempfile
 import warnings
-from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -273,101 +272,33 @@ def _self_test(folder: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- ops
-# Differentiable wrappers: each native forward paired with its native backward through mx.custom_function. The
-# window tables are tuples of tuples (hashable), so the wrapper for one layer configuration is built once.
-Tables = tuple  # ((per-dim first), (per-dim end), (per-dim step))
-
-
-@lru_cache(maxsize=512)
-def _window_max_fn(first: tuple, end: tuple, step: tuple, with_indices: bool):
-    k = kernels()
-
-    @mx.custom_function
-    def pool(x):
-        out = k.window_max(x, first, end, step, with_indices)
-        return (out[0], out[1]) if with_indices else out[0]
-
-    @pool.vjp
-    def pool_vjp(x, cotangent, output):
-        grad = cotangent[0] if isinstance(cotangent, (list, tuple)) else cotangent
-        return k.window_max_grad(x, grad.astype(x.dtype), first, end, step)
-
-    return pool
+# Each op is one MLX primitive that carries its own VJP (layers/csrc/kernels.cpp): torch's gradients, and a layer
+# stays a single graph node.
 
 
 def window_max(x: mx.array, first: tuple, end: tuple, step: tuple, with_indices: bool):
     """Max over per-dim window tables on batched channels-last ``x`` (see ``csrc/windows.h``); torch's values,
     int64 indices when asked, and torch's gradient (all of it to the chosen tap)."""
-    return _window_max_fn(first, end, step, with_indices)(x)
-
-
-@lru_cache(maxsize=512)
-def _fractional_fn(kernel: tuple, out: tuple, columns: tuple, plane: tuple):
-    k = kernels()
-
-    @mx.custom_function
-    def pool(x, samples):
-        values, index = k.fractional_max(x, samples, kernel, out, columns)  # the backward scatters at the indices
-        return values, index
-
-    @pool.vjp
-    def pool_vjp(primals, cotangent, output):
-        x, samples = primals
-        grad = cotangent[0].astype(x.dtype)
-        return k.plane_scatter(grad, output[1], plane, False)[0], mx.zeros_like(samples)
-
-    return pool
+    out = kernels().window_max(x, first, end, step, with_indices)
+    return (out[0], out[1]) if with_indices else out[0]
 
 
 def fractional_max(x: mx.array, samples: mx.array, kernel: tuple, out: tuple, columns: tuple, with_indices: bool):
     """Fractional max pool of batched channels-last ``x`` from torch's ``(N, C, nd)`` samples (``columns[d]``: the
     sample column of spatial dim ``d``); the window starts are computed in the kernel, in the input dtype."""
-    plane = tuple(x.shape[1:-1])
-    values, index = _fractional_fn(tuple(kernel), tuple(out), tuple(columns), plane)(x, samples)
+    values, index = kernels().fractional_max(x, samples, kernel, out, columns)
     return (values, index) if with_indices else values
-
-
-@lru_cache(maxsize=512)
-def _window_sum_fn(first: tuple, end: tuple, divisor: tuple, override: int, sequential: bool, plane: tuple):
-    k = kernels()
-
-    @mx.custom_function
-    def pool(x):
-        return k.window_sum(x, first, end, divisor, override, sequential)
-
-    @pool.vjp
-    def pool_vjp(x, cotangent, output):
-        return k.window_sum_grad(cotangent.astype(x.dtype), plane, first, end, divisor, override, sequential)
-
-    return pool
 
 
 def window_sum(x: mx.array, first: tuple, end: tuple, divisor: tuple, override: int = 0, sequential: bool = False):
     """Average over per-dim windows ``[first, end)`` on batched channels-last float ``x``: the window sum divided by
     ``override`` if nonzero, else by the product of the per-dim ``divisor`` entries (or by each in turn with
     ``sequential``, as torch's adaptive average does)."""
-    return _window_sum_fn(first, end, divisor, int(override), bool(sequential), tuple(x.shape[1:-1]))(x)
-
-
-@lru_cache(maxsize=512)
-def _unpool_fn(plane: tuple):
-    k = kernels()
-
-    @mx.custom_function
-    def unpool(values, index):
-        out, bad = k.plane_scatter(values, index, plane, True)
-        return out, bad
-
-    @unpool.vjp
-    def unpool_vjp(primals, cotangent, output):
-        values, index = primals
-        # torch's backward gathers at every index, duplicates included (each gets the full gradient)
-        return k.plane_gather(cotangent[0].astype(values.dtype), index), mx.zeros_like(index)
-
-    return unpool
+    return kernels().window_sum(x, first, end, divisor, int(override), bool(sequential))
 
 
 def unpool(values: mx.array, index: mx.array, plane: tuple):
     """``out[n, index, c] = values`` per plane (the last writer in scan order wins), ``(N, *plane, C)``; also the
     count of out-of-range indices (skipped) as an int64 scalar, which the caller must check."""
-    return _unpool_fn(tuple(plane))(values, index)
+    out, bad = kernels().plane_scatter(values, index, plane, True)
+    return out, bad

@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ._utils import adaptive_windows, check_float_pool_input
+from ._utils import adaptive_windows, check_float_pool_input, plan_cache
 from ._window_max import SeparableWindows, WindowSpec, fusable, fused, plane_strides, window_max
 from .max_pool import SlidingWindows
 
@@ -119,8 +119,10 @@ def _adaptive_tables(plane: tuple, out: tuple) -> tuple:
     return tuple(firsts), tuple(ends), (1,) * len(plane)
 
 
+@lru_cache(maxsize=256)
 def adaptive_windows_spec(plane, out) -> WindowSpec:
-    """Sliding windows when every dim divides evenly (then adaptive == kernel = stride = L // O), else gathers."""
+    """Sliding windows when every dim divides evenly (then adaptive == kernel = stride = L // O), else gathers.
+    Cached: a spec holds constant index arrays, which cost MLX ops to build on every call."""
     if all(o > 0 and length % o == 0 for length, o in zip(plane, out)):
         k = tuple(length // o for length, o in zip(plane, out))
         nd = len(plane)
@@ -157,13 +159,16 @@ def _normalize_output_size(output_size, nd: int, layer: str) -> tuple:
     return tuple(None if s is None else int(s) for s in sizes)
 
 
+_checked_output_size = plan_cache(_normalize_output_size)
+
+
 def adaptive_max_pool(x: mx.array, nd: int, output_size, return_indices: bool = False, *, layer: str):
     """N-d adaptive max pooling on channels-last ``(N, *spatial, C)`` or unbatched ``(*spatial, C)``.
 
     ``output_size`` entries may be ``None`` (keep that input size; 2d/3d). Returns values, or ``(values, indices)``
     with torch's int64 flat per-plane indices.
     """
-    sizes = _normalize_output_size(output_size, nd, layer)
+    sizes = _checked_output_size(output_size, nd, layer)
     fn = f"adaptive_max_pool{nd}d"
     if not isinstance(x, mx.array):
         raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")

@@ -111,7 +111,25 @@ bool same_type(const mx::Primitive& a, const mx::Primitive& b) {
   return dynamic_cast<const P*>(&b) != nullptr && dynamic_cast<const P*>(&a) != nullptr;
 }
 
+
+// ------------------------------------------------------------------------------------------------ autodiff helpers
+// The primitives carry their own VJPs (so a layer stays one graph node: mx.custom_function would add another,
+// and on small inputs every node costs more than the kernel itself).
+mx::array cast_like(const mx::array& a, const mx::array& like, mx::Stream s) {
+  return a.dtype() == like.dtype() ? a : mx::astype(a, like.dtype(), s);
+}
+
 // ------------------------------------------------------------------------------------------------ primitives
+class WindowMaxGrad;
+class WindowSum;
+class PlaneScatter;
+class PlaneGather;
+mx::array make_window_max_grad(mx::Stream s, const std::vector<Axis>& axes, const mx::array& x, const mx::array& g);
+mx::array make_window_sum(mx::Stream s, const std::vector<Axis>& axes, int64_t ov, bool seq, bool grad,
+                          const mx::Shape& shape, const mx::array& in);
+mx::array make_scatter_add(mx::Stream s, const mx::Shape& shape, const mx::array& src, const mx::array& index);
+mx::array make_gather(mx::Stream s, const mx::array& src, const mx::array& index);
+
 class WindowMax : public mx::Primitive {
  public:
   WindowMax(mx::Stream s, std::vector<Axis> axes, bool with_indices)
@@ -131,6 +149,12 @@ class WindowMax : public mx::Primitive {
     throw std::runtime_error("[porter.window_max] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterWindowMax"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    // torch's gradient: all of each output's gradient to the tap the scan chose (recomputed from x)
+    const auto& x = primals[0];
+    return {make_window_max_grad(stream(), axes_, x, cast_like(cotangents[0], x, stream()))};
+  }
   bool is_equivalent(const mx::Primitive& other) const override {
     if (!same_type<WindowMax>(*this, other)) return false;
     auto& o = static_cast<const WindowMax&>(other);
@@ -159,6 +183,10 @@ class WindowMaxGrad : public mx::Primitive {
     throw std::runtime_error("[porter.window_max_grad] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterWindowMaxGrad"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>&, const std::vector<int>&,
+                             const std::vector<mx::array>&) override {
+    throw std::invalid_argument("[porter.window_max] second derivatives of max pooling are not supported");
+  }
 
  private:
   std::vector<Axis> axes_;
@@ -190,6 +218,19 @@ class FractionalMax : public mx::Primitive {
     throw std::runtime_error("[porter.fractional_max] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterFractionalMax"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override {
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {  // to each output's index; the samples get none (they only place the windows)
+        const auto& x = primals[0];
+        grads.push_back(make_scatter_add(stream(), x.shape(), cast_like(cotangents[0], x, stream()), outputs[1]));
+      } else {
+        grads.push_back(mx::zeros_like(primals[arg], stream()));
+      }
+    }
+    return grads;
+  }
 
  private:
   Ints kernel_, out_, column_;
@@ -219,6 +260,13 @@ class WindowSum : public mx::Primitive {
     throw std::runtime_error("[porter.window_sum] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return grad_ ? "PorterWindowSumGrad" : "PorterWindowSum"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>&) override {
+    // linear: the adjoint of the window average is its scatter, and the adjoint of that the average again
+    const auto& in = primals[0];
+    return {make_window_sum(stream(), axes_, override_, sequential_, !grad_, in.shape(),
+                            cast_like(cotangents[0], in, stream()))};
+  }
   bool is_equivalent(const mx::Primitive& other) const override {
     if (!same_type<WindowSum>(*this, other)) return false;
     auto& o = static_cast<const WindowSum&>(other);
@@ -251,6 +299,19 @@ class PlaneScatter : public mx::Primitive {
     throw std::runtime_error("[porter.plane_scatter] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return assign_ ? "PorterPlaneAssign" : "PorterPlaneScatterAdd"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    // torch's unpool backward gathers at every index, duplicates included (each gets the full gradient)
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        grads.push_back(make_gather(stream(), cast_like(cotangents[0], primals[0], stream()), primals[1]));
+      } else {
+        grads.push_back(mx::zeros_like(primals[arg], stream()));
+      }
+    }
+    return grads;
+  }
 
  private:
   int64_t plane_;
@@ -276,10 +337,47 @@ class PlaneGather : public mx::Primitive {
     throw std::runtime_error("[porter.plane_gather] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterPlaneGather"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        const auto& src = primals[0];
+        grads.push_back(make_scatter_add(stream(), src.shape(), cast_like(cotangents[0], src, stream()), primals[1]));
+      } else {
+        grads.push_back(mx::zeros_like(primals[arg], stream()));
+      }
+    }
+    return grads;
+  }
 
  private:
   int64_t plane_;
 };
+
+mx::array make_window_max_grad(mx::Stream s, const std::vector<Axis>& axes, const mx::array& x, const mx::array& g) {
+  return mx::array(x.shape(), x.dtype(), std::make_shared<WindowMaxGrad>(s, axes), {x, mx::contiguous(g, false, s)});
+}
+
+mx::array make_window_sum(mx::Stream s, const std::vector<Axis>& axes, int64_t ov, bool seq, bool grad,
+                          const mx::Shape& shape, const mx::array& in) {
+  return mx::array(shape, in.dtype(), std::make_shared<WindowSum>(s, axes, ov, seq, grad),
+                   {grad ? mx::contiguous(in, false, s) : in});
+}
+
+mx::array make_scatter_add(mx::Stream s, const mx::Shape& shape, const mx::array& src, const mx::array& index) {
+  int64_t plane = 1;
+  for (size_t d = 1; d + 1 < shape.size(); ++d) plane *= shape[d];
+  return mx::array(shape, src.dtype(), std::make_shared<PlaneScatter>(s, plane, false),
+                   {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+}
+
+mx::array make_gather(mx::Stream s, const mx::array& src, const mx::array& index) {
+  int64_t plane = 1;
+  for (size_t d = 1; d + 1 < src.ndim(); ++d) plane *= src.shape(d);
+  return mx::array(index.shape(), src.dtype(), std::make_shared<PlaneGather>(s, plane),
+                   {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+}
 
 // ------------------------------------------------------------------------------------------------ ops
 std::vector<mx::array> window_max_op(const mx::array& x, const Table& first, const Table& end, const Ints& step,

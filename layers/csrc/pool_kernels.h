@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "parallel.h"
@@ -42,6 +43,88 @@ inline int64_t channel_block(int64_t n, int64_t c) {
 }
 
 // ------------------------------------------------------------------------------------------------ window max
+// Window reductions of K * 16 float32 channels with the running values in K vector registers (GCC/Clang vector
+// types: SSE/AVX/AVX-512 or NEON), used for contiguous channels in multiples of 16: measured 2x faster than a
+// whole-row accumulator in memory on a global average pool of (8, 56, 56, 256). Taps still go in scan order per
+// channel, so results are those of the generic loops bit for bit.
+#if defined(__GNUC__) || defined(__clang__)
+constexpr bool kHaveVectors = true;
+constexpr int64_t kMaxVectors = 16;
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+
+struct SumOp {
+  static f32x16 init() { return f32x16{}; }
+  static f32x16 step(f32x16 acc, f32x16 v) { return acc + v; }
+};
+
+struct MaxOp {  // torch's scan: replace when greater or NaN
+  static f32x16 init() {
+    f32x16 r;
+    for (int i = 0; i < 16; ++i) r[i] = -std::numeric_limits<float>::infinity();
+    return r;
+  }
+  static f32x16 step(f32x16 acc, f32x16 v) {
+    const i32x16 take = (v > acc) | (v != v);
+    return (f32x16)(((i32x16)v & take) | ((i32x16)acc & ~take));
+  }
+};
+
+template <typename Op, int K>
+inline void reduce_registers_k(const float* xn, const Geometry& g, const std::vector<Axis>& ax, int64_t i0,
+                               int64_t i1, int64_t i2, float* out) {
+  f32x16 acc[K];
+  for (int k = 0; k < K; ++k) acc[k] = Op::init();
+  for (int64_t a = ax[0].first[i0]; a < ax[0].end[i0]; a += ax[0].step) {
+    for (int64_t b = ax[1].first[i1]; b < ax[1].end[i1]; b += ax[1].step) {
+      for (int64_t w = ax[2].first[i2]; w < ax[2].end[i2]; w += ax[2].step) {
+        const float* p = xn + a * g.stride[0] + b * g.stride[1] + w * g.stride[2];
+        for (int k = 0; k < K; ++k) {
+          f32x16 v;
+          std::memcpy(&v, p + 16 * k, sizeof(v));
+          acc[k] = Op::step(acc[k], v);
+        }
+      }
+    }
+  }
+  for (int k = 0; k < K; ++k) std::memcpy(out + 16 * k, &acc[k], sizeof(f32x16));
+}
+
+// Reduces channels [0, C) of one window of xn (channel-contiguous, C a multiple of 16) into out, 256 at a time.
+template <typename Op>
+inline void reduce_in_registers(const float* xn, const Geometry& g, const std::vector<Axis>& ax, int64_t i0,
+                                int64_t i1, int64_t i2, int64_t C, float* out) {
+  for (int64_t c0 = 0; c0 < C; c0 += 16 * kMaxVectors) {
+    switch (std::min<int64_t>(kMaxVectors, (C - c0) / 16)) {
+#define PORTER_REDUCE_CASE(K) \
+  case K: reduce_registers_k<Op, K>(xn + c0, g, ax, i0, i1, i2, out + c0); break;
+      PORTER_REDUCE_CASE(1) PORTER_REDUCE_CASE(2) PORTER_REDUCE_CASE(3) PORTER_REDUCE_CASE(4)
+      PORTER_REDUCE_CASE(5) PORTER_REDUCE_CASE(6) PORTER_REDUCE_CASE(7) PORTER_REDUCE_CASE(8)
+      PORTER_REDUCE_CASE(9) PORTER_REDUCE_CASE(10) PORTER_REDUCE_CASE(11) PORTER_REDUCE_CASE(12)
+      PORTER_REDUCE_CASE(13) PORTER_REDUCE_CASE(14) PORTER_REDUCE_CASE(15) PORTER_REDUCE_CASE(16)
+#undef PORTER_REDUCE_CASE
+      default: break;
+    }
+  }
+}
+#else
+constexpr bool kHaveVectors = false;
+constexpr int64_t kMaxVectors = 1;
+struct SumOp {};
+struct MaxOp {};
+template <typename Op>
+inline void reduce_in_registers(const float*, const Geometry&, const std::vector<Axis>&, int64_t, int64_t, int64_t,
+                                int64_t, float*) {}
+#endif
+
+// Whether a float32 reduction of `taps` taps over C channels takes the register path (see above): one pass over
+// the window per 256 channels, so beyond 256 channels only while a window fits in L2.
+template <typename T>
+inline bool use_registers(const Geometry& g, int64_t taps) {
+  return std::is_same_v<T, float> && kHaveVectors && g.stride_c == 1 && g.c % 16 == 0 &&
+         (g.c <= 16 * kMaxVectors || taps * g.c * int64_t(sizeof(float)) <= (int64_t{1} << 20));
+}
+
 // out[n, o, c] = max over the window's taps (torch's scan: a tap replaces the best when it is greater or NaN, so
 // ties keep the first maximum and NaN the last NaN); idx (optional) = the chosen tap's flat plane index, or the
 // window's first scanned coordinate when no tap beat the start value.
@@ -52,12 +135,19 @@ void window_max_impl(const T* x, const Geometry& g, const std::vector<Axis>& ax,
   const int64_t p0 = g.plane_stride(0), p1 = g.plane_stride(1);
   int64_t taps = 1;
   for (int d = 0; d < 3; ++d) taps *= std::max<int64_t>(1, (ax[d].end[0] - ax[d].first[0] + ax[d].step - 1) / ax[d].step);
+  const bool registers = idx == nullptr && use_registers<T>(g, taps);
   parallel_for(g.n * o0 * o1, o2 * C * taps, [&](int64_t begin, int64_t end) {
     std::vector<A> best(C);
     std::vector<I> where(idx ? C : 0);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / (o0 * o1), i0 = (row / o1) % o0, i1 = row % o1;
       for (int64_t i2 = 0; i2 < o2; ++i2) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (registers) {
+            reduce_in_registers<MaxOp>(x + n * g.stride_n, g, ax, i0, i1, i2, C, out + ((row * o2) + i2) * C);
+            continue;
+          }
+        }
         std::fill(best.begin(), best.end(), lowest_value<T>());
         if (idx) {
           const I start = static_cast<I>(ax[0].first[i0] * p0 + ax[1].first[i1] * p1 + ax[2].first[i2]);
@@ -366,14 +456,18 @@ void window_sum(const T* x, const Geometry& g, const std::vector<Axis>& ax, int6
   const int64_t o0 = ax[0].out(), o1 = ax[1].out(), o2 = ax[2].out(), C = g.c;
   int64_t taps = 1;
   for (int d = 0; d < 3; ++d) taps *= std::max<int64_t>(1, ax[d].end[0] - ax[d].first[0]);
+  const bool registers = use_registers<T>(g, taps);
   parallel_for(g.n * o0 * o1, o2 * C * taps, [&](int64_t begin, int64_t end) {
     std::vector<A> sum(C);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / (o0 * o1), i0 = (row / o1) % o0, i1 = row % o1;
       for (int64_t i2 = 0; i2 < o2; ++i2) {
-        std::fill(sum.begin(), sum.end(), A(0));
         A* sp = sum.data();
-        for (int64_t a = ax[0].first[i0]; a < ax[0].end[i0]; a += ax[0].step) {
+        if constexpr (std::is_same_v<T, float>) {
+          if (registers) reduce_in_registers<SumOp>(x + n * g.stride_n, g, ax, i0, i1, i2, C, sp);
+        }
+        if (!registers) std::fill(sum.begin(), sum.end(), A(0));
+        for (int64_t a = ax[0].first[i0]; !registers && a < ax[0].end[i0]; a += ax[0].step) {
           for (int64_t b = ax[1].first[i1]; b < ax[1].end[i1]; b += ax[1].step) {
             for (int64_t w = ax[2].first[i2]; w < ax[2].end[i2]; w += ax[2].step) {
               const T* xp = x + n * g.stride_n + a * g.stride[0] + b * g.stride[1] + w * g.stride[2];
