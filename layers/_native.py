@@ -38,7 +38,7 @@ MODULE = "_porter_kernels"
 ENV_ENABLE = "PORTER_NATIVE"
 ENV_DIR = "PORTER_KERNEL_DIR"
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("CMakeLists.txt", "kernels.cpp", "parallel.h", "pool_kernels.h", "windows.h")
+SOURCES = ("CMakeLists.txt", "kernels.cpp", "conv_kernels.h", "parallel.h", "pool_kernels.h", "windows.h")
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"
 
@@ -295,6 +295,13 @@ def window_sum(x: mx.array, first: tuple, end: tuple, divisor: tuple, override: 
     ``override`` if nonzero, else by the product of the per-dim ``divisor`` entries (or by each in turn with
     ``sequential``, as torch's adaptive average does)."""
     return kernels().window_sum(x, first, end, divisor, int(override), bool(sequential))
+
+
+def depthwise_conv(x: mx.array, weight: mx.array, stride: tuple, lo: tuple, hi: tuple, dilation: tuple) -> mx.array:
+    """Depthwise conv of batched channels-last ``x`` ``(N, *spatial, C)`` with ``weight`` ``(C*m, *kernel, 1)``
+    (output channel ``c*m + j`` reads input channel ``c``): zero padding ``lo``/``hi`` per dim, stride, dilation.
+    Gradients for ``x`` and ``weight``; float16/bfloat16 accumulate in float32."""
+    return kernels().depthwise_conv(x, weight, list(stride), list(lo), list(hi), list(dilation))
 
 
 def unpool(values: mx.array, index: mx.array, plane: tuple):

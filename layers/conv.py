@@ -15,6 +15,7 @@ import numbers
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import _native
 from ._utils import ntuple
 from .padding import pad
 
@@ -25,6 +26,8 @@ _PADDING_STRINGS = ("same", "valid")
 # with mlx 0.32 CPU on (8,56,56,64)->256, (8,28,28,128) s2, (32,7,7,512): forward about equal to mx.conv_general,
 # input gradient 2-4x faster (the conv's vjp takes a slower path). Same math; benchmarks/cases_conv.py has both rows.
 MATMUL_1X1 = True
+# dtypes the native depthwise kernel takes (float16/bfloat16 accumulate in float32 there)
+_NATIVE_DTYPES = (mx.float32, mx.float16, mx.bfloat16, mx.float64)
 
 
 # ---------------------------------------------------------------------------------------------------- checks
@@ -168,6 +171,9 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
         y = x.reshape(-1, c_in) @ weight.reshape(c_out, c_in).T
         return y.reshape(*x.shape[:-1], c_out)
     if groups > 1 and groups == x.shape[-1]:
+        if _native.active() and x.dtype in _NATIVE_DTYPES:
+            # one pass per output, padding never materialized; gradients in the primitive (layers/csrc)
+            return _native.depthwise_conv(x, weight, stride, lo, hi, dilation)
         return _depthwise_conv(x, weight, stride, lo, hi, dilation)
     if len(kernel) == 3 and groups > 1:
         return _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups)

@@ -1,10 +1,9 @@
 // Porter's native CPU kernels for MLX: channels-last pooling primitives (window max/sum, fractional max, plane
-// scatter/gather), exposed to Python as `_porter_kernels`. Built against the installed MLX by
-// `porter build-kernels` (layers/_native.py); the layers fall back to pure MLX ops when the module is missing.
+// scatter/gather) and depthwise convolution, exposed to Python as `_porter_kernels`. Built against the installed MLX
+// by `porter build-kernels` (layers/_native.py); the layers fall back to pure MLX ops when the module is missing.
 //
 // Layouts: inputs are batched channels-last `(N, *spatial, C)` with 1-3 spatial dims; indices are int64 flat
-// offsets inside each (n, c) plane, torch's format. The primitives are CPU-only and carry no VJP of their own:
-// layers/_native.py wraps them in mx.custom_function with the matching backward kernel.
+// offsets inside each (n, c) plane, torch's format. The primitives are CPU-only and carry their own VJPs.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -24,6 +23,7 @@
 #include "mlx/stream.h"
 #include "mlx/utils.h"
 
+#include "conv_kernels.h"
 #include "pool_kernels.h"
 
 namespace nb = nanobind;
@@ -355,6 +355,129 @@ class PlaneGather : public mx::Primitive {
   int64_t plane_;
 };
 
+// ------------------------------------------------------------------------------------------------ depthwise conv
+// One primitive for the three depthwise kernels (conv_kernels.h), in float32 or float64:
+//   forward:      (x (N, *L, C), w (C*m, *k, 1)) -> y (N, *O, C*m)
+//   input_grad:   (gy (N, *O, m*C) in (m, C) order, w) -> dx (N, *L, C)
+//   weight_grad:  (x, gy in (m, C) order) -> dw (C*m, *k, 1)
+enum class DwKind { forward, input_grad, weight_grad };
+
+struct DwParams {
+  Ints kernel, stride, dilation, lo;
+  int64_t mult = 1;
+  bool operator==(const DwParams& o) const {
+    return kernel == o.kernel && stride == o.stride && dilation == o.dilation && lo == o.lo && mult == o.mult;
+  }
+};
+
+// The geometry of a depthwise conv from its (batched, channels-last) input and output shapes.
+DwGeometry dw_geometry(const DwParams& p, const mx::Shape& in, const mx::Shape& out) {
+  DwGeometry g;
+  const int nd = static_cast<int>(p.kernel.size());
+  g.n = in[0];
+  g.c = in.back();
+  g.m = p.mult;
+  for (int d = 0; d < nd; ++d) {
+    const int at = 3 - nd + d;
+    g.L[at] = in[1 + d];
+    g.O[at] = out[1 + d];
+    g.k[at] = p.kernel[d];
+    g.s[at] = p.stride[d];
+    g.d[at] = p.dilation[d];
+    g.lo[at] = p.lo[d];
+  }
+  return g;
+}
+
+// The output gradient in the kernels' (N, *O, m, C) channel order (a copy only when m > 1).
+mx::array dw_grad_layout(const mx::array& gy, int64_t mult, mx::Stream s) {
+  if (mult == 1) return mx::contiguous(gy, false, s);
+  mx::Shape split = gy.shape();
+  const int c = static_cast<int>(split.back() / mult);
+  split.back() = c;
+  split.push_back(static_cast<int>(mult));
+  auto t = mx::swapaxes(mx::reshape(gy, split, s), -1, -2, s);
+  return mx::reshape(mx::contiguous(t, false, s), gy.shape(), s);
+}
+
+class DepthwiseConv : public mx::Primitive {
+ public:
+  DepthwiseConv(mx::Stream s, DwParams params, DwKind kind)
+      : mx::Primitive(s), params_(std::move(params)), kind_(kind) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [p = params_, kind = kind_](auto& in, auto& out) {
+      const mx::Shape& x_shape = kind == DwKind::input_grad ? out[0].shape() : in[0].shape();
+      const mx::Shape& y_shape = kind == DwKind::forward ? out[0].shape() : in[kind == DwKind::input_grad ? 0 : 1].shape();
+      const DwGeometry g = dw_geometry(p, x_shape, y_shape);
+      auto run = [&](auto tag) {
+        using T = decltype(tag);
+        switch (kind) {
+          case DwKind::forward:
+            depthwise_forward<T>(in[0].template data<T>(), in[1].template data<T>(), g, out[0].template data<T>());
+            break;
+          case DwKind::input_grad:
+            depthwise_input_grad<T>(in[0].template data<T>(), in[1].template data<T>(), g,
+                                    out[0].template data<T>());
+            break;
+          case DwKind::weight_grad:
+            depthwise_weight_grad<T>(in[0].template data<T>(), in[1].template data<T>(), g,
+                                     out[0].template data<T>());
+            break;
+        }
+      };
+      if (in[0].dtype() == mx::float32) {
+        run(float{});
+      } else if (in[0].dtype() == mx::float64) {
+        run(double{});
+      } else {
+        throw std::invalid_argument("[porter.depthwise_conv] the kernels run in float32 or float64");
+      }
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.depthwise_conv] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override {
+    switch (kind_) {
+      case DwKind::input_grad: return "PorterDepthwiseConvInputGrad";
+      case DwKind::weight_grad: return "PorterDepthwiseConvWeightGrad";
+      default: return "PorterDepthwiseConv";
+    }
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    if (kind_ != DwKind::forward) {
+      throw std::invalid_argument("[porter.depthwise_conv] second derivatives of the native depthwise conv are not "
+                                  "supported (set PORTER_NATIVE=0 for the pure-MLX path)");
+    }
+    const auto& x = primals[0];
+    const auto& w = primals[1];
+    auto s = stream();
+    auto gy = dw_grad_layout(cast_like(cotangents[0], x, s), params_.mult, s);
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        grads.push_back(mx::array(x.shape(), x.dtype(),
+                                  std::make_shared<DepthwiseConv>(s, params_, DwKind::input_grad), {gy, w}));
+      } else {
+        grads.push_back(mx::array(w.shape(), w.dtype(),
+                                  std::make_shared<DepthwiseConv>(s, params_, DwKind::weight_grad), {x, gy}));
+      }
+    }
+    return grads;
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<DepthwiseConv>(*this, other)) return false;
+    auto& o = static_cast<const DepthwiseConv&>(other);
+    return params_ == o.params_ && kind_ == o.kind_;
+  }
+
+ private:
+  DwParams params_;
+  DwKind kind_;
+};
+
 mx::array make_window_max_grad(mx::Stream s, const std::vector<Axis>& axes, const mx::array& x, const mx::array& g) {
   return mx::array(x.shape(), x.dtype(), std::make_shared<WindowMaxGrad>(s, axes), {x, mx::contiguous(g, false, s)});
 }
@@ -512,10 +635,52 @@ mx::array plane_gather_op(const mx::array& src, const mx::array& index) {
                    {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
 }
 
+// Depthwise conv of batched channels-last x (N, *L, C) with w (C*m, *k, 1): zero padding lo/hi per dim, stride,
+// dilation. float16/bfloat16 run in float32 (the sums accumulate in float32) and are rounded once at the end.
+mx::array depthwise_conv_op(const mx::array& x, const mx::array& w, const Ints& stride, const Ints& lo,
+                            const Ints& hi, const Ints& dilation) {
+  auto s = cpu_stream("depthwise_conv");
+  check_batched(x, "depthwise_conv", "x");
+  const size_t nd = x.ndim() - 2;
+  if (w.ndim() != x.ndim() || w.shape(-1) != 1) fail("depthwise_conv", "w must be (C*m, *kernel, 1)");
+  if (stride.size() != nd || lo.size() != nd || hi.size() != nd || dilation.size() != nd) {
+    fail("depthwise_conv", "stride, lo, hi and dilation must give one entry per spatial dim of the input");
+  }
+  const int64_t c = x.shape(-1);
+  if (c <= 0 || w.shape(0) % c != 0 || w.shape(0) == 0) fail("depthwise_conv", "w's C_out must be a multiple of C");
+  if (x.dtype() != w.dtype()) fail("depthwise_conv", "x and w must have the same dtype");
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("depthwise_conv", "x must be floating point");
+  DwParams p;
+  p.mult = w.shape(0) / c;
+  Ints out;
+  for (size_t d = 0; d < nd; ++d) {
+    const int64_t k = w.shape(1 + d);
+    if (k <= 0 || stride[d] <= 0 || dilation[d] <= 0 || lo[d] < 0 || hi[d] < 0) {
+      fail("depthwise_conv", "kernel, stride and dilation must be positive and padding non-negative");
+    }
+    const int64_t span = x.shape(1 + d) + lo[d] + hi[d] - dilation[d] * (k - 1) - 1;
+    if (span < 0) fail("depthwise_conv", "the kernel is larger than the padded input");
+    out.push_back(span / stride[d] + 1);
+    p.kernel.push_back(k);
+  }
+  p.stride = stride;
+  p.dilation = dilation;
+  p.lo = lo;
+  const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
+  const mx::Dtype run = half ? mx::float32 : x.dtype();
+  auto xin = mx::contiguous(mx::astype(x, run, s), false, s);
+  auto win = mx::contiguous(mx::astype(w, run, s), false, s);
+  mx::Shape shape{x.shape(0)};
+  for (int64_t o : out) shape.push_back(static_cast<int>(o));
+  shape.push_back(w.shape(0));
+  auto y = mx::array(shape, run, std::make_shared<DepthwiseConv>(s, std::move(p), DwKind::forward), {xin, win});
+  return half ? mx::astype(y, x.dtype(), s) : y;
+}
+
 }  // namespace porter
 
 NB_MODULE(_porter_kernels, m) {
-  m.doc() = "Porter's native CPU kernels for MLX (channels-last pooling).";
+  m.doc() = "Porter's native CPU kernels for MLX (channels-last pooling and depthwise convolution).";
   m.def("window_max", &porter::window_max_op, nb::arg("x"), nb::arg("first"), nb::arg("end"), nb::arg("step"),
         nb::arg("with_indices"));
   m.def("window_max_grad", &porter::window_max_grad_op, nb::arg("x"), nb::arg("grad"), nb::arg("first"),
@@ -529,6 +694,8 @@ NB_MODULE(_porter_kernels, m) {
   m.def("plane_scatter", &porter::plane_scatter_op, nb::arg("src"), nb::arg("index"), nb::arg("plane"),
         nb::arg("assign"));
   m.def("plane_gather", &porter::plane_gather_op, nb::arg("src"), nb::arg("index"));
+  m.def("depthwise_conv", &porter::depthwise_conv_op, nb::arg("x"), nb::arg("w"), nb::arg("stride"), nb::arg("lo"),
+        nb::arg("hi"), nb::arg("dilation"));
   m.def("num_threads", &porter::num_threads);
   m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
 }

@@ -1,0 +1,302 @@
+// The loop nests of Porter's depthwise convolution (forward, input gradient, weight gradient).
+//
+// Layouts: the input `x` is contiguous channels-last `(N, L0, L1, L2, C)` (1d/2d inputs padded on the left with
+// size-1 dims), the output `(N, O0, O1, O2, C*m)` with output channel `c*m + j` reading input channel `c` (torch's
+// order). The kernels see the weight transposed once per call to `wt[tap][j*C + c]` and the output gradient in
+// `(N, O0, O1, O2, m, C)` order (the same as the output when m = 1), so that every inner loop runs over contiguous
+// channels. Zero padding is never materialized: the per-dim tables below list only the taps that read real input.
+//
+// Every result is a sum of products of contiguous channel rows (`dot_rows`), accumulated in registers (GCC/Clang
+// vector types) in a fixed order, so the results do not depend on the thread count. The kernels run in float32 or
+// float64; float16/bfloat16 inputs are widened to float32 by the caller (torch's CPU kernel accumulates them in
+// float32 too).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "parallel.h"
+
+namespace porter {
+
+// ------------------------------------------------------------------------------------------------ geometry
+struct DwGeometry {
+  int64_t n = 1, c = 1, m = 1;
+  int64_t L[3] = {1, 1, 1}, O[3] = {1, 1, 1};
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, lo[3] = {0, 0, 0};
+
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
+  int64_t cout() const { return c * m; }
+  int64_t in_plane() const { return L[0] * L[1] * L[2]; }
+  int64_t out_plane() const { return O[0] * O[1] * O[2]; }
+};
+
+// Along one dim, output o reads input o*s - lo + t*d for the taps t in [first[o], end[o]) (the others fall on the
+// zero padding).
+struct DwTaps {
+  std::vector<int64_t> first, end;
+
+  static DwTaps of(const DwGeometry& g, int dim) {
+    DwTaps r;
+    const int64_t L = g.L[dim], k = g.k[dim], s = g.s[dim], d = g.d[dim], lo = g.lo[dim];
+    for (int64_t o = 0; o < g.O[dim]; ++o) {
+      const int64_t base = o * s - lo;  // input position of tap 0
+      int64_t t0 = 0, t1 = k;
+      if (base < 0) t0 = (-base + d - 1) / d;                       // first t with base + t*d >= 0
+      t1 = std::min(k, base >= L ? 0 : (L - 1 - base) / d + 1);    // past the last t with base + t*d < L
+      r.first.push_back(std::min(t0, k));
+      r.end.push_back(std::max(t1, std::min(t0, k)));
+    }
+    return r;
+  }
+};
+
+// The transpose of DwTaps: input p is read by the (tap, output) pairs `tap[i], out[i]` for i in [start[p], start[p+1]).
+struct DwReaders {
+  std::vector<int64_t> start, tap, out;
+
+  static DwReaders of(const DwGeometry& g, int dim) {
+    DwReaders r;
+    const int64_t L = g.L[dim], k = g.k[dim], s = g.s[dim], d = g.d[dim], lo = g.lo[dim], O = g.O[dim];
+    for (int64_t p = 0; p < L; ++p) {
+      r.start.push_back(static_cast<int64_t>(r.tap.size()));
+      for (int64_t t = 0; t < k; ++t) {
+        const int64_t q = p + lo - t * d;  // = o*s
+        if (q < 0 || q % s) continue;
+        if (q / s < O) {
+          r.tap.push_back(t);
+          r.out.push_back(q / s);
+        }
+      }
+    }
+    r.start.push_back(static_cast<int64_t>(r.tap.size()));
+    return r;
+  }
+};
+
+// wt[t*(m*C) + j*C + c] = w[(c*m + j)*taps + t]: the weight with the taps outermost and channels contiguous.
+template <typename T>
+std::vector<T> transpose_weight(const T* w, const DwGeometry& g) {
+  const int64_t taps = g.taps(), C = g.c, m = g.m, mc = g.cout();
+  std::vector<T> wt(taps * mc);
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t j = 0; j < m; ++j) {
+      for (int64_t t = 0; t < taps; ++t) wt[t * mc + j * C + c] = w[(c * m + j) * taps + t];
+    }
+  }
+  return wt;
+}
+
+// ------------------------------------------------------------------------------------------------ row dot products
+template <typename T>
+struct Lanes;
+template <>
+struct Lanes<float> {
+  typedef float vec __attribute__((vector_size(64)));
+  static constexpr int64_t n = 16;
+};
+template <>
+struct Lanes<double> {
+  typedef double vec __attribute__((vector_size(64)));
+  static constexpr int64_t n = 8;
+};
+
+// res[c] (+)= sum_p a[p][aoff + c] * b[p][boff + c] for the K*lanes channels at c, in K vector registers.
+template <typename T, int K, bool Add>
+inline void dot_rows_k(const T* const* a, const T* const* b, int64_t pairs, int64_t aoff, int64_t boff, T* res) {
+  using V = typename Lanes<T>::vec;
+  constexpr int64_t W = Lanes<T>::n;
+  V acc[K];
+  for (int k = 0; k < K; ++k) {
+    if constexpr (Add) {
+      std::memcpy(&acc[k], res + k * W, sizeof(V));
+    } else {
+      acc[k] = V{};
+    }
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    const T* ap = a[p] + aoff;
+    const T* bp = b[p] + boff;
+    for (int k = 0; k < K; ++k) {
+      V va, vb;
+      std::memcpy(&va, ap + k * W, sizeof(V));
+      std::memcpy(&vb, bp + k * W, sizeof(V));
+      acc[k] += va * vb;
+    }
+  }
+  for (int k = 0; k < K; ++k) std::memcpy(res + k * W, &acc[k], sizeof(V));
+}
+
+// res[c] (+)= sum_p a[p][aoff + c] * b[p][boff + c] for c in [0, len), pairs in order.
+template <typename T, bool Add>
+inline void dot_rows(const T* const* a, const T* const* b, int64_t pairs, int64_t aoff, int64_t boff, int64_t len,
+                     T* res) {
+  constexpr int64_t W = Lanes<T>::n;
+  int64_t c = 0;
+  for (; c + 4 * W <= len; c += 4 * W) dot_rows_k<T, 4, Add>(a, b, pairs, aoff + c, boff + c, res + c);
+  switch ((len - c) / W) {
+    case 3: dot_rows_k<T, 3, Add>(a, b, pairs, aoff + c, boff + c, res + c); c += 3 * W; break;
+    case 2: dot_rows_k<T, 2, Add>(a, b, pairs, aoff + c, boff + c, res + c); c += 2 * W; break;
+    case 1: dot_rows_k<T, 1, Add>(a, b, pairs, aoff + c, boff + c, res + c); c += W; break;
+    default: break;
+  }
+  if (c < len) {  // fewer channels than one vector: the same sums, lane by lane
+    T tail[W];
+    for (int64_t i = 0; i < len - c; ++i) tail[i] = Add ? res[c + i] : T(0);
+    for (int64_t p = 0; p < pairs; ++p) {
+      const T* ap = a[p] + aoff + c;
+      const T* bp = b[p] + boff + c;
+      for (int64_t i = 0; i < len - c; ++i) tail[i] += ap[i] * bp[i];
+    }
+    for (int64_t i = 0; i < len - c; ++i) res[c + i] = tail[i];
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ forward
+// y[n, o, c*m + j] = sum over the real taps t of x[n, o*s - lo + t*d, c] * w[c*m + j, t]. Split over output rows.
+template <typename T>
+void depthwise_forward(const T* x, const T* w, const DwGeometry& g, T* y) {
+  const int64_t C = g.c, m = g.m, mc = g.cout(), taps = g.taps();
+  const std::vector<T> wt = transpose_weight(w, g);
+  const DwTaps ax[3] = {DwTaps::of(g, 0), DwTaps::of(g, 1), DwTaps::of(g, 2)};
+  const int64_t xs0 = g.L[1] * g.L[2] * C, xs1 = g.L[2] * C, xs2 = C, xsn = g.in_plane() * C;
+  const int64_t rows = g.n * g.O[0] * g.O[1];
+  parallel_for(rows, g.O[2] * mc * taps, [&](int64_t begin, int64_t end) {
+    std::vector<const T*> a(taps), b(taps);
+    std::vector<T> tmp(m > 1 ? C : 0);
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t n = row / (g.O[0] * g.O[1]), i0 = (row / g.O[1]) % g.O[0], i1 = row % g.O[1];
+      const int64_t b0 = i0 * g.s[0] - g.lo[0], b1 = i1 * g.s[1] - g.lo[1];
+      for (int64_t i2 = 0; i2 < g.O[2]; ++i2) {
+        const int64_t b2 = i2 * g.s[2] - g.lo[2];
+        int64_t pairs = 0;
+        for (int64_t t0 = ax[0].first[i0]; t0 < ax[0].end[i0]; ++t0) {
+          for (int64_t t1 = ax[1].first[i1]; t1 < ax[1].end[i1]; ++t1) {
+            for (int64_t t2 = ax[2].first[i2]; t2 < ax[2].end[i2]; ++t2) {
+              a[pairs] = x + n * xsn + (b0 + t0 * g.d[0]) * xs0 + (b1 + t1 * g.d[1]) * xs1 + (b2 + t2 * g.d[2]) * xs2;
+              b[pairs] = wt.data() + ((t0 * g.k[1] + t1) * g.k[2] + t2) * mc;
+              ++pairs;
+            }
+          }
+        }
+        T* yp = y + (row * g.O[2] + i2) * mc;
+        if (m == 1) {
+          dot_rows<T, false>(a.data(), b.data(), pairs, 0, 0, C, yp);
+        } else {
+          for (int64_t j = 0; j < m; ++j) {
+            dot_rows<T, false>(a.data(), b.data(), pairs, 0, j * C, C, tmp.data());
+            for (int64_t c = 0; c < C; ++c) yp[c * m + j] = tmp[c];
+          }
+        }
+      }
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------------------------ input gradient
+// dx[n, p, c] = sum over the (tap t, output o) pairs that read p, and over j, of gy[n, o, j, c] * w[c*m + j, t]
+// (gy in (N, *O, m, C) order). A gather per input position: no two threads write the same element. Split over input
+// rows.
+template <typename T>
+void depthwise_input_grad(const T* gy, const T* w, const DwGeometry& g, T* dx) {
+  const int64_t C = g.c, m = g.m, mc = g.cout();
+  const std::vector<T> wt = transpose_weight(w, g);
+  const DwReaders rd[3] = {DwReaders::of(g, 0), DwReaders::of(g, 1), DwReaders::of(g, 2)};
+  int64_t most = 1;  // the most (tap, output) pairs any input position has, per dim
+  for (int dim = 0; dim < 3; ++dim) {
+    int64_t top = 0;
+    for (int64_t p = 0; p < g.L[dim]; ++p) top = std::max(top, rd[dim].start[p + 1] - rd[dim].start[p]);
+    most *= top;
+  }
+  const int64_t rows = g.n * g.L[0] * g.L[1];
+  parallel_for(rows, g.L[2] * C * std::max<int64_t>(1, most * m), [&](int64_t begin, int64_t end) {
+    std::vector<const T*> a(most * m), b(most * m);
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t n = row / (g.L[0] * g.L[1]), p0 = (row / g.L[1]) % g.L[0], p1 = row % g.L[1];
+      for (int64_t p2 = 0; p2 < g.L[2]; ++p2) {
+        int64_t pairs = 0;
+        for (int64_t e0 = rd[0].start[p0]; e0 < rd[0].start[p0 + 1]; ++e0) {
+          for (int64_t e1 = rd[1].start[p1]; e1 < rd[1].start[p1 + 1]; ++e1) {
+            for (int64_t e2 = rd[2].start[p2]; e2 < rd[2].start[p2 + 1]; ++e2) {
+              const int64_t o = ((n * g.O[0] + rd[0].out[e0]) * g.O[1] + rd[1].out[e1]) * g.O[2] + rd[2].out[e2];
+              const int64_t t = (rd[0].tap[e0] * g.k[1] + rd[1].tap[e1]) * g.k[2] + rd[2].tap[e2];
+              for (int64_t j = 0; j < m; ++j) {
+                a[pairs] = gy + o * mc + j * C;
+                b[pairs] = wt.data() + t * mc + j * C;
+                ++pairs;
+              }
+            }
+          }
+        }
+        dot_rows<T, false>(a.data(), b.data(), pairs, 0, 0, C, dx + (row * g.L[2] + p2) * C);
+      }
+    }
+  });
+}
+
+// ------------------------------------------------------------------------------------------------ weight gradient
+// dw[c*m + j, t] = sum over n and the outputs o where tap t is real of gy[n, o, j, c] * x[n, o*s - lo + t*d, c].
+// The output rows are cut into chunks whose number depends on the sizes only; each chunk sums into its own buffer
+// and the chunks are added in order, so the result does not depend on the thread count.
+template <typename T>
+void depthwise_weight_grad(const T* x, const T* gy, const DwGeometry& g, T* dw) {
+  const int64_t C = g.c, m = g.m, mc = g.cout(), taps = g.taps();
+  const DwTaps ax[3] = {DwTaps::of(g, 0), DwTaps::of(g, 1), DwTaps::of(g, 2)};
+  const int64_t xs0 = g.L[1] * g.L[2] * C, xs1 = g.L[2] * C, xsn = g.in_plane() * C;
+  const int64_t rows = g.n * g.O[0] * g.O[1];
+  const int64_t work = rows * g.O[2] * taps * mc;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({rows, 64, work >> 17}));
+  std::vector<T> part(chunks * taps * mc, T(0));
+  // along the last dim, tap t2 is real for the outputs i2 in [lo2[t2], hi2[t2])
+  std::vector<int64_t> lo2(g.k[2]), hi2(g.k[2]);
+  for (int64_t t2 = 0; t2 < g.k[2]; ++t2) {
+    int64_t a = 0, b = 0;
+    for (int64_t i2 = 0; i2 < g.O[2]; ++i2) {
+      if (t2 >= ax[2].first[i2] && t2 < ax[2].end[i2]) {
+        if (a == b) a = i2;
+        b = i2 + 1;
+      }
+    }
+    lo2[t2] = a;
+    hi2[t2] = b;
+  }
+  parallel_for(chunks, work / chunks, [&](int64_t begin, int64_t end) {
+    std::vector<const T*> a(g.O[2]), b(g.O[2]);
+    for (int64_t ch = begin; ch < end; ++ch) {
+      T* acc = part.data() + ch * taps * mc;
+      for (int64_t row = rows * ch / chunks; row < rows * (ch + 1) / chunks; ++row) {
+        const int64_t n = row / (g.O[0] * g.O[1]), i0 = (row / g.O[1]) % g.O[0], i1 = row % g.O[1];
+        const int64_t b0 = i0 * g.s[0] - g.lo[0], b1 = i1 * g.s[1] - g.lo[1];
+        const T* grow = gy + row * g.O[2] * mc;
+        for (int64_t t0 = ax[0].first[i0]; t0 < ax[0].end[i0]; ++t0) {
+          for (int64_t t1 = ax[1].first[i1]; t1 < ax[1].end[i1]; ++t1) {
+            const T* xrow = x + n * xsn + (b0 + t0 * g.d[0]) * xs0 + (b1 + t1 * g.d[1]) * xs1;
+            for (int64_t t2 = 0; t2 < g.k[2]; ++t2) {
+              int64_t pairs = 0;
+              for (int64_t i2 = lo2[t2]; i2 < hi2[t2]; ++i2) {
+                a[pairs] = grow + i2 * mc;
+                b[pairs] = xrow + (i2 * g.s[2] - g.lo[2] + t2 * g.d[2]) * C;
+                ++pairs;
+              }
+              T* at = acc + ((t0 * g.k[1] + t1) * g.k[2] + t2) * mc;
+              for (int64_t j = 0; j < m; ++j) dot_rows<T, true>(a.data(), b.data(), pairs, j * C, 0, C, at + j * C);
+            }
+          }
+        }
+      }
+    }
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t j = 0; j < m; ++j) {
+      for (int64_t t = 0; t < taps; ++t) {
+        T sum = part[t * mc + j * C + c];
+        for (int64_t ch = 1; ch < chunks; ++ch) sum += part[(ch * taps + t) * mc + j * C + c];
+        dw[(c * m + j) * taps + t] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace porter
