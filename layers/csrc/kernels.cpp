@@ -447,22 +447,31 @@ class DepthwiseConv : public mx::Primitive {
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>&) override {
-    if (kind_ != DwKind::forward) {
-      throw std::invalid_argument("[porter.depthwise_conv] second derivatives of the native depthwise conv are not "
-                                  "supported (set PORTER_NATIVE=0 for the pure-MLX path)");
-    }
-    const auto& x = primals[0];
-    const auto& w = primals[1];
+    // All three are bilinear, and each one's adjoints are the other two (so second derivatives work too).
     auto s = stream();
-    auto gy = dw_grad_layout(cast_like(cotangents[0], x, s), params_.mult, s);
+    auto make = [&](DwKind kind, const mx::array& like, std::vector<mx::array> in) {
+      return mx::array(like.shape(), like.dtype(), std::make_shared<DepthwiseConv>(s, params_, kind), std::move(in));
+    };
+    auto forward_in_grad_layout = [&](const mx::array& x, const mx::array& w, const mx::array& gy_like) {
+      return dw_grad_layout(make(DwKind::forward, gy_like, {x, w}), params_.mult, s);
+    };
+    const auto& a = primals[0];
+    const auto& b = primals[1];
+    auto ct = mx::contiguous(cast_like(cotangents[0], a, s), false, s);
     std::vector<mx::array> grads;
     for (int arg : argnums) {
-      if (arg == 0) {
-        grads.push_back(mx::array(x.shape(), x.dtype(),
-                                  std::make_shared<DepthwiseConv>(s, params_, DwKind::input_grad), {gy, w}));
-      } else {
-        grads.push_back(mx::array(w.shape(), w.dtype(),
-                                  std::make_shared<DepthwiseConv>(s, params_, DwKind::weight_grad), {x, gy}));
+      switch (kind_) {
+        case DwKind::forward: {  // (x, w): gy -> dx, dw
+          auto gy = dw_grad_layout(ct, params_.mult, s);
+          grads.push_back(arg == 0 ? make(DwKind::input_grad, a, {gy, b}) : make(DwKind::weight_grad, b, {a, gy}));
+          break;
+        }
+        case DwKind::input_grad:  // (gy, w): v (like x) -> forward(v, w) in gy's order, weight_grad(v, gy)
+          grads.push_back(arg == 0 ? forward_in_grad_layout(ct, b, a) : make(DwKind::weight_grad, b, {ct, a}));
+          break;
+        case DwKind::weight_grad:  // (x, gy): v (like w) -> input_grad(gy, v), forward(x, v) in gy's order
+          grads.push_back(arg == 0 ? make(DwKind::input_grad, a, {b, ct}) : forward_in_grad_layout(a, ct, b));
+          break;
       }
     }
     return grads;

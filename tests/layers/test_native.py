@@ -43,7 +43,7 @@ class _Counter:
     def __init__(self, monkeypatch):
         self.calls = []
         module = _native.kernels()
-        for name in ("window_max", "fractional_max", "window_sum", "plane_scatter"):
+        for name in ("window_max", "fractional_max", "window_sum", "plane_scatter", "depthwise_conv"):
             real = getattr(module, name)
             monkeypatch.setattr(module, name, self._wrap(name, real))
 
@@ -93,6 +93,34 @@ def test_unpool_takes_the_native_path(monkeypatch):
     y, idx = PF.max_pool2d(mx.random.normal((1, 4, 4, 2)), 2, return_indices=True)
     mx.eval(mx.grad(lambda a: PF.max_unpool2d(a, idx, 2).sum())(y))
     assert "plane_scatter" in counter.calls
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_depthwise_conv_takes_the_native_path_and_its_gradients_match_the_pure_path(nd, monkeypatch):
+    counter = _Counter(monkeypatch)
+    x = mx.random.normal((2, *(7,) * nd, 5))
+    w = mx.random.normal((10, *(3,) * nd, 1))
+    b = mx.random.normal((10,))
+    conv = {1: PF.conv1d, 2: PF.conv2d, 3: PF.conv3d}[nd]
+
+    def run():
+        f = lambda a, k, c: (conv(a, k, c, 2, 1, 1, 5) ** 2).sum()  # noqa: E731
+        value, grads = mx.value_and_grad(f, argnums=(0, 1, 2))(x, w, b)
+        return [np.array(value)] + [np.array(g) for g in grads]
+
+    native = run()
+    assert counter.calls == ["depthwise_conv"]
+    with _native.use_native(False):
+        pure = run()
+    assert counter.calls == ["depthwise_conv"]
+    for a, p in zip(native, pure):
+        np.testing.assert_allclose(a, p, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_but_not_depthwise_conv_stays_pure(monkeypatch):
+    counter = _Counter(monkeypatch)
+    mx.eval(PF.conv2d(mx.random.normal((1, 6, 6, 4)), mx.random.normal((4, 3, 3, 2)), groups=2))
+    assert counter.calls == []
 
 
 def test_pure_mlx_path_when_disabled(monkeypatch):
@@ -183,6 +211,31 @@ def test_results_do_not_depend_on_the_thread_count(threads):
         np.testing.assert_array_equal(a, b)  # the same order of operations: bit for bit
 
 
+@pytest.mark.parametrize("threads", [1, 3, 8])
+@pytest.mark.parametrize("channels, mult", [(64, 1), (24, 2)])
+def test_depthwise_conv_does_not_depend_on_the_thread_count(threads, channels, mult):
+    # large enough for the pool to split rows (forward, input gradient) and chunks (weight gradient)
+    rng = np.random.default_rng(channels)
+    x = mx.array(rng.standard_normal((6, 41, 37, channels)).astype(np.float32))
+    w = mx.array(rng.standard_normal((channels * mult, 3, 3, 1)).astype(np.float32))
+    g = mx.array(rng.standard_normal((6, 21, 19, channels * mult)).astype(np.float32))
+
+    def run():
+        out, (dx, dw) = mx.vjp(lambda a, k: PF.conv2d(a, k, None, 2, 1, 1, channels), [x, w], [g])
+        return [np.array(a) for a in (out[0], dx, dw)]
+
+    before = _native.kernels().num_threads()
+    try:
+        _native.set_num_threads(1)
+        serial = run()
+        _native.set_num_threads(threads)
+        parallel = run()
+    finally:
+        _native.set_num_threads(before)
+    for a, b in zip(serial, parallel):
+        np.testing.assert_array_equal(a, b)  # the same order of operations: bit for bit
+
+
 def test_set_num_threads_names_the_argument():
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="'n' must be a positive int"):
@@ -206,6 +259,25 @@ def test_kernel_argument_checks_raise_clear_errors():
 
 
 # ---------------------------------------------------------------------------------------------------- build / load
+def test_depthwise_conv_kernel_argument_checks_raise_clear_errors():
+    k = _native.kernels()
+    x, w = mx.zeros((1, 6, 6, 4)), mx.zeros((8, 3, 3, 1))
+    with pytest.raises(ValueError, match=r"\[porter.depthwise_conv\] w must be \(C\*m, \*kernel, 1\)"):
+        k.depthwise_conv(x, mx.zeros((8, 3, 3, 2)), [1, 1], [0, 0], [0, 0], [1, 1])
+    with pytest.raises(ValueError, match="C_out must be a multiple of C"):
+        k.depthwise_conv(x, mx.zeros((6, 3, 3, 1)), [1, 1], [0, 0], [0, 0], [1, 1])
+    with pytest.raises(ValueError, match="one entry per spatial dim"):
+        k.depthwise_conv(x, w, [1], [0, 0], [0, 0], [1, 1])
+    with pytest.raises(ValueError, match="must be positive and padding non-negative"):
+        k.depthwise_conv(x, w, [0, 1], [0, 0], [0, 0], [1, 1])
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        k.depthwise_conv(x, w, [1, 1], [0, 0], [0, 0], [3, 1])
+    with pytest.raises(ValueError, match="floating point"):
+        k.depthwise_conv(x.astype(mx.int32), w.astype(mx.int32), [1, 1], [0, 0], [0, 0], [1, 1])
+    with pytest.raises(ValueError, match="must be batched channels-last"):
+        k.depthwise_conv(mx.zeros((6, 4)), mx.zeros((4, 3, 1)), [1], [0], [0], [1])
+
+
 def test_status_reports_the_kernels_in_use():
     info = _native.status()
     assert info["available"] and info["enabled"] and info["reason"] is None
@@ -300,6 +372,28 @@ def test_second_derivative_of_average_pooling_and_a_clear_error_for_max():
     np.testing.assert_allclose(native, pure, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="second derivatives of max pooling are not supported"):
         mx.eval(mx.grad(lambda a: (mx.grad(lambda b: (PF.max_pool2d(b, 2) ** 2).sum())(a) * v).sum())(x))
+
+
+@pytest.mark.parametrize("mult, stride", [(1, 1), (2, 2)])
+def test_second_derivatives_of_depthwise_conv_match_torch(mult, stride):
+    # the three kernels are each other's adjoints: d/d(x, w) of <grad_x sum(conv(x, w)^2), v> and of <grad_w ..., u>
+    rng = np.random.default_rng(mult)
+    x_np = rng.standard_normal((2, 7, 6, 3)).astype(np.float32)
+    w_np = rng.standard_normal((3 * mult, 3, 3, 1)).astype(np.float32)
+    v_np = rng.standard_normal(x_np.shape).astype(np.float32)
+    u_np = rng.standard_normal(w_np.shape).astype(np.float32)
+    conv = lambda a, k: PF.conv2d(a, k, None, stride, 1, 1, 3)  # noqa: E731
+    first = mx.grad(lambda a, k: (conv(a, k) ** 2).sum(), argnums=(0, 1))
+    inner = lambda a, k: (first(a, k)[0] * mx.array(v_np)).sum() + (first(a, k)[1] * mx.array(u_np)).sum()  # noqa: E731
+    got = mx.grad(inner, argnums=(0, 1))(mx.array(x_np), mx.array(w_np))
+
+    xt = torch.from_numpy(x_np).movedim(-1, 1).requires_grad_(True)
+    wt = torch.from_numpy(w_np).movedim(-1, 1).requires_grad_(True)
+    gx, gw = torch.autograd.grad((TF.conv2d(xt, wt, None, stride, 1, 1, 3) ** 2).sum(), (xt, wt), create_graph=True)
+    total = (gx * torch.from_numpy(v_np).movedim(-1, 1)).sum() + (gw * torch.from_numpy(u_np).movedim(-1, 1)).sum()
+    want = torch.autograd.grad(total, (xt, wt))
+    for a, t in zip(got, want):
+        np.testing.assert_allclose(np.array(a), t.movedim(1, -1).numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("channels", [16, 48, 256, 272])

@@ -1,0 +1,214 @@
+"""Depthwise convolutions (groups == in_channels, any channel multiplier) against torch, on both paths: the native
+kernel (layers/csrc/conv_kernels.h) and the pure-MLX tap sum (tests/layers/conftest.py runs every test twice).
+Outputs and gradients w.r.t. input, weight and bias."""
+
+import random
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conv_helpers import PORTER_F, TORCH_F, check_module, to_mx
+from helpers import check_against_torch
+
+import porter.layers.functional as PF
+from porter.layers.conv_weights import mlx_conv_weight_to_torch, torch_conv_weight_to_mlx
+
+# torch warns that it copies the input for an even 'same' kernel; that is torch's business
+pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
+
+
+# ---------------------------------------------------------------------------------------------------- modules
+# (input shape in torch layout, in_channels, out_channels, kernel_size, kwargs); groups = in_channels throughout
+CASES_1D = [
+    ((2, 4, 9), 4, 4, 3, dict(padding=1)),
+    ((2, 4, 9), 4, 8, 3, {}),  # multiplier 2
+    ((2, 3, 11), 3, 9, 4, dict(stride=2, padding=2)),  # multiplier 3
+    ((2, 5, 13), 5, 5, 2, dict(stride=5)),  # stride larger than the kernel: inputs no output reads
+    ((1, 6, 17), 6, 12, 3, dict(stride=3, dilation=2, padding=1)),
+    ((2, 4, 6), 4, 4, 3, dict(padding=4)),  # windows entirely on the zero padding
+    ((2, 4, 8), 4, 4, 4, dict(padding="same", dilation=3)),
+    ((2, 4, 9), 4, 4, 3, dict(padding=2, padding_mode="reflect")),
+    ((2, 4, 9), 4, 8, 3, dict(padding=3, padding_mode="circular", stride=2)),
+    ((4, 9), 4, 4, 3, dict(padding=1)),  # unbatched
+    ((2, 16, 7), 16, 16, 3, dict(padding=1, bias=False)),
+]
+
+CASES_2D = [
+    ((2, 4, 7, 8), 4, 4, 3, dict(padding=1, stride=2)),
+    ((2, 4, 7, 8), 4, 8, (3, 5), dict(padding=(1, 2))),
+    ((2, 16, 9, 10), 16, 16, 3, dict(padding=1)),  # whole vectors of channels
+    ((2, 32, 8, 7), 32, 32, 3, dict(stride=2, padding=1)),
+    ((2, 17, 9, 8), 17, 17, 3, dict(padding=1)),  # a vector plus a remainder
+    ((1, 70, 6, 7), 70, 70, (3, 2), dict(stride=(2, 1), padding=(1, 0))),  # 4 vectors + 6
+    ((2, 24, 6, 5), 24, 48, 3, dict(padding=1)),  # multiplier 2, not a multiple of 16
+    ((1, 5, 9, 10), 5, 15, 3, dict(stride=2, dilation=2, padding=2)),  # multiplier 3, dilation with stride
+    ((2, 6, 11, 9), 6, 6, 2, dict(stride=(4, 3))),  # stride larger than the kernel
+    ((2, 4, 5, 6), 4, 4, 3, dict(padding=(3, 4))),  # zero-padded edges wider than the kernel's reach
+    ((2, 4, 9, 9), 4, 4, 3, dict(dilation=(2, 3), padding=(2, 3))),
+    ((1, 8, 13, 11), 8, 8, 5, dict(stride=3, dilation=2, padding=3)),
+    ((2, 4, 6, 7), 4, 4, (2, 4), dict(padding="same")),
+    ((2, 4, 7, 9), 4, 4, 3, dict(padding=(1, 2), padding_mode="reflect")),
+    ((2, 4, 7, 9), 4, 8, 3, dict(padding=(2, 1), padding_mode="replicate", stride=2)),
+    ((2, 4, 7, 9), 4, 4, 3, dict(padding=(7, 3), padding_mode="circular")),
+    ((4, 7, 9), 4, 8, 3, dict(padding=1, stride=2)),  # unbatched
+    ((2, 3, 1, 1), 3, 3, 1, {}),
+    ((2, 3, 1, 1), 3, 6, 3, dict(padding=1)),
+]
+
+CASES_3D = [
+    ((1, 4, 5, 5, 5), 4, 4, 3, dict(stride=2)),
+    ((1, 4, 5, 6, 7), 4, 8, 3, dict(padding=1)),
+    ((2, 16, 4, 5, 6), 16, 16, (2, 3, 3), dict(padding=(0, 1, 1), stride=(1, 2, 1))),
+    ((1, 3, 7, 6, 5), 3, 6, 2, dict(dilation=(3, 2, 1), stride=(2, 1, 3), padding=(1, 0, 2))),
+    ((1, 4, 4, 5, 6), 4, 4, 3, dict(padding=1, padding_mode="replicate")),
+    ((4, 4, 5, 6), 4, 4, 3, dict(padding=2)),  # unbatched, windows on the padding
+]
+
+
+def check_depthwise(nd, x_shape, cin, cout, k, **kwargs):
+    check_module(nd, x_shape, cin, cout, k, groups=cin, **kwargs)
+
+
+@pytest.mark.parametrize("x_shape, cin, cout, k, kwargs", CASES_1D)
+def test_depthwise_conv1d_module(x_shape, cin, cout, k, kwargs):
+    check_depthwise(1, x_shape, cin, cout, k, **kwargs)
+
+
+@pytest.mark.parametrize("x_shape, cin, cout, k, kwargs", CASES_2D)
+def test_depthwise_conv2d_module(x_shape, cin, cout, k, kwargs):
+    check_depthwise(2, x_shape, cin, cout, k, **kwargs)
+
+
+@pytest.mark.parametrize("x_shape, cin, cout, k, kwargs", CASES_3D)
+def test_depthwise_conv3d_module(x_shape, cin, cout, k, kwargs):
+    check_depthwise(3, x_shape, cin, cout, k, **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "nd, x_shape, cin, cout, k, kwargs",
+    [
+        (1, (2, 4, 9), 4, 8, 3, dict(padding=1)),
+        (2, (2, 4, 7, 6), 4, 8, 3, dict(padding=1)),  # multiplier 2
+        (2, (2, 16, 9, 8), 16, 16, 3, dict(padding=1, stride=2)),
+        (2, (2, 17, 6, 7), 17, 17, 3, dict(padding=2, dilation=2)),
+        (3, (1, 4, 4, 5, 6), 4, 4, 3, dict(stride=2, padding=1)),
+    ],
+)
+def test_depthwise_conv_half_precision(dtype, nd, x_shape, cin, cout, k, kwargs):
+    check_module(nd, x_shape, cin, cout, k, dtype=dtype, groups=cin, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- functional
+@pytest.mark.parametrize(
+    "nd, x_shape, w_shape, bias, args",
+    [
+        (1, (2, 4, 9), (8, 1, 3), True, dict(stride=2, padding=1, dilation=2, groups=4)),
+        (2, (2, 4, 7, 8), (8, 1, 3, 3), True, dict(stride=(2, 1), padding=(1, 0), groups=4)),
+        (2, (3, 6, 7), (3, 1, 2, 2), False, dict(padding="same", groups=3)),
+        (3, (1, 4, 5, 6, 7), (4, 1, 3, 2, 3), True, dict(stride=(1, 2, 1), dilation=(1, 1, 2), padding=1, groups=4)),
+    ],
+)
+def test_depthwise_conv_functional(nd, x_shape, w_shape, bias, args):
+    torch.manual_seed(1)
+    x = torch.randn(x_shape)
+    w = torch.randn(w_shape, requires_grad=True)
+    b = torch.randn(w_shape[0], requires_grad=True) if bias else None
+    params = {"weight": (w, mx.array(torch_conv_weight_to_mlx(w.detach().numpy())), mlx_conv_weight_to_torch)}
+    if bias:
+        params["bias"] = (b, to_mx(b), None)
+    check_against_torch(
+        lambda xt: TORCH_F[nd](xt, w, b, **args),
+        lambda xm, p: PORTER_F[nd](xm, p["weight"], p.get("bias"), **args),
+        x,
+        nd=nd,
+        params=params,
+        atol=1e-4,
+        rtol=1e-4,
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+    )
+
+
+def test_depthwise_conv_float64_matches_torch_closely():
+    # float64 runs in float64 on the native path (MLX CPU computes float64 elementwise ops too)
+    torch.manual_seed(3)
+    x = torch.randn(2, 6, 9, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 1, 3, 3, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(x, w, None, 2, 1, 2, 6)
+    g = torch.randn_like(y)
+    y.backward(g)
+    xm = mx.array(x.detach().movedim(1, -1).numpy(), dtype=mx.float64)
+    wm = mx.array(w.detach().movedim(1, -1).numpy(), dtype=mx.float64)
+    gm = mx.array(g.movedim(1, -1).numpy(), dtype=mx.float64)
+    with mx.stream(mx.cpu):
+        out, vjp = mx.vjp(lambda a, b: PF.conv2d(a, b, None, 2, 1, 2, 6), [xm, wm], [gm])
+        got = [np.array(a) for a in (out[0], *vjp)]
+    for a, t in zip(got, (y, x.grad, w.grad)):
+        assert a.dtype == np.float64
+        np.testing.assert_allclose(a, t.detach().movedim(1, -1).numpy(), rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------- layouts
+def _views():
+    base = mx.random.normal((2, 11, 13, 24), key=mx.random.key(5))
+    return {
+        "transposed H/W": mx.swapaxes(base, 1, 2),
+        "channel slice": base[..., 3:19],
+        "channel step": base[..., ::2],
+        "spatial step": base[:, ::2, 1::3],
+        "channels-first made last": mx.moveaxis(mx.random.normal((2, 24, 11, 13), key=mx.random.key(6)), 1, -1),
+    }
+
+
+@pytest.mark.parametrize("view", sorted(_views()))
+def test_depthwise_conv_non_contiguous_inputs(view):
+    x = _views()[view]
+    c = x.shape[-1]
+    w = mx.random.normal((2 * c, 3, 3, 1), key=mx.random.key(7))
+    g = mx.random.normal((x.shape[0], (x.shape[1] + 1) // 2, (x.shape[2] + 1) // 2, 2 * c), key=mx.random.key(8))
+    out, (dx, dw) = mx.vjp(lambda a, b: PF.conv2d(a, b, None, 2, 1, 1, c), [x, w], [g])
+    out = out[0]
+    xt = torch.from_numpy(np.array(x)).movedim(-1, 1).requires_grad_(True)
+    wt = torch.from_numpy(np.array(w)).movedim(-1, 1).requires_grad_(True)
+    yt = F.conv2d(xt, wt, None, 2, 1, 1, c)
+    yt.backward(torch.from_numpy(np.array(g)).movedim(-1, 1))
+    np.testing.assert_allclose(np.array(out), yt.detach().movedim(1, -1).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(dx), xt.grad.movedim(1, -1).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(dw), wt.grad.movedim(1, -1).numpy(), rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------- sweep
+def _random_depthwise_config(rng: random.Random):
+    nd = rng.choice([1, 1, 2, 2, 2, 3])
+    cin = rng.choice([2, 3, 5, 8, 16, 17, 32, 33]) if nd < 3 else rng.choice([2, 3, 16, 17])
+    cout = cin * rng.choice([1, 1, 2, 3])
+    k = tuple(rng.randint(1, 4) for _ in range(nd))
+    d = tuple(rng.choice([1, 1, 2, 3]) for _ in range(nd))
+    mode = rng.choice(["zeros", "zeros", "zeros", "reflect", "replicate", "circular"])
+    if rng.random() < 0.2:
+        padding, s = rng.choice(["same", "valid"]), (1,) * nd
+    else:
+        s = tuple(rng.randint(1, 5) for _ in range(nd))
+        padding = tuple(rng.randint(0, 4) for _ in range(nd))
+    ext = [dd * (kk - 1) + 1 for kk, dd in zip(k, d)]
+    lo = [0] * nd if padding == "valid" else (
+        [(e - 1) // 2 for e in ext] if padding == "same" else list(padding))
+    hi = [e - 1 - l for e, l in zip(ext, lo)] if padding == "same" else lo
+    size = tuple(max(e - l - h, max(l, h) + 1, 1) + rng.randint(0, 5) for e, l, h in zip(ext, lo, hi))
+    batch = rng.choice([None, 1, 2, 3])
+    x_shape = ((batch,) if batch else ()) + (cin,) + size
+    kwargs = dict(stride=s, padding=padding, dilation=d, bias=rng.random() < 0.8, padding_mode=mode)
+    return nd, x_shape, cin, cout, k, kwargs
+
+
+def test_depthwise_conv_random_sweep():
+    rng = random.Random(4321)
+    for i in range(80):
+        nd, x_shape, cin, cout, k, kwargs = _random_depthwise_config(rng)
+        try:
+            check_depthwise(nd, x_shape, cin, cout, k, seed=i, **kwargs)
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: nd={nd} x={x_shape} cin={cin} cout={cout} k={k} {kwargs}: {e}") from e
