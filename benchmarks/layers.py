@@ -121,9 +121,9 @@ def _run(args) -> int:
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), mlx {mx.__version__} on {mx.default_device()}")
     native = _native.status()
     if _native.active():
-        print(f"porter pooling: native CPU kernels ({native['threads']} threads)")
+        print(f"porter pooling + depthwise conv: native CPU kernels ({native['threads']} threads)")
     else:
-        print(f"porter pooling: pure MLX ops ({'--native off' if native['available'] else native['reason']})")
+        print(f"porter pooling + depthwise conv: pure MLX ops ({'--native off' if native['available'] else native['reason']})")
     head = f"{'case':44s} {'shape (torch layout)':22s} {'fwd torch':>9s} {'porter':>8s} {'ratio':>6s}"
     head += f" {'f+b torch':>9s} {'porter':>8s} {'ratio':>6s}"
     print(head)

@@ -95,11 +95,13 @@ struct Lanes;
 template <>
 struct Lanes<float> {
   typedef float vec __attribute__((vector_size(64)));
+  typedef float half_vec __attribute__((vector_size(32)));
   static constexpr int64_t n = 16;
 };
 template <>
 struct Lanes<double> {
   typedef double vec __attribute__((vector_size(64)));
+  typedef double half_vec __attribute__((vector_size(32)));
   static constexpr int64_t n = 8;
 };
 
@@ -129,6 +131,25 @@ inline void dot_rows_k(const T* const* a, const T* const* b, int64_t pairs, int6
   for (int k = 0; k < K; ++k) std::memcpy(res + k * W, &acc[k], sizeof(V));
 }
 
+// The same for the half vector of channels at c (a remainder of 8 float32 channels, e.g. C = 24).
+template <typename T, bool Add>
+inline void dot_rows_half(const T* const* a, const T* const* b, int64_t pairs, int64_t aoff, int64_t boff, T* res) {
+  using V = typename Lanes<T>::half_vec;
+  V acc;
+  if constexpr (Add) {
+    std::memcpy(&acc, res, sizeof(V));
+  } else {
+    acc = V{};
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    V va, vb;
+    std::memcpy(&va, a[p] + aoff, sizeof(V));
+    std::memcpy(&vb, b[p] + boff, sizeof(V));
+    acc += va * vb;
+  }
+  std::memcpy(res, &acc, sizeof(V));
+}
+
 // res[c] (+)= sum_p a[p][aoff + c] * b[p][boff + c] for c in [0, len), pairs in order.
 template <typename T, bool Add>
 inline void dot_rows(const T* const* a, const T* const* b, int64_t pairs, int64_t aoff, int64_t boff, int64_t len,
@@ -142,7 +163,11 @@ inline void dot_rows(const T* const* a, const T* const* b, int64_t pairs, int64_
     case 1: dot_rows_k<T, 1, Add>(a, b, pairs, aoff + c, boff + c, res + c); c += W; break;
     default: break;
   }
-  if (c < len) {  // fewer channels than one vector: the same sums, lane by lane
+  if (c + W / 2 <= len) {
+    dot_rows_half<T, Add>(a, b, pairs, aoff + c, boff + c, res + c);
+    c += W / 2;
+  }
+  if (c < len) {  // fewer channels than half a vector: the same sums, lane by lane
     T tail[W];
     for (int64_t i = 0; i < len - c; ++i) tail[i] = Add ? res[c + i] : T(0);
     for (int64_t p = 0; p < pairs; ++p) {

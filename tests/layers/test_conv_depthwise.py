@@ -33,6 +33,8 @@ CASES_1D = [
     ((2, 4, 9), 4, 8, 3, dict(padding=3, padding_mode="circular", stride=2)),
     ((4, 9), 4, 4, 3, dict(padding=1)),  # unbatched
     ((2, 16, 7), 16, 16, 3, dict(padding=1, bias=False)),
+    ((2, 13, 10), 13, 13, 3, dict(padding=1)),  # half a vector plus a remainder
+    ((2, 45, 10), 45, 90, 3, dict(stride=2, padding=1)),  # 2 vectors + half + 5, multiplier 2
 ]
 
 CASES_2D = [
