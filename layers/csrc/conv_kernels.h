@@ -180,6 +180,31 @@ inline void dot_rows(const T* const* a, const T* const* b, int64_t pairs, int64_
 }
 
 // ------------------------------------------------------------------------------------------------ forward
+// R outputs along the last dim at once for one vector of channels (m = 1): each tap's weights are loaded once for
+// the R outputs. Row q of the (t0, t1) taps starts at xr[q] (input position 0 of the last dim) with its k2 weights
+// at wq[q]; every tap of the last dim is real for these outputs. The sums run in the generic loop's order.
+template <typename T, int R>
+inline void dw_forward_tile(const T* const* xr, const T* const* wq, int64_t rows, const DwGeometry& g, int64_t i2,
+                            int64_t c0, T* y) {
+  using V = typename Lanes<T>::vec;
+  const int64_t C = g.c, step = g.s[2] * C;
+  V acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = V{};
+  for (int64_t q = 0; q < rows; ++q) {
+    for (int64_t t2 = 0; t2 < g.k[2]; ++t2) {
+      V wv;
+      std::memcpy(&wv, wq[q] + t2 * C + c0, sizeof(V));
+      const T* xp = xr[q] + (i2 * g.s[2] - g.lo[2] + t2 * g.d[2]) * C + c0;
+      for (int r = 0; r < R; ++r) {
+        V xv;
+        std::memcpy(&xv, xp + r * step, sizeof(V));
+        acc[r] += xv * wv;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(y + r * C + c0, &acc[r], sizeof(V));
+}
+
 // y[n, o, c*m + j] = sum over the real taps t of x[n, o*s - lo + t*d, c] * w[c*m + j, t]. Split over output rows.
 template <typename T>
 void depthwise_forward(const T* x, const T* w, const DwGeometry& g, T* y) {
@@ -188,13 +213,48 @@ void depthwise_forward(const T* x, const T* w, const DwGeometry& g, T* y) {
   const DwTaps ax[3] = {DwTaps::of(g, 0), DwTaps::of(g, 1), DwTaps::of(g, 2)};
   const int64_t xs0 = g.L[1] * g.L[2] * C, xs1 = g.L[2] * C, xs2 = C, xsn = g.in_plane() * C;
   const int64_t rows = g.n * g.O[0] * g.O[1];
+  // the outputs of the last dim whose taps are all real: a contiguous run [inner_from, inner_to)
+  int64_t inner_from = 0, inner_to = 0;
+  for (int64_t i2 = 0; i2 < g.O[2]; ++i2) {
+    if (ax[2].first[i2] == 0 && ax[2].end[i2] == g.k[2]) {
+      if (inner_from == inner_to) inner_from = i2;
+      inner_to = i2 + 1;
+    }
+  }
+  const bool tiles = m == 1 && C % Lanes<T>::n == 0 && inner_to - inner_from >= 4;
   parallel_for(rows, g.O[2] * mc * taps, [&](int64_t begin, int64_t end) {
     std::vector<const T*> a(taps), b(taps);
     std::vector<T> tmp(m > 1 ? C : 0);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / (g.O[0] * g.O[1]), i0 = (row / g.O[1]) % g.O[0], i1 = row % g.O[1];
       const int64_t b0 = i0 * g.s[0] - g.lo[0], b1 = i1 * g.s[1] - g.lo[1];
+      int64_t from = g.O[2], to = g.O[2];  // the interior outputs [from, to), handled in tiles
+      if (tiles) {
+        int64_t q = 0;
+        for (int64_t t0 = ax[0].first[i0]; t0 < ax[0].end[i0]; ++t0) {
+          for (int64_t t1 = ax[1].first[i1]; t1 < ax[1].end[i1]; ++t1) {
+            a[q] = x + n * xsn + (b0 + t0 * g.d[0]) * xs0 + (b1 + t1 * g.d[1]) * xs1;
+            b[q] = wt.data() + (t0 * g.k[1] + t1) * g.k[2] * mc;
+            ++q;
+          }
+        }
+        from = inner_from, to = inner_to;
+        T* yr = y + row * g.O[2] * mc;
+        int64_t i2 = from;
+        for (; i2 + 4 <= to; i2 += 4) {
+          for (int64_t c0 = 0; c0 < C; c0 += Lanes<T>::n) {
+            dw_forward_tile<T, 4>(a.data(), b.data(), q, g, i2, c0, yr + i2 * C);
+          }
+        }
+        for (; i2 < to; ++i2) {
+          for (int64_t c0 = 0; c0 < C; c0 += Lanes<T>::n) {
+            dw_forward_tile<T, 1>(a.data(), b.data(), q, g, i2, c0, yr + i2 * C);
+          }
+        }
+      }
       for (int64_t i2 = 0; i2 < g.O[2]; ++i2) {
+        if (i2 == from) i2 = to;
+        if (i2 >= g.O[2]) break;
         const int64_t b2 = i2 * g.s[2] - g.lo[2];
         int64_t pairs = 0;
         for (int64_t t0 = ax[0].first[i0]; t0 < ax[0].end[i0]; ++t0) {
@@ -221,6 +281,31 @@ void depthwise_forward(const T* x, const T* w, const DwGeometry& g, T* y) {
 }
 
 // ------------------------------------------------------------------------------------------------ input gradient
+// R inputs of the last dim s2 apart (the same phase) at once, for one vector of channels (m = 1). They are read by
+// the same taps, at outputs one apart: the taps `tap[e], out[e] + r` for the entries e of the first input. Row q of
+// the (t0, t1) pairs has its output gradient row at gr[q] and its k2 weights at wq[q]. The sums run in the generic
+// loop's order.
+template <typename T, int R>
+inline void dw_input_tile(const T* const* gr, const T* const* wq, int64_t rows, const DwReaders& rd, int64_t p2,
+                          int64_t C, int64_t c0, int64_t out_step, T* dx) {
+  using V = typename Lanes<T>::vec;
+  V acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = V{};
+  for (int64_t q = 0; q < rows; ++q) {
+    for (int64_t e = rd.start[p2]; e < rd.start[p2 + 1]; ++e) {
+      V wv;
+      std::memcpy(&wv, wq[q] + rd.tap[e] * C + c0, sizeof(V));
+      const T* gp = gr[q] + rd.out[e] * C + c0;
+      for (int r = 0; r < R; ++r) {
+        V gv;
+        std::memcpy(&gv, gp + r * C, sizeof(V));
+        acc[r] += gv * wv;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(dx + r * out_step + c0, &acc[r], sizeof(V));
+}
+
 // dx[n, p, c] = sum over the (tap t, output o) pairs that read p, and over j, of gy[n, o, j, c] * w[c*m + j, t]
 // (gy in (N, *O, m, C) order). A gather per input position: no two threads write the same element. Split over input
 // rows.
@@ -229,17 +314,56 @@ void depthwise_input_grad(const T* gy, const T* w, const DwGeometry& g, T* dx) {
   const int64_t C = g.c, m = g.m, mc = g.cout();
   const std::vector<T> wt = transpose_weight(w, g);
   const DwReaders rd[3] = {DwReaders::of(g, 0), DwReaders::of(g, 1), DwReaders::of(g, 2)};
-  int64_t most = 1;  // the most (tap, output) pairs any input position has, per dim
+  int64_t top[3];  // the most (tap, output) pairs any input position has, per dim
   for (int dim = 0; dim < 3; ++dim) {
-    int64_t top = 0;
-    for (int64_t p = 0; p < g.L[dim]; ++p) top = std::max(top, rd[dim].start[p + 1] - rd[dim].start[p]);
-    most *= top;
+    top[dim] = 0;
+    for (int64_t p = 0; p < g.L[dim]; ++p) top[dim] = std::max(top[dim], rd[dim].start[p + 1] - rd[dim].start[p]);
   }
+  const int64_t most = top[0] * top[1] * top[2];
   const int64_t rows = g.n * g.L[0] * g.L[1];
+  // run[p]: how many inputs p, p + s2, p + 2*s2, ... are read by the same taps at outputs one apart
+  const int64_t s2 = g.s[2];
+  std::vector<int64_t> run(g.L[2], 1);
+  for (int64_t p = g.L[2] - 1 - s2; p >= 0; --p) {
+    const DwReaders& r = rd[2];
+    bool same = r.start[p + 1] - r.start[p] == r.start[p + s2 + 1] - r.start[p + s2];
+    for (int64_t e = r.start[p], f = r.start[p + s2]; same && e < r.start[p + 1]; ++e, ++f) {
+      same = r.tap[e] == r.tap[f] && r.out[e] + 1 == r.out[f];
+    }
+    if (same) run[p] = run[p + s2] + 1;
+  }
+  const bool tiles = m == 1 && C % Lanes<T>::n == 0;
   parallel_for(rows, g.L[2] * C * std::max<int64_t>(1, most * m), [&](int64_t begin, int64_t end) {
-    std::vector<const T*> a(most * m), b(most * m);
+    std::vector<const T*> a(std::max(most * m, top[0] * top[1])), b(a.size());
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / (g.L[0] * g.L[1]), p0 = (row / g.L[1]) % g.L[0], p1 = row % g.L[1];
+      if (tiles) {
+        int64_t q = 0;
+        for (int64_t e0 = rd[0].start[p0]; e0 < rd[0].start[p0 + 1]; ++e0) {
+          for (int64_t e1 = rd[1].start[p1]; e1 < rd[1].start[p1 + 1]; ++e1) {
+            a[q] = gy + ((n * g.O[0] + rd[0].out[e0]) * g.O[1] + rd[1].out[e1]) * g.O[2] * mc;
+            b[q] = wt.data() + (rd[0].tap[e0] * g.k[1] + rd[1].tap[e1]) * g.k[2] * mc;
+            ++q;
+          }
+        }
+        T* dr = dx + row * g.L[2] * C;
+        for (int64_t phase = 0; phase < std::min(s2, g.L[2]); ++phase) {
+          for (int64_t p2 = phase; p2 < g.L[2];) {
+            if (run[p2] >= 4) {
+              for (int64_t c0 = 0; c0 < C; c0 += Lanes<T>::n) {
+                dw_input_tile<T, 4>(a.data(), b.data(), q, rd[2], p2, C, c0, s2 * C, dr + p2 * C);
+              }
+              p2 += 4 * s2;
+            } else {
+              for (int64_t c0 = 0; c0 < C; c0 += Lanes<T>::n) {
+                dw_input_tile<T, 1>(a.data(), b.data(), q, rd[2], p2, C, c0, s2 * C, dr + p2 * C);
+              }
+              p2 += s2;
+            }
+          }
+        }
+        continue;
+      }
       for (int64_t p2 = 0; p2 < g.L[2]; ++p2) {
         int64_t pairs = 0;
         for (int64_t e0 = rd[0].start[p0]; e0 < rd[0].start[p0 + 1]; ++e0) {

@@ -56,6 +56,9 @@ CASES_2D = [
     ((2, 4, 7, 9), 4, 4, 3, dict(padding=(7, 3), padding_mode="circular")),
     ((4, 7, 9), 4, 8, 3, dict(padding=1, stride=2)),  # unbatched
     ((2, 3, 1, 1), 3, 3, 1, {}),
+    ((2, 16, 5, 1), 16, 16, (3, 1), dict(padding=(1, 3), stride=(1, 8))),  # a dim that reads only padding
+    ((1, 32, 6, 23), 32, 32, (3, 5), dict(padding=(1, 2), stride=(1, 2))),  # tiles of 4 and single outputs
+    ((1, 16, 5, 30), 16, 16, (2, 3), dict(padding=1, stride=(1, 3), dilation=(1, 2))),
     ((2, 3, 1, 1), 3, 6, 3, dict(padding=1)),
 ]
 
