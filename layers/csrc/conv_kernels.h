@@ -386,6 +386,54 @@ void depthwise_input_grad(const T* gy, const T* w, const DwGeometry& g, T* dx) {
 }
 
 // ------------------------------------------------------------------------------------------------ weight gradient
+// The K2 taps of the last dim at once for one vector of channels (m = 1) along one output row: each output
+// gradient is loaded once for all the taps it meets. at[t2*C + c0] += sum over i2 (ascending, where tap t2 is
+// real) of gy[i2] * x[i2*s2 - lo2 + t2*d2]: the generic loop's order, bit for bit.
+template <typename T, int K2>
+inline void dw_weight_tile(const T* grow, const T* xrow, const DwGeometry& g, const DwTaps& ax2, int64_t c0, T* at) {
+  using V = typename Lanes<T>::vec;
+  const int64_t C = g.c, tap_step = g.d[2] * C;
+  V acc[K2];
+  for (int t2 = 0; t2 < K2; ++t2) std::memcpy(&acc[t2], at + t2 * C + c0, sizeof(V));
+  for (int64_t i2 = 0; i2 < g.O[2]; ++i2) {
+    V gv;
+    std::memcpy(&gv, grow + i2 * C + c0, sizeof(V));
+    const int64_t base = (i2 * g.s[2] - g.lo[2]) * C + c0;
+    const int64_t first = ax2.first[i2], end = ax2.end[i2];
+    if (first == 0 && end == K2) {
+      for (int t2 = 0; t2 < K2; ++t2) {
+        V xv;
+        std::memcpy(&xv, xrow + base + t2 * tap_step, sizeof(V));
+        acc[t2] += gv * xv;
+      }
+    } else {
+      for (int t2 = 0; t2 < K2; ++t2) {
+        if (t2 >= first && t2 < end) {
+          V xv;
+          std::memcpy(&xv, xrow + base + t2 * tap_step, sizeof(V));
+          acc[t2] += gv * xv;
+        }
+      }
+    }
+  }
+  for (int t2 = 0; t2 < K2; ++t2) std::memcpy(at + t2 * C + c0, &acc[t2], sizeof(V));
+}
+
+template <typename T>
+inline bool dw_weight_tiles(const T* grow, const T* xrow, const DwGeometry& g, const DwTaps& ax2, T* at) {
+  for (int64_t c0 = 0; c0 < g.c; c0 += Lanes<T>::n) {
+    switch (g.k[2]) {
+#define PORTER_DW_TAPS(K) \
+  case K: dw_weight_tile<T, K>(grow, xrow, g, ax2, c0, at); break;
+      PORTER_DW_TAPS(1) PORTER_DW_TAPS(2) PORTER_DW_TAPS(3) PORTER_DW_TAPS(4)
+      PORTER_DW_TAPS(5) PORTER_DW_TAPS(6) PORTER_DW_TAPS(7)
+#undef PORTER_DW_TAPS
+      default: return false;
+    }
+  }
+  return true;
+}
+
 // dw[c*m + j, t] = sum over n and the outputs o where tap t is real of gy[n, o, j, c] * x[n, o*s - lo + t*d, c].
 // The output rows are cut into chunks whose number depends on the sizes only; each chunk sums into its own buffer
 // and the chunks are added in order, so the result does not depend on the thread count.
@@ -411,6 +459,7 @@ void depthwise_weight_grad(const T* x, const T* gy, const DwGeometry& g, T* dw) 
     lo2[t2] = a;
     hi2[t2] = b;
   }
+  const bool tiles = m == 1 && C % Lanes<T>::n == 0 && g.k[2] <= 7;
   parallel_for(chunks, work / chunks, [&](int64_t begin, int64_t end) {
     std::vector<const T*> a(g.O[2]), b(g.O[2]);
     for (int64_t ch = begin; ch < end; ++ch) {
@@ -422,6 +471,7 @@ void depthwise_weight_grad(const T* x, const T* gy, const DwGeometry& g, T* dw) 
         for (int64_t t0 = ax[0].first[i0]; t0 < ax[0].end[i0]; ++t0) {
           for (int64_t t1 = ax[1].first[i1]; t1 < ax[1].end[i1]; ++t1) {
             const T* xrow = x + n * xsn + (b0 + t0 * g.d[0]) * xs0 + (b1 + t1 * g.d[1]) * xs1;
+            if (tiles && dw_weight_tiles<T>(grow, xrow, g, ax[2], acc + (t0 * g.k[1] + t1) * g.k[2] * mc)) continue;
             for (int64_t t2 = 0; t2 < g.k[2]; ++t2) {
               int64_t pairs = 0;
               for (int64_t i2 = lo2[t2]; i2 < hi2[t2]; ++i2) {
