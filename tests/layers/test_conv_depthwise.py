@@ -59,6 +59,7 @@ CASES_2D = [
     ((2, 16, 5, 1), 16, 16, (3, 1), dict(padding=(1, 3), stride=(1, 8))),  # a dim that reads only padding
     ((1, 32, 6, 23), 32, 32, (3, 5), dict(padding=(1, 2), stride=(1, 2))),  # tiles of 4 and single outputs
     ((1, 16, 5, 30), 16, 16, (2, 3), dict(padding=1, stride=(1, 3), dilation=(1, 2))),
+    ((1, 16, 4, 21), 16, 16, (1, 9), dict(padding=(0, 4))),  # more taps along W than the tiled weight gradient
     ((2, 3, 1, 1), 3, 6, 3, dict(padding=1)),
 ]
 
@@ -137,19 +138,20 @@ def test_depthwise_conv_functional(nd, x_shape, w_shape, bias, args):
     )
 
 
-def test_depthwise_conv_float64_matches_torch_closely():
+@pytest.mark.parametrize("channels, mult", [(6, 2), (16, 1)])
+def test_depthwise_conv_float64_matches_torch_closely(channels, mult):
     # float64 runs in float64 on the native path (MLX CPU computes float64 elementwise ops too)
     torch.manual_seed(3)
-    x = torch.randn(2, 6, 9, 8, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(12, 1, 3, 3, dtype=torch.float64, requires_grad=True)
-    y = F.conv2d(x, w, None, 2, 1, 2, 6)
+    x = torch.randn(2, channels, 9, 14, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(channels * mult, 1, 3, 3, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(x, w, None, (2, 1), 1, (2, 1), channels)
     g = torch.randn_like(y)
     y.backward(g)
     xm = mx.array(x.detach().movedim(1, -1).numpy(), dtype=mx.float64)
     wm = mx.array(w.detach().movedim(1, -1).numpy(), dtype=mx.float64)
     gm = mx.array(g.movedim(1, -1).numpy(), dtype=mx.float64)
     with mx.stream(mx.cpu):
-        out, vjp = mx.vjp(lambda a, b: PF.conv2d(a, b, None, 2, 1, 2, 6), [xm, wm], [gm])
+        out, vjp = mx.vjp(lambda a, b: PF.conv2d(a, b, None, (2, 1), 1, (2, 1), channels), [xm, wm], [gm])
         got = [np.array(a) for a in (out[0], *vjp)]
     for a, t in zip(got, (y, x.grad, w.grad)):
         assert a.dtype == np.float64
