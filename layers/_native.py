@@ -3,7 +3,8 @@
 MLX's CPU backend runs a pooling layer as a chain of generic ops (strided slices, maximum, where, scatter), each a
 full pass over memory, single-threaded, with a fixed cost per op that dominates small inputs. The kernels in
 ``layers/csrc`` do each pooling layer in one multi-threaded, channel-vectorized pass (window max/sum, fractional
-max, plane scatter/gather), as MLX primitives. They are C++ built against the installed MLX, so they are built on the
+max, plane scatter/gather), as MLX primitives; depthwise convolutions (a tap sum of strided slices in pure MLX) get
+one pass per output too, with both gradients. They are C++ built against the installed MLX, so they are built on the
 user's machine, once: ``porter build-kernels`` (``scripts/setup.sh`` runs it).
 
 Where they live: ``$PORTER_KERNEL_DIR`` or ``~/.cache/porter/kernels`` (``$XDG_CACHE_HOME`` respected), one folder per
@@ -127,8 +128,9 @@ def active() -> bool:
     if module is None and not _state["warned"] and _env_enabled():
         _state["warned"] = True
         warnings.warn(
-            f"Porter's native CPU kernels are not available ({_state['error']}); pooling layers run on slower "
-            "pure-MLX ops. Build them with `porter build-kernels`, or set PORTER_NATIVE=0 to silence this.",
+            f"Porter's native CPU kernels are not available ({_state['error']}); pooling and depthwise conv layers "
+            "run on slower pure-MLX ops. Build them with `porter build-kernels`, or set PORTER_NATIVE=0 to silence "
+            "this.",
             RuntimeWarning,
             stacklevel=3,
         )

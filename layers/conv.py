@@ -265,7 +265,8 @@ def _depthwise_conv(x, weight, stride, lo, hi, dilation) -> mx.array:
     the tap's per-channel weight: elementwise work only, faster than MLX's grouped CPU conv forward and backward.
 
     A channel multiplier ``m = C_out / C_in`` maps output channel ``c*m + j`` to input channel ``c``, as in torch.
-    The backward is written out (:func:`_depthwise_op`).
+    The backward is written out (:func:`_depthwise_op`). This is the fallback of the native kernel
+    (``_native.depthwise_conv``, layers/csrc/conv_kernels.h), which computes the same sums without the padded copy.
     """
     if any(lo) or any(hi):
         x = mx.pad(x, [(0, 0)] + [(a, b) for a, b in zip(lo, hi)] + [(0, 0)])

@@ -408,7 +408,8 @@ class DepthwiseConv : public mx::Primitive {
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     launch(stream(), inputs, outputs, [p = params_, kind = kind_](auto& in, auto& out) {
       const mx::Shape& x_shape = kind == DwKind::input_grad ? out[0].shape() : in[0].shape();
-      const mx::Shape& y_shape = kind == DwKind::forward ? out[0].shape() : in[kind == DwKind::input_grad ? 0 : 1].shape();
+      const mx::Shape& y_shape =
+          kind == DwKind::forward ? out[0].shape() : in[kind == DwKind::input_grad ? 0 : 1].shape();
       const DwGeometry g = dw_geometry(p, x_shape, y_shape);
       auto run = [&](auto tag) {
         using T = decltype(tag);
