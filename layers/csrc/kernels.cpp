@@ -24,6 +24,7 @@
 #include "mlx/stream.h"
 #include "mlx/utils.h"
 
+#include "elementwise_kernels.h"
 #include "pool_kernels.h"
 
 namespace nb = nanobind;
@@ -124,6 +125,98 @@ class WindowMaxGrad;
 class WindowSum;
 class PlaneScatter;
 class PlaneGather;
+class ChannelAffine : public mx::Primitive {
+ public:
+  ChannelAffine(mx::Stream s, bool relu) : mx::Primitive(s), relu_(relu) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [relu = relu_](auto& in, auto& out) {
+      const auto& x = in[0];
+      const int64_t C = x.ndim() ? x.shape(-1) : 1, rows = C ? x.size() / C : 0;
+      dispatch_float(x.dtype(), "channel_affine", [&](auto tag) {
+        using T = decltype(tag);
+        channel_affine<T>(x.template data<T>(), rows, C, in[1].template data<float>(), in[2].template data<float>(),
+                          relu, out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.channel_affine] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return relu_ ? "PorterChannelAffineRelu" : "PorterChannelAffine"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override {
+    auto s = stream();
+    const auto& x = primals[0];
+    mx::array g = mx::astype(cotangents[0], mx::float32, s);
+    if (relu_) {  // torch's relu backward: the gradient where the output is positive
+      g = mx::where(mx::greater(outputs[0], mx::array(0.0f), s), g, mx::array(0.0f), s);
+    }
+    std::vector<int> lead;
+    for (int d = 0; d + 1 < static_cast<int>(x.ndim()); ++d) lead.push_back(d);
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        grads.push_back(mx::astype(mx::multiply(g, primals[1], s), x.dtype(), s));
+      } else if (arg == 1) {
+        grads.push_back(mx::sum(mx::multiply(g, mx::astype(x, mx::float32, s), s), lead, false, s));
+      } else {
+        grads.push_back(mx::sum(g, lead, false, s));
+      }
+    }
+    return grads;
+  }
+
+ private:
+  bool relu_;
+};
+
+class Relu : public mx::UnaryPrimitive {
+ public:
+  explicit Relu(mx::Stream s) : mx::UnaryPrimitive(s) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    std::vector<mx::array> outputs{output};
+    launch(stream(), inputs, outputs, [](auto& in, auto& out) {
+      dispatch_float(in[0].dtype(), "relu", [&](auto tag) {
+        using T = decltype(tag);
+        relu<T>(in[0].template data<T>(), static_cast<int64_t>(in[0].size()), out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[porter.relu] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return "PorterRelu"; }
+  bool is_equivalent(const mx::Primitive& other) const override { return same_type<Relu>(*this, other); }
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>& outputs) override {
+    auto s = stream();  // torch's threshold_backward: the gradient where the output is positive
+    const auto& g = cotangents[0];
+    return {mx::where(mx::greater(outputs[0], mx::zeros({}, outputs[0].dtype(), s), s), g,
+                      mx::zeros({}, g.dtype(), s), s)};
+  }
+};
+
+mx::array relu_op(const mx::array& x) {
+  auto s = cpu_stream("relu");
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("relu", "x must be floating point");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Relu>(s), {mx::contiguous(x, false, s)});
+}
+
+mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx::array& beta, bool relu) {
+  auto s = cpu_stream("channel_affine");
+  if (x.ndim() < 1) fail("channel_affine", "x must have a trailing channel axis");
+  const int c = x.shape(-1);
+  if (alpha.ndim() != 1 || beta.ndim() != 1 || alpha.shape(0) != c || beta.shape(0) != c) {
+    fail("channel_affine", "alpha and beta must be (C,) for x's last axis");
+  }
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("channel_affine", "x must be floating point");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelAffine>(s, relu),
+                   {mx::contiguous(x, false, s), mx::contiguous(mx::astype(alpha, mx::float32, s), false, s),
+                    mx::contiguous(mx::astype(beta, mx::float32, s), false, s)});
+}
+
 mx::array make_window_max_grad(mx::Stream s, const std::vector<Axis>& axes, const mx::array& x, const mx::array& g);
 mx::array make_window_sum(mx::Stream s, const std::vector<Axis>& axes, int64_t ov, bool seq, bool grad,
                           const mx::Shape& shape, const mx::array& in);
@@ -529,6 +622,9 @@ NB_MODULE(_porter_kernels, m) {
   m.def("plane_scatter", &porter::plane_scatter_op, nb::arg("src"), nb::arg("index"), nb::arg("plane"),
         nb::arg("assign"));
   m.def("plane_gather", &porter::plane_gather_op, nb::arg("src"), nb::arg("index"));
+  m.def("channel_affine", &porter::channel_affine_op, nb::arg("x"), nb::arg("alpha"), nb::arg("beta"),
+        nb::arg("relu"));
+  m.def("relu", &porter::relu_op, nb::arg("x"));
   m.def("num_threads", &porter::num_threads);
   m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
 }

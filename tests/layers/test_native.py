@@ -324,3 +324,49 @@ def test_vector_register_paths_match_torch(channels):
     xg = torch.from_numpy(np.nan_to_num(data)).movedim(-1, 1).requires_grad_(True)
     (TF.max_pool2d(xg, 3, 2, 1) ** 2).sum().backward()
     np.testing.assert_allclose(np.array(grad), _nhwc(xg.grad), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------- elementwise
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_channel_affine_is_torchs_eval_batch_norm_with_gradients(dtype, relu):
+    c = 19
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((3, 5, 7, c)).astype(np.float32)
+    data[0, 0, 0, 0] = np.nan
+    w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
+    tdt = getattr(torch, dtype)
+    xt = torch.from_numpy(data).movedim(-1, 1).to(tdt).requires_grad_(True)
+    wt, bt = torch.from_numpy(w).requires_grad_(True), torch.from_numpy(b).requires_grad_(True)
+    yt = TF.batch_norm(xt.float(), torch.from_numpy(mean), torch.from_numpy(var), wt, bt, False, 0.1, 1e-5)
+    yt = (TF.relu(yt) if relu else yt).to(tdt)
+    (yt.float().nan_to_num() ** 2).sum().backward()
+
+    x = mx.array(data).astype(getattr(mx, dtype))
+
+    def f(x, w, b):
+        alpha = mx.rsqrt(mx.array(var) + 1e-5) * w
+        y = _native.channel_affine(x, alpha, b - mx.array(mean) * alpha, relu)
+        return y, (mx.nan_to_num(y.astype(mx.float32)) ** 2).sum()
+
+    y, _ = f(x, mx.array(w), mx.array(b))
+    grads = mx.grad(lambda *a: f(*a)[1], argnums=(0, 1, 2))(x, mx.array(w), mx.array(b))
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}[dtype]
+    np.testing.assert_allclose(np.array(y.astype(mx.float32)), _nhwc(yt.detach().float()), rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.array(grads[0].astype(mx.float32)), _nhwc(xt.grad.float()), rtol=tol * 10,
+                               atol=tol * 10)
+    np.testing.assert_allclose(np.array(grads[1]), wt.grad.numpy(), rtol=tol * 10, atol=tol * 10)
+    np.testing.assert_allclose(np.array(grads[2]), bt.grad.numpy(), rtol=tol * 10, atol=tol * 10)
+
+
+def test_relu_matches_torch_values_nan_and_gradient_at_zero():
+    data = np.array([[-2.0, -0.0, 0.0, 0.5, np.nan, np.inf, -np.inf, 3.0]], dtype=np.float32)
+    xt = torch.from_numpy(data).requires_grad_(True)
+    TF.relu(xt).nan_to_num().sum().backward()
+    x = mx.array(data)
+    np.testing.assert_array_equal(np.array(_native.relu(x)), TF.relu(torch.from_numpy(data)).numpy())
+    grad = mx.grad(lambda a: mx.nan_to_num(_native.relu(a)).sum())(x)
+    np.testing.assert_array_equal(np.array(grad), xt.grad.numpy())
+    big = mx.array(np.random.default_rng(0).standard_normal((3, 300, 301)).astype(np.float32))  # threaded chunks
+    np.testing.assert_array_equal(np.array(_native.relu(big)), np.maximum(np.array(big), 0))
