@@ -370,3 +370,51 @@ def test_relu_matches_torch_values_nan_and_gradient_at_zero():
     np.testing.assert_array_equal(np.array(grad), xt.grad.numpy())
     big = mx.array(np.random.default_rng(0).standard_normal((3, 300, 301)).astype(np.float32))  # threaded chunks
     np.testing.assert_array_equal(np.array(_native.relu(big)), np.maximum(np.array(big), 0))
+
+
+# ---------------------------------------------------------------------------------------------------- vmap
+VMAP_CASES = {
+    "max_pool2d": lambda a: PF.max_pool2d(a, 3, 2, 1),
+    "max_pool2d indices": lambda a: PF.max_pool2d(a, 2, return_indices=True)[1],
+    "avg_pool2d": lambda a: PF.avg_pool2d(a, 3, 2, 1, ceil_mode=True),
+    "adaptive_avg_pool2d": lambda a: PF.adaptive_avg_pool2d(a, (2, 3)),
+    "adaptive_max_pool2d": lambda a: PF.adaptive_max_pool2d(a, 3),
+    "lp_pool2d": lambda a: PF.lp_pool2d(a, 2, 2),
+    "relu": lambda a: _native.relu(a),
+    "channel_affine": lambda a: _native.channel_affine(a, mx.arange(3.0), mx.ones(3), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VMAP_CASES))
+@pytest.mark.parametrize("axis", [0, 2])
+def test_vmap_matches_a_loop_over_torch(name, axis):
+    # per-example gradients are what vmap is for: values and the vmapped gradient, against torch per example
+    fn = VMAP_CASES[name]
+    data = np.random.default_rng(5).standard_normal((4, 2, 7, 6, 3)).astype(np.float32)
+    stacked = mx.array(np.moveaxis(data, 0, axis))
+    got = mx.vmap(fn, in_axes=axis)(stacked)
+    want = np.stack([np.array(fn(mx.array(d))) for d in data])  # the single-example path, checked against torch
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-6, atol=1e-6)
+    if "indices" not in name:
+        grads = mx.vmap(mx.grad(lambda a: (fn(a) ** 2).sum()), in_axes=axis)(stacked)
+        want = np.stack([np.array(mx.grad(lambda a: (fn(a) ** 2).sum())(mx.array(d))) for d in data])
+        np.testing.assert_allclose(np.moveaxis(np.array(grads), 0, 0), want, rtol=1e-5, atol=1e-6)
+    torch_first = {"max_pool2d": lambda t: TF.max_pool2d(t, 3, 2, 1), "avg_pool2d":
+                   lambda t: TF.avg_pool2d(t, 3, 2, 1, ceil_mode=True)}.get(name)
+    if torch_first is not None:
+        ref = torch_first(torch.from_numpy(data[1]).movedim(-1, 1))
+        np.testing.assert_allclose(np.array(fn(mx.array(data[1]))), _nhwc(ref), rtol=1e-6, atol=1e-6)
+
+
+def test_vmap_of_fractional_and_unpool_kernels():
+    k = _native.kernels()
+    x = mx.random.normal((3, 2, 8, 8, 4))
+    samples = mx.random.uniform(shape=(3, 2, 4, 2))
+    got = mx.vmap(lambda a, u: k.fractional_max(a, u, [2, 2], [3, 3], [1, 0])[0])(x, samples)
+    want = mx.stack([k.fractional_max(x[i], samples[i], [2, 2], [3, 3], [1, 0])[0] for i in range(3)])
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+    y, idx = PF.max_pool2d(x[0], 2, return_indices=True)
+    ys = mx.stack([y, y * 2])
+    got = mx.vmap(lambda a: k.plane_scatter(a, idx, [8, 8], True)[0])(ys)
+    want = mx.stack([k.plane_scatter(v, idx, [8, 8], True)[0] for v in (y, y * 2)])
+    np.testing.assert_array_equal(np.array(got), np.array(want))
