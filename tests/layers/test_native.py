@@ -418,3 +418,9 @@ def test_vmap_of_fractional_and_unpool_kernels():
     got = mx.vmap(lambda a: k.plane_scatter(a, idx, [8, 8], True)[0])(ys)
     want = mx.stack([k.plane_scatter(v, idx, [8, 8], True)[0] for v in (y, y * 2)])
     np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_build_tag_covers_every_source_file():
+    # a source missing from SOURCES would not change the tag: an old build would load after an edit to it
+    on_disk = {p.name for p in _native.SOURCE_DIR.iterdir() if p.suffix in (".h", ".cpp", ".txt")}
+    assert on_disk == set(_native.SOURCES)
