@@ -40,7 +40,7 @@ class Case:
 
 
 CASES: list[Case] = []
-GRAPH_MAX_ELEMENTS = 1 << 17  # inputs up to this size also get the in-graph timing
+GRAPH_MAX_ELEMENTS = 1 << 18  # inputs up to this size also get the in-graph timing
 GRAPH_CALLS = 16
 
 

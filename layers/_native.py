@@ -39,7 +39,10 @@ MODULE = "_porter_kernels"
 ENV_ENABLE = "PORTER_NATIVE"
 ENV_DIR = "PORTER_KERNEL_DIR"
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("CMakeLists.txt", "kernels.cpp", "conv_kernels.h", "parallel.h", "pool_kernels.h", "windows.h")
+SOURCES = (
+    "CMakeLists.txt", "kernels.cpp", "conv_kernels.h", "elementwise_kernels.h", "parallel.h", "pool_kernels.h",
+    "windows.h",
+)
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"
 
@@ -311,3 +314,14 @@ def unpool(values: mx.array, index: mx.array, plane: tuple):
     count of out-of-range indices (skipped) as an int64 scalar, which the caller must check."""
     out, bad = kernels().plane_scatter(values, index, plane, True)
     return out, bad
+
+
+def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False) -> mx.array:
+    """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then ReLU if
+    asked; alpha/beta are taken as float32, the result has x's dtype. Differentiable in all three."""
+    return kernels().channel_affine(x, alpha, beta, relu)
+
+
+def relu(x: mx.array) -> mx.array:
+    """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient where the output is positive (torch's)."""
+    return kernels().relu(x)

@@ -12,6 +12,8 @@ import math
 
 import mlx.core as mx
 
+from porter.layers import _native
+
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
@@ -38,8 +40,14 @@ def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     return scale * mx.where(x > 0, x, alpha * (mx.exp(x * input_scale) - 1))
 
 
+def _relu(x):
+    if mx.issubdtype(x.dtype, mx.floating) and _native.active():
+        return _native.relu(x)  # one multi-threaded pass (layers/csrc); MLX's maximum is single-threaded on CPU
+    return mx.maximum(x, 0)
+
+
 UNARY = {
-    "relu": lambda x: mx.maximum(x, 0),
+    "relu": _relu,
     "sigmoid": mx.sigmoid,
     "tanh": mx.tanh,
     "hardswish": lambda x: x * mx.clip(x + 3, 0, 6) / 6,

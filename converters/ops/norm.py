@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from porter.layers import _native
+
 from .. import layout as L
 from ..registry import kernel, register
 
@@ -28,6 +30,8 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
     if weight is not None:
         alpha = alpha * weight
     beta = -mean * alpha if bias is None else bias - mean * alpha
+    if axis == x.ndim - 1 and mx.issubdtype(x.dtype, mx.floating) and _native.active():
+        return _native.channel_affine(x, alpha, beta)  # channels-last: one multi-threaded pass (layers/csrc)
     return x * alpha.reshape(shape) + beta.reshape(shape)
 
 

@@ -24,6 +24,7 @@
 #include "mlx/utils.h"
 
 #include "conv_kernels.h"
+#include "elementwise_kernels.h"
 #include "pool_kernels.h"
 
 namespace nb = nanobind;
@@ -112,6 +113,64 @@ bool same_type(const mx::Primitive& a, const mx::Primitive& b) {
 }
 
 
+
+// ------------------------------------------------------------------------------------------------ vmap
+// mx.vmap over a kernel: every mapped input's vmap axis joins its batch axis (axis 0), inputs that carry the batch
+// but are not mapped (`batched[i]`) are broadcast along the vmap axis, the kernel runs once on the merged batch,
+// and each output is split back into (V, N, ...) with the vmap axis first. Inputs that are not per-example (batch
+// norm's per-channel alpha/beta) cannot be mapped.
+template <typename Build>
+std::pair<std::vector<mx::array>, std::vector<int>> vmap_into_batch(mx::Stream s, const char* what,
+                                                                    const std::vector<mx::array>& inputs,
+                                                                    const std::vector<int>& axes,
+                                                                    const std::vector<bool>& batched, Build build) {
+  int v = -1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (axes[i] < 0) continue;
+    if (!batched[i]) fail(what, "vmap over this argument is not supported");
+    v = inputs[i].shape(axes[i]);
+  }
+  std::vector<mx::array> merged;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    mx::array a = inputs[i];
+    if (!batched[i]) {
+      merged.push_back(a);
+      continue;
+    }
+    if (axes[i] >= 0) {
+      a = mx::moveaxis(a, axes[i], 0, s);
+    } else {
+      mx::Shape shape = a.shape();
+      shape.insert(shape.begin(), v);
+      a = mx::broadcast_to(mx::expand_dims(a, 0, s), shape, s);
+    }
+    mx::Shape shape(a.shape().begin() + 1, a.shape().end());
+    shape[0] *= v;
+    merged.push_back(mx::reshape(a, shape, s));
+  }
+  std::vector<mx::array> outs = build(merged);
+  std::vector<mx::array> split;
+  for (auto& o : outs) {
+    mx::Shape shape = o.shape();
+    if (shape.empty()) {  // a scalar side output (unpool's bad-index count): the same for every example
+      split.push_back(mx::broadcast_to(o, {v}, s));
+      continue;
+    }
+    shape[0] /= v;
+    shape.insert(shape.begin(), v);
+    split.push_back(mx::reshape(o, shape, s));
+  }
+  return {split, std::vector<int>(split.size(), 0)};
+}
+
+// The output shape of a window kernel: x's shape with the nd spatial extents replaced by the tables' outputs.
+mx::Shape window_out_shape(const mx::array& x, const std::vector<Axis>& axes) {
+  mx::Shape shape = x.shape();
+  const size_t nd = x.ndim() - 2;
+  for (size_t d = 0; d < nd; ++d) shape[1 + d] = static_cast<int>(axes[3 - nd + d].out());
+  return shape;
+}
+
 // ------------------------------------------------------------------------------------------------ autodiff helpers
 // The primitives carry their own VJPs (so a layer stays one graph node: mx.custom_function would add another,
 // and on small inputs every node costs more than the kernel itself).
@@ -124,9 +183,116 @@ class WindowMaxGrad;
 class WindowSum;
 class PlaneScatter;
 class PlaneGather;
+class ChannelAffine : public mx::Primitive {
+ public:
+  ChannelAffine(mx::Stream s, bool relu) : mx::Primitive(s), relu_(relu) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [relu = relu_](auto& in, auto& out) {
+      const auto& x = in[0];
+      const int64_t C = x.ndim() ? x.shape(-1) : 1, rows = C ? x.size() / C : 0;
+      dispatch_float(x.dtype(), "channel_affine", [&](auto tag) {
+        using T = decltype(tag);
+        channel_affine<T>(x.template data<T>(), rows, C, in[1].template data<float>(), in[2].template data<float>(),
+                          relu, out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
+    throw std::runtime_error("[porter.channel_affine] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return relu_ ? "PorterChannelAffineRelu" : "PorterChannelAffine"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "channel_affine", inputs, axes, {true, false, false},
+                           [&](const std::vector<mx::array>& in) {
+      return std::vector<mx::array>{mx::array(in[0].shape(), in[0].dtype(),
+                                              std::make_shared<ChannelAffine>(stream(), relu_),
+                                              {mx::contiguous(in[0], false, stream()), in[1], in[2]})};
+    });
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override {
+    auto s = stream();
+    const auto& x = primals[0];
+    mx::array g = mx::astype(cotangents[0], mx::float32, s);
+    if (relu_) {  // torch's relu backward: the gradient where the output is positive
+      g = mx::where(mx::greater(outputs[0], mx::array(0.0f), s), g, mx::array(0.0f), s);
+    }
+    std::vector<int> lead;
+    for (int d = 0; d + 1 < static_cast<int>(x.ndim()); ++d) lead.push_back(d);
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        grads.push_back(mx::astype(mx::multiply(g, primals[1], s), x.dtype(), s));
+      } else if (arg == 1) {
+        grads.push_back(mx::sum(mx::multiply(g, mx::astype(x, mx::float32, s), s), lead, false, s));
+      } else {
+        grads.push_back(mx::sum(g, lead, false, s));
+      }
+    }
+    return grads;
+  }
+
+ private:
+  bool relu_;
+};
+
+class Relu : public mx::UnaryPrimitive {
+ public:
+  explicit Relu(mx::Stream s) : mx::UnaryPrimitive(s) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    std::vector<mx::array> outputs{output};
+    launch(stream(), inputs, outputs, [](auto& in, auto& out) {
+      dispatch_float(in[0].dtype(), "relu", [&](auto tag) {
+        using T = decltype(tag);
+        relu<T>(in[0].template data<T>(), static_cast<int64_t>(in[0].size()), out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[porter.relu] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return "PorterRelu"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<Relu>(stream()),
+                       {mx::contiguous(inputs[0], false, stream())})},
+            {axes[0]}};
+  }
+  bool is_equivalent(const mx::Primitive& other) const override { return same_type<Relu>(*this, other); }
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>& outputs) override {
+    auto s = stream();  // torch's threshold_backward: the gradient where the output is positive
+    const auto& g = cotangents[0];
+    return {mx::where(mx::greater(outputs[0], mx::zeros({}, outputs[0].dtype(), s), s), g,
+                      mx::zeros({}, g.dtype(), s), s)};
+  }
+};
+
+mx::array relu_op(const mx::array& x) {
+  auto s = cpu_stream("relu");
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("relu", "x must be floating point");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Relu>(s), {mx::contiguous(x, false, s)});
+}
+
+mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx::array& beta, bool relu) {
+  auto s = cpu_stream("channel_affine");
+  if (x.ndim() < 1) fail("channel_affine", "x must have a trailing channel axis");
+  const int c = x.shape(-1);
+  if (alpha.ndim() != 1 || beta.ndim() != 1 || alpha.shape(0) != c || beta.shape(0) != c) {
+    fail("channel_affine", "alpha and beta must be (C,) for x's last axis");
+  }
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("channel_affine", "x must be floating point");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelAffine>(s, relu),
+                   {mx::contiguous(x, false, s), mx::contiguous(mx::astype(alpha, mx::float32, s), false, s),
+                    mx::contiguous(mx::astype(beta, mx::float32, s), false, s)});
+}
+
 mx::array make_window_max_grad(mx::Stream s, const std::vector<Axis>& axes, const mx::array& x, const mx::array& g);
 mx::array make_window_sum(mx::Stream s, const std::vector<Axis>& axes, int64_t ov, bool seq, bool grad,
-                          const mx::Shape& shape, const mx::array& in);
+                          const mx::Shape& shape, const mx::array& in, const mx::Shape& plane);
 mx::array make_scatter_add(mx::Stream s, const mx::Shape& shape, const mx::array& src, const mx::array& index);
 mx::array make_gather(mx::Stream s, const mx::array& src, const mx::array& index);
 
@@ -149,6 +315,19 @@ class WindowMax : public mx::Primitive {
     throw std::runtime_error("[porter.window_max] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterWindowMax"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "window_max", inputs, axes, {true}, [&](const std::vector<mx::array>& in) {
+      auto shape = window_out_shape(in[0], axes_);
+      std::vector<mx::Shape> shapes{shape};
+      std::vector<mx::Dtype> dtypes{in[0].dtype()};
+      if (with_indices_) {
+        shapes.push_back(shape);
+        dtypes.push_back(mx::int64);
+      }
+      return mx::array::make_arrays(shapes, dtypes, std::make_shared<WindowMax>(stream(), axes_, with_indices_), in);
+    });
+  }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>&) override {
     // torch's gradient: all of each output's gradient to the tap the scan chose (recomputed from x)
@@ -183,6 +362,13 @@ class WindowMaxGrad : public mx::Primitive {
     throw std::runtime_error("[porter.window_max_grad] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterWindowMaxGrad"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "window_max", inputs, axes, {true, true}, [&](const std::vector<mx::array>& in) {
+      return std::vector<mx::array>{
+          mx::array(in[0].shape(), in[0].dtype(), std::make_shared<WindowMaxGrad>(stream(), axes_), in)};
+    });
+  }
   std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>&, const std::vector<int>&,
                              const std::vector<mx::array>&) override {
     throw std::invalid_argument("[porter.window_max] second derivatives of max pooling are not supported");
@@ -218,6 +404,17 @@ class FractionalMax : public mx::Primitive {
     throw std::runtime_error("[porter.fractional_max] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterFractionalMax"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "fractional_max", inputs, axes, {true, true},
+                           [&](const std::vector<mx::array>& in) {
+      mx::Shape shape = in[0].shape();
+      for (size_t d = 0; d < out_.size(); ++d) shape[1 + d] = static_cast<int>(out_[d]);
+      return mx::array::make_arrays({shape, shape}, {in[0].dtype(), mx::int64},
+                                    std::make_shared<FractionalMax>(stream(), kernel_, out_, column_),
+                                    {in[0], mx::contiguous(in[1], false, stream())});
+    });
+  }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override {
     std::vector<mx::array> grads;
@@ -238,8 +435,14 @@ class FractionalMax : public mx::Primitive {
 
 class WindowSum : public mx::Primitive {
  public:
-  WindowSum(mx::Stream s, std::vector<Axis> axes, int64_t override_div, bool sequential, bool grad)
-      : mx::Primitive(s), axes_(std::move(axes)), override_(override_div), sequential_(sequential), grad_(grad) {}
+  // plane: the spatial extents of the forward's input (the adjoint's output)
+  WindowSum(mx::Stream s, std::vector<Axis> axes, int64_t override_div, bool sequential, bool grad, mx::Shape plane)
+      : mx::Primitive(s),
+        axes_(std::move(axes)),
+        override_(override_div),
+        sequential_(sequential),
+        grad_(grad),
+        plane_(std::move(plane)) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     launch(stream(), inputs, outputs,
@@ -260,28 +463,48 @@ class WindowSum : public mx::Primitive {
     throw std::runtime_error("[porter.window_sum] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return grad_ ? "PorterWindowSumGrad" : "PorterWindowSum"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "window_sum", inputs, axes, {true}, [&](const std::vector<mx::array>& in) {
+      mx::Shape shape = in[0].shape();
+      const size_t nd = shape.size() - 2;
+      for (size_t d = 0; d < nd; ++d) {  // forward: window outputs; adjoint: back to the input extents
+        shape[1 + d] = grad_ ? plane_[d] : static_cast<int>(axes_[3 - nd + d].out());
+      }
+      auto input = grad_ ? mx::contiguous(in[0], false, stream()) : in[0];
+      return std::vector<mx::array>{
+          mx::array(shape, in[0].dtype(),
+                    std::make_shared<WindowSum>(stream(), axes_, override_, sequential_, grad_, plane_), {input})};
+    });
+  }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>&, const std::vector<mx::array>&) override {
     // linear: the adjoint of the window average is its scatter, and the adjoint of that the average again
     const auto& in = primals[0];
     return {make_window_sum(stream(), axes_, override_, sequential_, !grad_, in.shape(),
-                            cast_like(cotangents[0], in, stream()))};
+                            cast_like(cotangents[0], in, stream()), plane_)};
   }
   bool is_equivalent(const mx::Primitive& other) const override {
     if (!same_type<WindowSum>(*this, other)) return false;
     auto& o = static_cast<const WindowSum&>(other);
-    return axes_ == o.axes_ && override_ == o.override_ && sequential_ == o.sequential_ && grad_ == o.grad_;
+    return axes_ == o.axes_ && override_ == o.override_ && sequential_ == o.sequential_ && grad_ == o.grad_ &&
+           plane_ == o.plane_;
   }
 
  private:
   std::vector<Axis> axes_;
   int64_t override_;
   bool sequential_, grad_;
+  mx::Shape plane_;
 };
 
 class PlaneScatter : public mx::Primitive {
  public:
-  PlaneScatter(mx::Stream s, int64_t plane, bool assign) : mx::Primitive(s), plane_(plane), assign_(assign) {}
+  // dims: the spatial extents of the output plane
+  PlaneScatter(mx::Stream s, mx::Shape dims, bool assign)
+      : mx::Primitive(s), dims_(std::move(dims)), plane_(1), assign_(assign) {
+    for (int d : dims_) plane_ *= d;
+  }
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     launch(stream(), inputs, outputs, [plane = plane_, assign = assign_](auto& in, auto& out) {
@@ -299,6 +522,23 @@ class PlaneScatter : public mx::Primitive {
     throw std::runtime_error("[porter.plane_scatter] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return assign_ ? "PorterPlaneAssign" : "PorterPlaneScatterAdd"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "plane_scatter", inputs, axes, {true, true},
+                           [&](const std::vector<mx::array>& in) {
+      mx::Shape shape{in[0].shape(0)};
+      shape.insert(shape.end(), dims_.begin(), dims_.end());
+      shape.push_back(in[0].shape(-1));
+      std::vector<mx::Shape> shapes{shape};
+      std::vector<mx::Dtype> dtypes{in[0].dtype()};
+      if (assign_) {
+        shapes.push_back({});
+        dtypes.push_back(mx::int64);
+      }
+      return mx::array::make_arrays(shapes, dtypes, std::make_shared<PlaneScatter>(stream(), dims_, assign_),
+                                    {mx::contiguous(in[0], false, stream()), mx::contiguous(in[1], false, stream())});
+    });
+  }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>&) override {
     // torch's unpool backward gathers at every index, duplicates included (each gets the full gradient)
@@ -314,6 +554,7 @@ class PlaneScatter : public mx::Primitive {
   }
 
  private:
+  mx::Shape dims_;
   int64_t plane_;
   bool assign_;
 };
@@ -337,6 +578,13 @@ class PlaneGather : public mx::Primitive {
     throw std::runtime_error("[porter.plane_gather] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterPlaneGather"; }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "plane_gather", inputs, axes, {true, true}, [&](const std::vector<mx::array>& in) {
+      return std::vector<mx::array>{
+          mx::array(in[1].shape(), in[0].dtype(), std::make_shared<PlaneGather>(stream(), plane_), in)};
+    });
+  }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>&) override {
     std::vector<mx::array> grads;
@@ -364,9 +612,11 @@ enum class DwKind { forward, input_grad, weight_grad };
 
 struct DwParams {
   Ints kernel, stride, dilation, lo;
+  Ints extent, out;  // the spatial extents of the input and of the output
   int64_t mult = 1;
   bool operator==(const DwParams& o) const {
-    return kernel == o.kernel && stride == o.stride && dilation == o.dilation && lo == o.lo && mult == o.mult;
+    return kernel == o.kernel && stride == o.stride && dilation == o.dilation && lo == o.lo && extent == o.extent &&
+           out == o.out && mult == o.mult;
   }
 };
 
@@ -477,6 +727,23 @@ class DepthwiseConv : public mx::Primitive {
     }
     return grads;
   }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    // forward and input gradient are per example (the weight is shared); per-example weight gradients are not
+    if (kind_ == DwKind::weight_grad) {
+      fail("depthwise_conv", "vmap over the weight gradient (per-example weight gradients) is not supported");
+    }
+    return vmap_into_batch(stream(), "depthwise_conv", inputs, axes, {true, false},
+                           [&](const std::vector<mx::array>& in) {
+                             const bool fwd = kind_ == DwKind::forward;
+                             mx::Shape shape{in[0].shape(0)};
+                             for (int64_t e : fwd ? params_.out : params_.extent) shape.push_back(static_cast<int>(e));
+                             shape.push_back(fwd ? in[1].shape(0) : static_cast<int>(in[1].shape(0) / params_.mult));
+                             return std::vector<mx::array>{mx::array(
+                                 shape, in[0].dtype(), std::make_shared<DepthwiseConv>(stream(), params_, kind_),
+                                 {mx::contiguous(in[0], false, stream()), in[1]})};
+                           });
+  }
   bool is_equivalent(const mx::Primitive& other) const override {
     if (!same_type<DepthwiseConv>(*this, other)) return false;
     auto& o = static_cast<const DepthwiseConv&>(other);
@@ -493,15 +760,14 @@ mx::array make_window_max_grad(mx::Stream s, const std::vector<Axis>& axes, cons
 }
 
 mx::array make_window_sum(mx::Stream s, const std::vector<Axis>& axes, int64_t ov, bool seq, bool grad,
-                          const mx::Shape& shape, const mx::array& in) {
-  return mx::array(shape, in.dtype(), std::make_shared<WindowSum>(s, axes, ov, seq, grad),
+                          const mx::Shape& shape, const mx::array& in, const mx::Shape& plane) {
+  return mx::array(shape, in.dtype(), std::make_shared<WindowSum>(s, axes, ov, seq, grad, plane),
                    {grad ? mx::contiguous(in, false, s) : in});
 }
 
 mx::array make_scatter_add(mx::Stream s, const mx::Shape& shape, const mx::array& src, const mx::array& index) {
-  int64_t plane = 1;
-  for (size_t d = 1; d + 1 < shape.size(); ++d) plane *= shape[d];
-  return mx::array(shape, src.dtype(), std::make_shared<PlaneScatter>(s, plane, false),
+  mx::Shape dims(shape.begin() + 1, shape.end() - 1);
+  return mx::array(shape, src.dtype(), std::make_shared<PlaneScatter>(s, dims, false),
                    {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
 }
 
@@ -583,8 +849,9 @@ mx::array window_sum_op(const mx::array& x, const Table& first, const Table& end
   auto axes = make_axes("window_sum", first, end, step, divisor, x.shape());
   Ints out;
   for (size_t d = 3 - first.size(); d < 3; ++d) out.push_back(axes[d].out());
+  mx::Shape plane(x.shape().begin() + 1, x.shape().end() - 1);
   return mx::array(out_shape(x, out), x.dtype(),
-                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, false), {x});
+                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, false, plane), {x});
 }
 
 mx::array window_sum_grad_op(const mx::array& grad, const Ints& plane, const Table& first, const Table& end,
@@ -602,8 +869,9 @@ mx::array window_sum_grad_op(const mx::array& grad, const Ints& plane, const Tab
       fail("window_sum_grad", "window tables do not match the gradient's shape");
     }
   }
+  mx::Shape plane_shape(in_shape.begin() + 1, in_shape.end() - 1);
   return mx::array(in_shape, grad.dtype(),
-                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, true),
+                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, true, plane_shape),
                    {mx::contiguous(grad, false, s)});
 }
 
@@ -628,7 +896,7 @@ std::vector<mx::array> plane_scatter_op(const mx::array& src, const mx::array& i
     dtypes.push_back(mx::int64);
   }
   return mx::array::make_arrays(
-      shapes, dtypes, std::make_shared<PlaneScatter>(s, flat, assign),
+      shapes, dtypes, std::make_shared<PlaneScatter>(s, mx::Shape(shape.begin() + 1, shape.end() - 1), assign),
       {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
 }
 
@@ -676,6 +944,8 @@ mx::array depthwise_conv_op(const mx::array& x, const mx::array& w, const Ints& 
   p.stride = stride;
   p.dilation = dilation;
   p.lo = lo;
+  p.out = out;
+  for (size_t d = 0; d < nd; ++d) p.extent.push_back(x.shape(1 + d));
   const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
   const mx::Dtype run = half ? mx::float32 : x.dtype();
   auto xin = mx::contiguous(mx::astype(x, run, s), false, s);
@@ -706,6 +976,9 @@ NB_MODULE(_porter_kernels, m) {
   m.def("plane_gather", &porter::plane_gather_op, nb::arg("src"), nb::arg("index"));
   m.def("depthwise_conv", &porter::depthwise_conv_op, nb::arg("x"), nb::arg("w"), nb::arg("stride"), nb::arg("lo"),
         nb::arg("hi"), nb::arg("dilation"));
+  m.def("channel_affine", &porter::channel_affine_op, nb::arg("x"), nb::arg("alpha"), nb::arg("beta"),
+        nb::arg("relu"));
+  m.def("relu", &porter::relu_op, nb::arg("x"));
   m.def("num_threads", &porter::num_threads);
   m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
 }

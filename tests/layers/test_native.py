@@ -418,3 +418,121 @@ def test_vector_register_paths_match_torch(channels):
     xg = torch.from_numpy(np.nan_to_num(data)).movedim(-1, 1).requires_grad_(True)
     (TF.max_pool2d(xg, 3, 2, 1) ** 2).sum().backward()
     np.testing.assert_allclose(np.array(grad), _nhwc(xg.grad), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------- elementwise
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_channel_affine_is_torchs_eval_batch_norm_with_gradients(dtype, relu):
+    c = 19
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((3, 5, 7, c)).astype(np.float32)
+    data[0, 0, 0, 0] = np.nan
+    w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
+    tdt = getattr(torch, dtype)
+    xt = torch.from_numpy(data).movedim(-1, 1).to(tdt).requires_grad_(True)
+    wt, bt = torch.from_numpy(w).requires_grad_(True), torch.from_numpy(b).requires_grad_(True)
+    yt = TF.batch_norm(xt.float(), torch.from_numpy(mean), torch.from_numpy(var), wt, bt, False, 0.1, 1e-5)
+    yt = (TF.relu(yt) if relu else yt).to(tdt)
+    (yt.float().nan_to_num() ** 2).sum().backward()
+
+    x = mx.array(data).astype(getattr(mx, dtype))
+
+    def f(x, w, b):
+        alpha = mx.rsqrt(mx.array(var) + 1e-5) * w
+        y = _native.channel_affine(x, alpha, b - mx.array(mean) * alpha, relu)
+        return y, (mx.nan_to_num(y.astype(mx.float32)) ** 2).sum()
+
+    y, _ = f(x, mx.array(w), mx.array(b))
+    grads = mx.grad(lambda *a: f(*a)[1], argnums=(0, 1, 2))(x, mx.array(w), mx.array(b))
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}[dtype]
+    np.testing.assert_allclose(np.array(y.astype(mx.float32)), _nhwc(yt.detach().float()), rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.array(grads[0].astype(mx.float32)), _nhwc(xt.grad.float()), rtol=tol * 10,
+                               atol=tol * 10)
+    np.testing.assert_allclose(np.array(grads[1]), wt.grad.numpy(), rtol=tol * 10, atol=tol * 10)
+    np.testing.assert_allclose(np.array(grads[2]), bt.grad.numpy(), rtol=tol * 10, atol=tol * 10)
+
+
+def test_relu_matches_torch_values_nan_and_gradient_at_zero():
+    data = np.array([[-2.0, -0.0, 0.0, 0.5, np.nan, np.inf, -np.inf, 3.0]], dtype=np.float32)
+    xt = torch.from_numpy(data).requires_grad_(True)
+    TF.relu(xt).nan_to_num().sum().backward()
+    x = mx.array(data)
+    np.testing.assert_array_equal(np.array(_native.relu(x)), TF.relu(torch.from_numpy(data)).numpy())
+    grad = mx.grad(lambda a: mx.nan_to_num(_native.relu(a)).sum())(x)
+    np.testing.assert_array_equal(np.array(grad), xt.grad.numpy())
+    big = mx.array(np.random.default_rng(0).standard_normal((3, 300, 301)).astype(np.float32))  # threaded chunks
+    np.testing.assert_array_equal(np.array(_native.relu(big)), np.maximum(np.array(big), 0))
+
+
+# ---------------------------------------------------------------------------------------------------- vmap
+VMAP_CASES = {
+    "max_pool2d": lambda a: PF.max_pool2d(a, 3, 2, 1),
+    "max_pool2d indices": lambda a: PF.max_pool2d(a, 2, return_indices=True)[1],
+    "avg_pool2d": lambda a: PF.avg_pool2d(a, 3, 2, 1, ceil_mode=True),
+    "adaptive_avg_pool2d": lambda a: PF.adaptive_avg_pool2d(a, (2, 3)),
+    "adaptive_max_pool2d": lambda a: PF.adaptive_max_pool2d(a, 3),
+    "lp_pool2d": lambda a: PF.lp_pool2d(a, 2, 2),
+    "relu": lambda a: _native.relu(a),
+    "channel_affine": lambda a: _native.channel_affine(a, mx.arange(3.0), mx.ones(3), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VMAP_CASES))
+@pytest.mark.parametrize("axis", [0, 2])
+def test_vmap_matches_a_loop_over_torch(name, axis):
+    # per-example gradients are what vmap is for: values and the vmapped gradient, against torch per example
+    fn = VMAP_CASES[name]
+    data = np.random.default_rng(5).standard_normal((4, 2, 7, 6, 3)).astype(np.float32)
+    stacked = mx.array(np.moveaxis(data, 0, axis))
+    got = mx.vmap(fn, in_axes=axis)(stacked)
+    want = np.stack([np.array(fn(mx.array(d))) for d in data])  # the single-example path, checked against torch
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-6, atol=1e-6)
+    if "indices" not in name:
+        grads = mx.vmap(mx.grad(lambda a: (fn(a) ** 2).sum()), in_axes=axis)(stacked)
+        want = np.stack([np.array(mx.grad(lambda a: (fn(a) ** 2).sum())(mx.array(d))) for d in data])
+        np.testing.assert_allclose(np.moveaxis(np.array(grads), 0, 0), want, rtol=1e-5, atol=1e-6)
+    torch_first = {"max_pool2d": lambda t: TF.max_pool2d(t, 3, 2, 1), "avg_pool2d":
+                   lambda t: TF.avg_pool2d(t, 3, 2, 1, ceil_mode=True)}.get(name)
+    if torch_first is not None:
+        ref = torch_first(torch.from_numpy(data[1]).movedim(-1, 1))
+        np.testing.assert_allclose(np.array(fn(mx.array(data[1]))), _nhwc(ref), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [0, 2])
+def test_vmap_of_depthwise_conv_matches_a_loop(axis):
+    # per-example forward and input gradients (the weight is shared); per-example weight gradients raise clearly
+    data = np.random.default_rng(6).standard_normal((3, 2, 7, 6, 16)).astype(np.float32)
+    w = mx.array(np.random.default_rng(7).standard_normal((32, 3, 3, 1)).astype(np.float32))
+    fn = lambda a: PF.conv2d(a, w, None, 2, 1, 1, 16)  # noqa: E731
+    stacked = mx.array(np.moveaxis(data, 0, axis))
+    got = mx.vmap(fn, in_axes=axis)(stacked)
+    want = np.stack([np.array(fn(mx.array(d))) for d in data])
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-6, atol=1e-6)
+    loss = lambda a: (fn(a) ** 2).sum()  # noqa: E731
+    grads = mx.vmap(mx.grad(loss), in_axes=axis)(stacked)
+    want = np.stack([np.array(mx.grad(loss)(mx.array(d))) for d in data])
+    np.testing.assert_allclose(np.array(grads), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="per-example weight gradients"):
+        mx.eval(mx.vmap(lambda a: mx.grad(lambda k: (PF.conv2d(a, k, groups=16) ** 2).sum())(w))(stacked))
+
+
+def test_vmap_of_fractional_and_unpool_kernels():
+    k = _native.kernels()
+    x = mx.random.normal((3, 2, 8, 8, 4))
+    samples = mx.random.uniform(shape=(3, 2, 4, 2))
+    got = mx.vmap(lambda a, u: k.fractional_max(a, u, [2, 2], [3, 3], [1, 0])[0])(x, samples)
+    want = mx.stack([k.fractional_max(x[i], samples[i], [2, 2], [3, 3], [1, 0])[0] for i in range(3)])
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+    y, idx = PF.max_pool2d(x[0], 2, return_indices=True)
+    ys = mx.stack([y, y * 2])
+    got = mx.vmap(lambda a: k.plane_scatter(a, idx, [8, 8], True)[0])(ys)
+    want = mx.stack([k.plane_scatter(v, idx, [8, 8], True)[0] for v in (y, y * 2)])
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_build_tag_covers_every_source_file():
+    # a source missing from SOURCES would not change the tag: an old build would load after an edit to it
+    on_disk = {p.name for p in _native.SOURCE_DIR.iterdir() if p.suffix in (".h", ".cpp", ".txt")}
+    assert on_disk == set(_native.SOURCES)

@@ -1,0 +1,39 @@
+// Channels-last elementwise kernels for converted models: one multi-threaded pass where MLX's CPU backend makes
+// several single-threaded ones.
+#pragma once
+
+#include "parallel.h"
+#include "windows.h"
+
+namespace porter {
+
+// out[r, c] = x[r, c] * alpha[c] + beta[c] (then max(., 0) with `relu`; NaN stays NaN as in torch's relu), for a
+// row-major (rows, C) x: eval-mode batch norm with torch's per-channel alpha/beta, computed in float32 (double for
+// float64) and rounded once.
+template <typename T>
+void channel_affine(const T* x, int64_t rows, int64_t C, const float* alpha, const float* beta, bool relu, T* out) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  parallel_for(rows, C, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * C;
+      T* yr = out + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        A v = static_cast<A>(xr[c]) * static_cast<A>(alpha[c]) + static_cast<A>(beta[c]);
+        if (relu) v = v < A(0) ? A(0) : v;
+        yr[c] = static_cast<T>(v);
+      }
+    }
+  });
+}
+
+// out = max(x, 0) elementwise over n contiguous elements (NaN stays NaN, as torch's relu).
+template <typename T>
+void relu(const T* x, int64_t n, T* out) {
+  constexpr int64_t kChunk = 1 << 14;
+  parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t begin, int64_t end) {
+    const int64_t lo = begin * kChunk, hi = std::min(n, end * kChunk);
+    for (int64_t i = lo; i < hi; ++i) out[i] = x[i] < T(0) ? T(0) : x[i];
+  });
+}
+
+}  // namespace porter
