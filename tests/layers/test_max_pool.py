@@ -385,3 +385,21 @@ def test_tiling_backward_is_a_masked_broadcast(nd, monkeypatch):
     x[torch.rand(shape, generator=gen) < 0.1] = NAN
     check_max_pool(x, nd, 2)
     assert calls
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("op", ["max_pool", "adaptive_max_pool"])
+def test_strided_channel_view_input(nd, op):
+    # every other channel of a wider array: not row-contiguous (MLX's as_strided, used by the pure path's window
+    # view, raised "AsStrided must be used with row contiguous arrays only" on such views)
+    def view(a):
+        return mx.repeat(a, 2, axis=-1)[..., ::2]
+
+    if op == "max_pool":
+        torch_fn = lambda a: getattr(F, f"max_pool{nd}d")(a, 2, 1, 1, return_indices=True)  # noqa: E731
+        porter_fn = lambda a: getattr(PF, f"max_pool{nd}d")(view(a), 2, 1, 1, return_indices=True)  # noqa: E731
+    else:
+        torch_fn = lambda a: getattr(F, f"adaptive_max_pool{nd}d")(a, 3)  # noqa: E731
+        porter_fn = lambda a: getattr(PF, f"adaptive_max_pool{nd}d")(view(a), 3)  # noqa: E731
+    x = torch.randint(0, 3, (2, 3) + (6,) * nd).float()  # ties
+    check_against_torch(torch_fn, porter_fn, x, nd=nd, exact=True)
