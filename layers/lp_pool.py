@@ -126,6 +126,10 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     if dtype == mx.bool_:
         x, dtype = x.astype(mx.int64), mx.int64
     integer = not mx.issubdtype(dtype, mx.floating)
+    if integer and isinstance(norm_type, numbers.Integral) and dtype != mx.int64:
+        # int ** int keeps the dtype, and torch's avg_pool has no kernel for integers other than int64
+        raise TypeError(f"[{layer}] 'input': \"avg_pool{max(nd, 2)}d\" not implemented for '{dtype}' (an integer "
+                        f"norm_type keeps the integer dtype; int64, floating input or a float norm_type work)")
     if integer and isinstance(norm_type, numbers.Integral):
         # int ** int stays integral in torch, and the average is then an integer (truncating) average
         if norm_type < 0:

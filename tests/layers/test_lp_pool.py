@@ -190,3 +190,15 @@ def test_bool_input(p):
     out = lp_pool1d(mx.array(x.numpy().T.copy()), p, 2)
     assert out.dtype == mx.float32
     np.testing.assert_allclose(np.array(out).T, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_small_int_input(nd, dtype):
+    # an integer norm_type keeps the dtype, and torch's avg_pool has no kernel for it: an error, not an int64 result
+    x = torch.randint(0, 5, (1, 2) + (4,) * nd).to(dtype)
+    xm = mx.array(np.moveaxis(x.numpy(), 1, -1))
+    check_error_against_torch(lambda: TORCH_FN[nd](x, 2, 2), lambda: PORTER_FN[nd](xm, 2, 2),
+                              match="not implemented for", porter_type=TypeError, layer=f"lp_pool{nd}d")
+    # a float norm_type promotes to float32 in both
+    check_against_torch(lambda a: TORCH_FN[nd](a, 2.0, 2), lambda a: PORTER_FN[nd](a, 2.0, 2), x, nd=nd, grad=False)
