@@ -403,3 +403,17 @@ def test_strided_channel_view_input(nd, op):
         porter_fn = lambda a: getattr(PF, f"adaptive_max_pool{nd}d")(view(a), 3)  # noqa: E731
     x = torch.randint(0, 3, (2, 3) + (6,) * nd).float()  # ties
     check_against_torch(torch_fn, porter_fn, x, nd=nd, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8])
+@pytest.mark.parametrize(
+    "nd, kernel, stride, padding, dilation",
+    [(1, 1, 2, 0, 2), (2, (2, 1), (4, 1), 0, (3, 1)), (3, (1, 4, 1), (3, 4, 2), (0, 2, 0), (2, 1, 2))],
+)
+def test_integer_dilated_single_tap_indices(dtype, nd, kernel, stride, padding, dilation):
+    # an integer input has no NaN pass, so a dim with one tap left its index table unbroadcast (wrong shape, or
+    # a broadcast error in the next dim) on the pure-MLX path with dilation
+    x = torch.randint(-3, 3, (2, 3) + (7,) * nd).to(dtype)
+    args = (kernel, stride, padding, dilation)
+    check_against_torch(lambda a: getattr(F, f"max_pool{nd}d")(a, *args, return_indices=True),
+                        lambda a: getattr(PF, f"max_pool{nd}d")(a, *args, return_indices=True), x, nd=nd, exact=True)
