@@ -378,6 +378,10 @@ def run_case(case: Case, backend: str) -> list:
                        0 if is_int else rtol, f"output[{i}]")
             if p:
                 problems.append(p)
+        if case.family == "lp" and case.dtype in (torch.float16, torch.bfloat16) and case.norm_type < 1:
+            # torch's fp16/bf16 LP backward rounds at every stage, and x ** (p - 1) with p < 1 is huge near 0: its
+            # gradient there is rounding noise (tests/layers/test_lp_pool.py checks low precision on its own terms)
+            return problems
         if problems or not (floating and case.grad) or tup_t[0].numel() == 0:
             return problems
         g_np = np.random.default_rng(case.g_seed).standard_normal(tuple(tup_t[0].shape)).astype(np.float32)
