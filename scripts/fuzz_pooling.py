@@ -78,7 +78,7 @@ def _pick(rng, items):
 
 
 def _channels(rng, big: bool) -> int:
-    return _pick(rng, CHANNELS) if not big else _pick(rng, [16, 32, 48, 64, 272])
+    return _pick(rng, CHANNELS) if not big else _pick(rng, [16, 32, 48, 64, 272, 272])
 
 
 def _geometry(rng, nd, *, dilation: bool, padding: bool, ceil: bool, big: bool, fit: bool):
@@ -119,11 +119,12 @@ def _shape(case, nd, spatial, big):
 
 
 # ---------------------------------------------------------------------------------------------------- families
-def make_case(seed: int) -> Case:
+def make_case(seed: int, big_every: int = 20) -> Case:
     case = Case(seed)
     rng = case.rng
     case.family = fam = _pick(rng, FAMILIES)
-    big = rng.integers(0, 20) == 0  # enough work for the thread pool (>= 1M element-steps)
+    big = rng.integers(0, big_every) == 0  # enough work for the thread pool (>= 1M element-steps) with C >= 64
+    case.big = bool(big)
     case.nd = nd = int(rng.integers(2, 4)) if fam == "fractional" else int(rng.integers(1, 4))
     if big and nd == 3:
         case.nd = nd = 2
@@ -414,6 +415,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=["native", "mlx", "both"], default="both")
     ap.add_argument("--threads", type=int, default=0, help="native kernel threads (0: PORTER_NUM_THREADS / CPUs)")
     ap.add_argument("--family", default=None, help="only this family (max, avg, adaptive_max, ...)")
+    ap.add_argument("--big-every", type=int, default=20, help="1 in this many configs is large (thread pool)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # torch's unpool keeps the last duplicate only on one thread (SEMANTICS: max_unpool)
@@ -427,7 +429,7 @@ def main(argv=None) -> int:
     failures, ran, start = 0, 0, time.time()
     seed = args.seed
     while ran < args.configs:
-        case = make_case(seed)
+        case = make_case(seed, args.big_every)
         seed += 1
         if args.family and case.family != args.family:
             continue
