@@ -27,11 +27,22 @@ then run Python with the sanitizer runtimes preloaded::
     cmake --build $B/build && cp $B/build/_porter_kernels*.so $B/kernels/$TAG/
     PORTER_KERNEL_DIR=$B/kernels ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \\
         LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \\
-        PORTER_NUM_THREADS=3 .venv/bin/python scripts/fuzz_pooling.py --configs 3000 2>&1 | tee fuzz.log
-    grep -c "runtime error\\|AddressSanitizer" fuzz.log   # UBSan reports do not stop the run: grep for them
+        PORTER_NUM_THREADS=3 .venv/bin/python scripts/fuzz_pooling.py --configs 3000 2>&1 | tee $B/fuzz.log
+    grep -c "runtime error\\|AddressSanitizer" $B/fuzz.log   # UBSan reports do not stop the run: grep for them
 
 (``PORTER_ARCH_FLAGS`` is a CMake list: semicolons. ``-O1`` comes after the CMakeLists' ``-O3`` and wins.)
 The fuzzer sets MLX's buffer cache to 0 so every freed buffer goes back to malloc, where ASan can see it.
+
+Torch's max-pool backward writes out of bounds for a window made only of padding (dilation > 1, SEMANTICS 3.5): its
+index points past the plane. That, not MLX or Porter, is the "double free or corruption" seen once in an earlier
+throwaway fuzz of dilation-2 max pooling; torch alone reproduces it (glibc aborts within the first iterations)::
+
+    import torch, torch.nn.functional as F
+    for _ in range(20000):  # L=2, k=2, p=1, d=3: the only window's taps are -1 and 2; torch's index is 6 of 4
+        x = torch.randn(1, 64, 2, 2, requires_grad=True)
+        F.max_pool2d(x, 2, 1, 1, 3).sum().backward()
+
+So the fuzzer never runs torch's backward on such configs (Porter's forward is still compared).
 """
 
 from __future__ import annotations
