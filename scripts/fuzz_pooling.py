@@ -314,14 +314,16 @@ def _tolerance(case: Case, grad: bool) -> tuple:
         return 0.0, 0.0
     if dt == torch.float16:  # torch's fp16 backward of the average pools accumulates in fp16
         tol = 2e-3 if case.family not in ("adaptive_avg", "lp", "avg") or (case.nd < 3 and not grad) else 2e-2
-    elif dt == torch.bfloat16:
-        tol = 2e-2
+    elif dt == torch.bfloat16:  # likewise in bf16, and torch's 3d kernels accumulate the forward in bf16 too
+        tol = 5e-2 if grad and case.family in ("adaptive_avg", "lp", "avg") and case.nd == 3 else 2e-2
     elif dt == torch.float64:
         tol = 1e-9
     else:
         tol = 1e-5
     if case.family == "lp":
-        tol = max(tol * 10, 1e-3 if grad else 1e-4)
+        # the root's derivative (a ** (1/p - 1)) amplifies the last-bit differences of a window sum near 0 (mixed-sign
+        # x ** 3 cancelling): the pure-MLX path sums separably, one dim at a time, not in torch's order
+        tol = max(tol * 10, 5e-3 if grad else 1e-4)
     return tol, tol
 
 
