@@ -466,7 +466,8 @@ def main(argv=None) -> int:
                 problems = ["fuzzer error: " + traceback.format_exc(limit=3)]
             if problems:
                 failures += 1
-                print(f"FAIL seed={case.seed} backend={backend} {case}\n  " + "\n  ".join(problems), flush=True)
+                print(f"FAIL seed={case.seed} backend={backend} (rerun: --seed {case.seed} --configs 1 --big-every "
+                      f"{args.big_every} --backend {backend}) {case}\n  " + "\n  ".join(problems), flush=True)
     threads = _native.kernels().num_threads() if _native.available() else None
     print(f"{ran} configs x {backends} (threads={threads}), {failures} failures, {time.time() - start:.1f} s")
     return 1 if failures else 0
