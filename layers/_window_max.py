@@ -189,6 +189,9 @@ def chosen_offset(taps: Sequence[mx.array], best: mx.array, offsets: Sequence, i
         for t in range(k):  # walking forwards leaves the last NaN
             last_nan = mx.where(mx.isnan(taps[t]), const[t], last_nan)
         chosen = mx.where(mx.isnan(best), last_nan, chosen)
+    if chosen.shape != best.shape:
+        # one tap of an integer input: no where() has broadcast the offset table to the data's shape yet
+        chosen = mx.broadcast_to(chosen, best.shape)
     return chosen
 
 

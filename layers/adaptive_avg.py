@@ -55,20 +55,6 @@ def check_output_size(output_size, nd: int, layer: str) -> tuple:
     return items
 
 
-# above this many matrix entries the tap sum (work ~ L) beats the window-matrix product (work ~ O * L); measured
-# here: 10 -> 7 and 56 -> 10 favour the product, 112 -> 30 and 224 -> 100 the taps
-_MATMUL_MAX_ENTRIES = 1024
-
-
-@lru_cache(maxsize=256)
-def _window_matrix(length: int, out: int) -> tuple[mx.array, np.ndarray]:
-    """The ``(out, length)`` 0/1 matrix whose row ``o`` marks window ``o``, and the window lengths."""
-    starts, ends = (np.asarray(v, dtype=np.int64) for v in adaptive_windows(length, out))
-    cols = np.arange(length)[None, :]
-    matrix = ((cols >= starts[:, None]) & (cols < ends[:, None])).astype(np.float32)
-    return mx.array(matrix), ends - starts
-
-
 @lru_cache(maxsize=256)
 def _window_taps(length: int, out: int) -> tuple[list[mx.array], np.ndarray]:
     """Per tap ``j``, the rows ``start + j`` of every window (``length``, an appended zero row, once a window is
@@ -89,11 +75,8 @@ def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarra
         k = length // out
         shape = (*x.shape[:axis], out, k, *x.shape[axis + 1 :])
         return x.reshape(shape).sum(axis=axis + 1), np.full(out, k)
-    if out * length <= _MATMUL_MAX_ENTRIES:
-        matrix, sizes = _window_matrix(length, out)
-        before, after = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
-        summed = mx.matmul(matrix, x.reshape(before, length, after))
-        return summed.reshape(*x.shape[:axis], out, *x.shape[axis + 1 :]), sizes
+    # a tap sum, not a product with a 0/1 window matrix: that would multiply an inf or NaN outside a window by 0
+    # and spread NaN into every window of the row (torch sums only the window's own elements)
     taps, sizes = _window_taps(length, out)
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, 1)

@@ -51,15 +51,16 @@ def _round(a: mx.array, dtype) -> mx.array:
     return a.astype(dtype) if dtype in _LOW_PRECISION else a
 
 
-def _pow_forward(x: mx.array, exponent: float) -> mx.array:
+def _pow_forward(x: mx.array, exponent: float, bf16_steps: bool = False) -> mx.array:
     """``x ** exponent`` as torch's CPU kernel computes it: exact shortcuts for the common exponents (also much
-    faster than a generic pow), ``std::pow`` otherwise."""
+    faster than a generic pow), ``std::pow`` otherwise. ``bf16_steps``: torch's bfloat16 kernel rounds the square
+    inside ``x ** 3`` and ``x ** -2`` to bfloat16 (its fp16 kernel rounds only the result); so does this."""
     if exponent == 1:
         return x
     if exponent == 2:
         return x * x
     if exponent == 3:
-        return x * x * x
+        return _bf16_step(x * x, bf16_steps) * x
     if exponent == 0.5:
         return mx.sqrt(x)
     if exponent == -0.5:
@@ -67,18 +68,22 @@ def _pow_forward(x: mx.array, exponent: float) -> mx.array:
     if exponent == -1:
         return mx.reciprocal(x)
     if exponent == -2:
-        return mx.reciprocal(x * x)
+        return mx.reciprocal(_bf16_step(x * x, bf16_steps))
     return mx.power(x, exponent)
 
 
+def _bf16_step(a: mx.array, bf16_steps: bool) -> mx.array:
+    return a.astype(mx.bfloat16).astype(a.dtype) if bf16_steps else a
+
+
 @lru_cache(maxsize=64)
-def _pow_function(exponent: float):
+def _pow_function(exponent: float, bf16_steps: bool):
     """``x ** exponent`` with torch's pow backward ``grad * (p * x ** (p - 1))`` (the shortcuts' own derivatives
     differ from it at 0 and inf, e.g. ``1 / (x * x)`` at inf gives inf * 0 = NaN where torch gives 0)."""
 
     @mx.custom_function
     def power(x):
-        return _pow_forward(x, exponent)
+        return _pow_forward(x, exponent, bf16_steps)
 
     @power.vjp
     def power_vjp(x, cotangent, output):  # a single primal arrives as the array itself
@@ -87,8 +92,14 @@ def _pow_function(exponent: float):
     return power
 
 
-def _pow(x: mx.array, exponent: float) -> mx.array:
-    return x if exponent == 1 else _pow_function(float(exponent))(x)
+def _pow(x: mx.array, exponent: float, dtype=None) -> mx.array:
+    """``x ** exponent`` for an input of ``dtype`` computed in a wider ``x`` (see :func:`_pow_forward`).
+
+    Torch's fp16/bf16 pow takes a Python float exponent in the tensor's dtype (``x ** (1 / 3)`` on bfloat16 uses
+    0.333984375), so the exponent is rounded the same way here."""
+    if dtype in _LOW_PRECISION:
+        exponent = mx.array(exponent, dtype=mx.float32).astype(dtype).astype(mx.float32).item()
+    return x if exponent == 1 else _pow_function(float(exponent), dtype == mx.bfloat16)(x)
 
 
 def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
@@ -102,7 +113,7 @@ def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
     work = a.astype(wide)
     zero = work == 0
     safe = mx.where(zero, 1.0, work)
-    root = _round(_pow(_round(safe * scale, dtype).astype(wide), inv_p), dtype)
+    root = _round(_pow(_round(safe * scale, dtype).astype(wide), inv_p, dtype), dtype)
     at_zero = mx.array(0.0 if inv_p > 0 else float("inf"), dtype=root.dtype)
     return mx.where(zero, at_zero, root)
 
@@ -126,6 +137,10 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     if dtype == mx.bool_:
         x, dtype = x.astype(mx.int64), mx.int64
     integer = not mx.issubdtype(dtype, mx.floating)
+    if integer and isinstance(norm_type, numbers.Integral) and dtype != mx.int64:
+        # int ** int keeps the dtype, and torch's avg_pool has no kernel for integers other than int64
+        raise TypeError(f"[{layer}] 'input': \"avg_pool{max(nd, 2)}d\" not implemented for '{dtype}' (an integer "
+                        f"norm_type keeps the integer dtype; int64, floating input or a float norm_type work)")
     if integer and isinstance(norm_type, numbers.Integral):
         # int ** int stays integral in torch, and the average is then an integer (truncating) average
         if norm_type < 0:
@@ -134,7 +149,7 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     else:
         if integer:
             x, dtype = x.astype(mx.float32), mx.float32  # int ** float promotes to the default float
-        powered = _round(_pow(x.astype(_wide(dtype)), float(norm_type)), dtype)
+        powered = _round(_pow(x.astype(_wide(dtype)), float(norm_type), dtype), dtype)
     a = avg_pool(powered, nd, k, stride, 0, ceil_mode, True, None, layer=layer)
     scale = math.prod(k)
     out_dtype = mx.float32 if integer else dtype

@@ -107,7 +107,8 @@ class SlidingWindows(SeparableWindows):
 
     def _window_view(self, x):
         """``(N, *out, *kernel, C)`` view of the padded input: output dims step by the stride, kernel dims by 1."""
-        x = self._padded(x)
+        # MLX's as_strided needs a row-contiguous input (a sliced or transposed view raises at eval time)
+        x = mx.contiguous(self._padded(x))
         n, *spatial, c = x.shape
         rows = [c * math.prod(spatial[i + 1 :]) for i in range(len(spatial))]
         shape = (n, *self.out_spatial, *self.kernel, c)

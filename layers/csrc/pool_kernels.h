@@ -279,6 +279,15 @@ void window_max_grad(const T* x, const Geometry& g, const std::vector<Axis>& ax,
 // Torch's fractional-pool window starts on one dim for one sample `u` (generate_intervals), every step rounded in
 // the input's type T as torch's scalar_t arithmetic does; then clamped into [0, L - K] (torch reads out of bounds
 // for samples outside [0, 1); Porter keeps the window inside the input instead).
+// torch's (int) cast of a window position, defined for every value: NaN and values outside int's range give INT_MIN,
+// what x86's conversion instruction and MLX's CPU astype give (the pure-MLX path), instead of undefined behaviour.
+// The starts are clamped into the input afterwards.
+template <typename F>
+inline int64_t to_int(F v) {
+  if (v >= F(-2147483648.0) && v < F(2147483648.0)) return static_cast<int>(v);
+  return std::numeric_limits<int32_t>::min();
+}
+
 template <typename T>
 void fractional_starts(T u_t, int64_t length, int64_t out, int64_t kernel, int64_t* starts) {
   using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -286,9 +295,9 @@ void fractional_starts(T u_t, int64_t length, int64_t out, int64_t kernel, int64
   const F u = static_cast<F>(u_t);
   if (out > 1) {
     const F alpha = round(round(static_cast<F>(length - kernel)) / round(static_cast<F>(out - 1)));
-    const int64_t base = static_cast<int>(round(u * alpha));
+    const int64_t base = to_int(round(u * alpha));
     for (int64_t i = 0; i < out - 1; ++i) {
-      starts[i] = static_cast<int>(round(round(round(static_cast<F>(i)) + u) * alpha)) - base;
+      starts[i] = to_int(round(round(round(static_cast<F>(i)) + u) * alpha)) - base;
     }
   }
   if (out > 0) starts[out - 1] = length - kernel;

@@ -233,3 +233,18 @@ def test_module_errors(nd):
     with pytest.raises(TypeError, match=r"not implemented"):
         p_cls(2, 2)(mx.zeros((1,) + (6,) * nd + (2,), dtype=mx.int32))
     assert np.array(p_cls(2, 2)(mx.zeros((1,) + (6,) * nd + (2,)))).shape == (1,) + (2,) * nd + (2,)
+
+
+@pytest.mark.parametrize("u", [float("nan"), 1e30, -1e30, 1e9, -5.0, 3.0])
+def test_samples_outside_unit_interval_stay_in_bounds(u):
+    # torch reads out of bounds for such samples (no oracle); Porter keeps every window inside the input, and the
+    # native kernel converts NaN / out-of-int-range positions like the pure-MLX path (it was undefined behaviour)
+    from porter.layers import _native
+
+    x = mx.array(np.random.default_rng(0).standard_normal((2, 9, 11, 3)).astype(np.float32))
+    samples = mx.full((2, 3, 2), u)
+    values, index = PF.fractional_max_pool2d(x, 2, (4, 5), return_indices=True, random_samples=samples)
+    with _native.use_native(False):
+        want_v, want_i = PF.fractional_max_pool2d(x, 2, (4, 5), return_indices=True, random_samples=samples)
+    assert mx.array_equal(index, want_i).item() and mx.array_equal(values, want_v).item()
+    assert 0 <= mx.min(index).item() and mx.max(index).item() < 9 * 11

@@ -190,3 +190,32 @@ def test_bool_input(p):
     out = lp_pool1d(mx.array(x.numpy().T.copy()), p, 2)
     assert out.dtype == mx.float32
     np.testing.assert_allclose(np.array(out).T, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_small_int_input(nd, dtype):
+    # an integer norm_type keeps the dtype, and torch's avg_pool has no kernel for it: an error, not an int64 result
+    x = torch.randint(0, 5, (1, 2) + (4,) * nd).to(dtype)
+    xm = mx.array(np.moveaxis(x.numpy(), 1, -1))
+    check_error_against_torch(lambda: TORCH_FN[nd](x, 2, 2), lambda: PORTER_FN[nd](xm, 2, 2),
+                              match="not implemented for", porter_type=TypeError, layer=f"lp_pool{nd}d")
+    # a float norm_type promotes to float32 in both
+    check_against_torch(lambda a: TORCH_FN[nd](a, 2.0, 2), lambda a: PORTER_FN[nd](a, 2.0, 2), x, nd=nd, grad=False)
+
+
+@pytest.mark.parametrize("nd", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("p", [3, -2, 3.0, 1 / 3, -0.5, 0.7])
+def test_low_precision_pow_rounds_like_torch(nd, dtype, p):
+    # torch's fp16/bf16 pow takes a float exponent in the tensor's dtype (1/3 -> 0.333984375 in bfloat16), and its
+    # bfloat16 x ** 3 and x ** -2 round x * x to bfloat16 first (fp16: only the result). Porter did neither: last-bit
+    # differences, and near-zero window sums whose sign flipped (a number where torch gives NaN)
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn((2, 16) + (9,) * nd, generator=gen) * 1.5).to(dtype)
+    if p != int(p):
+        x = x.abs() + 0.1
+    # bfloat16 with p < 0 keeps a few last-bit differences (not traced yet): bfloat16 tolerance there
+    exact = not (dtype == torch.bfloat16 and p < 0)
+    check_against_torch(lambda a: TORCH_FN[nd](a, p, 3), lambda a: PORTER_FN[nd](a, p, 3), x, nd=nd, exact=exact,
+                        grad=False)

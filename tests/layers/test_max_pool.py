@@ -385,3 +385,35 @@ def test_tiling_backward_is_a_masked_broadcast(nd, monkeypatch):
     x[torch.rand(shape, generator=gen) < 0.1] = NAN
     check_max_pool(x, nd, 2)
     assert calls
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("op", ["max_pool", "adaptive_max_pool"])
+def test_strided_channel_view_input(nd, op):
+    # every other channel of a wider array: not row-contiguous (MLX's as_strided, used by the pure path's window
+    # view, raised "AsStrided must be used with row contiguous arrays only" on such views)
+    def view(a):
+        return mx.repeat(a, 2, axis=-1)[..., ::2]
+
+    if op == "max_pool":
+        torch_fn = lambda a: getattr(F, f"max_pool{nd}d")(a, 2, 1, 1, return_indices=True)  # noqa: E731
+        porter_fn = lambda a: getattr(PF, f"max_pool{nd}d")(view(a), 2, 1, 1, return_indices=True)  # noqa: E731
+    else:
+        torch_fn = lambda a: getattr(F, f"adaptive_max_pool{nd}d")(a, 3)  # noqa: E731
+        porter_fn = lambda a: getattr(PF, f"adaptive_max_pool{nd}d")(view(a), 3)  # noqa: E731
+    x = torch.randint(0, 3, (2, 3) + (6,) * nd).float()  # ties
+    check_against_torch(torch_fn, porter_fn, x, nd=nd, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8])
+@pytest.mark.parametrize(
+    "nd, kernel, stride, padding, dilation",
+    [(1, 1, 2, 0, 2), (2, (2, 1), (4, 1), 0, (3, 1)), (3, (1, 4, 1), (3, 4, 2), (0, 2, 0), (2, 1, 2))],
+)
+def test_integer_dilated_single_tap_indices(dtype, nd, kernel, stride, padding, dilation):
+    # an integer input has no NaN pass, so a dim with one tap left its index table unbroadcast (wrong shape, or
+    # a broadcast error in the next dim) on the pure-MLX path with dilation
+    x = torch.randint(-3, 3, (2, 3) + (7,) * nd).to(dtype)
+    args = (kernel, stride, padding, dilation)
+    check_against_torch(lambda a: getattr(F, f"max_pool{nd}d")(a, *args, return_indices=True),
+                        lambda a: getattr(PF, f"max_pool{nd}d")(a, *args, return_indices=True), x, nd=nd, exact=True)
