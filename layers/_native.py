@@ -295,11 +295,13 @@ def fractional_max(x: mx.array, samples: mx.array, kernel: tuple, out: tuple, co
     return (values, index) if with_indices else values
 
 
-def window_sum(x: mx.array, first: tuple, end: tuple, divisor: tuple, override: int = 0, sequential: bool = False):
+def window_sum(x: mx.array, first: tuple, end: tuple, divisor: tuple, override: int = 0, sequential: bool = False,
+               power: float = 1.0):
     """Average over per-dim windows ``[first, end)`` on batched channels-last float ``x``: the window sum divided by
     ``override`` if nonzero, else by the product of the per-dim ``divisor`` entries (or by each in turn with
-    ``sequential``, as torch's adaptive average does)."""
-    return kernels().window_sum(x, first, end, divisor, int(override), bool(sequential))
+    ``sequential``, as torch's adaptive average does). ``power`` != 1 averages ``x ** power`` instead (LP pooling;
+    float32/float64), with torch's pow gradient."""
+    return kernels().window_sum(x, first, end, divisor, int(override), bool(sequential), float(power))
 
 
 def depthwise_conv(x: mx.array, weight: mx.array, stride: tuple, lo: tuple, hi: tuple, dilation: tuple) -> mx.array:
@@ -325,3 +327,9 @@ def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = Fa
 def relu(x: mx.array) -> mx.array:
     """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient where the output is positive (torch's)."""
     return kernels().relu(x)
+
+
+def lp_root(a: mx.array, scale: float, inv_p: float) -> mx.array:
+    """LP pooling's last stage ``(a * scale) ** inv_p`` in one multi-threaded pass (float32/float64), with torch's
+    gradient (0 where ``a == 0``)."""
+    return kernels().lp_root(a, float(scale), float(inv_p))

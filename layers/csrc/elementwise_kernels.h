@@ -2,6 +2,8 @@
 // several single-threaded ones.
 #pragma once
 
+#include <cmath>
+
 #include "parallel.h"
 #include "windows.h"
 
@@ -33,6 +35,28 @@ void relu(const T* x, int64_t n, T* out) {
   parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t begin, int64_t end) {
     const int64_t lo = begin * kChunk, hi = std::min(n, end * kChunk);
     for (int64_t i = lo; i < hi; ++i) out[i] = x[i] < T(0) ? T(0) : x[i];
+  });
+}
+
+// LP pooling's last stage, torch's `(sign(a) * relu(|a|) * scale) ** inv_p` over n contiguous elements, which is
+// `(a * scale) ** inv_p` (a == 0 gives 0 ** inv_p): the product rounded in T, then pow with torch's shortcuts for the
+// common exponents and std::pow otherwise (float32 / float64).
+template <typename T>
+void lp_root(const T* a, int64_t n, T scale, T inv_p, T* out) {
+  constexpr int64_t kChunk = 1 << 13;
+  parallel_for((n + kChunk - 1) / kChunk, kChunk * 8, [&](int64_t begin, int64_t end) {
+    const int64_t lo = begin * kChunk, hi = std::min(n, end * kChunk);
+    if (inv_p == T(0.5)) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = std::sqrt(a[i] * scale);
+    } else if (inv_p == T(1)) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = a[i] * scale;
+    } else if (inv_p == T(-1)) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = T(1) / (a[i] * scale);
+    } else if (inv_p == T(-0.5)) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = T(1) / std::sqrt(a[i] * scale);
+    } else {
+      for (int64_t i = lo; i < hi; ++i) out[i] = std::pow(a[i] * scale, inv_p);
+    }
   });
 }
 

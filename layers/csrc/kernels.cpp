@@ -178,6 +178,19 @@ mx::array cast_like(const mx::array& a, const mx::array& like, mx::Stream s) {
   return a.dtype() == like.dtype() ? a : mx::astype(a, like.dtype(), s);
 }
 
+// x ** p with the shortcuts of PowerKind (torch's pow kernel), for the LP pooling gradient.
+mx::array power_of(const mx::array& x, double p, mx::Stream s) {
+  if (p == 0.0) return mx::ones_like(x, s);
+  if (p == 1.0) return x;
+  if (p == 2.0) return mx::multiply(x, x, s);
+  if (p == 3.0) return mx::multiply(mx::multiply(x, x, s), x, s);
+  if (p == 0.5) return mx::sqrt(x, s);
+  if (p == -0.5) return mx::rsqrt(x, s);
+  if (p == -1.0) return mx::reciprocal(x, s);
+  if (p == -2.0) return mx::reciprocal(mx::multiply(x, x, s), s);
+  return mx::power(x, mx::array(p, x.dtype()), s);
+}
+
 // ------------------------------------------------------------------------------------------------ primitives
 class WindowMaxGrad;
 class WindowSum;
@@ -275,6 +288,54 @@ mx::array relu_op(const mx::array& x) {
   auto s = cpu_stream("relu");
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("relu", "x must be floating point");
   return mx::array(x.shape(), x.dtype(), std::make_shared<Relu>(s), {mx::contiguous(x, false, s)});
+}
+
+class LpRoot : public mx::UnaryPrimitive {
+ public:
+  LpRoot(mx::Stream s, double scale, double inv_p) : mx::UnaryPrimitive(s), scale_(scale), inv_p_(inv_p) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    std::vector<mx::array> outputs{output};
+    launch(stream(), inputs, outputs, [scale = scale_, inv_p = inv_p_](auto& in, auto& out) {
+      const auto& a = in[0];
+      if (a.dtype() == mx::float64) {
+        lp_root<double>(a.template data<double>(), a.size(), scale, inv_p, out[0].template data<double>());
+      } else {
+        lp_root<float>(a.template data<float>(), a.size(), static_cast<float>(scale), static_cast<float>(inv_p),
+                       out[0].template data<float>());
+      }
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[porter.lp_root] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override { return "PorterLpRoot"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>&) override {
+    // torch: pow backward g * e * m ** (e - 1) at m = a * scale, times scale, and 0 where a == 0 (sign and relu)
+    auto s = stream();
+    const auto& a = primals[0];
+    auto dt = a.dtype();
+    auto m = mx::multiply(a, mx::array(scale_, dt), s);
+    auto dm = mx::multiply(mx::array(inv_p_, dt), power_of(m, inv_p_ - 1.0, s), s);
+    auto da = mx::multiply(mx::multiply(cast_like(cotangents[0], a, s), dm, s), mx::array(scale_, dt), s);
+    return {mx::where(mx::equal(a, mx::zeros({}, dt, s), s), mx::zeros({}, dt, s), da, s)};
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<LpRoot>(stream(), scale_, inv_p_),
+                       {mx::contiguous(inputs[0], false, stream())})},
+            {axes[0]}};
+  }
+
+ private:
+  double scale_, inv_p_;
+};
+
+mx::array lp_root_op(const mx::array& a, double scale, double inv_p) {
+  auto s = cpu_stream("lp_root");
+  if (a.dtype() != mx::float32 && a.dtype() != mx::float64) fail("lp_root", "a must be float32 or float64");
+  return mx::array(a.shape(), a.dtype(), std::make_shared<LpRoot>(s, scale, inv_p), {mx::contiguous(a, false, s)});
 }
 
 mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx::array& beta, bool relu) {
@@ -436,17 +497,20 @@ class FractionalMax : public mx::Primitive {
 class WindowSum : public mx::Primitive {
  public:
   // plane: the spatial extents of the forward's input (the adjoint's output)
-  WindowSum(mx::Stream s, std::vector<Axis> axes, int64_t override_div, bool sequential, bool grad, mx::Shape plane)
+  // power (forward only): sum x ** power over each window (LP pooling), 1 for a plain sum
+  WindowSum(mx::Stream s, std::vector<Axis> axes, int64_t override_div, bool sequential, bool grad, mx::Shape plane,
+            double power = 1.0)
       : mx::Primitive(s),
         axes_(std::move(axes)),
         override_(override_div),
         sequential_(sequential),
         grad_(grad),
-        plane_(std::move(plane)) {}
+        plane_(std::move(plane)),
+        power_(power) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     launch(stream(), inputs, outputs,
-           [axes = axes_, ov = override_, seq = sequential_, grad = grad_](auto& in, auto& out) {
+           [axes = axes_, ov = override_, seq = sequential_, grad = grad_, power = power_](auto& in, auto& out) {
              dispatch_float(in[0].dtype(), grad ? "window_sum_grad" : "window_sum", [&](auto tag) {
                using T = decltype(tag);
                if (grad) {
@@ -454,7 +518,7 @@ class WindowSum : public mx::Primitive {
                                     out[0].template data<T>());
                } else {
                  window_sum<T>(in[0].template data<T>(), Geometry::of(in[0]), axes, ov, seq,
-                               out[0].template data<T>());
+                               out[0].template data<T>(), power);
                }
              });
            });
@@ -472,23 +536,27 @@ class WindowSum : public mx::Primitive {
         shape[1 + d] = grad_ ? plane_[d] : static_cast<int>(axes_[3 - nd + d].out());
       }
       auto input = grad_ ? mx::contiguous(in[0], false, stream()) : in[0];
-      return std::vector<mx::array>{
-          mx::array(shape, in[0].dtype(),
-                    std::make_shared<WindowSum>(stream(), axes_, override_, sequential_, grad_, plane_), {input})};
+      return std::vector<mx::array>{mx::array(
+          shape, in[0].dtype(),
+          std::make_shared<WindowSum>(stream(), axes_, override_, sequential_, grad_, plane_, power_), {input})};
     });
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>&, const std::vector<mx::array>&) override {
     // linear: the adjoint of the window average is its scatter, and the adjoint of that the average again
     const auto& in = primals[0];
-    return {make_window_sum(stream(), axes_, override_, sequential_, !grad_, in.shape(),
-                            cast_like(cotangents[0], in, stream()), plane_)};
+    auto g = make_window_sum(stream(), axes_, override_, sequential_, !grad_, in.shape(),
+                             cast_like(cotangents[0], in, stream()), plane_);
+    if (power_ == 1.0) return {g};
+    // x ** p inside: torch's pow backward, grad * (p * x ** (p - 1)), with the same shortcuts as the forward
+    return {mx::multiply(g, mx::multiply(mx::array(power_, in.dtype()), power_of(in, power_ - 1.0, stream()),
+                                         stream()), stream())};
   }
   bool is_equivalent(const mx::Primitive& other) const override {
     if (!same_type<WindowSum>(*this, other)) return false;
     auto& o = static_cast<const WindowSum&>(other);
     return axes_ == o.axes_ && override_ == o.override_ && sequential_ == o.sequential_ && grad_ == o.grad_ &&
-           plane_ == o.plane_;
+           plane_ == o.plane_ && power_ == o.power_;
   }
 
  private:
@@ -496,6 +564,7 @@ class WindowSum : public mx::Primitive {
   int64_t override_;
   bool sequential_, grad_;
   mx::Shape plane_;
+  double power_;
 };
 
 class PlaneScatter : public mx::Primitive {
@@ -842,7 +911,10 @@ mx::array window_max_grad_op(const mx::array& x, const mx::array& grad, const Ta
 }
 
 mx::array window_sum_op(const mx::array& x, const Table& first, const Table& end, const Table& divisor,
-                        int64_t override_div, bool sequential) {
+                        int64_t override_div, bool sequential, double power) {
+  if (power != 1.0 && x.dtype() != mx::float32 && x.dtype() != mx::float64) {
+    fail("window_sum", "power sums are float32/float64 only (fp16/bf16 round between torch's stages)");
+  }
   auto s = cpu_stream("window_sum");
   check_batched(x, "window_sum", "x");
   Ints step(first.size(), 1);
@@ -851,7 +923,8 @@ mx::array window_sum_op(const mx::array& x, const Table& first, const Table& end
   for (size_t d = 3 - first.size(); d < 3; ++d) out.push_back(axes[d].out());
   mx::Shape plane(x.shape().begin() + 1, x.shape().end() - 1);
   return mx::array(out_shape(x, out), x.dtype(),
-                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, false, plane), {x});
+                   std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, false, plane, power),
+                   {x});
 }
 
 mx::array window_sum_grad_op(const mx::array& grad, const Ints& plane, const Table& first, const Table& end,
@@ -968,7 +1041,7 @@ NB_MODULE(_porter_kernels, m) {
   m.def("fractional_max", &porter::fractional_max_op, nb::arg("x"), nb::arg("samples"), nb::arg("kernel"),
         nb::arg("out"), nb::arg("column"));
   m.def("window_sum", &porter::window_sum_op, nb::arg("x"), nb::arg("first"), nb::arg("end"), nb::arg("divisor"),
-        nb::arg("override"), nb::arg("sequential"));
+        nb::arg("override"), nb::arg("sequential"), nb::arg("power") = 1.0);
   m.def("window_sum_grad", &porter::window_sum_grad_op, nb::arg("grad"), nb::arg("plane"), nb::arg("first"),
         nb::arg("end"), nb::arg("divisor"), nb::arg("override"), nb::arg("sequential"));
   m.def("plane_scatter", &porter::plane_scatter_op, nb::arg("src"), nb::arg("index"), nb::arg("plane"),
@@ -979,6 +1052,7 @@ NB_MODULE(_porter_kernels, m) {
   m.def("channel_affine", &porter::channel_affine_op, nb::arg("x"), nb::arg("alpha"), nb::arg("beta"),
         nb::arg("relu"));
   m.def("relu", &porter::relu_op, nb::arg("x"));
+  m.def("lp_root", &porter::lp_root_op, nb::arg("a"), nb::arg("scale"), nb::arg("inv_p"));
   m.def("num_threads", &porter::num_threads);
   m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
 }

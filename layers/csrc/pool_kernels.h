@@ -458,14 +458,58 @@ void fractional_max(const T* x, const Geometry& g, const T* samples, const int64
 // Average pools: out = (sum over the window's real taps) / divisor, summed in scan order in the accumulation type.
 // The divisor is `override` when nonzero, else the product of the per-dim divisors (torch's avg_pool: one division)
 // or, with `sequential`, a division by each dim's divisor in turn (torch's adaptive_avg_pool: `sum / kh / kw`).
+// LP pooling sums x ** p over each window: torch's pow shortcuts for the common exponents (exact products, and what
+// its CPU kernel computes), std::pow otherwise; in the accumulation type (float32 or float64 inputs only).
+enum class PowerKind { one, two, three, half, minus_half, minus_one, minus_two, general };
+
+inline PowerKind power_kind(double p) {
+  if (p == 1.0) return PowerKind::one;
+  if (p == 2.0) return PowerKind::two;
+  if (p == 3.0) return PowerKind::three;
+  if (p == 0.5) return PowerKind::half;
+  if (p == -0.5) return PowerKind::minus_half;
+  if (p == -1.0) return PowerKind::minus_one;
+  if (p == -2.0) return PowerKind::minus_two;
+  return PowerKind::general;
+}
+
+template <typename T, typename A>
+inline void add_powers(const T* xp, int64_t sc, int64_t C, PowerKind kind, A p, A* __restrict sum) {
+  switch (kind) {
+    case PowerKind::two:
+      for (int64_t c = 0; c < C; ++c) { const A v = static_cast<A>(xp[c * sc]); sum[c] += v * v; }
+      break;
+    case PowerKind::three:
+      for (int64_t c = 0; c < C; ++c) { const A v = static_cast<A>(xp[c * sc]); sum[c] += v * v * v; }
+      break;
+    case PowerKind::half:
+      for (int64_t c = 0; c < C; ++c) sum[c] += std::sqrt(static_cast<A>(xp[c * sc]));
+      break;
+    case PowerKind::minus_half:
+      for (int64_t c = 0; c < C; ++c) sum[c] += A(1) / std::sqrt(static_cast<A>(xp[c * sc]));
+      break;
+    case PowerKind::minus_one:
+      for (int64_t c = 0; c < C; ++c) sum[c] += A(1) / static_cast<A>(xp[c * sc]);
+      break;
+    case PowerKind::minus_two:
+      for (int64_t c = 0; c < C; ++c) { const A v = static_cast<A>(xp[c * sc]); sum[c] += A(1) / (v * v); }
+      break;
+    default:
+      for (int64_t c = 0; c < C; ++c) sum[c] += std::pow(static_cast<A>(xp[c * sc]), p);
+      break;
+  }
+}
+
 template <typename T>
 void window_sum(const T* x, const Geometry& g, const std::vector<Axis>& ax, int64_t override_div, bool sequential,
-                T* out) {
+                T* out, double power = 1.0) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const int64_t o0 = ax[0].out(), o1 = ax[1].out(), o2 = ax[2].out(), C = g.c;
   int64_t taps = 1;
   for (int d = 0; d < 3; ++d) taps *= std::max<int64_t>(1, ax[d].end[0] - ax[d].first[0]);
-  const bool registers = use_registers<T>(g, taps);
+  const bool registers = power == 1.0 && use_registers<T>(g, taps);
+  const PowerKind kind = power_kind(power);
+  const A exponent = static_cast<A>(power);
   parallel_for(g.n * o0 * o1, o2 * C * taps, [&](int64_t begin, int64_t end) {
     std::vector<A> sum(C);
     for (int64_t row = begin; row < end; ++row) {
@@ -480,7 +524,9 @@ void window_sum(const T* x, const Geometry& g, const std::vector<Axis>& ax, int6
           for (int64_t b = ax[1].first[i1]; b < ax[1].end[i1]; b += ax[1].step) {
             for (int64_t w = ax[2].first[i2]; w < ax[2].end[i2]; w += ax[2].step) {
               const T* xp = x + n * g.stride_n + a * g.stride[0] + b * g.stride[1] + w * g.stride[2];
-              if (g.stride_c == 1) {
+              if (kind != PowerKind::one) {
+                add_powers<T, A>(xp, g.stride_c, C, kind, exponent, sp);
+              } else if (g.stride_c == 1) {
                 for (int64_t c = 0; c < C; ++c) sp[c] += static_cast<A>(xp[c]);
               } else {
                 for (int64_t c = 0; c < C; ++c) sp[c] += static_cast<A>(xp[c * g.stride_c]);
