@@ -94,6 +94,8 @@ def check_float_pool_input(x: mx.array, nd: int, layer: str, where: str, op: str
         )
     if not mx.issubdtype(x.dtype, mx.floating):
         raise TypeError(f"[{layer}] \"{op}\" not implemented for dtype {x.dtype} (floating inputs only, as torch)")
+    if isinstance(x, ShapeOnly):
+        return None, batched
     return (x if batched else x[None]), batched
 
 

@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ._utils import adaptive_windows, check_float_pool_input, plan_cache
+from ._utils import ShapeOnly, adaptive_windows, check_float_pool_input, plan_cache
 from ._window_max import SeparableWindows, WindowSpec, fusable, fused, plane_strides, window_max
 from .max_pool import SlidingWindows
 
@@ -159,7 +159,20 @@ def _normalize_output_size(output_size, nd: int, layer: str) -> tuple:
     return tuple(None if s is None else int(s) for s in sizes)
 
 
-_checked_output_size = plan_cache(_normalize_output_size)
+@plan_cache
+def _plan(nd: int, output_size, shape: tuple, dtype, layer: str) -> tuple:
+    """The argument and input checks (torch's order and messages), once per signature: ``(batched, plane, out)``."""
+    sizes = _normalize_output_size(output_size, nd, layer)
+    fn = f"adaptive_max_pool{nd}d"
+    _, batched = check_float_pool_input(ShapeOnly(shape, dtype), nd, layer, f"{fn}()", fn, "but input has sizes")
+    full = shape if batched else (1,) + tuple(shape)
+    plane = tuple(full[1 : 1 + nd])
+    out = tuple(length if s is None else s for s, length in zip(sizes, plane))
+    if any(o < 0 for o in out):
+        bad = next(o for o in out if o < 0)
+        torch_shape = [full[0], full[-1], *out] if batched else [full[-1], *out]
+        raise ValueError(f"[{layer}] Trying to create tensor with negative dimension {bad}: {torch_shape} (torch layout)")
+    return batched, plane, out
 
 
 def adaptive_max_pool(x: mx.array, nd: int, output_size, return_indices: bool = False, *, layer: str):
@@ -168,17 +181,11 @@ def adaptive_max_pool(x: mx.array, nd: int, output_size, return_indices: bool = 
     ``output_size`` entries may be ``None`` (keep that input size; 2d/3d). Returns values, or ``(values, indices)``
     with torch's int64 flat per-plane indices.
     """
-    sizes = _checked_output_size(output_size, nd, layer)
-    fn = f"adaptive_max_pool{nd}d"
     if not isinstance(x, mx.array):
+        _normalize_output_size(output_size, nd, layer)
         raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")
-    xb, batched = check_float_pool_input(x, nd, layer, f"{fn}()", fn, "but input has sizes")
-    plane = tuple(xb.shape[1 : 1 + nd])
-    out = tuple(length if s is None else s for s, length in zip(sizes, plane))
-    if any(o < 0 for o in out):
-        bad = next(o for o in out if o < 0)
-        shape = [xb.shape[0], xb.shape[-1], *out] if batched else [xb.shape[-1], *out]
-        raise ValueError(f"[{layer}] Trying to create tensor with negative dimension {bad}: {shape} (torch layout)")
+    batched, plane, out = _plan(nd, output_size, tuple(x.shape), x.dtype, layer)
+    xb = x if batched else x[None]
     result = window_max(xb, adaptive_windows_spec(plane, out), return_indices)
     if batched:
         return result
