@@ -536,3 +536,17 @@ def test_build_tag_covers_every_source_file():
     # a source missing from SOURCES would not change the tag: an old build would load after an edit to it
     on_disk = {p.name for p in _native.SOURCE_DIR.iterdir() if p.suffix in (".h", ".cpp", ".txt")}
     assert on_disk == set(_native.SOURCES)
+
+
+def test_mx_compile_of_native_layers_matches_eager():
+    x = mx.random.normal((2, 9, 9, 16))
+    w = mx.random.normal((16, 3, 3, 1))
+
+    def f(a):
+        crop = (slice(None), slice(0, 4), slice(0, 4))
+        return (PF.max_pool2d(a, 3, 2, 1)[crop] + PF.avg_pool2d(a, 3, 2, 1)[crop]
+                + PF.lp_pool2d(mx.abs(a), 2, 3, 2, True)[crop] + PF.conv2d(a, w, None, 2, 1, 1, 16)[crop])
+
+    np.testing.assert_allclose(np.array(mx.compile(f)(x)), np.array(f(x)), rtol=1e-6, atol=1e-6)
+    grad = mx.grad(lambda a: (f(a) ** 2).sum())
+    np.testing.assert_allclose(np.array(mx.compile(grad)(x)), np.array(grad(x)), rtol=1e-5, atol=1e-6)
