@@ -156,6 +156,19 @@ def format_shape(shape: Sequence[int]) -> str:
     return "x".join(str(int(s)) for s in shape)
 
 
+@functools.lru_cache(maxsize=256)
+def adaptive_tables(plane: tuple, out: tuple) -> tuple:
+    """Per-dim adaptive windows as the native kernels' tables: ``(firsts, ends, lengths)``, tuples of per-dim tuples
+    (window ``o`` of a dim reads ``[firsts[o], ends[o])``, ``lengths[o]`` elements)."""
+    firsts, ends, lengths = [], [], []
+    for length, o in zip(plane, out):
+        starts, stops = adaptive_windows(length, o)
+        firsts.append(tuple(starts))
+        ends.append(tuple(stops))
+        lengths.append(tuple(b - a for a, b in zip(starts, stops)))
+    return tuple(firsts), tuple(ends), tuple(lengths)
+
+
 def adaptive_windows(length: int, out: int) -> tuple[list[int], list[int]]:
     """Torch's adaptive-pool windows on one axis: ``start = o*L // O``, ``end = ceil((o+1)*L / O)``.
 

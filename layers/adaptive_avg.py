@@ -19,7 +19,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import _native
-from ._utils import ShapeOnly, adaptive_windows, as_batched, check_rank, plan_cache
+from ._utils import ShapeOnly, adaptive_tables, adaptive_windows, as_batched, check_rank, plan_cache
 
 
 def check_output_size(output_size, nd: int, layer: str) -> tuple:
@@ -88,17 +88,6 @@ def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarra
     return total, sizes
 
 
-@lru_cache(maxsize=256)
-def _native_tables(spatial: tuple, out: tuple) -> tuple:
-    firsts, ends, divisors = [], [], []
-    for length, o in zip(spatial, out):
-        starts, stops = adaptive_windows(length, o)
-        firsts.append(tuple(starts))
-        ends.append(tuple(stops))
-        divisors.append(tuple(b - a for a, b in zip(starts, stops)))
-    return tuple(firsts), tuple(ends), tuple(divisors)
-
-
 def _global_sum(x: mx.array) -> mx.array:
     """Sum over every spatial axis of ``(N, *spatial, C)``, keeping them as 1s.
 
@@ -154,7 +143,7 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
         return result if batched else result[0]
     if _native.active():
         # one pass (layers/csrc), dividing by each window length in turn as torch does (sum / kh / kw)
-        result = _native.window_sum(xb, *_native_tables(spatial, out), sequential=True)
+        result = _native.window_sum(xb, *adaptive_tables(spatial, out), sequential=True)  # divisors: lengths
         return result if batched else result[0]
     # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
     work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb

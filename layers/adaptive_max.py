@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ._utils import ShapeOnly, adaptive_windows, check_float_pool_input, plan_cache
+from ._utils import ShapeOnly, adaptive_tables, adaptive_windows, check_float_pool_input, plan_cache
 from ._window_max import SeparableWindows, WindowSpec, fusable, fused, plane_strides, window_max
 from .max_pool import SlidingWindows
 
@@ -40,7 +40,8 @@ class AdaptiveWindows(SeparableWindows):
         self.compile_key = ("adaptive", self.plane, self.out_spatial)
 
     def native_tables(self):
-        return _adaptive_tables(self.plane, self.out_spatial)
+        firsts, ends, _ = adaptive_tables(self.plane, self.out_spatial)
+        return firsts, ends, (1,) * len(self.plane)
 
     def _gather(self, a, dim):
         """``(..., K, O, ...)``: every tap of every window along ``dim`` in one gather (array indexing runs several
@@ -107,16 +108,6 @@ def _adaptive_index_table(plane: tuple, out: tuple) -> tuple[mx.array, mx.array]
     count = math.prod(spec.kernel)
     base = (np.arange(math.prod(out)) * count).reshape(1, *out, 1)
     return mx.array(base.astype(np.int32)), mx.array(flat.reshape(-1).astype(np.int32))
-
-
-@lru_cache(maxsize=256)
-def _adaptive_tables(plane: tuple, out: tuple) -> tuple:
-    firsts, ends = [], []
-    for length, o in zip(plane, out):
-        starts, stops = adaptive_windows(length, o)
-        firsts.append(tuple(starts))
-        ends.append(tuple(stops))
-    return tuple(firsts), tuple(ends), (1,) * len(plane)
 
 
 @lru_cache(maxsize=256)
