@@ -31,7 +31,7 @@ import sysconfig
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import mlx.core as mx
 
