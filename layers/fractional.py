@@ -20,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import _native
-from ._utils import check_float_pool_input
+from ._utils import ShapeOnly, check_float_pool_input, plan_cache
 from ._window_max import SeparableWindows, fusable, plane_strides, window_max
 
 _DIM_WORDS = {2: ["height", "width"], 3: ["time", "height", "width"]}
@@ -155,6 +155,42 @@ def _check_samples(samples, x: mx.array, nd: int, layer: str) -> mx.array:
     return samples[: x.shape[0]]
 
 
+@plan_cache
+def _plan(nd, kernel_size, output_size, output_ratio, layer, shape, dtype) -> tuple:
+    """The checks that need no data, in torch's order, once per signature: ``(kernel, out, batched, size_error)``,
+    where ``size_error`` is the message of a window-size error that torch raises only after checking the samples."""
+    fn = f"fractional_max_pool{nd}d"
+    if output_size is None and output_ratio is None:
+        raise ValueError(f"[{layer}] {fn} requires specifying either an output_size or an output_ratio")
+    kernel = _tuple_arg(kernel_size, nd, "kernel_size", fn, layer)
+    if output_size is None:
+        if nd == 2 and not isinstance(output_ratio, (list, tuple)):
+            # torch's functional 2d calls len() on the ratio before pairing it (its module pairs first)
+            raise TypeError(f"[{layer}] object of type '{type(output_ratio).__name__}' has no len() "
+                            f"(torch's {fn} needs a tuple output_ratio; the module accepts a float)")
+        ratio = _ratio_tuple(output_ratio, nd, layer)
+        if len(shape) >= nd:
+            output_size = [int(length * r) for length, r in zip(shape[len(shape) - 1 - nd : len(shape) - 1], ratio)]
+    out = _tuple_arg(output_size, nd, "output_size", fn, layer)
+
+    where = f"{fn}()" if nd == 2 else "fractional_max_pool3d_out()"  # torch's 3d kernel names itself so
+    _, batched = check_float_pool_input(ShapeOnly(shape, dtype), nd, layer, where, fn, "but got")
+    full = shape if batched else (1,) + tuple(shape)
+    plane = tuple(full[1 : 1 + nd])
+    # torch's order of the size checks: 2d height, width; 3d time, width, height. 3d's check is strict.
+    order = [0, 1] if nd == 2 else [0, 2, 1]
+    for dim in order:
+        too_large = out[dim] + kernel[dim] - 1 > plane[dim] if nd == 2 else out[dim] + kernel[dim] - 1 >= plane[dim]
+        if too_large:
+            word = _DIM_WORDS[nd][dim]
+            return kernel, out, batched, (f"[{layer}] {where}: pool {word} {kernel[dim]} too large relative to "
+                                          f"input {word} {plane[dim]}")
+    if any(o < 0 for o in out):
+        return kernel, out, batched, (f"[{layer}] Trying to create tensor with negative dimension {min(out)}: "
+                                      f"{[full[0], full[-1], *out]} (torch layout)")
+    return kernel, out, batched, None
+
+
 def fractional_max_pool(
     x: mx.array,
     nd: int,
@@ -167,42 +203,23 @@ def fractional_max_pool(
     layer: str,
 ):
     """N-d fractional max pooling (nd = 2 or 3) on channels-last ``(N, *spatial, C)`` or ``(*spatial, C)``."""
-    fn = f"fractional_max_pool{nd}d"
-    if output_size is None and output_ratio is None:
-        raise ValueError(f"[{layer}] {fn} requires specifying either an output_size or an output_ratio")
-    kernel = _tuple_arg(kernel_size, nd, "kernel_size", fn, layer)
     if not isinstance(x, mx.array):
+        fn = f"fractional_max_pool{nd}d"
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"[{layer}] {fn} requires specifying either an output_size or an output_ratio")
+        _tuple_arg(kernel_size, nd, "kernel_size", fn, layer)
         raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")
-    if output_size is None:
-        if nd == 2 and not isinstance(output_ratio, (list, tuple)):
-            # torch's functional 2d calls len() on the ratio before pairing it (its module pairs first)
-            raise TypeError(f"[{layer}] object of type '{type(output_ratio).__name__}' has no len() "
-                            f"(torch's {fn} needs a tuple output_ratio; the module accepts a float)")
-        ratio = _ratio_tuple(output_ratio, nd, layer)
-        if x.ndim >= nd:
-            output_size = [int(length * r) for length, r in zip(x.shape[x.ndim - 1 - nd : x.ndim - 1], ratio)]
-    out = _tuple_arg(output_size, nd, "output_size", fn, layer)
-
-    where = f"{fn}()" if nd == 2 else "fractional_max_pool3d_out()"  # torch's 3d kernel names itself so
-    xb, batched = check_float_pool_input(x, nd, layer, where, fn, "but got")
+    kernel, out, batched, size_error = _plan(nd, kernel_size, output_size, output_ratio, layer, tuple(x.shape),
+                                             x.dtype)
+    xb = x if batched else x[None]
     plane = tuple(xb.shape[1 : 1 + nd])
 
     if random_samples is None:
         samples = mx.random.uniform(shape=(xb.shape[0], xb.shape[-1], nd), dtype=xb.dtype)
     else:
         samples = _check_samples(random_samples, xb, nd, layer)
-
-    # torch's order of the size checks: 2d height, width; 3d time, width, height. 3d's check is strict.
-    order = [0, 1] if nd == 2 else [0, 2, 1]
-    for dim in order:
-        too_large = out[dim] + kernel[dim] - 1 > plane[dim] if nd == 2 else out[dim] + kernel[dim] - 1 >= plane[dim]
-        if too_large:
-            word = _DIM_WORDS[nd][dim]
-            raise ValueError(f"[{layer}] {where}: pool {word} {kernel[dim]} too large relative to input {word} "
-                             f"{plane[dim]}")
-    if any(o < 0 for o in out):
-        raise ValueError(f"[{layer}] Trying to create tensor with negative dimension {min(out)}: "
-                         f"{[xb.shape[0], xb.shape[-1], *out]} (torch layout)")
+    if size_error is not None:  # torch checks the samples first
+        raise ValueError(size_error)
 
     # sample columns per dim: 2d stores [W, H], 3d stores [T, H, W]
     columns = [1, 0] if nd == 2 else [0, 1, 2]
