@@ -157,8 +157,8 @@ def _check_samples(samples, x: mx.array, nd: int, layer: str) -> mx.array:
 
 @plan_cache
 def _plan(nd, kernel_size, output_size, output_ratio, layer, shape, dtype) -> tuple:
-    """The checks that need no data, in torch's order, once per signature: ``(kernel, out, batched, size_error)``,
-    where ``size_error`` is the message of a window-size error that torch raises only after checking the samples."""
+    """The checks that need no data, in torch's order, once per signature: ``(kernel, out, batched)``. Torch checks
+    the window sizes (its meta function) before the samples (its kernel)."""
     fn = f"fractional_max_pool{nd}d"
     if output_size is None and output_ratio is None:
         raise ValueError(f"[{layer}] {fn} requires specifying either an output_size or an output_ratio")
@@ -183,12 +183,12 @@ def _plan(nd, kernel_size, output_size, output_ratio, layer, shape, dtype) -> tu
         too_large = out[dim] + kernel[dim] - 1 > plane[dim] if nd == 2 else out[dim] + kernel[dim] - 1 >= plane[dim]
         if too_large:
             word = _DIM_WORDS[nd][dim]
-            return kernel, out, batched, (f"[{layer}] {where}: pool {word} {kernel[dim]} too large relative to "
-                                          f"input {word} {plane[dim]}")
+            raise ValueError(f"[{layer}] {where}: pool {word} {kernel[dim]} too large relative to input {word} "
+                             f"{plane[dim]}")
     if any(o < 0 for o in out):
-        return kernel, out, batched, (f"[{layer}] Trying to create tensor with negative dimension {min(out)}: "
-                                      f"{[full[0], full[-1], *out]} (torch layout)")
-    return kernel, out, batched, None
+        raise ValueError(f"[{layer}] Trying to create tensor with negative dimension {min(out)}: "
+                         f"{[full[0], full[-1], *out]} (torch layout)")
+    return kernel, out, batched
 
 
 def fractional_max_pool(
@@ -209,8 +209,7 @@ def fractional_max_pool(
             raise ValueError(f"[{layer}] {fn} requires specifying either an output_size or an output_ratio")
         _tuple_arg(kernel_size, nd, "kernel_size", fn, layer)
         raise TypeError(f"[{layer}] expected an mx.array input, but got {type(x).__name__}")
-    kernel, out, batched, size_error = _plan(nd, kernel_size, output_size, output_ratio, layer, tuple(x.shape),
-                                             x.dtype)
+    kernel, out, batched = _plan(nd, kernel_size, output_size, output_ratio, layer, tuple(x.shape), x.dtype)
     xb = x if batched else x[None]
     plane = tuple(xb.shape[1 : 1 + nd])
 
@@ -218,8 +217,6 @@ def fractional_max_pool(
         samples = mx.random.uniform(shape=(xb.shape[0], xb.shape[-1], nd), dtype=xb.dtype)
     else:
         samples = _check_samples(random_samples, xb, nd, layer)
-    if size_error is not None:  # torch checks the samples first
-        raise ValueError(size_error)
 
     # sample columns per dim: 2d stores [W, H], 3d stores [T, H, W]
     columns = [1, 0] if nd == 2 else [0, 1, 2]

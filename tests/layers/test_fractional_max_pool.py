@@ -248,3 +248,19 @@ def test_samples_outside_unit_interval_stay_in_bounds(u):
         want_v, want_i = PF.fractional_max_pool2d(x, 2, (4, 5), return_indices=True, random_samples=samples)
     assert mx.array_equal(index, want_i).item() and mx.array_equal(values, want_v).item()
     assert 0 <= mx.min(index).item() and mx.max(index).item() < 9 * 11
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+def test_window_size_errors_come_before_sample_errors_as_in_torch(nd):
+    # torch's meta function checks the window sizes before its kernel checks the samples
+    shape = (1, 2, 4, 5, 5)[: nd + 2]
+    x = torch.randn(*shape)
+    bad_samples = torch.rand(1, 3, nd)  # wrong channel count
+    t_fn = getattr(F, f"fractional_max_pool{nd}d")
+    p_fn = getattr(PF, f"fractional_max_pool{nd}d")
+    kernel, out = (4, 3) if nd == 2 else (4, 3)
+    with pytest.raises(RuntimeError, match="too large relative to input") as torch_error:
+        t_fn(x, kernel, output_size=out, _random_samples=bad_samples)
+    with pytest.raises(ValueError, match="too large relative to input"):
+        p_fn(mx.array(x.movedim(1, -1).numpy()), kernel, output_size=out, random_samples=mx.array(bad_samples.numpy()))
+    assert "too large" in str(torch_error.value)
