@@ -49,3 +49,25 @@ def check_module(nd, x_shape, cin, cout, k, dtype=torch.float32, seed=0, **kwarg
     check_against_torch(
         tm, porter_fn, x, nd=nd, params=params, atol=atol, rtol=rtol, grad_atol=atol, grad_rtol=rtol, seed=seed
     )
+
+
+def check_functional(nd, x_shape, w_shape, bias, args):
+    """Porter's functional conv against torch's, weight (and bias) gradients included; ``args`` as torch takes them."""
+    torch.manual_seed(1)
+    x = torch.randn(x_shape)
+    w = torch.randn(w_shape, requires_grad=True)
+    b = torch.randn(w_shape[0], requires_grad=True) if bias else None
+    params = {"weight": (w, mx.array(torch_conv_weight_to_mlx(w.detach().numpy())), mlx_conv_weight_to_torch)}
+    if bias:
+        params["bias"] = (b, to_mx(b), None)
+    check_against_torch(
+        lambda xt: TORCH_F[nd](xt, w, b, **args),
+        lambda xm, p: PORTER_F[nd](xm, p["weight"], p.get("bias"), **args),
+        x,
+        nd=nd,
+        params=params,
+        atol=1e-4,
+        rtol=1e-4,
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+    )

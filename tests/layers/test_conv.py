@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_helpers import PORTER_CONV, PORTER_F, TORCH_CONV, TORCH_F, check_module, to_mx
+from conv_helpers import check_functional, PORTER_CONV, TORCH_CONV, check_module, to_mx
 from helpers import check_against_torch
 
 import porter.layers as L
 import porter.layers.conv as conv_module
 import porter.layers.functional as PF
-from porter.layers.conv_weights import mlx_conv_weight_to_torch, torch_conv_weight_to_mlx
+from porter.layers.conv_weights import torch_conv_weight_to_mlx
 
 
 @pytest.fixture(autouse=True)
@@ -144,24 +144,7 @@ def test_conv2d_1x1_both_paths(monkeypatch, matmul, kwargs):
     ],
 )
 def test_conv_functional(nd, x_shape, w_shape, bias, args):
-    torch.manual_seed(1)
-    x = torch.randn(x_shape)
-    w = torch.randn(w_shape, requires_grad=True)
-    b = torch.randn(w_shape[0], requires_grad=True) if bias else None
-    params = {"weight": (w, mx.array(torch_conv_weight_to_mlx(w.detach().numpy())), mlx_conv_weight_to_torch)}
-    if bias:
-        params["bias"] = (b, to_mx(b), None)
-    check_against_torch(
-        lambda xt: TORCH_F[nd](xt, w, b, **args),
-        lambda xm, p: PORTER_F[nd](xm, p["weight"], p.get("bias"), **args),
-        x,
-        nd=nd,
-        params=params,
-        atol=1e-4,
-        rtol=1e-4,
-        grad_atol=1e-4,
-        grad_rtol=1e-4,
-    )
+    check_functional(nd, x_shape, w_shape, bias, args)
 
 
 def test_conv_functional_positional_order():

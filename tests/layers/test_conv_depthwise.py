@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_helpers import PORTER_F, TORCH_F, check_module, to_mx
-from helpers import check_against_torch
+from conv_helpers import check_functional, check_module
 
 import porter.layers.functional as PF
-from porter.layers.conv_weights import mlx_conv_weight_to_torch, torch_conv_weight_to_mlx
 
 # torch warns that it copies the input for an even 'same' kernel; that is torch's business
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
@@ -118,24 +116,7 @@ def test_depthwise_conv_half_precision(dtype, nd, x_shape, cin, cout, k, kwargs)
     ],
 )
 def test_depthwise_conv_functional(nd, x_shape, w_shape, bias, args):
-    torch.manual_seed(1)
-    x = torch.randn(x_shape)
-    w = torch.randn(w_shape, requires_grad=True)
-    b = torch.randn(w_shape[0], requires_grad=True) if bias else None
-    params = {"weight": (w, mx.array(torch_conv_weight_to_mlx(w.detach().numpy())), mlx_conv_weight_to_torch)}
-    if bias:
-        params["bias"] = (b, to_mx(b), None)
-    check_against_torch(
-        lambda xt: TORCH_F[nd](xt, w, b, **args),
-        lambda xm, p: PORTER_F[nd](xm, p["weight"], p.get("bias"), **args),
-        x,
-        nd=nd,
-        params=params,
-        atol=1e-4,
-        rtol=1e-4,
-        grad_atol=1e-4,
-        grad_rtol=1e-4,
-    )
+    check_functional(nd, x_shape, w_shape, bias, args)
 
 
 @pytest.mark.parametrize("channels, mult", [(6, 2), (16, 1)])
