@@ -7,6 +7,7 @@ import torch
 
 # Before any test module imports mlx.core: porter hands MLX an optimized BLAS only if it is imported first.
 import porter  # noqa: F401
+import mlx.core as mx  # noqa: E402  (after porter: BLAS first)
 
 sys.path.insert(0, os.path.dirname(__file__))  # `from helpers import ...` in every test file
 
@@ -16,3 +17,4 @@ def _seed():
     """Every test sees the same random data whatever ran before it (and on a re-run of that test alone)."""
     torch.manual_seed(0)
     np.random.seed(0)
+    mx.random.seed(0)
