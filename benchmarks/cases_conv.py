@@ -2,7 +2,9 @@
 
 Weights are copied from the torch module into Porter's through the converter's transforms, so both sides compute the
 same function. ``conv2d_1x1 ... (conv_general)`` rows time the generic conv path for the 1x1 case that Porter runs as
-a matmul (``porter.layers.conv.MATMUL_1X1``), to show why the shortcut is taken.
+a matmul (``porter.layers.conv.MATMUL_1X1``), to show why the shortcut is taken; ``(no winograd)`` rows time MLX's
+conv for the stride-1 3x3 convs that Porter's native kernels run as Winograd F(2x2, 3x3)
+(``porter.layers.conv.WINOGRAD``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def _pair(cls_name: str, *args, **kwargs):
     return tm, pm
 
 
-def _register(name: str, shape: tuple, cls_name: str, *args, generic_path: bool = False, **kwargs) -> None:
+def _register(name: str, shape: tuple, cls_name: str, *args, generic_path: bool = False, winograd: bool = True,
+              **kwargs) -> None:
     modules = {}
 
     def pair():
@@ -48,15 +51,15 @@ def _register(name: str, shape: tuple, cls_name: str, *args, generic_path: bool 
 
     def make_porter():
         pm = pair()[1]
-        if not generic_path:
+        if not generic_path and winograd:
             return pm
 
         def run(x):  # the path is chosen while the graph is built, so toggling around the call is enough
-            conv_module.MATMUL_1X1 = False
+            conv_module.MATMUL_1X1, conv_module.WINOGRAD = not generic_path, winograd
             try:
                 return pm(x)
             finally:
-                conv_module.MATMUL_1X1 = True
+                conv_module.MATMUL_1X1 = conv_module.WINOGRAD = True
 
         return run
 
@@ -65,6 +68,18 @@ def _register(name: str, shape: tuple, cls_name: str, *args, generic_path: bool 
 
 # 2d: realistic (ResNet stage-1 size) and small
 _register("conv2d_3x3 64->64 p1", (8, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1)
+_register("conv2d_3x3 64->64 p1 (no winograd)", (8, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1, winograd=False)
+# ResNet-18's stride-1 3x3 convs at batch 1 (the 512@7 one has 16 tiles: MLX's conv)
+_register("conv2d_3x3 64->64 p1 (batch 1)", (1, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1)
+_register("conv2d_3x3 64->64 p1 (batch 1, no winograd)", (1, 64, 56, 56), "Conv2d", 64, 64, 3, padding=1,
+          winograd=False)
+_register("conv2d_3x3 128->128 p1 (batch 1)", (1, 128, 28, 28), "Conv2d", 128, 128, 3, padding=1)
+_register("conv2d_3x3 128->128 p1 (batch 1, no winograd)", (1, 128, 28, 28), "Conv2d", 128, 128, 3, padding=1,
+          winograd=False)
+_register("conv2d_3x3 256->256 p1 (batch 1)", (1, 256, 14, 14), "Conv2d", 256, 256, 3, padding=1)
+_register("conv2d_3x3 256->256 p1 (batch 1, no winograd)", (1, 256, 14, 14), "Conv2d", 256, 256, 3, padding=1,
+          winograd=False)
+_register("conv2d_3x3 512->512 p1 (batch 1)", (1, 512, 7, 7), "Conv2d", 512, 512, 3, padding=1)
 _register("conv2d_3x3 16->16 p1 (small)", (2, 16, 16, 16), "Conv2d", 16, 16, 3, padding=1)
 _register("conv2d_3x3 64->64 s2 p1", (8, 64, 56, 56), "Conv2d", 64, 64, 3, stride=2, padding=1)
 _register("conv2d_1x1 64->256", (8, 64, 56, 56), "Conv2d", 64, 256, 1)

@@ -19,6 +19,7 @@ falls back to pure MLX ops, with identical results; :func:`status` (``porter doc
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -41,7 +42,7 @@ ENV_DIR = "PORTER_KERNEL_DIR"
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "CMakeLists.txt", "kernels.cpp", "conv_kernels.h", "elementwise_kernels.h", "parallel.h", "pool_kernels.h",
-    "windows.h",
+    "windows.h", "winograd_kernels.h",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"
@@ -333,3 +334,71 @@ def lp_root(a: mx.array, scale: float, inv_p: float) -> mx.array:
     """LP pooling's last stage ``(a * scale) ** inv_p`` in one multi-threaded pass (float32/float64), with torch's
     gradient (0 where ``a == 0``)."""
     return kernels().lp_root(a, float(scale), float(inv_p))
+
+
+def winograd_conv3x3(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.array:
+    """Stride-1, undilated 3x3 conv of batched channels-last float32 ``x`` ``(N, H, W, C_in)`` with ``weight``
+    ``(C_out, 3, 3, C_in)`` and zero padding ``lo``/``hi`` (rows, columns), as Winograd F(2x2, 3x3): an input
+    transform, 16 GEMMs (``mx.matmul``) and an output transform, 2.25x fewer multiply-adds than a direct conv
+    (``csrc/winograd_kernels.h``). The weight's transform ``(16, C_in, C_out)`` is cached while the weight array
+    lives (not under ``mx.grad``/``mx.compile`` tracing; ``PORTER_WINOGRAD_CACHE_MB``, :func:`winograd_cache_info`).
+    Gradients and vmap are MLX's conv's (jvp: conv's bilinear rule), through ``mx.custom_function``."""
+    u = mx.stop_gradient(kernels().winograd_weight(weight))  # the custom VJP differentiates `weight` directly
+    return _winograd_op(tuple(lo), tuple(hi))(x, weight, u)
+
+
+@functools.lru_cache(maxsize=None)
+def _winograd_op(lo: tuple, hi: tuple):
+    module = kernels()
+
+    def conv(x, weight):
+        return mx.conv_general(x, weight, padding=(list(lo), list(hi)))
+
+    @mx.custom_function
+    def op(x, weight, u):
+        n, h, w, _ = x.shape
+        ho, wo = h + lo[0] + hi[0] - 2, w + lo[1] + hi[1] - 2
+        v = module.winograd_input(x, lo[0], lo[1], ho, wo)
+        return module.winograd_output(v @ u, x, weight, lo[0], lo[1], ho, wo)
+
+    @op.vjp
+    def op_vjp(primals, cotangent, output):
+        x, weight, u = primals
+        _, (gx, gw) = mx.vjp(conv, [x, weight], [cotangent])
+        return gx, gw, mx.zeros_like(u)
+
+    @op.jvp
+    def op_jvp(primals, tangents):
+        (x, weight, _), (tx, tw) = primals, tangents[:2]  # conv is bilinear (MLX's conv has no jvp)
+        return conv(tx, weight) + conv(x, tw)
+
+    @op.vmap
+    def op_vmap(inputs, axes):
+        x, weight, _ = inputs
+        return mx.vmap(conv, in_axes=tuple(axes[:2]))(x, weight), 0
+
+    return op
+
+
+def winograd_cache_info() -> dict:
+    """The Winograd weight cache: ``entries``, ``bytes`` held and the ``limit`` in bytes."""
+    entries, held, limit = kernels().winograd_cache_info()
+    return {"entries": entries, "bytes": held, "limit": limit}
+
+
+def set_winograd_cache_limit(limit: Optional[int]) -> None:
+    """Bytes of transformed Winograd weights kept (least recently used go first; 0 turns the cache off); ``None``
+    restores the default: ``PORTER_WINOGRAD_CACHE_MB`` megabytes, else 512 MB."""
+    if limit is None:
+        env = os.environ.get("PORTER_WINOGRAD_CACHE_MB", "").strip()
+        limit = max(0, int(env)) << 20 if env else 512 << 20
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"set_winograd_cache_limit: limit must be an int number of bytes or None, got {limit!r}")
+    if limit < 0:
+        raise ValueError(f"set_winograd_cache_limit: limit must be >= 0 bytes, got {limit}")
+    kernels().winograd_cache_set_limit(limit)
+
+
+def clear_winograd_cache() -> None:
+    """Drop every cached Winograd weight transform (they are also dropped when their weight array is freed)."""
+    kernels().winograd_cache_clear()

@@ -9,10 +9,14 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "mlx/allocator.h"
@@ -26,6 +30,7 @@
 #include "conv_kernels.h"
 #include "elementwise_kernels.h"
 #include "pool_kernels.h"
+#include "winograd_kernels.h"
 
 namespace nb = nanobind;
 
@@ -1030,6 +1035,289 @@ mx::array depthwise_conv_op(const mx::array& x, const mx::array& w, const Ints& 
   return half ? mx::astype(y, x.dtype(), s) : y;
 }
 
+// ------------------------------------------------------------------------------------------------ winograd
+// The three passes of a Winograd F(2x2, 3x3) conv (winograd_kernels.h); the GEMMs between them are mx.matmul.
+// Forward only: the layer (layers/conv.py) wraps them in an mx.custom_function whose VJP is MLX's conv's.
+enum class WinoKind { weight, input, output };
+
+mx::Shape prepend(int v, mx::Shape shape) {
+  shape.insert(shape.begin(), v);
+  return shape;
+}
+mx::Shape zeros(size_t n) { return mx::Shape(n, 0); }
+mx::Shape tail(const mx::Shape& shape) { return mx::Shape(shape.begin() + 1, shape.end()); }
+
+class Winograd : public mx::UnaryPrimitive {
+ public:
+  Winograd(mx::Stream s, WinoKind kind, WinoGeometry g) : mx::UnaryPrimitive(s), kind_(kind), g_(g) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    std::vector<mx::array> outputs{output};
+    launch(stream(), inputs, outputs, [kind = kind_, g = g_](auto& in, auto& out) {
+      const float* src = in[0].template data<float>();
+      float* dst = out[0].template data<float>();
+      switch (kind) {
+        case WinoKind::weight: winograd_weight(src, in[0].shape(0), in[0].shape(-1), dst); break;
+        case WinoKind::input: winograd_input(src, g, dst); break;
+        case WinoKind::output:
+          winograd_output(src, in[1].template data<float>(), in[2].template data<float>(), g, in[0].shape(-1), dst);
+          break;
+      }
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[porter.winograd] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override {
+    switch (kind_) {
+      case WinoKind::weight: return "PorterWinogradWeight";
+      case WinoKind::input: return "PorterWinogradInput";
+      default: return "PorterWinogradOutput";
+    }
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>&, const std::vector<int>&,
+                             const std::vector<mx::array>&) override {
+    throw std::invalid_argument(
+        "[porter.winograd] the transforms have no VJP of their own: differentiate the conv layer, whose custom "
+        "VJP is MLX's conv");
+  }
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>&) override {
+    // each pass is linear: its tangent is the same pass of the tangent (MLX pushes tangents through the inner
+    // graph of the layer's custom function as well)
+    auto s = stream();
+    mx::Shape shape;
+    if (kind_ == WinoKind::weight) {
+      shape = {16, primals[0].shape(-1), primals[0].shape(0)};
+    } else if (kind_ == WinoKind::input) {
+      shape = {16, static_cast<int>(g_.tiles()), primals[0].shape(3)};
+    } else {
+      shape = {static_cast<int>(g_.n), static_cast<int>(g_.ho), static_cast<int>(g_.wo), primals[0].shape(2)};
+    }
+    std::vector<mx::array> in{mx::contiguous(mx::astype(tangents[0], mx::float32, s), false, s)};
+    if (kind_ == WinoKind::output) in.insert(in.end(), {primals[1], primals[2]});
+    return {mx::array(shape, mx::float32, std::make_shared<Winograd>(s, kind_, g_), std::move(in))};
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    // MLX maps a custom function's inner graph too (the layer's custom vmap is MLX's conv), so each pass maps:
+    // the vmap axis joins the batch (input, output) or the output channels (weight).
+    auto s = stream();
+    int v = 0;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (axes[i] >= 0) v = inputs[i].shape(axes[i]);
+    }
+    auto a = axes[0] >= 0 ? mx::moveaxis(inputs[0], axes[0], 0, s)
+                          : mx::broadcast_to(mx::expand_dims(inputs[0], 0, s), prepend(v, inputs[0].shape()), s);
+    auto make = [&](mx::Shape shape, const WinoGeometry& g, mx::array in) {
+      return mx::array(std::move(shape), mx::float32, std::make_shared<Winograd>(s, kind_, g),
+                       {mx::contiguous(in, false, s)});
+    };
+    WinoGeometry g = g_;
+    g.n *= v;
+    switch (kind_) {
+      case WinoKind::weight: {  // (V, C_out, 3, 3, C_in) -> (16, C_in, V, C_out)
+        const int co = a.shape(1), ci = a.shape(4);
+        auto u = make({16, ci, v * co}, g_, mx::reshape(a, {v * co, 3, 3, ci}, s));
+        return {{mx::reshape(u, {16, ci, v, co}, s)}, {2}};
+      }
+      case WinoKind::input: {  // (V, N, H, W, C) -> (16, V, T, C)
+        const int c = a.shape(4);
+        auto out = make({16, static_cast<int>(g.tiles()), c}, g, mx::reshape(a, {v * a.shape(1), a.shape(2), a.shape(3), c}, s));
+        return {{mx::reshape(out, {16, v, static_cast<int>(g_.tiles()), c}, s)}, {1}};
+      }
+      default: {  // (V, 16, T, C_out), x (V, N, H, W, C_in) -> (V, N, Ho, Wo, C_out)
+        const int co = a.shape(3), t = a.shape(2);
+        auto x = axes[1] >= 0 ? mx::moveaxis(inputs[1], axes[1], 0, s)
+                              : mx::broadcast_to(mx::expand_dims(inputs[1], 0, s), prepend(v, inputs[1].shape()), s);
+        if (axes[2] >= 0) {  // weights per example: one pass each (rare; the layer's own vmap is MLX's conv)
+          auto w = mx::moveaxis(inputs[2], axes[2], 0, s);
+          std::vector<mx::array> ys;
+          for (int k = 0; k < v; ++k) {
+            auto take = [&](const mx::array& b) { return mx::squeeze(mx::slice(b, prepend(k, zeros(b.ndim() - 1)),
+                                                                                 prepend(k + 1, tail(b.shape())), s), 0, s); };
+            ys.push_back(mx::array({static_cast<int>(g_.n), static_cast<int>(g_.ho), static_cast<int>(g_.wo), co},
+                                   mx::float32, std::make_shared<Winograd>(s, kind_, g_),
+                                   {mx::contiguous(take(a), false, s), mx::contiguous(take(x), false, s),
+                                    mx::contiguous(take(w), false, s)}));
+          }
+          return {{mx::stack(ys, 0, s)}, {0}};
+        }
+        auto m = mx::reshape(mx::moveaxis(a, 0, 1, s), {16, v * t, co}, s);
+        x = mx::reshape(x, {v * x.shape(1), x.shape(2), x.shape(3), x.shape(4)}, s);
+        auto y = mx::array({static_cast<int>(g.n), static_cast<int>(g.ho), static_cast<int>(g.wo), co}, mx::float32,
+                           std::make_shared<Winograd>(s, kind_, g),
+                           {mx::contiguous(m, false, s), mx::contiguous(x, false, s), inputs[2]});
+        return {{mx::reshape(y, {v, static_cast<int>(g_.n), static_cast<int>(g.ho), static_cast<int>(g.wo), co}, s)},
+                {0}};
+      }
+    }
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<Winograd>(*this, other)) return false;
+    auto& o = static_cast<const Winograd&>(other);
+    return kind_ == o.kind_ && g_.n == o.g_.n && g_.h == o.g_.h && g_.w == o.g_.w && g_.c == o.g_.c &&
+           g_.lo_h == o.g_.lo_h && g_.lo_w == o.g_.lo_w && g_.ho == o.g_.ho && g_.wo == o.g_.wo;
+  }
+
+ private:
+  WinoKind kind_;
+  WinoGeometry g_;
+};
+
+void check_f32(const mx::array& a, const char* what, const char* arg) {
+  if (a.dtype() != mx::float32) fail(what, std::string(arg) + " must be float32");
+}
+
+// Transformed weights, kept while their weight array lives: a model's frozen conv weights are transformed once.
+// Keyed by the weight's array id; the entry holds a reference to that array, so the id cannot be reused by another
+// array while cached (an array overwritten in place through Python gets a new id). An entry is dropped when the
+// cache holds the last reference to its weight, and least recently used entries go when the transformed weights
+// exceed the limit (bytes; PORTER_WINOGRAD_CACHE_MB, default 512; 0 disables the cache).
+class WinogradCache {
+ public:
+  static WinogradCache& get() {
+    static WinogradCache cache;
+    return cache;
+  }
+  std::optional<mx::array> lookup(const mx::array& w) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(w.id());
+    if (it == entries_.end()) return std::nullopt;
+    it->second.tick = ++tick_;
+    return it->second.u;
+  }
+  void insert(const mx::array& w, const mx::array& u) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int64_t>(u.nbytes()) > limit_) return;
+    sweep_locked();
+    entries_.insert_or_assign(w.id(), Entry{w, u, ++tick_});
+    bytes_ += u.nbytes();
+    while (bytes_ > limit_) {
+      auto oldest = entries_.begin();
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->second.tick < oldest->second.tick) oldest = it;
+      }
+      erase_locked(oldest);
+    }
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.clear();
+    bytes_ = 0;
+  }
+  void set_limit(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = bytes;
+    while (bytes_ > limit_ && !entries_.empty()) erase_locked(entries_.begin());
+  }
+  std::vector<int64_t> info() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sweep_locked();
+    return {static_cast<int64_t>(entries_.size()), bytes_, limit_};
+  }
+  bool enabled() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return limit_ > 0;
+  }
+
+ private:
+  struct Entry {
+    mx::array w, u;
+    uint64_t tick;
+  };
+  WinogradCache() {
+    const char* env = std::getenv("PORTER_WINOGRAD_CACHE_MB");
+    if (env && *env) limit_ = std::max<int64_t>(0, std::atoll(env)) << 20;
+  }
+  void erase_locked(std::unordered_map<std::uintptr_t, Entry>::iterator it) {
+    bytes_ -= it->second.u.nbytes();
+    entries_.erase(it);
+  }
+  void sweep_locked() {  // weights nobody else holds any more
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      const mx::array& w = it->second.w;
+      if (w.is_available() && w.data_shared_ptr() && w.is_donatable()) {
+        auto dead = it++;
+        erase_locked(dead);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::mutex mutex_;
+  std::unordered_map<std::uintptr_t, Entry> entries_;
+  uint64_t tick_ = 0;
+  int64_t bytes_ = 0;
+  int64_t limit_ = int64_t{512} << 20;
+};
+
+// w (C_out, 3, 3, C_in) -> U (16, C_in, C_out), cached per weight array unless `cache` is false or w is traced.
+mx::array winograd_weight_op(const mx::array& w, bool cache) {
+  auto s = cpu_stream("winograd_weight");
+  if (w.ndim() != 4 || w.shape(1) != 3 || w.shape(2) != 3) fail("winograd_weight", "w must be (C_out, 3, 3, C_in)");
+  check_f32(w, "winograd_weight", "w");
+  auto& store = WinogradCache::get();
+  cache = cache && !w.is_tracer() && store.enabled();
+  if (cache) {
+    if (auto hit = store.lookup(w)) return *hit;
+  }
+  auto u = mx::array({16, w.shape(-1), w.shape(0)}, mx::float32,
+                std::make_shared<Winograd>(s, WinoKind::weight, WinoGeometry{}), {mx::contiguous(w, false, s)});
+  if (cache) store.insert(w, u);
+  return u;
+}
+
+WinoGeometry wino_geometry(const mx::array& x, int64_t lo_h, int64_t lo_w, int64_t ho, int64_t wo,
+                           const char* what) {
+  if (lo_h < 0 || lo_w < 0 || ho <= 0 || wo <= 0) fail(what, "padding must be non-negative and the output non-empty");
+  WinoGeometry g;
+  g.n = x.shape(0);
+  g.h = x.shape(1);
+  g.w = x.shape(2);
+  g.c = x.shape(3);
+  g.lo_h = lo_h;
+  g.lo_w = lo_w;
+  g.ho = ho;
+  g.wo = wo;
+  if (g.n <= 0 || g.c <= 0) fail(what, "x must have a batch and channels");
+  return g;
+}
+
+// x (N, H, W, C) -> V (16, T, C) for an output of ho x wo with lo_h / lo_w zero rows / columns before the input.
+mx::array winograd_input_op(const mx::array& x, int64_t lo_h, int64_t lo_w, int64_t ho, int64_t wo) {
+  auto s = cpu_stream("winograd_input");
+  if (x.ndim() != 4) fail("winograd_input", "x must be (N, H, W, C)");
+  check_f32(x, "winograd_input", "x");
+  auto g = wino_geometry(x, lo_h, lo_w, ho, wo, "winograd_input");
+  return mx::array({16, static_cast<int>(g.tiles()), x.shape(3)}, mx::float32,
+                   std::make_shared<Winograd>(s, WinoKind::input, g), {mx::contiguous(x, false, s)});
+}
+
+// M (16, T, C_out) -> y (N, ho, wo, C_out) with T = N * ceil(ho/2) * ceil(wo/2); x (N, H, W, C_in) and
+// w (C_out, 3, 3, C_in) are the conv's input and weight (tiles with non-finite outputs are redone directly).
+mx::array winograd_output_op(const mx::array& m, const mx::array& x, const mx::array& w, int64_t lo_h, int64_t lo_w,
+                             int64_t ho, int64_t wo) {
+  auto s = cpu_stream("winograd_output");
+  if (m.ndim() != 3 || m.shape(0) != 16) fail("winograd_output", "m must be (16, T, C_out)");
+  if (x.ndim() != 4) fail("winograd_output", "x must be (N, H, W, C_in)");
+  if (w.ndim() != 4 || w.shape(1) != 3 || w.shape(2) != 3 || w.shape(3) != x.shape(3) || w.shape(0) != m.shape(2)) {
+    fail("winograd_output", "w must be (C_out, 3, 3, C_in) matching m and x");
+  }
+  check_f32(m, "winograd_output", "m");
+  check_f32(x, "winograd_output", "x");
+  check_f32(w, "winograd_output", "w");
+  auto g = wino_geometry(x, lo_h, lo_w, ho, wo, "winograd_output");
+  if (g.tiles() != m.shape(1)) fail("winograd_output", "m's tile count does not match N * ceil(ho/2) * ceil(wo/2)");
+  return mx::array({x.shape(0), static_cast<int>(ho), static_cast<int>(wo), m.shape(2)}, mx::float32,
+                   std::make_shared<Winograd>(s, WinoKind::output, g),
+                   {mx::contiguous(m, false, s), mx::contiguous(x, false, s), mx::contiguous(w, false, s)});
+}
+
+std::vector<int64_t> winograd_cache_info() { return WinogradCache::get().info(); }
+void winograd_cache_clear() { WinogradCache::get().clear(); }
+void winograd_cache_set_limit(int64_t bytes) { WinogradCache::get().set_limit(bytes); }
+
 }  // namespace porter
 
 NB_MODULE(_porter_kernels, m) {
@@ -1053,6 +1341,14 @@ NB_MODULE(_porter_kernels, m) {
         nb::arg("relu"));
   m.def("relu", &porter::relu_op, nb::arg("x"));
   m.def("lp_root", &porter::lp_root_op, nb::arg("a"), nb::arg("scale"), nb::arg("inv_p"));
+  m.def("winograd_weight", &porter::winograd_weight_op, nb::arg("w"), nb::arg("cache") = true);
+  m.def("winograd_input", &porter::winograd_input_op, nb::arg("x"), nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("ho"),
+        nb::arg("wo"));
+  m.def("winograd_output", &porter::winograd_output_op, nb::arg("m"), nb::arg("x"), nb::arg("w"), nb::arg("lo_h"),
+        nb::arg("lo_w"), nb::arg("ho"), nb::arg("wo"));
+  m.def("winograd_cache_info", &porter::winograd_cache_info);
+  m.def("winograd_cache_clear", &porter::winograd_cache_clear);
+  m.def("winograd_cache_set_limit", &porter::winograd_cache_set_limit, nb::arg("bytes"));
   m.def("num_threads", &porter::num_threads);
   m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
 }
