@@ -49,6 +49,10 @@ def format_info(info: dict) -> str:
         if native["available"]:
             state = "in use on the CPU" if native["enabled"] else "built, but disabled"
             lines.append(f"native kernels  {state}, {native['threads']} threads ({native['directory']})")
+            cache = native.get("winograd_cache")
+            if cache is not None:
+                lines.append(f"winograd cache  {cache['entries']} weights, {cache['bytes'] / 2**20:.1f} MB held, "
+                             f"limit {cache['limit'] / 2**20:.0f} MB (PORTER_WINOGRAD_CACHE_MB)")
         else:
             lines.append(f"native kernels  not used: {native['reason']}")
     if blas["hint"]:

@@ -162,6 +162,7 @@ def status() -> dict:
     }
     if module is not None:
         info["threads"] = module.num_threads()
+        info["winograd_cache"] = winograd_cache_info()
     return info
 
 

@@ -3,6 +3,9 @@ against torch: values, gradients, inf/NaN placement, vmap/jvp/compile, the weigh
 take the path at all. Torch runs in each test; the pure-MLX conv path is covered by test_conv.py."""
 
 import gc
+import os
+import subprocess
+import sys
 
 import mlx.core as mx
 import numpy as np
@@ -268,18 +271,32 @@ def test_cache_limit_evicts_least_recently_used_and_zero_disables(monkeypatch):
         assert _native.winograd_cache_info()["entries"] == 0
     finally:
         _native.set_winograd_cache_limit(None)
-    assert _native.winograd_cache_info()["limit"] == 512 << 20
+    default = int(os.environ.get("PORTER_WINOGRAD_CACHE_MB", "512"))
+    assert _native.winograd_cache_info()["limit"] == default << 20
     with pytest.raises(ValueError, match="limit"):
         _native.set_winograd_cache_limit(-1)
 
 
-def test_cache_limit_from_the_environment():
-    import subprocess
-    import sys
+def test_doctor_reports_the_cache(monkeypatch):
+    from click.testing import CliRunner
 
+    from porter.cli.main import main
+
+    _Spy(monkeypatch)
+    _native.clear_winograd_cache()
+    w = mx.random.normal((16, 3, 3, 16))
+    mx.eval(PF.conv2d(mx.random.normal((1, 8, 8, 16)), w, padding=1))
+    cache = _native.status()["winograd_cache"]
+    assert cache["entries"] == 1 and cache["bytes"] == 16 * 16 * 16 * 4
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert f"winograd cache  1 weights, 0.0 MB held, limit {cache['limit'] >> 20} MB" in result.output
+
+
+def test_cache_limit_from_the_environment():
     code = ("import porter.layers._native as n; import mlx.core as mx; "
             "print(n.winograd_cache_info()['limit'])")
-    env = dict(__import__("os").environ, PORTER_WINOGRAD_CACHE_MB="7")
+    env = dict(os.environ, PORTER_WINOGRAD_CACHE_MB="7")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == str(7 << 20)
 
