@@ -343,7 +343,8 @@ def winograd_conv3x3(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.
     transform, 16 GEMMs (``mx.matmul``) and an output transform, 2.25x fewer multiply-adds than a direct conv
     (``csrc/winograd_kernels.h``). The weight's transform ``(16, C_in, C_out)`` is cached while the weight array
     lives (not under ``mx.grad``/``mx.compile`` tracing; ``PORTER_WINOGRAD_CACHE_MB``, :func:`winograd_cache_info`).
-    Gradients and vmap are MLX's conv's (jvp: conv's bilinear rule), through ``mx.custom_function``."""
+    The input gradient runs as Winograd too (padding <= 2); the weight gradient and vmap are MLX's conv's (jvp:
+    conv's bilinear rule), through ``mx.custom_function``."""
     u = mx.stop_gradient(kernels().winograd_weight(weight))  # the custom VJP differentiates `weight` directly
     return _winograd_op(tuple(lo), tuple(hi))(x, weight, u)
 
@@ -362,9 +363,18 @@ def _winograd_op(lo: tuple, hi: tuple):
         v = module.winograd_input(x, lo[0], lo[1], ho, wo)
         return module.winograd_output(v @ u, x, weight, lo[0], lo[1], ho, wo)
 
+    def weight_grad(x, weight, cotangent):
+        return mx.vjp(lambda w: conv(x, w), [weight], [cotangent])[1][0]
+
     @op.vjp
     def op_vjp(primals, cotangent, output):
         x, weight, u = primals
+        if max(lo + hi) <= 2:
+            # the input gradient is itself a stride-1 3x3 conv: of the cotangent, with the kernel flipped and its
+            # channels swapped, padded 2 - lo / 2 - hi; so it runs as Winograd too (the weight gradient is MLX's)
+            flipped = weight[:, ::-1, ::-1, :].transpose(3, 1, 2, 0)
+            gx = winograd_conv3x3(cotangent, flipped, tuple(2 - p for p in lo), tuple(2 - p for p in hi))
+            return gx, weight_grad(x, weight, cotangent), mx.zeros_like(u)
         _, (gx, gw) = mx.vjp(conv, [x, weight], [cotangent])
         return gx, gw, mx.zeros_like(u)
 

@@ -68,6 +68,7 @@ MODULE_CASES = [
     ((2, 17, 8, 11), 17, 33, dict(padding=1)),
     ((3, 20, 5, 6), 20, 3, dict(padding=0)),
     ((1, 32, 7, 7), 32, 48, dict(padding=2)),
+    ((1, 16, 5, 6), 16, 16, dict(padding=3)),  # input gradient through MLX (padding > 2)
     ((2, 24, 10, 9), 24, 24, dict(padding=(0, 1))),
     ((2, 24, 10, 9), 24, 24, dict(padding=(2, 1), bias=False)),
     ((16, 6, 6), 16, 16, dict(padding=1)),  # unbatched
