@@ -1191,7 +1191,9 @@ class WinogradCache {
     std::lock_guard<std::mutex> lock(mutex_);
     if (static_cast<int64_t>(u.nbytes()) > limit_) return;
     sweep_locked();
-    entries_.insert_or_assign(w.id(), Entry{w, u, ++tick_});
+    auto old = entries_.find(w.id());  // another thread may have inserted it since our lookup
+    if (old != entries_.end()) erase_locked(old);
+    entries_.emplace(w.id(), Entry{w, u, ++tick_});
     bytes_ += u.nbytes();
     while (bytes_ > limit_) {
       auto oldest = entries_.begin();

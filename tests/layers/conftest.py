@@ -3,7 +3,8 @@ Apple GPUs, CUDA and machines without the kernels use. Both are checked against 
 
 The native variant fails (it does not skip) when the kernels are not built: `porter build-kernels`. Setting
 PORTER_NATIVE=0 deselects the native variants on purpose (the session header says so).
-Tests marked ``pure_mlx`` check internals of the pure-MLX path and run in that variant only.
+Tests marked ``pure_mlx`` check internals of the pure-MLX path and run in that variant only; tests marked
+``native_only`` check the native kernels themselves and run in the native variant only.
 """
 
 import os
@@ -21,6 +22,7 @@ def _native_off() -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "pure_mlx: checks the pure-MLX path's internals; runs without native kernels")
+    config.addinivalue_line("markers", "native_only: checks the native kernels themselves; runs with them only")
 
 
 def pytest_report_header(config):
@@ -37,7 +39,9 @@ def pytest_collection_modifyitems(config, items):
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("backend") if callspec else None
         native_variant = backend == "native"
-        if native_variant and (_native_off() or item.get_closest_marker("pure_mlx")):
+        if backend == "mlx" and item.get_closest_marker("native_only"):
+            drop.append(item)
+        elif native_variant and (_native_off() or item.get_closest_marker("pure_mlx")):
             drop.append(item)
         else:
             keep.append(item)

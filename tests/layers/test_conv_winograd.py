@@ -18,16 +18,7 @@ import porter.layers.conv as conv_module
 import porter.layers.functional as PF
 from porter.layers import _native
 
-pytestmark = pytest.mark.skipif(not _native._env_enabled(), reason="PORTER_NATIVE=0: the native kernels are off")
-
-
-@pytest.fixture(autouse=True)
-def backend():
-    """Winograd is a native path: these tests run with the kernels on (overrides conftest.py's two-path fixture)."""
-    if not _native.available():
-        pytest.fail(f"native kernels unavailable: {_native.status()['reason']}", pytrace=False)
-    with _native.use_native(True):
-        yield "native"
+pytestmark = pytest.mark.native_only  # tests/layers/conftest.py: the native variant only (deselected by PORTER_NATIVE=0)
 
 
 class _Spy:

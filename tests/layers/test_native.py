@@ -18,16 +18,7 @@ import torch.nn.functional as TF
 import porter.layers.functional as PF
 from porter.layers import _native
 
-pytestmark = pytest.mark.skipif(not _native._env_enabled(), reason="PORTER_NATIVE=0: the native kernels are off")
-
-
-@pytest.fixture(autouse=True)
-def backend():
-    """These tests pick their path themselves (overrides the two-path fixture of conftest.py)."""
-    if not _native.available():
-        pytest.fail(f"native kernels unavailable: {_native.status()['reason']}", pytrace=False)
-    with _native.use_native(True):
-        yield "native"
+pytestmark = pytest.mark.native_only  # tests/layers/conftest.py: the native variant only (deselected by PORTER_NATIVE=0)
 
 
 def _nchw(a: mx.array) -> torch.Tensor:
