@@ -1044,8 +1044,10 @@ mx::Shape prepend(int v, mx::Shape shape) {
   shape.insert(shape.begin(), v);
   return shape;
 }
-mx::Shape zeros(size_t n) { return mx::Shape(n, 0); }
-mx::Shape tail(const mx::Shape& shape) { return mx::Shape(shape.begin() + 1, shape.end()); }
+
+// One pass as an array, its shape derived from the kind, the geometry and its first input: weight (C_out, 3, 3, C_in)
+// -> (16, C_in, C_out); input x -> (16, T, C_in); output m (16, T, C_out), x, w -> (N, Ho, Wo, C_out).
+mx::array wino_pass(mx::Stream s, WinoKind kind, const WinoGeometry& g, std::vector<mx::array> in);
 
 class Winograd : public mx::UnaryPrimitive {
  public:
@@ -1086,17 +1088,9 @@ class Winograd : public mx::UnaryPrimitive {
     // each pass is linear: its tangent is the same pass of the tangent (MLX pushes tangents through the inner
     // graph of the layer's custom function as well)
     auto s = stream();
-    mx::Shape shape;
-    if (kind_ == WinoKind::weight) {
-      shape = {16, primals[0].shape(-1), primals[0].shape(0)};
-    } else if (kind_ == WinoKind::input) {
-      shape = {16, static_cast<int>(g_.tiles()), primals[0].shape(3)};
-    } else {
-      shape = {static_cast<int>(g_.n), static_cast<int>(g_.ho), static_cast<int>(g_.wo), primals[0].shape(2)};
-    }
-    std::vector<mx::array> in{mx::contiguous(mx::astype(tangents[0], mx::float32, s), false, s)};
+    std::vector<mx::array> in{mx::astype(tangents[0], mx::float32, s)};
     if (kind_ == WinoKind::output) in.insert(in.end(), {primals[1], primals[2]});
-    return {mx::array(shape, mx::float32, std::make_shared<Winograd>(s, kind_, g_), std::move(in))};
+    return {wino_pass(s, kind_, g_, std::move(in))};
   }
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
@@ -1109,61 +1103,60 @@ class Winograd : public mx::UnaryPrimitive {
     }
     auto a = axes[0] >= 0 ? mx::moveaxis(inputs[0], axes[0], 0, s)
                           : mx::broadcast_to(mx::expand_dims(inputs[0], 0, s), prepend(v, inputs[0].shape()), s);
-    auto make = [&](mx::Shape shape, const WinoGeometry& g, mx::array in) {
-      return mx::array(std::move(shape), mx::float32, std::make_shared<Winograd>(s, kind_, g),
-                       {mx::contiguous(in, false, s)});
-    };
     WinoGeometry g = g_;
     g.n *= v;
     switch (kind_) {
       case WinoKind::weight: {  // (V, C_out, 3, 3, C_in) -> (16, C_in, V, C_out)
         const int co = a.shape(1), ci = a.shape(4);
-        auto u = make({16, ci, v * co}, g_, mx::reshape(a, {v * co, 3, 3, ci}, s));
+        auto u = wino_pass(s, kind_, g_, {mx::reshape(a, {v * co, 3, 3, ci}, s)});
         return {{mx::reshape(u, {16, ci, v, co}, s)}, {2}};
       }
       case WinoKind::input: {  // (V, N, H, W, C) -> (16, V, T, C)
         const int c = a.shape(4);
-        auto out = make({16, static_cast<int>(g.tiles()), c}, g, mx::reshape(a, {v * a.shape(1), a.shape(2), a.shape(3), c}, s));
+        auto out = wino_pass(s, kind_, g, {mx::reshape(a, {v * a.shape(1), a.shape(2), a.shape(3), c}, s)});
         return {{mx::reshape(out, {16, v, static_cast<int>(g_.tiles()), c}, s)}, {1}};
       }
       default: {  // (V, 16, T, C_out), x (V, N, H, W, C_in) -> (V, N, Ho, Wo, C_out)
-        const int co = a.shape(3), t = a.shape(2);
         auto x = axes[1] >= 0 ? mx::moveaxis(inputs[1], axes[1], 0, s)
                               : mx::broadcast_to(mx::expand_dims(inputs[1], 0, s), prepend(v, inputs[1].shape()), s);
         if (axes[2] >= 0) {  // weights per example: one pass each (rare; the layer's own vmap is MLX's conv)
           auto w = mx::moveaxis(inputs[2], axes[2], 0, s);
           std::vector<mx::array> ys;
           for (int k = 0; k < v; ++k) {
-            auto take = [&](const mx::array& b) { return mx::squeeze(mx::slice(b, prepend(k, zeros(b.ndim() - 1)),
-                                                                                 prepend(k + 1, tail(b.shape())), s), 0, s); };
-            ys.push_back(mx::array({static_cast<int>(g_.n), static_cast<int>(g_.ho), static_cast<int>(g_.wo), co},
-                                   mx::float32, std::make_shared<Winograd>(s, kind_, g_),
-                                   {mx::contiguous(take(a), false, s), mx::contiguous(take(x), false, s),
-                                    mx::contiguous(take(w), false, s)}));
+            ys.push_back(wino_pass(s, kind_, g_, {mx::take(a, k, 0, s), mx::take(x, k, 0, s), mx::take(w, k, 0, s)}));
           }
           return {{mx::stack(ys, 0, s)}, {0}};
         }
-        auto m = mx::reshape(mx::moveaxis(a, 0, 1, s), {16, v * t, co}, s);
+        auto m = mx::reshape(mx::moveaxis(a, 0, 1, s), {16, v * a.shape(2), a.shape(3)}, s);
         x = mx::reshape(x, {v * x.shape(1), x.shape(2), x.shape(3), x.shape(4)}, s);
-        auto y = mx::array({static_cast<int>(g.n), static_cast<int>(g.ho), static_cast<int>(g.wo), co}, mx::float32,
-                           std::make_shared<Winograd>(s, kind_, g),
-                           {mx::contiguous(m, false, s), mx::contiguous(x, false, s), inputs[2]});
-        return {{mx::reshape(y, {v, static_cast<int>(g_.n), static_cast<int>(g.ho), static_cast<int>(g.wo), co}, s)},
-                {0}};
+        auto y = wino_pass(s, kind_, g, {m, x, inputs[2]});
+        return {{mx::reshape(y, prepend(v, {static_cast<int>(g_.n), y.shape(1), y.shape(2), y.shape(3)}), s)}, {0}};
       }
     }
   }
   bool is_equivalent(const mx::Primitive& other) const override {
     if (!same_type<Winograd>(*this, other)) return false;
     auto& o = static_cast<const Winograd&>(other);
-    return kind_ == o.kind_ && g_.n == o.g_.n && g_.h == o.g_.h && g_.w == o.g_.w && g_.c == o.g_.c &&
-           g_.lo_h == o.g_.lo_h && g_.lo_w == o.g_.lo_w && g_.ho == o.g_.ho && g_.wo == o.g_.wo;
+    return kind_ == o.kind_ && g_ == o.g_;
   }
 
  private:
   WinoKind kind_;
   WinoGeometry g_;
 };
+
+mx::array wino_pass(mx::Stream s, WinoKind kind, const WinoGeometry& g, std::vector<mx::array> in) {
+  mx::Shape shape;
+  switch (kind) {
+    case WinoKind::weight: shape = {16, in[0].shape(-1), in[0].shape(0)}; break;
+    case WinoKind::input: shape = {16, static_cast<int>(g.tiles()), in[0].shape(3)}; break;
+    case WinoKind::output:
+      shape = {static_cast<int>(g.n), static_cast<int>(g.ho), static_cast<int>(g.wo), in[0].shape(2)};
+      break;
+  }
+  for (auto& a : in) a = mx::contiguous(a, false, s);
+  return mx::array(std::move(shape), mx::float32, std::make_shared<Winograd>(s, kind, g), std::move(in));
+}
 
 void check_f32(const mx::array& a, const char* what, const char* arg) {
   if (a.dtype() != mx::float32) fail(what, std::string(arg) + " must be float32");
@@ -1264,8 +1257,7 @@ mx::array winograd_weight_op(const mx::array& w, bool cache) {
   if (cache) {
     if (auto hit = store.lookup(w)) return *hit;
   }
-  auto u = mx::array({16, w.shape(-1), w.shape(0)}, mx::float32,
-                std::make_shared<Winograd>(s, WinoKind::weight, WinoGeometry{}), {mx::contiguous(w, false, s)});
+  auto u = wino_pass(s, WinoKind::weight, WinoGeometry{}, {w});
   if (cache) store.insert(w, u);
   return u;
 }
@@ -1292,8 +1284,7 @@ mx::array winograd_input_op(const mx::array& x, int64_t lo_h, int64_t lo_w, int6
   if (x.ndim() != 4) fail("winograd_input", "x must be (N, H, W, C)");
   check_f32(x, "winograd_input", "x");
   auto g = wino_geometry(x, lo_h, lo_w, ho, wo, "winograd_input");
-  return mx::array({16, static_cast<int>(g.tiles()), x.shape(3)}, mx::float32,
-                   std::make_shared<Winograd>(s, WinoKind::input, g), {mx::contiguous(x, false, s)});
+  return wino_pass(s, WinoKind::input, g, {x});
 }
 
 // M (16, T, C_out) -> y (N, ho, wo, C_out) with T = N * ceil(ho/2) * ceil(wo/2); x (N, H, W, C_in) and
@@ -1311,9 +1302,7 @@ mx::array winograd_output_op(const mx::array& m, const mx::array& x, const mx::a
   check_f32(w, "winograd_output", "w");
   auto g = wino_geometry(x, lo_h, lo_w, ho, wo, "winograd_output");
   if (g.tiles() != m.shape(1)) fail("winograd_output", "m's tile count does not match N * ceil(ho/2) * ceil(wo/2)");
-  return mx::array({x.shape(0), static_cast<int>(ho), static_cast<int>(wo), m.shape(2)}, mx::float32,
-                   std::make_shared<Winograd>(s, WinoKind::output, g),
-                   {mx::contiguous(m, false, s), mx::contiguous(x, false, s), mx::contiguous(w, false, s)});
+  return wino_pass(s, WinoKind::output, g, {m, x, w});
 }
 
 std::vector<int64_t> winograd_cache_info() { return WinogradCache::get().info(); }

@@ -30,6 +30,7 @@ struct WinoGeometry {
   int64_t th() const { return (ho + 1) / 2; }
   int64_t tw() const { return (wo + 1) / 2; }
   int64_t tiles() const { return n * th() * tw(); }
+  bool operator==(const WinoGeometry&) const = default;
 };
 
 namespace wino {
