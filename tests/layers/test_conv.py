@@ -17,12 +17,6 @@ import porter.layers.functional as PF
 from porter.layers.conv_weights import torch_conv_weight_to_mlx
 
 
-@pytest.fixture(autouse=True)
-def backend():
-    """Only depthwise convs have a native kernel (test_conv_depthwise.py runs them on both paths): one run here
-    (overrides tests/layers/conftest.py's two)."""
-    return "mlx"
-
 # torch warns that it copies the input for an even 'same' kernel; that is torch's business
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TORCH_TO_MX, check_against_torch, torch_to_mx
+from conv_helpers import TOL, to_mx
+from helpers import TORCH_TO_MX, check_against_torch
 
 import porter.layers as L
 import porter.layers.functional as PF
@@ -20,23 +21,10 @@ from porter.layers.conv_weights import (
 )
 
 
-@pytest.fixture(autouse=True)
-def backend():
-    """Conv layers have no native kernel: one run (overrides tests/layers/conftest.py's two)."""
-    return "mlx"
-
 TORCH_CT = {1: torch.nn.ConvTranspose1d, 2: torch.nn.ConvTranspose2d, 3: torch.nn.ConvTranspose3d}
 PORTER_CT = {1: L.ConvTranspose1d, 2: L.ConvTranspose2d, 3: L.ConvTranspose3d}
 TORCH_F = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 PORTER_F = {1: PF.conv_transpose1d, 2: PF.conv_transpose2d, 3: PF.conv_transpose3d}
-TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (6e-2, 6e-2)}
-
-
-def to_mx(t: torch.Tensor) -> mx.array:
-    """A torch tensor's values as an MLX array of the same dtype (no layout change)."""
-    return torch_to_mx(t, batched=False, channels_last=False)
-
-
 def porter_twin(tm: torch.nn.Module, nd: int, **kwargs):
     """A Porter ConvTranspose with the torch module's configuration and weights (through the converter's transform)."""
     pm = PORTER_CT[nd](tm.in_channels, tm.out_channels, tm.kernel_size, **kwargs)

@@ -10,7 +10,7 @@ from porter.layers._utils import ntuple, pool_output_size
 
 @pytest.fixture(autouse=True)
 def backend():
-    """Conv layers have no native kernel: one run (overrides tests/layers/conftest.py's two)."""
+    """Pure-Python helpers, no layer runs: one run (overrides tests/layers/conftest.py's two)."""
     return "mlx"
 
 
