@@ -208,6 +208,16 @@ def _winograd_pays(x, weight, stride, lo, hi, dilation, groups) -> bool:
     return n * ((ho + 1) // 2) * ((wo + 1) // 2) >= WINOGRAD_MIN_TILES
 
 
+def interleave_phases(phases: list, stride) -> mx.array:
+    """Per-phase results, each ``(N, *q, C)`` and listed in ``itertools.product`` order of the phase ``r`` (one
+    entry per dim), interleaved into ``(N, *(q * stride), C)``: position ``q*s + r`` of a dim comes from phase ``r``."""
+    nd = len(stride)
+    n, q, c = phases[0].shape[0], phases[0].shape[1:-1], phases[0].shape[-1]
+    y = mx.stack(phases, axis=-2).reshape(n, *q, *stride, c)
+    order = [0] + [a for i in range(nd) for a in (1 + i, 1 + nd + i)] + [1 + 2 * nd]
+    return y.transpose(order).reshape(n, *(a * s for a, s in zip(q, stride)), c)
+
+
 def _dilated_conv(x, weight, lo, hi, dilation, groups) -> mx.array:
     """A dilated stride-1 conv as an undilated one over the input's ``d`` phases folded into the batch.
 
@@ -384,9 +394,7 @@ def _depthwise_strided_input_grad(cotangent, weight, stride, x_shape, c_in) -> m
         g = mx.pad(cotangent, [(0, 0)] + [(m - 1, t - 1) for m, t in zip(sizes, taps)] + [(0, 0)])
         flipped = sub[(slice(None),) + (slice(None, None, -1),) * nd]
         phases.append(_tap_sum(g, flipped, (1,) * nd, (1,) * nd, reduce_to=c_in))
-    dx = mx.stack(phases, axis=-2).reshape(n, *q, *stride, c_in)
-    order = [0] + [a for i in range(nd) for a in (1 + i, 1 + nd + i)] + [1 + 2 * nd]
-    dx = dx.transpose(order).reshape(n, *(a * s for a, s in zip(q, stride)), c_in)
+    dx = interleave_phases(phases, stride)
     size = x_shape[1:-1]
     extra = [max(0, L - a * s) for L, a, s in zip(size, q, stride)]  # trailing inputs no output reads
     if any(extra):

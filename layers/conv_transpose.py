@@ -24,7 +24,16 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ._utils import ntuple
-from .conv import _conv_core, check_arrays, check_bias, check_channels, check_groups, check_positive, init_conv_params
+from .conv import (
+    _conv_core,
+    check_arrays,
+    check_bias,
+    check_channels,
+    check_groups,
+    check_positive,
+    init_conv_params,
+    interleave_phases,
+)
 
 
 def _check_output_padding(output_padding: tuple, stride: tuple, dilation: tuple, layer: str) -> None:
@@ -142,7 +151,6 @@ def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) ->
     torch for k3/s2 on CPU); the phases together do exactly the kernel's multiply-adds, and their gradients are
     ordinary stride-1 conv gradients. The phases are interleaved by a stack and a reshape, then cropped by ``p``.
     """
-    nd = x.ndim - 2
     kernel, n, spatial, c_out = tuple(weight.shape[1:-1]), x.shape[0], x.shape[1:-1], weight.shape[0]
     taps = [-(-k // s) for k, s in zip(kernel, stride)]  # the most taps any phase has, per dim
     q = [size + m - 1 for size, m in zip(spatial, taps)]  # every phase's length, padded to the longest
@@ -155,9 +163,7 @@ def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) ->
         sub = weight[(slice(None),) + tuple(slice(ri, None, s) for ri, s in zip(r, stride))]
         pads = ([m - 1 for m in sizes], [m - 1 for m in taps])
         phases.append(mx.conv_general(x, sub, padding=pads, groups=groups, flip=True))
-    y = mx.stack(phases, axis=-2).reshape(n, *q, *stride, c_out)
-    order = [0] + [a for i in range(nd) for a in (1 + i, 1 + nd + i)] + [1 + 2 * nd]
-    y = y.transpose(order).reshape(n, *(a * s for a, s in zip(q, stride)), c_out)  # index o + p
+    y = interleave_phases(phases, stride)  # index o + p
     sizes = zip(spatial, kernel, stride, padding, output_padding)
     out = [_base_size(size, k, s, p, 1) + op for size, k, s, p, op in sizes]
     extra = [max(0, p + o - a * s) for p, o, a, s in zip(padding, out, q, stride)]  # output_padding past every tap
