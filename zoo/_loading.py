@@ -3,12 +3,16 @@
 Every zoo model names its submodules as torchvision does, so a module's path is its torch prefix. What a torch
 tensor becomes is decided by the kind of module that owns it, never by the tensor's shape:
 
-* :class:`porter.layers.Conv2d`: ``weight`` ``(C_out, C_in/g, kh, kw)`` -> ``(C_out, kh, kw, C_in/g)``; ``bias`` as is.
+* :class:`porter.layers.Conv1d/2d/3d`: ``weight`` ``(C_out, C_in/g, *k)`` -> ``(C_out, *k, C_in/g)``; ``bias`` as is.
+* :class:`porter.layers.ConvTranspose1d/2d/3d`: ``weight`` ``(C_in, C_out/g, *k)`` -> ``(C_out, *k, C_in/g)``.
+* :class:`mlx.nn.LayerNorm`, :class:`mlx.nn.GroupNorm`, :class:`mlx.nn.Embedding`: as is.
+* a module defining ``torch_parameter_specs()``: its own roles (class tokens, position tables, ...).
 * :class:`mlx.nn.Linear`: ``weight`` ``(out, in)`` and ``bias`` as is (same layout in both libraries).
 * :class:`FlattenLinear`: a Linear after a flatten of a ``(C, H, W)`` map; torch flattens channels-first, the zoo
   channels-last, so the weight's input axis is reordered ``(C, H, W)`` -> ``(H, W, C)``.
-* :class:`mlx.nn.BatchNorm`: ``weight``, ``bias``, ``running_mean``, ``running_var``; ``num_batches_tracked`` is
-  accepted and ignored (it only matters for training with ``momentum=None``).
+* :class:`mlx.nn.BatchNorm` (and :class:`porter.layers.BatchNorm`, torch's training rule): ``weight``, ``bias``,
+  ``running_mean``, ``running_var``; ``num_batches_tracked`` is optional, loaded where the layer keeps it (it only
+  matters for training with ``momentum=None``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from porter.layers import Conv2d
-from porter.layers.conv_weights import mlx_conv_weight_to_torch, torch_conv_weight_to_mlx
+from porter.layers.conv import _ConvNd
+from porter.layers.conv_transpose import _ConvTransposeNd
+from porter.layers.conv_weights import (mlx_conv_transpose_weight_to_torch, mlx_conv_weight_to_torch,
+                                       torch_conv_transpose_weight_to_mlx, torch_conv_weight_to_mlx)
 
 __all__ = ["FlattenLinear", "TorchCheckpointMixin", "torch_parameter_specs"]
 
@@ -56,26 +62,41 @@ def _same(w: np.ndarray) -> np.ndarray:
     return w
 
 
+def _plain(module: nn.Module, names) -> list:
+    return [(n, tuple(module[n].shape), _same) for n in names if n in module]
+
+
 def _module_specs(module: nn.Module) -> list[tuple[str, tuple, Callable]] | None:
     """``(attribute, torch shape, torch -> mlx transform)`` for a module's tensors, or None for a parameter-free
-    module. Raises TypeError for a module with parameters but no known role."""
-    if isinstance(module, Conv2d):
+    module. Raises TypeError for a module with parameters but no known role.
+
+    A module with tensors of its own role (a class token, a relative-position table) declares them by defining
+    ``torch_parameter_specs()`` returning the same triples.
+    """
+    custom = getattr(type(module), "torch_parameter_specs", None)
+    if callable(custom):
+        return module.torch_parameter_specs()
+    if isinstance(module, _ConvNd):
         specs = [("weight", mlx_conv_weight_to_torch(np.empty(module.weight.shape, np.uint8)).shape,
                   torch_conv_weight_to_mlx)]
-        if module.bias is not None:
-            specs.append(("bias", tuple(module.bias.shape), _same))
-        return specs
+        return specs + _plain(module, ["bias"])
+    if isinstance(module, _ConvTransposeNd):
+        groups = module.groups
+
+        def transform(w, groups=groups):
+            return torch_conv_transpose_weight_to_mlx(w, groups)
+
+        shape = mlx_conv_transpose_weight_to_torch(np.empty(module.weight.shape, np.uint8), groups).shape
+        return [("weight", shape, transform)] + _plain(module, ["bias"])
     if isinstance(module, FlattenLinear):
         specs = [("weight", tuple(module.weight.shape), module.torch_weight_to_mlx)]
-        return specs + ([("bias", tuple(module.bias.shape), _same)] if "bias" in module else [])
-    if isinstance(module, nn.Linear):
-        specs = [("weight", tuple(module.weight.shape), _same)]
-        return specs + ([("bias", tuple(module.bias.shape), _same)] if "bias" in module else [])
+        return specs + _plain(module, ["bias"])
+    if isinstance(module, (nn.Linear, nn.LayerNorm, nn.GroupNorm, nn.Embedding)):
+        return _plain(module, ["weight", "bias"])
     if isinstance(module, nn.BatchNorm):
         if not module.track_running_stats:
             raise TypeError("[porter.zoo] BatchNorm without running statistics has no torchvision checkpoint form.")
-        names = (["weight", "bias"] if "weight" in module else []) + ["running_mean", "running_var"]
-        return [(n, tuple(module[n].shape), _same) for n in names]
+        return _plain(module, ["weight", "bias", "running_mean", "running_var"])
     own = [k for k, v in module.items() if isinstance(v, mx.array)]
     if own:
         raise TypeError(f"[porter.zoo] no checkpoint role for {type(module).__name__} holding {own}.")
@@ -140,6 +161,9 @@ class TorchCheckpointMixin:
             raise ValueError(f"[{type(self).__name__}] the state_dict does not match the model ({counts} keys):\n  "
                              + "\n  ".join(problems))
         current = dict(tree_flatten(self.parameters()))
+        for key in optional:  # num_batches_tracked: loaded where the model keeps it (porter.layers.BatchNorm)
+            if key in current:
+                arrays[key] = np.asarray(_as_numpy(state_dict[key])).reshape(current[key].shape)
         self.load_weights([(path, mx.array(value).astype(current[path].dtype)) for path, value in arrays.items()],
                           strict=False)
         mx.eval(self.parameters())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from porter.layers import Conv2d
+from porter.layers import BatchNorm2d, Conv2d
 
 from ._common import apply_sequence, make_divisible
 from ._loading import TorchCheckpointMixin
@@ -27,7 +27,7 @@ _SETTING = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 
 def _conv_bn_relu6(inp: int, oup: int, kernel_size: int = 3, stride: int = 1, groups: int = 1) -> list:
     """torchvision's ``Conv2dNormActivation``: children ``0`` (conv, no bias), ``1`` (BN), ``2`` (ReLU6)."""
     conv = Conv2d(inp, oup, kernel_size, stride=stride, padding=(kernel_size - 1) // 2, groups=groups, bias=False)
-    return [conv, nn.BatchNorm(oup), nn.ReLU6()]
+    return [conv, BatchNorm2d(oup), nn.ReLU6()]
 
 
 class InvertedResidual(nn.Module):
@@ -49,7 +49,7 @@ class InvertedResidual(nn.Module):
         self.use_res_connect = stride == 1 and inp == oup
         self.conv = [_conv_bn_relu6(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
         self.conv += [_conv_bn_relu6(hidden, hidden, stride=stride, groups=hidden),
-                      Conv2d(hidden, oup, 1, bias=False), nn.BatchNorm(oup)]
+                      Conv2d(hidden, oup, 1, bias=False), BatchNorm2d(oup)]
 
     def __call__(self, x: mx.array) -> mx.array:
         out = apply_sequence(self.conv, x)

@@ -16,7 +16,7 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from porter.layers import Conv2d, MaxPool2d
+from porter.layers import BatchNorm2d, Conv2d, MaxPool2d
 
 from ._common import apply_sequence
 from ._loading import TorchCheckpointMixin
@@ -48,11 +48,11 @@ class BasicBlock(nn.Module):
     def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: bool = False):
         super().__init__()
         self.conv1 = _conv3x3(inplanes, planes, stride)
-        self.bn1 = nn.BatchNorm(planes)
+        self.bn1 = BatchNorm2d(planes)
         self.conv2 = _conv3x3(planes, planes)
-        self.bn2 = nn.BatchNorm(planes)
+        self.bn2 = BatchNorm2d(planes)
         if downsample:
-            self.downsample = [_conv1x1(inplanes, planes, stride), nn.BatchNorm(planes)]
+            self.downsample = [_conv1x1(inplanes, planes, stride), BatchNorm2d(planes)]
 
     def __call__(self, x: mx.array) -> mx.array:
         identity = apply_sequence(self.downsample, x) if "downsample" in self else x
@@ -78,13 +78,13 @@ class Bottleneck(nn.Module):
         super().__init__()
         out = planes * self.expansion
         self.conv1 = _conv1x1(inplanes, planes)
-        self.bn1 = nn.BatchNorm(planes)
+        self.bn1 = BatchNorm2d(planes)
         self.conv2 = _conv3x3(planes, planes, stride)
-        self.bn2 = nn.BatchNorm(planes)
+        self.bn2 = BatchNorm2d(planes)
         self.conv3 = _conv1x1(planes, out)
-        self.bn3 = nn.BatchNorm(out)
+        self.bn3 = BatchNorm2d(out)
         if downsample:
-            self.downsample = [_conv1x1(inplanes, out, stride), nn.BatchNorm(out)]
+            self.downsample = [_conv1x1(inplanes, out, stride), BatchNorm2d(out)]
 
     def __call__(self, x: mx.array) -> mx.array:
         identity = apply_sequence(self.downsample, x) if "downsample" in self else x
@@ -113,7 +113,7 @@ class ResNet(TorchCheckpointMixin, nn.Module):
             raise ValueError(f"[ResNet] 'layers' and 'widths' must have 4 entries but got {list(layers)} and "
                              f"{list(widths)}.")
         self.conv1 = Conv2d(3, widths[0], 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm(widths[0])
+        self.bn1 = BatchNorm2d(widths[0])
         self.maxpool = MaxPool2d(3, stride=2, padding=1)
         inplanes = widths[0]
         for i, (planes, blocks) in enumerate(zip(widths, layers)):

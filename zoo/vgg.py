@@ -15,7 +15,7 @@ from typing import Sequence, Union
 import mlx.core as mx
 import mlx.nn as nn
 
-from porter.layers import AdaptiveAvgPool2d, Conv2d, MaxPool2d
+from porter.layers import AdaptiveAvgPool2d, BatchNorm2d, Conv2d, MaxPool2d
 
 from ._common import apply_sequence
 from ._loading import FlattenLinear, TorchCheckpointMixin
@@ -52,7 +52,7 @@ class VGG(TorchCheckpointMixin, nn.Module):
                 self.features.append(MaxPool2d(kernel_size=2, stride=2))
                 continue
             width = max(1, v // width_divisor)
-            self.features += [Conv2d(channels, width, kernel_size=3, padding=1), nn.BatchNorm(width), nn.ReLU()]
+            self.features += [Conv2d(channels, width, kernel_size=3, padding=1), BatchNorm2d(width), nn.ReLU()]
             channels = width
         self.avgpool = AdaptiveAvgPool2d((7, 7))
         self.classifier = [

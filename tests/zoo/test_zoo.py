@@ -7,51 +7,55 @@ import subprocess
 import sys
 
 import mlx.core as mx
+import mlx.nn as mnn
+import mlx.optimizers as optim
 import numpy as np
 import pytest
 import torch
 
 from porter import zoo
 from porter.zoo.registry import register_model
+from mlx.utils import tree_flatten
+from porter.zoo._loading import torch_parameter_specs
 
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import check_against_torch  # noqa: E402
 
+from twins import CASES  # noqa: E402
+
 MODELS = zoo.list_models()
-_SMALL_RESNET = {"num_classes": 7, "widths": (8, 16, 24, 32)}
-# A reduced configuration per model (same structure and names, small widths) that both factories accept.
-SMALL = {
-    "resnet18": _SMALL_RESNET,
-    "resnet34": _SMALL_RESNET,
-    "resnet50": {"num_classes": 7, "widths": (4, 8, 12, 16)},
-    "vgg11_bn": {"num_classes": 7, "width_divisor": 8, "hidden": 32},
-    "vgg16_bn": {"num_classes": 7, "width_divisor": 8, "hidden": 32},
-    "mobilenet_v2": {"num_classes": 7, "width_mult": 0.25},
-}
-# Two input sizes (N, H, W): one even, one odd and non-square; the smallest that survive VGG's five pools.
-SIZES = [(2, 32, 32), (1, 45, 38)]
+SMALL = {name: case.small for name, case in CASES.items()}
 
 
 def torch_factory(name):
-    """The torch reference named by ``model_info(name)["torch_model"]``, imported as the CLI's ``--arch`` does."""
-    module, _, factory = zoo.model_info(name)["torch_model"].partition(":")
-    return getattr(importlib.import_module(module), factory)
+    """The torch twin of ``name`` (torchvision's structure and names; see tests/zoo/twins)."""
+    return CASES[name].twin
 
 
-def seeded_twin(name, seed=0):
-    """The torch reference in eval mode with seeded random weights and randomized BatchNorm statistics."""
-    torch.manual_seed(seed)
-    model = torch_factory(name)(**SMALL[name])
+def _randomize_norms(model, seed):
+    """Batch-norm statistics and affine parameters away from their 0/1 defaults, so no term of them goes untested."""
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
                 c = module.num_features
-                module.weight.copy_(torch.rand(c, generator=gen) + 0.5)
-                module.bias.copy_(torch.randn(c, generator=gen) * 0.2)
-                module.running_mean.copy_(torch.randn(c, generator=gen) * 0.2)
-                module.running_var.copy_(torch.rand(c, generator=gen) * 1.5 + 0.5)
-                module.num_batches_tracked.fill_(7)
+                if module.affine:
+                    module.weight.copy_(torch.rand(c, generator=gen) + 0.5)
+                    module.bias.copy_(torch.randn(c, generator=gen) * 0.2)
+                if module.track_running_stats:
+                    module.running_mean.copy_(torch.randn(c, generator=gen) * 0.2)
+                    module.running_var.copy_(torch.rand(c, generator=gen) * 1.5 + 0.5)
+                    module.num_batches_tracked.fill_(7)
+            elif isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)) and module.weight is not None:
+                module.weight.copy_(torch.rand(module.weight.shape, generator=gen) + 0.5)
+                module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.2)
+
+
+def seeded_twin(name, seed=0, **extra):
+    """The torch twin in eval mode with seeded random weights and randomized normalization statistics."""
+    torch.manual_seed(seed)
+    model = torch_factory(name)(**SMALL[name], **extra)
+    _randomize_norms(model, seed)
     return model.eval()
 
 
@@ -59,24 +63,109 @@ def numpy_state_dict(model):
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
-def loaded_zoo_model(name, twin):
-    return zoo.create(name, **SMALL[name]).load_torch_state_dict(numpy_state_dict(twin))
+def loaded_zoo_model(name, twin, **extra):
+    return zoo.create(name, **SMALL[name], **extra).load_torch_state_dict(numpy_state_dict(twin))
 
 
-def test_every_model_has_a_small_configuration():
+def _outputs(value) -> list:
+    """A model's outputs as a flat list (a tensor, a tuple/namedtuple, or a dict such as segmentation's)."""
+    if isinstance(value, dict):
+        return [v for k in sorted(value) for v in _outputs(value[k])]
+    if isinstance(value, (tuple, list)):
+        return [v for item in value for v in _outputs(item)]
+    return [value]
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    """torch's (N, C, *spatial) -> the zoo's (N, *spatial, C); (N, C) stays."""
+    return np.moveaxis(a, 1, -1) if a.ndim >= 3 else a
+
+
+def compare_forward(twin, model, shape, seed, atol):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        expected = [_channels_last(t.numpy()) for t in _outputs(twin(x))]
+    got = [np.array(a) for a in _outputs(model(mx.array(_channels_last(x.numpy()))))]
+    assert len(got) == len(expected), f"{len(got)} outputs, torch has {len(expected)}"
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape, f"shape {g.shape}, torch {e.shape}"
+        scale = max(float(np.abs(e).max()), 1e-6)
+        err = float(np.abs(g - e).max())
+        assert err <= atol * scale, f"max error {err:.3g} > {atol} x {scale:.3g} at input {shape}"
+
+
+def test_every_model_has_a_case():
     assert MODELS, "the zoo registers no model"
-    assert sorted(SMALL) == MODELS
+    assert sorted(CASES) == MODELS, (sorted(set(MODELS) - set(CASES)), sorted(set(CASES) - set(MODELS)))
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_matches_torch(name):
     twin = seeded_twin(name)
     model = loaded_zoo_model(name, twin)
-    for n, h, w in SIZES:
-        x = torch.randn(n, 3, h, w, generator=torch.Generator().manual_seed(h))
-        with torch.no_grad():
-            scale = twin(x).abs().max().item()
-        check_against_torch(twin, model, x, nd=2, grad=False, atol=1e-4 * scale, rtol=0)
+    for i, shape in enumerate(CASES[name].inputs):
+        compare_forward(twin, model, shape, seed=i, atol=CASES[name].atol)
+
+
+TRAIN_MODELS = [name for name in MODELS if CASES[name].train]
+
+
+def test_every_family_has_a_training_member():
+    families = {zoo.model_info(n)["family"] for n in MODELS}
+    trained = {zoo.model_info(n)["family"] for n in TRAIN_MODELS}
+    assert families == trained, sorted(families - trained)
+
+
+@pytest.mark.parametrize("name", TRAIN_MODELS)
+def test_training_matches_torch(name):
+    """Train mode (batch statistics, running-statistics updates) for a few SGD steps with momentum: the losses, the
+    final weights and the running statistics follow torch's.
+
+    Train-mode networks of random weights are ill-conditioned (batch statistics of late stages, cancellation in batch
+    norm's backward): torch's own float32 run drifts from its float64 run by up to a few percent in early layers. So
+    the bar is torch's own: the MLX run must be about as close to torch's float64 trajectory as torch's float32 is.
+    """
+    import copy
+
+    case = CASES[name]
+    twin = seeded_twin(name, **case.train_kwargs).train()
+    model = loaded_zoo_model(name, twin, **case.train_kwargs)
+    model.train()
+    twin64 = copy.deepcopy(twin).double()
+    x = torch.randn(*case.train_input, generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        out_shape = _outputs(twin(x))[0].shape
+    target = torch.randn(*out_shape, generator=torch.Generator().manual_seed(12))
+    xm, tm = mx.array(_channels_last(x.numpy())), mx.array(_channels_last(target.numpy()))
+    lr, momentum, steps = 0.005, 0.9, 3
+    t_opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum) for m in (twin, twin64)]
+    m_opt = optim.SGD(learning_rate=lr, momentum=momentum)
+
+    def m_loss(model, xm):
+        return ((_outputs(model(xm))[0] - tm) ** 2).mean()
+
+    step = mnn.value_and_grad(model, m_loss)
+    for i in range(steps):
+        t_losses = []
+        for net, opt, dtype in zip((twin, twin64), t_opts, (torch.float32, torch.float64)):
+            opt.zero_grad()
+            loss = ((_outputs(net(x.to(dtype)))[0] - target.to(dtype)) ** 2).mean()
+            loss.backward()
+            opt.step()
+            t_losses.append(loss.item())
+        loss, grads = step(model, xm)
+        m_opt.update(model, grads)
+        mx.eval(model.state, m_opt.state)
+        t32, t64 = t_losses
+        assert abs(loss.item() - t64) <= 4 * abs(t32 - t64) + 1e-4 * abs(t64), (i, loss.item(), t32, t64)
+    state32, state64 = numpy_state_dict(twin), numpy_state_dict(twin64)
+    params = dict(tree_flatten(model.parameters()))
+    for key, (path, _, transform) in torch_parameter_specs(model).items():
+        exact = transform(state64[key])
+        torch_err = np.abs(transform(state32[key]) - exact).max()
+        got = np.array(params[path]).astype(np.float64)
+        scale = max(float(np.abs(exact).max()), 1e-3)
+        assert np.abs(got - exact).max() <= 4 * torch_err + 5e-4 * scale, f"{key} drifted from torch's"
 
 
 def test_input_gradient_matches_torch():
@@ -97,7 +186,7 @@ def test_model_info(name):
     info = zoo.model_info(name)
     assert {"summary", "family", "input_shape", "num_parameters", "torch_model"} <= set(info)
     assert info["summary"] and "\n" not in info["summary"]
-    assert len(info["input_shape"]) == 4 and info["input_shape"][1] == 3
+    assert len(info["input_shape"]) in (4, 5) and info["input_shape"][1] == 3
     module, _, factory = info["torch_model"].partition(":")
     assert module and factory == name
 
@@ -115,15 +204,14 @@ def test_default_configuration_has_the_references_keys_and_shapes(name):
     assert zoo.model_info(name)["num_parameters"] == sum(p.numel() for p in reference.parameters())
 
 
-# Parameter counts torchvision's documentation lists for its weights: an outside check that the references (and so
-# the zoo models) have torchvision's architecture, not only self-consistent names.
-TORCHVISION_NUM_PARAMS = {"resnet18": 11689512, "resnet34": 21797672, "resnet50": 25557032,
-                          "vgg11_bn": 132868840, "vgg16_bn": 138365992, "mobilenet_v2": 3504872}
+WITH_COUNTS = [name for name in MODELS if CASES[name].num_params is not None]
 
 
-@pytest.mark.parametrize("name", sorted(TORCHVISION_NUM_PARAMS))
+@pytest.mark.parametrize("name", WITH_COUNTS)
 def test_parameter_count_is_torchvisions(name):
-    assert zoo.model_info(name)["num_parameters"] == TORCHVISION_NUM_PARAMS[name]
+    """torchvision's documented parameter counts: an outside check that the twins (and so the zoo models) have
+    torchvision's architecture, not only self-consistent names."""
+    assert zoo.model_info(name)["num_parameters"] == CASES[name].num_params
 
 
 def test_resnet_torch_model_is_the_example():

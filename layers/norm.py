@@ -1,0 +1,95 @@
+"""Batch normalization with torch's train and eval behaviour, channels-last.
+
+``mlx.nn.BatchNorm`` takes at most 4-d input (no ``BatchNorm3d`` for video) and has no cumulative-average mode
+(torch's ``momentum=None``). :class:`BatchNorm` is a drop-in subclass that follows ``torch.nn.BatchNorm{1,2,3}d``:
+
+* training: normalize with the batch's biased variance; update ``running_mean``/``running_var`` with the batch's
+  unbiased variance as ``(1 - m) * running + m * batch`` where ``m = momentum``, or ``1 / num_batches_tracked``
+  when ``momentum is None``; count ``num_batches_tracked``;
+* eval (or ``track_running_stats=False`` in training): running statistics (or batch statistics when there are none).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+
+__all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
+
+
+class BatchNorm(nn.BatchNorm):
+    """torch.nn.BatchNorm over the last (channel) axis of ``(N, *spatial, C)`` or ``(N, C)`` input.
+
+    Args:
+        num_features (int): ``C``.
+        eps (float, optional): added to the variance. Default: ``1e-5``.
+        momentum (float or None, optional): running-statistics factor; ``None`` for a cumulative average.
+            Default: ``0.1``.
+        affine (bool, optional): learnable ``weight`` and ``bias``. Default: ``True``.
+        track_running_stats (bool, optional): keep ``running_mean``, ``running_var`` and ``num_batches_tracked``.
+            Default: ``True``.
+
+    Shape: ``(N, C)`` or ``(N, *spatial, C)`` -> same. Parameters carry torch's ``state_dict`` names.
+
+    Example:
+        >>> bn = BatchNorm(8)
+        >>> bn.train(); y = bn(mx.random.normal((4, 5, 5, 8)))   # updates running statistics as torch does
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
+                 track_running_stats: bool = True):
+        if not isinstance(num_features, int) or isinstance(num_features, bool) or num_features <= 0:
+            raise ValueError(f"[BatchNorm] 'num_features' must be a positive int but got {num_features!r}.")
+        if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
+            raise ValueError(f"[BatchNorm] 'momentum' must be in [0, 1] or None but got {momentum!r}.")
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
+                         track_running_stats=track_running_stats)
+        if track_running_stats:
+            self.num_batches_tracked = mx.array(0, dtype=mx.int64)
+            self.freeze(keys=["running_mean", "running_var", "num_batches_tracked"], recurse=False)
+
+    def unfreeze(self, *args, **kwargs):
+        """Running statistics stay frozen (they are buffers in torch)."""
+        super().unfreeze(*args, **kwargs)
+        if self.track_running_stats:
+            self.freeze(keys=["running_mean", "running_var", "num_batches_tracked"], recurse=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if x.ndim < 2:
+            raise ValueError(f"[BatchNorm] expected (N, C) or (N, *spatial, C) input but got shape {x.shape}.")
+        if x.shape[-1] != self.num_features:
+            raise ValueError(f"[BatchNorm] expected {self.num_features} channels (last axis) but got shape {x.shape}.")
+        use_batch = self.training or not self.track_running_stats
+        if use_batch:
+            count = 1
+            for size in x.shape[:-1]:
+                count *= size
+            if count == 1 and self.training:
+                raise ValueError(
+                    f"[BatchNorm] expected more than 1 value per channel when training, got input size {x.shape}")
+            axes = tuple(range(x.ndim - 1))
+            # statistics in float32 at least, as torch computes them for half inputs
+            xs = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x
+            mean = mx.mean(xs, axis=axes)
+            var = mx.var(xs, axis=axes)
+            if self.training and self.track_running_stats:
+                self.num_batches_tracked = self.num_batches_tracked + 1
+                factor = (1.0 / self.num_batches_tracked.astype(mx.float32) if self.momentum is None
+                          else self.momentum)
+                unbiased = var * (count / max(count - 1, 1))
+                self.running_mean = ((1 - factor) * self.running_mean + factor * mx.stop_gradient(mean)
+                                     ).astype(self.running_mean.dtype)
+                self.running_var = ((1 - factor) * self.running_var + factor * mx.stop_gradient(unbiased)
+                                    ).astype(self.running_var.dtype)
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = ((x - mean) * mx.rsqrt(var + self.eps)).astype(x.dtype)
+        return (self.weight * y + self.bias).astype(x.dtype) if "weight" in self else y
+
+
+# torch's three classes differ only in the rank they accept; channels-last input makes them one layer
+BatchNorm1d = BatchNorm
+BatchNorm2d = BatchNorm
+BatchNorm3d = BatchNorm
