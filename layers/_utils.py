@@ -49,7 +49,7 @@ def ntuple(value, n: int, name: str, layer: str, *, allow_none: bool = False) ->
 
 
 def pool_output_size(length: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
-    """Torch's sliding-window output length (SEMANTICS.md section 1), including the ceil-mode drop rule."""
+    """Torch's sliding-window output length (docs/SEMANTICS.md §1), including the ceil-mode drop rule."""
     num = length + 2 * padding - dilation * (kernel - 1) - 1
     out = (num + (stride - 1 if ceil_mode else 0)) // stride + 1  # floor division, as ATen's div_rtn
     # ceil mode keeps a partial last window only if it starts inside the input or its left padding

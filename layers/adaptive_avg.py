@@ -1,6 +1,6 @@
 """Adaptive average pooling (AdaptiveAvgPool1d/2d/3d and adaptive_avg_pool1d/2d/3d), exact to torch, channels-last.
 
-Torch's windows are ``[o*L // O, ceil((o+1)*L / O))`` per axis (SEMANTICS.md section 5.1): they overlap and vary in
+Torch's windows are ``[o*L // O, ceil((o+1)*L / O))`` per axis (docs/SEMANTICS.md §5.1): they overlap and vary in
 length when ``O`` does not divide ``L``, so the "stride = L // O" shortcut is wrong. The box sum is separable and is
 taken one axis at a time: a reshape-and-sum when ``O`` divides ``L``; otherwise a product with the ``(O, L)`` 0/1
 window matrix when that is small (exact products, so only the summation order differs from torch), else a sum over

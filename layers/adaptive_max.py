@@ -1,6 +1,6 @@
 """AdaptiveMaxPool1d / 2d / 3d, exact to torch (values, indices, gradients), channels-last.
 
-Torch's adaptive windows (SEMANTICS.md section 5): on each dim, output ``o`` of ``O`` pools input ``[o*L // O,
+Torch's adaptive windows (docs/SEMANTICS.md §5): on each dim, output ``o`` of ``O`` pools input ``[o*L // O,
 ceil((o+1)*L / O))``. Windows overlap and vary in length when ``O`` does not divide ``L`` (the "stride = L // O"
 shortcut is wrong then), and repeat elements when ``O > L``. Max, ties, NaN, indices and gradient follow the shared
 window-max engine.

@@ -2,7 +2,7 @@
 
 One generic N-d implementation (:func:`avg_pool`) and thin public classes. The window sum is separable, so it is
 taken one spatial axis at a time as a sum of ``k`` strided slices of the zero-padded input; the divisor is a
-precomputed per-position table (SEMANTICS.md section 4.1), a product of per-axis factors.
+precomputed per-position table (docs/SEMANTICS.md §4.1), a product of per-axis factors.
 """
 
 from __future__ import annotations

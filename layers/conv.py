@@ -91,7 +91,7 @@ def check_bias(bias, c_out: int, weight, layer: str, transposed: bool = False) -
 
 
 def padding_pairs(padding, kernel: tuple, stride: tuple, dilation: tuple, layer: str, strict_module: bool = False):
-    """Per-dim ``(lo, hi)`` padding from an int, a tuple, ``'valid'`` or ``'same'`` (SEMANTICS.md 9.2).
+    """Per-dim ``(lo, hi)`` padding from an int, a tuple, ``'valid'`` or ``'same'`` (docs/SEMANTICS.md §9.2).
 
     ``'same'`` pads ``d*(k-1)`` in total, ``total // 2`` before and the rest after (torch puts the extra element on
     the right), and needs stride 1.

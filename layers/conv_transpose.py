@@ -5,8 +5,8 @@ equivalent forward conv, ``(C_out, *kernel, C_in/groups)``; torch's ``(C_in, C_o
 :func:`porter.layers.conv_weights.torch_conv_transpose_weight_to_mlx` (a regroup, not just a transpose, when
 ``groups > 1``).
 
-Why not ``mx.conv_transpose*``: it gives wrong shapes or values for some legal paddings (``padding > d*(k-1)``,
-SEMANTICS.md section 10). A transposed conv is a conv of the stride-dilated input with the flipped kernel, padded by
+Why not ``mx.conv_transpose*``: it gives wrong shapes or values for some legal paddings (``padding > d*(k-1)``;
+docs/ARCHITECTURE.md, MLX facts). A transposed conv is a conv of the stride-dilated input with the flipped kernel, padded by
 ``d*(k-1) - p`` before and ``d*(k-1) - p + output_padding`` after; negative amounts are crops, applied to the output.
 Without dilation it runs as one stride-1 conv per output phase (``_phase_conv_transpose``); with dilation, the
 zero-stuffed input goes through Porter's stride-1 dilated conv (``_stuffed_conv_transpose``). MLX's
@@ -89,7 +89,7 @@ def conv_transpose_nd(
         _base_size(n, k, s, p, d) + op
         for n, k, s, p, d, op in zip(spatial, kernel, stride, padding, dilation, output_padding)
     )
-    if any(o <= 0 for o in out):  # torch 2.13 refuses an empty output too (measured; SEMANTICS.md 10 says otherwise)
+    if any(o <= 0 for o in out):  # torch 2.13 refuses an empty output too (docs/SEMANTICS.md §10)
         raise ValueError(
             f"[{layer}] Given input size per channel: ({' x '.join(map(str, spatial))}). Calculated output size per "
             f"channel: ({' x '.join(map(str, out))}). Output size is too small"

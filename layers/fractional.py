@@ -1,7 +1,7 @@
 """FractionalMaxPool2d / FractionalMaxPool3d, exact to torch given the same random samples, channels-last.
 
 Each ``(n, c)`` plane draws one sample ``u`` per spatial dim, in torch's ``(N, C, 2|3)`` format: for 2d ``[..., 0]``
-drives W and ``[..., 1]`` drives H; for 3d the order is T, H, W (SEMANTICS.md section 6). Window starts per dim:
+drives W and ``[..., 1]`` drives H; for 3d the order is T, H, W (docs/SEMANTICS.md §6). Window starts per dim:
 
     alpha = T(L - k) / T(O - 1);  start[i] = int((T(i) + u) * alpha) - int(u * alpha);  start[O-1] = L - k
 

@@ -1,6 +1,6 @@
 """Power-average pooling (LPPool1d/2d/3d and lp_pool1d/2d/3d), exact to torch, channels-last.
 
-Torch does not compute ``(sum |x|^p)^(1/p)`` (SEMANTICS.md section 7.1). It computes
+Torch does not compute ``(sum |x|^p)^(1/p)`` (docs/SEMANTICS.md §7.1). It computes
 ``(avg_pool(x ** p) * prod(kernel)) ** (1/p)``: ``x ** p`` without ``abs`` (odd ``p`` and negative sums give NaN,
 ``p = 1`` gives the signed sum), and ceil-mode partial windows are rescaled by ``kernel / count`` because the
 average divides by the real elements only. ``p = +inf`` / ``-inf`` are max / min of ``|x|`` via max pooling.

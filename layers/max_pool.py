@@ -1,7 +1,7 @@
 """MaxPool1d / MaxPool2d / MaxPool3d, exact to torch (values, indices, gradients), channels-last.
 
 One generic N-d implementation (:func:`max_pool`) behind thin public classes and functionals. The windows are torch's
-(SEMANTICS.md sections 1-3): padding acts as -inf (the dtype's minimum for integers), dilation, ceil mode with the rule
+(docs/SEMANTICS.md §1-3): padding acts as -inf (the dtype's minimum for integers), dilation, ceil mode with the rule
 that drops a last window starting in the right padding, first maximum on ties, last NaN when a window holds NaN, and
 indices that are flat offsets in each ``(n, c)`` plane (``h*W + w``), so they are interchangeable with torch's.
 """

@@ -2,8 +2,8 @@
 
 ``indices`` are torch's: int64 flat positions inside each (n, c) plane of the OUTPUT (``h*W + w``,
 ``(t*H + h)*W + w``), laid out channels-last like the input, so indices from torch's ``max_pool(return_indices=True)``
-and from Porter's max pools are interchangeable. Every input value is written to its position (SEMANTICS.md
-section 8); the rest is zero. Duplicated indices resolve deterministically to the last writer in row-major order of
+and from Porter's max pools are interchangeable. Every input value is written to its position (docs/SEMANTICS.md
+§8.2); the rest is zero. Duplicated indices resolve deterministically to the last writer in row-major order of
 the input plane. The gradient is a gather at the indices: every duplicate receives the full output gradient, as in
 torch's autograd.
 """

@@ -33,7 +33,7 @@ then run Python with the sanitizer runtimes preloaded::
 (``PORTER_ARCH_FLAGS`` is a CMake list: semicolons. ``-O1`` comes after the CMakeLists' ``-O3`` and wins.)
 The fuzzer sets MLX's buffer cache to 0 so every freed buffer goes back to malloc, where ASan can see it.
 
-Torch's max-pool backward writes out of bounds for a window made only of padding (dilation > 1, SEMANTICS 3.5): its
+Torch's max-pool backward writes out of bounds for a window made only of padding (dilation > 1, docs/SEMANTICS.md §3.5): its
 index points past the plane. That, not MLX or Porter, is the "double free or corruption" seen once in an earlier
 throwaway fuzz of dilation-2 max pooling; torch alone reproduces it (glibc aborts within the first iterations)::
 
@@ -157,7 +157,7 @@ def make_case(seed: int, big_every: int = 20) -> Case:
             case.indices = bool(rng.integers(0, 2))
             tf, pf = getattr(F, f"max_pool{nd}d"), getattr(PF, f"max_pool{nd}d")
             args = (k, case.stride, p, d, case.ceil, case.indices)
-            # torch's backward writes out of bounds for windows made only of padding (SEMANTICS 3.5): no grad there
+            # torch's backward writes out of bounds for windows made only of padding (docs/SEMANTICS.md §3.5): no grad there
             case.grad = not any(_all_padding(*dim, case.ceil) for dim in dims)
         elif fam == "avg":
             case.count_include_pad = bool(rng.integers(0, 2))
@@ -441,7 +441,7 @@ def main(argv=None) -> int:
     ap.add_argument("--big-every", type=int, default=20, help="1 in this many configs is large (thread pool)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)  # torch's unpool keeps the last duplicate only on one thread (SEMANTICS: max_unpool)
+    torch.set_num_threads(1)  # torch's unpool keeps the last duplicate only on one thread (docs/SEMANTICS.md §8.2)
     mx.set_cache_limit(0)  # freed buffers go back to malloc at once (ASan sees use-after-free)
     if args.threads:
         _native.set_num_threads(args.threads)

@@ -58,7 +58,7 @@ def test_overlapping_windows_are_not_the_stride_shortcut():
 
 
 def test_large_sizes_use_exact_integer_windows():
-    # the legacy float formula gives different starts here (SEMANTICS.md section 5.1)
+    # the legacy float formula gives different starts here (docs/SEMANTICS.md §5.1)
     x = torch.randn(1, 1, 16411)
     check_against_torch(lambda a: F.adaptive_avg_pool1d(a, 5003), lambda a: adaptive_avg_pool1d(a, 5003), x, nd=1,
                         atol=1e-5, rtol=1e-4)

@@ -76,7 +76,7 @@ def test_unbatched_extra_samples_and_empty(nd):
 
 @pytest.mark.parametrize("u", [0.0, 0.5, 0.999999, 1.0])
 def test_edge_samples(u):
-    # SEMANTICS 6.3: L=10, O=4, k=2 -> u=0: [0,2,5,8]; u=0.999999: [0,3,5,8]; u=1.0: [0,3,6,8]
+    # docs/SEMANTICS.md §6.3: L=10, O=4, k=2 -> u=0: [0,2,5,8]; u=0.999999: [0,3,5,8]; u=1.0: [0,3,6,8]
     x = torch.randn(1, 2, 10, 10)
     samples = torch.tensor([[[u, 1 - u], [u, u]]])
     check_fractional(x, 2, 2, (4, 4), samples=samples)

@@ -22,7 +22,7 @@ BLOCKS = 6  # seeds in blocks: one test per block keeps the report short and the
 
 @pytest.fixture(autouse=True)
 def _single_threaded_torch():
-    # torch's unpool keeps the last duplicate only on one thread (SEMANTICS: max_unpool)
+    # torch's unpool keeps the last duplicate only on one thread (docs/SEMANTICS.md §8.2)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

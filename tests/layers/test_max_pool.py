@@ -110,7 +110,7 @@ def test_ties_integer_valued(nd):
 
 
 def test_overlap_gradient_example():
-    # SEMANTICS 3.3: k=3, s=1 on [1,3,3,0,3] -> indices [1,1,2], grad [0,2,1,0,0]
+    # docs/SEMANTICS.md §3.3: k=3, s=1 on [1,3,3,0,3] -> indices [1,1,2], grad [0,2,1,0,0]
     x = torch.tensor([[[1.0, 3, 3, 0, 3]]])
     check_max_pool(x, 1, 3, 1)
     xm = torch_to_mx(x, True)
@@ -170,7 +170,7 @@ def test_negative_input_never_zero():
 
 @pytest.mark.parametrize("nd,spatial,idx", [(1, (2,), 2), (2, (2, 2), 6)])
 def test_all_padding_window(nd, spatial, idx):
-    # SEMANTICS 3.5: L=2, k=2, d=3, p=1 -> taps at -1 and 2, both padding: value -inf, torch's index overshoots
+    # docs/SEMANTICS.md §3.5: L=2, k=2, d=3, p=1 -> taps at -1 and 2, both padding: value -inf, torch's index overshoots
     x = torch.randn(1, 2, *spatial)
     check_max_pool(x, nd, 2, 1, 1, 3, False, grad=False)  # torch's own backward would write out of bounds
     xm = torch_to_mx(x, True)

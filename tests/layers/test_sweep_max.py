@@ -51,7 +51,7 @@ def test_sweep_max_pool(data):
     dtype = draw(st.sampled_from(DTYPES))
     x = _data(draw, _shape(draw, nd, spatial), dtype)
     args = (kernel, stride, padding, dilation, ceil)
-    # torch's own backward writes out of bounds for windows made only of padding (SEMANTICS 3.5): no grad there
+    # torch's own backward writes out of bounds for windows made only of padding (docs/SEMANTICS.md §3.5): no grad there
     all_padding = any(_has_empty_window(*a, ceil) for a in zip(spatial, kernel, stride, padding, dilation))
     check_against_torch(
         lambda a: getattr(F, f"max_pool{nd}d")(a, *args, return_indices=ri),

@@ -76,7 +76,7 @@ def test_low_precision(nd, shape, k, s, p, form, dtype):
 @pytest.mark.parametrize("nd", [1, 2, 3])
 def test_duplicate_indices_last_writer_and_full_gradient(nd):
     # every input value aims at one slot and the values differ, so the winner matters: Porter keeps the last
-    # writer in row-major order (SEMANTICS.md section 8.2), and every duplicate receives the full gradient (a gather)
+    # writer in row-major order (docs/SEMANTICS.md §8.2), and every duplicate receives the full gradient (a gather)
     shape = (1, 1) + (3,) * nd
     y = torch.arange(1.0, 3 ** nd + 1).reshape(shape)
     idx = torch.full(shape, 5 if nd > 1 else 2, dtype=torch.int64)
