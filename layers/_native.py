@@ -18,7 +18,6 @@ falls back to pure MLX ops, with identical results; :func:`status` (``porter doc
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.machinery
@@ -141,15 +140,26 @@ def active() -> bool:
     return module is not None
 
 
-@contextlib.contextmanager
-def use_native(enabled: bool):
-    """Within the block, layers take (``True``) or skip (``False``) the native kernels; for tests and benchmarks."""
-    previous = _state["enabled"]
-    _state["enabled"] = bool(enabled)
-    try:
-        yield
-    finally:
-        _state["enabled"] = previous
+class use_native:
+    """Switch the native kernels on (``True``) or off (``False``) for every layer, from the next call on.
+
+    A plain call switches for good (``use_native(False)``); as a context manager the previous setting comes back
+    when the block ends (``with use_native(False): ...``). Nothing is cached across the switch: every layer decides
+    per call.
+    """
+
+    def __init__(self, enabled: bool):
+        if not isinstance(enabled, bool):
+            raise TypeError(f"[use_native] 'enabled' must be a bool, got {enabled!r}")
+        self._previous = _state["enabled"]
+        _state["enabled"] = enabled
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _state["enabled"] = self._previous
+        return False
 
 
 def status() -> dict:
