@@ -1,20 +1,14 @@
-"""A seeded slice of scripts/fuzz_pooling.py (the long fuzzer, run by hand and under ASan/UBSan): every pooling
-family, forward and backward, against torch in the test, on what the sweeps (test_sweep_*.py) do not draw: channel
+"""A seeded slice of tests/pooling_fuzz.py (the long fuzzer: scripts/fuzz_pooling.py, run by hand and under
+ASan/UBSan): every pooling family, forward and backward, against torch in the test, on what the sweeps (test_sweep_*.py) do not draw: channel
 counts 15/16/17/32/48/272 (the native kernels' register-resident float32 paths), float64 and small integer dtypes,
 non-contiguous inputs (transposed, strided, sliced-channel and broadcast views), fractional samples of 0 and just
 below 1, unpool with many duplicate indices, and a few inputs large enough for the kernels' thread pool.
 Runs on both backends (the ``backend`` fixture); a failure names the seed, which the script reruns alone."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fuzz_pooling.py"
-_spec = importlib.util.spec_from_file_location("fuzz_pooling", _SCRIPT)
-fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz)
+import pooling_fuzz as fuzz
 
 CONFIGS = 480
 BLOCKS = 6  # seeds in blocks: one test per block keeps the report short and the overhead low
