@@ -17,6 +17,8 @@ import pytest
 from porter import _blas, _runtime
 from porter._blas import Candidate
 
+pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
+
 AVX512_FLAGS = frozenset("fpu sse4_2 avx fma avx2 avx512f avx512cd avx512bw avx512dq avx512vl avx512_bf16".split())
 AVX2_FLAGS = frozenset("fpu sse4_2 avx fma avx2".split())
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

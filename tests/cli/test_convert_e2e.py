@@ -14,6 +14,8 @@ from cli_checkpoints import X_SHAPE, listing, write_checkpoint
 from porter.cli.layouts import ported_to_torch, torch_to_ported
 from porter.cli.main import main
 
+pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # kind -> extra arguments `porter convert` needs for it

@@ -1,5 +1,6 @@
 """The README's main job, exactly as a newcomer types it, in a real subprocess."""
 
+import pytest
 import os
 import subprocess
 import sys
@@ -8,6 +9,8 @@ import numpy as np
 import torch
 
 from porter.cli.layouts import ported_to_torch, torch_to_ported
+
+pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PORTER = os.path.join(os.path.dirname(sys.executable), "porter")

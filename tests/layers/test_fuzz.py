@@ -10,6 +10,8 @@ import torch
 
 import pooling_fuzz as fuzz
 
+pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
+
 CONFIGS = 480
 BLOCKS = 6  # seeds in blocks: one test per block keeps the report short and the overhead low
 

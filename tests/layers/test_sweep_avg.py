@@ -13,6 +13,8 @@ from porter.layers.functional import (
     lp_pool2d, lp_pool3d, max_unpool1d, max_unpool2d, max_unpool3d,
 )
 
+pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
+
 N_CONFIGS = 250
 AVG = {1: (F.avg_pool1d, avg_pool1d), 2: (F.avg_pool2d, avg_pool2d), 3: (F.avg_pool3d, avg_pool3d)}
 ADAPTIVE = {1: (F.adaptive_avg_pool1d, adaptive_avg_pool1d), 2: (F.adaptive_avg_pool2d, adaptive_avg_pool2d),

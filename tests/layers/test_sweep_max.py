@@ -2,6 +2,7 @@
 against torch on the same data (exact). Data mixes ties, NaN and -inf; dtypes include float16/bfloat16.
 """
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -9,6 +10,8 @@ from hypothesis import strategies as st
 
 import porter.layers.functional as PF
 from helpers import check_against_torch, torch_to_mx
+
+pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
 
 SWEEP = settings(max_examples=250, deadline=None, derandomize=True, database=None)
 DTYPES = [torch.float32] * 4 + [torch.float16, torch.bfloat16]
