@@ -37,16 +37,35 @@ def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
     for tap in itertools.product(*(range(k) for k in kernel)):
         window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(tap, dilation, out, stride))
         taps.append(x[(slice(None),) + window])
+    if groups == c_in:
+        return _depthwise(taps, weight)
     rows, k_total = n * math.prod(out), len(taps)
-    cols = taps[0][..., None, :] if k_total == 1 else mx.stack(taps, axis=-2)  # (N, *out, K, C_in)
     if groups == 1:
+        cols = taps[0][..., None, :] if k_total == 1 else mx.stack(taps, axis=-2)  # (N, *out, K, C_in)
         y = cols.reshape(rows, k_total * c_in) @ weight.reshape(c_out, k_total * c_in).T
-    else:  # channel c = g*(C_in/g) + j; one matmul per group, batched
+    else:  # channel c = g*(C_in/g) + j: columns (G, rows, K, C_in/g) in one copy, one matmul per group, batched
         c_g, o_g = c_in // groups, c_out // groups
-        cols = cols.reshape(rows, k_total, groups, c_g).transpose(2, 0, 1, 3).reshape(groups, rows, k_total * c_g)
+        cols = mx.stack([t.reshape(rows, groups, c_g).transpose(1, 0, 2) for t in taps], axis=2)
         w = weight.reshape(groups, o_g, k_total * c_g).transpose(0, 2, 1)
-        y = (cols @ w).transpose(1, 0, 2).reshape(rows, c_out)
+        y = (cols.reshape(groups, rows, k_total * c_g) @ w).transpose(1, 0, 2).reshape(rows, c_out)
     return y.reshape(n, *out, c_out)
+
+
+def _depthwise(taps: list, weight) -> mx.array:
+    """One group per input channel (``C_out = m*C``): a per-channel multiply-add per tap, no matmul (measured 2-4x
+    faster than a batch of ``C`` single-column matmuls). Output channel ``c*m + j`` is input channel ``c``'s ``j``-th
+    filter, as in torch."""
+    c = taps[0].shape[-1]
+    mult = weight.shape[0] // c
+    w = weight.reshape(c, mult, len(taps))
+    y = None
+    for i, xs in enumerate(taps):
+        if mult == 1:
+            term = xs * w[:, 0, i]
+        else:
+            term = (xs[..., None] * w[:, :, i]).reshape(*xs.shape[:-1], c * mult)
+        y = term if y is None else y + term
+    return y
 
 
 def conv_transpose(x, weight, stride, padding, output_padding, dilation, groups) -> mx.array:
