@@ -210,6 +210,29 @@ def test_float64_never_reaches_mlx_conv_or_the_native_kernels(monkeypatch):
     assert calls == []
 
 
+def test_float64_conv_under_compile_vmap_and_second_order_grad():
+    """Plain MLX ops: ``mx.compile`` and ``mx.vmap`` give the eager numbers; the double backward matches torch's."""
+    torch.manual_seed(7)
+    x = torch.randn(3, 2, 4, 9, 8, dtype=F64)  # vmapped axis first: 3 batches of (2, 4, 9, 8)
+    w = torch.randn(6, 2, 3, 3, dtype=F64)  # groups=2
+    args = (2, 1, 2, 2)
+    xm = mx.array(np.moveaxis(x.numpy(), 2, -1), dtype=mx.float64)
+    wm = weight_to_mx(np.moveaxis(w.numpy(), 1, -1), F64)
+    conv = lambda a, b: PORTER_F[2](a, b, None, *args)
+    eager = conv(xm[0], wm)
+    np.testing.assert_array_equal(np.array(mx.compile(conv)(xm[0], wm)), np.array(eager))
+    want = torch.stack([TORCH_F[2](x[i], w, None, *args) for i in range(3)])
+    got = np.moveaxis(np.array(mx.vmap(conv, in_axes=(0, None))(xm, wm)), -1, 2)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
+    # d/dw of sum((d/dx sum(conv(x, w)^2))^2): second order through both operands
+    xt, wt = x[0].clone().requires_grad_(), w.clone().requires_grad_()
+    (gx,) = torch.autograd.grad((TORCH_F[2](xt, wt, None, *args) ** 2).sum(), xt, create_graph=True)
+    (gw_t,) = torch.autograd.grad((gx ** 2).sum(), wt)
+    inner = mx.grad(lambda a, b: (conv(a, b) ** 2).sum())
+    gw = mx.grad(lambda b: (inner(xm[0], b) ** 2).sum())(wm)
+    np.testing.assert_allclose(np.moveaxis(np.array(gw), -1, 1), gw_t.numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_float64_zero_batch():
     conv = L.Conv2d(3, 4, 3, stride=2, dilation=2)
     conv.set_dtype(mx.float64)
