@@ -97,3 +97,24 @@ def test_save_refuses_float64_with_bfloat16_clearly(tmp_path):
     ported.buffers["extra"] = mx.zeros((2,), dtype=mx.bfloat16)  # numpy has no bfloat16 to write beside float64
     with pytest.raises(ValueError, match=r"cannot store float64 and bfloat16 weights in one file \(bfloat16: \['extra'\]\)"):
         porter.save(ported, tmp_path / "m")
+
+
+class ZeroDimDoubleBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(0.1, dtype=torch.float64))
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return self.conv(x) * self.scale - self.scale
+
+
+def test_zero_dim_float64_buffer_keeps_a_float32_model_float32():
+    """torch promotes a 0-dim tensor like a scalar (float32 * 0-dim float64 is float32); MLX would widen."""
+    model = ZeroDimDoubleBuffer().eval()
+    x = torch.randn(2, 3, 8, 9)
+    ported = porter.convert(model, (x,))
+    assert ported.buffers["scale"].shape == () and ported.buffers["scale"].dtype == mx.float64
+    (out,) = run_ported(ported, (x,))
+    assert out.dtype == np.float32
+    assert_matches(ported, model, (x,), rel=1e-5)
