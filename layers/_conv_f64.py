@@ -1,8 +1,8 @@
 """float64 convolution and transposed convolution, computed in float64 (torch's CPU numbers), channels-last.
 
 MLX 0.32's CPU convolution computes float64 in float32 (measured: about 1e-7 relative error against torch's float64)
-and refuses some float64 configurations at evaluation ("[Convolution::eval] got unsupported data type": stride and
-dilation both > 1, some grouped and depthwise transposed convs). Its float64 ``matmul`` (BLAS dgemm), pad, strided
+and refuses some float64 configurations at evaluation ("[Convolution::eval] got unsupported data type": kernel
+dilation > 1, 2-d groups > 1, depthwise included). Its float64 ``matmul`` (BLAS dgemm), pad, strided
 slices, stack, reshape and transpose are exact float64 ops with float64 gradients, so the conv here is an unfold:
 one strided slice per kernel tap stacked into columns ``(N*P, K*C_in/g)`` and one (per-group batched) matmul with the
 weight ``(C_out, K*C_in/g)``. MLX differentiates those ops, so input and weight gradients are float64 too.
