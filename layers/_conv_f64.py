@@ -5,7 +5,8 @@ and refuses some float64 configurations at evaluation ("[Convolution::eval] got 
 dilation > 1, 2-d groups > 1, depthwise included). Its float64 ``matmul`` (BLAS dgemm), pad, strided
 slices, stack, reshape and transpose are exact float64 ops with float64 gradients, so the conv here is an unfold:
 one strided slice per kernel tap stacked into columns ``(N*P, K*C_in/g)`` and one (per-group batched) matmul with the
-weight ``(C_out, K*C_in/g)``. MLX differentiates those ops, so input and weight gradients are float64 too.
+weight ``(C_out, K*C_in/g)``; a depthwise conv is a per-channel multiply-add per tap. MLX differentiates those ops,
+so input and weight gradients (and higher ones) are float64 too, and ``mx.compile``/``mx.vmap`` see plain ops.
 
 Layouts are the layers' own: input ``(N, *spatial, C_in)`` (batched; the callers add and drop the batch axis),
 weight ``(C_out, *kernel, C_in/groups)`` for both the conv and the transposed conv. The native CPU kernels and MLX's
@@ -27,7 +28,6 @@ def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
     ``lo``/``hi`` are per-dim zero padding before/after (non-negative), ``stride``/``dilation`` per dim.
     Returns ``(N, *out, C_out)`` with ``out = (S + lo + hi - d*(k-1) - 1) // s + 1``.
     """
-    nd = x.ndim - 2
     if any(lo) or any(hi):
         x = mx.pad(x, [(0, 0)] + [(a, b) for a, b in zip(lo, hi)] + [(0, 0)])
     n, c_in = x.shape[0], x.shape[-1]
@@ -124,7 +124,8 @@ def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) ->
     from .conv import interleave_phases  # here, not at the top: conv.py imports this module
 
     y = interleave_phases(phases, stride)  # index o + p
-    out = [(size - 1) * s - 2 * p + k + op for size, k, s, p, op in zip(spatial, kernel, stride, padding, output_padding)]
+    sizes = zip(spatial, kernel, stride, padding, output_padding)
+    out = [(size - 1) * s - 2 * p + k + op for size, k, s, p, op in sizes]
     extra = [max(0, p + o - a * s) for p, o, a, s in zip(padding, out, q, stride)]  # output_padding past every tap
     if any(extra):
         y = mx.pad(y, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])

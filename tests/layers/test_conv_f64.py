@@ -124,7 +124,8 @@ def test_conv_transpose_float64_output_size():
 @pytest.mark.parametrize(
     "nd, x_shape, w_shape, bias, groups, args",
     [
-        # torch weight (C_in, C_out/groups, *k); args in torch's order: stride, padding, output_padding, groups, dilation
+        # torch weight (C_in, C_out/groups, *k); args in torch's order:
+        # stride, padding, output_padding, groups, dilation
         (1, (2, 4, 5), (4, 3, 3), True, 2, (2, 1, 1, 2, 2)),
         (2, (2, 4, 4, 5), (4, 1, 3, 3), True, 4, ((2, 1), (1, 0), (1, 0), 4, 1)),
         (2, (3, 4, 5), (3, 5, 2, 4), False, 1, (2, (0, 3), 0, 1, (1, 2))),
