@@ -44,10 +44,11 @@ def _double_model():
     return model
 
 
-def test_float64_model_converts_to_float64_numbers():
+@pytest.mark.parametrize("frontend", ["export", "torchscript"])
+def test_float64_model_converts_to_float64_numbers(frontend):
     model = _double_model()
     x = torch.randn(2, 3, 17, 15, dtype=torch.float64)
-    ported = porter.convert(model, (x,))
+    ported = porter.convert(model if frontend == "export" else torch.jit.trace(model, (x,)), (x,))
     assert all(a.dtype == mx.float64 for name, a in {**ported.params, **ported.buffers}.items()
                if not name.endswith("num_batches_tracked"))
     (out,) = run_ported(ported, (x,))
