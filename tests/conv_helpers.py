@@ -51,11 +51,20 @@ def porter_twin(tm: torch.nn.Module, nd: int, **kwargs):
     return pm
 
 
+def full_precision(module: torch.nn.Module) -> torch.nn.Module:
+    """A float64 module's parameters get float64 noise: initialised in float32, they would fit in 24 mantissa bits."""
+    if next(module.parameters()).dtype == torch.float64:
+        with torch.no_grad():
+            for p in module.parameters():
+                p.add_(torch.randn_like(p) * 1e-3)
+    return module
+
+
 def check_module(nd, x_shape, cin, cout, k, dtype=torch.float32, seed=0, **kwargs):
     torch.manual_seed(seed)
-    tm = TORCH_CONV[nd](cin, cout, k, **kwargs).to(dtype)
+    tm = full_precision(TORCH_CONV[nd](cin, cout, k, **kwargs).to(dtype))
     pm = porter_twin(tm, nd, **kwargs)
-    x = torch.randn(x_shape).to(dtype)
+    x = torch.randn(x_shape, dtype=torch.float64) if dtype == torch.float64 else torch.randn(x_shape).to(dtype)
     params = {"weight": (tm.weight, pm.weight, mlx_conv_weight_to_torch)}
     if tm.bias is not None:
         params["bias"] = (tm.bias, pm.bias, None)
@@ -104,9 +113,9 @@ def porter_transpose_twin(tm: torch.nn.Module, nd: int, **kwargs):
 def check_transpose_module(nd, x_shape, cin, cout, k, dtype=torch.float32, seed=0, output_size=None, **kwargs):
     """Torch module vs Porter module; ``output_size`` is torch's (spatial sizes), passed to both forwards."""
     torch.manual_seed(seed)
-    tm = TORCH_CT[nd](cin, cout, k, **kwargs).to(dtype)
+    tm = full_precision(TORCH_CT[nd](cin, cout, k, **kwargs).to(dtype))
     pm = porter_transpose_twin(tm, nd, **kwargs)
-    x = torch.randn(x_shape).to(dtype)
+    x = torch.randn(x_shape, dtype=torch.float64) if dtype == torch.float64 else torch.randn(x_shape).to(dtype)
     groups = tm.groups
     params = {"weight": (tm.weight, pm.weight, lambda g: mlx_conv_transpose_weight_to_torch(g, groups))}
     if tm.bias is not None:
