@@ -3,6 +3,9 @@ torch's float64 to 1e-12 (convolutions through porter.layers' float64 engine, ba
 kernel), gradients included; float64 weights survive save/load; a cast to float64 inside a float32 model is a
 float64 cast."""
 
+import subprocess
+import sys
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -73,6 +76,13 @@ def test_float64_weights_survive_save_and_load(tmp_path):
     loaded = porter.load(tmp_path / "m")
     assert loaded.params["c1.weight"].dtype == mx.float64
     assert_matches(loaded, model, (x,), rel=1e-12)
+    # the float64 reader (safetensors.numpy) keeps loading torch-free; a numpy float64 input stays float64
+    code = ("import sys, numpy as np, porter; p = porter.load(sys.argv[1]); y = p(np.ones((1, 17, 15, 3))); "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(y.dtype)")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "mlx.core.float64"
 
 
 class CastToDouble(torch.nn.Module):
