@@ -97,6 +97,7 @@ TRANSPOSE_CASES = [
     (1, (2, 4, 5), 4, 8, 3, dict(groups=4, stride=2, output_padding=1)),  # depthwise
     (1, (2, 5, 7), 5, 6, 3, dict(stride=3, dilation=2, padding=2)),
     (1, (3, 5), 3, 4, 3, dict(stride=2, padding=1, bias=False)),  # unbatched
+    (1, (2, 3, 5), 3, 4, 3, dict(stride=2, dilation=3, output_padding=2)),  # output_padding >= stride, < dilation
     (2, (2, 3, 4, 5), 3, 4, 3, dict(stride=(2, 3), padding=1, output_padding=(1, 2))),
     (2, (2, 6, 4, 4), 6, 9, 3, dict(groups=3, stride=2, padding=1, output_padding=1)),
     (2, (2, 4, 4, 5), 4, 4, 3, dict(groups=4, dilation=2)),  # depthwise with dilation
