@@ -317,7 +317,8 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     params = {}
     for torch_name, record in ctx.params.items():
         forward, _ = transforms.get(record.transform)
-        weights[torch_name] = np.ascontiguousarray(forward(graph.params[torch_name], **record.attrs))
+        array = forward(graph.params[torch_name], **record.attrs)
+        weights[torch_name] = np.ascontiguousarray(array).reshape(np.shape(array))  # a 0-dim stays 0-dim
         params[torch_name] = {
             "transform": record.transform,
             "attrs": record.attrs,

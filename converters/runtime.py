@@ -13,6 +13,12 @@ from . import transforms
 from .registry import get_kernel
 
 
+def _mx_array(a) -> mx.array:
+    """A numpy array as MLX, float64 kept (``mx.array`` reads float64 numpy as float32)."""
+    a = np.asarray(a)
+    return mx.array(a, dtype=mx.float64) if a.dtype == np.float64 else mx.array(a)
+
+
 class _Program:
     def __init__(self, graph: dict):
         self.graph = graph
@@ -43,7 +49,7 @@ class PortedModel(nn.Module):
         for name, spec in graph["params"].items():
             if name not in weights:
                 raise ValueError(f"the weights have no entry for parameter {name!r}")
-            array = weights[name] if isinstance(weights[name], mx.array) else mx.array(weights[name])
+            array = weights[name] if isinstance(weights[name], mx.array) else _mx_array(weights[name])
             if spec.get("dtype") == "bfloat16" and array.dtype != mx.bfloat16:
                 array = array.astype(mx.bfloat16)  # numpy carried it as float32 (exact)
             (params if spec["trainable"] else buffers)[name] = array
@@ -97,7 +103,7 @@ class PortedModel(nn.Module):
         for spec, x in zip(specs, inputs):
             if spec["meta"]["kind"] == "tensor":
                 if not isinstance(x, mx.array):
-                    x = mx.array(np.asarray(x))
+                    x = _mx_array(x) if spec["meta"].get("dtype") == "float64" else mx.array(np.asarray(x))
                 if x.ndim != len(spec["perm"]):
                     raise ValueError(
                         f"input {spec['name']!r} must have {len(spec['perm'])} dims "

@@ -6,6 +6,7 @@ import json
 import os
 
 import mlx.core as mx
+import numpy as np
 
 from .convert import FORMAT_VERSION
 from .runtime import PortedModel
@@ -30,7 +31,7 @@ def save(ported: PortedModel, directory, *, metadata=None) -> None:
     graph["output_layouts"] = ported.output_layouts
     text = json.dumps(graph, indent=1, allow_nan=False)
     weights = {**ported.params, **ported.buffers}
-    mx.save_safetensors(os.path.join(directory, WEIGHTS_FILE), weights, metadata={"format": "mlx", "porter": "1"})
+    _save_weights(os.path.join(directory, WEIGHTS_FILE), weights, {"format": "mlx", "porter": "1"})
     with open(os.path.join(directory, GRAPH_FILE), "w") as f:
         f.write(text)
 
@@ -60,7 +61,11 @@ def load(directory) -> PortedModel:
     try:
         weights = mx.load(weights_path)
     except Exception as e:  # noqa: BLE001  (mlx raises RuntimeError/ValueError for corrupt files)
-        raise ValueError(f"porter.load: cannot read {weights_path!r} ({e})") from None
+        if "F64" not in str(e):
+            raise ValueError(f"porter.load: cannot read {weights_path!r} ({e})") from None
+        from safetensors.numpy import load_file  # float64 weights: MLX 0.32 cannot read F64 (PortedModel keeps it)
+
+        weights = load_file(weights_path)
     missing = [n for n in graph.get("params", {}) if n not in weights]
     if missing:
         raise ValueError(f"porter.load: {weights_path!r} lacks parameter(s) {missing}")
@@ -74,6 +79,20 @@ def load(directory) -> PortedModel:
                 f"expected {expected}"
             )
     return PortedModel(graph, weights)
+
+
+def _save_weights(path: str, weights: dict, metadata: dict) -> None:
+    """MLX's safetensors writer refuses float64 (MLX 0.32): a float64 model is written by ``safetensors.numpy``,
+    same format (F64 tensors), read back by :func:`load`. bfloat16 has no numpy type, so it cannot join them."""
+    if not any(a.dtype == mx.float64 for a in weights.values()):
+        mx.save_safetensors(path, weights, metadata=metadata)
+        return
+    half = [name for name, a in weights.items() if a.dtype == mx.bfloat16]
+    if half:
+        raise ValueError(f"porter.save: cannot store float64 and bfloat16 weights in one file (bfloat16: {half})")
+    from safetensors.numpy import save_file
+
+    save_file({name: np.array(a) for name, a in weights.items()}, path, metadata=metadata)
 
 
 def _mlx_shape(spec):

@@ -15,7 +15,7 @@ import numbers
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _native
+from . import _conv_f64, _native
 from ._utils import ntuple
 from .padding import pad
 
@@ -162,6 +162,8 @@ def conv_nd(input, weight, bias, stride, padding, dilation, groups, *, nd: int, 
     if x.size == 0:  # zero batch or zero channels: torch returns bias (or zeros) of the output shape
         out_spatial = tuple((p - e) // s + 1 for p, e, s in zip(padded, extent, stride))
         y = mx.zeros((x.shape[0], *out_spatial, c_out), dtype=x.dtype)
+    elif x.dtype == mx.float64:  # MLX's conv computes float64 in float32; never the native kernels either
+        y = _conv_f64.conv(x, weight, stride, lo, hi, dilation, groups)
     else:
         y = _conv_core(x, weight, stride, lo, hi, dilation, groups)
     if bias is not None:

@@ -23,6 +23,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import _conv_f64
 from ._utils import ntuple
 from .conv import (
     _conv_core,
@@ -97,6 +98,8 @@ def conv_transpose_nd(
 
     if x.size == 0:  # zero batch: an empty output of the right shape
         y = mx.zeros((x.shape[0], *out, c_out), dtype=x.dtype)
+    elif x.dtype == mx.float64:  # MLX's conv computes float64 in float32 (see layers/_conv_f64.py)
+        y = _conv_f64.conv_transpose(x, weight, stride, padding, output_padding, dilation, groups)
     else:
         y = _conv_transpose_core(x, weight, stride, padding, output_padding, dilation, groups)
     if bias is not None:

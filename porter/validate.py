@@ -427,7 +427,7 @@ def _port_inputs(ported, xs) -> Tuple[list, list]:
     for x, lay in zip(xs, _layouts(ported, "input_layouts", len(xs))):
         a = _torch_np(x) if x.dtype.is_floating_point else x.detach().cpu().numpy()
         perm = parse_layout(lay, a.ndim)
-        m = mx.array(np.ascontiguousarray(np.transpose(a, perm)))
+        m = mx.array(np.ascontiguousarray(np.transpose(a, perm)), dtype=mx.float64 if a.dtype == np.float64 else None)
         if x.dtype == torch.bfloat16:
             m = m.astype(mx.bfloat16)  # widened to float32 for the transpose above: exact both ways
         elif x.dtype == torch.float16:

@@ -18,7 +18,7 @@ def to_ported_input(x: torch.Tensor, perm) -> mx.array:
     a = x.detach().numpy()
     if perm is not None:
         a = np.ascontiguousarray(a.transpose(perm))
-    return mx.array(a)
+    return mx.array(a, dtype=mx.float64 if a.dtype == np.float64 else None)  # mx.array reads float64 as float32
 
 
 def from_ported_output(y, perm) -> np.ndarray:

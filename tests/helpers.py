@@ -16,7 +16,7 @@ TORCH_TO_MX = {
     torch.float32: mx.float32,
     torch.float16: mx.float16,
     torch.bfloat16: mx.bfloat16,
-    torch.float64: mx.float32,  # MLX CPU has no general float64; callers compare in float32
+    torch.float64: mx.float64,  # MLX computes float64 on the CPU (Porter's convs too: layers/_conv_f64.py)
     torch.int64: mx.int64,
     torch.int32: mx.int32,
     torch.uint8: mx.uint8,
@@ -42,7 +42,7 @@ def torch_to_mx(t: torch.Tensor, batched: bool, channels_last: bool = True) -> m
     a = (t.float() if t.dtype == torch.bfloat16 else t).numpy()  # bfloat16 -> float32 is exact
     if channels_last:
         a = to_channels_last(a, batched)
-    out = mx.array(np.ascontiguousarray(a))
+    out = mx.array(np.ascontiguousarray(a), dtype=mx.float64 if t.dtype == torch.float64 else None)
     return out.astype(mx.bfloat16) if t.dtype == torch.bfloat16 else out
 
 
@@ -82,6 +82,8 @@ def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
         return 2e-3, 2e-3
     if dtype == torch.bfloat16:
         return 2e-2, 2e-2
+    if dtype == torch.float64:
+        return 1e-12, 1e-12
     return 1e-5, 1e-5
 
 
@@ -148,8 +150,6 @@ def check_against_torch(
         what = "output" if i == 0 else f"output[{i}]"
         assert isinstance(a_m, mx.array), f"{what}: porter returned {type(a_m).__name__}, not mx.array"
         expected_dtype = TORCH_TO_MX[a_t.dtype]
-        if a_t.dtype == torch.float64:
-            expected_dtype = a_m.dtype  # float64 inputs are compared after MLX's float32 computation
         assert a_m.dtype == expected_dtype, f"{what}: dtype {a_m.dtype} != torch {a_t.dtype}"
         actual = mx_to_numpy(a_m, batched, channels_last=a_t.ndim == x.ndim)
         expected = torch_to_numpy(a_t)
@@ -171,23 +171,24 @@ def check_against_torch(
 
     grad_m, grad_p = mx.grad(loss, argnums=(0, 1))(xm, params_m)
     ga, gr = default_tolerance(x.dtype)
+    cmp = np.float64 if x.dtype == torch.float64 else np.float32  # gradients compare at float32 unless float64
     if grad_atol is None:
         grad_atol = ga if not exact else max(ga, 1e-6)
     if grad_rtol is None:
         grad_rtol = gr if not exact else max(gr, 1e-6)
     assert_close(
-        mx_to_numpy(grad_m, batched).astype(np.float32),
-        torch_to_numpy(xt.grad).astype(np.float32),
+        mx_to_numpy(grad_m, batched).astype(cmp),
+        torch_to_numpy(xt.grad).astype(cmp),
         atol=grad_atol,
         rtol=grad_rtol,
         what="input gradient",
     )
     for name, (leaf, _, to_torch) in params.items():
-        g = mx_to_numpy(grad_p[name], batched, channels_last=False).astype(np.float32)
+        g = mx_to_numpy(grad_p[name], batched, channels_last=False).astype(cmp)
         assert leaf.grad is not None, f"torch computed no gradient for parameter {name!r}"
         assert_close(
             to_torch(g) if to_torch is not None else g,
-            torch_to_numpy(leaf.grad).astype(np.float32),
+            torch_to_numpy(leaf.grad).astype(cmp),
             atol=grad_atol,
             rtol=grad_rtol,
             what=f"gradient of {name!r}",

@@ -118,7 +118,17 @@ def k_binary(a, b, *, fn, alpha=1, reverse=False):
     if reverse:
         a, b = b, a
     like = a if isinstance(a, mx.array) else b
+    a, b = _zero_dim_as_scalar(a, b), _zero_dim_as_scalar(b, a)
     return BINARY[fn](_as_array(a, like), _as_array(b, like))
+
+
+def _zero_dim_as_scalar(v, other):
+    """Torch promotes a 0-dim float tensor with a float tensor of more dims like a scalar (the result keeps the
+    other's dtype: float32 activations times a float64 0-dim buffer stay float32); MLX would promote to the wider."""
+    if (isinstance(v, mx.array) and isinstance(other, mx.array) and v.ndim == 0 and other.ndim > 0
+            and mx.issubdtype(v.dtype, mx.floating) and mx.issubdtype(other.dtype, mx.floating)):
+        return v.astype(other.dtype)
+    return v
 
 
 @kernel("where")

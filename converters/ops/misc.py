@@ -20,7 +20,7 @@ def mx_dtype(name):
     if name is None:
         return None
     if name == "float64":
-        return mx.float32  # MLX computes in float32 on this path; outputs are compared in float32
+        return mx.float64  # computed in float64 on the CPU, as torch does (convs: porter.layers' float64 engine)
     if name == "bool":
         return mx.bool_
     return getattr(mx, name)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_helpers import TOL, to_mx
-from helpers import TORCH_TO_MX, check_against_torch
+from conv_helpers import PORTER_CT, TORCH_CT, to_mx
+from conv_helpers import check_transpose_module as check_module
+from helpers import check_against_torch
 
 import porter.layers as L
 import porter.layers.functional as PF
@@ -21,47 +22,8 @@ from porter.layers.conv_weights import (
 )
 
 
-TORCH_CT = {1: torch.nn.ConvTranspose1d, 2: torch.nn.ConvTranspose2d, 3: torch.nn.ConvTranspose3d}
-PORTER_CT = {1: L.ConvTranspose1d, 2: L.ConvTranspose2d, 3: L.ConvTranspose3d}
 TORCH_F = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 PORTER_F = {1: PF.conv_transpose1d, 2: PF.conv_transpose2d, 3: PF.conv_transpose3d}
-def porter_twin(tm: torch.nn.Module, nd: int, **kwargs):
-    """A Porter ConvTranspose with the torch module's configuration and weights (through the converter's transform)."""
-    pm = PORTER_CT[nd](tm.in_channels, tm.out_channels, tm.kernel_size, **kwargs)
-    w = torch_conv_transpose_weight_to_mlx(tm.weight.detach().float().numpy(), tm.groups)
-    pm.weight = mx.array(w).astype(TORCH_TO_MX[tm.weight.dtype])
-    pm.bias = None if tm.bias is None else to_mx(tm.bias)
-    return pm
-
-
-def check_module(nd, x_shape, cin, cout, k, dtype=torch.float32, seed=0, output_size=None, **kwargs):
-    """Torch module vs Porter module; ``output_size`` is torch's (spatial sizes), passed to both forwards."""
-    torch.manual_seed(seed)
-    tm = TORCH_CT[nd](cin, cout, k, **kwargs).to(dtype)
-    pm = porter_twin(tm, nd, **kwargs)
-    x = torch.randn(x_shape).to(dtype)
-    groups = tm.groups
-    params = {"weight": (tm.weight, pm.weight, lambda g: mlx_conv_transpose_weight_to_torch(g, groups))}
-    if tm.bias is not None:
-        params["bias"] = (tm.bias, pm.bias, None)
-
-    def porter_fn(xm, p):
-        pm.update(p)
-        return pm(xm, output_size=output_size)
-
-    atol, rtol = TOL[dtype]
-    check_against_torch(
-        lambda xt: tm(xt, output_size=output_size),
-        porter_fn,
-        x,
-        nd=nd,
-        params=params,
-        atol=atol,
-        rtol=rtol,
-        grad_atol=atol,
-        grad_rtol=rtol,
-        seed=seed,
-    )
 
 
 # ---------------------------------------------------------------------------------------------------- modules
