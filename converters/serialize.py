@@ -51,7 +51,11 @@ def save(ported: PortedModel, directory, *, metadata=None) -> None:
     check_graph(json.loads(text), os.path.join(directory, GRAPH_FILE))
     os.makedirs(directory, exist_ok=True)
     weights = {**ported.params, **ported.buffers}
-    mx.save_safetensors(os.path.join(directory, WEIGHTS_FILE), weights, metadata={"format": "mlx", "porter": "1"})
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    try:
+        mx.save_safetensors(weights_path, weights, metadata={"format": "mlx", "porter": "1"})
+    except (RuntimeError, ValueError) as e:  # MLX reports a failed write (disk full, EFBIG) as RuntimeError
+        raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
     with open(os.path.join(directory, GRAPH_FILE), "w") as f:
         f.write(text)
 
