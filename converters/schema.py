@@ -286,7 +286,8 @@ class _Checker:
     def check_input_checks(self, checks):
         if not isinstance(checks, list) or len(checks) > MAX_CHECKS:
             self.fail("the file", "input_checks", f"expected a list of at most {MAX_CHECKS} checks")
-        entry = S.Obj({"lhs": _ANY, "cmp": S.Enum(*_CMP), "rhs": _ANY, "guard": S.Text(1024),
+        expression = _AnyValue(2 * MAX_DEPTH + 2)  # {"op", "args": [...]}: two JSON levels per expression level
+        entry = S.Obj({"lhs": expression, "cmp": S.Enum(*_CMP), "rhs": expression, "guard": S.Text(1024),
                        "message": S.Text(4096)}, ["lhs", "cmp", "rhs", "guard", "message"])
         for i, check in enumerate(checks):
             where = f"input_checks[{i}]"
@@ -302,14 +303,17 @@ class _Checker:
 
 
 class _AnyValue(S.Spec):
-    """Structure checked elsewhere (per kernel); bounded in depth here."""
+    """Structure checked elsewhere (per kernel, per expression); bounded in JSON depth here."""
+
+    def __init__(self, limit: int = MAX_DEPTH):
+        self.limit = limit
 
     def check(self, value, on_ref):
         stack = [(value, 0)]
         while stack:
             item, level = stack.pop()
-            if level > MAX_DEPTH:
-                raise S.SpecError(f"nested deeper than {MAX_DEPTH} levels")
+            if level > self.limit:
+                raise S.SpecError(f"nested deeper than {self.limit} levels")
             if isinstance(item, dict):
                 stack.extend((v, level + 1) for v in item.values())
             elif isinstance(item, list):
