@@ -14,7 +14,7 @@ def check_artifact(directory: str) -> None:
         what = "does not exist" if not os.path.exists(directory) else "is not a directory"
         raise InputError(f"Converted model directory '{directory}' {what}.",
                          "Give the folder `porter convert` wrote (it holds graph.json and model.safetensors).")
-    missing = [name for name in (GRAPH, WEIGHTS) if not os.path.isfile(os.path.join(directory, name))]
+    missing = [name for name in (GRAPH, WEIGHTS) if not os.path.lexists(os.path.join(directory, name))]
     if missing:
         raise InputError(f"'{directory}' is not a converted Porter model: {' and '.join(missing)} missing.",
                          "Give the folder `porter convert` wrote, or convert the model again.")

@@ -208,7 +208,7 @@ def _load_safetensors(path: str) -> Checkpoint:
     return Checkpoint(path, SAFETENSORS, STATE_DICT, state_dict=dict(tensors))
 
 
-_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_UNSUPPORTED_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)")
 
 
 def _load_torch_save(path: str, trust_pickle: bool) -> Checkpoint:
