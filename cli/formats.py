@@ -19,6 +19,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 
+from .budget import check_checkpoint_size
 from .errors import InputError, first_line
 
 TORCHSCRIPT = "torchscript"
@@ -151,6 +152,7 @@ class Checkpoint:
 def load_checkpoint(path: str, *, trust_pickle: bool = False) -> Checkpoint:
     """Detect and load ``path`` (imports torch). Raises InputError with a clear paragraph on any problem."""
     fmt = detect_format(path)
+    check_checkpoint_size(path)  # before torch holds it in memory
     if fmt == TORCHSCRIPT:
         return _load_torchscript(path)
     if fmt == EXPORT:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from . import formats
 from .architecture import arch_spec, build_model, load_strict, parse_model_kwargs
-from .budget import check_checkpoint_size, check_input_shapes
+from .budget import check_input_shapes
 from .errors import InputError, torch_error_line
 
 # Input sizes used when --input-shape is not given, by the rank of the first weight (conv1d/2d/3d, linear).
@@ -84,8 +84,6 @@ def open_source(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=
     kwargs = parse_model_kwargs(model_kwargs)
     shapes = parse_input_shapes(input_shapes, "--input-shape" if shape_origin == "from --input-shape" else
                                 shape_origin)
-    formats.detect_format(path)  # missing, non-regular or unknown files fail before anything is allocated
-    check_checkpoint_size(path)
     ckpt = formats.load_checkpoint(path, trust_pickle=trust_pickle)
     spec = None
     if ckpt.kind == formats.STATE_DICT:

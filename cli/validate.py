@@ -4,7 +4,7 @@ import click
 
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options, validate_source
-from .errors import InputError, ValidationFailed
+from .errors import InputError, ValidationFailed, first_line
 from .source import open_source
 from .ui import common_options
 
@@ -47,8 +47,8 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
         with progress.step("validating against torch"):
             try:
                 report = validate_source(source, ported, rtol=rtol, atol=atol, grads=grads, seed=seed)
-            except ValueError as exc:
-                raise InputError(f"Cannot compare '{directory}' with '{against}': {exc}.",
+            except (ValueError, TypeError) as exc:  # incl. a well-formed artifact whose graph fails to run
+                raise InputError(f"Cannot compare '{directory}' with '{against}': {first_line(exc)}.",
                                  "Check that DIR was converted from this checkpoint.")
     if json_report and json_report != "-":
         try:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from .. import layout as L
+from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import GEOMETRY, SIZES, TENSOR, Bool, Enum, Int, Ints, OneOf, Opt, SpecError
 from .conv import batched, spatial_layout
@@ -37,8 +38,15 @@ def _check_pool(inputs, attrs):
     "return_indices": Bool(), "count_include_pad": Bool(), "divisor_override": Opt(Int(-GEOMETRY, GEOMETRY))})
 def k_pool(x, *args, fn, unbatched=False, values_only=False, **kwargs):
     """``values_only``: a tuple-returning op whose indices nobody reads; computed without them."""
+    if args:  # an adaptive pool's output size, read at run time: bounded before any window table is built
+        _check_size(x, args[0], fn)
     out = batched(_layers.fn(fn))(x, *args, unbatched=unbatched, **kwargs)
     return [out, None] if values_only else out
+
+
+def _check_size(x, size, what):
+    sizes = [size] if isinstance(size, int) else [s for s in (size or []) if s is not None]
+    check_elements([x.shape[0], x.shape[-1], *[int(s) for s in sizes]], what)
 
 
 def _indices_needed(ctx, call) -> bool:
@@ -53,6 +61,7 @@ def k_max_unpool(x, indices, output_size, *, nd, stride=None, padding=None, unba
     # aten.max_unpool carries only output_size; Porter's max_unpool takes torch's module arguments, whose one
     # effect given output_size is the range check. A kernel making the default size equal output_size passes it.
     spatial = x.shape[-nd - 1:-1]
+    _check_size(x, output_size, f"max_unpool{nd}d")
     stride = list(stride) if stride else [1] * nd
     padding = list(padding) if padding else [0] * nd
     kernel_size = [int(o) - (l - 1) * s + 2 * p for o, l, s, p in zip(output_size, spatial, stride, padding)]
@@ -162,6 +171,7 @@ def _fractional(nd):
     "unbatched": Bool()})
 def k_fractional_pool(x, samples, *, fn, kernel_size, output_size, return_indices, unbatched=False):
     # positional: (input, kernel_size, output_size, output_ratio, return_indices, random_samples)
+    _check_size(x, output_size, fn)
     return batched(_layers.fn(fn))(x, kernel_size, output_size, None, return_indices, samples, unbatched=unbatched)
 
 

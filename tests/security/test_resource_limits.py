@@ -32,6 +32,8 @@ HUGE = {
     "pad": lambda g: _append(g, "pad", [_x(g), [0, 10 ** 9, 0, 10 ** 9]],
                              {"mode": "constant", "value": 0.0, "axes": [2, 1]}, "h"),
     "adaptive pool": lambda g: _append(g, "pool", [_x(g), [10 ** 6, 10 ** 6]], {"fn": "adaptive_avg_pool2d"}, "h"),
+    "adaptive pool one long dim": lambda g: _append(g, "pool", [_x(g), [10 ** 9, 1]], {"fn": "adaptive_max_pool2d",
+                                                                                         "return_indices": True}, "h"),
     "broadcast": lambda g: (_append(g, "full", [[10 ** 5, 1], 1.0], {"dtype": "float32"}, "a"),
                             _append(g, "full", [[1, 10 ** 5], 1.0], {"dtype": "float32"}, "b"),
                             _append(g, "binary", [{"ref": "a"}, {"ref": "b"}], {"fn": "add"}, "h")),
