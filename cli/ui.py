@@ -152,6 +152,7 @@ def library_noise(debug: bool):
     previous = logging.root.manager.disable
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        warnings.filterwarnings("default", module=r"porter(\.|$)")  # Porter's own hints (build the kernels) stay
         logging.disable(logging.CRITICAL)
         try:
             yield

@@ -84,10 +84,10 @@ class _Checker:
     def run(self):
         g = self.graph
         if not isinstance(g, dict):
-            self.fail("the file", "", f"expected a JSON object but got {S._kind(g)}")
+            self.fail("the file", "", f"expected a JSON object but got {S.kind_of(g)}")
         version = g.get("format_version")
         if isinstance(version, bool) or not isinstance(version, int):
-            self.fail("the file", "format_version", f"expected an int but got {S._kind(version)}")
+            self.fail("the file", "format_version", f"expected an int but got {S.kind_of(version)}")
         if version > FORMAT_VERSION:
             self.fail("the file", "format_version", f"format version {version} is newer than this Porter supports "
                       f"({FORMAT_VERSION}); upgrade Porter")
@@ -110,7 +110,7 @@ class _Checker:
                 self.match(S.Seq(S.Text(64), 0, 1 << 16), g[key], "the file", key)
         if "metadata" in g:
             if not isinstance(g["metadata"], dict):
-                self.fail("the file", "metadata", f"expected an object but got {S._kind(g['metadata'])}")
+                self.fail("the file", "metadata", f"expected an object but got {S.kind_of(g['metadata'])}")
             self.depth(g["metadata"], "metadata")
         self.check_params(g["params"])
         self.check_inputs(g["inputs"])
@@ -200,7 +200,7 @@ class _Checker:
         kernel_names()  # loads the op families
 
         if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
-            self.fail("the file", "nodes", f"expected a list of at most {MAX_NODES} nodes but got {S._kind(nodes)}")
+            self.fail("the file", "nodes", f"expected a list of at most {MAX_NODES} nodes but got {S.kind_of(nodes)}")
         node_spec = S.Obj({"kernel": S.Text(128), "inputs": S.Seq(_ANY, 0, 1 << 16), "attrs": _ATTRS,
                            "outputs": S.Seq(_NAME, 1, 1), "layout": _LAYOUT, "op": _NAME, "module": _NAME,
                            "module_type": _NAME}, ["kernel", "inputs", "attrs", "outputs"])
@@ -276,12 +276,12 @@ class _Checker:
         if isinstance(e, dict) and set(e) == {"op", "args"}:
             self.match(S.Enum(*_EXPR_OPS), e["op"], where, field + ".op")
             if not isinstance(e["args"], list) or len(e["args"]) != 2:
-                self.fail(where, field + ".args", f"expected a list of 2 expressions but got {S._kind(e['args'])}")
+                self.fail(where, field + ".args", f"expected a list of 2 expressions but got {S.kind_of(e['args'])}")
             for k, arg in enumerate(e["args"]):
                 self.expr(arg, where, f"{field}.args[{k}]", level + 1)
             return
         self.fail(where, field, 'expected an int, {"dim": [input, axis]} or {"op": ..., "args": [E, E]} but got '
-                  + S._kind(e))
+                  + S.kind_of(e))
 
     def check_input_checks(self, checks):
         if not isinstance(checks, list) or len(checks) > MAX_CHECKS:

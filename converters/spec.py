@@ -38,7 +38,7 @@ class SpecError(ValueError):
         self.path = path
 
 
-def _kind(value) -> str:
+def kind_of(value) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -64,7 +64,7 @@ class Spec:
         raise NotImplementedError
 
     def fail(self, value, path=""):
-        raise SpecError(f"expected {self.describe()} but got {_kind(value)}", path)
+        raise SpecError(f"expected {self.describe()} but got {kind_of(value)}", path)
 
 
 class Int(Spec):

@@ -5,10 +5,8 @@ Everything is built at test time (no binary fixtures): the artifact from ``tinyn
 checkpoints with torch.
 """
 
-import json
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import zipfile
