@@ -44,6 +44,7 @@ WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module", "net", "wei
 _KNOWN = ("a TorchScript archive (torch.jit.save), a torch.export program (.pt2), a torch.save checkpoint "
           "(state_dict, .pt/.pth/.bin) or a .safetensors file")
 _PICKLE_PROTOCOL_2_PLUS = re.compile(rb"^\x80[\x02-\x05]")
+_MAX_ZIP_RATIO = 16
 
 
 def _check_readable(path: str) -> int:
@@ -92,6 +93,11 @@ def detect_format(path: str) -> str:
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
+                unpacked = sum(info.file_size for info in archive.infolist())
+                if unpacked > _MAX_ZIP_RATIO * size + (1 << 20):  # torch stores entries uncompressed
+                    raise InputError(f"Input file '{path}' unpacks to {unpacked} bytes from {size}: a zip bomb, not "
+                                     "a PyTorch checkpoint (torch stores its archives uncompressed).",
+                                     "Save the checkpoint again with torch.")
                 bad = archive.testzip()
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as exc:
             raise InputError(f"Input file '{path}' is a truncated or corrupted zip archive ({first_line(exc)}).",

@@ -162,6 +162,14 @@ def test_non_regular_files_refused_at_once(tmp_path, tiny_artifact, ckpts):
     assert_input_error(result, ["graph.json", "not a regular file"])
 
 
+def test_zip_bomb_refused_before_unpacking(runner, tmp_path):
+    path = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bomb/data.pkl", b"\0" * (64 << 20))  # 64 MiB of zeros in ~64 KiB
+    result = runner.invoke(main, ["convert", str(path), *ARCH])
+    assert_input_error(result, ["bomb.pt", "zip bomb"])
+
+
 def test_device_refused(runner):
     result = runner.invoke(main, ["inspect", "/dev/zero"])
     assert_input_error(result, ["/dev/zero", "not a regular file"])
