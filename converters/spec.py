@@ -10,7 +10,9 @@ Vocabulary (small on purpose):
 
 * ``Int(lo, hi)``, ``Float()`` (finite unless ``allow_inf``; an int is accepted), ``Bool()``, ``Enum(*names)``,
   ``Str(max_len, chars)`` (free text limited to a character set, e.g. an einsum equation);
+* ``Text(max_len)``: display-only text (module paths, messages), never resolved to anything;
 * ``Seq(item, min_len, max_len)`` a list of ``item``; ``Ints(min_len, max_len, lo, hi)`` shorthand for a list of ints;
+  ``Obj(fields, required)`` an object with known keys;
 * ``Opt(spec)``: ``spec`` or ``null``; ``OneOf(*specs)``: the first that accepts;
 * ``DTYPE``: a dtype name from :data:`DTYPES`;
 * inputs only: ``Ref()`` a value computed earlier (``{"ref": name}``) or a weight (``{"param": name}``); ``TENSOR`` is
@@ -55,7 +57,8 @@ def kind_of(value) -> str:
 
 
 class Spec:
-    """Base: ``check(value, refs)`` raises :class:`SpecError` or returns; ``refs(value)`` is called on each ref."""
+    """Base: ``check(value, on_ref)`` raises :class:`SpecError` or returns; ``on_ref(key, name)`` checks each
+    reference (``key`` is "ref" or "param") and raises :class:`SpecError` for an unknown one."""
 
     def check(self, value, on_ref) -> None:
         raise NotImplementedError
