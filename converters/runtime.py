@@ -123,7 +123,7 @@ class PortedModel(nn.Module):
             except (ValueError, TypeError) as e:
                 where = f" in module {node['module']!r}" if node["module"] else ""
                 raise type(e)(f"{e} (while running {node['op']}{where})") from e
-            except (IndexError, KeyError, AttributeError) as e:  # the graph got an axis or a value wrong: not a crash
+            except (IndexError, KeyError, AttributeError, ArithmeticError) as e:  # a wrong axis or value: not a crash
                 where = f" in module {node['module']!r}" if node["module"] else ""
                 raise ValueError(f"kernel {node['kernel']!r} failed with {type(e).__name__}: {e} "
                                  f"(while running {node['op']}{where})") from e

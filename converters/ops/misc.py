@@ -81,19 +81,32 @@ def k_cumsum(x, *, axis, dtype=None):
     return mx.cumsum(x, axis=axis)
 
 
+def checked_indices(index, size: int, what: str):
+    """``index`` unchanged when every entry is in ``[-size, size)``; else IndexError as torch raises. MLX's gathers
+    do not check bounds (an index past the end reads other memory, or crashes), and indices can come from a
+    stored buffer of an artifact as well as from the caller."""
+    if isinstance(index, mx.array) and index.size and not mx.issubdtype(index.dtype, mx.bool_):
+        lo, hi = mx.min(index), mx.max(index)
+        mx.eval(lo, hi)
+        if lo.item() < -size or hi.item() >= size:
+            raise IndexError(f"{what}: index {hi.item() if hi.item() >= size else lo.item()} is out of range for "
+                             f"a dimension of size {size}")
+    return index
+
+
 @kernel("index_select", inputs=[TENSOR, TENSOR], attrs={"axis": AXIS})
 def k_index_select(x, index, *, axis):
-    return mx.take(x, index.reshape(-1), axis=axis)
+    return mx.take(x, checked_indices(index.reshape(-1), x.shape[axis], "index_select"), axis=axis)
 
 
 @kernel("gather", inputs=[TENSOR, TENSOR], attrs={"axis": AXIS})
 def k_gather(x, index, *, axis):
-    return mx.take_along_axis(x, index, axis=axis)
+    return mx.take_along_axis(x, checked_indices(index, x.shape[axis], "gather"), axis=axis)
 
 
 @kernel("embedding", inputs=[TENSOR, TENSOR])
 def k_embedding(weight, indices):
-    return mx.take(weight, indices, axis=0)
+    return mx.take(weight, checked_indices(indices, weight.shape[0], "embedding"), axis=0)
 
 
 @kernel("max_dim", inputs=[TENSOR], attrs={"axis": AXIS, "keepdims": Bool(), "fn": Enum("max", "min")})
@@ -388,7 +401,11 @@ register("aten.pixel_unshuffle.default")(_pixel_shuffle(True))
 @kernel("index", inputs=[TENSOR, Seq(Opt(TENSOR))])
 def k_index(x, indices):
     """torch ``x[..., idx, ...]`` with index tensors (None = whole dim), numpy-style advanced indexing."""
-    key = tuple(slice(None) if i is None else (i.astype(mx.int32) if i.dtype != mx.bool_ else i) for i in indices)
+    if len(indices) > x.ndim:
+        raise IndexError(f"index: {len(indices)} indices for a tensor of {x.ndim} dims")
+    key = tuple(slice(None) if i is None else
+                (checked_indices(i, x.shape[d], "index").astype(mx.int32) if i.dtype != mx.bool_ else i)
+                for d, i in enumerate(indices))
     return x[key]
 
 

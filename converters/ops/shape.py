@@ -67,6 +67,8 @@ def k_int_op(*args, op):
 
 @kernel("getitem", inputs=[RefSpec()], attrs={"index": Int(-(1 << 20), 1 << 20)})
 def k_getitem(seq, *, index):
+    if not isinstance(seq, (list, tuple)):  # an array here would be indexed without a bounds check by MLX
+        raise TypeError(f"getitem reads an item of a tuple value but got {type(seq).__name__}")
     return seq[index]
 
 
@@ -147,6 +149,8 @@ def k_unbind(x, *, axis):
 @kernel("select", inputs=[TENSOR, INT_OR_REF], attrs={"axis": AXIS})
 def k_select(x, index, *, axis):
     index = int(index)
+    if not -x.shape[axis] <= index < x.shape[axis]:
+        raise IndexError(f"select: index {index} is out of range for a dimension of size {x.shape[axis]}")
     if index < 0:
         index += x.shape[axis]
     return mx.take(x, index, axis=axis)

@@ -64,3 +64,26 @@ def test_limit_can_be_raised(tampered):
     assert porter.max_elements() == 1 << 31
     with pytest.raises(ValueError, match="limit"):
         porter.set_max_elements(0)
+
+
+def test_well_formed_but_wrong_graph_raises_value_error(tampered):
+    # types and ranges pass the schema; the values only fail at run time: a ValueError naming the kernel, no crash
+    # (MLX's gathers do not check bounds: an out-of-range index would read other memory)
+    cases = [lambda g: _append(g, "int_op", [1, 0], {"op": "floordiv"}, "h"),
+             lambda g: _append(g, "upsample", [_x(g), None], {"mode": "linear", "nd": 2, "scale_factors": [2.0, 0.0]},
+                               "h"),
+             lambda g: _append(g, "getitem", [{"ref": g["nodes"][0]["outputs"][0]}], {"index": 99}, "h"),
+             lambda g: _append(g, "select", [_x(g), 99], {"axis": 1}, "h"),
+             lambda g: (_append(g, "full", [[1], 10 ** 6], {"dtype": "int64"}, "i"),
+                        _append(g, "index_select", [_x(g), {"ref": "i"}], {"axis": 1}, "h")),
+             lambda g: (_append(g, "full", [[2], -(10 ** 9)], {"dtype": "int64"}, "i"),
+                        _append(g, "embedding", [{"param": "fc.weight"}, {"ref": "i"}], {}, "h")),
+             lambda g: (_append(g, "full", [[1, 1, 1, 1], 99], {"dtype": "int64"}, "i"),
+                        _append(g, "gather", [_x(g), {"ref": "i"}], {"axis": 2}, "h")),
+             lambda g: (_append(g, "full", [[3], 5], {"dtype": "int64"}, "i"),
+                        _append(g, "index", [_x(g), [None, None, None, {"ref": "i"}]], {}, "h"))]
+    for i, edit in enumerate(cases):
+        model = porter.load(tampered(edit, name=f"w{i}"))
+        with pytest.raises((ValueError, TypeError)) as info:
+            model(mx.zeros((1, 16, 16, 3)))
+        assert "Segmentation" not in str(info.value)
