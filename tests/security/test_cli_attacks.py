@@ -134,6 +134,33 @@ def test_pt2_is_not_unpickled(case, ckpts, tmp_path, runner):
     assert not marker.exists()
 
 
+class WithConstant(torch.nn.Module):
+    """A lifted tensor constant: torch.export stores it under data/constants/."""
+
+    def forward(self, x):
+        return x + torch.tensor([1.0, 2.0, 3.0]).reshape(1, 3, 1, 1)
+
+
+def test_pt2_custom_object_constant_refused(runner, tmp_path):
+    marker = tmp_path / "marker"
+    clean, evil = tmp_path / "c.pt2", tmp_path / "evil.pt2"
+    torch.export.save(torch.export.export(WithConstant(), (torch.randn(1, 3, 4, 4),)), clean)
+
+    def config(data):
+        doc = json.loads(data)
+        first = next(iter(doc["config"]))
+        doc["config"][first]["path_name"] = "custom_obj_0"  # read back with torch's pickle loader
+        return json.dumps(doc).encode()
+
+    rewrite_zip(clean, evil, {"_constants_config.json": config})
+    with zipfile.ZipFile(evil, "a") as z:
+        z.writestr(f"{zipfile.ZipFile(clean).namelist()[0].split('/')[0]}/data/constants/custom_obj_0",
+                   pickled_payload(marker))
+    result = runner.invoke(main, ["convert", str(evil)])
+    assert_input_error(result, ["evil.pt2", "_constants_config.json", "--trust-pickle"])
+    assert not marker.exists()
+
+
 def test_pickled_module_payload_refused(runner, tmp_path):
     marker = tmp_path / "marker"
     path = tmp_path / "model.pt"
