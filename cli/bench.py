@@ -7,7 +7,7 @@ from porter.bench import time_fn
 from .artifact import load_ported, recorded_model, recorded_source
 from .budget import check_input_shapes
 from .convert import architecture_options
-from .errors import InputError
+from .errors import InputError, first_line
 from .source import parse_input_shapes
 from .ui import common_options
 
@@ -78,6 +78,11 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                     out = ported(*mx_inputs)
                     mx.eval(out)
 
+                try:
+                    run_mlx()  # a converted graph that cannot run at this size is the input's problem, not a bug
+                except (ValueError, TypeError) as exc:
+                    raise InputError(f"The converted model in '{directory}' fails at batch {b}: {first_line(exc)}.",
+                                     "Check --input-shape/--batch, or convert the model again.")
                 row = {"batch": b, "mlx_ms": time_fn(run_mlx, warmup=warmup, repeat=repeat)["median_ms"]}
                 if torch_model is not None:
                     import torch

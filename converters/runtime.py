@@ -122,11 +122,11 @@ class PortedModel(nn.Module):
                 result = fn(*args, **node["attrs"])
             except (ValueError, TypeError) as e:
                 where = f" in module {node['module']!r}" if node["module"] else ""
-                raise type(e)(f"{e} (while running {node['op']}{where})") from e
+                raise type(e)(f"{e} (while running {node['op'] or node['kernel']}{where})") from e
             except (IndexError, KeyError, AttributeError, ArithmeticError) as e:  # a wrong axis or value: not a crash
                 where = f" in module {node['module']!r}" if node["module"] else ""
                 raise ValueError(f"kernel {node['kernel']!r} failed with {type(e).__name__}: {e} "
-                                 f"(while running {node['op']}{where})") from e
+                                 f"(while running {node['op'] or node['kernel']}{where})") from e
             _check_result(result, node)
             (name,) = node["outputs"]
             env[name] = result

@@ -54,7 +54,7 @@ def assert_input_error(result, names, *, listing_before=None, directory=None):
     code = getattr(result, "returncode", getattr(result, "exit_code", None))
     assert code == 2, out
     assert "Traceback" not in out and "Warning" not in out and "site-packages" not in out, out
-    assert out.count("Error:") == 1, out
+    assert sum(line.startswith("Error:") for line in out.splitlines()) == 1, out  # one paragraph
     for name in names:
         assert str(name) in out, (name, out)
     if directory is not None and listing_before is not None:

@@ -78,6 +78,17 @@ def test_validate_refuses_a_tampered_artifact(runner, tampered, ckpts):
         assert_input_error(result, ["graph.json", "attrs.fn"])
 
 
+def test_graph_that_fails_to_run_is_an_input_error(runner, tampered, ckpts):
+    # well formed (the schema accepts it), wrong at run time: exit 2 naming the directory, not "a bug in Porter"
+    directory = tampered(lambda g: g["nodes"].append(
+        {"kernel": "select", "inputs": [{"ref": g["inputs"][0]["name"]}, 99], "attrs": {"axis": 1},
+         "outputs": ["bad"], "layout": None, "op": "", "module": "", "module_type": ""}))
+    result = runner.invoke(main, ["bench", str(directory), "--repeat", "1", "--warmup", "0"])
+    assert_input_error(result, [str(directory), "out of range"])
+    result = runner.invoke(main, ["validate", str(directory), "--against", str(ckpts["state_dict"]), *ARCH[:2]])
+    assert_input_error(result, [str(directory), "out of range"])
+
+
 def test_recorded_absurd_input_shape_refused(runner, tampered, ckpts):
     directory = _with_metadata(tampered, {"input_shapes": [[1, 3, 100000, 100000]]})
     result = runner.invoke(main, ["validate", str(directory), "--against", str(ckpts["state_dict"]), *ARCH[:2]])
