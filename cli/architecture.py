@@ -69,6 +69,17 @@ def arch_spec(name: str) -> str:
                      "Give your own with --model package.module:factory instead.")
 
 
+def builtin_arch(spec: str):
+    """The ``--arch`` name whose architecture is ``spec`` (Porter's own code), or None."""
+    for name in arch_names():
+        try:
+            if arch_spec(name) == spec:
+                return name
+        except InputError:
+            continue
+    return None
+
+
 def build_model(spec: str, kwargs: dict, option: str = "--model"):
     """Import ``package.module:factory`` and call it with ``kwargs``; returns the torch module in eval mode."""
     import torch

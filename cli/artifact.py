@@ -1,7 +1,7 @@
 """Reading a converted model directory (``model.safetensors`` + ``graph.json``) for validate and bench."""
 
-import json
 import os
+import re
 
 from .errors import InputError, first_line
 
@@ -14,22 +14,29 @@ def check_artifact(directory: str) -> None:
         what = "does not exist" if not os.path.exists(directory) else "is not a directory"
         raise InputError(f"Converted model directory '{directory}' {what}.",
                          "Give the folder `porter convert` wrote (it holds graph.json and model.safetensors).")
-    missing = [name for name in (GRAPH, WEIGHTS) if not os.path.isfile(os.path.join(directory, name))]
+    missing = [name for name in (GRAPH, WEIGHTS) if not os.path.lexists(os.path.join(directory, name))]
     if missing:
         raise InputError(f"'{directory}' is not a converted Porter model: {' and '.join(missing)} missing.",
                          "Give the folder `porter convert` wrote, or convert the model again.")
 
 
-def read_metadata(directory: str) -> dict:
-    """The ``metadata`` the CLI stored at conversion time (source file, format, architecture, input shapes)."""
-    path = os.path.join(directory, GRAPH)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            graph = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"Cannot read '{path}': {first_line(exc)}.", "Convert the model again.")
-    meta = graph.get("metadata") if isinstance(graph, dict) else None
-    return meta if isinstance(meta, dict) else {}
+def recorded_source(ported) -> dict:
+    """What ``porter convert`` recorded about the source (file, format, architecture, input shapes), as plain
+    checked data: ``model`` a string, ``model_kwargs`` a dict, ``input_shapes`` lists of positive ints; anything
+    else is dropped. Never imported or executed here."""
+    meta = ported.graph.get("metadata") or {}
+    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    out = {}
+    if isinstance(source.get("model"), str) and re.fullmatch(r"[\w.]{1,200}:[\w.]{1,200}", source["model"]):
+        out["model"] = source["model"]
+    if isinstance(source.get("model_kwargs"), dict) and source["model_kwargs"]:
+        out["model_kwargs"] = source["model_kwargs"]
+    shapes = source.get("input_shapes")
+    if (isinstance(shapes, list) and 0 < len(shapes) <= 64 and all(
+            isinstance(s, list) and 0 < len(s) <= 8 and all(isinstance(d, int) and not isinstance(d, bool)
+                                                            for d in s) for s in shapes)):
+        out["input_shapes"] = shapes  # positivity and size are checked with the options (cli/budget.py)
+    return out
 
 
 def load_ported(directory: str):
@@ -39,7 +46,23 @@ def load_ported(directory: str):
 
     try:
         return porter.load(directory)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError) as exc:
         raise InputError(f"Cannot load the converted model in '{directory}': {first_line(exc)}.",
                          "Convert the model again (and check the Porter version that wrote it).")
 
+
+def recorded_model(directory, against, meta, command):
+    """The recorded architecture when it is one of Porter's own (--arch/--example); otherwise refuse: importing
+    code named by a file would run whatever its author chose."""
+    spec = meta["model"]
+    from .architecture import builtin_arch
+
+    if builtin_arch(spec) is not None and not meta.get("model_kwargs"):
+        return spec
+    import json
+
+    kwargs = f" --model-kwargs '{json.dumps(meta['model_kwargs'])}'" if meta.get("model_kwargs") else ""
+    raise InputError(f"'{directory}' was converted from a state_dict with the architecture '{spec}'{kwargs}, but "
+                     "Porter does not import code named by a converted model's files (a crafted graph.json could "
+                     "name any code).", f"If you trust that code, name it yourself: porter {command} {directory} "
+                     f"--against {against} --model {spec}{kwargs}")

@@ -63,9 +63,14 @@ def atomic_directory(directory: str, force: bool = False):
         raise InputError(f"Cannot write output directory '{directory}': {exc.strerror}.",
                          "Choose a writable location with -o DIR.")
     try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; a normal folder is what users expect
-        _move_into_place(tmp, final, force)
+        try:
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; a normal folder is what users expect
+            _move_into_place(tmp, final, force)
+        except OSError as exc:  # disk full, quota, permission changed under us: the user's problem, not a bug
+            where = str(exc.filename or directory).replace(tmp, directory)  # the path the user asked for
+            raise InputError(f"Cannot write output directory '{directory}': {exc.strerror or exc} ('{where}').",
+                             "Free disk space or choose a writable location with -o DIR; nothing was written.")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         remove_created(created)

@@ -4,9 +4,10 @@ import click
 
 from porter.bench import time_fn
 
-from .artifact import load_ported, read_metadata
+from .artifact import load_ported, recorded_model, recorded_source
+from .budget import check_input_shapes
 from .convert import architecture_options
-from .errors import InputError
+from .errors import InputError, first_line
 from .source import parse_input_shapes
 from .ui import common_options
 
@@ -46,8 +47,10 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
     if warmup < 0 or repeat < 1:
         raise InputError("--warmup must be >= 0 and --repeat >= 1.", "For example --warmup 3 --repeat 10.")
     ported = load_ported(directory)
-    meta = read_metadata(directory).get("source") or {}
-    shapes = parse_input_shapes(input_shapes) or [tuple(s) for s in meta.get("input_shapes") or []]
+    meta = recorded_source(ported)
+    shapes = parse_input_shapes(input_shapes) or parse_input_shapes(
+        [",".join(map(str, s)) for s in meta.get("input_shapes") or []], f"input shape recorded in {directory}")
+    check_input_shapes([(b,) + tuple(s[1:]) for b in batches for s in shapes], "--batch with the input shape")
     if not shapes:
         raise InputError(f"'{directory}' does not record its input shape.",
                          "Give it with --input-shape, e.g. --input-shape 1,3,224,224 (torch layout).")
@@ -56,11 +59,7 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
         from .source import open_source
 
         if not (model_spec or arch) and meta.get("model"):
-            model_spec = meta["model"]
-            if model_kwargs is None and meta.get("model_kwargs"):
-                import json
-
-                model_kwargs = json.dumps(meta["model_kwargs"])
+            model_spec = recorded_model(directory, against, meta, "bench")
         source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
                              trust_pickle=trust_pickle, input_shapes=[",".join(map(str, s)) for s in shapes],
                              shape_origin="recorded in DIR" if not input_shapes else "from --input-shape")
@@ -79,6 +78,11 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                     out = ported(*mx_inputs)
                     mx.eval(out)
 
+                try:
+                    run_mlx()  # a converted graph that cannot run at this size is the input's problem, not a bug
+                except (ValueError, TypeError) as exc:
+                    raise InputError(f"The converted model in '{directory}' fails at batch {b}: {first_line(exc)}.",
+                                     "Check --input-shape/--batch, or convert the model again.")
                 row = {"batch": b, "mlx_ms": time_fn(run_mlx, warmup=warmup, repeat=repeat)["median_ms"]}
                 if torch_model is not None:
                     import torch

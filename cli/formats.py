@@ -13,11 +13,13 @@ Formats:
 
 import os
 import re
+import stat
 import struct
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 
+from .budget import check_checkpoint_size
 from .errors import InputError, first_line
 
 TORCHSCRIPT = "torchscript"
@@ -42,6 +44,7 @@ WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "module", "net", "wei
 _KNOWN = ("a TorchScript archive (torch.jit.save), a torch.export program (.pt2), a torch.save checkpoint "
           "(state_dict, .pt/.pth/.bin) or a .safetensors file")
 _PICKLE_PROTOCOL_2_PLUS = re.compile(rb"^\x80[\x02-\x05]")
+_MAX_ZIP_RATIO = 16
 
 
 def _check_readable(path: str) -> int:
@@ -52,6 +55,9 @@ def _check_readable(path: str) -> int:
         raise InputError(f"Input '{path}' is a directory, not a checkpoint file.",
                          "For a converted Porter model use `porter validate DIR --against FILE`; to convert, pass "
                          "the checkpoint file itself.")
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise InputError(f"Input '{path}' is not a regular file (a FIFO, device or socket).",
+                         "Porter reads checkpoints from regular files only: save the checkpoint to a file first.")
     try:
         size = os.path.getsize(path)
         with open(path, "rb"):
@@ -87,6 +93,11 @@ def detect_format(path: str) -> str:
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
+                unpacked = sum(info.file_size for info in archive.infolist())
+                if unpacked > _MAX_ZIP_RATIO * size + (1 << 20):  # torch stores entries uncompressed
+                    raise InputError(f"Input file '{path}' unpacks to {unpacked} bytes from {size}: a zip bomb, not "
+                                     "a PyTorch checkpoint (torch stores its archives uncompressed).",
+                                     "Save the checkpoint again with torch.")
                 bad = archive.testzip()
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as exc:
             raise InputError(f"Input file '{path}' is a truncated or corrupted zip archive ({first_line(exc)}).",
@@ -147,10 +158,11 @@ class Checkpoint:
 def load_checkpoint(path: str, *, trust_pickle: bool = False) -> Checkpoint:
     """Detect and load ``path`` (imports torch). Raises InputError with a clear paragraph on any problem."""
     fmt = detect_format(path)
+    check_checkpoint_size(path)  # before torch holds it in memory
     if fmt == TORCHSCRIPT:
         return _load_torchscript(path)
     if fmt == EXPORT:
-        return _load_export(path)
+        return _load_export(path, trust_pickle)
     if fmt == SAFETENSORS:
         return _load_safetensors(path)
     return _load_torch_save(path, trust_pickle)
@@ -169,11 +181,15 @@ def _load_torchscript(path: str) -> Checkpoint:
     return Checkpoint(path, TORCHSCRIPT, "module", model=module)
 
 
-def _load_export(path: str) -> Checkpoint:
+def _load_export(path: str, trust_pickle: bool = False) -> Checkpoint:
     import torch
 
+    if not trust_pickle:
+        refuse_pickled_entries(path)
     try:
         program = torch.export.load(path)
+    except InputError:
+        raise
     except Exception as exc:
         raise InputError(f"Input file '{path}' looks like a torch.export program but cannot be loaded: "
                          f"{first_line(exc)}.", "Save it again with `torch.export.save(torch.export.export(model,"
@@ -200,7 +216,7 @@ def _load_safetensors(path: str) -> Checkpoint:
     return Checkpoint(path, SAFETENSORS, STATE_DICT, state_dict=dict(tensors))
 
 
-_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_UNSUPPORTED_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)")
 
 
 def _load_torch_save(path: str, trust_pickle: bool) -> Checkpoint:
@@ -300,3 +316,79 @@ def _common_wrapper_prefix(state: dict) -> str:
 
 def describe(fmt: str) -> str:
     return FORMAT_NAMES.get(fmt, fmt)
+
+
+_PT2_CONFIG_LIMIT = 64 << 20
+
+
+def refuse_pickled_entries(path: str) -> None:
+    """Refuse a ``.pt2`` whose loading would unpickle something (without ``--trust-pickle``), naming the entry.
+
+    ``torch.export.load`` unpickles weights and constants marked ``use_pickle`` (tensor subclasses), custom and
+    opaque objects, legacy ``.pt`` weight files, and falls back to a full unpickler for ``sample_inputs`` that a
+    weights-only load refuses. This reads the archive's JSON configs and tries the sample inputs with a weights-only
+    unpickler first, so ``torch.export.load`` runs only on archives where none of that happens.
+    """
+    import io
+    import json
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            root = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
+            inner = {n[len(root):]: n for n in names if n.startswith(root)}
+            models = [n[len("models/"):-len(".json")] for n in inner
+                      if n.startswith("models/") and n.endswith(".json") and "/" not in n[len("models/"):]]
+
+            def read(name, limit=_PT2_CONFIG_LIMIT):
+                info = archive.getinfo(inner[name])
+                if info.file_size > limit:
+                    raise InputError(f"Input file '{path}': entry '{name}' is {info.file_size} bytes, larger than "
+                                     "a torch.export config can be.", "Save the program again.")
+                return archive.read(inner[name])
+
+            for model in models:
+                for legacy in (f"data/weights/{model}.pt", f"data/constants/{model}.pt"):
+                    if legacy in inner:
+                        _refuse_pickle(path, legacy, "a legacy pickled weight file")
+                for config_name in (f"data/weights/{model}_weights_config.json",
+                                    f"data/constants/{model}_constants_config.json"):
+                    if config_name not in inner:
+                        continue
+                    try:
+                        config = json.loads(read(config_name)).get("config", {})
+                        entries = list(config.items())
+                    except (ValueError, AttributeError, RecursionError):
+                        raise InputError(f"Input file '{path}': '{config_name}' is not a valid torch.export "
+                                         "config.", "Save the program again.") from None
+                    for fqn, meta in entries:
+                        file = str(meta.get("path_name", "")) if isinstance(meta, dict) else ""
+                        if not isinstance(meta, dict) or meta.get("use_pickle"):
+                            _refuse_pickle(path, f"{config_name}: {str(fqn)[:80]}", "a pickled tensor")
+                        if file.startswith(("custom_obj_", "opaque_obj_")):
+                            _refuse_pickle(path, f"{config_name}: {str(fqn)[:80]}", "a pickled Python object")
+                sample = f"data/sample_inputs/{model}.pt"
+                if sample in inner:
+                    data = read(sample, 1 << 34)
+                    if data:
+                        _weights_only(path, sample, data, io)
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError, zlib.error) as exc:
+        raise InputError(f"Input file '{path}' is a damaged torch.export archive ({first_line(exc)}).",
+                         "Save or copy it again.")
+
+
+def _weights_only(path, entry, data, io):
+    import torch
+
+    try:
+        torch.load(io.BytesIO(data), weights_only=True)
+    except Exception:  # noqa: BLE001  (UnpicklingError for other objects, anything for damaged bytes)
+        _refuse_pickle(path, entry, "sample inputs that only a full (code-running) unpickler can read")
+
+
+def _refuse_pickle(path, entry, what):
+    raise InputError(f"Input file '{path}' holds {what} ('{entry}'): reading it would unpickle Python objects, "
+                     "which runs code chosen by whoever wrote the file.",
+                     "If you wrote this file yourself or trust its source, re-run with --trust-pickle; otherwise "
+                     "ask for a program exported from plain tensors (torch.export.save of a model without tensor "
+                     "subclasses or custom objects).")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from . import formats
 from .architecture import arch_spec, build_model, load_strict, parse_model_kwargs
+from .budget import check_input_shapes
 from .errors import InputError, torch_error_line
 
 # Input sizes used when --input-shape is not given, by the rank of the first weight (conv1d/2d/3d, linear).
@@ -56,19 +57,21 @@ class Source:
                 "input_shapes": [list(t.shape) for t in self.example_inputs]}
 
 
-def parse_input_shapes(values):
-    """``--input-shape 1,3,224,224`` (repeatable, one per model input) -> list of int tuples."""
+def parse_input_shapes(values, option="--input-shape"):
+    """``--input-shape 1,3,224,224`` (repeatable, one per model input) -> list of int tuples, refused before
+    anything is allocated when they would not fit in memory (``option`` names where they came from)."""
     shapes = []
     for text in values or ():
         try:
-            shape = tuple(int(part) for part in text.split(","))
+            shape = tuple(int(part) for part in str(text).split(",")) if len(str(text)) <= 200 else ()
         except ValueError:
             shape = ()
         if not shape or any(d <= 0 for d in shape):
-            raise InputError(f"--input-shape '{text}' is not a list of positive integers.",
+            raise InputError(f"{option} '{text}' is not a list of positive integers.",
                              "Give the torch-layout shape of one input, e.g. --input-shape 1,3,224,224 (repeat "
                              "the option for a model with several inputs).")
         shapes.append(shape)
+    check_input_shapes(shapes, option)
     return shapes
 
 
@@ -79,7 +82,8 @@ def open_source(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=
         raise InputError("--model and --arch both given.", "Use one: --arch NAME for a known architecture, or "
                          "--model package.module:factory for your own.")
     kwargs = parse_model_kwargs(model_kwargs)
-    shapes = parse_input_shapes(input_shapes)
+    shapes = parse_input_shapes(input_shapes, "--input-shape" if shape_origin == "from --input-shape" else
+                                shape_origin)
     ckpt = formats.load_checkpoint(path, trust_pickle=trust_pickle)
     spec = None
     if ckpt.kind == formats.STATE_DICT:

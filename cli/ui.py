@@ -127,7 +127,8 @@ def common_options(json_flag=True):
             json_to_stdout = json_output if json_flag else kwargs.get("json_report") == "-"
             ctx = click.get_current_context()
             ui = UI(quiet=quiet, json_output=json_to_stdout, debug=debug, command=ctx.command_path)
-            return run_reporting_errors(ui, lambda: func(ui, *args, **kwargs))
+            with library_noise(debug):
+                return run_reporting_errors(ui, lambda: func(ui, *args, **kwargs))
 
         if json_flag:
             wrapper = click.option("--json", "json_output", is_flag=True,
@@ -136,6 +137,27 @@ def common_options(json_flag=True):
         return wrapper
 
     return decorate
+
+
+@contextmanager
+def library_noise(debug: bool):
+    """Hide torch's (and other libraries') warnings and log records unless --debug: a failing input must end in
+    Porter's one paragraph, not a library traceback printed before it."""
+    if debug:
+        yield
+        return
+    import logging
+    import warnings
+
+    previous = logging.root.manager.disable
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("default", module=r"porter(\.|$)")  # Porter's own hints (build the kernels) stay
+        logging.disable(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            logging.disable(previous)
 
 
 def run_reporting_errors(ui, run):

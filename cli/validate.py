@@ -2,9 +2,9 @@
 
 import click
 
-from .artifact import check_artifact, load_ported, read_metadata
+from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options, validate_source
-from .errors import InputError, ValidationFailed
+from .errors import InputError, ValidationFailed, first_line
 from .source import open_source
 from .ui import common_options
 
@@ -27,32 +27,28 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
     """Validate the converted model in DIR against the torch checkpoint FILE.
 
     Runs both on the same seeded random inputs and reports, per output and per module, the largest errors and
-    the first module that diverges. For a state_dict checkpoint the architecture (--model/--arch, --model-kwargs)
-    and input shape default to what `porter convert` recorded in DIR.
+    the first module that diverges. The input shape defaults to what `porter convert` recorded in DIR. For a
+    state_dict checkpoint give the architecture (--model/--arch, --model-kwargs): code recorded in DIR is never
+    imported (it is shown as a hint), except Porter's own built-in architectures.
     """
-    check_artifact(directory)
-    meta = read_metadata(directory).get("source") or {}
+    ported = load_ported(directory)  # the whole artifact is checked before anything from it is used
+    meta = recorded_source(ported)
     if not (model_spec or arch) and meta.get("model"):
-        model_spec = meta["model"]
-        if model_kwargs is None and meta.get("model_kwargs"):
-            import json
-
-            model_kwargs = json.dumps(meta["model_kwargs"])
+        model_spec = recorded_model(directory, against, meta, "validate")
     shape_origin = "from --input-shape"
     if not input_shapes and meta.get("input_shapes"):
         input_shapes = tuple(",".join(map(str, s)) for s in meta["input_shapes"])
         shape_origin = f"recorded in {directory}"
     with ui.progress(["loading", "validating against torch"]) as progress:
         with progress.step("loading"):
-            ported = load_ported(directory)
             source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
                                  trust_pickle=trust_pickle, input_shapes=input_shapes, seed=seed,
                                  shape_origin=shape_origin)
         with progress.step("validating against torch"):
             try:
                 report = validate_source(source, ported, rtol=rtol, atol=atol, grads=grads, seed=seed)
-            except ValueError as exc:
-                raise InputError(f"Cannot compare '{directory}' with '{against}': {exc}.",
+            except (ValueError, TypeError) as exc:  # incl. a well-formed artifact whose graph fails to run
+                raise InputError(f"Cannot compare '{directory}' with '{against}': {first_line(exc)}.",
                                  "Check that DIR was converted from this checkpoint.")
     if json_report and json_report != "-":
         try:
@@ -70,3 +66,4 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
                                  report)
         error.already_reported = ui.json  # the report itself was the JSON output
         raise error
+

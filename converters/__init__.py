@@ -6,6 +6,8 @@ Importing this package does not import torch; :func:`convert` and :func:`inspect
 from .api import InspectReport, convert, inspect_model
 from .registry import UnsupportedOpsError, supported_ops
 from .runtime import PortedModel
+from .limits import ResourceLimitError, max_elements, set_max_elements
+from .schema import ArtifactError
 from .serialize import load, save
 
 __all__ = [
@@ -17,4 +19,8 @@ __all__ = [
     "save",
     "load",
     "supported_ops",
+    "ArtifactError",
+    "ResourceLimitError",
+    "max_elements",
+    "set_max_elements",
 ]

@@ -19,7 +19,7 @@ from . import transforms
 from .ir import Graph, Node, Ref, ValueMeta, dead_code_elimination, iter_refs
 from .registry import UnsupportedOpsError, get_converter, has_converter
 
-FORMAT_VERSION = 1
+from .schema import FORMAT_VERSION  # noqa: E402  (the artifact format this writer produces)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Callable
 
 _CONVERTERS: dict = {}
 _KERNELS: dict = {}
+_SPECS: dict = {}
 
 
 class UnsupportedOpsError(NotImplementedError):
@@ -54,13 +55,23 @@ def register(*ops: str, channels_last: bool = False):
     return decorate
 
 
-def kernel(name: str):
-    """Register the decorated function as the runtime kernel ``name``."""
+def kernel(name: str, *, inputs=None, attrs=None, more=None, check=None):
+    """Register the decorated function as the runtime kernel ``name``, with the spec of its arguments.
+
+    ``inputs``: one spec (``converters/spec.py``) per positional parameter; ``more``: the spec of each extra
+    positional input of a ``*args`` kernel; ``attrs``: spec per keyword parameter; ``check``: a cross-field rule on
+    the attrs. A loaded artifact is checked against them before anything runs; a kernel registered without a spec
+    cannot be loaded from a file (``tests/converters/test_kernel_specs.py`` fails for it).
+    """
 
     def decorate(fn):
         if name in _KERNELS:
             raise ValueError(f"duplicate kernel {name!r}: {_KERNELS[name].__name__} and {fn.__name__}")
         _KERNELS[name] = fn
+        if (inputs, attrs, more, check) != (None, None, None, None):
+            from .spec import KernelSpec
+
+            _SPECS[name] = KernelSpec(inputs or (), attrs, more, check)
         return fn
 
     return decorate
@@ -89,6 +100,17 @@ def get_kernel(name: str) -> Callable:
         return _KERNELS[name]
     except KeyError:
         raise NotImplementedError(f"Porter has no runtime kernel {name!r}") from None
+
+
+def get_kernel_spec(name: str):
+    """The :class:`~converters.spec.KernelSpec` of kernel ``name``, or None when it was registered without one."""
+    _load_families()
+    return _SPECS.get(name)
+
+
+def kernel_names() -> list:
+    _load_families()
+    return sorted(_KERNELS)
 
 
 def supported_ops() -> list:

@@ -10,6 +10,7 @@ import numpy as np
 
 from . import layout as L
 from . import transforms
+from .limits import check_elements
 from .registry import get_kernel
 
 
@@ -26,6 +27,14 @@ class _Program:
         self.module_outputs: dict = {}
         for entry in graph["module_outputs"]:
             self.module_outputs.setdefault(entry["value"], []).append(entry)
+
+
+def _check_result(result, node) -> None:
+    """No node builds an array beyond the element limit (MLX is lazy: the shape is known before any allocation)."""
+    for item in result if isinstance(result, (list, tuple)) else (result,):
+        if isinstance(item, mx.array) and item.size > 1 << 20:
+            where = f" in module {node['module']!r}" if node.get("module") else ""
+            check_elements(item.shape, f"kernel {node['kernel']!r}{where}")
 
 
 class PortedModel(nn.Module):
@@ -84,16 +93,19 @@ class PortedModel(nn.Module):
 
     # ------------------------------------------------------------------------------------------------ running
     def _resolve(self, spec, env):
+        # the graph was checked against the schema on load; this stays strict on its own (a hand-built graph):
+        # only references, lists of them and plain number/bool/None literals ever reach a kernel
         if isinstance(spec, dict):
-            if "ref" in spec:
+            if set(spec) == {"ref"}:
                 return env[spec["ref"]]
-            if "param" in spec:
+            if set(spec) == {"param"}:
                 name = spec["param"]
                 return self.params[name] if name in self.params else self.buffers[name]
-            raise ValueError(f"bad argument spec {spec!r} in the converted graph")
-        if isinstance(spec, list):
+        elif isinstance(spec, list):
             return [self._resolve(s, env) for s in spec]
-        return spec
+        elif spec is None or isinstance(spec, (bool, int, float)):
+            return spec
+        raise ValueError(f"bad argument spec {str(spec)[:80]!r} in the converted graph")
 
     def _run(self, inputs, record: Optional[dict]):
         specs = self._program.graph["inputs"]
@@ -116,7 +128,12 @@ class PortedModel(nn.Module):
                 result = fn(*args, **node["attrs"])
             except (ValueError, TypeError) as e:
                 where = f" in module {node['module']!r}" if node["module"] else ""
-                raise type(e)(f"{e} (while running {node['op']}{where})") from e
+                raise type(e)(f"{e} (while running {node['op'] or node['kernel']}{where})") from e
+            except (IndexError, KeyError, AttributeError, ArithmeticError) as e:  # a wrong axis or value: not a crash
+                where = f" in module {node['module']!r}" if node["module"] else ""
+                raise ValueError(f"kernel {node['kernel']!r} failed with {type(e).__name__}: {e} "
+                                 f"(while running {node['op'] or node['kernel']}{where})") from e
+            _check_result(result, node)
             (name,) = node["outputs"]
             env[name] = result
             if record is not None and name in self._program.module_outputs:

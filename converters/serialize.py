@@ -1,83 +1,98 @@
-"""porter.save / porter.load: ``model.safetensors`` (MLX layouts) + ``graph.json``. No pickle, no torch."""
+"""porter.save / porter.load: ``model.safetensors`` (MLX layouts) + ``graph.json``. No pickle, no torch.
+
+An artifact may come from a stranger: :func:`load` reads both files as data only, checks ``graph.json`` against
+the schema (``converters/schema.py``) and the safetensors header against the recorded parameters before any array
+is built, and raises :class:`~converters.schema.ArtifactError` naming the file, the place and the field.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+import struct
 
 import mlx.core as mx
 import numpy as np
 
-from .convert import FORMAT_VERSION
 from .runtime import PortedModel
+from .schema import FORMAT_VERSION, ArtifactError, check_graph
+from .transforms import mlx_shape
 
 WEIGHTS_FILE = "model.safetensors"
 GRAPH_FILE = "graph.json"
+MAX_GRAPH_BYTES = 256 << 20  # a graph of a million nodes stays well below this
+MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own bound
+# safetensors dtype -> bytes per element, and which recorded (torch) dtypes each may hold
+_ST_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
+             "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+_ST_DTYPES = {"bool": {"BOOL"}, "uint8": {"U8"}, "int8": {"I8"}, "int16": {"I16"}, "uint16": {"U16"},
+              "float16": {"F16"}, "bfloat16": {"BF16", "F32"}, "int32": {"I32"}, "uint32": {"U32"},
+              "float32": {"F32"}, "int64": {"I64"}, "uint64": {"U64"}, "float64": {"F32", "F64"},
+              "complex64": {"C64"}}
+
+__all__ = ["save", "load", "ArtifactError", "FORMAT_VERSION"]
 
 
 def save(ported: PortedModel, directory, *, metadata=None) -> None:
     """Write ``model.safetensors`` and ``graph.json`` for ``ported`` into ``directory`` (created if needed).
 
     ``graph.json`` holds the format version, the runtime nodes with their layer configs, I/O layouts, the source
-    model class, and ``metadata`` (e.g. the validation summary; must be JSON-serialisable).
+    model class, and ``metadata`` (e.g. the validation summary; must be JSON-serialisable). The graph is checked
+    against the schema first: a graph ``load`` would refuse is never written.
     """
     if not isinstance(ported, PortedModel):
         raise TypeError(f"porter.save expects a PortedModel but got {type(ported).__name__}")
     directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
     graph = dict(ported.graph)
     graph["metadata"] = metadata if metadata is not None else {}
     graph["input_layouts"] = ported.input_layouts
     graph["output_layouts"] = ported.output_layouts
     text = json.dumps(graph, indent=1, allow_nan=False)
+    check_graph(json.loads(text), os.path.join(directory, GRAPH_FILE))
+    os.makedirs(directory, exist_ok=True)
     weights = {**ported.params, **ported.buffers}
-    _save_weights(os.path.join(directory, WEIGHTS_FILE), weights, {"format": "mlx", "porter": "1"})
+    weights_path = os.path.join(directory, WEIGHTS_FILE)
+    try:
+        _save_weights(weights_path, weights, {"format": "mlx", "porter": "1"})
+    except (RuntimeError, ValueError) as e:  # MLX reports a failed write (disk full, EFBIG) as RuntimeError
+        if "float64 and bfloat16" in str(e):
+            raise
+        raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
     with open(os.path.join(directory, GRAPH_FILE), "w") as f:
         f.write(text)
 
 
 def load(directory) -> PortedModel:
-    """Rebuild a :class:`PortedModel` saved by :func:`save`. Never imports torch."""
+    """Rebuild a :class:`PortedModel` saved by :func:`save`. Never imports torch, never runs code from the files.
+
+    Raises:
+        FileNotFoundError: ``directory`` or one of its two files is missing.
+        ArtifactError: a file is not a valid artifact (names the file, the place and the field).
+    """
     directory = os.fspath(directory)
     graph_path = os.path.join(directory, GRAPH_FILE)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"porter.load: {directory!r} is not a directory")
     for path in (graph_path, weights_path):
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):
             raise FileNotFoundError(f"porter.load: missing {path!r}; save the model with porter.save first")
-    try:
-        with open(graph_path) as f:
-            graph = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"porter.load: {graph_path!r} is not valid JSON ({e})") from None
-    if not isinstance(graph, dict) or "format_version" not in graph:
-        raise ValueError(f"porter.load: {graph_path!r} is not a Porter graph (no format_version)")
-    if graph["format_version"] > FORMAT_VERSION:
-        raise ValueError(
-            f"porter.load: {graph_path!r} has format version {graph['format_version']}, newer than this Porter "
-            f"supports ({FORMAT_VERSION}); upgrade Porter"
-        )
+    graph = read_graph(graph_path)
+    check_graph(graph, graph_path)
+    header = _read_header(weights_path)
+    _check_weights(header, graph["params"], weights_path)
     try:
         weights = mx.load(weights_path)
     except Exception as e:  # noqa: BLE001  (mlx raises RuntimeError/ValueError for corrupt files)
         if "F64" not in str(e):
-            raise ValueError(f"porter.load: cannot read {weights_path!r} ({e})") from None
+            raise ArtifactError(weights_path, "the file", "", f"cannot be read ({e})") from None
         from safetensors.numpy import load_file  # float64 weights: MLX 0.32 cannot read F64 (PortedModel keeps it)
 
         weights = load_file(weights_path)
-    missing = [n for n in graph.get("params", {}) if n not in weights]
-    if missing:
-        raise ValueError(f"porter.load: {weights_path!r} lacks parameter(s) {missing}")
     for name, spec in graph["params"].items():
-        expected = _mlx_shape(spec)
-        if expected == [] and weights[name].size == 1:
-            weights[name] = weights[name].reshape(())  # safetensors via MLX stores scalars as shape [1]
-        if expected is not None and list(weights[name].shape) != expected:
-            raise ValueError(
-                f"porter.load: {weights_path!r} parameter {name!r} has shape {list(weights[name].shape)}, "
-                f"expected {expected}"
-            )
+        if list(weights[name].shape) == [1] and spec["torch_shape"] == []:
+            weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
     return PortedModel(graph, weights)
 
 
@@ -95,12 +110,92 @@ def _save_weights(path: str, weights: dict, metadata: dict) -> None:
     save_file({name: np.array(a) for name, a in weights.items()}, path, metadata=metadata)
 
 
-def _mlx_shape(spec):
-    from . import transforms
-    import numpy as np
-
-    forward, _ = transforms.get(spec["transform"])
+def _open_regular(path: str, limit: int):
+    """Open ``path`` for reading only when it is a regular file of at most ``limit`` bytes (a FIFO would hang)."""
     try:
-        return list(forward(np.empty(spec["torch_shape"], dtype=np.uint8), **spec["attrs"]).shape)
-    except Exception:  # noqa: BLE001
-        return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise ArtifactError(path, "the file", "", f"cannot be opened ({e.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ArtifactError(path, "the file", "", "is not a regular file (a FIFO, device or socket)")
+    if info.st_size > limit:
+        os.close(fd)
+        raise ArtifactError(path, "the file", "", f"is {info.st_size} bytes, more than the {limit} bytes allowed")
+    return os.fdopen(fd, "rb"), info.st_size
+
+
+def read_graph(path: str):
+    """Parse ``graph.json`` (a regular file, bounded in size); not yet checked against the schema."""
+    fh, _ = _open_regular(path, MAX_GRAPH_BYTES)
+    with fh:
+        data = fh.read(MAX_GRAPH_BYTES + 1)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ArtifactError(path, "the file", "", "JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, huge int literals, bad UTF-8
+        raise ArtifactError(path, "the file", "", f"is not valid JSON ({str(e)[:200]})") from None
+
+
+def _read_header(path: str) -> dict:
+    fh, size = _open_regular(path, 1 << 62)
+    with fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ArtifactError(path, "the file", "", "is too short to be a safetensors file")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(size - 8, MAX_HEADER_BYTES):
+            raise ArtifactError(path, "the header", "", f"declares {length} bytes, more than the file holds")
+        raw = fh.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (RecursionError, ValueError, UnicodeDecodeError):
+        raise ArtifactError(path, "the header", "", "is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise ArtifactError(path, "the header", "", "is not a JSON object")
+    header.pop("__metadata__", None)
+    data_size = size - 8 - length
+    for name, entry in header.items():
+        where = f"tensor {name[:80]!r}"
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise ArtifactError(path, where, "", "expected dtype, shape and data_offsets")
+        if entry["dtype"] not in _ST_SIZES:
+            raise ArtifactError(path, where, "dtype", f"unknown dtype {str(entry['dtype'])[:20]!r}")
+        shape, offsets = entry["shape"], entry["data_offsets"]
+        if not isinstance(shape, list) or len(shape) > 64 or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 62 for s in shape):
+            raise ArtifactError(path, where, "shape", "expected a list of non-negative ints")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(
+                isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+            raise ArtifactError(path, where, "data_offsets", "expected two ints")
+        count = 1
+        for s in shape:
+            count *= s
+        begin, end = offsets
+        if not 0 <= begin <= end <= data_size or end - begin != count * _ST_SIZES[entry["dtype"]]:
+            raise ArtifactError(path, where, "data_offsets", f"{offsets} do not hold a {entry['dtype']} tensor of "
+                                f"shape {shape} inside the file's {data_size} data bytes")
+    return header
+
+
+def _check_weights(header: dict, params: dict, path: str) -> None:
+    missing = [n for n in params if n not in header]
+    if missing:
+        raise ArtifactError(path, f"parameter {missing[0][:80]!r}", "",
+                            f"missing ({len(missing)} parameter(s) recorded in graph.json are not in the file)")
+    extra = [n for n in header if n not in params]
+    if extra:
+        raise ArtifactError(path, f"tensor {extra[0][:80]!r}", "", "not a parameter recorded in graph.json")
+    for name, spec in params.items():
+        entry = header[name]
+        expected = mlx_shape(spec["transform"], spec["attrs"], spec["torch_shape"])
+        got = entry["shape"]
+        if got != expected and not (expected == [] and got == [1]):
+            raise ArtifactError(path, f"parameter {name[:80]!r}", "shape",
+                                f"has shape {got}, expected {expected}")
+        dtype = spec.get("dtype")
+        if dtype is not None and entry["dtype"] not in _ST_DTYPES[dtype]:
+            raise ArtifactError(path, f"parameter {name[:80]!r}", "dtype",
+                                f"is stored as {entry['dtype']} but graph.json records {dtype}")

@@ -100,3 +100,28 @@ def get(name: str):
         return _TRANSFORMS[name]()
     except KeyError:
         raise ValueError(f"unknown weight transform {name!r} in the converted graph") from None
+
+
+def mlx_shape(name: str, attrs: dict, torch_shape) -> list:
+    """The MLX-layout shape a transform gives a weight of ``torch_shape``, by arithmetic (nothing is allocated).
+
+    Raises ValueError when the transform cannot apply to that shape.
+    """
+    shape = list(torch_shape)
+    if name == "identity":
+        return shape
+    if name == "permute":
+        perm = list(attrs["perm"])
+        if sorted(perm) != list(range(len(shape))):
+            raise ValueError(f"permutation {perm} does not fit a weight of shape {shape}")
+        return [shape[p] for p in perm]
+    if len(shape) < 3:
+        raise ValueError(f"a {name} needs at least 3 dims but the weight has shape {shape}")
+    if name == "conv_weight":
+        return [shape[0], *shape[2:], shape[1]]
+    if name == "conv_transpose_weight":
+        groups = attrs["groups"]
+        if shape[0] % groups:
+            raise ValueError(f"{shape[0]} input channels do not split into {groups} groups")
+        return [groups * shape[1], *shape[2:], shape[0] // groups]
+    raise ValueError(f"unknown weight transform {name!r}")

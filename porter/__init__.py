@@ -24,6 +24,9 @@ _LAZY = {
     "inspect_model": ("porter.converters", "inspect_model"),
     "PortedModel": ("porter.converters", "PortedModel"),
     "UnsupportedOpsError": ("porter.converters", "UnsupportedOpsError"),
+    "ArtifactError": ("porter.converters", "ArtifactError"),
+    "set_max_elements": ("porter.converters", "set_max_elements"),
+    "max_elements": ("porter.converters", "max_elements"),
 }
 
 

@@ -151,7 +151,10 @@ def _random_inputs(specs, shapes, seed: int):
     gen = torch.Generator().manual_seed(seed)
     out = []
     for (_, dtype), shape in zip(specs, shapes):
-        tdtype = getattr(torch, dtype, torch.float32)
+        # a dtype name recorded in a graph: looked up in a fixed table, never getattr on torch with a file's name
+        tdtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64, "bool": torch.bool,
+                  "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+                  "int64": torch.int64}.get(dtype, torch.float32)
         if tdtype.is_floating_point:
             out.append(torch.randn(shape, generator=gen).to(tdtype))
         elif tdtype == torch.bool:

@@ -11,7 +11,16 @@ from .. import layout as L
 from .. import transforms
 from ..ir import Ref
 from ..registry import kernel, register
+from ..spec import GEOMETRY, TENSOR, Bool, Enum, Int, Ints, Obj, OneOf, Opt, PERM
 from . import _layers
+
+_GEOM = Ints(1, 3, 0, GEOMETRY)
+_POSITIVE = Ints(1, 3, 1, GEOMETRY)
+CONV_ATTRS = {"nd": Int(1, 3), "stride": _POSITIVE, "dilation": _POSITIVE, "groups": Int(1, GEOMETRY),
+              "padding": OneOf(_GEOM, Int(0, GEOMETRY), Enum("same", "valid")), "unbatched": Bool()}
+# the recorded attributes of each weight transform (also checked for the params of a loaded artifact)
+TRANSFORM_ATTRS = {"identity": Obj({}), "conv_weight": Obj({}), "permute": Obj({"perm": PERM}, ["perm"]),
+                   "conv_transpose_weight": Obj({"groups": Int(1, GEOMETRY)}, ["groups"])}
 
 
 def spatial_layout(rank: int, nd: int, op: str) -> tuple:
@@ -35,20 +44,26 @@ def batched(fn):
     return run
 
 
-@kernel("conv")
+@kernel("conv", inputs=[TENSOR, TENSOR, Opt(TENSOR)], attrs=CONV_ATTRS)
 def k_conv(x, weight, bias=None, *, nd, stride, padding, dilation, groups, unbatched=False):
     conv = _layers.fn(f"conv{nd}d")
     return batched(conv)(x, weight, bias, stride, padding, dilation, groups, unbatched=unbatched)
 
 
-@kernel("conv_transpose")
+@kernel("conv_transpose", inputs=[TENSOR, TENSOR, Opt(TENSOR)],
+        attrs={**CONV_ATTRS, "output_padding": _GEOM})
 def k_conv_transpose(x, weight, bias=None, *, nd, stride, padding, output_padding, groups, dilation,
                      unbatched=False):
     conv = _layers.fn(f"conv_transpose{nd}d")
     return batched(conv)(x, weight, bias, stride, padding, output_padding, groups, dilation, unbatched=unbatched)
 
 
-@kernel("weight_transform")
+def _check_transform(inputs, attrs):
+    TRANSFORM_ATTRS[attrs["name"]].check(attrs.get("attrs", {}), None)
+
+
+@kernel("weight_transform", inputs=[TENSOR], attrs={"name": Enum(*TRANSFORM_ATTRS), "attrs": Obj({"perm": PERM,
+        "groups": Int(1, GEOMETRY)})}, check=_check_transform)
 def k_weight_transform(w, *, name, attrs):
     forward, _ = transforms.get(name)
     return forward(w, **attrs)

@@ -17,6 +17,7 @@ from porter.layers import _native
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
+from ..spec import SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
 
 _SQRT2 = math.sqrt(2.0)
 
@@ -98,7 +99,25 @@ BINARY = {
 }
 
 
-@kernel("unary")
+_NUMBER = Float(allow_inf=True)
+_UNARY_ATTRS = {"approximate": Enum("none", "tanh"), "min_val": _NUMBER, "max_val": _NUMBER, "alpha": _NUMBER,
+                "scale": _NUMBER, "input_scale": _NUMBER, "negative_slope": _NUMBER, "beta": _NUMBER,
+                "threshold": _NUMBER, "exponent": _NUMBER, "min": Opt(_NUMBER), "max": Opt(_NUMBER)}
+
+
+def _check_unary(inputs, attrs):
+    import inspect
+
+    try:
+        takes = list(inspect.signature(UNARY[attrs["fn"]]).parameters)[1:]
+    except (TypeError, ValueError):  # an MLX builtin (mx.sigmoid): takes the array only
+        takes = []
+    extra = sorted(set(attrs) - {"fn"} - set(takes))
+    if extra:
+        raise SpecError(f"the unary function {attrs['fn']!r} takes no attribute(s) {extra}", "")
+
+
+@kernel("unary", inputs=[TENSOR], attrs={"fn": Enum(*UNARY), **_UNARY_ATTRS}, check=_check_unary)
 def k_unary(x, *, fn, **kwargs):
     return UNARY[fn](x, **kwargs)
 
@@ -111,7 +130,7 @@ def _as_array(v, like):
     return mx.array(v, dtype=dtype) if dtype is not None and mx.issubdtype(dtype, mx.floating) else v
 
 
-@kernel("binary")
+@kernel("binary", inputs=[SCALAR, SCALAR], attrs={"fn": Enum(*BINARY), "alpha": _NUMBER, "reverse": Bool()})
 def k_binary(a, b, *, fn, alpha=1, reverse=False):
     if alpha != 1:
         b = b * alpha
@@ -131,7 +150,7 @@ def _zero_dim_as_scalar(v, other):
     return v
 
 
-@kernel("where")
+@kernel("where", inputs=[SCALAR, SCALAR, SCALAR])
 def k_where(cond, a, b):
     like = a if isinstance(a, mx.array) else b
     return mx.where(cond, _as_array(a, like), _as_array(b, like))

@@ -12,9 +12,10 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..registry import kernel, register
+from ..spec import GEOMETRY, SCALAR, TENSOR, Bool, Float, Int, Opt
 
 
-@kernel("linear")
+@kernel("linear", inputs=[TENSOR, TENSOR, Opt(TENSOR)])
 def k_linear(x, weight, bias=None):
     y = x @ weight.T
     return y if bias is None else y + bias
@@ -24,12 +25,13 @@ def _operand(x, swap):
     return x.swapaxes(-1, -2) if swap else x
 
 
-@kernel("matmul")
+@kernel("matmul", inputs=[TENSOR, TENSOR], attrs={"swap_a": Bool(), "swap_b": Bool()})
 def k_matmul(a, b, *, swap_a=False, swap_b=False):
     return _operand(a, swap_a) @ _operand(b, swap_b)
 
 
-@kernel("addmm")
+@kernel("addmm", inputs=[SCALAR, TENSOR, TENSOR], attrs={"beta": Float(), "alpha": Float(), "swap_a": Bool(),
+                                                        "swap_b": Bool()})
 def k_addmm(c, a, b, *, beta=1, alpha=1, swap_a=False, swap_b=False):
     y = _operand(a, swap_a) @ _operand(b, swap_b)
     if alpha != 1:
@@ -39,7 +41,7 @@ def k_addmm(c, a, b, *, beta=1, alpha=1, swap_a=False, swap_b=False):
     return y + (c if beta == 1 else c * beta)
 
 
-@kernel("sdpa")
+@kernel("sdpa", inputs=[TENSOR, TENSOR, TENSOR, Opt(TENSOR)], attrs={"scale": Opt(Float()), "is_causal": Bool()})
 def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False):
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q * scale) @ k.swapaxes(-1, -2)
@@ -109,7 +111,8 @@ def convert_sdpa(ctx, call):
              perm=L.identity(call.meta.rank))
 
 
-@kernel("native_mha")
+@kernel("native_mha", inputs=[TENSOR] * 7, attrs={"num_head": Int(1, GEOMETRY), "need_weights": Bool(),
+                                              "average": Bool()})
 def k_native_mha(q, k, v, qkv_weight, qkv_bias, proj_weight, proj_bias, *, num_head, need_weights, average):
     """nn.MultiheadAttention's fused inference path (TorchScript in eval): batch-first ``(B, L, E)`` inputs."""
     e = q.shape[-1]

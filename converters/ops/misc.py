@@ -12,41 +12,55 @@ import mlx.core as mx
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
+from ..limits import check_elements
+from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq, Str,
+                    DTYPES)
 from .elementwise import aligned_inputs
 from .shape import _dims
+
+# dtype names of an artifact -> MLX dtypes: an explicit table (never getattr with a name read from a file).
+# float64 computes in float64 on the CPU, as torch does (convs: porter.layers' float64 engine); complex64 is MLX's
+# only complex.
+_MX_DTYPES = {"bool": mx.bool_, "uint8": mx.uint8, "uint16": mx.uint16, "uint32": mx.uint32, "uint64": mx.uint64,
+              "int8": mx.int8, "int16": mx.int16, "int32": mx.int32, "int64": mx.int64, "float16": mx.float16,
+              "bfloat16": mx.bfloat16, "float32": mx.float32, "float64": mx.float64, "complex64": mx.complex64}
 
 
 def mx_dtype(name):
     if name is None:
         return None
-    if name == "float64":
-        return mx.float64  # computed in float64 on the CPU, as torch does (convs: porter.layers' float64 engine)
-    if name == "bool":
-        return mx.bool_
-    return getattr(mx, name)
+    try:
+        return _MX_DTYPES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}") from None
 
 
-@kernel("cast")
+@kernel("cast", inputs=[SCALAR], attrs={"dtype": DTYPE})
 def k_cast(x, *, dtype):
     return x.astype(mx_dtype(dtype)) if isinstance(x, mx.array) else mx.array(x, dtype=mx_dtype(dtype))
 
 
-@kernel("fill_like")
+@kernel("fill_like", inputs=[TENSOR, SCALAR], attrs={"dtype": DTYPE})
 def k_fill_like(x, value, *, dtype):
     return mx.full(x.shape, value, dtype=mx_dtype(dtype))
 
 
-@kernel("full")
+@kernel("full", inputs=[SIZES, SCALAR], attrs={"dtype": DTYPE})
 def k_full(size, value, *, dtype):
-    return mx.full([int(s) for s in size], value, dtype=mx_dtype(dtype))
+    shape = [int(s) for s in size]
+    check_elements(shape, "full")
+    return mx.full(shape, value, dtype=mx_dtype(dtype))
 
 
-@kernel("arange")
+@kernel("arange", inputs=[SCALAR, SCALAR, SCALAR], attrs={"dtype": DTYPE})
 def k_arange(start, end, step, *, dtype):
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    check_elements([max(0, -(-(end - start) // step))], "arange")
     return mx.arange(start, end, step, dtype=mx_dtype(dtype))
 
 
-@kernel("flip")
+@kernel("flip", inputs=[TENSOR], attrs={"axes": AXES})
 def k_flip(x, *, axes):
     index = [slice(None)] * x.ndim
     for a in axes:
@@ -54,55 +68,68 @@ def k_flip(x, *, axes):
     return x[tuple(index)]
 
 
-@kernel("roll")
+@kernel("roll", inputs=[TENSOR, SIZES], attrs={"axes": AXES})
 def k_roll(x, shifts, *, axes):
     if not axes:
         return mx.roll(x.reshape(-1), int(shifts[0])).reshape(x.shape)
     return mx.roll(x, [int(s) for s in shifts], axis=axes)
 
 
-@kernel("cumsum")
+@kernel("cumsum", inputs=[TENSOR], attrs={"axis": AXIS, "dtype": Opt(DTYPE)})
 def k_cumsum(x, *, axis, dtype=None):
     if dtype is not None:
         x = x.astype(mx_dtype(dtype))
     return mx.cumsum(x, axis=axis)
 
 
-@kernel("index_select")
+def checked_indices(index, size: int, what: str):
+    """``index`` unchanged when every entry is in ``[-size, size)``; else IndexError as torch raises. MLX's gathers
+    do not check bounds (an index past the end reads other memory, or crashes), and indices can come from a
+    stored buffer of an artifact as well as from the caller."""
+    if isinstance(index, mx.array) and index.size and not mx.issubdtype(index.dtype, mx.bool_):
+        lo, hi = mx.min(index), mx.max(index)
+        mx.eval(lo, hi)
+        if lo.item() < -size or hi.item() >= size:
+            raise IndexError(f"{what}: index {hi.item() if hi.item() >= size else lo.item()} is out of range for "
+                             f"a dimension of size {size}")
+    return index
+
+
+@kernel("index_select", inputs=[TENSOR, TENSOR], attrs={"axis": AXIS})
 def k_index_select(x, index, *, axis):
-    return mx.take(x, index.reshape(-1), axis=axis)
+    return mx.take(x, checked_indices(index.reshape(-1), x.shape[axis], "index_select"), axis=axis)
 
 
-@kernel("gather")
+@kernel("gather", inputs=[TENSOR, TENSOR], attrs={"axis": AXIS})
 def k_gather(x, index, *, axis):
-    return mx.take_along_axis(x, index, axis=axis)
+    return mx.take_along_axis(x, checked_indices(index, x.shape[axis], "gather"), axis=axis)
 
 
-@kernel("embedding")
+@kernel("embedding", inputs=[TENSOR, TENSOR])
 def k_embedding(weight, indices):
-    return mx.take(weight, indices, axis=0)
+    return mx.take(weight, checked_indices(indices, weight.shape[0], "embedding"), axis=0)
 
 
-@kernel("max_dim")
+@kernel("max_dim", inputs=[TENSOR], attrs={"axis": AXIS, "keepdims": Bool(), "fn": Enum("max", "min")})
 def k_max_dim(x, *, axis, keepdims, fn):
     values = (mx.max if fn == "max" else mx.min)(x, axis=axis, keepdims=keepdims)
     indices = (mx.argmax if fn == "max" else mx.argmin)(x, axis=axis, keepdims=keepdims).astype(mx.int64)
     return [values, indices]
 
 
-@kernel("logsumexp")
+@kernel("logsumexp", inputs=[TENSOR], attrs={"axes": AXES, "keepdims": Bool()})
 def k_logsumexp(x, *, axes, keepdims):
     return mx.logsumexp(x, axis=axes, keepdims=keepdims)
 
 
-@kernel("prod")
+@kernel("prod", inputs=[TENSOR], attrs={"axes": AXES, "keepdims": Bool(), "dtype": Opt(DTYPE)})
 def k_prod(x, *, axes, keepdims, dtype=None):
     if dtype is not None:
         x = x.astype(mx_dtype(dtype))
     return mx.prod(x, axis=axes, keepdims=keepdims)
 
 
-@kernel("vector_norm")
+@kernel("vector_norm", inputs=[TENSOR], attrs={"ord": Float(allow_inf=True), "axes": AXES, "keepdims": Bool()})
 def k_vector_norm(x, *, ord, axes, keepdims):
     a = mx.abs(x)
     if ord == float("inf"):
@@ -112,17 +139,20 @@ def k_vector_norm(x, *, ord, axes, keepdims):
     return mx.power(mx.sum(mx.power(a, ord), axis=axes, keepdims=keepdims), 1.0 / ord)
 
 
-@kernel("einsum")
+_EINSUM_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ,->. "
+
+
+@kernel("einsum", more=TENSOR, attrs={"equation": Str(256, _EINSUM_CHARS)})
 def k_einsum(*operands, equation):
     return mx.einsum(equation, *operands)
 
 
-@kernel("tri")
+@kernel("tri", inputs=[TENSOR], attrs={"upper": Bool(), "diagonal": Int()})
 def k_tri(x, *, upper, diagonal):
     return mx.triu(x, diagonal) if upper else mx.tril(x, diagonal)
 
 
-@kernel("pixel_shuffle")
+@kernel("pixel_shuffle", inputs=[TENSOR], attrs={"factor": Int(1, GEOMETRY), "inverse": Bool()})
 def k_pixel_shuffle(x, *, factor, inverse):
     """Torch layout ``(*, C, H, W)``."""
     *lead, c, h, w = x.shape
@@ -369,10 +399,14 @@ register("aten.pixel_shuffle.default")(_pixel_shuffle(False))
 register("aten.pixel_unshuffle.default")(_pixel_shuffle(True))
 
 
-@kernel("index")
+@kernel("index", inputs=[TENSOR, Seq(Opt(TENSOR))])
 def k_index(x, indices):
     """torch ``x[..., idx, ...]`` with index tensors (None = whole dim), numpy-style advanced indexing."""
-    key = tuple(slice(None) if i is None else (i.astype(mx.int32) if i.dtype != mx.bool_ else i) for i in indices)
+    if len(indices) > x.ndim:
+        raise IndexError(f"index: {len(indices)} indices for a tensor of {x.ndim} dims")
+    key = tuple(slice(None) if i is None else
+                (checked_indices(i, x.shape[d], "index").astype(mx.int32) if i.dtype != mx.bool_ else i)
+                for d, i in enumerate(indices))
     return x[key]
 
 

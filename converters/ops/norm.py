@@ -13,6 +13,9 @@ from porter.layers import _native
 
 from .. import layout as L
 from ..registry import kernel, register
+from ..spec import AXIS, MAX_LEN, TENSOR, Float, Int, Opt, Seq
+
+_EPS = Float()
 
 
 def _channel_shape(ndim, axis, c):
@@ -21,7 +24,7 @@ def _channel_shape(ndim, axis, c):
     return shape
 
 
-@kernel("batch_norm")
+@kernel("batch_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR), TENSOR, TENSOR], attrs={"axis": AXIS, "eps": _EPS})
 def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
     # torch's CPU eval kernel: per-channel alpha = weight / sqrt(var + eps), beta = bias - mean * alpha, then one
     # multiply-add over the activation (two passes over it here instead of three for (x - mean) * scale + bias)
@@ -36,7 +39,7 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
     return x * alpha.reshape(shape) + beta.reshape(shape)
 
 
-@kernel("layer_norm")
+@kernel("layer_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"k": Int(0, MAX_LEN), "eps": _EPS})
 def k_layer_norm(x, weight, bias, *, k, eps):
     axes = list(range(x.ndim - k, x.ndim))
     mean = mx.mean(x, axis=axes, keepdims=True)
@@ -47,7 +50,7 @@ def k_layer_norm(x, weight, bias, *, k, eps):
     return y if bias is None else y + bias
 
 
-@kernel("group_norm")
+@kernel("group_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"groups": Int(1, 1 << 24), "eps": _EPS})
 def k_group_norm(x, weight, bias, *, groups, eps):
     """Channels-last ``(N, *S, C)``: statistics per (sample, group) over the spatial dims and the group's channels."""
     n, c = x.shape[0], x.shape[-1]
@@ -85,7 +88,7 @@ def convert_batch_norm(ctx, call):
         ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
 
 
-@kernel("pack")
+@kernel("pack", inputs=[Seq(Opt(TENSOR))])
 def k_pack(values):
     return list(values)
 

@@ -5,16 +5,48 @@
 from __future__ import annotations
 
 from .. import layout as L
+from ..limits import check_elements
 from ..registry import kernel, register
+from ..spec import GEOMETRY, SIZES, TENSOR, Bool, Enum, Int, Ints, OneOf, Opt, SpecError
 from .conv import batched, spatial_layout
 from . import _layers
 
+_SIZE = OneOf(Int(0, GEOMETRY), Ints(1, 3, 0, GEOMETRY))
+_COMMON = {"fn", "unbatched", "values_only"}
+# the attrs each pool function takes, by family (anything else is refused before the graph runs)
+_POOL_ATTRS = {
+    "max": _COMMON | {"kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"},
+    "avg": _COMMON | {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"},
+    "adaptive_avg": _COMMON,
+    "adaptive_max": _COMMON | {"return_indices"},
+}
 
-@kernel("pool")
+
+def _check_pool(inputs, attrs):
+    family = next(f for f, names in _layers.POOLS.items() if attrs["fn"] in names)
+    extra = sorted(set(attrs) - _POOL_ATTRS[family])
+    if extra:
+        raise SpecError(f"{attrs['fn']} takes no attribute(s) {extra}", "")
+    wanted = 1 if family.startswith("adaptive") else 0
+    if len(inputs) != 1 + wanted:
+        raise SpecError(f"{attrs['fn']} takes {1 + wanted} input(s) but the node gives {len(inputs)}", "")
+
+
+@kernel("pool", inputs=[TENSOR], more=SIZES, check=_check_pool, attrs={
+    "fn": Enum(*sum(_layers.POOLS.values(), ())), "unbatched": Bool(), "values_only": Bool(),
+    "kernel_size": _SIZE, "stride": Opt(_SIZE), "padding": _SIZE, "dilation": _SIZE, "ceil_mode": Bool(),
+    "return_indices": Bool(), "count_include_pad": Bool(), "divisor_override": Opt(Int(-GEOMETRY, GEOMETRY))})
 def k_pool(x, *args, fn, unbatched=False, values_only=False, **kwargs):
     """``values_only``: a tuple-returning op whose indices nobody reads; computed without them."""
+    if args:  # an adaptive pool's output size, read at run time: bounded before any window table is built
+        _check_size(x, args[0], fn)
     out = batched(_layers.fn(fn))(x, *args, unbatched=unbatched, **kwargs)
     return [out, None] if values_only else out
+
+
+def _check_size(x, size, what):
+    sizes = [size] if isinstance(size, int) else [s for s in (size or []) if s is not None]
+    check_elements([x.shape[0], x.shape[-1], *[int(s) for s in sizes]], what)
 
 
 def _indices_needed(ctx, call) -> bool:
@@ -22,11 +54,14 @@ def _indices_needed(ctx, call) -> bool:
     return "all" in used or 1 in used
 
 
-@kernel("max_unpool")
+@kernel("max_unpool", inputs=[TENSOR, TENSOR, SIZES], attrs={
+    "nd": Int(1, 3), "stride": Opt(Ints(0, 3, 0, GEOMETRY)), "padding": Opt(Ints(0, 3, 0, GEOMETRY)),
+    "unbatched": Bool()})
 def k_max_unpool(x, indices, output_size, *, nd, stride=None, padding=None, unbatched=False):
     # aten.max_unpool carries only output_size; Porter's max_unpool takes torch's module arguments, whose one
     # effect given output_size is the range check. A kernel making the default size equal output_size passes it.
     spatial = x.shape[-nd - 1:-1]
+    _check_size(x, output_size, f"max_unpool{nd}d")
     stride = list(stride) if stride else [1] * nd
     padding = list(padding) if padding else [0] * nd
     kernel_size = [int(o) - (l - 1) * s + 2 * p for o, l, s, p in zip(output_size, spatial, stride, padding)]
@@ -131,9 +166,12 @@ def _fractional(nd):
     return convert_fractional
 
 
-@kernel("fractional_pool")
+@kernel("fractional_pool", inputs=[TENSOR, TENSOR], attrs={
+    "fn": Enum(*_layers.FRACTIONAL), "kernel_size": _SIZE, "output_size": Opt(_SIZE), "return_indices": Bool(),
+    "unbatched": Bool()})
 def k_fractional_pool(x, samples, *, fn, kernel_size, output_size, return_indices, unbatched=False):
     # positional: (input, kernel_size, output_size, output_ratio, return_indices, random_samples)
+    _check_size(x, output_size, fn)
     return batched(_layers.fn(fn))(x, kernel_size, output_size, None, return_indices, samples, unbatched=unbatched)
 
 

@@ -9,19 +9,21 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..registry import kernel, register
+from ..spec import AXES, AXIS, DTYPE, TENSOR, Bool, Enum, Float, Opt
+from .misc import mx_dtype
 from .shape import _dims
 
 _REDUCE = {"mean": mx.mean, "sum": mx.sum, "amax": mx.max, "amin": mx.min, "any": mx.any, "all": mx.all}
 
 
-@kernel("reduce")
+@kernel("reduce", inputs=[TENSOR], attrs={"fn": Enum(*_REDUCE), "axes": AXES, "keepdims": Bool(), "dtype": Opt(DTYPE)})
 def k_reduce(x, *, fn, axes, keepdims, dtype=None):
     if dtype is not None:
-        x = x.astype(getattr(mx, dtype))
+        x = x.astype(mx_dtype(dtype))
     return _REDUCE[fn](x, axis=axes, keepdims=keepdims)
 
 
-@kernel("variance")
+@kernel("variance", inputs=[TENSOR], attrs={"axes": AXES, "keepdims": Bool(), "correction": Float(), "std": Bool()})
 def k_variance(x, *, axes, keepdims, correction, std):
     mean = mx.mean(x, axis=axes, keepdims=True)
     count = 1
@@ -31,16 +33,16 @@ def k_variance(x, *, axes, keepdims, correction, std):
     return mx.sqrt(v) if std else v
 
 
-@kernel("softmax")
+@kernel("softmax", inputs=[TENSOR], attrs={"axis": AXIS, "log": Bool(), "dtype": Opt(DTYPE)})
 def k_softmax(x, *, axis, log=False, dtype=None):
     if dtype is not None:
-        x = x.astype(getattr(mx, dtype))
+        x = x.astype(mx_dtype(dtype))
     if log:
         return x - mx.logsumexp(x, axis=axis, keepdims=True)
     return mx.softmax(x, axis=axis, precise=True)
 
 
-@kernel("argmax")
+@kernel("argmax", inputs=[TENSOR], attrs={"axis": Opt(AXIS), "keepdims": Bool(), "fn": Enum("argmax", "argmin")})
 def k_argmax(x, *, axis, keepdims, fn):
     f = mx.argmax if fn == "argmax" else mx.argmin
     if axis is None:

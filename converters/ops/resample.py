@@ -14,7 +14,9 @@ import mlx.core as mx
 import numpy as np
 
 from .. import layout as L
+from ..limits import check_elements
 from ..registry import kernel, register
+from ..spec import AXES, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq
 from . import _layers
 
 
@@ -32,11 +34,14 @@ def _scale(in_size, out_size, scale_factor, align_corners):
     return np.float32(in_size / out_size)
 
 
-@kernel("upsample")
+@kernel("upsample", inputs=[TENSOR, Opt(SIZES)], attrs={
+    "mode": Enum("nearest", "linear"), "nd": Int(1, 3), "scale_factors": Opt(Seq(Opt(Float()), 1, 3)),
+    "align_corners": Opt(Bool())})
 def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=False):
     """``x`` is channels-last ``(N, *S, C)``; ``mode`` is "nearest" or "linear" (separable over the nd dims)."""
     spatial = x.shape[1:1 + nd]
     outs = _output_sizes(spatial, output_size, scale_factors)
+    check_elements([x.shape[0], *outs, x.shape[-1]], "upsample")
     for i in range(nd):
         L_in, L_out = spatial[i], outs[i]
         sf = scale_factors[i] if scale_factors else None
@@ -102,13 +107,21 @@ for _nd, _modes in ((1, ("nearest", "linear")), (2, ("nearest", "bilinear")), (3
 
 
 # ---------------------------------------------------------------------------------------------------- padding
-@kernel("pad")
+@kernel("pad", inputs=[TENSOR, SIZES], attrs={
+    "mode": Enum("constant", "reflect", "replicate", "circular"), "value": Opt(Float(allow_inf=True, allow_nan=True)),
+    "axes": AXES})
 def k_pad(x, pad, *, mode, value, axes):
     """torch ``F.pad`` on an array in any layout: ``pad`` is torch's flat (lo, hi) list from the last torch dim,
     ``axes[i]`` the array axis of the i-th padded dim. Porter's ``pad`` counts pairs over the spatial axes of a
     channels-last array (or over the trailing axes with ``channels_last=False``); other layouts move the padded
     axes last for the call."""
     pad = [int(p) for p in pad]
+    if len(pad) != 2 * len(axes):
+        raise ValueError(f"pad: {len(pad)} padding sizes for {len(axes)} axes")
+    shape = list(x.shape)
+    for i, a in enumerate(axes):
+        shape[a] += pad[2 * i] + pad[2 * i + 1]
+    check_elements(shape, "pad")
     pad_fn = _layers.fn("pad")
     n = len(axes)
     if axes == [x.ndim - 2 - i for i in range(n)]:

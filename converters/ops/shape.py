@@ -15,21 +15,24 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..ir import Ref, ValueMeta
+from ..limits import check_elements
 from ..registry import kernel, register
+from ..spec import (AXES, AXIS, INT_LIMIT, INT_OR_REF, MAX_LEN, PERM, SIZES, TENSOR, Enum, Float, Int, OneOf, Opt,
+                    Ref as RefSpec, Seq)
 
 
 # ---------------------------------------------------------------------------------------------------- kernels
-@kernel("identity")
+@kernel("identity", inputs=[TENSOR])
 def k_identity(x):
     return x
 
 
-@kernel("transpose")
+@kernel("transpose", inputs=[TENSOR], attrs={"axes": PERM})
 def k_transpose(x, *, axes):
     return x.transpose(axes)
 
 
-@kernel("size")
+@kernel("size", inputs=[TENSOR], attrs={"axis": AXIS})
 def k_size(x, *, axis):
     return x.shape[axis]
 
@@ -47,17 +50,29 @@ _SYM_CALLS = {
 }
 
 
-@kernel("int_op")
+_ARITY = {"neg": 1, "torch.sym_float": 1, "torch.sym_int": 1, "math.ceil": 1, "math.floor": 1, "math.trunc": 1}
+
+
+@kernel("int_op", more=OneOf(Int(), Float(), RefSpec()), attrs={"op": Enum(*_INT_OPS, *_SYM_CALLS)})
 def k_int_op(*args, op):
-    return (_INT_OPS.get(op) or _SYM_CALLS[op])(*args)
+    if len(args) != _ARITY.get(op, 2):
+        raise ValueError(f"int_op {op!r} takes {_ARITY.get(op, 2)} argument(s) but got {len(args)}")
+    if op == "pow" and all(isinstance(a, int) for a in args) and abs(args[0]) > 1 and not -64 <= args[1] <= 64:
+        raise ValueError(f"int_op pow: exponent {args[1]} out of range")  # 10 ** 10 ** 10 would not finish
+    result = (_INT_OPS.get(op) or _SYM_CALLS[op])(*args)
+    if isinstance(result, int) and not isinstance(result, bool) and abs(result) > INT_LIMIT:
+        raise ValueError(f"int_op {op!r}: result {result} out of range")
+    return result
 
 
-@kernel("getitem")
+@kernel("getitem", inputs=[RefSpec()], attrs={"index": Int(-(1 << 20), 1 << 20)})
 def k_getitem(seq, *, index):
+    if not isinstance(seq, (list, tuple)):  # an array here would be indexed without a bounds check by MLX
+        raise TypeError(f"getitem reads an item of a tuple value but got {type(seq).__name__}")
     return seq[index]
 
 
-@kernel("reshape")
+@kernel("reshape", inputs=[TENSOR, SIZES], attrs={"merge": Opt(Seq(Opt(AXES)))})
 def k_reshape(x, sizes, *, merge=None):
     """``sizes`` lists the output sizes in array order; ``merge[i]`` (when not None) names the input array axes
     whose sizes multiply into output axis ``i`` (kept dims and merged dims)."""
@@ -65,7 +80,9 @@ def k_reshape(x, sizes, *, merge=None):
         sizes = [
             s if axes is None else _prod(x.shape[a] for a in axes) for s, axes in zip(sizes, merge)
         ]
-    return x.reshape([int(s) for s in sizes])
+    sizes = [int(s) for s in sizes]
+    check_elements([s for s in sizes if s != -1], "reshape")
+    return x.reshape(sizes)
 
 
 def _prod(values):
@@ -75,33 +92,39 @@ def _prod(values):
     return out
 
 
-@kernel("expand")
+_LEAD = Int(0, MAX_LEN)
+
+
+@kernel("expand", inputs=[TENSOR, SIZES], attrs={"lead": _LEAD, "perm": PERM})
 def k_expand(x, sizes, *, lead, perm):
     """torch ``expand(sizes)`` (``sizes`` in torch order) on an array in layout ``perm`` (of the result)."""
     if lead:
         x = x.reshape((1,) * lead + tuple(x.shape))
     target = [x.shape[i] if sizes[perm[i]] == -1 else int(sizes[perm[i]]) for i in range(x.ndim)]
+    check_elements(target, "expand")
     return mx.broadcast_to(x, target)
 
 
-@kernel("repeat")
+@kernel("repeat", inputs=[TENSOR, SIZES], attrs={"lead": _LEAD, "perm": PERM})
 def k_repeat(x, repeats, *, lead, perm):
     if lead:
         x = x.reshape((1,) * lead + tuple(x.shape))
-    return mx.tile(x, [int(repeats[perm[i]]) for i in range(x.ndim)])
+    reps = [int(repeats[perm[i]]) for i in range(x.ndim)]
+    check_elements([s * r for s, r in zip(x.shape, reps)], "repeat")
+    return mx.tile(x, reps)
 
 
-@kernel("concat")
+@kernel("concat", inputs=[Seq(TENSOR, 0, 1 << 16)], attrs={"axis": AXIS})
 def k_concat(tensors, *, axis):
     return mx.concatenate(tensors, axis=axis)
 
 
-@kernel("stack")
+@kernel("stack", inputs=[Seq(TENSOR, 0, 1 << 16)], attrs={"axis": AXIS})
 def k_stack(tensors, *, axis):
     return mx.stack(tensors, axis=axis)
 
 
-@kernel("split")
+@kernel("split", inputs=[TENSOR, OneOf(INT_OR_REF, SIZES)], attrs={"axis": AXIS, "mode": Enum("size", "sizes", "chunks")})
 def k_split(x, size, *, axis, mode):
     """torch split/chunk along ``axis``: mode "size" (pieces of ``size``), "sizes" (a list), "chunks"."""
     length = x.shape[axis]
@@ -118,37 +141,39 @@ def k_split(x, size, *, axis, mode):
     return mx.split(x, bounds, axis=axis)
 
 
-@kernel("unbind")
+@kernel("unbind", inputs=[TENSOR], attrs={"axis": AXIS})
 def k_unbind(x, *, axis):
     return [mx.take(x, i, axis=axis) for i in range(x.shape[axis])]
 
 
-@kernel("select")
+@kernel("select", inputs=[TENSOR, INT_OR_REF], attrs={"axis": AXIS})
 def k_select(x, index, *, axis):
     index = int(index)
+    if not -x.shape[axis] <= index < x.shape[axis]:
+        raise IndexError(f"select: index {index} is out of range for a dimension of size {x.shape[axis]}")
     if index < 0:
         index += x.shape[axis]
     return mx.take(x, index, axis=axis)
 
 
-@kernel("slice")
+@kernel("slice", inputs=[TENSOR, Opt(INT_OR_REF), Opt(INT_OR_REF), Opt(INT_OR_REF)], attrs={"axis": AXIS})
 def k_slice(x, start, end, step, *, axis):
     index = [slice(None)] * x.ndim
     index[axis] = slice(start, end, step)
     return x[tuple(index)]
 
 
-@kernel("squeeze")
+@kernel("squeeze", inputs=[TENSOR], attrs={"axes": AXES})
 def k_squeeze(x, *, axes):
     return mx.squeeze(x, axes) if axes else x
 
 
-@kernel("unsqueeze")
+@kernel("unsqueeze", inputs=[TENSOR], attrs={"axis": AXIS})
 def k_unsqueeze(x, *, axis):
     return mx.expand_dims(x, axis)
 
 
-@kernel("broadcast_layout")
+@kernel("broadcast_layout", inputs=[TENSOR], attrs={"lead": _LEAD, "axes": PERM})
 def k_broadcast_layout(x, *, lead, axes):
     """A lower-rank torch-layout tensor brought to rank ``len(axes)`` (size-1 leading dims) and layout ``axes``."""
     x = x.reshape((1,) * lead + tuple(x.shape))
@@ -478,7 +503,7 @@ def convert_unsqueeze(ctx, call):
     ctx.emit("unsqueeze", [ctx.tensor(x)], {"axis": new_perm.index(dim)}, perm=new_perm)
 
 
-@kernel("shape")
+@kernel("shape", inputs=[TENSOR], attrs={"perm": PERM})
 def k_shape(x, *, perm):
     return [x.shape[perm.index(d)] for d in range(x.ndim)]
 

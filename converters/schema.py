@@ -1,0 +1,365 @@
+"""The ``graph.json`` schema (format version 1), checked as a whole before any array is built.
+
+``porter.load`` runs :func:`check_graph` on the parsed file and ``porter.save`` on what it is about to write, so a
+crafted artifact and a writer bug fail the same way: one :class:`ArtifactError` naming the file, the place (a node,
+a parameter, an input) and the field. What is checked:
+
+* the top-level keys (unknown keys are refused: a newer feature must not be silently ignored), their types;
+* every node: its kernel is registered and has a spec (``converters/spec.py``, declared with the kernel), its inputs
+  and attrs match that spec and the kernel's signature (required present, nothing unknown), every value it reads is
+  a graph input or an earlier node's output (so no cycles) or a recorded parameter, its output name is new;
+* graph inputs (names, layouts, recorded shapes/dtypes, bounded), outputs, ``module_outputs``;
+* ``params``: transform name and attributes from an allow-list, shapes and dtypes;
+* optional ``input_checks`` (per-call input shape checks) and ``dynamic_dims``;
+* sizes: nesting depth, counts and string lengths are bounded; the file size is bounded by the loader.
+
+Nothing here resolves a name from the file to code: kernel names index the registry, every other name is compared
+with an explicit allow-list.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from . import spec as S
+from .limits import max_elements
+
+FORMAT_VERSION = 1
+MAX_NODES = 1 << 20
+MAX_NAME = 1024
+MAX_DEPTH = 32
+MAX_CHECKS = 4096
+
+_SYMBOLIC = S.Str(512, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ +-*/%().,<>=!")
+_NAME = S.Text(MAX_NAME)
+_LAYOUT = S.Opt(S.PERM)
+_VALUE = S.Opt(S.OneOf(S.SCALAR, S.Seq(S.Opt(S.SCALAR), 0, 1 << 16)))
+_CMP = ("eq", "ne", "lt", "le", "gt", "ge")
+_EXPR_OPS = ("add", "sub", "mul", "floordiv", "mod", "max", "min")
+_REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structure", "nodes", "params",
+             "module_outputs", "num_transposes")
+_OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
+             "dynamic_dims")
+
+
+class ArtifactError(ValueError):
+    """A converted model directory that is not a valid Porter artifact.
+
+    Attributes:
+        file (str): the file at fault (``.../graph.json`` or ``.../model.safetensors``).
+        where (str): the place in it (``node 12 (kernel 'pool', module 'layer1.0')``, ``params['fc.weight']``).
+        field (str): the field (``attrs.kernel_size[1]``), or ``""`` for the place as a whole.
+    """
+
+    def __init__(self, file: str, where: str, field: str, problem: str):
+        self.file, self.where, self.field, self.problem = file, where, field, problem
+        place = where + (f", field {field!r}" if field else "")
+        super().__init__(f"{file!r} is not a valid Porter artifact: {place}: {problem}")
+
+
+class _Checker:
+    def __init__(self, graph, file: str):
+        self.graph = graph
+        self.file = file
+        self.defined: set = set()
+        self.params: set = set()
+        self.ranks: list = []
+
+    def fail(self, where, field, problem):
+        raise ArtifactError(self.file, where, field, problem)
+
+    def match(self, spec, value, where, field, on_ref=None):
+        try:
+            spec.check(value, on_ref or self.on_ref)
+        except S.SpecError as e:
+            self.fail(where, field + e.path, e.message)
+
+    def on_ref(self, key, name):
+        if key == "ref" and name not in self.defined:
+            raise S.SpecError(f"reads the value {name[:80]!r}, which no graph input or earlier node defines")
+        if key == "param" and name not in self.params:
+            raise S.SpecError(f"reads the parameter {name[:80]!r}, which 'params' does not record")
+
+    # ------------------------------------------------------------------------------------------------ top level
+    def run(self):
+        g = self.graph
+        if not isinstance(g, dict):
+            self.fail("the file", "", f"expected a JSON object but got {S.kind_of(g)}")
+        version = g.get("format_version")
+        if isinstance(version, bool) or not isinstance(version, int):
+            self.fail("the file", "format_version", f"expected an int but got {S.kind_of(version)}")
+        if version > FORMAT_VERSION:
+            self.fail("the file", "format_version", f"format version {version} is newer than this Porter supports "
+                      f"({FORMAT_VERSION}); upgrade Porter")
+        if version < 1:
+            self.fail("the file", "format_version", f"format version {version} is not a Porter format")
+        missing = [k for k in _REQUIRED if k not in g]
+        if missing:
+            self.fail("the file", missing[0], "this required key is missing")
+        unknown = [k for k in g if k not in _REQUIRED + _OPTIONAL]
+        if unknown:
+            self.fail("the file", str(unknown[0])[:80], "unknown key (written by a newer Porter, or not by Porter)")
+        self.match(S.Enum("mlx", "torch"), g["io_layout"], "the file", "io_layout")
+        self.match(S.Enum("single", "tuple"), g["output_structure"], "the file", "output_structure")
+        self.match(S.Int(0, 1 << 30), g["num_transposes"], "the file", "num_transposes")
+        for key in ("source_class", "frontend"):
+            if key in g:
+                self.match(_NAME, g[key], "the file", key)
+        for key in ("input_layouts", "output_layouts"):
+            if key in g:
+                self.match(S.Seq(S.Text(64), 0, 1 << 16), g[key], "the file", key)
+        if "metadata" in g:
+            if not isinstance(g["metadata"], dict):
+                self.fail("the file", "metadata", f"expected an object but got {S.kind_of(g['metadata'])}")
+            self.depth(g["metadata"], "metadata")
+        self.check_params(g["params"])
+        self.check_inputs(g["inputs"])
+        self.check_nodes(g["nodes"])
+        self.check_outputs(g["outputs"], g["output_structure"])
+        self.check_module_outputs(g["module_outputs"])
+        if "input_checks" in g:
+            self.check_input_checks(g["input_checks"])
+        if "dynamic_dims" in g:
+            self.check_dynamic_dims(g["dynamic_dims"])
+
+    def depth(self, value, field):
+        stack = [(value, 1)]
+        while stack:
+            item, level = stack.pop()
+            if level > MAX_DEPTH:
+                self.fail("the file", field, f"nested deeper than {MAX_DEPTH} levels")
+            if isinstance(item, dict):
+                stack.extend((v, level + 1) for v in item.values())
+            elif isinstance(item, list):
+                stack.extend((v, level + 1) for v in item)
+
+    # ------------------------------------------------------------------------------------------------ params
+    def check_params(self, params):
+        from .ops.conv import TRANSFORM_ATTRS
+
+        if not isinstance(params, dict) or len(params) > MAX_NODES:
+            self.fail("the file", "params", f"expected an object of at most {MAX_NODES} entries")
+        record = S.Obj({"transform": S.Enum(*TRANSFORM_ATTRS), "attrs": S.Obj({"perm": S.PERM, "groups": S.Int()}),
+                        "trainable": S.Bool(), "torch_shape": S.Ints(0, S.MAX_LEN, 0, S.INT_LIMIT),
+                        "dtype": S.DTYPE}, ["transform", "attrs", "trainable", "torch_shape"])
+        for name, entry in params.items():
+            where = f"params[{name[:80]!r}]"
+            self.match(_NAME, name, where, "")
+            self.match(record, entry, where, "")
+            self.match(TRANSFORM_ATTRS[entry["transform"]], entry["attrs"], where, "attrs")
+            try:
+                from .transforms import mlx_shape
+
+                mlx_shape(entry["transform"], entry["attrs"], entry["torch_shape"])
+            except ValueError as e:
+                self.fail(where, "torch_shape", str(e))
+            self.params.add(name)
+
+    # ------------------------------------------------------------------------------------------------ inputs
+    def meta(self, value, where, field, level=0):
+        if level > MAX_DEPTH:
+            self.fail(where, field, f"nested deeper than {MAX_DEPTH} levels")
+        spec = S.Obj({"kind": S.Enum("tensor", "int", "float", "bool", "list", "none"),
+                      "shape": S.Seq(S.OneOf(S.Int(0, S.INT_LIMIT), _SYMBOLIC)), "dtype": S.DTYPE,
+                      "hint": S.Ints(0, S.MAX_LEN, 0, S.INT_LIMIT), "items": S.Seq(_ANY, 0, 1 << 16)}, ["kind"])
+        self.match(spec, value, where, field)
+        for i, item in enumerate(value.get("items") or []):
+            self.meta(item, where, f"{field}.items[{i}]", level + 1)
+
+    def check_inputs(self, inputs):
+        entry = S.Obj({"name": _NAME, "perm": _LAYOUT, "meta": _ANY}, ["name", "perm", "meta"])
+        self.match(S.Seq(entry, 0, 1 << 10), inputs, "the file", "inputs")
+        for i, entry in enumerate(inputs):
+            where = f"input {i} ({entry['name'][:80]!r})"
+            self.meta(entry["meta"], where, "meta")
+            meta = entry["meta"]
+            if entry["name"] in self.defined:
+                self.fail(where, "name", "defined twice")
+            if meta["kind"] == "tensor":
+                shape = meta.get("shape")
+                if shape is None or entry["perm"] is None:
+                    self.fail(where, "meta.shape", "a tensor input needs a recorded shape and layout")
+                if sorted(entry["perm"]) != list(range(len(shape))):
+                    self.fail(where, "perm", f"{entry['perm']} is not a permutation of the input's {len(shape)} dims")
+                hint = meta.get("hint") or [s for s in shape if isinstance(s, int)]
+                count = 1
+                for s in hint:
+                    count *= s
+                if count > max_elements():
+                    self.fail(where, "meta.hint", f"a recorded example of {count} elements exceeds the limit of "
+                              f"{max_elements()} elements")
+                self.ranks.append(len(shape))
+            else:
+                self.ranks.append(None)
+            self.defined.add(entry["name"])
+
+    # ------------------------------------------------------------------------------------------------ nodes
+    def check_nodes(self, nodes):
+        from .registry import _KERNELS, get_kernel_spec, kernel_names
+
+        kernel_names()  # loads the op families
+
+        if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
+            self.fail("the file", "nodes", f"expected a list of at most {MAX_NODES} nodes but got {S.kind_of(nodes)}")
+        node_spec = S.Obj({"kernel": S.Text(128), "inputs": S.Seq(_ANY, 0, 1 << 16), "attrs": _ATTRS,
+                           "outputs": S.Seq(_NAME, 1, 1), "layout": _LAYOUT, "op": _NAME, "module": _NAME,
+                           "module_type": _NAME}, ["kernel", "inputs", "attrs", "outputs"])
+        for i, node in enumerate(nodes):
+            self.match(node_spec, node, f"node {i}", "", on_ref=_no_refs)
+            kernel = node["kernel"]
+            where = f"node {i} (kernel {kernel[:40]!r}" + (f", module {node['module'][:80]!r})"
+                                                           if node.get("module") else ")")
+            if kernel not in _KERNELS:
+                self.fail(where, "kernel", "no runtime kernel has this name")
+            spec = get_kernel_spec(kernel)
+            if spec is None:
+                self.fail(where, "kernel", "this kernel has no argument spec, so it cannot be loaded from a file")
+            self.check_call(spec, _signature(_KERNELS[kernel]), node["inputs"], node["attrs"], where)
+            (name,) = node["outputs"]
+            if name in self.defined:
+                self.fail(where, "outputs[0]", f"the value {name[:80]!r} is defined twice")
+            self.defined.add(name)
+
+    def check_call(self, spec, sig, inputs, attrs, where):
+        positional, required, has_varargs, kwonly, kw_required, has_varkw = sig
+        if len(inputs) < required or (len(inputs) > len(positional) and not has_varargs):
+            most = "any number" if has_varargs else len(positional)
+            self.fail(where, "inputs", f"the kernel takes {required} to {most} inputs but the node gives {len(inputs)}")
+        for j, value in enumerate(inputs):
+            item = spec.inputs[j] if j < len(spec.inputs) else spec.more
+            self.match(item, value, where, f"inputs[{j}]")
+        for key in kw_required:
+            if key not in attrs:
+                self.fail(where, f"attrs.{key}", "this required attribute is missing")
+        for key, value in attrs.items():
+            if key not in spec.attrs or (key not in kwonly and not has_varkw):
+                self.fail(where, f"attrs.{str(key)[:40]}", "the kernel takes no such attribute")
+            self.match(spec.attrs[key], value, where, f"attrs.{key}")
+        if spec.check is not None:
+            try:
+                spec.check(inputs, attrs)
+            except S.SpecError as e:
+                self.fail(where, "attrs" + e.path, e.message)
+
+    # ------------------------------------------------------------------------------------------------ outputs
+    def check_outputs(self, outputs, structure):
+        self.match(S.Seq(S.Obj({"value": _VALUE, "perm": _LAYOUT}, ["value", "perm"]), 0, 1 << 16), outputs,
+                   "the file", "outputs")
+        if structure == "single" and len(outputs) != 1:
+            self.fail("the file", "outputs", f"output_structure 'single' needs one output but there are {len(outputs)}")
+
+    def check_module_outputs(self, entries):
+        def known(key, name):
+            self.on_ref("ref", name)
+
+        entry = S.Obj({"value": _NAME, "module": _NAME, "type": _NAME, "perm": S.PERM}, ["value", "module", "perm"])
+        self.match(S.Seq(entry, 0, MAX_NODES), entries, "the file", "module_outputs")
+        for i, e in enumerate(entries):
+            self.match(S.Ref(), {"ref": e["value"]}, f"module_outputs[{i}]", "value", on_ref=known)
+
+    # ------------------------------------------------------------------------------------------------ guards
+    def expr(self, e, where, field, level=0):
+        if level > MAX_DEPTH:
+            self.fail(where, field, f"expression nested deeper than {MAX_DEPTH} levels")
+        if isinstance(e, int) and not isinstance(e, bool):
+            self.match(S.Int(), e, where, field)
+            return
+        if isinstance(e, dict) and set(e) == {"dim"}:
+            self.match(S.Ints(2, 2), e["dim"], where, field + ".dim")
+            index, axis = e["dim"]
+            if not 0 <= index < len(self.ranks) or self.ranks[index] is None:
+                self.fail(where, field + ".dim[0]", f"{index} is not the index of a tensor input")
+            if not -self.ranks[index] <= axis < self.ranks[index]:
+                self.fail(where, field + ".dim[1]", f"axis {axis} is out of range for input {index} of rank "
+                          f"{self.ranks[index]}")
+            return
+        if isinstance(e, dict) and set(e) == {"op", "args"}:
+            self.match(S.Enum(*_EXPR_OPS), e["op"], where, field + ".op")
+            if not isinstance(e["args"], list) or len(e["args"]) != 2:
+                self.fail(where, field + ".args", f"expected a list of 2 expressions but got {S.kind_of(e['args'])}")
+            for k, arg in enumerate(e["args"]):
+                self.expr(arg, where, f"{field}.args[{k}]", level + 1)
+            return
+        self.fail(where, field, 'expected an int, {"dim": [input, axis]} or {"op": ..., "args": [E, E]} but got '
+                  + S.kind_of(e))
+
+    def check_input_checks(self, checks):
+        if not isinstance(checks, list) or len(checks) > MAX_CHECKS:
+            self.fail("the file", "input_checks", f"expected a list of at most {MAX_CHECKS} checks")
+        expression = _AnyValue(2 * MAX_DEPTH + 2)  # {"op", "args": [...]}: two JSON levels per expression level
+        entry = S.Obj({"lhs": expression, "cmp": S.Enum(*_CMP), "rhs": expression, "guard": S.Text(1024),
+                       "message": S.Text(4096)}, ["lhs", "cmp", "rhs", "guard", "message"])
+        for i, check in enumerate(checks):
+            where = f"input_checks[{i}]"
+            self.match(entry, check, where, "", on_ref=_no_refs)
+            self.expr(check["lhs"], where, "lhs")
+            self.expr(check["rhs"], where, "rhs")
+
+    def check_dynamic_dims(self, dims):
+        self.match(S.Seq(S.Obj({"input": S.Int(0, 1 << 10), "axis": S.AXIS}, ["input", "axis"]), 0, 1 << 12),
+                   dims, "the file", "dynamic_dims")
+        for i, d in enumerate(dims):
+            self.expr({"dim": [d["input"], d["axis"]]}, f"dynamic_dims[{i}]", "")
+
+
+class _AnyValue(S.Spec):
+    """Structure checked elsewhere (per kernel, per expression); bounded in JSON depth here."""
+
+    def __init__(self, limit: int = MAX_DEPTH):
+        self.limit = limit
+
+    def check(self, value, on_ref):
+        stack = [(value, 0)]
+        while stack:
+            item, level = stack.pop()
+            if level > self.limit:
+                raise S.SpecError(f"nested deeper than {self.limit} levels")
+            if isinstance(item, dict):
+                stack.extend((v, level + 1) for v in item.values())
+            elif isinstance(item, list):
+                stack.extend((v, level + 1) for v in item)
+
+    def describe(self):
+        return "a JSON value"
+
+
+class _Attrs(_AnyValue):
+    """A node's attrs: an object with short string keys; each value is checked against the kernel's spec later."""
+
+    def check(self, value, on_ref):
+        if not isinstance(value, dict) or len(value) > 256:
+            self.fail(value)
+        super().check(value, on_ref)
+
+    def describe(self):
+        return "an object of at most 256 attributes"
+
+
+_ANY = _AnyValue()
+_ATTRS = _Attrs()
+
+
+def _no_refs(key, name):
+    return None
+
+
+_SIGNATURES: dict = {}
+
+
+def _signature(fn):
+    """(positional names, required count, *args?, keyword-only names, required keywords, **kwargs?)."""
+    if fn not in _SIGNATURES:
+        params = inspect.signature(fn).parameters.values()
+        positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        required = sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                       and p.default is p.empty)
+        kwonly = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+        kw_required = sorted(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty)
+        _SIGNATURES[fn] = (positional, required, any(p.kind == p.VAR_POSITIONAL for p in params), kwonly,
+                           kw_required, any(p.kind == p.VAR_KEYWORD for p in params))
+    return _SIGNATURES[fn]
+
+
+def check_graph(graph, file: str = "graph.json") -> None:
+    """Check a parsed ``graph.json`` as a whole; raise :class:`ArtifactError` naming ``file``, place and field."""
+    _Checker(graph, file).run()

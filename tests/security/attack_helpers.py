@@ -1,0 +1,61 @@
+"""Helpers of the adversarial corpus: payloads that would create a marker file if anything ran them, zip
+rewriting, the real command in a subprocess, and the exit-code oracle every CLI case asserts.
+
+Everything is built at test time (no binary fixtures): the artifact from ``tinynets.TinyNet`` (tests/cli), the
+checkpoints with torch.
+"""
+
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI_TESTS = os.path.join(os.path.dirname(HERE), "cli")
+if CLI_TESTS not in sys.path:
+    sys.path.insert(0, CLI_TESTS)  # tinynets
+
+
+class Payload:
+    """Unpickling this runs ``touch marker``: a file the tests assert never appears."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch '{self.marker}'",))
+
+
+def pickled_payload(marker) -> bytes:
+    return pickle.dumps(Payload(marker), protocol=2)
+
+
+def rewrite_zip(src, dst, replace: dict) -> None:
+    """Copy zip ``src`` to ``dst`` with the entries whose name ends with a key of ``replace`` swapped for its value."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            for suffix, new in replace.items():
+                if info.filename.endswith(suffix):
+                    data = new(data) if callable(new) else new
+            zout.writestr(info, data)
+
+
+def run_porter(args, cwd, timeout=120, env=None):
+    """The real command in a subprocess (stderr as a user sees it, hangs caught by ``timeout``)."""
+    return subprocess.run([sys.executable, "-m", "porter.cli.main", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def assert_input_error(result, names, *, listing_before=None, directory=None):
+    """Exit 2, exactly one error paragraph naming every string in ``names``, no traceback, nothing left behind."""
+    out = getattr(result, "stdout", "") + getattr(result, "stderr", "")
+    code = getattr(result, "returncode", getattr(result, "exit_code", None))
+    assert code == 2, out
+    assert "Traceback" not in out and "Warning" not in out and "site-packages" not in out, out
+    assert sum(line.startswith("Error:") for line in out.splitlines()) == 1, out  # one paragraph
+    for name in names:
+        assert str(name) in out, (name, out)
+    if directory is not None and listing_before is not None:
+        assert sorted(os.listdir(directory)) == listing_before, "something was written or left behind"

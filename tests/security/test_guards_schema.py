@@ -1,0 +1,60 @@
+"""The optional ``input_checks`` and ``dynamic_dims`` keys (written by the guards branch) are accepted when well
+formed and refused, naming the field, when not."""
+
+import pytest
+
+import porter
+from porter.converters import ArtifactError
+
+DIM = {"dim": [0, 2]}
+GOOD_CHECK = {"lhs": {"op": "mod", "args": [DIM, 2]}, "cmp": "eq", "rhs": 0, "guard": "Eq(Mod(s0, 2), 0)",
+              "message": "height must be even"}
+
+
+def _deep(depth):
+    e = 1
+    for _ in range(depth):
+        e = {"op": "add", "args": [e, DIM]}
+    return e
+
+
+def test_well_formed_guards_load(tampered):
+    checks = [GOOD_CHECK, {"lhs": {"op": "max", "args": [{"dim": [0, -1]}, _deep(31)]}, "cmp": "ge", "rhs": 1,
+                           "guard": "", "message": ""}]
+    directory = tampered(lambda g: g.update(input_checks=checks, dynamic_dims=[{"input": 0, "axis": 2}]))
+    loaded = porter.load(directory)
+    assert loaded.graph["input_checks"] == checks
+
+
+BAD = {
+    "cmp unknown": ([dict(GOOD_CHECK, cmp="__eq__")], None, "cmp"),
+    "op unknown": ([dict(GOOD_CHECK, lhs={"op": "pow", "args": [DIM, 2]})], None, "lhs.op"),
+    "too few args": ([dict(GOOD_CHECK, lhs={"op": "add", "args": [DIM]})], None, "lhs.args"),
+    "input out of range": ([dict(GOOD_CHECK, rhs={"dim": [1, 0]})], None, "rhs.dim[0]"),
+    "axis out of range": ([dict(GOOD_CHECK, rhs={"dim": [0, 4]})], None, "rhs.dim[1]"),
+    "expression a string": ([dict(GOOD_CHECK, lhs="x.shape[0]")], None, "lhs"),
+    "expression a float": ([dict(GOOD_CHECK, lhs=1.5)], None, "lhs"),
+    "nested too deep": ([dict(GOOD_CHECK, lhs=_deep(40))], None, "lhs"),
+    "message too long": ([dict(GOOD_CHECK, message="x" * 5000)], None, "message"),
+    "missing key": ([{k: v for k, v in GOOD_CHECK.items() if k != "guard"}], None, "guard"),
+    "extra key": ([dict(GOOD_CHECK, run="os.system")], None, "run"),
+    "checks not a list": ({"a": GOOD_CHECK}, None, "input_checks"),
+    "dynamic dim not an object": (None, [[0, 2]], "dynamic_dims"),
+    "dynamic dim input out of range": (None, [{"input": 3, "axis": 0}], "dim[0]"),
+    "dynamic dim axis a string": (None, [{"input": 0, "axis": "H"}], "axis"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_malformed_guards_refused(case, tampered):
+    checks, dims, field = BAD[case]
+
+    def edit(graph):
+        if checks is not None:
+            graph["input_checks"] = checks
+        if dims is not None:
+            graph["dynamic_dims"] = dims
+
+    with pytest.raises(ArtifactError) as info:
+        porter.load(tampered(edit))
+    assert field in str(info.value) and "graph.json" in str(info.value), str(info.value)
