@@ -154,6 +154,13 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, *, double_batch
     return torch.export.export(model, example_inputs, strict=False), False
 
 
+def _in_place(base: str) -> bool:
+    """``relu_``, ``__iand__`` update their first argument; ``__and__`` (``x & y``) does not."""
+    if base.startswith("__") and base.endswith("__"):
+        return base.startswith("__i")
+    return base.endswith("_")
+
+
 def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
     from torch.export.graph_signature import InputKind, OutputKind
 
@@ -204,7 +211,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             # an in-place op (relu_, add_) updates its first argument: later readers see the result
             base = name.split(".")[1] if name.startswith("aten.") else ""
             first = next(iter(args.values()), None)
-            if base.endswith("_") and isinstance(first, Ref):
+            if _in_place(base) and isinstance(first, Ref):
                 alias[first.name] = fx_node.name
         elif fx_node.op == "output":
             results = fx_node.args[0]

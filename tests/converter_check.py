@@ -53,6 +53,9 @@ def assert_matches(ported, model, inputs, rel=1e-4):
         if e.dtype.kind in "iub":
             np.testing.assert_array_equal(a, e, err_msg=f"output {i}")
             continue
+        nan = np.isnan(e)
+        np.testing.assert_array_equal(np.isnan(a), nan, err_msg=f"output {i}: NaN positions differ from torch's")
+        a, e = a[~nan], e[~nan]
         scale = float(np.abs(e).max()) if e.size else 0.0
         err = float(np.abs(a - e).max()) if e.size else 0.0
         assert err <= rel * max(scale, 1e-12), f"output {i}: max abs err {err:.3g} > {rel} * {scale:.3g}"

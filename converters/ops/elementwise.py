@@ -74,6 +74,7 @@ UNARY = {
     "pow_scalar": lambda x, exponent: x**exponent,
     "clamp": lambda x, min=None, max=None: mx.clip(x, min, max),
     "logical_not": mx.logical_not,
+    "bitwise_not": lambda x: mx.logical_not(x) if x.dtype == mx.bool_ else mx.bitwise_invert(x),
 }
 
 BINARY = {
@@ -84,6 +85,7 @@ BINARY = {
     "div_floor": lambda a, b: mx.floor(mx.divide(a, b)),
     "div_trunc": lambda a, b: (lambda q: mx.where(q < 0, mx.ceil(q), mx.floor(q)))(mx.divide(a, b)),
     "floor_divide": mx.floor_divide,
+    "remainder": mx.remainder,  # Python's sign rule (the divisor's), as torch.remainder and %
     "pow": mx.power,
     "maximum": mx.maximum,
     "minimum": mx.minimum,
@@ -95,7 +97,16 @@ BINARY = {
     "ge": mx.greater_equal,
     "logical_and": mx.logical_and,
     "logical_or": mx.logical_or,
+    "logical_xor": lambda a, b: mx.not_equal(_truth(a), _truth(b)),
+    "bitwise_and": mx.bitwise_and,
+    "bitwise_or": mx.bitwise_or,
+    "bitwise_xor": mx.bitwise_xor,
 }
+
+
+def _truth(v):
+    """A value as a bool mask (non-zero is true), as torch's logical ops read their operands."""
+    return v.astype(mx.bool_) if isinstance(v, mx.array) else mx.array(bool(v))
 
 
 @kernel("unary")
@@ -252,19 +263,61 @@ for _fn, _overloads in _ARITH.items():
     register(*_both(*(f"aten.{_fn}.{o}" for o in _overloads)))(_binary(_fn))
 register("aten.rsub.Tensor", "aten.rsub.Scalar")(_binary("sub", reverse=True))
 register(*_both("aten.floor_divide.default"))(_binary("floor_divide"))
+register(*_both("aten.remainder.Tensor", "aten.remainder.Scalar"))(_binary("remainder"))
 register(*_both("aten.pow.Tensor_Tensor"))(_binary("pow"))
-register("aten.maximum.default")(_binary("maximum"))
-register("aten.minimum.default")(_binary("minimum"))
+register("aten.maximum.default", "aten.max.other")(_binary("maximum"))
+register("aten.minimum.default", "aten.min.other")(_binary("minimum"))
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
     register(f"aten.{_cmp}.Tensor", f"aten.{_cmp}.Scalar")(_binary(_cmp))
 register("aten.logical_and.default")(_binary("logical_and"))
 register("aten.logical_or.default")(_binary("logical_or"))
 
 
-@register("aten.where.self")
+@register("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
 def convert_where(ctx, call):
-    specs, perm = aligned_inputs(ctx, call, [call.arg("condition"), call.arg("self"), call.arg("other")])
-    ctx.emit("where", specs, perm=perm)
+    a, b = call.arg("self"), call.arg("other")
+    specs, perm = aligned_inputs(ctx, call, [call.arg("condition"), a, b])
+    tensors = [v for v in (a, b) if ctx.is_tensor(v)]
+    if all(ctx.meta(t).dtype == call.meta.dtype for t in tensors) and (tensors or call.meta.dtype == "float32"):
+        return ctx.emit("where", specs, perm=perm)
+    # a Python scalar branch: MLX types it as int32/float32, torch's promotion decided the dtype recorded here
+    where = ctx.emit("where", specs, perm=perm, out=ctx.fresh(call.name))
+    ctx.emit("cast", [ctx.tensor(where)], {"dtype": call.meta.dtype}, perm=perm)
+
+
+@register("aten.pow.Scalar")
+def convert_pow_scalar(ctx, call):
+    """``base ** t`` with a Python number as the base (``10000.0 ** (2 * i / d)`` in sinusoidal embeddings)."""
+    base, exponent = call.arg("self"), call.arg("exponent")
+    if isinstance(base, Ref):
+        call.fail("self", "a symbolic base is not supported")
+    x = ctx.tensor(exponent)
+    if ctx.meta(exponent).dtype != call.meta.dtype:  # an integer exponent with a float base: torch computes in float
+        x = {"ref": ctx.emit("cast", [x], {"dtype": call.meta.dtype}, perm=ctx.perm(exponent),
+                             out=ctx.fresh(call.name)).name}
+    ctx.emit("binary", [x, base], {"fn": "pow", "reverse": True}, perm=ctx.perm(exponent))
+
+
+@kernel("prelu")
+def k_prelu(x, weight, *, axis):
+    """``weight`` is torch's ``(C,)`` (or ``(1,)``) slope, applied along array axis ``axis`` (torch's dim 1)."""
+    if weight.size > 1:
+        shape = [1] * x.ndim
+        shape[axis] = weight.size
+        weight = weight.reshape(shape)
+    return mx.where(x > 0, x, x * weight)
+
+
+@register("aten.prelu.default", "aten._prelu_kernel.default")
+def convert_prelu(ctx, call):
+    x, weight = call.arg("self"), call.arg("weight")
+    perm = ctx.perm(x)
+    rank = len(perm)
+    channels = ctx.meta(weight).shape[0] if ctx.meta(weight).rank == 1 else None
+    if ctx.meta(weight).rank != 1 or (channels != 1 and (rank < 2 or channels != ctx.meta(x).shape[1])):
+        call.fail("weight", "the slope must have one value or one per channel (input dim 1)")
+    axis = perm.index(1) if rank >= 2 else 0
+    ctx.emit("prelu", [ctx.tensor(x), ctx.tensor(weight)], {"axis": axis}, perm=perm)
 
 
 @register("aten.dropout.default", "aten.dropout_.default", "aten.feature_dropout.default",

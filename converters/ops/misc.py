@@ -385,3 +385,37 @@ def convert_index(ctx, call):
     ident = L.identity(ctx.meta(x).rank)
     specs = [None if i is None else ctx.tensor(i, L.identity(ctx.meta(i).rank)) for i in indices]
     ctx.emit("index", [ctx.tensor(x, ident), specs], perm=L.identity(call.meta.rank))
+
+
+@register("aten.diff.default")
+def convert_diff(ctx, call):
+    """``torch.diff``: ``n`` rounds of ``x[1:] - x[:-1]`` along ``dim`` (``!=`` for bool, as torch's xor) after
+    concatenating ``prepend``/``append``; built from the concat, slice and binary kernels."""
+    x, n = call.arg("self"), call.arg("n")
+    perm = ctx.perm(x)
+    rank = len(perm)
+    if rank == 0:
+        call.fail("self", "diff needs at least one dimension")
+    if isinstance(n, Ref) or n < 0:
+        call.fail("n", "the order must be a non-negative constant")
+    axis = L.axis_of(perm, call.arg("dim"))
+    pieces = [call.arg("prepend"), x, call.arg("append")]
+    for name, piece in zip(("prepend", "self", "append"), pieces):
+        if piece is not None and ctx.meta(piece).rank != rank:
+            call.fail(name, f"must have as many dimensions as the input ({rank})")
+    pieces = [p for p in pieces if p is not None]
+    current = ctx.tensor(x)
+    if len(pieces) > 1:
+        joined = ctx.emit("concat", [[ctx.tensor(p, perm) for p in pieces]], {"axis": axis}, perm=perm,
+                          out=ctx.fresh(f"{call.name}_joined"))
+        current = {"ref": joined.name}
+    fn = "ne" if ctx.meta(x).dtype == "bool" else "sub"
+    for step in range(n):
+        hi = ctx.emit("slice", [current, 1, None, 1], {"axis": axis}, perm=perm, out=ctx.fresh(f"{call.name}_hi"))
+        lo = ctx.emit("slice", [current, 0, -1, 1], {"axis": axis}, perm=perm, out=ctx.fresh(f"{call.name}_lo"))
+        last = step == n - 1
+        out = ctx.emit("binary", [{"ref": hi.name}, {"ref": lo.name}], {"fn": fn}, perm=perm,
+                       out=None if last else ctx.fresh(f"{call.name}_d{step}"))
+        current = {"ref": out.name}
+    if n == 0:
+        ctx.emit("identity", [current], perm=perm)

@@ -490,3 +490,31 @@ def convert_shape(ctx, call):
     x = call.arg("self")
     items = [Info(ValueMeta("int")) for _ in range(ctx.meta(x).rank)]
     ctx.emit("shape", [ctx.tensor(x)], {"perm": list(ctx.perm(x))}, items=items)
+
+
+def _sizes_of(ctx, call, other: Ref) -> list:
+    """torch sizes of ``other``: ints where static, else a size node read at run time (stays symbolic)."""
+    meta = ctx.meta(other)
+    sizes = []
+    for d, s in enumerate(meta.shape):
+        if isinstance(s, int):
+            sizes.append(s)
+        else:
+            sizes.append(ctx.emit("size", [ctx.tensor(other)], {"axis": ctx.perm(other).index(d)},
+                                  out=ctx.fresh(f"{call.name}_size{d}"), meta=ValueMeta("int")))
+    return sizes
+
+
+@register("aten.reshape_as.default", "aten.view_as.default")
+def convert_reshape_as(ctx, call):
+    convert_view(ctx, call, call.arg("self"), _sizes_of(ctx, call, call.arg("other")), call.meta)
+
+
+@register("aten.expand_as.default")
+def convert_expand_as(ctx, call):
+    x = call.arg("self")
+    sizes = _sizes_of(ctx, call, call.arg("other"))
+    perm = ctx.perm(x)
+    lead = len(sizes) - len(perm)
+    new_perm = tuple(range(lead)) + tuple(p + lead for p in perm)
+    ctx.emit("expand", [ctx.tensor(x), ctx.value(sizes)], {"lead": lead, "perm": list(new_perm)}, perm=new_perm)
