@@ -74,6 +74,7 @@ UNARY = {
     "pow_scalar": lambda x, exponent: x**exponent,
     "clamp": lambda x, min=None, max=None: mx.clip(x, min, max),
     "logical_not": mx.logical_not,
+    "stop_gradient": mx.stop_gradient,
     "bitwise_not": lambda x: mx.logical_not(x) if x.dtype == mx.bool_ else mx.bitwise_invert(x),
 }
 
@@ -230,6 +231,8 @@ register(*_both("aten.clamp.default"))(_unary("clamp", "min", "max"))
 register(*_both("aten.clamp_min.default"))(_unary("clamp", "min"))
 register(*_both("aten.clamp_max.default"))(_unary("clamp", "max"))
 register("aten.logical_not.default")(_unary("logical_not"))
+# detach keeps the values and cuts the gradient (also what a torch.no_grad() region's outputs go through)
+register("aten.detach.default", "aten.detach_.default")(_unary("stop_gradient"))
 
 
 def _binary(fn, reverse=False):

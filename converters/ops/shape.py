@@ -343,7 +343,7 @@ def convert_copy(ctx, call):
     ctx.alias(call.arg("self"))
 
 
-@register("aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default", "aten.detach_.default")
+@register("aten.alias.default", "aten.lift_fresh_copy.default")
 def convert_noop(ctx, call):
     ctx.alias(call.arg("self"))
 

@@ -1,0 +1,204 @@
+"""Context-manager regions of a ``torch.export`` capture, inlined: ``torch.no_grad()`` /
+``torch.set_grad_enabled(...)`` and ``torch.autocast(...)`` blocks (imports torch; conversion only).
+
+Export records such a block as a higher-order op (``wrap_with_set_grad_enabled``, ``wrap_with_autocast``) whose
+body is a submodule read through a ``get_attr`` node (Llama's rotary embedding runs under ``@torch.no_grad()``,
+EfficientViT under ``torch.autocast``). The body's ops are captured as if they were written inline, with the
+region's effects made explicit:
+
+* grad disabled: every tensor leaving the region goes through ``aten.detach`` (no gradient flows back into it,
+  as in torch);
+* CPU autocast enabled: torch casts the floating inputs (not float64) of some ops; the capture inserts those casts
+  as ``aten._to_copy`` nodes: the ops of :data:`LOWER` run in the autocast dtype, those of :data:`FP32` in
+  float32, those of :data:`PROMOTE` in the widest input dtype (torch's CPU autocast lists, checked against torch
+  in ``tests/converters/test_capture_regions.py``). The dtype torch recorded for every op of the region is checked
+  against the result, so an op whose autocast behaviour Porter does not know fails the conversion by name instead
+  of computing in another precision.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import torch
+
+from .ir import Node, Ref, ValueMeta, iter_refs
+
+# torch's CPU autocast op lists (aten base names)
+LOWER = frozenset({
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",
+    "convolution", "conv_tbc", "linear", "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "linalg_vecdot",
+    "prelu", "scaled_dot_product_attention", "_native_multi_head_attention", "einsum", "mkldnn_rnn_layer",
+})
+FP32 = frozenset({
+    "avg_pool3d", "max_pool3d", "max_pool3d_with_indices", "adaptive_avg_pool3d", "max_unpool2d", "max_unpool3d",
+    "reflection_pad1d", "reflection_pad2d", "replication_pad1d", "replication_pad2d", "replication_pad3d",
+    "fractional_max_pool2d", "fractional_max_pool3d", "prod", "binary_cross_entropy", "grid_sampler", "polar",
+    "quantile", "nanquantile", "stft", "cdist", "trace", "view_as_complex", "cholesky", "cholesky_inverse",
+    "cholesky_solve", "inverse", "lu_solve", "orgqr", "ormqr", "pinverse", "mse_loss", "cosine_embedding_loss",
+    "nll_loss", "nll_loss2d", "hinge_embedding_loss", "poisson_nll_loss", "smooth_l1_loss", "cross_entropy_loss",
+    "l1_loss", "huber_loss", "margin_ranking_loss", "soft_margin_loss", "triplet_margin_loss",
+    "multi_margin_loss", "ctc_loss", "kl_div", "multilabel_margin_loss", "binary_cross_entropy_with_logits",
+})
+PROMOTE = frozenset({"cat", "concat", "stack", "index_copy"})
+_CASTABLE = ("float32", "float16", "bfloat16")  # autocast never touches float64
+_CASTS = frozenset({"to", "_to_copy", "type_as"})  # ops that set their own dtype
+
+
+@dataclass(frozen=True)
+class RegionState:
+    grad: bool = True
+    autocast: Optional[str] = None  # dtype name while CPU autocast is on
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _pad_kernel(mode, dims: int) -> str:
+    """The aten kernel ``F.pad`` dispatches to (what torch's autocast sees)."""
+    return {"reflect": f"reflection_pad{dims}d", "replicate": f"replication_pad{dims}d"}.get(mode, "pad")
+
+
+class Inliner:
+    """Walks an exported graph (and the bodies of its regions) emitting IR nodes.
+
+    ``make_node(fx_node, name, resolve)`` builds the IR node of one call, ``scopes_of(fx_node.meta)`` its module
+    scopes; ``env`` maps fx node names of the
+    current scope to value names; ``metas`` maps value names to :class:`ValueMeta`.
+    """
+
+    def __init__(self, make_node: Callable, scopes_of: Callable, nodes: list, metas: dict, in_place: Callable):
+        self.make_node = make_node
+        self.scopes_of = scopes_of
+        self.nodes = nodes
+        self.metas = metas
+        self.in_place = in_place
+        self.regions: dict = {}  # value name of a region call -> value names of its outputs
+
+    # ------------------------------------------------------------------------------------------------ walking
+    def call(self, fx_node, owner, env: dict, prefix: str = "", state: RegionState = RegionState()) -> None:
+        def resolve(node):
+            return Ref(env.get(node.name, node.name))
+
+        if isinstance(fx_node.target, torch._ops.HigherOrderOperator):
+            return self._inline(fx_node, owner, env, prefix, state, resolve)
+        if fx_node.target is operator.getitem and isinstance(fx_node.args[0], torch.fx.Node):
+            region = self.regions.get(resolve(fx_node.args[0]).name)
+            if region is not None:
+                env[fx_node.name] = region[fx_node.args[1]]
+                return
+        node = self.make_node(fx_node, prefix + fx_node.name, resolve)
+        if state.autocast is not None:
+            self._autocast(node, state.autocast)
+        self._append(node)
+        env[fx_node.name] = node.name
+        base = node.op.split(".")[1] if node.op.startswith("aten.") else ""
+        first = fx_node.args[0] if fx_node.args else None
+        if self.in_place(base) and isinstance(first, torch.fx.Node):
+            # an in-place op (relu_, add_, __iand__) updates its first argument: later readers see the result
+            old = resolve(first).name
+            for key, value in list(env.items()):
+                if value == old:
+                    env[key] = node.name
+            env[first.name] = node.name
+
+    def _append(self, node: Node) -> None:
+        self.nodes.append(node)
+        self.metas[node.name] = node.meta
+
+    def _inline(self, fx_node, owner, env, prefix, state, resolve) -> None:
+        kind = fx_node.target.name()
+        if kind == "wrap_with_set_grad_enabled":
+            enabled, body_node, *operands = fx_node.args
+            inner = replace(state, grad=bool(enabled))
+        elif kind == "wrap_with_autocast":
+            device, dtype, enabled, _cache, body_node, *operands = fx_node.args
+            if device != "cpu":
+                inner = state  # autocast for another device leaves CPU tensors alone
+            elif not enabled:
+                inner = replace(state, autocast=None)
+            else:
+                inner = replace(state, autocast=_dtype_name(dtype or torch.get_autocast_dtype("cpu")))
+        else:
+            raise NotImplementedError(f"unsupported higher-order op {kind} ({fx_node.name}): Porter inlines "
+                                      "torch.no_grad/set_grad_enabled and torch.autocast regions only")
+        body = getattr(owner, body_node.target)
+        placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(operands) or not all(isinstance(o, torch.fx.Node) for o in operands):
+            raise NotImplementedError(f"{kind} ({fx_node.name}): cannot match the region's inputs")
+        inner_env = {p.name: resolve(o).name for p, o in zip(placeholders, operands)}
+        inner_prefix = f"{prefix}{fx_node.name}__"
+        outputs = []
+        for node in body.graph.nodes:
+            if node.op == "call_function":
+                self.call(node, body, inner_env, inner_prefix, inner)
+            elif node.op == "output":
+                outputs = list(node.args[0])
+            elif node.op not in ("placeholder", "get_attr"):
+                raise NotImplementedError(f"unsupported node kind {node.op} in {kind} region ({node.name})")
+        if not all(isinstance(o, torch.fx.Node) for o in outputs):
+            raise NotImplementedError(f"{kind} ({fx_node.name}): a region output is not a graph value")
+        names = [inner_env.get(o.name, o.name) for o in outputs]
+        if state.grad and not inner.grad:
+            names = [self._detach(v, fx_node, f"{inner_prefix}nograd{i}") for i, v in enumerate(names)]
+        self.regions[prefix + fx_node.name] = names
+        env[fx_node.name] = prefix + fx_node.name
+
+    def _detach(self, value: str, fx_node, name: str) -> str:
+        meta = self.metas.get(value)
+        if meta is None or meta.kind != "tensor":
+            return value
+        scopes = self.scopes_of(fx_node.meta)
+        module, module_type = (scopes[-1][1], scopes[-1][2]) if scopes else ("", "")
+        self._append(Node(name, "aten.detach.default", {"self": Ref(value)}, ["self"], meta, module, module_type,
+                          scopes))
+        return name
+
+    # ------------------------------------------------------------------------------------------------ autocast
+    def _autocast(self, node: Node, dtype: str) -> None:
+        base = node.op.split(".")[1] if node.op.startswith("aten.") else ""
+        if base == "pad":
+            base = _pad_kernel(node.args.get("mode"), len(node.args.get("pad") or []) // 2)
+        floats = [r for r in iter_refs(list(node.args.values())) if self._float(r.name)]
+        if base in LOWER or base in FP32 or base in PROMOTE:
+            if base in LOWER:
+                target = dtype
+            elif base in FP32:
+                target = "float32"
+            else:
+                present = {self.metas[r.name].dtype for r in floats}
+                target = present.pop() if len(present) == 1 else "float32"
+            casts: dict = {}
+            node.args = {k: self._cast_refs(v, target, node, casts) for k, v in node.args.items()}
+            floats = [Ref(casts.get(r.name, r.name)) for r in floats]
+        if base in _CASTS or node.meta.kind != "tensor" or node.meta.dtype not in _CASTABLE:
+            return
+        inputs = {self.metas[r.name].dtype for r in floats}
+        if len(inputs) == 1 and node.meta.dtype not in inputs:
+            raise NotImplementedError(
+                f"[{node.op}] ran in {node.meta.dtype} on {inputs.pop()} inputs under torch.autocast "
+                f"(in module {node.module!r}); Porter does not know this op's autocast rule: move it out of the "
+                "autocast region or cast its inputs explicitly"
+            )
+
+    def _float(self, name: str) -> bool:
+        meta = self.metas.get(name)
+        return meta is not None and meta.kind == "tensor" and meta.dtype in _CASTABLE
+
+    def _cast_refs(self, value, target: str, node: Node, casts: dict):
+        if isinstance(value, (list, tuple)):
+            return [self._cast_refs(v, target, node, casts) for v in value]
+        if not isinstance(value, Ref) or not self._float(value.name) or self.metas[value.name].dtype == target:
+            return value
+        if value.name not in casts:
+            meta = self.metas[value.name]
+            cast = Node(f"{node.name}__autocast{len(casts)}", "aten._to_copy.default",
+                        {"self": value, "dtype": target}, ["self", "dtype"],
+                        ValueMeta("tensor", list(meta.shape), target, hint=meta.hint and list(meta.hint)),
+                        node.module, node.module_type, node.scopes)
+            self._append(cast)
+            casts[value.name] = cast.name
+        return Ref(casts[value.name])
