@@ -50,6 +50,8 @@ def assert_matches(ported, model, inputs, rel=1e-4):
             continue
         e = e.detach().numpy()
         assert a.shape == e.shape, f"output {i}: shape {a.shape} != torch {e.shape}"
+        if e.dtype != np.float64:  # Porter computes float64 in float32
+            assert a.dtype == e.dtype, f"output {i}: dtype {a.dtype} != torch {e.dtype}"
         if e.dtype.kind in "iub":
             np.testing.assert_array_equal(a, e, err_msg=f"output {i}")
             continue

@@ -31,14 +31,23 @@ def k_cast(x, *, dtype):
     return x.astype(mx_dtype(dtype)) if isinstance(x, mx.array) else mx.array(x, dtype=mx_dtype(dtype))
 
 
+def _typed(value, dtype):
+    """``value`` as a 0-d array of ``dtype``: ``mx.full(shape, 1, dtype=mx.bool_)`` returns int32 and
+    ``mx.full(shape, 1.5, dtype=mx.int64)`` float32 (MLX 0.32 types a Python scalar before the dtype)."""
+    dtype = mx_dtype(dtype)
+    if isinstance(value, mx.array):
+        return value if dtype is None else value.astype(dtype)
+    return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
+
+
 @kernel("fill_like")
 def k_fill_like(x, value, *, dtype):
-    return mx.full(x.shape, value, dtype=mx_dtype(dtype))
+    return mx.full(x.shape, _typed(value, dtype))
 
 
 @kernel("full")
 def k_full(size, value, *, dtype):
-    return mx.full([int(s) for s in size], value, dtype=mx_dtype(dtype))
+    return mx.full([int(s) for s in size], _typed(value, dtype))
 
 
 @kernel("arange")
@@ -119,7 +128,8 @@ def k_einsum(*operands, equation):
 
 @kernel("tri")
 def k_tri(x, *, upper, diagonal):
-    return mx.triu(x, diagonal) if upper else mx.tril(x, diagonal)
+    # MLX's tril/triu return int32 for a bool input (a causal mask would turn into an additive one downstream)
+    return (mx.triu(x, diagonal) if upper else mx.tril(x, diagonal)).astype(x.dtype)
 
 
 @kernel("pixel_shuffle")
@@ -240,8 +250,10 @@ def convert_roll(ctx, call):
 def convert_cumsum(ctx, call):
     x = call.arg("self")
     perm = ctx.perm(x)
-    ctx.emit("cumsum", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "dtype": call.arg("dtype")},
-             perm=perm)
+    dtype = call.arg("dtype")
+    if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
+        dtype = "int64"  # torch accumulates bool and narrower integers in int64; MLX would keep int32
+    ctx.emit("cumsum", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "dtype": dtype}, perm=perm)
 
 
 @register("aten.index_select.default")

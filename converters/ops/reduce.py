@@ -56,6 +56,8 @@ def _reduce(fn):
         dims = _dims(call.arg("dim") if call.has("dim") else None, rank)
         keepdim = call.arg("keepdim") if call.has("keepdim") else False
         dtype = call.arg("dtype") if call.has("dtype") else None
+        if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
+            dtype = "int64"  # torch sums bool and narrower integers in int64; MLX would keep int32
         out_perm = perm if keepdim else L.remove_dims(perm, dims)
         ctx.emit("reduce", [ctx.tensor(x)], {"fn": fn, "axes": [perm.index(d) for d in dims], "keepdims": keepdim,
                                               "dtype": dtype}, perm=out_perm)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.nn.utils import weight_norm
 from torch.nn.utils.parametrizations import weight_norm as param_weight_norm
 
@@ -217,3 +218,31 @@ def test_remainder():
     ported = check_converted(Remainders().eval(), (_x(2, 3, 5), _x(2, 3, 5)), (_x(1, 4, 3), _x(1, 4, 3)), rel=1e-6)
     assert {"aten.remainder.Scalar", "aten.remainder.Tensor", "aten.remainder_.Scalar",
             "aten.remainder_.Tensor"} <= {n["op"] for n in ported.graph["nodes"]}
+
+
+class BuiltMasks(nn.Module):
+    """Masks built in the forward (HF causal/padding masks): bool ``ones(...).tril()``, ``full`` of bool and int64,
+    ``cumsum``/``sum`` of bools (int64 in torch), SDPA with a bool mask that hides every key of some queries."""
+
+    def forward(self, x):
+        t = x.shape[1]
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        keep = (x[..., 0] > 0.5)[:, None, None, :] & causal           # query 0 sees nothing when key 0 is out
+        q = x[:, None]
+        bool_mask = F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
+        additive = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+        float_mask = F.scaled_dot_product_attention(q, q, q, attn_mask=additive)
+        flags = torch.full((t,), True) & torch.ones(t, dtype=torch.bool)
+        big = torch.full((x.shape[0], t), 2 ** 40, dtype=torch.int64) + torch.full_like(x[..., 0], 3, dtype=torch.int64)
+        positions = (x[..., 1] > 0).cumsum(1)
+        count = (x > 0).sum(-1)
+        return bool_mask, float_mask, flags, big, positions, count, torch.triu(causal, 1)
+
+
+def test_masks_built_in_forward_keep_torch_dtypes_and_empty_rows():
+    torch.manual_seed(3)
+    x = torch.randn(2, 5, 4)
+    x[0, 0, 0] = -1.0  # batch 0: the first query has no visible key
+    check_converted(BuiltMasks().eval(), x, _x(3, 7, 4), rel=1e-6)
+    with torch.no_grad():
+        assert (BuiltMasks()(x)[0][0, 0, 0] == 0).all()  # the case above is really there in torch
