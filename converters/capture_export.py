@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from .capture_regions import Inliner
-from .ir import Graph, Node, Ref, ValueMeta
+from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 
 
 def _dtype_name(dtype) -> str:
@@ -220,6 +220,8 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             results = fx_node.args[0]
             for spec, value in zip(sig.output_specs, results):
                 if spec.kind == OutputKind.USER_OUTPUT:
+                    for ref in iter_refs([literal(value, resolve)]):
+                        inliner.check_readable(ref.name, "the model's output")
                     outputs.append(literal(value, resolve))
                 elif spec.kind == OutputKind.BUFFER_MUTATION:
                     continue  # running statistics updates (training-mode batch norm): not part of the output

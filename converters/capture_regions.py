@@ -57,6 +57,36 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+_RESHAPES = frozenset({
+    "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.unsqueeze.default",
+    "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.flatten.using_ints",
+    "aten.unflatten.int", "aten.alias.default", "aten.view_as.default", "aten.reshape_as.default",
+    "aten.detach.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other",
+})
+
+
+def _converts(node: Node, metas: dict) -> bool:
+    """``x.to(dtype)`` aliases ``x`` only when the dtype is already ``dtype``; otherwise it is a copy."""
+    source = node.args.get("self")
+    return (node.op.startswith("aten.to.") and isinstance(source, Ref) and source.name in metas
+            and metas[source.name].dtype != node.meta.dtype)
+
+
+def _is_view(target) -> bool:
+    """An op whose single result aliases its input (select, slice, view, permute...), read from its schema."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    returns = target._schema.returns
+    info = returns[0].alias_info if len(returns) == 1 else None
+    return info is not None and not info.is_write and str(returns[0].type) == "Tensor"
+
+
+def _returns_views(target) -> bool:
+    """An op returning a list of views (split, chunk, unbind)."""
+    returns = target._schema.returns
+    return len(returns) == 1 and returns[0].alias_info is not None and str(returns[0].type) != "Tensor"
+
+
 def _pad_kernel(mode, dims: int) -> str:
     """The aten kernel ``F.pad`` dispatches to (what torch's autocast sees)."""
     return {"reflect": f"reflection_pad{dims}d", "replicate": f"replication_pad{dims}d"}.get(mode, "pad")
@@ -77,6 +107,10 @@ class Inliner:
         self.metas = metas
         self.in_place = in_place
         self.regions: dict = {}  # value name of a region call -> value names of its outputs
+        self.views: dict = {}  # value name -> (IR node of the view op, or None when unknown; base value name)
+        self.multi_views: set = set()  # values that are tuples of views (split, chunk, unbind)
+        self.latest: dict = {}  # a base written through a view -> its value after the write
+        self.stale: set = set()  # views whose base was written in place after they were taken
 
     # ------------------------------------------------------------------------------------------------ walking
     def call(self, fx_node, owner, env: dict, prefix: str = "", state: RegionState = RegionState()) -> None:
@@ -91,19 +125,99 @@ class Inliner:
                 env[fx_node.name] = region[fx_node.args[1]]
                 return
         node = self.make_node(fx_node, prefix + fx_node.name, resolve)
+        for ref in node.refs():
+            self.check_readable(ref, f"[{node.op}] (in module {node.module!r})")
         if state.autocast is not None:
             self._autocast(node, state.autocast)
         self._append(node)
         env[fx_node.name] = node.name
-        base = node.op.split(".")[1] if node.op.startswith("aten.") else ""
+        if _is_view(fx_node.target) and not _converts(node, self.metas):
+            base = node.args.get("self")
+            self.views[node.name] = (node, base.name if isinstance(base, Ref) else None)
+        elif fx_node.target is operator.getitem and resolve(fx_node.args[0]).name in self.multi_views:
+            self.views[node.name] = (None, resolve(fx_node.args[0]).name)  # a piece of split/chunk/unbind
+        if isinstance(fx_node.target, torch._ops.OpOverload) and _returns_views(fx_node.target):
+            self.multi_views.add(node.name)
+        op_base = node.op.split(".")[1] if node.op.startswith("aten.") else ""
         first = fx_node.args[0] if fx_node.args else None
-        if self.in_place(base) and isinstance(first, torch.fx.Node):
+        if self.in_place(op_base) and isinstance(first, torch.fx.Node):
             # an in-place op (relu_, add_, __iand__) updates its first argument: later readers see the result
             old = resolve(first).name
+            renames = {old: node.name}
+            if old in self.views:  # a write into a view writes into its base: scatter it back
+                renames.update(self._write_back(old, node))
             for key, value in list(env.items()):
-                if value == old:
-                    env[key] = node.name
+                if value in renames:
+                    env[key] = renames[value]
             env[first.name] = node.name
+
+    def _write_back(self, view: str, written: Node) -> dict:
+        """Scatter the value ``written`` into the bases of ``view`` (a chain of select/slice/reshape/permute
+        views), emitting ``select_scatter``/``slice_scatter``/inverse-view nodes; returns {old base: new base}.
+        Other views of the same base go stale (a later read of one raises)."""
+        chain_root = self._root(view)
+        source, current, step = written.name, view, 0
+        renames = {}
+        while current in self.views:
+            view_node, base = self.views[current]
+            if view_node is None or base is None:
+                raise NotImplementedError(
+                    f"[{written.op}] writes in place into {view!r}, a piece of a split/chunk/unbind or a view "
+                    f"Porter cannot write back (in module {written.module!r}); write out of place instead")
+            base = self.latest.get(base, base)
+            self.views[source] = (view_node, base)  # the written value is still that view of the base
+            source = self._scatter(view_node, base, source, written, step)
+            renames[base] = source  # every base up the chain: later readers (and outputs) see the write
+            current, step = base, step + 1
+        chain = set(renames) | {view, written.name}
+        for name in list(self.views):
+            if name not in chain and name not in renames.values() and self._root(name) == chain_root:
+                self.stale.add(name)
+        for old, new in renames.items():
+            self.latest[old] = new
+            if old in self.views:
+                self.views[new] = (self.views[old][0], self.latest.get(self.views[old][1], self.views[old][1]))
+        return renames
+
+    def check_readable(self, name: str, where: str) -> None:
+        """Raise when ``name`` is a view whose base was written in place after the view was taken."""
+        if name in self.stale:
+            raise NotImplementedError(
+                f"{where} reads {name!r}, a view of a tensor that was modified in place after the view was taken; "
+                "Porter does not follow that aliasing: take the view after the write, or write out of place")
+
+    def _root(self, name: str) -> str:
+        seen = set()
+        while name in self.views and self.views[name][1] is not None and name not in seen:
+            seen.add(name)
+            name = self.latest.get(self.views[name][1], self.views[name][1])
+        return name
+
+    def _scatter(self, view_node: Node, base: str, source: str, written: Node, step: int) -> str:
+        op, args = view_node.op, view_node.args
+        name = f"{written.name}__writeback{step}"
+        if op == "aten.select.int":
+            new = ("aten.select_scatter.default",
+                   {"self": Ref(base), "src": Ref(source), "dim": args["dim"], "index": args["index"]})
+        elif op == "aten.slice.Tensor":
+            new = ("aten.slice_scatter.default",
+                   {"self": Ref(base), "src": Ref(source), "dim": args["dim"], "start": args["start"],
+                    "end": args["end"], "step": args["step"]})
+        elif op in _RESHAPES:
+            new = ("aten.reshape_as.default", {"self": Ref(source), "other": Ref(base)})
+        elif op == "aten.permute.default":
+            dims = [d % len(args["dims"]) for d in args["dims"]]
+            new = ("aten.permute.default", {"self": Ref(source), "dims": [dims.index(d) for d in range(len(dims))]})
+        elif op in ("aten.transpose.int", "aten.t.default"):
+            new = (op, {k: (Ref(source) if k == "self" else v) for k, v in args.items()})
+        else:
+            raise NotImplementedError(
+                f"[{written.op}] writes in place into a view made by {op} (in module {written.module!r}); Porter "
+                "writes back through select, slice, reshape-like and permute views only: write out of place")
+        meta = self.metas[base]
+        self._append(Node(name, new[0], new[1], list(new[1]), meta, written.module, written.module_type,
+                          written.scopes))
+        return name
 
     def _append(self, node: Node) -> None:
         self.nodes.append(node)
