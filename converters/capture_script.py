@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from .capture_export import _dtype_name
+from .capture_export import _dtype_name, _in_place
 from .ir import Graph, Node, Ref, ValueMeta
 from .registry import UnsupportedOpsError
 
@@ -283,7 +283,7 @@ class _Interpreter:
             for i, o in enumerate(outs):
                 self.env[o] = (self.record(node, "operator.getitem", {"a": ref, "b": i}, ["a", "b"], concrete[i]),
                                concrete[i])
-        if base.endswith("_") and ins and isinstance(ins[0][0], Ref):
+        if _in_place(base) and ins and isinstance(ins[0][0], Ref):
             self.env[node.inputsAt(0)] = (ref, concrete)  # in-place: later readers see the result
 
 

@@ -75,6 +75,21 @@ UNARY = {
     "clamp": lambda x, min=None, max=None: mx.clip(x, min, max),
     "logical_not": mx.logical_not,
     "stop_gradient": mx.stop_gradient,
+    "floor": mx.floor,
+    "ceil": mx.ceil,
+    "round": lambda x, decimals=0: _round(x, decimals),
+    "trunc": lambda x: mx.where(x < 0, mx.ceil(x), mx.floor(x)),
+    "frac": lambda x: x - mx.where(x < 0, mx.ceil(x), mx.floor(x)),
+    "log1p": mx.log1p,
+    "expm1": mx.expm1,
+    "log2": mx.log2,
+    "log10": mx.log10,
+    "erfinv": mx.erfinv,
+    "isnan": mx.isnan,
+    "isinf": mx.isinf,
+    "isfinite": mx.isfinite,
+    "nan_to_num": lambda x, nan=0.0, posinf=None, neginf=None: mx.nan_to_num(x, nan, posinf, neginf),
+    "logit": lambda x, eps=None: (lambda z: mx.log(z / (1 - z)))(x if eps is None else mx.clip(x, eps, 1 - eps)),
     "bitwise_not": lambda x: mx.logical_not(x) if x.dtype == mx.bool_ else mx.bitwise_invert(x),
 }
 
@@ -86,7 +101,8 @@ BINARY = {
     "div_floor": lambda a, b: mx.floor(mx.divide(a, b)),
     "div_trunc": lambda a, b: (lambda q: mx.where(q < 0, mx.ceil(q), mx.floor(q)))(mx.divide(a, b)),
     "floor_divide": mx.floor_divide,
-    "remainder": mx.remainder,  # Python's sign rule (the divisor's), as torch.remainder and %
+    "remainder": mx.remainder,
+    "atan2": mx.arctan2,  # Python's sign rule (the divisor's), as torch.remainder and %
     "pow": mx.power,
     "maximum": mx.maximum,
     "minimum": mx.minimum,
@@ -103,6 +119,14 @@ BINARY = {
     "bitwise_or": mx.bitwise_or,
     "bitwise_xor": mx.bitwise_xor,
 }
+
+
+def _round(x, decimals=0):
+    """Half to even; with decimals, torch's ``nearbyint(x * 10**d) / 10**d`` (``x / 10**-d`` for d < 0)."""
+    if decimals == 0:
+        return mx.round(x)
+    scale = mx.array(10.0 ** abs(decimals), dtype=x.dtype)
+    return mx.round(x * scale) / scale if decimals > 0 else mx.round(x / scale) * scale
 
 
 def _truth(v):
@@ -125,8 +149,11 @@ def _as_array(v, like):
 
 @kernel("binary")
 def k_binary(a, b, *, fn, alpha=1, reverse=False):
-    if alpha != 1:
-        b = b * alpha
+    if alpha != 1:  # add/sub: self + alpha * other; rsub (reverse): other - alpha * self
+        if reverse:
+            a = a * alpha
+        else:
+            b = b * alpha
     if reverse:
         a, b = b, a
     like = a if isinstance(a, mx.array) else b
@@ -226,18 +253,25 @@ register(*_both("aten.sin.default"))(_unary("sin"))
 register(*_both("aten.cos.default"))(_unary("cos"))
 register(*_both("aten.reciprocal.default"))(_unary("reciprocal"))
 register(*_both("aten.square.default"))(_unary("square"))
-register(*_both("aten.pow.Tensor_Scalar"))(_unary("pow_scalar", "exponent"))
+register("aten.pow.Tensor_Scalar", "aten.pow_.Scalar")(_unary("pow_scalar", "exponent"))
 register(*_both("aten.clamp.default"))(_unary("clamp", "min", "max"))
 register(*_both("aten.clamp_min.default"))(_unary("clamp", "min"))
 register(*_both("aten.clamp_max.default"))(_unary("clamp", "max"))
 register("aten.logical_not.default")(_unary("logical_not"))
+for _fn in ("floor", "ceil", "trunc", "frac", "log1p", "expm1", "log2", "log10", "erfinv", "isnan", "isinf",
+            "isfinite"):
+    register(f"aten.{_fn}.default")(_unary(_fn))
+register("aten.round.default")(_unary("round"))
+register("aten.round.decimals")(_unary("round", "decimals"))
+register("aten.nan_to_num.default")(_unary("nan_to_num", "nan", "posinf", "neginf"))
+register("aten.logit.default")(_unary("logit", "eps"))
 # detach keeps the values and cuts the gradient (also what a torch.no_grad() region's outputs go through)
 register("aten.detach.default", "aten.detach_.default")(_unary("stop_gradient"))
 
 
 def _binary(fn, reverse=False):
     def convert_binary(ctx, call):
-        a, b = call.arg("self"), call.arg("other")
+        a, b = call.arg("self"), call.arg("other" if call.has("other") else "exponent")  # pow names it exponent
         attrs = {"fn": fn}
         if call.has("alpha"):
             alpha = call.arg("alpha")
@@ -265,9 +299,10 @@ _ARITH = {
 for _fn, _overloads in _ARITH.items():
     register(*_both(*(f"aten.{_fn}.{o}" for o in _overloads)))(_binary(_fn))
 register("aten.rsub.Tensor", "aten.rsub.Scalar")(_binary("sub", reverse=True))
-register(*_both("aten.floor_divide.default"))(_binary("floor_divide"))
+register("aten.floor_divide.default", "aten.floor_divide_.Tensor")(_binary("floor_divide"))  # no floor_divide_.default
 register(*_both("aten.remainder.Tensor", "aten.remainder.Scalar"))(_binary("remainder"))
-register(*_both("aten.pow.Tensor_Tensor"))(_binary("pow"))
+register("aten.atan2.default")(_binary("atan2"))
+register("aten.pow.Tensor_Tensor", "aten.pow_.Tensor")(_binary("pow"))
 register("aten.maximum.default", "aten.max.other")(_binary("maximum"))
 register("aten.minimum.default", "aten.min.other")(_binary("minimum"))
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):

@@ -246,3 +246,36 @@ def test_masks_built_in_forward_keep_torch_dtypes_and_empty_rows():
     check_converted(BuiltMasks().eval(), x, _x(3, 7, 4), rel=1e-6)
     with torch.no_grad():
         assert (BuiltMasks()(x)[0][0, 0, 0] == 0).all()  # the case above is really there in torch
+
+
+class Rounding(nn.Module):
+    """Exact elementwise ops, on values with halves, NaN and infinities."""
+
+    def forward(self, x):
+        y = x * 2.5
+        y = torch.where(x > 1.8, float("inf"), torch.where(x < -1.8, float("-inf"), y))
+        half = torch.round(x * 4) / 2  # exact halves: round half to even
+        return (torch.floor(y), torch.ceil(y), torch.round(half), torch.round(y, decimals=1), torch.trunc(y),
+                torch.frac(half + 0.25), torch.isnan(y), torch.isinf(y), torch.isfinite(y), torch.nan_to_num(y),
+                torch.nan_to_num(y, nan=1.0, posinf=5.0, neginf=-5.0))
+
+
+def test_rounding_and_classification_ops_exact():
+    ported = check_converted(Rounding().eval(), _x(2, 3, 7, nan=True), _x(3, 4, 5), rel=0)
+    assert {f"aten.{op}.default" for op in ("floor", "ceil", "round", "trunc", "frac", "isnan", "isinf", "isfinite",
+                                            "nan_to_num")} | {"aten.round.decimals"} <= {
+        n["op"] for n in ported.graph["nodes"]}
+
+
+class Transcendental(nn.Module):
+    def forward(self, x, y):
+        p = torch.sigmoid(x)
+        return (torch.log1p(x.abs()), torch.expm1(x), torch.log2(x.abs() + 0.1), torch.log10(x.abs() + 0.1),
+                torch.erfinv(torch.tanh(x) * 0.99), torch.logit(p), torch.logit(p, eps=0.2), torch.atan2(x, y))
+
+
+def test_transcendental_ops():
+    ported = check_converted(Transcendental().eval(), (_x(2, 3, 7), _x(2, 3, 7)), (_x(3, 4, 5), _x(3, 4, 5)),
+                             rel=2e-6)
+    assert {f"aten.{op}.default" for op in ("log1p", "expm1", "log2", "log10", "erfinv", "logit", "atan2")} <= {
+        n["op"] for n in ported.graph["nodes"]}
