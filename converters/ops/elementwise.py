@@ -338,15 +338,23 @@ def convert_pow_scalar(ctx, call):
 
 @kernel("prelu")
 def k_prelu(x, weight, *, axis):
-    """``weight`` is torch's ``(C,)`` (or ``(1,)``) slope, applied along array axis ``axis`` (torch's dim 1)."""
-    if weight.size > 1:
+    """``weight`` is torch's ``(C,)`` (or ``(1,)``) slope, applied along array axis ``axis`` (torch's dim 1);
+    ``axis=None``: a weight that already broadcasts against ``x``."""
+    if axis is not None and weight.size > 1:
         shape = [1] * x.ndim
         shape[axis] = weight.size
         weight = weight.reshape(shape)
     return mx.where(x > 0, x, x * weight)
 
 
-@register("aten.prelu.default", "aten._prelu_kernel.default")
+@register("aten._prelu_kernel.default")
+def convert_prelu_kernel(ctx, call):
+    """The decomposed form: ``weight`` already broadcasts against the input (``(C, 1, 1)``)."""
+    specs, perm = aligned_inputs(ctx, call, [call.arg("self"), call.arg("weight")])
+    ctx.emit("prelu", specs, {"axis": None}, perm=perm)
+
+
+@register("aten.prelu.default")
 def convert_prelu(ctx, call):
     x, weight = call.arg("self"), call.arg("weight")
     perm = ctx.perm(x)

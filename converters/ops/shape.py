@@ -42,7 +42,7 @@ _INT_OPS = {
 }
 # symbolic-size helpers export records as Python calls (torch.sym_max(h, 1), math.ceil(h / 2))
 _SYM_CALLS = {
-    "torch.sym_max": max, "torch.sym_min": min, "torch.sym_float": float, "torch.sym_int": int,
+    "torch.sym_max": max, "torch.sym_min": min, "torch.sym_float": float,  # torch.sym_int is recorded as math.trunc
     "math.ceil": math.ceil, "math.floor": math.floor, "math.trunc": math.trunc,
 }
 
@@ -410,7 +410,7 @@ def convert_split(ctx, call):
     _emit_split(ctx, call, call.arg("self"), call.arg("split_size"), call.arg("dim"), "size")
 
 
-@register("aten.split_with_sizes.default", "aten.split.sizes", "aten.split.default")
+@register("aten.split_with_sizes.default", "aten.split.sizes")  # (aten.split.default is never recorded)
 def convert_split_sizes(ctx, call):
     sizes = call.arg("split_sizes") if call.has("split_sizes") else call.arg("split_size")
     _emit_split(ctx, call, call.arg("self"), list(sizes), call.arg("dim"), "sizes")

@@ -11,6 +11,8 @@ entries marked ``dynamic`` need symbolic sizes (``sym_size``, ``operator.*``, ``
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Callable, NamedTuple
 
@@ -19,7 +21,9 @@ import torch
 import torch.nn as nn
 
 import porter
-import test_capture_regions as regions
+
+sys.path.insert(0, os.path.dirname(__file__))  # the converter tests' models (pytest imports with importlib)
+import test_capture_regions as regions  # noqa: E402
 import test_frontends as frontends
 import test_layout as layout
 import test_ops_catalog as catalog
@@ -56,9 +60,10 @@ for _i, _act in enumerate(ops.ACT):
 for _name, (_fn, _shapes, _nd) in pool_options.CASES.items():
     EXERCISERS[f"test_ops_pool_options:{_name}"] = Exerciser(_case(pool_options.Fn(_fn, nd=_nd).eval(), _shapes[0]))
 EXERCISERS["test_ops_pool_options:fractional"] = Exerciser(_case(pool_options.Fractional().eval(), (2, 3, 9, 10)))
-for _name in ("FlattenAfterConv", "ChannelConcat", "ConvNeXtBlock", "ClassToken", "SqueezeExcite", "ChannelOps"):
-    EXERCISERS[f"test_layout:{_name}"] = Exerciser(_case(getattr(layout, _name)().eval(), (2, 3 if _name not in (
-        "ConvNeXtBlock",) else 8, 16, 16)))
+for _name, _shape in {"FlattenAfterConv": (2, 3, 8, 8), "ChannelConcat": (2, 3, 7, 7), "ConvNeXtBlock": (2, 8, 9, 9),
+                      "ClassToken": (2, 3, 16, 16), "SqueezeExcite": (2, 3, 6, 6), "ChannelOps": (2, 3, 5, 5)}.items():
+    EXERCISERS[f"test_layout:{_name}"] = Exerciser(_case(getattr(layout, _name)().eval(), _shape))
+EXERCISERS["test_layout:ChannelShuffle"] = Exerciser(_case(layout.ChannelShuffle(3).eval(), (2, 4, 5, 5)))
 EXERCISERS["test_layout:Residual"] = Exerciser(_case(layout.randomise_bn(layout.Residual()), (2, 4, 9, 9)))
 EXERCISERS["test_ops_misc:Misc"] = Exerciser(
     lambda: (misc.Misc().eval(), (torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5)))))
@@ -83,6 +88,7 @@ EXERCISERS["test_capture_regions:RelativeIndex"] = Exerciser(_case(regions.Relat
 EXERCISERS["test_view_writes:Writes"] = Exerciser(_case(view_writes.Writes().eval(), (2, 4, 6)))
 for _name, _fns in catalog.FAMILIES.items():
     EXERCISERS[f"test_ops_catalog:{_name}"] = Exerciser(_case(catalog.Catalog(_fns).eval(), (2, 3, 4, 5)))
+EXERCISERS["test_ops_catalog:ScriptedSizes"] = Exerciser(_case(catalog.ScriptedSizes().eval(), (2, 3, 4, 5)), "script")
 EXERCISERS["test_ops_catalog:SymArith"] = Exerciser(_case(catalog.SymArith().eval(), (2, 3, 7, 9)), "dynamic")
 EXERCISERS["test_ops_real:Rounding"] = Exerciser(_case(real.Rounding().eval(), (2, 3, 7)))
 EXERCISERS["test_ops_real:Transcendental"] = Exerciser(_case(real.Transcendental().eval(), (2, 3, 7), (2, 3, 7)))

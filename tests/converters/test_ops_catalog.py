@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from converter_check import check_converted
+import porter
+from converter_check import assert_matches, check_converted
 
 aten = torch.ops.aten
 
@@ -120,7 +121,24 @@ RESAMPLE = {
                                   + aten.replication_pad1d.default(x[:, :, 0], [2, 1])[..., None, :3]
                                   + aten.replication_pad3d.default(x[:, None], [1, 0, 0, 1, 1, 1])[:, 0, :x.shape[1], :3, :3]),
 }
-FAMILIES = {"unary_inplace": UNARY_INPLACE, "binary_forms": BINARY_FORMS, "compare": COMPARE, "reduce": REDUCE,
+_W2, _W3 = torch.randn(4, 3, 3, 2), torch.randn(2, 1, 3, 1, 2)
+CONV_NORM = {
+    "conv2d.padding": lambda x: aten.conv2d.padding(x, _W2, None, [1, 1], "same"),
+    "conv3d.padding": lambda x: aten.conv3d.padding(x[:, None], _W3, None, [1, 1, 1], "same")[:, 0],
+    "_convolution.deprecated": lambda x: aten._convolution.deprecated(
+        x, _W2, None, [1, 2], [1, 0], [1, 1], False, [0, 0], 1, False, False, True),
+    "adaptive_max_pool3d": lambda x: aten.adaptive_max_pool3d.default(x[:, None], [2, 3, 2])[0],
+    "fractional_max_pool3d": lambda x: aten.fractional_max_pool3d.default(
+        x[:, None], [1, 2, 2], [2, 2, 2], torch.full((x.shape[0], 1, 3), 0.3))[0],
+    "_prelu_kernel": lambda x: aten._prelu_kernel.default(x, torch.tensor([0.1, -0.5, 2.0])[:, None, None]),
+    "_softmax": lambda x: aten._softmax.default(x, 1, False),
+    "native_layer_norm": lambda x: aten.native_layer_norm.default(x, [x.shape[-1]], None, None, 1e-5)[0],
+    "any.dim": lambda x: aten.any.dim(x > 1, 1).float(),
+    "logical_not": lambda x: aten.logical_not.default(x > 0).float(),
+    "mul.Scalar": lambda x: aten.mul.Scalar(x, -2.5),
+    "squeeze.dims": lambda x: aten.squeeze.dims(x[:, :1, :, :1], [1, 3]),
+}
+FAMILIES = {"conv_norm": CONV_NORM, "unary_inplace": UNARY_INPLACE, "binary_forms": BINARY_FORMS, "compare": COMPARE, "reduce": REDUCE,
             "shape": SHAPE, "resample": RESAMPLE}
 
 
@@ -148,7 +166,8 @@ class SymArith(nn.Module):
         h, w = x.shape[2], x.shape[3]
         flags = torch.tensor([h == w, h != w, h < w, h <= w, h > w, h >= w], dtype=torch.float32)
         sizes = torch.tensor([h % 3, -h, h ** 2, min(h, w), math.floor(w / 3), math.trunc(-w / 4),
-                              torch.sym_int(torch.sym_float(h) * 1.5)], dtype=torch.float32)
+                              math.trunc(torch.sym_float(h) * 1.5), h + w, h - w],
+                             dtype=torch.float32)
         return flags, sizes, torch.full((1,), torch.sym_float(w)) * x.mean()
 
 
@@ -156,3 +175,21 @@ def test_symbolic_size_arithmetic_in_values():
     ported = check_converted(SymArith().eval(), torch.randn(2, 3, 7, 9), torch.randn(1, 3, 8, 8), rel=1e-6)
     ops = {n["op"] for n in ported.graph["nodes"]}
     assert {"operator.eq", "operator.lt", "torch.sym_min", "math.floor"} <= ops, ops
+
+
+class ScriptedSizes(nn.Module):
+    """TorchScript spellings: ``x.size()`` (aten.size.default) and a list split (aten.split.sizes)."""
+
+    def forward(self, x):
+        n, c, h, w = x.size()
+        first, rest = torch.split(x, [1, c - 1], 1)
+        return x.reshape(n, c * h, w) * first.mean(), rest.sum(1)
+
+
+def test_torchscript_sizes_and_list_split():
+    model = ScriptedSizes().eval()
+    ported = porter.convert(torch.jit.script(model), torch.randn(2, 3, 4, 5), io_layout="torch")
+    for shape in [(2, 3, 4, 5), (3, 4, 2, 6)]:
+        assert_matches(ported, model, (torch.randn(*shape),))
+    ops = {n["op"] for n in ported.graph["nodes"]}
+    assert {"aten.size.default", "aten.split.sizes"} <= ops, ops
