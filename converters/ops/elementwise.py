@@ -75,6 +75,8 @@ UNARY = {
     "clamp": lambda x, min=None, max=None: mx.clip(x, min, max),
     "logical_not": mx.logical_not,
     "stop_gradient": mx.stop_gradient,
+    "glu": lambda x, axis: (lambda a, b: a * mx.sigmoid(b))(*mx.split(x, 2, axis=axis)),
+    "repeat_interleave": lambda x, repeats, axis=None: mx.repeat(x, repeats, axis),
     "floor": mx.floor,
     "ceil": mx.ceil,
     "round": lambda x, decimals=0: _round(x, decimals),
@@ -321,6 +323,54 @@ def convert_where(ctx, call):
     # a Python scalar branch: MLX types it as int32/float32, torch's promotion decided the dtype recorded here
     where = ctx.emit("where", specs, perm=perm, out=ctx.fresh(call.name))
     ctx.emit("cast", [ctx.tensor(where)], {"dtype": call.meta.dtype}, perm=perm)
+
+
+@register("aten.clamp.Tensor", "aten.clamp_.Tensor")
+def convert_clamp_tensor(ctx, call):
+    """``clamp`` with tensor bounds: ``minimum(maximum(x, min), max)`` (NaN in x or a bound propagates)."""
+    x, low, high = call.arg("self"), call.arg("min"), call.arg("max")
+    present = [v for v in (low, high) if v is not None]
+    specs, perm = aligned_inputs(ctx, call, [x, *present])
+    current, rest = specs[0], specs[1:]
+    for fn, bound in (("maximum", low), ("minimum", high)):
+        if bound is None:
+            continue
+        last = bound is high or high is None
+        out = ctx.emit("binary", [current, rest.pop(0)], {"fn": fn}, perm=perm,
+                       out=None if last else ctx.fresh(f"{call.name}_{fn}"))
+        current = {"ref": out.name}
+    if not present:
+        ctx.emit("identity", [current], perm=perm)
+
+
+@register("aten.glu.default")
+def convert_glu(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    ctx.emit("unary", [ctx.tensor(x)], {"fn": "glu", "axis": L.axis_of(perm, call.arg("dim"))}, perm=perm)
+
+
+@register("aten.repeat_interleave.self_int")
+def convert_repeat_interleave(ctx, call):
+    x, repeats, dim = call.arg("self"), call.arg("repeats"), call.arg("dim")
+    call.arg("output_size")  # a size hint: the result is the same
+    if isinstance(repeats, Ref):
+        call.fail("repeats", "a symbolic repeat count is not supported")
+    if dim is None:  # flattened in torch's element order
+        ident = L.identity(ctx.meta(x).rank)
+        return ctx.emit("unary", [ctx.tensor(x, ident)], {"fn": "repeat_interleave", "repeats": repeats},
+                        perm=(0,))
+    perm = ctx.perm(x)
+    ctx.emit("unary", [ctx.tensor(x)], {"fn": "repeat_interleave", "repeats": repeats,
+                                        "axis": L.axis_of(perm, dim)}, perm=perm)
+
+
+@register("aten.outer.default")
+def convert_outer(ctx, call):
+    a, b = call.arg("self"), call.arg("vec2")
+    col = ctx.emit("unsqueeze", [ctx.tensor(a)], {"axis": 1}, perm=(0, 1), out=ctx.fresh(f"{call.name}_col"))
+    row = ctx.emit("unsqueeze", [ctx.tensor(b)], {"axis": 0}, perm=(0, 1), out=ctx.fresh(f"{call.name}_row"))
+    ctx.emit("binary", [{"ref": col.name}, {"ref": row.name}], {"fn": "mul"}, perm=(0, 1))
 
 
 @register("aten.pow.Scalar")

@@ -68,8 +68,8 @@ def _reduce(fn):
 
 register("aten.mean.dim", "aten.mean.default")(_reduce("mean"))
 register("aten.sum.dim_IntList", "aten.sum.default")(_reduce("sum"))
-register("aten.amax.default")(_reduce("amax"))
-register("aten.amin.default")(_reduce("amin"))
+register("aten.amax.default", "aten.max.default")(_reduce("amax"))  # max.default: of every element
+register("aten.amin.default", "aten.min.default")(_reduce("amin"))
 register("aten.any.dim", "aten.any.dims", "aten.any.default")(_reduce("any"))
 register("aten.all.dim", "aten.all.dims", "aten.all.default")(_reduce("all"))
 

@@ -279,3 +279,24 @@ def test_transcendental_ops():
                              rel=2e-6)
     assert {f"aten.{op}.default" for op in ("log1p", "expm1", "log2", "log10", "erfinv", "logit", "atan2")} <= {
         n["op"] for n in ported.graph["nodes"]}
+
+
+class MoreOps(nn.Module):
+    """clamp with tensor bounds (NaN bound too), global max/min, GLU, repeat_interleave (GQA), outer."""
+
+    def forward(self, x, y):
+        low, high = y.mean(-1, keepdim=True) - 0.5, x.amax(-1, keepdim=True) * 0.5
+        c = x.clone()
+        c.clamp_(min=low)
+        k = x.transpose(1, 2)
+        return (torch.clamp(x, min=low, max=high), torch.clamp(x, max=y), c, x.max(), y.min(), F.glu(x, dim=1),
+                F.glu(k, -1), torch.repeat_interleave(k, 2, dim=1), x.repeat_interleave(3),
+                torch.outer(x[0, 0], y[0, :, 0]))
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_more_ops(io_layout):
+    ported = check_converted(MoreOps().eval(), (_x(2, 4, 6, nan=True), _x(2, 4, 6)), (_x(3, 6, 4), _x(3, 6, 4, nan=True)),
+                             io_layout=io_layout, rel=1e-6)
+    assert {"aten.clamp.Tensor", "aten.clamp_.Tensor", "aten.max.default", "aten.min.default", "aten.glu.default",
+            "aten.repeat_interleave.self_int", "aten.outer.default"} <= {n["op"] for n in ported.graph["nodes"]}
