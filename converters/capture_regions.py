@@ -146,6 +146,8 @@ class Inliner:
             renames = {old: node.name}
             if old in self.views:  # a write into a view writes into its base: scatter it back
                 renames.update(self._write_back(old, node))
+            else:  # views taken of the written tensor before the write would see it in torch
+                self.stale.update(v for v in self.views if self._root(v) == old)
             for key, value in list(env.items()):
                 if value in renames:
                     env[key] = renames[value]

@@ -84,3 +84,15 @@ def test_writing_into_a_chunk_fails_by_name():
 
     with pytest.raises(NotImplementedError, match="split/chunk/unbind"):
         porter.convert(Chunk(), torch.randn(2, 4, 3))
+
+
+def test_reading_a_view_of_a_tensor_written_in_place_afterwards_fails_by_name():
+    class BaseWrite(nn.Module):
+        def forward(self, x):
+            y = x.clone()
+            row = y[:, 0]
+            y.add_(1.0)  # torch: row sees the +1
+            return row * 2
+
+    with pytest.raises(NotImplementedError, match="modified in place after the view was taken"):
+        porter.convert(BaseWrite(), torch.randn(2, 3, 4))
