@@ -431,3 +431,26 @@ def convert_diff(ctx, call):
         current = {"ref": out.name}
     if n == 0:
         ctx.emit("identity", [current], perm=perm)
+
+
+_INDEXING = ("ij", "xy")
+
+
+@kernel("meshgrid")
+def k_meshgrid(tensors, *, indexing):
+    """torch.meshgrid of 1-d tensors: ``indexing`` "ij" (matrix) or "xy" (Cartesian: first two dims swapped)."""
+    return list(mx.meshgrid(*[t.reshape(-1) for t in tensors], indexing=indexing))
+
+
+@register("aten.meshgrid.default", "aten.meshgrid.indexing")
+def convert_meshgrid(ctx, call):
+    from ..convert import Info
+
+    indexing = call.arg("indexing") if call.has("indexing") else "ij"  # torch's default (with a warning)
+    if indexing not in _INDEXING:
+        call.fail("indexing", f"must be one of {_INDEXING}")
+    tensors = call.arg("tensors")
+    if any(ctx.meta(t).rank > 1 for t in tensors):
+        call.fail("tensors", "meshgrid takes 0-d or 1-d tensors")
+    items = [Info(m, L.identity(m.rank)) for m in call.meta.items]
+    ctx.emit("meshgrid", [[ctx.tensor(t) for t in tensors]], {"indexing": indexing}, items=items)

@@ -91,6 +91,7 @@ for _name, _fns in catalog.FAMILIES.items():
 EXERCISERS["test_ops_catalog:ScriptedSizes"] = Exerciser(_case(catalog.ScriptedSizes().eval(), (2, 3, 4, 5)), "script")
 EXERCISERS["test_ops_catalog:SymArith"] = Exerciser(_case(catalog.SymArith().eval(), (2, 3, 7, 9)), "dynamic")
 EXERCISERS["test_ops_real:MoreOps"] = Exerciser(_case(real.MoreOps().eval(), (2, 4, 6), (2, 4, 6)))
+EXERCISERS["test_ops_real:Grids"] = Exerciser(_case(real.Grids().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_ops_real:Rounding"] = Exerciser(_case(real.Rounding().eval(), (2, 3, 7)))
 EXERCISERS["test_ops_real:Transcendental"] = Exerciser(_case(real.Transcendental().eval(), (2, 3, 7), (2, 3, 7)))
 for _name, _spec in REGISTRY.items():

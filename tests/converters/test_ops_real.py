@@ -4,6 +4,8 @@ min/max of two tensors, where with scalar branches, weight norm; torch run on th
 Exact ops (masks, integer bits, min/max, where, prelu, diff) compare exactly; the rest at 1e-6 relative.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -300,3 +302,24 @@ def test_more_ops(io_layout):
                              io_layout=io_layout, rel=1e-6)
     assert {"aten.clamp.Tensor", "aten.clamp_.Tensor", "aten.max.default", "aten.min.default", "aten.glu.default",
             "aten.repeat_interleave.self_int", "aten.outer.default"} <= {n["op"] for n in ported.graph["nodes"]}
+
+
+class Grids(nn.Module):
+    """Coordinate grids built in forward (DETR/YOLO/deformable attention): meshgrid in both indexings."""
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32),
+                                indexing="ij")
+        u, v = torch.meshgrid(torch.arange(3), torch.arange(w), indexing="xy")
+        a, b, c = torch.meshgrid(torch.arange(2), torch.arange(h), torch.arange(w), indexing="ij")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch asks for an explicit indexing
+            p, q = torch.meshgrid(torch.arange(h), torch.arange(3))  # aten.meshgrid.default: "ij"
+        return x + ys + 2 * xs, u, v, a + b + c, p * q
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_meshgrid(io_layout):
+    ported = check_converted(Grids().eval(), _x(2, 3, 4, 5), _x(1, 3, 6, 3), io_layout=io_layout, rel=0)
+    assert {"aten.meshgrid.indexing", "aten.meshgrid.default"} <= {n["op"] for n in ported.graph["nodes"]}
