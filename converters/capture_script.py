@@ -284,7 +284,13 @@ class _Interpreter:
                 self.env[o] = (self.record(node, "operator.getitem", {"a": ref, "b": i}, ["a", "b"], concrete[i]),
                                concrete[i])
         if _in_place(base) and ins and isinstance(ins[0][0], Ref):
-            self.env[node.inputsAt(0)] = (ref, concrete)  # in-place: later readers see the result
+            # in-place: later readers of the written value see the result, under every name it has (a chain
+            # k.add_(1).mul_(2) writes k through the first op's output)
+            old = ins[0][0]
+            for key, (ir, value) in list(self.env.items()):
+                if ir == old:
+                    self.env[key] = (ref, concrete)
+            self.env[node.inputsAt(0)] = (ref, concrete)
 
 
 def _snapshot(value):

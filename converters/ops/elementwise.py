@@ -146,7 +146,13 @@ def _as_array(v, like):
         return v
     # a Python scalar takes the tensor's dtype, as torch's type promotion does for float tensors
     dtype = like.dtype if isinstance(like, mx.array) else None
-    return mx.array(v, dtype=dtype) if dtype is not None and mx.issubdtype(dtype, mx.floating) else v
+    if dtype is None:
+        return v
+    if dtype == mx.bool_ and isinstance(v, bool):
+        return mx.array(v)  # MLX would type a Python bool against a bool array as int32 (x ^ True)
+    if dtype == mx.bool_ and isinstance(v, int):
+        return mx.array(v, dtype=mx.int64)  # torch: bool tensor with an int scalar is int64 (MLX: int32)
+    return mx.array(v, dtype=dtype) if mx.issubdtype(dtype, mx.floating) else v
 
 
 @kernel("binary")

@@ -15,7 +15,7 @@ from torch.nn.utils import weight_norm
 from torch.nn.utils.parametrizations import weight_norm as param_weight_norm
 
 import porter
-from converter_check import check_converted
+from converter_check import assert_matches, check_converted
 
 torch.manual_seed(0)
 
@@ -323,3 +323,17 @@ class Grids(nn.Module):
 def test_meshgrid(io_layout):
     ported = check_converted(Grids().eval(), _x(2, 3, 4, 5), _x(1, 3, 6, 3), io_layout=io_layout, rel=0)
     assert {"aten.meshgrid.indexing", "aten.meshgrid.default"} <= {n["op"] for n in ported.graph["nodes"]}
+
+
+def test_bitwise_ops_through_torchscript():
+    """TorchScript records ``x & y`` as aten::__and__ too, which is not an in-place op. The oracle is the scripted
+    module: TorchScript itself turns ``bitwise_xor(mask, True)`` into ``bitwise_xor(mask, 1)`` (int64)."""
+    model = Masks().eval()
+    example = (_x(2, 3, 4, 5), _x(2, 3, 4, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(model)  # (torch.jit.trace cannot trace bitwise_xor(bool tensor, True))
+    ported = porter.convert(scripted, example, io_layout="torch")
+    assert ported.graph["frontend"] == "torchscript"
+    for inputs in (example, (_x(1, 3, 6, 2), _x(1, 3, 6, 2))):
+        assert_matches(ported, scripted, inputs, rel=0)
