@@ -1,5 +1,6 @@
-"""Context-manager regions of a ``torch.export`` capture, inlined: ``torch.no_grad()`` /
-``torch.set_grad_enabled(...)`` and ``torch.autocast(...)`` blocks (imports torch; conversion only).
+"""The ``torch.export`` node walk: context-manager regions inlined (``torch.no_grad()`` /
+``torch.set_grad_enabled(...)`` and ``torch.autocast(...)`` blocks) and in-place writes into views made explicit
+(imports torch; conversion only).
 
 Export records such a block as a higher-order op (``wrap_with_set_grad_enabled``, ``wrap_with_autocast``) whose
 body is a submodule read through a ``get_attr`` node (Llama's rotary embedding runs under ``@torch.no_grad()``,
@@ -14,6 +15,10 @@ region's effects made explicit:
   in ``tests/converters/test_capture_regions.py``). The dtype torch recorded for every op of the region is checked
   against the result, so an op whose autocast behaviour Porter does not know fails the conversion by name instead
   of computing in another precision.
+
+An in-place write into a view (``y[:, 0] = 1``: ``select`` then ``fill_``) changes the view's base in torch; the
+walk appends ``select_scatter``/``slice_scatter``/inverse-view nodes that write the new view back up to the base,
+and renames the base, so later readers and the outputs see the write (torch's functionalization, done here).
 """
 
 from __future__ import annotations
@@ -96,8 +101,9 @@ class Inliner:
     """Walks an exported graph (and the bodies of its regions) emitting IR nodes.
 
     ``make_node(fx_node, name, resolve)`` builds the IR node of one call, ``scopes_of(fx_node.meta)`` its module
-    scopes; ``env`` maps fx node names of the
-    current scope to value names; ``metas`` maps value names to :class:`ValueMeta`.
+    scopes; ``env`` maps fx node names of the current scope to value names; ``metas`` maps value names to
+    :class:`ValueMeta`. In-place writes are followed here too: into a view (written back into its bases), and
+    views made stale by a write into their base (reading one raises).
     """
 
     def __init__(self, make_node: Callable, scopes_of: Callable, nodes: list, metas: dict, in_place: Callable):

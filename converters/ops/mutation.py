@@ -69,7 +69,7 @@ def convert_fill(ctx, call):
     value = call.arg("value") if call.has("value") else 0
     if ctx.is_tensor(value) and ctx.meta(value).rank != 0:
         call.fail("value", "fill takes a 0-dim tensor")
-    ctx.emit("fill_like", [ctx.tensor(x), ctx.tensor(value) if ctx.is_tensor(value) else value],
+    ctx.emit("fill_like", [ctx.tensor(x), ctx.tensor(value) if ctx.is_tensor(value) else ctx.value(value)],
              {"dtype": ctx.meta(x).dtype}, perm=ctx.perm(x))
 
 
