@@ -324,7 +324,10 @@ def convert_prod(ctx, call):
     perm = ctx.perm(x)
     dim = call.arg("dim") % len(perm)
     keepdim = call.arg("keepdim")
-    ctx.emit("prod", [ctx.tensor(x)], {"axes": [perm.index(dim)], "keepdims": keepdim, "dtype": call.arg("dtype")},
+    dtype = call.arg("dtype")
+    if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
+        dtype = "int64"  # torch multiplies bool and narrower integers in int64; MLX would keep int32
+    ctx.emit("prod", [ctx.tensor(x)], {"axes": [perm.index(dim)], "keepdims": keepdim, "dtype": dtype},
              perm=perm if keepdim else L.remove_dims(perm, [dim]))
 
 

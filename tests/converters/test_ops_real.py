@@ -237,7 +237,7 @@ class BuiltMasks(nn.Module):
         flags = torch.full((t,), True) & torch.ones(t, dtype=torch.bool)
         big = torch.full((x.shape[0], t), 2 ** 40, dtype=torch.int64) + torch.full_like(x[..., 0], 3, dtype=torch.int64)
         positions = (x[..., 1] > 0).cumsum(1)
-        count = (x > 0).sum(-1)
+        count = (x > 0).sum(-1) + (x > -1).prod(-1)
         return bool_mask, float_mask, flags, big, positions, count, torch.triu(causal, 1)
 
 
