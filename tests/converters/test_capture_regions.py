@@ -205,3 +205,37 @@ class RelativeIndex(nn.Module):
 
 def test_buffer_through_clone_and_views():
     check_converted(RelativeIndex().eval(), torch.randn(2, 2, 9, 9), torch.randn(3, 2, 9, 9), rel=1e-6)
+
+
+class ConvUnderAutocast(nn.Module):
+    """A conv block under bf16 autocast (EfficientViT-style): conv weights are cast at run time, batch norm and
+    ReLU run in bf16 as in torch, and the conv-transpose and linear are cast again."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.up = nn.ConvTranspose2d(8, 8, 2, stride=2)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.up(torch.relu(self.bn(self.conv(x))))
+            z = self.fc(y.mean((2, 3)))
+        return y.float(), z.float()
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_conv_block_under_autocast(io_layout):
+    torch.manual_seed(0)
+    model = ConvUnderAutocast().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    # bf16 results: a few roundings of bf16 (eps 2**-8) apart where MLX and torch accumulate differently
+    ported = check_converted(model, torch.randn(2, 3, 8, 8), torch.randn(1, 3, 5, 7), io_layout=io_layout,
+                             rel=2 ** -5)
+    # the bound above would also hold in float32: the casts themselves are checked here. torch casts the conv's
+    # input, weight and bias, the conv-transpose's and linear's weight and bias (their inputs are bf16 already)
+    casts = [n for n in ported.graph["nodes"] if n["op"] == "aten._to_copy.default"]
+    assert len(casts) == 7 and all(n["attrs"]["dtype"] == "bfloat16" for n in casts)
