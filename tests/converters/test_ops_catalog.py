@@ -71,7 +71,8 @@ COMPARE.update({
 })
 REDUCE = {
     "all.default": lambda x: aten.all.default(x > -3).float(), "all.dim": lambda x: aten.all.dim(x > -1, 1).float(),
-    "all.dims": lambda x: aten.all.dims(x > -1.5, [1, 3]).float(), "any.default": lambda x: aten.any.default(x > 2).float(),
+    "all.dims": lambda x: aten.all.dims(x > -1.5, [1, 3]).float(),
+    "any.default": lambda x: aten.any.default(x > 2).float(),
     "any.dims": lambda x: aten.any.dims(x > 1, [2, 3], True).float(), "amin": lambda x: aten.amin.default(x, [1, 2]),
     "argmax": lambda x: aten.argmax.default(x, 2).float(), "argmin": lambda x: aten.argmin.default(x, -1, True).float(),
     "argmax_flat": lambda x: aten.argmax.default(x).float(), "mean.default": lambda x: aten.mean.default(x),
@@ -84,13 +85,15 @@ REDUCE = {
 }
 SHAPE = {
     "_unsafe_view": lambda x: aten._unsafe_view.default(x * 1, [x.shape[0], -1]),
-    "concat": lambda x: aten.concat.default([x, x * 2], 1), "split.default": lambda x: aten.split.default(x, [1, 2], 1)[1],
-    "split.sizes": lambda x: aten.split.sizes(x, [2, 1], 1)[0], "squeeze.default": lambda x: aten.squeeze.default(x[:, :1]),
+    "concat": lambda x: aten.concat.default([x, x * 2], 1),
+    "split.sizes": lambda x: aten.split.sizes(x, [2, 1], 1)[0],
+    "squeeze.default": lambda x: aten.squeeze.default(x[:, :1]),
     "swapaxes": lambda x: aten.swapaxes.default(x, 1, 3), "t": lambda x: aten.t.default(x[0, 0]),
     "numpy_T": lambda x: aten.numpy_T.default(x[0, 0]), "repeat": lambda x: aten.repeat.default(x, [1, 2, 1, 3]),
     "copy": lambda x: aten.copy.default(torch.zeros_like(x), x[:, :1] * 2),
     "fill.Scalar": lambda x: aten.fill.Scalar(x, 1.5), "fill.Tensor": lambda x: aten.fill.Tensor(x, x[0, 0, 0, 0]),
-    "zero": lambda x: aten.zero.default(x), "index_put": lambda x: aten.index_put.default(x, [x > 0.5], torch.tensor(0.)),
+    "zero": lambda x: aten.zero.default(x),
+    "index_put": lambda x: aten.index_put.default(x, [x > 0.5], torch.tensor(0.)),
     "to.other": lambda x: aten.to.other(x, torch.zeros(1, dtype=torch.float16)).float(),
     "to.dtype_layout": lambda x: aten.to.dtype_layout(x, dtype=torch.float16).float(),
     "to.device": lambda x: aten.to.device(x, torch.device("cpu"), torch.float16).float(),
@@ -114,12 +117,14 @@ RESAMPLE = {
     + aten.upsample_nearest3d.vec(x[:, :, None], [2, 6, 5], None),
     "upsample_trilinear3d.default": lambda x: aten.upsample_trilinear3d.default(x[:, :, None], [3, 4, 6], False),
     "constant_pad_nd": lambda x: aten.constant_pad_nd.default(x, [1, 2, 0, 1], 0.5),
-    "reflection_pad": lambda x: (aten.reflection_pad2d.default(x, [1, 1, 2, 0])[..., :3, :3]
-                                 + aten.reflection_pad1d.default(x[:, :, 0], [2, 1])[..., None, :3]
-                                 + aten.reflection_pad3d.default(x[:, None], [1, 0, 0, 1, 1, 1])[:, 0, :x.shape[1], :3, :3]),
-    "replication_pad": lambda x: (aten.replication_pad2d.default(x, [1, 1, 2, 0])[..., :3, :3]
-                                  + aten.replication_pad1d.default(x[:, :, 0], [2, 1])[..., None, :3]
-                                  + aten.replication_pad3d.default(x[:, None], [1, 0, 0, 1, 1, 1])[:, 0, :x.shape[1], :3, :3]),
+    "reflection_pad": lambda x: (
+        aten.reflection_pad2d.default(x, [1, 1, 2, 0])[..., :3, :3]
+        + aten.reflection_pad1d.default(x[:, :, 0], [2, 1])[..., None, :3]
+        + aten.reflection_pad3d.default(x[:, None], [1, 0, 0, 1, 1, 1])[:, 0, :x.shape[1], :3, :3]),
+    "replication_pad": lambda x: (
+        aten.replication_pad2d.default(x, [1, 1, 2, 0])[..., :3, :3]
+        + aten.replication_pad1d.default(x[:, :, 0], [2, 1])[..., None, :3]
+        + aten.replication_pad3d.default(x[:, None], [1, 0, 0, 1, 1, 1])[:, 0, :x.shape[1], :3, :3]),
 }
 _W2, _W3 = torch.randn(4, 3, 3, 2), torch.randn(2, 1, 3, 1, 2)
 CONV_NORM = {
@@ -138,7 +143,8 @@ CONV_NORM = {
     "mul.Scalar": lambda x: aten.mul.Scalar(x, -2.5),
     "squeeze.dims": lambda x: aten.squeeze.dims(x[:, :1, :, :1], [1, 3]),
 }
-FAMILIES = {"conv_norm": CONV_NORM, "unary_inplace": UNARY_INPLACE, "binary_forms": BINARY_FORMS, "compare": COMPARE, "reduce": REDUCE,
+FAMILIES = {"conv_norm": CONV_NORM, "unary_inplace": UNARY_INPLACE, "binary_forms": BINARY_FORMS, "compare": COMPARE,
+            "reduce": REDUCE,
             "shape": SHAPE, "resample": RESAMPLE}
 
 

@@ -298,8 +298,8 @@ class MoreOps(nn.Module):
 
 @pytest.mark.parametrize("io_layout", ["torch", "mlx"])
 def test_more_ops(io_layout):
-    ported = check_converted(MoreOps().eval(), (_x(2, 4, 6, nan=True), _x(2, 4, 6)), (_x(3, 6, 4), _x(3, 6, 4, nan=True)),
-                             io_layout=io_layout, rel=1e-6)
+    ported = check_converted(MoreOps().eval(), (_x(2, 4, 6, nan=True), _x(2, 4, 6)),
+                             (_x(3, 6, 4), _x(3, 6, 4, nan=True)), io_layout=io_layout, rel=1e-6)
     assert {"aten.clamp.Tensor", "aten.clamp_.Tensor", "aten.max.default", "aten.min.default", "aten.glu.default",
             "aten.repeat_interleave.self_int", "aten.outer.default"} <= {n["op"] for n in ported.graph["nodes"]}
 
