@@ -15,7 +15,8 @@ import warnings
 
 import torch
 
-from .ir import Graph, Node, Ref, ValueMeta
+from .capture_regions import Inliner
+from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 
 
 def _dtype_name(dtype) -> str:
@@ -154,6 +155,22 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, *, double_batch
     return torch.export.export(model, example_inputs, strict=False), False
 
 
+def _in_place(base: str) -> bool:
+    """``relu_``, ``__iand__`` update their first argument; ``__and__`` (``x & y``) does not."""
+    if base.startswith("__") and base.endswith("__"):
+        return base.startswith("__i")
+    return base.endswith("_")
+
+
+def _make_node(fx_node, name: str, resolve) -> Node:
+    """The IR node of one exported call, named ``name``."""
+    args, explicit = normalise_args(fx_node.target, fx_node.args, fx_node.kwargs, resolve)
+    scopes = _scopes(fx_node.meta)
+    module, module_type = (scopes[-1][1], scopes[-1][2]) if scopes else ("", "")
+    return Node(name, op_name(fx_node.target), args, explicit, value_meta(fx_node.meta.get("val")), module,
+                module_type, scopes)
+
+
 def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
     from torch.export.graph_signature import InputKind, OutputKind
 
@@ -181,35 +198,30 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         param_values[name] = target
         placeholder_target[name] = target
 
-    alias: dict = {}
+    nodes, input_meta, outputs, metas = [], {}, [], {}
+    env: dict = {}  # fx node name -> value name (in-place ops and inlined regions rename values)
 
     def resolve(node):
-        return Ref(alias.get(node.name, node.name))
+        return Ref(env.get(node.name, node.name))
 
-    nodes, input_meta, outputs = [], {}, []
+    inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place)
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
-            input_meta[fx_node.name] = value_meta(fx_node.meta.get("val"))
+            input_meta[fx_node.name] = metas[fx_node.name] = value_meta(fx_node.meta.get("val"))
             if fx_node.name in placeholder_target:
                 continue
+        elif fx_node.op == "get_attr":
+            if not isinstance(getattr(ep.graph_module, fx_node.target, None), torch.fx.GraphModule):
+                raise NotImplementedError(f"unsupported exported node kind get_attr ({fx_node.name})")
+            continue  # the body of a no_grad/autocast region: inlined where the region is called
         elif fx_node.op == "call_function":
-            args, explicit = normalise_args(fx_node.target, fx_node.args, fx_node.kwargs, resolve)
-            scopes = _scopes(fx_node.meta)
-            module, module_type = (scopes[-1][1], scopes[-1][2]) if scopes else ("", "")
-            name = op_name(fx_node.target)
-            nodes.append(
-                Node(fx_node.name, name, args, explicit, value_meta(fx_node.meta.get("val")),
-                     module, module_type, scopes)
-            )
-            # an in-place op (relu_, add_) updates its first argument: later readers see the result
-            base = name.split(".")[1] if name.startswith("aten.") else ""
-            first = next(iter(args.values()), None)
-            if base.endswith("_") and isinstance(first, Ref):
-                alias[first.name] = fx_node.name
+            inliner.call(fx_node, ep.graph_module, env)
         elif fx_node.op == "output":
             results = fx_node.args[0]
             for spec, value in zip(sig.output_specs, results):
                 if spec.kind == OutputKind.USER_OUTPUT:
+                    for ref in iter_refs([literal(value, resolve)]):
+                        inliner.check_readable(ref.name, "the model's output")
                     outputs.append(literal(value, resolve))
                 elif spec.kind == OutputKind.BUFFER_MUTATION:
                     continue  # running statistics updates (training-mode batch norm): not part of the output

@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from .capture_export import _dtype_name
+from .capture_export import _dtype_name, _in_place
 from .ir import Graph, Node, Ref, ValueMeta
 from .registry import UnsupportedOpsError
 
@@ -283,8 +283,14 @@ class _Interpreter:
             for i, o in enumerate(outs):
                 self.env[o] = (self.record(node, "operator.getitem", {"a": ref, "b": i}, ["a", "b"], concrete[i]),
                                concrete[i])
-        if base.endswith("_") and ins and isinstance(ins[0][0], Ref):
-            self.env[node.inputsAt(0)] = (ref, concrete)  # in-place: later readers see the result
+        if _in_place(base) and ins and isinstance(ins[0][0], Ref):
+            # in-place: later readers of the written value see the result, under every name it has (a chain
+            # k.add_(1).mul_(2) writes k through the first op's output)
+            old = ins[0][0]
+            for key, (ir, value) in list(self.env.items()):
+                if ir == old:
+                    self.env[key] = (ref, concrete)
+            self.env[node.inputsAt(0)] = (ref, concrete)
 
 
 def _snapshot(value):

@@ -195,7 +195,9 @@ class ConvertContext:
     def alias(self, ref: Ref, *, out: Optional[str] = None) -> Ref:
         """The current node's value is ``ref`` itself (contiguous, clone, eval dropout)."""
         info = self.values[ref.name]
-        return self.emit("identity", [{"ref": ref.name}], perm=info.perm, items=info.items, out=out)
+        # a parameter or buffer is not a run-time value: read it through tensor() ({"param": name})
+        source = self.tensor(ref) if self.is_param(ref) else {"ref": ref.name}
+        return self.emit("identity", [source], perm=info.perm, items=info.items, out=out)
 
 
 # ---------------------------------------------------------------------------------------------------- driver
@@ -318,7 +320,8 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     for torch_name, record in ctx.params.items():
         forward, _ = transforms.get(record.transform)
         array = forward(graph.params[torch_name], **record.attrs)
-        weights[torch_name] = np.ascontiguousarray(array).reshape(np.shape(array))  # a 0-dim stays 0-dim
+        # np.ascontiguousarray turns a 0-d array (weight norm's g with dim=None) into shape (1,)
+        weights[torch_name] = np.ascontiguousarray(array) if np.ndim(array) else np.array(array)
         params[torch_name] = {
             "transform": record.transform,
             "attrs": record.attrs,

@@ -50,9 +50,17 @@ def assert_matches(ported, model, inputs, rel=1e-4):
             continue
         e = e.detach().numpy()
         assert a.shape == e.shape, f"output {i}: shape {a.shape} != torch {e.shape}"
+        if e.dtype != np.float64:  # Porter computes float64 in float32
+            assert a.dtype == e.dtype, f"output {i}: dtype {a.dtype} != torch {e.dtype}"
         if e.dtype.kind in "iub":
             np.testing.assert_array_equal(a, e, err_msg=f"output {i}")
             continue
+        nan = np.isnan(e)
+        np.testing.assert_array_equal(np.isnan(a), nan, err_msg=f"output {i}: NaN positions differ from torch's")
+        a, e = a[~nan], e[~nan]
+        infinite = np.isinf(e)
+        np.testing.assert_array_equal(a[infinite], e[infinite], err_msg=f"output {i}: infinities differ")
+        a, e = a[~infinite], e[~infinite]
         scale = float(np.abs(e).max()) if e.size else 0.0
         err = float(np.abs(a - e).max()) if e.size else 0.0
         assert err <= rel * max(scale, 1e-12), f"output {i}: max abs err {err:.3g} > {rel} * {scale:.3g}"

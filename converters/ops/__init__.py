@@ -1,3 +1,3 @@
 """Op families. Importing this package registers every converter and kernel."""
 
-from . import conv, elementwise, linear, misc, norm, pool, reduce, resample, shape  # noqa: F401
+from . import bitwise, conv, elementwise, linear, misc, mutation, norm, pool, reduce, resample, shape  # noqa: F401

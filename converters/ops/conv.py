@@ -121,7 +121,9 @@ def _conv_transpose(nd):
 
 for _nd in (1, 2, 3):
     register(f"aten.conv{_nd}d.default", f"aten.conv{_nd}d.padding", channels_last=True)(_conv(_nd))
-    register(f"aten.conv_transpose{_nd}d.input", f"aten.conv_transpose{_nd}d.default", channels_last=True)(_conv_transpose(_nd))
+    # torch 2.13 spells them conv_transpose1d.default, conv_transpose2d.input, conv_transpose3d.input
+    register(f"aten.conv_transpose{_nd}d.{'default' if _nd == 1 else 'input'}", channels_last=True)(
+        _conv_transpose(_nd))
 
 
 @register("aten.convolution.default", "aten._convolution.default", "aten._convolution.deprecated",

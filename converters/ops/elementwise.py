@@ -17,7 +17,7 @@ from porter.layers import _native
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
-from ..spec import SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
+from ..spec import AXIS, SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
 
 _SQRT2 = math.sqrt(2.0)
 
@@ -75,6 +75,25 @@ UNARY = {
     "pow_scalar": lambda x, exponent: x**exponent,
     "clamp": lambda x, min=None, max=None: mx.clip(x, min, max),
     "logical_not": mx.logical_not,
+    "stop_gradient": mx.stop_gradient,
+    "glu": lambda x, axis: (lambda a, b: a * mx.sigmoid(b))(*mx.split(x, 2, axis=axis)),
+    "repeat_interleave": lambda x, repeats, axis=None: mx.repeat(x, repeats, axis),
+    "floor": mx.floor,
+    "ceil": mx.ceil,
+    "round": lambda x, decimals=0: _round(x, decimals),
+    "trunc": lambda x: mx.where(x < 0, mx.ceil(x), mx.floor(x)),
+    "frac": lambda x: x - mx.where(x < 0, mx.ceil(x), mx.floor(x)),
+    "log1p": mx.log1p,
+    "expm1": mx.expm1,
+    "log2": mx.log2,
+    "log10": mx.log10,
+    "erfinv": mx.erfinv,
+    "isnan": mx.isnan,
+    "isinf": mx.isinf,
+    "isfinite": mx.isfinite,
+    "nan_to_num": lambda x, nan=0.0, posinf=None, neginf=None: mx.nan_to_num(x, nan, posinf, neginf),
+    "logit": lambda x, eps=None: (lambda z: mx.log(z / (1 - z)))(x if eps is None else mx.clip(x, eps, 1 - eps)),
+    "bitwise_not": lambda x: mx.logical_not(x) if x.dtype == mx.bool_ else mx.bitwise_invert(x),
 }
 
 BINARY = {
@@ -85,6 +104,8 @@ BINARY = {
     "div_floor": lambda a, b: mx.floor(mx.divide(a, b)),
     "div_trunc": lambda a, b: (lambda q: mx.where(q < 0, mx.ceil(q), mx.floor(q)))(mx.divide(a, b)),
     "floor_divide": mx.floor_divide,
+    "remainder": mx.remainder,
+    "atan2": mx.arctan2,  # Python's sign rule (the divisor's), as torch.remainder and %
     "pow": mx.power,
     "maximum": mx.maximum,
     "minimum": mx.minimum,
@@ -96,7 +117,25 @@ BINARY = {
     "ge": mx.greater_equal,
     "logical_and": mx.logical_and,
     "logical_or": mx.logical_or,
+    "logical_xor": lambda a, b: mx.not_equal(_truth(a), _truth(b)),
+    "bitwise_and": mx.bitwise_and,
+    "bitwise_or": mx.bitwise_or,
+    "bitwise_xor": mx.bitwise_xor,
 }
+
+
+def _round(x, decimals=0):
+    """Half to even; with decimals, torch's ``nearbyint(x * 10**d) / 10**d`` (``x / 10**-d`` for d < 0)."""
+    if decimals == 0:
+        return mx.round(x)
+    scale = mx.array(10.0 ** abs(decimals), dtype=x.dtype)
+    return mx.round(x * scale) / scale if decimals > 0 else mx.round(x / scale) * scale
+
+
+def _truth(v):
+    """A value as a bool mask (non-zero is true), as torch's logical ops read their operands."""
+    return v.astype(mx.bool_) if isinstance(v, mx.array) else mx.array(bool(v))
+
 
 
 _NUMBER = Float(allow_inf=True)
@@ -127,13 +166,22 @@ def _as_array(v, like):
         return v
     # a Python scalar takes the tensor's dtype, as torch's type promotion does for float tensors
     dtype = like.dtype if isinstance(like, mx.array) else None
-    return mx.array(v, dtype=dtype) if dtype is not None and mx.issubdtype(dtype, mx.floating) else v
+    if dtype is None:
+        return v
+    if dtype == mx.bool_ and isinstance(v, bool):
+        return mx.array(v)  # MLX would type a Python bool against a bool array as int32 (x ^ True)
+    if dtype == mx.bool_ and isinstance(v, int):
+        return mx.array(v, dtype=mx.int64)  # torch: bool tensor with an int scalar is int64 (MLX: int32)
+    return mx.array(v, dtype=dtype) if mx.issubdtype(dtype, mx.floating) else v
 
 
 @kernel("binary", inputs=[SCALAR, SCALAR], attrs={"fn": Enum(*BINARY), "alpha": _NUMBER, "reverse": Bool()})
 def k_binary(a, b, *, fn, alpha=1, reverse=False):
-    if alpha != 1:
-        b = b * alpha
+    if alpha != 1:  # add/sub: self + alpha * other; rsub (reverse): other - alpha * self
+        if reverse:
+            a = a * alpha
+        else:
+            b = b * alpha
     if reverse:
         a, b = b, a
     like = a if isinstance(a, mx.array) else b
@@ -243,16 +291,25 @@ register(*_both("aten.sin.default"))(_unary("sin"))
 register(*_both("aten.cos.default"))(_unary("cos"))
 register(*_both("aten.reciprocal.default"))(_unary("reciprocal"))
 register(*_both("aten.square.default"))(_unary("square"))
-register(*_both("aten.pow.Tensor_Scalar"))(_unary("pow_scalar", "exponent"))
+register("aten.pow.Tensor_Scalar", "aten.pow_.Scalar")(_unary("pow_scalar", "exponent"))
 register(*_both("aten.clamp.default"))(_unary("clamp", "min", "max"))
 register(*_both("aten.clamp_min.default"))(_unary("clamp", "min"))
 register(*_both("aten.clamp_max.default"))(_unary("clamp", "max"))
 register("aten.logical_not.default")(_unary("logical_not"))
+for _fn in ("floor", "ceil", "trunc", "frac", "log1p", "expm1", "log2", "log10", "erfinv", "isnan", "isinf",
+            "isfinite"):
+    register(f"aten.{_fn}.default")(_unary(_fn))
+register("aten.round.default")(_unary("round"))
+register("aten.round.decimals")(_unary("round", "decimals"))
+register("aten.nan_to_num.default")(_unary("nan_to_num", "nan", "posinf", "neginf"))
+register("aten.logit.default")(_unary("logit", "eps"))
+# detach keeps the values and cuts the gradient (also what a torch.no_grad() region's outputs go through)
+register("aten.detach.default", "aten.detach_.default")(_unary("stop_gradient"))
 
 
 def _binary(fn, reverse=False):
     def convert_binary(ctx, call):
-        a, b = call.arg("self"), call.arg("other")
+        a, b = call.arg("self"), call.arg("other" if call.has("other") else "exponent")  # pow names it exponent
         attrs = {"fn": fn}
         if call.has("alpha"):
             alpha = call.arg("alpha")
@@ -280,20 +337,119 @@ _ARITH = {
 for _fn, _overloads in _ARITH.items():
     register(*_both(*(f"aten.{_fn}.{o}" for o in _overloads)))(_binary(_fn))
 register("aten.rsub.Tensor", "aten.rsub.Scalar")(_binary("sub", reverse=True))
-register(*_both("aten.floor_divide.default"))(_binary("floor_divide"))
-register(*_both("aten.pow.Tensor_Tensor"))(_binary("pow"))
-register("aten.maximum.default")(_binary("maximum"))
-register("aten.minimum.default")(_binary("minimum"))
+register("aten.floor_divide.default", "aten.floor_divide_.Tensor")(_binary("floor_divide"))  # no floor_divide_.default
+register(*_both("aten.remainder.Tensor", "aten.remainder.Scalar"))(_binary("remainder"))
+register("aten.atan2.default")(_binary("atan2"))
+register("aten.pow.Tensor_Tensor", "aten.pow_.Tensor")(_binary("pow"))
+register("aten.maximum.default", "aten.max.other")(_binary("maximum"))
+register("aten.minimum.default", "aten.min.other")(_binary("minimum"))
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
     register(f"aten.{_cmp}.Tensor", f"aten.{_cmp}.Scalar")(_binary(_cmp))
 register("aten.logical_and.default")(_binary("logical_and"))
 register("aten.logical_or.default")(_binary("logical_or"))
 
 
-@register("aten.where.self")
+@register("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
 def convert_where(ctx, call):
-    specs, perm = aligned_inputs(ctx, call, [call.arg("condition"), call.arg("self"), call.arg("other")])
-    ctx.emit("where", specs, perm=perm)
+    a, b = call.arg("self"), call.arg("other")
+    specs, perm = aligned_inputs(ctx, call, [call.arg("condition"), a, b])
+    tensors = [v for v in (a, b) if ctx.is_tensor(v)]
+    if all(ctx.meta(t).dtype == call.meta.dtype for t in tensors) and (tensors or call.meta.dtype == "float32"):
+        return ctx.emit("where", specs, perm=perm)
+    # a Python scalar branch: MLX types it as int32/float32, torch's promotion decided the dtype recorded here
+    where = ctx.emit("where", specs, perm=perm, out=ctx.fresh(call.name))
+    ctx.emit("cast", [ctx.tensor(where)], {"dtype": call.meta.dtype}, perm=perm)
+
+
+@register("aten.clamp.Tensor", "aten.clamp_.Tensor")
+def convert_clamp_tensor(ctx, call):
+    """``clamp`` with tensor bounds: ``minimum(maximum(x, min), max)`` (NaN in x or a bound propagates)."""
+    x, low, high = call.arg("self"), call.arg("min"), call.arg("max")
+    present = [v for v in (low, high) if v is not None]
+    specs, perm = aligned_inputs(ctx, call, [x, *present])
+    current, rest = specs[0], specs[1:]
+    for fn, bound in (("maximum", low), ("minimum", high)):
+        if bound is None:
+            continue
+        last = bound is high or high is None
+        out = ctx.emit("binary", [current, rest.pop(0)], {"fn": fn}, perm=perm,
+                       out=None if last else ctx.fresh(f"{call.name}_{fn}"))
+        current = {"ref": out.name}
+    if not present:
+        ctx.emit("identity", [current], perm=perm)
+
+
+@register("aten.glu.default")
+def convert_glu(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    ctx.emit("unary", [ctx.tensor(x)], {"fn": "glu", "axis": L.axis_of(perm, call.arg("dim"))}, perm=perm)
+
+
+@register("aten.repeat_interleave.self_int")
+def convert_repeat_interleave(ctx, call):
+    x, repeats, dim = call.arg("self"), call.arg("repeats"), call.arg("dim")
+    call.arg("output_size")  # a size hint: the result is the same
+    if isinstance(repeats, Ref):
+        call.fail("repeats", "a symbolic repeat count is not supported")
+    if dim is None:  # flattened in torch's element order
+        ident = L.identity(ctx.meta(x).rank)
+        return ctx.emit("unary", [ctx.tensor(x, ident)], {"fn": "repeat_interleave", "repeats": repeats},
+                        perm=(0,))
+    perm = ctx.perm(x)
+    ctx.emit("unary", [ctx.tensor(x)], {"fn": "repeat_interleave", "repeats": repeats,
+                                        "axis": L.axis_of(perm, dim)}, perm=perm)
+
+
+@register("aten.outer.default")
+def convert_outer(ctx, call):
+    a, b = call.arg("self"), call.arg("vec2")
+    col = ctx.emit("unsqueeze", [ctx.tensor(a)], {"axis": 1}, perm=(0, 1), out=ctx.fresh(f"{call.name}_col"))
+    row = ctx.emit("unsqueeze", [ctx.tensor(b)], {"axis": 0}, perm=(0, 1), out=ctx.fresh(f"{call.name}_row"))
+    ctx.emit("binary", [{"ref": col.name}, {"ref": row.name}], {"fn": "mul"}, perm=(0, 1))
+
+
+@register("aten.pow.Scalar")
+def convert_pow_scalar(ctx, call):
+    """``base ** t`` with a Python number as the base (``10000.0 ** (2 * i / d)`` in sinusoidal embeddings)."""
+    base, exponent = call.arg("self"), call.arg("exponent")
+    if isinstance(base, Ref):
+        call.fail("self", "a symbolic base is not supported")
+    x = ctx.tensor(exponent)
+    if ctx.meta(exponent).dtype != call.meta.dtype:  # an integer exponent with a float base: torch computes in float
+        x = {"ref": ctx.emit("cast", [x], {"dtype": call.meta.dtype}, perm=ctx.perm(exponent),
+                             out=ctx.fresh(call.name)).name}
+    ctx.emit("binary", [x, base], {"fn": "pow", "reverse": True}, perm=ctx.perm(exponent))
+
+
+@kernel("prelu", inputs=[TENSOR, TENSOR], attrs={"axis": Opt(AXIS)})
+def k_prelu(x, weight, *, axis):
+    """``weight`` is torch's ``(C,)`` (or ``(1,)``) slope, applied along array axis ``axis`` (torch's dim 1);
+    ``axis=None``: a weight that already broadcasts against ``x``."""
+    if axis is not None and weight.size > 1:
+        shape = [1] * x.ndim
+        shape[axis] = weight.size
+        weight = weight.reshape(shape)
+    return mx.where(x > 0, x, x * weight)
+
+
+@register("aten._prelu_kernel.default")
+def convert_prelu_kernel(ctx, call):
+    """The decomposed form: ``weight`` already broadcasts against the input (``(C, 1, 1)``)."""
+    specs, perm = aligned_inputs(ctx, call, [call.arg("self"), call.arg("weight")])
+    ctx.emit("prelu", specs, {"axis": None}, perm=perm)
+
+
+@register("aten.prelu.default")
+def convert_prelu(ctx, call):
+    x, weight = call.arg("self"), call.arg("weight")
+    perm = ctx.perm(x)
+    rank = len(perm)
+    channels = ctx.meta(weight).shape[0] if ctx.meta(weight).rank == 1 else None
+    if ctx.meta(weight).rank != 1 or (channels != 1 and (rank < 2 or channels != ctx.meta(x).shape[1])):
+        call.fail("weight", "the slope must have one value or one per channel (input dim 1)")
+    axis = perm.index(1) if rank >= 2 else 0
+    ctx.emit("prelu", [ctx.tensor(x), ctx.tensor(weight)], {"axis": axis}, perm=perm)
 
 
 @register("aten.dropout.default", "aten.dropout_.default", "aten.feature_dropout.default",

@@ -51,7 +51,11 @@ def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False):
         scores = mx.where(causal, scores, -mx.inf)
     if mask is not None:
         scores = mx.where(mask, scores, -mx.inf) if mask.dtype == mx.bool_ else scores + mask
-    return mx.softmax(scores, axis=-1, precise=True) @ v
+    probs = mx.softmax(scores, axis=-1, precise=True)
+    if mask is not None:
+        # torch's safe softmax: a query whose every key is masked out attends to nothing (zeros, not NaN)
+        probs = mx.where(mx.all(scores == -mx.inf, axis=-1, keepdims=True), mx.zeros_like(probs), probs)
+    return probs @ v
 
 
 def _matmul_operand(ctx, x):

@@ -40,16 +40,25 @@ def k_cast(x, *, dtype):
     return x.astype(mx_dtype(dtype)) if isinstance(x, mx.array) else mx.array(x, dtype=mx_dtype(dtype))
 
 
+def _typed(value, dtype):
+    """``value`` as a 0-d array of ``dtype``: ``mx.full(shape, 1, dtype=mx.bool_)`` returns int32 and
+    ``mx.full(shape, 1.5, dtype=mx.int64)`` float32 (MLX 0.32 types a Python scalar before the dtype)."""
+    dtype = mx_dtype(dtype)
+    if isinstance(value, mx.array):
+        return value if dtype is None else value.astype(dtype)
+    return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
+
+
 @kernel("fill_like", inputs=[TENSOR, SCALAR], attrs={"dtype": DTYPE})
 def k_fill_like(x, value, *, dtype):
-    return mx.full(x.shape, value, dtype=mx_dtype(dtype))
+    return mx.full(x.shape, _typed(value, dtype))
 
 
 @kernel("full", inputs=[SIZES, SCALAR], attrs={"dtype": DTYPE})
 def k_full(size, value, *, dtype):
     shape = [int(s) for s in size]
     check_elements(shape, "full")
-    return mx.full(shape, value, dtype=mx_dtype(dtype))
+    return mx.full(shape, _typed(value, dtype))
 
 
 @kernel("arange", inputs=[SCALAR, SCALAR, SCALAR], attrs={"dtype": DTYPE})
@@ -149,7 +158,8 @@ def k_einsum(*operands, equation):
 
 @kernel("tri", inputs=[TENSOR], attrs={"upper": Bool(), "diagonal": Int()})
 def k_tri(x, *, upper, diagonal):
-    return mx.triu(x, diagonal) if upper else mx.tril(x, diagonal)
+    # MLX's tril/triu return int32 for a bool input (a causal mask would turn into an additive one downstream)
+    return (mx.triu(x, diagonal) if upper else mx.tril(x, diagonal)).astype(x.dtype)
 
 
 @kernel("pixel_shuffle", inputs=[TENSOR], attrs={"factor": Int(1, GEOMETRY), "inverse": Bool()})
@@ -270,8 +280,10 @@ def convert_roll(ctx, call):
 def convert_cumsum(ctx, call):
     x = call.arg("self")
     perm = ctx.perm(x)
-    ctx.emit("cumsum", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "dtype": call.arg("dtype")},
-             perm=perm)
+    dtype = call.arg("dtype")
+    if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
+        dtype = "int64"  # torch accumulates bool and narrower integers in int64; MLX would keep int32
+    ctx.emit("cumsum", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "dtype": dtype}, perm=perm)
 
 
 @register("aten.index_select.default")
@@ -342,7 +354,10 @@ def convert_prod(ctx, call):
     perm = ctx.perm(x)
     dim = call.arg("dim") % len(perm)
     keepdim = call.arg("keepdim")
-    ctx.emit("prod", [ctx.tensor(x)], {"axes": [perm.index(dim)], "keepdims": keepdim, "dtype": call.arg("dtype")},
+    dtype = call.arg("dtype")
+    if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
+        dtype = "int64"  # torch multiplies bool and narrower integers in int64; MLX would keep int32
+    ctx.emit("prod", [ctx.tensor(x)], {"axes": [perm.index(dim)], "keepdims": keepdim, "dtype": dtype},
              perm=perm if keepdim else L.remove_dims(perm, [dim]))
 
 
@@ -419,3 +434,60 @@ def convert_index(ctx, call):
     ident = L.identity(ctx.meta(x).rank)
     specs = [None if i is None else ctx.tensor(i, L.identity(ctx.meta(i).rank)) for i in indices]
     ctx.emit("index", [ctx.tensor(x, ident), specs], perm=L.identity(call.meta.rank))
+
+
+@register("aten.diff.default")
+def convert_diff(ctx, call):
+    """``torch.diff``: ``n`` rounds of ``x[1:] - x[:-1]`` along ``dim`` (``!=`` for bool, as torch's xor) after
+    concatenating ``prepend``/``append``; built from the concat, slice and binary kernels."""
+    x, n = call.arg("self"), call.arg("n")
+    perm = ctx.perm(x)
+    rank = len(perm)
+    if rank == 0:
+        call.fail("self", "diff needs at least one dimension")
+    if isinstance(n, Ref) or n < 0:
+        call.fail("n", "the order must be a non-negative constant")
+    axis = L.axis_of(perm, call.arg("dim"))
+    pieces = [call.arg("prepend"), x, call.arg("append")]
+    for name, piece in zip(("prepend", "self", "append"), pieces):
+        if piece is not None and ctx.meta(piece).rank != rank:
+            call.fail(name, f"must have as many dimensions as the input ({rank})")
+    pieces = [p for p in pieces if p is not None]
+    current = ctx.tensor(x)
+    if len(pieces) > 1:
+        joined = ctx.emit("concat", [[ctx.tensor(p, perm) for p in pieces]], {"axis": axis}, perm=perm,
+                          out=ctx.fresh(f"{call.name}_joined"))
+        current = {"ref": joined.name}
+    fn = "ne" if ctx.meta(x).dtype == "bool" else "sub"
+    for step in range(n):
+        hi = ctx.emit("slice", [current, 1, None, 1], {"axis": axis}, perm=perm, out=ctx.fresh(f"{call.name}_hi"))
+        lo = ctx.emit("slice", [current, 0, -1, 1], {"axis": axis}, perm=perm, out=ctx.fresh(f"{call.name}_lo"))
+        last = step == n - 1
+        out = ctx.emit("binary", [{"ref": hi.name}, {"ref": lo.name}], {"fn": fn}, perm=perm,
+                       out=None if last else ctx.fresh(f"{call.name}_d{step}"))
+        current = {"ref": out.name}
+    if n == 0:
+        ctx.emit("identity", [current], perm=perm)
+
+
+_INDEXING = ("ij", "xy")
+
+
+@kernel("meshgrid", inputs=[Seq(TENSOR, 1, 1 << 16)], attrs={"indexing": Enum(*_INDEXING)})
+def k_meshgrid(tensors, *, indexing):
+    """torch.meshgrid of 1-d tensors: ``indexing`` "ij" (matrix) or "xy" (Cartesian: first two dims swapped)."""
+    return list(mx.meshgrid(*[t.reshape(-1) for t in tensors], indexing=indexing))
+
+
+@register("aten.meshgrid.default", "aten.meshgrid.indexing")
+def convert_meshgrid(ctx, call):
+    from ..convert import Info
+
+    indexing = call.arg("indexing") if call.has("indexing") else "ij"  # torch's default (with a warning)
+    if indexing not in _INDEXING:
+        call.fail("indexing", f"must be one of {_INDEXING}")
+    tensors = call.arg("tensors")
+    if any(ctx.meta(t).rank > 1 for t in tensors):
+        call.fail("tensors", "meshgrid takes 0-d or 1-d tensors")
+    items = [Info(m, L.identity(m.rank)) for m in call.meta.items]
+    ctx.emit("meshgrid", [[ctx.tensor(t) for t in tensors]], {"indexing": indexing}, items=items)

@@ -12,6 +12,7 @@ import mlx.core as mx
 from porter.layers import _native
 
 from .. import layout as L
+from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, MAX_LEN, TENSOR, Float, Int, Opt, Seq
 
@@ -146,3 +147,22 @@ def convert_instance_norm(ctx, call):
         call.fail("input", "the channel count must be static")
     inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
     ctx.emit("group_norm", inputs, {"groups": channels, "eps": call.arg("eps")}, perm=perm)
+
+
+@register("aten._weight_norm.default")
+def convert_weight_norm(ctx, call):
+    """``v * (g / ||v||)`` (``torch.nn.utils.weight_norm`` and its parametrization form), the norm over every dim
+    but ``dim``; torch's ``dim=-1`` means the norm of the whole tensor, not of the last dim. Built from the
+    vector_norm and binary kernels, in torch's layout (the result feeds a conv's run-time weight transform)."""
+    v, g, dim = call.arg("v"), call.arg("g"), call.arg("dim")
+    rank = ctx.meta(v).rank
+    if isinstance(dim, Ref) or not -rank <= dim < max(rank, 1):
+        call.fail("dim", f"must be a constant dim of the {rank}-d weight")
+    kept = [] if dim == -1 else [dim % rank]
+    axes = [a for a in range(rank) if a not in kept]
+    ident = L.identity(rank)
+    norm = ctx.emit("vector_norm", [ctx.tensor(v, ident)], {"ord": 2.0, "axes": axes, "keepdims": True},
+                    perm=ident, out=ctx.fresh(f"{call.name}_norm"))
+    scale = ctx.emit("binary", [ctx.tensor(g, L.identity(ctx.meta(g).rank)), {"ref": norm.name}], {"fn": "div"},
+                     perm=ident, out=ctx.fresh(f"{call.name}_scale"))
+    ctx.emit("binary", [ctx.tensor(v, ident), {"ref": scale.name}], {"fn": "mul"}, perm=ident)

@@ -58,6 +58,8 @@ def _reduce(fn):
         dims = _dims(call.arg("dim") if call.has("dim") else None, rank)
         keepdim = call.arg("keepdim") if call.has("keepdim") else False
         dtype = call.arg("dtype") if call.has("dtype") else None
+        if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
+            dtype = "int64"  # torch sums bool and narrower integers in int64; MLX would keep int32
         out_perm = perm if keepdim else L.remove_dims(perm, dims)
         ctx.emit("reduce", [ctx.tensor(x)], {"fn": fn, "axes": [perm.index(d) for d in dims], "keepdims": keepdim,
                                               "dtype": dtype}, perm=out_perm)
@@ -68,8 +70,8 @@ def _reduce(fn):
 
 register("aten.mean.dim", "aten.mean.default")(_reduce("mean"))
 register("aten.sum.dim_IntList", "aten.sum.default")(_reduce("sum"))
-register("aten.amax.default")(_reduce("amax"))
-register("aten.amin.default")(_reduce("amin"))
+register("aten.amax.default", "aten.max.default")(_reduce("amax"))  # max.default: of every element
+register("aten.amin.default", "aten.min.default")(_reduce("amin"))
 register("aten.any.dim", "aten.any.dims", "aten.any.default")(_reduce("any"))
 register("aten.all.dim", "aten.all.dims", "aten.all.default")(_reduce("all"))
 

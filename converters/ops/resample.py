@@ -153,4 +153,4 @@ register("aten.pad.default")(_pad())
 for _nd in (1, 2, 3):
     register(f"aten.reflection_pad{_nd}d.default")(_pad("reflect"))
     register(f"aten.replication_pad{_nd}d.default")(_pad("replicate"))
-    register(f"aten.circular_pad{_nd}d.default")(_pad("circular"))
+    # (no aten.circular_padNd in torch 2.13: F.pad(mode="circular") is recorded as aten.pad)

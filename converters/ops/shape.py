@@ -45,7 +45,7 @@ _INT_OPS = {
 }
 # symbolic-size helpers export records as Python calls (torch.sym_max(h, 1), math.ceil(h / 2))
 _SYM_CALLS = {
-    "torch.sym_max": max, "torch.sym_min": min, "torch.sym_float": float, "torch.sym_int": int,
+    "torch.sym_max": max, "torch.sym_min": min, "torch.sym_float": float,  # torch.sym_int is recorded as math.trunc
     "math.ceil": math.ceil, "math.floor": math.floor, "math.trunc": math.trunc,
 }
 
@@ -368,7 +368,7 @@ def convert_copy(ctx, call):
     ctx.alias(call.arg("self"))
 
 
-@register("aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default", "aten.detach_.default")
+@register("aten.alias.default", "aten.lift_fresh_copy.default")
 def convert_noop(ctx, call):
     ctx.alias(call.arg("self"))
 
@@ -435,7 +435,7 @@ def convert_split(ctx, call):
     _emit_split(ctx, call, call.arg("self"), call.arg("split_size"), call.arg("dim"), "size")
 
 
-@register("aten.split_with_sizes.default", "aten.split.sizes", "aten.split.default")
+@register("aten.split_with_sizes.default", "aten.split.sizes")  # (aten.split.default is never recorded)
 def convert_split_sizes(ctx, call):
     sizes = call.arg("split_sizes") if call.has("split_sizes") else call.arg("split_size")
     _emit_split(ctx, call, call.arg("self"), list(sizes), call.arg("dim"), "sizes")
@@ -515,3 +515,31 @@ def convert_shape(ctx, call):
     x = call.arg("self")
     items = [Info(ValueMeta("int")) for _ in range(ctx.meta(x).rank)]
     ctx.emit("shape", [ctx.tensor(x)], {"perm": list(ctx.perm(x))}, items=items)
+
+
+def _sizes_of(ctx, call, other: Ref) -> list:
+    """torch sizes of ``other``: ints where static, else a size node read at run time (stays symbolic)."""
+    meta = ctx.meta(other)
+    sizes = []
+    for d, s in enumerate(meta.shape):
+        if isinstance(s, int):
+            sizes.append(s)
+        else:
+            sizes.append(ctx.emit("size", [ctx.tensor(other)], {"axis": ctx.perm(other).index(d)},
+                                  out=ctx.fresh(f"{call.name}_size{d}"), meta=ValueMeta("int")))
+    return sizes
+
+
+@register("aten.reshape_as.default", "aten.view_as.default")
+def convert_reshape_as(ctx, call):
+    convert_view(ctx, call, call.arg("self"), _sizes_of(ctx, call, call.arg("other")), call.meta)
+
+
+@register("aten.expand_as.default")
+def convert_expand_as(ctx, call):
+    x = call.arg("self")
+    sizes = _sizes_of(ctx, call, call.arg("other"))
+    perm = ctx.perm(x)
+    lead = len(sizes) - len(perm)
+    new_perm = tuple(range(lead)) + tuple(p + lead for p in perm)
+    ctx.emit("expand", [ctx.tensor(x), ctx.value(sizes)], {"lead": lead, "perm": list(new_perm)}, perm=new_perm)

@@ -20,7 +20,8 @@ BAR = 1e-4
 
 # Models also checked with io_layout="mlx" (channels-last I/O): 1d, 2d and 3d inputs, dict output, unpool indices,
 # a token model whose output is not image-like.
-MLX_LAYOUT_MODELS = ["resnet_basic", "convnext", "vit", "r3d", "audio_cnn", "segnet_unpool", "deeplabv3"]
+MLX_LAYOUT_MODELS = ["resnet_basic", "convnext", "vit", "r3d", "audio_cnn", "segnet_unpool", "deeplabv3", "hifigan",
+                     "monai_unet3d"]
 
 CHANNELS_LAST = {3: "NCL->NLC", 4: "NCHW->NHWC", 5: "NCDHW->NDHWC"}
 
@@ -144,7 +145,7 @@ def test_validate_names_a_perturbed_module_in_a_real_port():
     assert "first divergence: layer2.0.conv1 (Conv2d)" in str(report)
 
 
-@pytest.mark.parametrize("name", ["convnext", "mobilenet_v3", "segnet_unpool"])
+@pytest.mark.parametrize("name", ["convnext", "mobilenet_v3", "segnet_unpool", "hifigan", "llama"])
 def test_validate_gradient_parity_on_a_real_port(name):
     model, ported = _converted(name, "mlx")
     report = porter.validate(model, ported, grads=True)

@@ -84,7 +84,7 @@ def test_seeded_eval_models_with_nontrivial_stats(name):
     with torch.no_grad():
         outs = [a(*make_inputs(s)) for s in shapes]
     for out in outs:
-        leaves = list(out.values()) if isinstance(out, dict) else [out]
+        leaves = torch.utils._pytree.tree_leaves(out)  # a tensor, a dict or a tuple of them
         assert all(torch.isfinite(t).all() and float(t.abs().max()) > 0.1 for t in leaves)
     if spec.second_inputs:
         assert spec.second_inputs != spec.inputs

@@ -26,7 +26,9 @@ from .branchy import densenet_small, googlenet_small
 from .classic import alexnet_small, squeezenet_small, vgg_bn_small
 from .mobile import efficientnet_small, mobilenet_v2_small, mobilenet_v3_small
 from .modern import convnext_small, regnet_small, shufflenet_v2_small
-from .segmentation import deeplabv3_small, segnet_small, unet_small
+from .segmentation import deeplabv3_small, monai_unet3d_small, segnet_small, unet_small
+from .speech import hifigan_small, wav2vec2_small
+from .text import bert_small, gpt2_small, llama_small, t5_small
 from .video_audio import audio_cnn_small, r3d_small
 from .vit import vit_small
 
@@ -83,4 +85,13 @@ REGISTRY = {
     "segnet_unpool": ModelSpec(_seeded(segnet_small), _img(2, 32), _img(1, 30)),
     "deeplabv3": ModelSpec(_seeded(deeplabv3_small), _img(2, 32), _img(1, 40)),
     "unet": ModelSpec(_seeded(unet_small), _img(2, 32), _img(1, 48)),
+    # Issue 11: patterns of popular model families (text models take float token embeddings; BERT a mask score)
+    "bert": ModelSpec(_seeded(bert_small), ((2, 6, 16), (2, 6)), ((3, 9, 16), (3, 9))),
+    "gpt2": ModelSpec(_seeded(gpt2_small), ((2, 7, 16),), ((1, 11, 16),)),
+    # 20 tokens: relative distances past both bucket thresholds (8 bidirectional, 16 causal) take the log path
+    "t5": ModelSpec(_seeded(t5_small), ((2, 7, 16),), ((3, 20, 16),)),
+    "llama": ModelSpec(_seeded(llama_small), ((2, 6, 16),), ((1, 9, 16),)),
+    "wav2vec2": ModelSpec(_seeded(wav2vec2_small), ((2, 400),), ((1, 333),)),
+    "hifigan": ModelSpec(_seeded(hifigan_small), ((2, 8, 12),), ((1, 8, 17),)),
+    "monai_unet3d": ModelSpec(_seeded(monai_unet3d_small), ((2, 1, 8, 8, 8),), ((1, 1, 12, 10, 6),)),
 }

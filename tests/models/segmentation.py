@@ -196,3 +196,61 @@ def segnet_small(num_classes: int = 5) -> SegNetSmall:
 
 def unet_small(num_classes: int = 4) -> UNet:
     return UNet(num_classes=num_classes)
+
+
+# ---------------------------------------------------------------------------------------------------- MONAI UNet
+class ADN(nn.Sequential):
+    """MONAI's norm/dropout/activation block in "NDA" order: children ``N`` (InstanceNorm3d), ``D``, ``A`` (PReLU)."""
+
+    def __init__(self, channels: int, affine: bool = False, shared_slope: bool = False):
+        super().__init__()
+        self.add_module("N", nn.InstanceNorm3d(channels, affine=affine))
+        self.add_module("D", nn.Dropout(0.1))
+        self.add_module("A", nn.PReLU(1 if shared_slope else channels))
+
+
+class Convolution(nn.Sequential):
+    """MONAI ``Convolution``: ``conv`` (Conv3d, or ConvTranspose3d with ``is_transposed``) then ``adn``."""
+
+    def __init__(self, cin: int, cout: int, strides: int = 1, is_transposed: bool = False, conv_only: bool = False,
+                 affine: bool = False, shared_slope: bool = False):
+        super().__init__()
+        if is_transposed:
+            conv = nn.ConvTranspose3d(cin, cout, 3, strides, padding=1, output_padding=strides - 1)
+        else:
+            conv = nn.Conv3d(cin, cout, 3, strides, padding=1)
+        self.add_module("conv", conv)
+        if not conv_only:
+            self.add_module("adn", ADN(cout, affine, shared_slope))
+
+
+class SkipConnection(nn.Module):
+    def __init__(self, submodule: nn.Module):
+        super().__init__()
+        self.submodule = submodule
+
+    def forward(self, x):
+        return torch.cat([x, self.submodule(x)], dim=1)
+
+
+class MonaiUNet(nn.Module):
+    """MONAI ``UNet(spatial_dims=3, channels=(c, 2c), strides=(2,))``-style: ``model`` = down, skip(bottom), up.
+
+    PReLU after every instance norm (per channel, and one shared slope in the bottom block), affine instance norm
+    in the bottom, ConvTranspose3d with output padding on the way up. Input ``(N, 1, D, H, W)``, even sizes.
+    """
+
+    def __init__(self, in_channels: int = 1, out_channels: int = 2, c: int = 4):
+        super().__init__()
+        down = Convolution(in_channels, c, strides=2)
+        bottom = nn.Sequential(Convolution(c, 2 * c, affine=True, shared_slope=True), Convolution(2 * c, c))
+        up = nn.Sequential(Convolution(2 * c, out_channels, strides=2, is_transposed=True),
+                           Convolution(out_channels, out_channels, conv_only=True))
+        self.model = nn.Sequential(down, SkipConnection(bottom), up)
+
+    def forward(self, x):
+        return self.model(x)
+
+
+def monai_unet3d_small() -> nn.Module:
+    return MonaiUNet()

@@ -1,0 +1,119 @@
+"""Writes into tensors, as values: ``fill``/``fill_``, ``copy``/``copy_``, ``index_put`` with a boolean mask
+(``y[mask] = v``), and ``select_scatter``/``slice_scatter``, the ops that write a modified view back into its base.
+
+The capture (``converters/capture_regions.py``) turns an in-place write into a view (``y[:, 0] = 1``,
+``y[..., 1:] = x``) into the write on the view followed by these scatters up to the base, so every later reader of
+the base sees the write, as in torch. Every result here is a new array: MLX arrays are shared between graph values.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import layout as L
+from ..registry import kernel, register
+from ..spec import AXIS, INT_OR_REF, TENSOR, Opt
+from .shape import _sizes_of
+
+
+@kernel("slice_scatter", inputs=[TENSOR, TENSOR, Opt(INT_OR_REF), Opt(INT_OR_REF), Opt(INT_OR_REF)],
+        attrs={"axis": AXIS})
+def k_slice_scatter(x, src, start, end, step, *, axis):
+    """``x`` with ``x[start:end:step]`` along ``axis`` replaced by ``src``."""
+    out = mx.array(x)  # a copy: x may be read elsewhere
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(start, end, step)
+    out[tuple(index)] = src.astype(x.dtype)
+    return out
+
+
+@kernel("select_scatter", inputs=[TENSOR, TENSOR, INT_OR_REF], attrs={"axis": AXIS})
+def k_select_scatter(x, src, index, *, axis):
+    """``x`` with position ``index`` of ``axis`` replaced by ``src`` (which lacks that axis)."""
+    size, index = x.shape[axis], int(index)
+    if not -size <= index < size:  # MLX does not bound-check a write: an artifact's index must be checked here
+        raise IndexError(f"select_scatter: index {index} is out of bounds for dimension {axis} with size {size}")
+    out = mx.array(x)
+    key = [slice(None)] * x.ndim
+    key[axis] = index % size
+    out[tuple(key)] = src.astype(x.dtype)
+    return out
+
+
+def _ident(ctx, v):
+    return ctx.tensor(v, L.identity(ctx.meta(v).rank))
+
+
+@register("aten.slice_scatter.default")
+def convert_slice_scatter(ctx, call):
+    x, src = call.arg("self"), call.arg("src")
+    ident = L.identity(ctx.meta(x).rank)
+    step = call.arg("step")
+    if isinstance(step, int) and step <= 0:
+        call.fail("step", "slice step must be positive")
+    end = call.arg("end")
+    if isinstance(end, int) and end >= 2**62:
+        end = None
+    ctx.emit("slice_scatter", [ctx.tensor(x, ident), _ident(ctx, src), ctx.value(call.arg("start")),
+                               ctx.value(end), ctx.value(step)], {"axis": L.axis_of(ident, call.arg("dim"))},
+             perm=ident)
+
+
+@register("aten.select_scatter.default")
+def convert_select_scatter(ctx, call):
+    x, src = call.arg("self"), call.arg("src")
+    ident = L.identity(ctx.meta(x).rank)
+    ctx.emit("select_scatter", [ctx.tensor(x, ident), _ident(ctx, src), ctx.value(call.arg("index"))],
+             {"axis": L.axis_of(ident, call.arg("dim"))}, perm=ident)
+
+
+@register("aten.fill.Scalar", "aten.fill_.Scalar", "aten.fill.Tensor", "aten.fill_.Tensor", "aten.zero.default",
+          "aten.zero_.default")
+def convert_fill(ctx, call):
+    x = call.arg("self")
+    value = call.arg("value") if call.has("value") else 0
+    if ctx.is_tensor(value) and ctx.meta(value).rank != 0:
+        call.fail("value", "fill takes a 0-dim tensor")
+    ctx.emit("fill_like", [ctx.tensor(x), ctx.tensor(value) if ctx.is_tensor(value) else ctx.value(value)],
+             {"dtype": ctx.meta(x).dtype}, perm=ctx.perm(x))
+
+
+@register("aten.copy.default", "aten.copy_.default")
+def convert_copy_into(ctx, call):
+    """``self.copy_(src)``: ``src`` broadcast to ``self``'s shape, in ``self``'s dtype."""
+    x, src = call.arg("self"), call.arg("src")
+    call.arg("non_blocking")  # a transfer hint: same values
+    rank = ctx.meta(x).rank
+    lead = rank - ctx.meta(src).rank
+    sizes = _sizes_of(ctx, call, x)
+    out = ctx.emit("expand", [_ident(ctx, src), ctx.value(sizes)], {"lead": lead, "perm": list(range(rank))},
+                   perm=L.identity(rank), out=ctx.fresh(call.name))
+    ctx.emit("cast", [{"ref": out.name}], {"dtype": ctx.meta(x).dtype}, perm=L.identity(rank))
+
+
+@register("aten.index_put.default", "aten.index_put_.default")
+def convert_index_put(ctx, call):
+    """``y[mask] = v`` with one boolean mask over ``y``'s leading dims and a single value: a ``where``."""
+    x, indices, values = call.arg("self"), call.arg("indices"), call.arg("values")
+    if call.arg("accumulate"):
+        call.fail("accumulate", "accumulating writes are not supported")
+    masks = [i for i in indices if i is not None]
+    if len(indices) != 1 or len(masks) != 1 or ctx.meta(masks[0]).dtype != "bool":
+        call.fail("indices", "only a single boolean mask (y[mask] = v) is supported; integer indices are not")
+    mask = masks[0]
+    rank, mask_rank = ctx.meta(x).rank, ctx.meta(mask).rank
+    shape = ctx.meta(values).shape
+    if any(s != 1 for s in shape):
+        call.fail("values", "only one value written at every masked position is supported (y[mask] = v)")
+    ident = L.identity(rank)
+    # the mask covers the leading dims: trailing size-1 dims make it broadcast over the rest
+    mask_spec = _ident(ctx, mask)
+    if mask_rank < rank:
+        sizes = ctx.value(list(_sizes_of(ctx, call, mask)) + [1] * (rank - mask_rank))
+        mask_spec = {"ref": ctx.emit("reshape", [mask_spec, sizes], perm=ident, out=ctx.fresh(f"{call.name}_mask"),
+                                     meta=ctx.meta(x)).name}
+    value = {"ref": ctx.emit("reshape", [_ident(ctx, values), []], perm=(), out=ctx.fresh(f"{call.name}_value"),
+                             meta=ctx.meta(values)).name}
+    value = {"ref": ctx.emit("cast", [value], {"dtype": ctx.meta(x).dtype}, perm=(),
+                             out=ctx.fresh(f"{call.name}_typed"), meta=ctx.meta(values)).name}
+    ctx.emit("where", [mask_spec, value, ctx.tensor(x, ident)], perm=ident)

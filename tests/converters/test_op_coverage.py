@@ -1,0 +1,149 @@
+"""Every registered converter is exercised: each op of ``porter.converters.supported_ops()`` is converted, and the
+result compared with torch, by at least one model here.
+
+The models are the converter tests' own (imported from their test files: the same modules and inputs those tests
+check at two sizes), the coverage registry's reference models, and the frontends that produce the other
+spellings (TorchScript, core-ATen programs from ``run_decompositions``). This test converts them all itself,
+so it holds whichever subset of the suite runs. A new converter fails it until a model using it is listed in
+``EXERCISERS``. Conversion goes through static ``torch.export`` where the ops do not depend on it (fast); the
+entries marked ``dynamic`` need symbolic sizes (``sym_size``, ``operator.*``, ``math.ceil``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Callable, NamedTuple
+
+import pytest
+import torch
+import torch.nn as nn
+
+import porter
+
+sys.path.insert(0, os.path.dirname(__file__))  # the converter tests' models (pytest imports with importlib)
+import test_capture_regions as regions  # noqa: E402
+import test_frontends as frontends
+import test_layout as layout
+import test_ops_catalog as catalog
+import test_ops as ops
+import test_ops_misc as misc
+import test_ops_pool_options as pool_options
+import test_ops_real as real
+import test_view_writes as view_writes
+from converter_check import assert_matches
+from models import REGISTRY, make_inputs
+from porter.converters import supported_ops
+
+
+class Exerciser(NamedTuple):
+    build: Callable  # () -> (eager model, example inputs tuple)
+    frontend: str = "export"  # "export" (static), "dynamic" (porter.convert on the module), "script", "trace",
+    # "decomposed" (core ATen: run_decompositions)
+    compare: bool = True  # False only where the outputs are half precision (compared in their own test file)
+
+
+def _randn(*shapes):
+    return tuple(torch.randn(*s) for s in shapes)
+
+
+def _case(model, *shapes):
+    return lambda: (model, _randn(*shapes))
+
+
+EXERCISERS = {}
+for _name, (_model, _shapes) in ops.CASES.items():
+    EXERCISERS[f"test_ops:{_name}"] = Exerciser(_case(_model, _shapes[0]))
+for _i, _act in enumerate(ops.ACT):
+    EXERCISERS[f"test_ops:act{_i}"] = Exerciser(_case(ops.m(nn.Conv2d(3, 4, 3), _act), (2, 3, 6, 6)))
+for _name, (_fn, _shapes, _nd) in pool_options.CASES.items():
+    EXERCISERS[f"test_ops_pool_options:{_name}"] = Exerciser(_case(pool_options.Fn(_fn, nd=_nd).eval(), _shapes[0]))
+EXERCISERS["test_ops_pool_options:fractional"] = Exerciser(_case(pool_options.Fractional().eval(), (2, 3, 9, 10)))
+for _name, _shape in {"FlattenAfterConv": (2, 3, 8, 8), "ChannelConcat": (2, 3, 7, 7), "ConvNeXtBlock": (2, 8, 9, 9),
+                      "ClassToken": (2, 3, 16, 16), "SqueezeExcite": (2, 3, 6, 6), "ChannelOps": (2, 3, 5, 5)}.items():
+    EXERCISERS[f"test_layout:{_name}"] = Exerciser(_case(getattr(layout, _name)().eval(), _shape))
+EXERCISERS["test_layout:ChannelShuffle"] = Exerciser(_case(layout.ChannelShuffle(3).eval(), (2, 4, 5, 5)))
+EXERCISERS["test_layout:Residual"] = Exerciser(_case(layout.randomise_bn(layout.Residual()), (2, 4, 9, 9)))
+EXERCISERS["test_ops_misc:Misc"] = Exerciser(
+    lambda: (misc.Misc().eval(), (torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5)))))
+EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
+EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
+EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")
+EXERCISERS["test_frontends:net_trace"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "trace")
+EXERCISERS["test_frontends:ScriptedFeatures"] = Exerciser(
+    _case(frontends.ScriptedFeatures().eval(), (2, 4, 3, 3)), "script")
+EXERCISERS["test_ops_real:Masks"] = Exerciser(_case(real.Masks().eval(), (2, 3, 4, 5), (2, 3, 4, 5)))
+EXERCISERS["test_ops_real:prelu"] = Exerciser(_case(nn.Sequential(nn.Conv2d(3, 4, 3), nn.PReLU(4)).eval(),
+                                                    (2, 3, 5, 5)))
+for _name in ("Sinusoid", "Diffs", "BuiltMasks"):
+    EXERCISERS[f"test_ops_real:{_name}"] = Exerciser(_case(getattr(real, _name)().eval(), (2, 5, 8)), "dynamic")
+EXERCISERS["test_ops_real:AsOps"] = Exerciser(_case(real.AsOps().eval(), (2, 3, 4, 5), (2, 4, 20)), "dynamic")
+EXERCISERS["test_ops_real:MinMaxWhere"] = Exerciser(_case(real.MinMaxWhere().eval(), (2, 3, 4, 5), (2, 3, 4, 5)))
+EXERCISERS["test_ops_real:Remainders"] = Exerciser(_case(real.Remainders().eval(), (2, 3, 5), (2, 3, 5)))
+EXERCISERS["test_ops_real:weight_norm"] = Exerciser(
+    _case(nn.Sequential(real._weight_normed("hook", nn.Conv1d(4, 6, 3), 0)).eval(), (2, 4, 9)))
+EXERCISERS["test_capture_regions:Regions"] = Exerciser(_case(regions.Regions().eval(), (2, 6, 4)), compare=False)
+EXERCISERS["test_capture_regions:RelativeIndex"] = Exerciser(_case(regions.RelativeIndex().eval(), (2, 2, 9, 9)))
+EXERCISERS["test_view_writes:Writes"] = Exerciser(_case(view_writes.Writes().eval(), (2, 4, 6)))
+for _name, _fns in catalog.FAMILIES.items():
+    EXERCISERS[f"test_ops_catalog:{_name}"] = Exerciser(_case(catalog.Catalog(_fns).eval(), (2, 3, 4, 5)))
+EXERCISERS["test_ops_catalog:ScriptedSizes"] = Exerciser(_case(catalog.ScriptedSizes().eval(), (2, 3, 4, 5)), "script")
+EXERCISERS["test_ops_catalog:SymArith"] = Exerciser(_case(catalog.SymArith().eval(), (2, 3, 7, 9)), "dynamic")
+EXERCISERS["test_ops_real:MoreOps"] = Exerciser(_case(real.MoreOps().eval(), (2, 4, 6), (2, 4, 6)))
+EXERCISERS["test_ops_real:Grids"] = Exerciser(_case(real.Grids().eval(), (2, 3, 4, 5)))
+EXERCISERS["test_ops_real:Rounding"] = Exerciser(_case(real.Rounding().eval(), (2, 3, 7)))
+EXERCISERS["test_ops_real:Transcendental"] = Exerciser(_case(real.Transcendental().eval(), (2, 3, 7), (2, 3, 7)))
+for _name, _spec in REGISTRY.items():
+    EXERCISERS[f"models:{_name}"] = Exerciser(lambda spec=_spec: (spec.builder(), make_inputs(spec.inputs)))
+EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
+    lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
+
+
+def _convert(exerciser: Exerciser):
+    model, example = exerciser.build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exerciser.frontend == "dynamic":
+            source = model
+        elif exerciser.frontend == "script":
+            source = torch.jit.script(model)
+        elif exerciser.frontend == "trace":
+            source = torch.jit.trace(model, example)
+        else:
+            source = torch.export.export(model, example, strict=False)
+            if exerciser.frontend == "decomposed":
+                source = source.run_decompositions()
+        ported = porter.convert(source, example, io_layout="torch")
+    return model, example, ported
+
+
+@pytest.fixture(scope="module")
+def exercised():
+    """op -> names of the exercisers whose converted graph holds it (each checked against torch on its example)."""
+    seen: dict = {}
+    for name, exerciser in EXERCISERS.items():
+        model, example, ported = _convert(exerciser)
+        if exerciser.compare:
+            assert_matches(ported, model, example)
+        for node in ported.graph["nodes"]:
+            seen.setdefault(node["op"], set()).add(name)
+    return seen
+
+
+def test_every_registered_converter_is_exercised(exercised):
+    registered = set(supported_ops())
+    assert len(registered) > 300 and len(exercised) > 200  # the registry and this census are really there
+    missing = sorted(registered - set(exercised))
+    assert not missing, (f"{len(missing)} registered converter(s) are not exercised by any model in EXERCISERS "
+                         f"(add a model using them to a test and to EXERCISERS): {missing}")
+
+
+def test_every_exerciser_converts_a_registered_op(exercised):
+    by_exerciser: dict = {}
+    for op, names in exercised.items():
+        for name in names:
+            by_exerciser.setdefault(name, set()).add(op)
+    assert set(by_exerciser) == set(EXERCISERS)  # each listed model produced a converted graph
+    unregistered = {op for op in exercised if op and op not in set(supported_ops())}
+    assert not unregistered, unregistered
