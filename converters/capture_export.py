@@ -15,6 +15,7 @@ import warnings
 
 import torch
 
+from .capture_guards import input_checks
 from .ir import Graph, Node, Ref, ValueMeta
 
 
@@ -231,6 +232,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         param_dtypes=param_dtypes,
     )
     graph.output_structure = _output_structure(ep, len(outputs))
+    graph.input_checks, graph.dynamic_dims = input_checks(ep, user_inputs)
     return graph
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import layout as L
 from . import transforms
+from .guards import static_checks
 from .ir import Graph, Node, Ref, ValueMeta, dead_code_elimination, iter_refs
 from .registry import UnsupportedOpsError, get_converter, has_converter
 
@@ -339,4 +340,14 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
         "module_outputs": module_outputs,
         "num_transposes": ctx.num_transposes,
     }
+    runtime_graph.update(_input_checks(graph))
     return {"graph": runtime_graph, "weights": weights}
+
+
+def _input_checks(graph: Graph) -> dict:
+    """``input_checks`` and ``dynamic_dims`` (see guards.py); a frontend that records none gets static checks."""
+    if graph.input_checks is not None:
+        return {"input_checks": list(graph.input_checks), "dynamic_dims": list(graph.dynamic_dims or [])}
+    shapes = [m.hint if m.kind == "tensor" else None for m in graph.input_meta]
+    checks = static_checks(graph.inputs, shapes, "the capture recorded no shape conditions: every dim is static")
+    return {"input_checks": checks, "dynamic_dims": []}
