@@ -109,6 +109,7 @@ class Graph:
     # None: the frontend records none (every dim is then checked as static)
     input_checks: Optional[list] = None
     dynamic_dims: Optional[list] = None
+    capture_note: Optional[str] = None  # why the capture fell back to fewer dynamic dims, if it did
 
     def users(self) -> dict:
         uses: dict = {}
