@@ -94,6 +94,7 @@ class _Interpreter:
         self.buffer_names = {id(b): n for n, b in module.named_buffers()}
         self.consts = 0
         self.env: dict = {}
+        self.specialised: list = []  # what was fixed to the example (a branch or a size computed from the input)
 
     def name_for(self, base: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "v"
@@ -212,6 +213,7 @@ class _Interpreter:
     def branch(self, node, cond, outs):
         ir, value = cond
         if isinstance(ir, Ref):
+            self.specialised.append(f"a branch taken as for the example ({bool(value)})")
             warnings.warn(
                 "TorchScript branch on a value computed from the input: taking the example's branch "
                 f"({bool(value)}) for every input",
@@ -236,6 +238,7 @@ class _Interpreter:
                 base in _STRUCTURAL or not has_ref or base not in _INT_OPS):
             result = _PY_OPS[base](*values)
             if has_ref and base not in _STRUCTURAL:
+                self.specialised.append(f"{kind} fixed to the example's result ({result!r})")
                 warnings.warn(f"TorchScript {kind} on a size computed from the input is fixed to the example's "
                               f"result ({result!r})", stacklevel=5)
             self.env[outs[0]] = (_literal(result), result)
@@ -336,9 +339,19 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         outputs, structure = list(out_ir), "tuple"
     else:
         outputs, structure = [out_ir], "single"
+    input_meta = [_meta(x) for x in example_inputs]
+    if interp.specialised:
+        # the port follows the example's path: it may run only at the example's sizes (convert_graph checks them)
+        input_checks = dynamic_dims = None
+    else:  # every size is read at run time (aten::size), as the TorchScript module itself does
+        input_checks = []
+        dynamic_dims = [{"input": i, "axis": a} for i, m in enumerate(input_meta) if m.kind == "tensor"
+                        for a in range(m.rank)]
     return Graph(
+        input_checks=input_checks,
+        dynamic_dims=dynamic_dims,
         inputs=names,
-        input_meta=[_meta(x) for x in example_inputs],
+        input_meta=input_meta,
         nodes=interp.nodes,
         outputs=outputs,
         params=interp.params,

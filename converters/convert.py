@@ -349,5 +349,6 @@ def _input_checks(graph: Graph) -> dict:
     if graph.input_checks is not None:
         return {"input_checks": list(graph.input_checks), "dynamic_dims": list(graph.dynamic_dims or [])}
     shapes = [m.hint if m.kind == "tensor" else None for m in graph.input_meta]
-    checks = static_checks(graph.inputs, shapes, "the capture recorded no shape conditions: every dim is static")
+    checks = static_checks(graph.inputs, shapes, "the port was captured for the example's sizes only (static "
+                                                 "shapes, or a TorchScript branch on a size taken as for the example)")
     return {"input_checks": checks, "dynamic_dims": []}
