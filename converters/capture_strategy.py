@@ -2,12 +2,13 @@
 
 ``torch.export`` with ``Dim.AUTO`` reasons about every dynamic size with sympy. On most models that costs well
 under a second, but on some (many floor divisions and paddings: EfficientNet's "same" padding, Swin's windows)
-it runs for minutes, or fails inside sympy. Porter's default, ``dynamic="auto"``, therefore tries in turn, each
-attempt under a time budget (``PORTER_CAPTURE_BUDGET`` seconds, default 10; the batch-only attempt gets half):
+it runs for minutes, or fails inside sympy. Porter's default, ``dynamic="auto"``, therefore captures with static
+shapes first (fast; its time measures the model on this machine, loaded or not) and then tries, each attempt
+under a budget proportional to that time and at most ``PORTER_CAPTURE_BUDGET`` seconds (default 20) together:
 
 1. every dim dynamic (``Dim.AUTO``: torch makes static what the model fixes, e.g. channels);
 2. the batch dim only;
-3. static shapes (no budget; what a port of this capture accepts is the example's sizes).
+3. otherwise the static capture is kept (a port of it accepts the example's sizes only).
 
 The first attempt that finishes wins; a failure or timeout falls through to the next (a warning says why).
 Whatever is captured, the port checks the conditions it was built under on every call (``capture_guards.py``).
@@ -28,7 +29,10 @@ import warnings
 import torch
 
 MODES = ("auto", "all", "batch", "static")
-DEFAULT_BUDGET_S = 10.0
+DEFAULT_BUDGET_S = 20.0  # the most the dynamic attempts may take together, whatever the model
+# A dynamic capture normally costs 1.5-5x the static one (measured on tests/models); 100x and more means sympy is
+# lost in the model's size arithmetic. Budgets: every dim, 12x static + 2 s; batch only, 4x static + 2 s.
+DYNAMIC_FACTOR, BATCH_FACTOR, DYNAMIC_MARGIN_S = 12.0, 4.0, 2.0
 
 
 class CaptureTimeout(BaseException):
@@ -100,8 +104,16 @@ def time_limit(seconds):
         return
 
     def expire(signum, frame):
+        # never inside an import: a half-imported torch module would break every later capture in the process
+        probe = frame
+        while probe is not None:
+            if probe.f_code.co_filename.startswith("<frozen importlib"):
+                signal.setitimer(signal.ITIMER_REAL, 0.05)
+                return
+            probe = probe.f_back
         raise CaptureTimeout()
 
+    _preload()
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -109,6 +121,18 @@ def time_limit(seconds):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _preload():
+    """Import what torch.export and its solver import lazily, before any timer runs."""
+    import importlib
+
+    for name in ("torch._dynamo", "torch._dynamo.exc", "torch._dynamo.guards", "torch.export._trace",
+                 "torch.fx.experimental.symbolic_shapes", "sympy.solvers.inequalities", "sympy.solvers.solveset"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (an optional module of another torch or sympy version)
+            pass
 
 
 @contextlib.contextmanager
@@ -153,37 +177,52 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
     ``note`` says, when the capture fell back, what was tried and why (also issued as a warning).
     """
     mode = normalise_dynamic(dynamic)
-    if mode == "auto":
-        budget = budget_seconds()
-        plan = [("all", budget), ("batch", budget / 2), ("static", None)]
-    elif mode == "static":
-        plan = [("static", None)]
-    elif mode == "all":
-        plan = [("all", None)]
-    else:
-        plan = [(mode, None), ("static", None)]  # dims the user chose; static if torch cannot keep them
+    if mode == "static":
+        return _export(model, inputs, "static", None), False, None
+    if mode == "all":
+        ep, doubled = _attempt(model, inputs, "all", None, double_batch)
+        return ep, doubled, None
     failures = []
-    for i, (attempt, seconds) in enumerate(plan):
-        last = i == len(plan) - 1
+    if mode != "auto":  # dims the user chose; static shapes if torch cannot keep them
+        start = time.monotonic()
+        try:
+            ep, doubled = _attempt(model, inputs, mode, None, double_batch)
+            return ep, doubled, None
+        except Exception as e:  # noqa: BLE001
+            failures.append(_failed(mode, start, e))
+        return _fallback(_export(model, inputs, "static", None), failures, "static")
+    # "auto": the static capture first (fast, and the fallback); its time scales the dynamic attempts' budgets,
+    # so that a loaded machine does not turn a normal capture into a timeout
+    start = time.monotonic()
+    static = _export(model, inputs, "static", None)
+    static_s = time.monotonic() - start
+    total = min(budget_seconds(), DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S)
+    for attempt, seconds in (("all", total), ("batch", min(total / 2, BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S))):
         start = time.monotonic()
         try:
             ep, doubled = _attempt(model, inputs, attempt, seconds, double_batch)
         except CaptureTimeout:
-            failures.append(f"{_describe(attempt)} capture ran past its {seconds:g} s budget")
+            failures.append(f"{_describe(attempt)} capture ran past its {seconds:.1f} s budget")
             continue
         except Exception as e:  # noqa: BLE001  (sympy's NotImplementedError and friends: try the next plan)
-            if last:
-                raise
-            failures.append(f"{_describe(attempt)} capture failed after {time.monotonic() - start:.1f} s "
-                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            failures.append(_failed(attempt, start, e))
             continue
-        note = None
-        if failures:
-            note = "; ".join(failures) + f": captured with {_describe(attempt)} instead"
-            warnings.warn(f"torch.export: {note} (the port checks the sizes it accepts; choose with "
-                          "porter.convert(..., dynamic=...) or `porter convert --dynamic`)", stacklevel=4)
-        return ep, doubled, note
-    raise RuntimeError("no capture attempt was made")  # unreachable: the last attempt raises or returns
+        return _fallback(ep, failures, attempt, doubled)
+    return _fallback(static, failures, "static")
+
+
+def _failed(attempt, start, error) -> str:
+    first = str(error).splitlines()[0] if str(error) else ""
+    return f"{_describe(attempt)} capture failed after {time.monotonic() - start:.1f} s ({type(error).__name__}: {first})"
+
+
+def _fallback(ep, failures, attempt, doubled=False):
+    note = None
+    if failures:
+        note = "; ".join(failures) + f": captured with {_describe(attempt)} instead"
+        warnings.warn(f"torch.export: {note} (the port checks the sizes it accepts; choose with "
+                      "porter.convert(..., dynamic=...) or `porter convert --dynamic`)", stacklevel=5)
+    return ep, doubled, note
 
 
 def _describe(mode) -> str:
