@@ -232,21 +232,21 @@ def input_checks(ep, user_inputs: list) -> tuple:
             sources[f"{prefix}.size()[{axis}]"] = (i, axis)
             sources[f"L['flat_args'][{i}].size()[{axis}]"] = (i, axis)
     sources.update(_shape_env_sources(ep, symbols))
-    static: set = set()
+    static: dict = {}  # (input, axis) or "*" -> the guard that forces it static
     literals = _graph_literals(ep)
     for guard, origin in guards:
         _translate_guard(guard, origin, literals, sources, names, ranks, add, static)
     if "*" in static:  # a guard on a dim Porter cannot locate: nothing stays dynamic
-        static = set(hints)
-    for i, axis in sorted(static):
+        static = {key: static["*"] for key in hints}
+    for (i, axis), why in sorted(static.items()):
         if hints.get((i, axis)) is None:
             raise NotImplementedError(f"a shape guard of the capture reads {names[i]}.size({axis}), whose example "
                                       "size is unknown; convert with dynamic='static'")
         add(_dim(i, axis), "eq", hints[(i, axis)], f"{names[i]}.size({axis}) == {hints[(i, axis)]}",
-            "a shape guard of the capture is outside the check format, so this dim is checked as static")
+            f"the capture's guard {why} is outside the check format, so this dim is checked as static")
     pinned = {tuple(c["lhs"]["dim"]) for c in checks
               if c["cmp"] == "eq" and isinstance(c["lhs"], dict) and "dim" in c["lhs"] and isinstance(c["rhs"], int)}
-    dynamic = [d for d in dynamic if (d["input"], d["axis"]) not in static | pinned]
+    dynamic = [d for d in dynamic if (d["input"], d["axis"]) not in set(static) | pinned]
     return checks, dynamic
 
 
@@ -294,7 +294,8 @@ def _origin(guard) -> str:
     if not path.startswith(torch_dir):
         return "model"
     rel = path[len(torch_dir):].replace(os.sep, "/")
-    if re.search(r"contiguous|strides|non_overlapping|memory_format", function):
+    if re.search(r"contiguous|stride|non_overlapping|memory_format|channels_last|collapse_view|reshape_view|"
+                 r"should_swap", function):  # strides, and whether a reshape can be a view (else a copy)
         return "layout"
     return "kernel" if rel.startswith(_KERNEL_CODE) else "model"
 
@@ -334,6 +335,16 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
     return any(c > 1 and c in literals for c in constants)
 
 
+def _needed_untranslated(origin, node, literals) -> bool:
+    """``_needed`` for a guard outside the format, judged on its top comparison (== / != with a constant)."""
+    if origin != "kernel" or not (isinstance(node, ast.Compare) and len(node.ops) == 1
+                                  and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
+        return True
+    constants = [c.value for c in (node.left, node.comparators[0])
+                 if isinstance(c, ast.Constant) and type(c.value) is int]
+    return any(c > 1 and c in literals for c in constants) or not constants and False
+
+
 def _translate_guard(guard, origin, literals, sources, names, ranks, add, static):
     dims, unknown = {}, []
 
@@ -352,12 +363,18 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
     if origin == "layout":
         return
     if unknown:
-        static.add("*")
+        static["*"] = guard
         return
     try:
-        parsed = _Translator(dims, ranks).checks(ast.parse(code, mode="eval"))
-    except (Untranslatable, SyntaxError):
-        static.update(dims.values())
+        tree = ast.parse(code, mode="eval")
+        parsed = _Translator(dims, ranks).checks(tree)
+    except SyntaxError:
+        static.update({key: readable for key in dims.values()})
+        return
+    except Untranslatable:
+        if not _needed_untranslated(origin, tree.body, literals):
+            return
+        static.update({key: readable for key in dims.values()})
         return
     for lhs, cmp, rhs in parsed:
         if _needed(origin, cmp, lhs, rhs, literals):

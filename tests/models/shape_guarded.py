@@ -34,8 +34,12 @@ class OddWidth(nn.Module):
 
 # ---------------------------------------------------------------------------------------------------- Swin
 def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_bias, window_size: List[int],
-                             num_heads: int, shift_size: List[int], qkv_bias=None, proj_bias=None):
-    """torchvision.models.swin_transformer.shifted_window_attention (eval: no dropout)."""
+                             num_heads: int, shift_size: List[int], qkv_bias=None, proj_bias=None,
+                             mask_out_of_place: bool = False):
+    """torchvision.models.swin_transformer.shifted_window_attention (eval: no dropout).
+
+    ``mask_out_of_place`` builds the same attention mask from index comparisons instead of torchvision's slice
+    assignments (``attn_mask[h0:h1, w0:w1] = count``), which Porter refuses (writes through views)."""
     B, H, W, C = input.shape
     pad_r = (window_size[1] - W % window_size[1]) % window_size[1]
     pad_b = (window_size[0] - H % window_size[0]) % window_size[0]
@@ -57,7 +61,14 @@ def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_b
     q = q * (C // num_heads) ** -0.5
     attn = q.matmul(k.transpose(-2, -1))
     attn = attn + relative_position_bias
-    if sum(shift_size) > 0:
+    if sum(shift_size) > 0 and mask_out_of_place:
+        # region ids of the three row and column bands (0, -ws), (-ws, -shift), (-shift, None), as below
+        rows = torch.arange(pad_H, device=x.device)
+        cols = torch.arange(pad_W, device=x.device)
+        row_id = (rows >= pad_H - window_size[0]).to(x.dtype) + (rows >= pad_H - shift_size[0]).to(x.dtype)
+        col_id = (cols >= pad_W - window_size[1]).to(x.dtype) + (cols >= pad_W - shift_size[1]).to(x.dtype)
+        attn_mask = row_id[:, None] * 3 + col_id[None, :]
+    elif sum(shift_size) > 0:
         attn_mask = x.new_zeros((pad_H, pad_W))
         h_slices = ((0, -window_size[0]), (-window_size[0], -shift_size[0]), (-shift_size[0], None))
         w_slices = ((0, -window_size[1]), (-window_size[1], -shift_size[1]), (-shift_size[1], None))
@@ -66,6 +77,7 @@ def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_b
             for w in w_slices:
                 attn_mask[h[0]:h[1], w[0]:w[1]] = count
                 count += 1
+    if sum(shift_size) > 0:
         attn_mask = attn_mask.view(pad_H // window_size[0], window_size[0], pad_W // window_size[1], window_size[1])
         attn_mask = attn_mask.permute(0, 2, 1, 3).reshape(num_windows, window_size[0] * window_size[1])
         attn_mask = attn_mask.unsqueeze(1) - attn_mask.unsqueeze(2)
@@ -85,9 +97,11 @@ def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_b
 
 
 class ShiftedWindowAttention(nn.Module):
-    def __init__(self, dim: int, window_size: List[int], shift_size: List[int], num_heads: int):
+    def __init__(self, dim: int, window_size: List[int], shift_size: List[int], num_heads: int,
+                 mask_out_of_place: bool = False):
         super().__init__()
         self.window_size, self.shift_size, self.num_heads = window_size, shift_size, num_heads
+        self.mask_out_of_place = mask_out_of_place
         self.qkv = nn.Linear(dim, dim * 3)
         self.proj = nn.Linear(dim, dim)
         self.relative_position_bias_table = nn.Parameter(
@@ -110,7 +124,8 @@ class ShiftedWindowAttention(nn.Module):
     def forward(self, x):
         return shifted_window_attention(x, self.qkv.weight, self.proj.weight, self.get_relative_position_bias(),
                                         self.window_size, self.num_heads, shift_size=self.shift_size,
-                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias)
+                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias,
+                                        mask_out_of_place=self.mask_out_of_place)
 
 
 class MLP(nn.Sequential):
@@ -119,10 +134,11 @@ class MLP(nn.Sequential):
 
 
 class SwinTransformerBlock(nn.Module):
-    def __init__(self, dim: int, num_heads: int, window_size: List[int], shift_size: List[int]):
+    def __init__(self, dim: int, num_heads: int, window_size: List[int], shift_size: List[int],
+                 mask_out_of_place: bool = False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-5)
-        self.attn = ShiftedWindowAttention(dim, window_size, shift_size, num_heads)
+        self.attn = ShiftedWindowAttention(dim, window_size, shift_size, num_heads, mask_out_of_place)
         self.norm2 = nn.LayerNorm(dim, eps=1e-5)
         self.mlp = MLP(dim, 2 * dim)
 
@@ -143,11 +159,13 @@ class Permute(nn.Module):
 class SwinSmall(nn.Module):
     """Patch embedding (4x4, stride 4), two Swin blocks (shift 0, then window // 2), norm, pool, head."""
 
-    def __init__(self, dim: int = 16, num_heads: int = 2, window: int = 4, num_classes: int = 5):
+    def __init__(self, dim: int = 16, num_heads: int = 2, window: int = 4, num_classes: int = 5,
+                 mask_out_of_place: bool = False):
         super().__init__()
         stem = nn.Sequential(nn.Conv2d(3, dim, 4, 4), Permute([0, 2, 3, 1]), nn.LayerNorm(dim))
         blocks = nn.Sequential(*[SwinTransformerBlock(dim, num_heads, [window, window],
-                                                      [0, 0] if i % 2 == 0 else [window // 2, window // 2])
+                                                      [0, 0] if i % 2 == 0 else [window // 2, window // 2],
+                                                      mask_out_of_place)
                                  for i in range(2)])
         self.features = nn.Sequential(stem, blocks)
         self.norm = nn.LayerNorm(dim)
