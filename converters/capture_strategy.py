@@ -198,7 +198,8 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
     static_s = time.monotonic() - start
     cap = budget_seconds()
     deadline = time.monotonic() + cap
-    plan = (("all", DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S), ("batch", BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S))
+    batch_s = min(BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S, cap / 3)  # kept for the batch-only attempt
+    plan = (("all", min(DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S, cap - batch_s)), ("batch", batch_s))
     for attempt, seconds in plan:
         seconds = min(seconds, deadline - time.monotonic())
         if seconds <= 0.1:
