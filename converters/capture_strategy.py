@@ -177,6 +177,8 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
     ``note`` says, when the capture fell back, what was tried and why (also issued as a warning).
     """
     mode = normalise_dynamic(dynamic)
+    for x in inputs:
+        _dims_for(mode, x)  # a dim out of range is the caller's error, not a reason to fall back
     if mode == "static":
         return _export(model, inputs, "static", None), False, None
     if mode == "all":
