@@ -4,7 +4,8 @@
 under a second, but on some (many floor divisions and paddings: EfficientNet's "same" padding, Swin's windows)
 it runs for minutes, or fails inside sympy. Porter's default, ``dynamic="auto"``, therefore captures with static
 shapes first (fast; its time measures the model on this machine, loaded or not) and then tries, each attempt
-under a budget proportional to that time, and at most ``PORTER_CAPTURE_BUDGET`` seconds (default 25) together:
+under a budget proportional to that time, and at most ``PORTER_CAPTURE_BUDGET`` seconds (default 25) together
+(``PORTER_CAPTURE_BUDGET=off``: no budget, each attempt runs to completion):
 
 1. every dim dynamic (``Dim.AUTO``: torch makes static what the model fixes, e.g. channels);
 2. the batch dim only;
@@ -79,10 +80,13 @@ def _dynamic_shapes(mode, inputs):
     return tuple({d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None for x in inputs)
 
 
-def budget_seconds() -> float:
+def budget_seconds():
+    """The cap from ``PORTER_CAPTURE_BUDGET`` (seconds), or None for ``off`` (no budget at all)."""
     raw = os.environ.get("PORTER_CAPTURE_BUDGET", "")
     if not raw:
         return DEFAULT_BUDGET_S
+    if raw.strip().lower() in ("off", "none"):
+        return None
     try:
         value = float(raw)
     except ValueError:
@@ -199,14 +203,18 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
     static = _export(model, inputs, "static", None)
     static_s = time.monotonic() - start
     cap = budget_seconds()
-    deadline = time.monotonic() + cap
-    batch_s = min(BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S, cap / 3)  # kept for the batch-only attempt
-    plan = (("all", min(DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S, cap - batch_s)), ("batch", batch_s))
+    if cap is None:  # PORTER_CAPTURE_BUDGET=off: each attempt runs to completion
+        plan, deadline = (("all", None), ("batch", None)), None
+    else:
+        deadline = time.monotonic() + cap
+        batch_s = min(BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S, cap / 3)  # kept for the batch-only attempt
+        plan = (("all", min(DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S, cap - batch_s)), ("batch", batch_s))
     for attempt, seconds in plan:
-        seconds = min(seconds, deadline - time.monotonic())
-        if seconds <= 0.1:
-            failures.append(f"no time left for {_describe(attempt)} within PORTER_CAPTURE_BUDGET={cap:g} s")
-            continue
+        if deadline is not None:
+            seconds = min(seconds, deadline - time.monotonic())
+            if seconds <= 0.1:
+                failures.append(f"no time left for {_describe(attempt)} within PORTER_CAPTURE_BUDGET={cap:g} s")
+                continue
         start = time.monotonic()
         try:
             ep, doubled = _attempt(model, inputs, attempt, seconds, double_batch)
