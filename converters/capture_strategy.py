@@ -11,7 +11,7 @@ under a budget proportional to that time, and at most ``PORTER_CAPTURE_BUDGET`` 
 2. the batch dim only;
 3. otherwise the static capture is kept (a port of it accepts the example's sizes only).
 
-The first attempt that finishes wins; a failure or timeout falls through to the next (a warning says why).
+Budgets are CPU seconds of this process (other processes' load does not count). The first attempt that finishes wins; a failure or timeout falls through to the next (a warning says why).
 Whatever is captured, the port checks the conditions it was built under on every call (``capture_guards.py``).
 ``dynamic="static"``, ``"batch"``, ``"all"`` (every dim, no budget, no fallback) or a list of torch dims choose
 directly.
@@ -98,11 +98,12 @@ def budget_seconds():
 
 @contextlib.contextmanager
 def time_limit(seconds):
-    """Raise :class:`CaptureTimeout` in this thread after ``seconds`` (no limit off the main thread, without
-    ``setitimer``, or when another timer, such as pytest-timeout's, is already running)."""
+    """Raise :class:`CaptureTimeout` in this thread after ``seconds`` of this process's CPU time (``ITIMER_PROF``:
+    other processes' load does not count; no limit off the main thread, without ``setitimer``, or when another
+    profiling timer is already running)."""
     usable = (seconds is not None and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread()
-              and signal.getitimer(signal.ITIMER_REAL)[0] == 0)
+              and signal.getitimer(signal.ITIMER_PROF)[0] == 0)
     if not usable:
         yield
         return
@@ -112,19 +113,19 @@ def time_limit(seconds):
         probe = frame
         while probe is not None:
             if probe.f_code.co_filename.startswith("<frozen importlib"):
-                signal.setitimer(signal.ITIMER_REAL, 0.05)
+                signal.setitimer(signal.ITIMER_PROF, 0.05)
                 return
             probe = probe.f_back
         raise CaptureTimeout()
 
     _preload()
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGPROF, expire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def _preload():
@@ -164,14 +165,14 @@ def _attempt(model, inputs, mode, seconds, double_batch):
             isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 for x in inputs):
         doubled = tuple(torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1
                         else x for x in inputs)
-        start = time.monotonic()
+        start = time.process_time()
         try:
             return _export(model, doubled, mode, seconds), True
         except CaptureTimeout:
             raise
         except Exception:  # noqa: BLE001  (the model may insist on its example batch: capture it as given)
             if seconds is not None:
-                seconds = max(seconds - (time.monotonic() - start), 0.5)
+                seconds = max(seconds - (time.process_time() - start), 0.5)
     return _export(model, inputs, mode, seconds), False
 
 
@@ -198,20 +199,20 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
             failures.append(_failed(mode, start, e))
         return _fallback(_export(model, inputs, "static", None), failures, "static")
     # "auto": the static capture first (fast, and the fallback); its time scales the dynamic attempts' budgets,
-    # so that a loaded machine does not turn a normal capture into a timeout
-    start = time.monotonic()
+    # all in this process's CPU time, so that a loaded machine does not turn a normal capture into a timeout
+    start = time.process_time()
     static = _export(model, inputs, "static", None)
-    static_s = time.monotonic() - start
+    static_s = time.process_time() - start
     cap = budget_seconds()
     if cap is None:  # PORTER_CAPTURE_BUDGET=off: each attempt runs to completion
         plan, deadline = (("all", None), ("batch", None)), None
     else:
-        deadline = time.monotonic() + cap
+        deadline = time.process_time() + cap
         batch_s = min(BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S, cap / 3)  # kept for the batch-only attempt
         plan = (("all", min(DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S, cap - batch_s)), ("batch", batch_s))
     for attempt, seconds in plan:
         if deadline is not None:
-            seconds = min(seconds, deadline - time.monotonic())
+            seconds = min(seconds, deadline - time.process_time())
             if seconds <= 0.1:
                 failures.append(f"no time left for {_describe(attempt)} within PORTER_CAPTURE_BUDGET={cap:g} s")
                 continue
@@ -219,7 +220,7 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
         try:
             ep, doubled = _attempt(model, inputs, attempt, seconds, double_batch)
         except CaptureTimeout:
-            failures.append(f"{_describe(attempt)} capture ran past its {seconds:.1f} s budget")
+            failures.append(f"{_describe(attempt)} capture ran past its budget of {seconds:.1f} CPU s")
             continue
         except Exception as e:  # noqa: BLE001  (sympy's NotImplementedError and friends: try the next plan)
             failures.append(_failed(attempt, start, e))
