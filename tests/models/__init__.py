@@ -27,6 +27,7 @@ from .classic import alexnet_small, squeezenet_small, vgg_bn_small
 from .mobile import efficientnet_small, mobilenet_v2_small, mobilenet_v3_small
 from .modern import convnext_small, regnet_small, shufflenet_v2_small
 from .segmentation import deeplabv3_small, segnet_small, unet_small
+from .shape_guarded import basic_unet_small
 from .video_audio import audio_cnn_small, r3d_small
 from .vit import vit_small
 
@@ -83,4 +84,7 @@ REGISTRY = {
     "segnet_unpool": ModelSpec(_seeded(segnet_small), _img(2, 32), _img(1, 30)),
     "deeplabv3": ModelSpec(_seeded(deeplabv3_small), _img(2, 32), _img(1, 40)),
     "unet": ModelSpec(_seeded(unet_small), _img(2, 32), _img(1, 48)),
+    # MONAI BasicUNet's UpCat pads odd sizes before the skip concatenation: converted at an odd size, it runs at
+    # other odd sizes (even ones are refused by the port's input checks: tests/converters/test_input_checks.py).
+    "basic_unet": ModelSpec(_seeded(basic_unet_small), ((1, 3, 17, 15),), ((2, 3, 21, 19),)),
 }
