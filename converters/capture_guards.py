@@ -226,12 +226,15 @@ def input_checks(ep, user_inputs: list) -> tuple:
             add(_dim(i, axis), "eq", hints[(i, axis)], f"{text} == {hints[(i, axis)]}",
                 f"the capture tied this dim to others by {expr}, which Porter checks as static")
 
-    sources = {}
-    for i, prefix in enumerate(_input_paths(ep)):
-        for axis in range(ranks[i] if i < len(ranks) else 0):
-            sources[f"{prefix}.size()[{axis}]"] = (i, axis)
-            sources[f"L['flat_args'][{i}].size()[{axis}]"] = (i, axis)
-    sources.update(_shape_env_sources(ep, symbols))
+    sources = _shape_env_sources(ep, symbols)
+    if any(m.group(0).replace(".stride()", ".size()") not in sources
+           for guard, _ in guards for m in _SOURCE.finditer(guard)):
+        # a source the shape env does not name (a dim specialised to an int, or a loaded program): locate the
+        # inputs through torch's own paths (ep.module() costs a graph copy, hence only when needed)
+        for i, prefix in enumerate(_input_paths(ep)):
+            for axis in range(ranks[i] if i < len(ranks) else 0):
+                sources.setdefault(f"{prefix}.size()[{axis}]", (i, axis))
+                sources.setdefault(f"L['flat_args'][{i}].size()[{axis}]", (i, axis))
     static: dict = {}  # (input, axis) or "*" -> the guard that forces it static
     literals = _graph_literals(ep)
     for guard, origin in guards:
