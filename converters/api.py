@@ -40,12 +40,14 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
     graph = capture(model, example_inputs, dynamic=dynamic)
     result = convert_graph(graph, io_layout)
     ported = PortedModel(result["graph"], result["weights"])
+    first_note = graph.capture_note
     if graph.batch_doubled and not reproduces(ported, model, normalise_inputs(example_inputs)):
         # the graph captured at batch two differs at batch one (e.g. x.squeeze(0)): keep the example's batch
-        graph = capture(model, example_inputs, double_batch=False, dynamic=dynamic)
+        # (with the dims that capture managed: the fallbacks need not be tried again)
+        graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic)
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
-    ported.capture_note = graph.capture_note
+    ported.capture_note = graph.capture_note or first_note
     return ported
 
 

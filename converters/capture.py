@@ -49,10 +49,11 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto")
         from .capture_strategy import export_program
 
         inputs = normalise_inputs(example_inputs)
-        ep, doubled, note = export_program(model, inputs, dynamic=mode, double_batch=double_batch)
+        ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch)
         graph = capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}")
         graph.batch_doubled = doubled
         graph.capture_note = note
+        graph.capture_mode = graph_mode
         return graph
     raise TypeError(
         "model must be a torch.nn.Module, a torch.export.ExportedProgram or a torch.jit.ScriptModule, "

@@ -11,8 +11,8 @@ under a budget proportional to that time, and at most ``PORTER_CAPTURE_BUDGET`` 
 2. the batch dim only;
 3. otherwise the static capture is kept (a port of it accepts the example's sizes only).
 
-Budgets are CPU seconds of this process (other processes' load does not count). The first attempt that finishes wins; a failure or timeout falls through to the next (a warning says why).
-Whatever is captured, the port checks the conditions it was built under on every call (``capture_guards.py``).
+Budgets are CPU seconds of this process (other processes' load does not count). The first attempt that finishes
+wins; a failure or timeout falls through to the next (a warning says why). Whatever is captured, the port checks the conditions it was built under on every call (``capture_guards.py``).
 ``dynamic="static"``, ``"batch"``, ``"all"`` (every dim, no budget, no fallback) or a list of torch dims choose
 directly.
 """
@@ -177,24 +177,25 @@ def _attempt(model, inputs, mode, seconds, double_batch):
 
 
 def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool = True):
-    """Capture ``model`` (in its current mode) with ``torch.export``; returns ``(program, doubled, note)``.
+    """Capture ``model`` (in its current mode) with ``torch.export``; returns ``(program, doubled, note, mode)``.
 
-    ``note`` says, when the capture fell back, what was tried and why (also issued as a warning).
+    ``note`` says, when the capture fell back, what was tried and why (also issued as a warning); ``mode`` is
+    the dims that were kept dynamic ("all", "batch", "static" or the user's list).
     """
     mode = normalise_dynamic(dynamic)
     for x in inputs:
         _dims_for(mode, x)  # a dim out of range is the caller's error, not a reason to fall back
     if mode == "static":
-        return _export(model, inputs, "static", None), False, None
+        return _export(model, inputs, "static", None), False, None, "static"
     if mode == "all":
         ep, doubled = _attempt(model, inputs, "all", None, double_batch)
-        return ep, doubled, None
+        return ep, doubled, None, "all"
     failures = []
     if mode != "auto":  # dims the user chose; static shapes if torch cannot keep them
         start = time.monotonic()
         try:
             ep, doubled = _attempt(model, inputs, mode, None, double_batch)
-            return ep, doubled, None
+            return ep, doubled, None, mode
         except Exception as e:  # noqa: BLE001
             failures.append(_failed(mode, start, e))
         return _fallback(_export(model, inputs, "static", None), failures, "static")
@@ -231,16 +232,18 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
 
 def _failed(attempt, start, error) -> str:
     first = str(error).splitlines()[0] if str(error) else ""
-    return f"{_describe(attempt)} capture failed after {time.monotonic() - start:.1f} s ({type(error).__name__}: {first})"
+    return (f"{_describe(attempt)} capture failed after {time.monotonic() - start:.1f} s "
+            f"({type(error).__name__}: {first})")
 
 
 def _fallback(ep, failures, attempt, doubled=False):
+    """``(program, doubled, note, mode)``, warning about the attempts that failed."""
     note = None
     if failures:
         note = "; ".join(failures) + f": captured with {_describe(attempt)} instead"
         warnings.warn(f"torch.export: {note} (the port checks the sizes it accepts; choose with "
                       "porter.convert(..., dynamic=...) or `porter convert --dynamic`)", stacklevel=5)
-    return ep, doubled, note
+    return ep, doubled, note, attempt
 
 
 def _describe(mode) -> str:

@@ -110,6 +110,7 @@ class Graph:
     input_checks: Optional[list] = None
     dynamic_dims: Optional[list] = None
     capture_note: Optional[str] = None  # why the capture fell back to fewer dynamic dims, if it did
+    capture_mode: object = None  # the dims the capture kept dynamic: "all", "batch", "static" or a list of dims
 
     def users(self) -> dict:
         uses: dict = {}
