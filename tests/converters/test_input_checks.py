@@ -248,3 +248,14 @@ def test_bad_expressions_are_rejected_when_loading():
         _checks([{"lhs": 1, "cmp": "is", "rhs": 1, "guard": "", "message": ""}])
     with pytest.raises(ValueError, match="op must be one of"):
         _checks([{"lhs": {"op": "pow", "args": [1, 2]}, "cmp": "eq", "rhs": 1, "guard": "", "message": ""}])
+
+
+def test_torchscript_branch_on_a_size_pins_every_dim():
+    """The TorchScript interpreter takes the example's branch: the port then only runs at the example's sizes."""
+    scripted = torch.jit.script(OddWidth())
+    with pytest.warns(UserWarning, match="fixed to the example's result"):
+        ported = porter.convert(scripted, torch.randn(2, 3, 8), io_layout="torch")
+    assert ported.dynamic_dims == []
+    _assert_torch_numbers(ported, OddWidth(), (2, 3, 8), exact=True)
+    _assert_refused(ported, (2, 3, 9), "size 9 in dim 2", "x.size(2) == 8")
+    _assert_refused(ported, (2, 3, 10), "size 10 in dim 2")
