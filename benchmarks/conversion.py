@@ -25,7 +25,8 @@ import torch  # noqa: E402
 
 from models import REGISTRY, make_inputs  # noqa: E402
 from models._common import randomize_  # noqa: E402
-from models.shape_guarded import BasicUNetSmall, MobileViTSmall, SwinSmall  # noqa: E402
+from models.shape_guarded import (BasicUNetSmall, MobileViTSmall, SwinSmall,  # noqa: E402
+                                  TFEfficientNetLiteSmall)
 
 
 def _seeded(make):
@@ -42,6 +43,7 @@ def cases():
     out["basic_unet (twin)"] = (_seeded(BasicUNetSmall), ((1, 3, 17, 15),))
     out["mobilevit (twin)"] = (_seeded(MobileViTSmall), ((1, 3, 32, 32),))
     out["swin (twin)"] = (_seeded(lambda: SwinSmall(mask_out_of_place=True)), ((1, 3, 32, 32),))
+    out["tf_efficientnet_lite (twin)"] = (_seeded(TFEfficientNetLiteSmall), ((1, 3, 64, 64),))
     out["examples.resnet18"] = (lambda: examples.EXAMPLES["resnet18"]().eval(), ((1, 3, 224, 224),))
     out["examples.mobilenet_v2"] = (lambda: examples.EXAMPLES["mobilenet_v2"]().eval(), ((1, 3, 224, 224),))
     return out

@@ -186,3 +186,23 @@ def test_cli_dynamic_option_and_report(tmp_path):
     result = runner.invoke(main, ["convert", path, "--model", "tinynets:seeded", "--dynamic", "0,x",
                                   "--no-validate", "-o", str(tmp_path / "out2")])
     assert result.exit_code == 2 and "--dynamic '0,x'" in result.output
+
+
+def test_a_model_whose_dynamic_capture_explodes_converts_in_seconds(monkeypatch):
+    """timm's TF-"same" padding (Conv2dSame) sends torch's solver into minutes (40 CPU s for this small twin
+    against 0.2 s static): the default capture gives up on the spatial dims within its budget, keeps the batch
+    dim dynamic, gives torch's numbers and refuses other spatial sizes by name."""
+    from models._common import randomize_
+    from models.shape_guarded import TFEfficientNetLiteSmall
+
+    monkeypatch.setenv("PORTER_CAPTURE_BUDGET", "25")
+    model = randomize_(TFEfficientNetLiteSmall(), 0)
+    start = time.process_time()
+    with pytest.warns(UserWarning, match="every dim dynamic capture ran past its budget"):
+        ported = porter.convert(model, torch.randn(1, 3, 64, 64), io_layout="torch")
+    assert time.process_time() - start < 25
+    assert ported.dynamic_dims == [{"input": 0, "axis": 0}]
+    _matches(ported, model, (1, 3, 64, 64))
+    _matches(ported, model, (3, 3, 64, 64))
+    with pytest.raises(ValueError, match=r"size 65 in dim 2 .*x.size\(2\) == 64"):
+        ported(mx.zeros((1, 3, 65, 64)))

@@ -306,6 +306,43 @@ class BasicUNetSmall(nn.Module):
         return self.final_conv(u1)
 
 
+# ---------------------------------------------------------------------------------------------------- TF "same"
+def get_same_padding(x: int, kernel_size: int, stride: int, dilation: int):
+    """timm.layers.padding.get_same_padding: TensorFlow's "SAME" padding, computed from the input size."""
+    return max((math.ceil(x / stride) - 1) * stride + (kernel_size - 1) * dilation + 1 - x, 0)
+
+
+class Conv2dSame(nn.Conv2d):
+    """timm.layers.conv2d_same.Conv2dSame: pads (asymmetrically) by ``pad_same`` on every call, then convolves."""
+
+    def forward(self, x):
+        ih, iw = x.size()[-2:]
+        pad_h = get_same_padding(ih, self.kernel_size[0], self.stride[0], self.dilation[0])
+        pad_w = get_same_padding(iw, self.kernel_size[1], self.stride[1], self.dilation[1])
+        x = F.pad(x, (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2))
+        return F.conv2d(x, self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
+
+
+class TFEfficientNetLiteSmall(nn.Module):
+    """tf_efficientnet_lite-style: Conv2dSame stem and depthwise convs (k3/k5, stride 2), ReLU6, 1x1 convs."""
+
+    def __init__(self, widths=(8, 12, 16, 24, 32), num_classes: int = 5):
+        super().__init__()
+        self.conv_stem = Conv2dSame(3, widths[0], 3, 2, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        blocks = []
+        for i, (cin, cout) in enumerate(zip(widths[:-1], widths[1:])):
+            k = 3 if i % 2 == 0 else 5
+            blocks.append(nn.Sequential(Conv2dSame(cin, cin, k, 2, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                                        nn.ReLU6(), nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout)))
+        self.blocks = nn.Sequential(*blocks)
+        self.classifier = nn.Linear(widths[-1], num_classes)
+
+    def forward(self, x):
+        x = self.blocks(F.relu6(self.bn1(self.conv_stem(x))))
+        return self.classifier(x.mean((2, 3)))
+
+
 odd_width = OddWidth
 swin_small = partial(SwinSmall)
 mobilevit_small = partial(MobileViTSmall)
