@@ -201,6 +201,11 @@ def input_checks(ep, user_inputs: list) -> tuple:
                 continue
             hints[(i, axis)] = _hint(size)
             expr = size.node.expr
+            if expr.is_number and from_env:
+                # specialised by a guard of the shape env: that guard decides whether the port must check it
+                hints[(i, axis)] = int(expr)
+                dynamic.append({"input": i, "axis": axis})
+                continue
             if isinstance(expr, sympy.Symbol) and expr not in symbols:
                 symbols[expr] = (i, axis)
                 dynamic.append({"input": i, "axis": axis})
@@ -284,7 +289,8 @@ _KERNEL_CODE = ("_subclasses/", "_prims_common/", "_prims/", "_refs/", "_decomp/
 
 def _origin(guard) -> str:
     """Where a guard was made: "model" (the model's code, or torch's Python API such as ``F.interpolate``:
-    it decides what the graph computes), "kernel" (inside one op's fake/meta implementation: torch working out
+    it decides what the graph computes), "kernel-call" (a C++ kernel run on fake tensors fixed a size while
+    working out its output's shape), "kernel" (inside one op's fake/meta implementation: torch working out
     that op's output size) or "layout" (torch deciding strides and contiguity, which a port does not have)."""
     loc = getattr(getattr(guard, "sloc", None), "framework_loc", None)
     filename, function = getattr(loc, "filename", None), getattr(loc, "name", "") or ""
@@ -297,6 +303,8 @@ def _origin(guard) -> str:
     if not path.startswith(torch_dir):
         return "model"
     rel = path[len(torch_dir):].replace(os.sep, "/")
+    if rel == "_ops.py":
+        return "kernel-call"  # a C++ kernel run on fake tensors to learn its output's shape
     if re.search(r"contiguous|stride|non_overlapping|memory_format|channels_last|collapse_view|reshape_view|"
                  r"should_swap", function):  # strides, and whether a reshape can be a view (else a copy)
         return "layout"
@@ -331,16 +339,16 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
         return False
     if cmp in ("lt", "le", "gt", "ge"):
         return True
-    if cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int)
+    if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int)
                            for a, b in ((lhs, rhs), (rhs, lhs))):
-        return True  # an input dim an op needs at one size (channels a weight fixes)
+        return True  # an input dim an op's shape rules need at one size (channels a conv weight fixes)
     constants = [e for e in (lhs, rhs) if isinstance(e, int)]
     return any(c > 1 and c in literals for c in constants)
 
 
 def _needed_untranslated(origin, node, literals) -> bool:
     """``_needed`` for a guard outside the format, judged on its top comparison (== / != with a constant)."""
-    if origin != "kernel" or not (isinstance(node, ast.Compare) and len(node.ops) == 1
+    if origin not in ("kernel", "kernel-call") or not (isinstance(node, ast.Compare) and len(node.ops) == 1
                                   and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
         return True
     constants = [c.value for c in (node.left, node.comparators[0])
@@ -397,6 +405,7 @@ _MESSAGES = {
              "value) that is only right under it",
     "unknown": "torch.export recorded it as a condition of the captured program",
     "kernel": "torch fixed this size while capturing an op, and the graph may depend on it",
+    "kernel-call": "torch fixed this size while capturing an op, and the graph may depend on it",
 }
 
 
