@@ -311,8 +311,13 @@ def _origin(guard) -> str:
     return "kernel" if rel.startswith(_KERNEL_CODE) else "model"
 
 
+_SIZE_OPS = ("view", "reshape", "_unsafe_view", "expand", "repeat", "new_zeros", "new_ones", "new_empty",
+             "new_full", "zeros", "ones", "empty", "full", "arange", "unflatten", "split_with_sizes", "randn", "rand")
+
+
 def _graph_literals(ep) -> set:
-    """Every int literal in the graph's call arguments (where a size fixed during capture could be baked in)."""
+    """Every int literal in the graph's call arguments (where a size fixed during capture could be baked in);
+    with ``"sizes"`` added when some op takes a literal size list (a view or a new tensor of fixed shape)."""
     out: set = set()
 
     def walk(value):
@@ -325,6 +330,10 @@ def _graph_literals(ep) -> set:
     for node in ep.graph.nodes:
         if node.op == "call_function":
             walk(list(node.args) + list(node.kwargs.values()))
+            name = getattr(getattr(node.target, "_schema", None), "name", "").split("::")[-1]
+            if name in _SIZE_OPS and any(isinstance(a, (list, tuple)) and any(type(v) is int and v > 1 for v in a)
+                                         for a in node.args):
+                out.add("sizes")
     return out
 
 
@@ -339,6 +348,8 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
         return False
     if cmp in ("lt", "le", "gt", "ge"):
         return True
+    if origin == "kernel-call" and "sizes" in literals:
+        return True  # a C++ kernel fixed a size and the graph builds shapes from literals: it may be baked in
     if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int)
                            for a, b in ((lhs, rhs), (rhs, lhs))):
         return True  # an input dim an op's shape rules need at one size (channels a conv weight fixes)
@@ -350,6 +361,8 @@ def _needed_untranslated(origin, node, literals) -> bool:
     """``_needed`` for a guard outside the format, judged on its top comparison (== / != with a constant)."""
     if origin not in ("kernel", "kernel-call") or not (isinstance(node, ast.Compare) and len(node.ops) == 1
                                   and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
+        return True
+    if origin == "kernel-call" and "sizes" in literals:
         return True
     constants = [c.value for c in (node.left, node.comparators[0])
                  if isinstance(c, ast.Constant) and type(c.value) is int]

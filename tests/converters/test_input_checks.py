@@ -259,3 +259,25 @@ def test_torchscript_branch_on_a_size_pins_every_dim():
     _assert_torch_numbers(ported, OddWidth(), (2, 3, 8), exact=True)
     _assert_refused(ported, (2, 3, 9), "size 9 in dim 2", "x.size(2) == 8")
     _assert_refused(ported, (2, 3, 10), "size 10 in dim 2")
+
+
+class PoolThenView(nn.Module):
+    """max_pool1d's C++ kernel fixes the width while torch works out its output shape; the view then bakes the
+    pooled width (4 at width 9) into the graph as a literal."""
+
+    def __init__(self, view: bool):
+        super().__init__()
+        self.view = view
+
+    def forward(self, x):
+        y = nn.functional.max_pool1d(x, 2)
+        return y.reshape(y.size(0), -1, y.size(2)) if self.view else y
+
+
+def test_a_size_fixed_inside_an_op_binds_the_port_only_when_the_graph_bakes_sizes():
+    plain = porter.convert(PoolThenView(False), torch.randn(2, 3, 9), io_layout="torch")
+    assert {"input": 0, "axis": 2} in plain.dynamic_dims  # Porter's max_pool1d runs at any width
+    _assert_torch_numbers(plain, PoolThenView(False), (2, 3, 12), exact=True)
+    baked = porter.convert(PoolThenView(True), torch.randn(2, 3, 9), io_layout="torch")
+    _assert_torch_numbers(baked, PoolThenView(True), (2, 3, 9), exact=True)
+    _assert_refused(baked, (2, 3, 12), "size 12 in dim 2", "x.size(2) == 9")
