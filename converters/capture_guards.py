@@ -366,7 +366,7 @@ def _needed_untranslated(origin, node, literals) -> bool:
         return True
     constants = [c.value for c in (node.left, node.comparators[0])
                  if isinstance(c, ast.Constant) and type(c.value) is int]
-    return any(c > 1 and c in literals for c in constants) or not constants and False
+    return any(c > 1 and c in literals for c in constants)
 
 
 def _translate_guard(guard, origin, literals, sources, names, ranks, add, static):
