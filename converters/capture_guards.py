@@ -327,6 +327,9 @@ def _graph_literals(ep) -> set:
         elif type(value) is int:
             out.add(value)
 
+    for tensor in list(ep.state_dict.values()) + list(getattr(ep, "constants", {}).values()):
+        if isinstance(tensor, torch.Tensor):
+            out.update(("param", int(n)) for n in tensor.shape)
     for node in ep.graph.nodes:
         if node.op == "call_function":
             walk(list(node.args) + list(node.kwargs.values()))
@@ -350,9 +353,9 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
         return True
     if origin == "kernel-call" and "sizes" in literals:
         return True  # a C++ kernel fixed a size and the graph builds shapes from literals: it may be baked in
-    if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int)
-                           for a, b in ((lhs, rhs), (rhs, lhs))):
-        return True  # an input dim an op's shape rules need at one size (channels a conv weight fixes)
+    if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and ("param", b) in literals
+                                                  for a, b in ((lhs, rhs), (rhs, lhs))):
+        return True  # an input dim a parameter's shape fixes (channels of a conv or norm weight)
     constants = [e for e in (lhs, rhs) if isinstance(e, int)]
     return any(c > 1 and c in literals for c in constants)
 

@@ -250,13 +250,15 @@ def test_bad_expressions_are_rejected_when_loading():
         _checks([{"lhs": {"op": "pow", "args": [1, 2]}, "cmp": "eq", "rhs": 1, "guard": "", "message": ""}])
 
 
-def test_torchscript_branch_on_a_size_pins_every_dim():
-    """The TorchScript interpreter takes the example's branch: the port then only runs at the example's sizes."""
+def test_torchscript_branch_on_a_size_pins_that_dim():
+    """The TorchScript interpreter takes the example's branch: the port then runs only at the example's size of
+    the dims the branch read (here the width); the others stay dynamic."""
     scripted = torch.jit.script(OddWidth())
     with pytest.warns(UserWarning, match="fixed to the example's result"):
         ported = porter.convert(scripted, torch.randn(2, 3, 8), io_layout="torch")
-    assert ported.dynamic_dims == []
+    assert ported.dynamic_dims == [{"input": 0, "axis": 0}, {"input": 0, "axis": 1}]
     _assert_torch_numbers(ported, OddWidth(), (2, 3, 8), exact=True)
+    _assert_torch_numbers(ported, OddWidth(), (4, 5, 8), exact=True)
     _assert_refused(ported, (2, 3, 9), "size 9 in dim 2", "x.size(2) == 8")
     _assert_refused(ported, (2, 3, 10), "size 10 in dim 2")
 
