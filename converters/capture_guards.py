@@ -353,7 +353,7 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
         return True
     if origin == "kernel-call" and "sizes" in literals:
         return True  # a C++ kernel fixed a size and the graph builds shapes from literals: it may be baked in
-    if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and ("param", b) in literals
+    if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int) and ("param", b) in literals
                                                   for a, b in ((lhs, rhs), (rhs, lhs))):
         return True  # an input dim a parameter's shape fixes (channels of a conv or norm weight)
     constants = [e for e in (lhs, rhs) if isinstance(e, int)]
