@@ -57,6 +57,10 @@ def architecture_options(func):
 @architecture_options
 @click.option("--io-layout", type=click.Choice(["mlx", "torch"]), default="mlx", show_default=True,
               help="mlx: image inputs/outputs channels-last (N,H,W,C); torch: exactly torch's layout.")
+@click.option("--dynamic", "dynamic", default="auto", show_default=True, metavar="MODE|DIMS",
+              help="Input dims the port keeps dynamic: auto (every dim torch can keep, within a time budget, "
+                   "else the batch dim, else none), all, batch, static, or torch dims such as 0,2,3. Every other "
+                   "dim is checked against the example's size on each call.")
 @click.option("--no-validate", is_flag=True, help="Skip the comparison against torch.")
 @click.option("--grads", is_flag=True, help="Also compare gradients during validation.")
 @click.option("--force", is_flag=True, help="Replace an existing output directory (and example checkpoint).")
@@ -64,8 +68,8 @@ def architecture_options(func):
               help="Instead of FILE: build a built-in example (e.g. resnet18) with seeded random weights, save it "
                    "as a checkpoint and convert it. No download.")
 @common_options()
-def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trust_pickle, io_layout, no_validate,
-            grads, force, example):
+def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trust_pickle, io_layout, dynamic,
+            no_validate, grads, force, example):
     """Convert a PyTorch checkpoint FILE into an MLX model directory, and validate it against torch.
 
     The output (model.safetensors + graph.json) is written atomically: nothing is left behind if anything fails,
@@ -75,13 +79,26 @@ def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trus
         if file or model_spec or arch or trust_pickle:
             raise click.UsageError("--example builds its own checkpoint: do not give FILE, --model, --arch or "
                                    "--trust-pickle with it.")
-        return convert_example(ui, example, output, input_shapes, io_layout, no_validate, grads, force)
+        return convert_example(ui, example, output, input_shapes, io_layout, no_validate, grads, force,
+                               dynamic=parse_dynamic(dynamic))
     if not file:
         raise click.UsageError("Give the checkpoint FILE to convert (or --example resnet18 to try Porter).")
     result = run_convert(ui, file, output, model_spec=model_spec, model_kwargs=model_kwargs, arch=arch,
                          input_shapes=input_shapes, trust_pickle=trust_pickle, io_layout=io_layout,
-                         validate=not no_validate, grads=grads, force=force)
+                         validate=not no_validate, grads=grads, force=force, dynamic=parse_dynamic(dynamic))
     ui.emit_json(result)
+
+
+def parse_dynamic(text):
+    """``--dynamic``: a mode name or comma-separated torch dims."""
+    text = (text or "auto").strip()
+    if text in ("auto", "all", "batch", "static"):
+        return text
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"--dynamic '{text}' is neither a mode nor a list of dims.",
+                         "Use auto, all, batch, static, or torch dims such as 0,2,3.") from None
 
 
 def default_output(file: str) -> str:
@@ -90,7 +107,7 @@ def default_output(file: str) -> str:
 
 
 def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, arch=None, input_shapes=(),
-                trust_pickle=False, io_layout="mlx", validate=True, grads=False, force=False):
+                trust_pickle=False, io_layout="mlx", validate=True, grads=False, force=False, dynamic="auto"):
     """Convert ``file`` into ``output``; returns the result dict (also printed as text unless --json)."""
     import porter
 
@@ -108,7 +125,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         for note in source.notes:
             ui.info(f"note: {note}")
         with progress.step("converting"):
-            ported = _convert(porter, source, io_layout)
+            ported = _convert(porter, source, io_layout, dynamic)
         metadata = {"porter_version": porter.__version__, "source": source.metadata(), "io_layout": io_layout}
         try:
             with atomic_directory(output, force) as tmp:
@@ -136,9 +153,14 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
     return result
 
 
-def _convert(porter, source, io_layout):
+def _convert(porter, source, io_layout, dynamic="auto"):
     try:
-        return porter.convert(source.model, source.example_inputs, io_layout=io_layout)
+        return porter.convert(source.model, source.example_inputs, io_layout=io_layout, dynamic=dynamic)
+    except ValueError as exc:
+        if "dynamic" not in str(exc):
+            raise
+        raise InputError(f"--dynamic cannot be honoured for '{source.path}': {first_line(exc)}.",
+                         "Choose another --dynamic value (auto works for every format).") from exc
     except NotImplementedError as exc:
         if type(exc).__name__ == "UnsupportedOpsError":
             raise  # listed op by op by the error handler
@@ -201,6 +223,8 @@ def _result(file, output, source, ported, report):
         "input_layouts": list(getattr(ported, "input_layouts", []) or []),
         "output_layouts": list(getattr(ported, "output_layouts", []) or []),
         "num_transposes": getattr(ported, "num_transposes", None),
+        "dynamic_dims": list(getattr(ported, "dynamic_dims", []) or []),
+        "capture_note": getattr(ported, "capture_note", None),
         "notes": source.notes,
         "validation": report.to_dict() if report is not None else None,
     }
@@ -216,6 +240,9 @@ def _print_result(ui, result, report):
     layouts = ", ".join(result["input_layouts"]) or "as-is"
     ui.echo(f"  example input {shapes} [torch layout]; model input layout {layouts}; "
             f"{result['num_transposes']} layout transposes")
+    ui.echo(f"  {describe_dynamic(result['dynamic_dims'], len(result['input_shapes']))}")
+    if result.get("capture_note"):
+        ui.echo(f"  note: {result['capture_note']}")
     if report is not None:
         ui.echo("")
         ui.echo(str(report))
@@ -223,6 +250,17 @@ def _print_result(ui, result, report):
         ui.echo("  validation skipped (--no-validate)")
     ui.echo("")
     ui.echo(load_hint(result["output"], result["input_shapes"], result["input_layouts"]))
+
+
+def describe_dynamic(dynamic_dims, num_inputs):
+    """``dynamic dims (torch layout): input 0: 0, 2, 3; ...`` for the conversion report."""
+    per_input = {}
+    for entry in dynamic_dims:
+        per_input.setdefault(entry["input"], []).append(entry["axis"])
+    parts = [f"input {i}: " + (", ".join(str(a) for a in sorted(per_input[i])) if i in per_input else "none")
+             for i in range(num_inputs)]
+    return ("dynamic dims (torch layout): " + "; ".join(parts) +
+            " (every other dim is checked against the example's size on each call)")
 
 
 def load_hint(output, input_shapes, input_layouts):
@@ -239,7 +277,7 @@ def load_hint(output, input_shapes, input_layouts):
             f"  y = model({', '.join(args)}){layout_note}")
 
 
-def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grads, force):
+def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grads, force, dynamic="auto"):
     """``--example NAME``: build the example with seeded weights, save a real state_dict checkpoint, convert it."""
     try:
         from porter import examples
@@ -262,7 +300,7 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
         _save_example_checkpoint(builders[name], checkpoint)
         result = run_convert(ui, checkpoint, output, model_spec=f"porter.examples:{name}",
                              input_shapes=input_shapes or ("1,3,224,224",), io_layout=io_layout,
-                             validate=not no_validate, grads=grads, force=force)
+                             validate=not no_validate, grads=grads, force=force, dynamic=dynamic)
     except BaseException:
         if os.path.exists(checkpoint):
             os.remove(checkpoint)  # a failed command leaves nothing behind

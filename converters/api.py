@@ -9,7 +9,7 @@ from .registry import UnsupportedOpsError, get_converter, has_converter
 from .runtime import PortedModel
 
 
-def convert(model, example_inputs=None, *, io_layout: str = "mlx") -> PortedModel:
+def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto") -> PortedModel:
     """Convert a torch model to a :class:`PortedModel` (an ``mlx.nn.Module``).
 
     Args:
@@ -19,6 +19,12 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx") -> PortedMode
             ExportedProgram.
         io_layout (str, optional): ``"mlx"``: image-like inputs/outputs channels-last ``(N, H, W, C)``;
             ``"torch"``: torch's layout exactly. Default: ``"mlx"``.
+        dynamic (str or list of int, optional): which input dims stay dynamic (the port runs at other sizes of
+            them; every other dim is checked against the example's size on each call). ``"auto"``: every dim
+            torch can keep dynamic, captured under a time budget with fallbacks to the batch dim only, then
+            static shapes; ``"all"``: every dim, no budget or fallback; ``"batch"``: dim 0 only; ``"static"``
+            (or ``False``): the example's shapes only; a list of torch dims (``[0, 2, 3]``) for every tensor
+            input. ``ported.dynamic_dims`` reports the outcome. Default: ``"auto"``.
 
     Raises:
         UnsupportedOpsError: listing every op of the model Porter cannot convert.
@@ -31,14 +37,17 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx") -> PortedMode
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
     from .capture import capture, normalise_inputs, reproduces
 
-    graph = capture(model, example_inputs)
+    graph = capture(model, example_inputs, dynamic=dynamic)
     result = convert_graph(graph, io_layout)
     ported = PortedModel(result["graph"], result["weights"])
+    first_note = graph.capture_note
     if graph.batch_doubled and not reproduces(ported, model, normalise_inputs(example_inputs)):
         # the graph captured at batch two differs at batch one (e.g. x.squeeze(0)): keep the example's batch
-        graph = capture(model, example_inputs, double_batch=False)
+        # (with the dims that capture managed: the fallbacks need not be tried again)
+        graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic)
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
+    ported.capture_note = graph.capture_note or first_note
     return ported
 
 

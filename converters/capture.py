@@ -18,25 +18,42 @@ def normalise_inputs(example_inputs) -> tuple:
     raise TypeError(f"example_inputs must be a torch.Tensor or a tuple of them, but got {type(example_inputs).__name__}")
 
 
-def capture(model, example_inputs, *, double_batch: bool = True) -> Graph:
+def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto") -> Graph:
     """Capture ``model``'s forward as an IR graph (the model's current train/eval mode is respected).
 
-    ``graph.batch_doubled`` tells whether a batch-of-one example was captured at batch two (see export_module).
+    ``dynamic`` chooses the input dims kept dynamic (see ``capture_strategy.py``); ``graph.batch_doubled`` tells
+    whether a batch-of-one example was captured at batch two, ``graph.capture_note`` whether the capture fell back.
     """
+    from .capture_strategy import normalise_dynamic
+
+    mode = normalise_dynamic(dynamic)
     if isinstance(model, torch.jit.ScriptModule):
         from .capture_script import capture_script
 
-        return capture_script(model, normalise_inputs(example_inputs) if example_inputs is not None else None)
-    from .capture_export import capture_exported, export_module
+        if mode not in ("auto", "static"):
+            raise ValueError(f"dynamic={dynamic!r} cannot be honoured for a TorchScript model: its sizes are read "
+                             "at run time; use 'auto' or 'static' (every dim checked against the example)")
+        graph = capture_script(model, normalise_inputs(example_inputs) if example_inputs is not None else None)
+        if mode == "static":
+            graph.input_checks, graph.dynamic_dims = None, None  # the conversion then checks every dim
+        return graph
+    from .capture_export import capture_exported
 
     if isinstance(model, torch.export.ExportedProgram):
+        if mode != "auto":
+            raise ValueError(f"dynamic={dynamic!r} cannot be honoured for an ExportedProgram: its dynamic dims were "
+                             "chosen when it was exported (torch.export.export(..., dynamic_shapes=...))")
         source = _exported_class(model)
         return capture_exported(model, source)
     if isinstance(model, torch.nn.Module):
+        from .capture_strategy import export_program
+
         inputs = normalise_inputs(example_inputs)
-        ep, doubled = export_module(model, inputs, double_batch=double_batch)
+        ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch)
         graph = capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}")
         graph.batch_doubled = doubled
+        graph.capture_note = note
+        graph.capture_mode = graph_mode
         return graph
     raise TypeError(
         "model must be a torch.nn.Module, a torch.export.ExportedProgram or a torch.jit.ScriptModule, "

@@ -11,10 +11,9 @@ and torch functions whose shapes are not known and cannot trace shape-dependent 
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
+from .capture_guards import input_checks
 from .capture_regions import Inliner
 from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 
@@ -123,38 +122,6 @@ def _clean_path(path: str) -> str:
     return path.strip(".")
 
 
-def _dynamic_shapes(example_inputs):
-    auto = torch.export.Dim.AUTO
-    return tuple({d: auto for d in range(x.ndim)} if isinstance(x, torch.Tensor) else None for x in example_inputs)
-
-
-def export_module(model: torch.nn.Module, example_inputs: tuple, *, double_batch: bool = True):
-    """Export ``model`` in its current mode with every input dim left dynamic where the model allows it.
-
-    Export specialises size-1 dims, so a batch-of-one example would bake batch size 1 into every reshape. With
-    ``double_batch`` such inputs are captured with the batch doubled; returns ``(program, doubled)`` so the caller
-    can check the converted graph on the real example (a ``squeeze(0)`` only squeezes a batch of one).
-    """
-    if double_batch and any(isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 for x in example_inputs):
-        doubled = tuple(torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1
-                        else x for x in example_inputs)
-        try:
-            return torch.export.export(model, doubled, dynamic_shapes=_dynamic_shapes(doubled), strict=False), True
-        except Exception:  # noqa: BLE001  (the model may insist on its example batch: capture it as given)
-            pass
-    try:
-        return torch.export.export(model, example_inputs, dynamic_shapes=_dynamic_shapes(example_inputs),
-                                   strict=False), False
-    except Exception as e:  # noqa: BLE001
-        error = e
-    warnings.warn(
-        f"torch.export with dynamic shapes failed ({error}); capturing with static shapes: the converted "
-        "model will only accept the example's input shapes",
-        stacklevel=3,
-    )
-    return torch.export.export(model, example_inputs, strict=False), False
-
-
 def _in_place(base: str) -> bool:
     """``relu_``, ``__iand__`` update their first argument; ``__and__`` (``x & y``) does not."""
     if base.startswith("__") and base.endswith("__"):
@@ -243,6 +210,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         param_dtypes=param_dtypes,
     )
     graph.output_structure = _output_structure(ep, len(outputs))
+    graph.input_checks, graph.dynamic_dims = input_checks(ep, user_inputs)
     return graph
 
 

@@ -14,7 +14,8 @@ import warnings
 import torch
 
 from .capture_export import _dtype_name, _in_place
-from .ir import Graph, Node, Ref, ValueMeta
+from .ir import Graph, Node, Ref, ValueMeta, iter_refs
+from .guards import static_checks
 from .registry import UnsupportedOpsError
 
 _INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "div": "truediv",
@@ -94,6 +95,9 @@ class _Interpreter:
         self.buffer_names = {id(b): n for n, b in module.named_buffers()}
         self.consts = 0
         self.env: dict = {}
+        # input dims something was fixed to the example on (a branch, a size computed from the input), by name
+        self.specialised: set = set()
+        self.input_names: list = []
 
     def name_for(self, base: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "v"
@@ -121,6 +125,37 @@ class _Interpreter:
         self.nodes.append(Node(name, op, args, explicit, _meta(concrete), module, module_type,
                                [(p, p, t) for p, t in scopes]))
         return Ref(name)
+
+    def input_dims(self, irs) -> set:
+        """``(input name, dim)`` pairs the IR values ``irs`` were computed from through input sizes; ``(name,
+        None)`` for an input reached otherwise (its values, or sizes of tensors computed from it)."""
+        by_name = {n.name: n for n in self.nodes}
+        inputs = set(self.input_names)
+        out, seen = set(), set()
+        stack = list(iter_refs(irs))
+        while stack:
+            ref = stack.pop()
+            if ref.name in seen:
+                continue
+            seen.add(ref.name)
+            if ref.name in inputs:
+                out.add((ref.name, None))
+                continue
+            node = by_name.get(ref.name)
+            if node is None:
+                continue
+            source = node.args.get("self")
+            if node.op == "aten.size.int" and isinstance(source, Ref) and source.name in inputs:
+                out.add((source.name, node.args.get("dim")))
+                continue
+            if node.op == "operator.getitem" and isinstance(node.args.get("a"), Ref):
+                shape = by_name.get(node.args["a"].name)
+                if shape is not None and shape.op == "aten.size.default" and isinstance(shape.args.get("self"), Ref) \
+                        and shape.args["self"].name in inputs:
+                    out.add((shape.args["self"].name, node.args.get("b")))
+                    continue
+            stack.extend(iter_refs(list(node.args.values())))
+        return out
 
     # ------------------------------------------------------------------------------------------------ walking
     def run_block(self, block):
@@ -212,6 +247,7 @@ class _Interpreter:
     def branch(self, node, cond, outs):
         ir, value = cond
         if isinstance(ir, Ref):
+            self.specialised |= self.input_dims([ir])
             warnings.warn(
                 "TorchScript branch on a value computed from the input: taking the example's branch "
                 f"({bool(value)}) for every input",
@@ -236,6 +272,7 @@ class _Interpreter:
                 base in _STRUCTURAL or not has_ref or base not in _INT_OPS):
             result = _PY_OPS[base](*values)
             if has_ref and base not in _STRUCTURAL:
+                self.specialised |= self.input_dims([r for r, _ in ins])
                 warnings.warn(f"TorchScript {kind} on a size computed from the input is fixed to the example's "
                               f"result ({result!r})", stacklevel=5)
             self.env[outs[0]] = (_literal(result), result)
@@ -328,7 +365,7 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
     if len(graph_inputs) - 1 != len(example_inputs):
         raise TypeError(f"the TorchScript model takes {len(graph_inputs) - 1} input(s) but "
                         f"{len(example_inputs)} example input(s) were given")
-    names = []
+    names = interp.input_names
     for value, x in zip(graph_inputs[1:], example_inputs):
         name = interp.name_for(value.debugName().split(".")[0] or "x")
         names.append(name)
@@ -342,9 +379,23 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         outputs, structure = list(out_ir), "tuple"
     else:
         outputs, structure = [out_ir], "single"
+    input_meta = [_meta(x) for x in example_inputs]
+    # every size is read at run time (aten::size), as the TorchScript module itself does, except the dims the
+    # interpreter fixed something to the example on: those are checked against the example's sizes
+    pinned = set()
+    for name, dim in interp.specialised:
+        i, rank = names.index(name), input_meta[names.index(name)].rank
+        pinned.update((i, d) for d in range(rank)) if not isinstance(dim, int) else pinned.add((i, dim % max(rank, 1)))
+    input_checks = [c for c in static_checks(names, [m.hint if m.kind == "tensor" else None for m in input_meta],
+                                             "the TorchScript interpreter took the example's path on this size")
+                    if tuple(c["lhs"]["dim"]) in pinned]
+    dynamic_dims = [{"input": i, "axis": a} for i, m in enumerate(input_meta) if m.kind == "tensor"
+                    for a in range(m.rank) if (i, a) not in pinned]
     return Graph(
+        input_checks=input_checks,
+        dynamic_dims=dynamic_dims,
         inputs=names,
-        input_meta=[_meta(x) for x in example_inputs],
+        input_meta=input_meta,
         nodes=interp.nodes,
         outputs=outputs,
         params=interp.params,

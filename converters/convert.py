@@ -16,6 +16,7 @@ import numpy as np
 
 from . import layout as L
 from . import transforms
+from .guards import static_checks
 from .ir import Graph, Node, Ref, ValueMeta, dead_code_elimination, iter_refs
 from .registry import UnsupportedOpsError, get_converter, has_converter
 
@@ -201,6 +202,47 @@ class ConvertContext:
 
 
 # ---------------------------------------------------------------------------------------------------- driver
+_VIEW_OPS = ("slice", "select", "view", "narrow", "as_strided", "diagonal", "transpose", "permute", "unsqueeze",
+             "squeeze", "expand", "alias", "t", "unfold", "unflatten", "split", "split_with_sizes", "chunk",
+             "unbind", "getitem", "movedim", "swapaxes", "reshape", "flatten", "_reshape_alias")
+
+
+def _refuse_writes_through_views(graph: Graph) -> None:
+    """An in-place op writing into a view (``mask[a:b, c:d] = 1``) changes the tensor the view was taken from;
+    Porter's in-place handling only renames the written value, so a later reader of that tensor would silently
+    see its old values (and dead-code elimination would drop the write). Refuse such graphs clearly instead."""
+    producers = {n.name: n for n in graph.nodes}
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    outputs = {r.name for r in iter_refs(graph.outputs)}
+
+    def view_source(name):
+        node = producers.get(name)
+        if node is None or node.op.count(".") < 1 or node.op.split(".")[1] not in _VIEW_OPS:
+            return None
+        first = next(iter(node.args.values()), None)
+        return first.name if isinstance(first, Ref) else None
+
+    for node in graph.nodes:
+        base = node.op.split(".")[1] if node.op.startswith("aten.") else ""
+        first = next(iter(node.args.values()), None)
+        if not (base.endswith("_") and not base.startswith("_") and isinstance(first, Ref)):
+            continue
+        chain, root = [first.name], view_source(first.name)
+        while root is not None:
+            chain.append(root)
+            root = view_source(root)
+        if len(chain) == 1:
+            continue  # written directly, not through a view: later readers are renamed to the result
+        aliased = set(chain[1:])  # the tensors the view came from
+        later = [n for n in graph.nodes[position[node.name] + 1:] if aliased & set(n.refs())]
+        if later or aliased & outputs:
+            where = f" in module {node.module!r}" if node.module else ""
+            raise NotImplementedError(
+                f"[{node.op}] writes in place into a view ({producers[first.name].op}) of a tensor that is read "
+                f"again{where}, e.g. `mask[a:b, c:d] = value`; Porter cannot convert writes through views yet "
+                "(the write would be lost): build the tensor out of place (torch.cat, torch.where, F.pad)")
+
+
 def _find_unsupported(graph: Graph) -> dict:
     missing: dict = {}
     for node in graph.nodes:
@@ -262,6 +304,8 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     """
     if io_layout not in ("mlx", "torch"):
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
+    if graph.frontend != "torch.export":  # the export frontend writes views back (capture_regions.py)
+        _refuse_writes_through_views(graph)
     dead_code_elimination(graph)
     missing = _find_unsupported(graph)
     if missing:
@@ -343,4 +387,15 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
         "module_outputs": module_outputs,
         "num_transposes": ctx.num_transposes,
     }
+    runtime_graph.update(_input_checks(graph))
     return {"graph": runtime_graph, "weights": weights}
+
+
+def _input_checks(graph: Graph) -> dict:
+    """``input_checks`` and ``dynamic_dims`` (see guards.py); a frontend that records none gets static checks."""
+    if graph.input_checks is not None:
+        return {"input_checks": list(graph.input_checks), "dynamic_dims": list(graph.dynamic_dims or [])}
+    shapes = [m.hint if m.kind == "tensor" else None for m in graph.input_meta]
+    checks = static_checks(graph.inputs, shapes, "the port was captured for the example's sizes only (static "
+                                                 "shapes, or a TorchScript branch on a size taken as for the example)")
+    return {"input_checks": checks, "dynamic_dims": []}

@@ -105,6 +105,12 @@ class Graph:
     # torch dtype name per parameter where numpy cannot hold it (bfloat16 arrives as float32)
     param_dtypes: dict = field(default_factory=dict)
     batch_doubled: bool = False  # a batch-of-one example was captured at batch two
+    # shape conditions the port checks on every call, and the dims it keeps symbolic (format: guards.py);
+    # None: the frontend records none (every dim is then checked as static)
+    input_checks: Optional[list] = None
+    dynamic_dims: Optional[list] = None
+    capture_note: Optional[str] = None  # why the capture fell back to fewer dynamic dims, if it did
+    capture_mode: object = None  # the dims the capture kept dynamic: "all", "batch", "static" or a list of dims
 
     def users(self) -> dict:
         uses: dict = {}

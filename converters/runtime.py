@@ -10,6 +10,7 @@ import numpy as np
 
 from . import layout as L
 from . import transforms
+from .guards import InputChecks
 from .limits import check_elements
 from .registry import get_kernel
 
@@ -24,6 +25,7 @@ class _Program:
     def __init__(self, graph: dict):
         self.graph = graph
         self.kernels = [get_kernel(n["kernel"]) for n in graph["nodes"]]  # fails early on an unknown kernel
+        self.input_checks = InputChecks(graph)
         self.module_outputs: dict = {}
         for entry in graph["module_outputs"]:
             self.module_outputs.setdefault(entry["value"], []).append(entry)
@@ -88,6 +90,18 @@ class PortedModel(nn.Module):
         return [L.describe(tuple(o["perm"])) if o["perm"] is not None else "as-is" for o in self._program.graph["outputs"]]
 
     @property
+    def dynamic_dims(self) -> list:
+        """The input dims the port keeps symbolic, ``[{"input": i, "axis": torch dim}, ...]``; every other dim
+        is checked against the example's size on each call (see :attr:`input_checks`)."""
+        return list(self._program.graph.get("dynamic_dims", []))
+
+    @property
+    def input_checks(self):
+        """The shape conditions checked on every call (:class:`porter.converters.guards.InputChecks`;
+        ``.refusal(torch_shapes)`` tells whether inputs of those torch-layout shapes would be refused)."""
+        return self._program.input_checks
+
+    @property
     def source_class(self) -> str:
         return self._program.graph.get("source_class", "")
 
@@ -122,6 +136,7 @@ class PortedModel(nn.Module):
                         f"({L.describe(tuple(spec['perm']))}) but got shape {tuple(x.shape)}"
                     )
             env[spec["name"]] = x
+        self._program.input_checks.check([env[spec["name"]] for spec in specs])  # sizes it was built for only
         for node, fn in zip(self._program.graph["nodes"], self._program.kernels):
             args = [self._resolve(s, env) for s in node["inputs"]]
             try:

@@ -213,6 +213,11 @@ def _default_input_sets(model, ported, example_inputs, seed: int):
             except Exception as exc:  # the torch model's own limits decide what is "allowed"
                 notes.append(f"torch rejects input shapes {shapes}: {type(exc).__name__}")
                 continue
+            checks = getattr(ported, "input_checks", None)
+            refusal = checks.refusal(shapes) if checks is not None else None
+            if refusal:  # the port was built under a shape condition these sizes break: it refuses them
+                notes.append(f"the port refuses input shapes {shapes} (its input checks): {refusal.split(':')[0]}")
+                continue
             sets.append(trial)
             break
     if len(sets) == 1:

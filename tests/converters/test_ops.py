@@ -124,7 +124,8 @@ def _split_ops(self, x):
 
 
 SHAPE = {
-    "split_chunk_slice": (f(_split_ops, nn.Conv2d(3, 4, 1)), [(2, 3, 5, 5), (1, 3, 6, 4)]),
+    # unbind(dim=-1) makes as many outputs as the width: the capture fixes the width (the port checks it)
+    "split_chunk_slice": (f(_split_ops, nn.Conv2d(3, 4, 1)), [(2, 3, 5, 5), (1, 3, 6, 5)]),
     "view_reshape": (f(lambda self, x: self.mods[0](x).reshape(x.shape[0], 2, -1).transpose(1, 2).sum(-1),
                        nn.Conv2d(3, 4, 1)), [(2, 3, 5, 5), (1, 3, 6, 4)]),
     "permute_flatten": (f(lambda self, x: self.mods[0](x).permute(0, 3, 1, 2).flatten(1, 2), nn.Conv2d(3, 4, 1)),

@@ -27,6 +27,7 @@ from .classic import alexnet_small, squeezenet_small, vgg_bn_small
 from .mobile import efficientnet_small, mobilenet_v2_small, mobilenet_v3_small
 from .modern import convnext_small, regnet_small, shufflenet_v2_small
 from .segmentation import deeplabv3_small, monai_unet3d_small, segnet_small, unet_small
+from .shape_guarded import basic_unet_small
 from .speech import hifigan_small, wav2vec2_small
 from .text import bert_small, gpt2_small, llama_small, t5_small
 from .video_audio import audio_cnn_small, r3d_small
@@ -94,4 +95,7 @@ REGISTRY = {
     "wav2vec2": ModelSpec(_seeded(wav2vec2_small), ((2, 400),), ((1, 333),)),
     "hifigan": ModelSpec(_seeded(hifigan_small), ((2, 8, 12),), ((1, 8, 17),)),
     "monai_unet3d": ModelSpec(_seeded(monai_unet3d_small), ((2, 1, 8, 8, 8),), ((1, 1, 12, 10, 6),)),
+    # MONAI BasicUNet's UpCat pads odd sizes before the skip concatenation: converted at an odd size, it runs at
+    # other odd sizes (even ones are refused by the port's input checks: tests/converters/test_input_checks.py).
+    "basic_unet": ModelSpec(_seeded(basic_unet_small), ((1, 3, 17, 15),), ((2, 3, 21, 19),)),
 }

@@ -1,0 +1,443 @@
+"""The input checks of an ExportedProgram (imports torch; used only for conversion). Read by ``guards.py``.
+
+What torch.export specialised on, and where it records it (torch 2.13):
+
+- ``ep._guards_code``: the shape env's guards as Python text over input sizes (``L['x'].size()[2] % 2 != 1``):
+  branches taken on shapes, divisibility a reshape needed, equalities between inputs. ``ep.module()`` checks them.
+- the user-input placeholders' ``meta["val"]`` shapes: an int where the dim was made static (a channel count a
+  weight fixed, a size ``int()``-ed into the graph, a size-1 dim), the same symbol in two places (equal dims), or
+  an expression of other dims (a derived dim such as ``2*s0``).
+- ``ep.range_constraints``: the range of each symbol (a lower bound of 2 is torch's 0/1 specialisation, which
+  torch itself does not check: a size-1 dim runs the size-oblivious graph; Porter follows torch).
+
+Every one becomes a declarative check (see ``guards.py`` for the format). A guard that cannot be written in that
+format (an ``or``, a true division) makes every dim it reads static-checked at the example's size: never dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+
+import torch
+
+from .guards import MAX_DEPTH
+
+_SOURCE = re.compile(r"L(?:\[[^\]]*\])+\.(size|stride)\(\)\[(\d+)\]")
+_CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+_NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+_BIN = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "floordiv", ast.Mod: "mod"}
+_CALLS = {"max": "max", "min": "min", "Max": "max", "Min": "min", "sym_max": "max", "sym_min": "min",
+          "Mod": "mod", "PythonMod": "mod", "FloorDiv": "floordiv"}
+
+
+class Untranslatable(Exception):
+    """A guard outside the check format."""
+
+
+def _dim(i, axis):
+    return {"dim": [i, axis]}
+
+
+def _op(op, a, b):
+    return {"op": op, "args": [a, b]}
+
+
+def _depth(e) -> int:
+    return 1 + max((_depth(a) for a in e["args"]), default=0) if isinstance(e, dict) and "op" in e else 0
+
+
+class _Translator:
+    """Python guard text (sources replaced by names ``d_<input>_<axis>``) -> list of checks."""
+
+    def __init__(self, dims: dict, ranks: list):
+        self.dims = dims  # "d_i_k" -> (i, k)
+        self.ranks = ranks
+
+    def expr(self, node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id in self.dims:
+            return _dim(*self.dims[node.id])
+        if isinstance(node, ast.Name) and node.id.startswith("stride_"):
+            return self.stride(node.id)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            operand = self.expr(node.operand)
+            return -operand if isinstance(operand, int) else _op("mul", -1, operand)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd):
+            return self.expr(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
+            return _op(_BIN[type(node.op)], self.expr(node.left), self.expr(node.right))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = node.right
+            if isinstance(exponent, ast.Constant) and type(exponent.value) is int and 1 <= exponent.value <= 8:
+                base = self.expr(node.left)
+                out = base
+                for _ in range(exponent.value - 1):
+                    out = _op("mul", out, base)
+                return out
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _CALLS and len(node.args) >= 2 and not node.keywords:
+                args = [self.expr(a) for a in node.args]
+                if _CALLS[name] in ("mod", "floordiv") and len(args) != 2:
+                    raise Untranslatable(ast.unparse(node))
+                out = args[0]
+                for a in args[1:]:
+                    out = _op(_CALLS[name], out, a)
+                return out
+            if name in ("floor", "ceil", "int", "trunc", "FloorToInt", "CeilToInt") and len(node.args) == 1:
+                return self.rounded(name, node.args[0])
+        raise Untranslatable(ast.unparse(node))
+
+    def rounded(self, name, arg):
+        if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Div):
+            a, b = self.expr(arg.left), self.expr(arg.right)
+            if name in ("floor", "FloorToInt"):
+                return _op("floordiv", a, b)
+            if name in ("ceil", "CeilToInt"):  # ceil(a / b) == -((-a) // b), exact in integers
+                return _op("mul", -1, _op("floordiv", _op("mul", -1, a), b))
+            raise Untranslatable(f"{name}({ast.unparse(arg)})")
+        return self.expr(arg)  # rounding an integer expression
+
+    def stride(self, name):
+        # a contiguous torch input's stride: the product of the sizes after that dim
+        _, i, k = name.split("_")
+        i, k = int(i), int(k)
+        out = 1
+        for axis in range(k + 1, self.ranks[i]):
+            out = _dim(i, axis) if out == 1 else _op("mul", out, _dim(i, axis))
+        return out
+
+    def checks(self, node, negate=False) -> list:
+        if isinstance(node, ast.Expression):
+            return self.checks(node.body, negate)
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) and not negate:
+            return [c for v in node.values for c in self.checks(v)]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self.checks(node.operand, not negate)
+        if isinstance(node, ast.Compare):
+            if negate and len(node.ops) != 1:
+                raise Untranslatable(ast.unparse(node))
+            out, left = [], node.left
+            for op, right in zip(node.ops, node.comparators):
+                if type(op) not in _CMP:
+                    raise Untranslatable(ast.unparse(node))
+                cmp = _CMP[type(op)]
+                lhs, rhs = self.expr(left), self.expr(right)
+                if max(_depth(lhs), _depth(rhs)) > MAX_DEPTH:
+                    raise Untranslatable("nested deeper than the check format allows")
+                out.append((lhs, _NEGATE[cmp] if negate else cmp, rhs))
+                left = right
+            return out
+        if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            if node.value != negate:
+                return []  # always true
+        raise Untranslatable(ast.unparse(node))
+
+
+def _input_paths(ep) -> list:
+    """The guard-source prefix (``L['x']``) of every user input, in order; empty when torch cannot tell."""
+    try:
+        from torch.export._unlift import _get_input_paths
+        from torch.utils import _pytree as pytree
+
+        if ep.example_inputs is None:
+            return []
+        paths = _get_input_paths(ep.example_inputs, inspect.signature(ep.module().forward))
+        return ["L" + pytree.keystr(p) for p in paths]
+    except Exception:  # noqa: BLE001  (an older or unusual program: fall back to the shape env's sources)
+        return []
+
+
+def _shape_env_sources(ep, symbols: dict) -> dict:
+    """Guard source text -> (input, axis), from the shape env of a program exported in this process."""
+    try:
+        from torch.export.exported_program import _get_shape_env
+
+        env = _get_shape_env(ep.graph_module)
+    except Exception:  # noqa: BLE001
+        return {}
+    out = {}
+    for symbol, where in symbols.items():
+        for source in (getattr(env, "var_to_sources", {}) or {}).get(symbol, []):
+            out[source.name] = where
+    return out
+
+
+def input_checks(ep, user_inputs: list) -> tuple:
+    """``(checks, dynamic_dims)`` for the user inputs (placeholder names, in order) of ``ep``."""
+    import sympy
+
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    # With the shape env at hand, every guard is translated one by one, and the ranges (which torch refines from
+    # those same guards, the layout ones included) add nothing; a program loaded from a file keeps only text.
+    guards, from_env = _guards(ep)
+    names = list(user_inputs)
+    vals = [placeholders[n].meta.get("val") for n in names]
+    ranks = [v.dim() if isinstance(v, torch.Tensor) else 0 for v in vals]
+    hints: dict = {}  # (i, axis) -> example size
+    checks: list = []
+    symbols: dict = {}  # sympy Symbol -> first (input, axis)
+    dynamic: list = []
+    derived: list = []
+
+    def add(lhs, cmp, rhs, guard, message):
+        entry = {"lhs": lhs, "cmp": cmp, "rhs": rhs, "guard": guard, "message": message}
+        if entry not in checks:
+            checks.append(entry)
+
+    for i, val in enumerate(vals):
+        if not isinstance(val, torch.Tensor):
+            continue
+        for axis, size in enumerate(val.shape):
+            text = f"{names[i]}.size({axis})"
+            if isinstance(size, int):
+                hints[(i, axis)] = size
+                add(_dim(i, axis), "eq", size, f"{text} == {size}",
+                    f"the capture made this dim static (the graph depends on it being {size})")
+                continue
+            hints[(i, axis)] = _hint(size)
+            expr = size.node.expr
+            if expr.is_number and from_env:
+                # specialised by a guard of the shape env: that guard decides whether the port must check it
+                hints[(i, axis)] = int(expr)
+                dynamic.append({"input": i, "axis": axis})
+                continue
+            if isinstance(expr, sympy.Symbol) and expr not in symbols:
+                symbols[expr] = (i, axis)
+                dynamic.append({"input": i, "axis": axis})
+                lo, hi = _range(ep, expr) if not from_env else (None, None)
+                if lo is not None and lo > 2:  # torch's own check skips the 0/1-specialisation bound of 2
+                    add(_dim(i, axis), "ge", lo, f"{text} >= {lo}", "the capture's range for this dim")
+                if hi is not None:
+                    add(_dim(i, axis), "le", hi, f"{text} <= {hi}", "the capture's range for this dim")
+            else:
+                derived.append((i, axis, expr))
+
+    for i, axis, expr in derived:
+        text = f"{names[i]}.size({axis})"
+        source = str(expr)
+        for symbol, (j, k) in symbols.items():
+            source = re.sub(rf"\b{re.escape(symbol.name)}\b", f"d_{j}_{k}", source)
+        try:
+            rhs = _Translator({f"d_{j}_{k}": (j, k) for j, k in symbols.values()}, ranks).expr(
+                ast.parse(source, mode="eval").body)
+            add(_dim(i, axis), "eq", rhs, f"{text} == {expr}", "the capture tied this dim to other input dims")
+            dynamic.append({"input": i, "axis": axis})
+        except (Untranslatable, SyntaxError):
+            add(_dim(i, axis), "eq", hints[(i, axis)], f"{text} == {hints[(i, axis)]}",
+                f"the capture tied this dim to others by {expr}, which Porter checks as static")
+
+    sources = _shape_env_sources(ep, symbols)
+    if any(m.group(0).replace(".stride()", ".size()") not in sources
+           for guard, _ in guards for m in _SOURCE.finditer(guard)):
+        # a source the shape env does not name (a dim specialised to an int, or a loaded program): locate the
+        # inputs through torch's own paths (ep.module() costs a graph copy, hence only when needed)
+        for i, prefix in enumerate(_input_paths(ep)):
+            for axis in range(ranks[i] if i < len(ranks) else 0):
+                sources.setdefault(f"{prefix}.size()[{axis}]", (i, axis))
+                sources.setdefault(f"L['flat_args'][{i}].size()[{axis}]", (i, axis))
+    static: dict = {}  # (input, axis) or "*" -> the guard that forces it static
+    literals = _graph_literals(ep)
+    for guard, origin in guards:
+        _translate_guard(guard, origin, literals, sources, names, ranks, add, static)
+    if "*" in static:  # a guard on a dim Porter cannot locate: nothing stays dynamic
+        static = {key: static["*"] for key in hints}
+    for (i, axis), why in sorted(static.items()):
+        if hints.get((i, axis)) is None:
+            raise NotImplementedError(f"a shape guard of the capture reads {names[i]}.size({axis}), whose example "
+                                      "size is unknown; convert with dynamic='static'")
+        add(_dim(i, axis), "eq", hints[(i, axis)], f"{names[i]}.size({axis}) == {hints[(i, axis)]}",
+            f"the capture's guard {why} is outside the check format, so this dim is checked as static")
+    pinned = {tuple(c["lhs"]["dim"]) for c in checks
+              if c["cmp"] == "eq" and isinstance(c["lhs"], dict) and "dim" in c["lhs"] and isinstance(c["rhs"], int)}
+    dynamic = [d for d in dynamic if (d["input"], d["axis"]) not in set(static) | pinned]
+    return checks, dynamic
+
+
+def _guards(ep) -> tuple:
+    """``([(python text, origin)], from shape env)`` for every guard torch.export keeps (see ``_origin``)."""
+    try:
+        from torch._dynamo.source import ConstantSource
+        from torch.export.exported_program import _get_shape_env
+        from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
+
+        env = _get_shape_env(ep.graph_module)
+        if env is None or not env.var_to_sources:
+            raise LookupError
+    except Exception:  # noqa: BLE001  (a program loaded from a file keeps only the guards' text: all checked)
+        return [(g, "unknown") for g in getattr(ep, "_guards_code", []) or []], False
+    # the same selection and printing as torch's own ExportedProgram._guards_code
+    local = {v for v, srcs in env.var_to_sources.items() if all(not isinstance(s, ConstantSource) for s in srcs)}
+    printer = ShapeGuardPythonPrinter(env.var_to_sources, lambda s: s.name, env.var_to_sources)
+    out = []
+    for guard in env.guards:
+        if not guard.expr.free_symbols.issubset(local):
+            continue
+        text = printer.doprint(guard.expr)
+        if "L['self']" not in text:  # parameter sizes: constants of the port
+            out.append((text, _origin(guard)))
+    return out, True
+
+
+_KERNEL_CODE = ("_subclasses/", "_prims_common/", "_prims/", "_refs/", "_decomp/", "_meta_registrations.py",
+                "_ops.py", "fx/experimental/", "_higher_order_ops/", "_library/")
+
+
+def _origin(guard) -> str:
+    """Where a guard was made: "model" (the model's code, or torch's Python API such as ``F.interpolate``:
+    it decides what the graph computes), "kernel-call" (a C++ kernel run on fake tensors fixed a size while
+    working out its output's shape), "kernel" (inside one op's fake/meta implementation: torch working out
+    that op's output size) or "layout" (torch deciding strides and contiguity, which a port does not have)."""
+    loc = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+    filename, function = getattr(loc, "filename", None), getattr(loc, "name", "") or ""
+    if filename is None and isinstance(loc, str):  # "file.py:123 in function"
+        filename, _, function = loc.partition(" in ")
+    if not filename:
+        return "unknown"
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    path = os.path.abspath(filename)
+    if not path.startswith(torch_dir):
+        return "model"
+    rel = path[len(torch_dir):].replace(os.sep, "/")
+    if rel == "_ops.py":
+        return "kernel-call"  # a C++ kernel run on fake tensors to learn its output's shape
+    if re.search(r"contiguous|stride|non_overlapping|memory_format|channels_last|collapse_view|reshape_view|"
+                 r"should_swap", function):  # strides, and whether a reshape can be a view (else a copy)
+        return "layout"
+    return "kernel" if rel.startswith(_KERNEL_CODE) else "model"
+
+
+_SIZE_OPS = ("view", "reshape", "_unsafe_view", "expand", "repeat", "new_zeros", "new_ones", "new_empty",
+             "new_full", "zeros", "ones", "empty", "full", "arange", "unflatten", "split_with_sizes", "randn", "rand")
+
+
+def _graph_literals(ep) -> set:
+    """Every int literal in the graph's call arguments (where a size fixed during capture could be baked in);
+    with ``"sizes"`` added when some op takes a literal size list (a view or a new tensor of fixed shape)."""
+    out: set = set()
+
+    def walk(value):
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif type(value) is int:
+            out.add(value)
+
+    for tensor in list(ep.state_dict.values()) + list(getattr(ep, "constants", {}).values()):
+        if isinstance(tensor, torch.Tensor):
+            out.update(("param", int(n)) for n in tensor.shape)
+    for node in ep.graph.nodes:
+        if node.op == "call_function":
+            walk(list(node.args) + list(node.kwargs.values()))
+            name = getattr(getattr(node.target, "_schema", None), "name", "").split("::")[-1]
+            if name in _SIZE_OPS and any(isinstance(a, (list, tuple)) and any(type(v) is int and v > 1 for v in a)
+                                         for a in node.args):
+                out.add("sizes")
+    return out
+
+
+def _needed(origin, cmp, lhs, rhs, literals) -> bool:
+    """Whether a guard constrains the port. Porter converts each ATen op whole, with kernels exact at any size
+    the op accepts, so torch's reasoning inside an op (strides; a C++ kernel fixing a size while computing its
+    own output's shape) does not bind it; size limits (``>=``) do, and so does a size fixed to a value that
+    appears as a literal in the graph (it may have been baked into a view or an expand)."""
+    if origin in ("model", "unknown"):
+        return True
+    if origin == "layout":
+        return False
+    if cmp in ("lt", "le", "gt", "ge"):
+        return True
+    if origin == "kernel-call" and "sizes" in literals:
+        return True  # a C++ kernel fixed a size and the graph builds shapes from literals: it may be baked in
+    if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int) and ("param", b) in literals
+                                                  for a, b in ((lhs, rhs), (rhs, lhs))):
+        return True  # an input dim a parameter's shape fixes (channels of a conv or norm weight)
+    constants = [e for e in (lhs, rhs) if isinstance(e, int)]
+    return any(c > 1 and c in literals for c in constants)
+
+
+def _needed_untranslated(origin, node, literals) -> bool:
+    """``_needed`` for a guard outside the format, judged on its top comparison (== / != with a constant)."""
+    if origin not in ("kernel", "kernel-call") or not (isinstance(node, ast.Compare) and len(node.ops) == 1
+                                  and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
+        return True
+    if origin == "kernel-call" and "sizes" in literals:
+        return True
+    constants = [c.value for c in (node.left, node.comparators[0])
+                 if isinstance(c, ast.Constant) and type(c.value) is int]
+    return any(c > 1 and c in literals for c in constants)
+
+
+def _translate_guard(guard, origin, literals, sources, names, ranks, add, static):
+    dims, unknown = {}, []
+
+    def name_of(match):
+        kind, text = match.group(1), match.group(0)
+        prefix_text = text.replace(".stride()", ".size()")
+        if prefix_text not in sources:
+            unknown.append(text)
+            return "unknown"
+        i, axis = sources[prefix_text]
+        dims[f"d_{i}_{axis}"] = (i, axis)
+        return f"{'d' if kind == 'size' else 'stride'}_{i}_{axis}"
+
+    code = _SOURCE.sub(name_of, guard)
+    readable = _SOURCE.sub(lambda m: _readable(m, sources, names), guard)
+    if origin == "layout":
+        return
+    if unknown:
+        static["*"] = guard
+        return
+    try:
+        tree = ast.parse(code, mode="eval")
+        parsed = _Translator(dims, ranks).checks(tree)
+    except SyntaxError:
+        static.update({key: readable for key in dims.values()})
+        return
+    except Untranslatable:
+        if not _needed_untranslated(origin, tree.body, literals):
+            return
+        static.update({key: readable for key in dims.values()})
+        return
+    for lhs, cmp, rhs in parsed:
+        if _needed(origin, cmp, lhs, rhs, literals):
+            add(lhs, cmp, rhs, readable, _MESSAGES[origin])
+
+
+def _readable(match, sources, names):
+    text = match.group(0).replace(".stride()", ".size()")
+    if text not in sources:
+        return match.group(0)
+    i, axis = sources[text]
+    return f"{names[i]}.{match.group(1)}({axis})"
+
+
+_MESSAGES = {
+    "model": "the model took a shape-dependent path during capture (a branch on a size, or a size-derived "
+             "value) that is only right under it",
+    "unknown": "torch.export recorded it as a condition of the captured program",
+    "kernel": "torch fixed this size while capturing an op, and the graph may depend on it",
+    "kernel-call": "torch fixed this size while capturing an op, and the graph may depend on it",
+}
+
+
+def _hint(size):
+    try:
+        node = size.node
+        return int(node.hint) if node.has_hint() else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _range(ep, symbol):
+    vr = (getattr(ep, "range_constraints", None) or {}).get(symbol)
+    if vr is None:
+        return None, None
+    lo, hi = vr.lower, vr.upper
+    lo = int(lo) if getattr(lo, "is_finite", True) and lo.is_integer else None
+    hi = int(hi) if getattr(hi, "is_finite", True) and hi.is_integer and hi < 2**62 else None
+    return lo, hi

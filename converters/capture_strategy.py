@@ -1,0 +1,256 @@
+"""Which input dims a capture keeps dynamic, and a time budget with fallbacks (imports torch; conversion only).
+
+``torch.export`` with ``Dim.AUTO`` reasons about every dynamic size with sympy. On most models that costs well
+under a second, but on some (many floor divisions and paddings: EfficientNet's "same" padding, Swin's windows)
+it runs for minutes, or fails inside sympy. Porter's default, ``dynamic="auto"``, therefore captures with static
+shapes first (fast; its time measures the model on this machine, loaded or not) and then tries, each attempt
+under a budget proportional to that time, and at most ``PORTER_CAPTURE_BUDGET`` seconds (default 25) together
+(``PORTER_CAPTURE_BUDGET=off``: no budget, each attempt runs to completion):
+
+1. every dim dynamic (``Dim.AUTO``: torch makes static what the model fixes, e.g. channels);
+2. the batch dim only;
+3. otherwise the static capture is kept (a port of it accepts the example's sizes only).
+
+Budgets are CPU seconds of this process (other processes' load does not count). The first attempt that finishes
+wins; a failure or timeout falls through to the next (a warning says why). Whatever is captured, the port checks the conditions it was built under on every call (``capture_guards.py``).
+``dynamic="static"``, ``"batch"``, ``"all"`` (every dim, no budget, no fallback) or a list of torch dims choose
+directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+import warnings
+
+import torch
+
+MODES = ("auto", "all", "batch", "static")
+DEFAULT_BUDGET_S = 25.0  # the most the dynamic attempts may take together, whatever the model
+# A dynamic capture normally costs 1.5-9x the static one (measured on tests/models); 100x and more means sympy is
+# lost in the model's size arithmetic. Budgets: every dim, 16x static + 2 s; batch only, 4x static + 2 s.
+DYNAMIC_FACTOR, BATCH_FACTOR, DYNAMIC_MARGIN_S = 16.0, 4.0, 2.0
+
+
+class CaptureTimeout(BaseException):
+    """Raised inside torch.export when an attempt runs past its budget (a BaseException, so that torch's own
+    ``except Exception`` handlers do not swallow it)."""
+
+
+def normalise_dynamic(dynamic):
+    """``dynamic`` as a mode string or a sorted tuple of torch dims; ``ValueError`` naming it otherwise."""
+    if dynamic is None or dynamic is False:
+        return "static"
+    if dynamic is True:
+        return "all"
+    if isinstance(dynamic, str):
+        if dynamic not in MODES:
+            raise ValueError(f"dynamic must be one of {', '.join(repr(m) for m in MODES)} or a list of dims, "
+                             f"but got {dynamic!r}")
+        return dynamic
+    if isinstance(dynamic, (list, tuple)) and all(type(d) is int for d in dynamic):
+        return tuple(sorted(set(dynamic)))
+    raise ValueError(f"dynamic must be one of {', '.join(repr(m) for m in MODES)} or a list of int dims, "
+                     f"but got {dynamic!r}")
+
+
+def _dims_for(mode, x) -> list:
+    if not isinstance(x, torch.Tensor):
+        return []
+    if mode == "static":
+        return []
+    if mode in ("all", "auto"):
+        return list(range(x.ndim))
+    if mode == "batch":
+        return [0] if x.ndim >= 1 else []
+    dims = []
+    for d in mode:
+        if not -x.ndim <= d < x.ndim:
+            raise ValueError(f"dynamic dim {d} is out of range for an example input of shape {tuple(x.shape)}")
+        dims.append(d % x.ndim)
+    return sorted(set(dims))
+
+
+def _dynamic_shapes(mode, inputs):
+    auto = torch.export.Dim.AUTO
+    return tuple({d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None for x in inputs)
+
+
+def budget_seconds():
+    """The cap from ``PORTER_CAPTURE_BUDGET`` (seconds), or None for ``off`` (no budget at all)."""
+    raw = os.environ.get("PORTER_CAPTURE_BUDGET", "")
+    if not raw:
+        return DEFAULT_BUDGET_S
+    if raw.strip().lower() in ("off", "none"):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"PORTER_CAPTURE_BUDGET must be a number of seconds, but got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"PORTER_CAPTURE_BUDGET must be positive, but got {raw!r}")
+    return value
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise :class:`CaptureTimeout` in this thread after ``seconds`` of this process's CPU time (``ITIMER_PROF``:
+    other processes' load does not count; no limit off the main thread, without ``setitimer``, or when another
+    profiling timer is already running)."""
+    usable = (seconds is not None and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread()
+              and signal.getitimer(signal.ITIMER_PROF)[0] == 0)
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        # never inside an import: a half-imported torch module would break every later capture in the process
+        probe = frame
+        while probe is not None:
+            if probe.f_code.co_filename.startswith("<frozen importlib"):
+                signal.setitimer(signal.ITIMER_PROF, 0.05)
+                return
+            probe = probe.f_back
+        raise CaptureTimeout()
+
+    _preload()
+    previous = signal.signal(signal.SIGPROF, expire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def _preload():
+    """Import what torch.export and its solver import lazily, before any timer runs."""
+    import importlib
+
+    for name in ("torch._dynamo", "torch._dynamo.exc", "torch._dynamo.guards", "torch.export._trace",
+                 "torch.fx.experimental.symbolic_shapes", "sympy.solvers.inequalities", "sympy.solvers.solveset"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (an optional module of another torch or sympy version)
+            pass
+
+
+@contextlib.contextmanager
+def _quiet_solver():
+    # torch logs each inequality sympy cannot solve (a traceback per guard); the fallback handles the outcome
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _export(model, inputs, mode, seconds):
+    with _quiet_solver(), time_limit(seconds):
+        return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs), strict=False)
+
+
+def _attempt(model, inputs, mode, seconds, double_batch):
+    """Export with ``mode``'s dims dynamic; a batch-of-one example whose batch dim is dynamic is captured at
+    batch two first (export specialises size-1 dims). Returns ``(program, doubled)``."""
+    batch_dynamic = any(0 in _dims_for(mode, x) for x in inputs)
+    if double_batch and batch_dynamic and any(
+            isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 for x in inputs):
+        doubled = tuple(torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1
+                        else x for x in inputs)
+        start = time.process_time()
+        try:
+            return _export(model, doubled, mode, seconds), True
+        except CaptureTimeout:
+            raise
+        except Exception:  # noqa: BLE001  (the model may insist on its example batch: capture it as given)
+            if seconds is not None:
+                seconds = max(seconds - (time.process_time() - start), 0.5)
+    return _export(model, inputs, mode, seconds), False
+
+
+def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool = True):
+    """Capture ``model`` (in its current mode) with ``torch.export``; returns ``(program, doubled, note, mode)``.
+
+    ``note`` says, when the capture fell back, what was tried and why (also issued as a warning); ``mode`` is
+    the dims that were kept dynamic ("all", "batch", "static" or the user's list).
+    """
+    mode = normalise_dynamic(dynamic)
+    for x in inputs:
+        _dims_for(mode, x)  # a dim out of range is the caller's error, not a reason to fall back
+    if mode == "static":
+        return _export(model, inputs, "static", None), False, None, "static"
+    if mode == "all":
+        ep, doubled = _attempt(model, inputs, "all", None, double_batch)
+        return ep, doubled, None, "all"
+    failures = []
+    if mode != "auto":  # dims the user chose; static shapes if torch cannot keep them
+        start = time.monotonic()
+        try:
+            ep, doubled = _attempt(model, inputs, mode, None, double_batch)
+            return ep, doubled, None, mode
+        except Exception as e:  # noqa: BLE001
+            failures.append(_failed(mode, start, e))
+        return _fallback(_export(model, inputs, "static", None), failures, "static")
+    # "auto": the static capture first (fast, and the fallback); its time scales the dynamic attempts' budgets,
+    # all in this process's CPU time, so that a loaded machine does not turn a normal capture into a timeout
+    start = time.process_time()
+    static = _export(model, inputs, "static", None)
+    static_s = time.process_time() - start
+    cap = budget_seconds()
+    if cap is None:  # PORTER_CAPTURE_BUDGET=off: each attempt runs to completion
+        plan, deadline = (("all", None), ("batch", None)), None
+    else:
+        deadline = time.process_time() + cap
+        batch_s = min(BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S, cap / 3)  # kept for the batch-only attempt
+        plan = (("all", min(DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S, cap - batch_s)), ("batch", batch_s))
+    for attempt, seconds in plan:
+        if deadline is not None:
+            seconds = min(seconds, deadline - time.process_time())
+            if seconds <= 0.1:
+                failures.append(f"no time left for {_describe(attempt)} within PORTER_CAPTURE_BUDGET={cap:g} s")
+                continue
+        start = time.monotonic()
+        try:
+            ep, doubled = _attempt(model, inputs, attempt, seconds, double_batch)
+        except CaptureTimeout:
+            failures.append(f"{_describe(attempt)} capture ran past its budget of {seconds:.1f} CPU s")
+            continue
+        except Exception as e:  # noqa: BLE001  (sympy's NotImplementedError and friends: try the next plan)
+            failures.append(_failed(attempt, start, e))
+            continue
+        return _fallback(ep, failures, attempt, doubled)
+    return _fallback(static, failures, "static")
+
+
+def _failed(attempt, start, error) -> str:
+    first = str(error).splitlines()[0] if str(error) else ""
+    return (f"{_describe(attempt)} capture failed after {time.monotonic() - start:.1f} s "
+            f"({type(error).__name__}: {first})")
+
+
+def _fallback(ep, failures, attempt, doubled=False):
+    """``(program, doubled, note, mode)``, warning about the attempts that failed."""
+    note = None
+    if failures:
+        note = "; ".join(failures) + f": captured with {_describe(attempt)} instead"
+        warnings.warn(f"torch.export: {note} (the port checks the sizes it accepts; choose with "
+                      "porter.convert(..., dynamic=...) or `porter convert --dynamic`)", stacklevel=5)
+    return ep, doubled, note, attempt
+
+
+def _describe(mode) -> str:
+    if mode == "all":
+        return "every dim dynamic"
+    if mode == "batch":
+        return "the batch dim dynamic"
+    if mode == "static":
+        return "static shapes"
+    return f"dims {list(mode)} dynamic"

@@ -1,0 +1,160 @@
+"""Input checks: the shape conditions a port was built under, checked on every call. Never imports torch.
+
+A capture specialises on its example: ``torch.export`` records guards on the input sizes (a branch taken on
+``x.shape[-1] % 2``, ``2*(W//2) == W`` from a reshape), makes some dims static (channels, a size baked into a
+view) and ranges others. The producer (``capture_guards.py``) writes every one of them into ``graph.json`` as
+``input_checks``; :class:`InputChecks` evaluates them before any kernel runs, so a port never returns numbers at a
+size it was not built for: it raises one ``ValueError`` naming the input, the dim, the condition and what to do.
+
+Format (``graph["input_checks"]``, a list)::
+
+    {"lhs": E, "cmp": "eq"|"ne"|"lt"|"le"|"gt"|"ge", "rhs": E, "guard": str, "message": str}
+
+where an expression ``E`` is an int, ``{"dim": [input_index, axis]}`` (``axis``: the input's dim in torch's layout;
+the array the port receives may be channels-last, the evaluator maps it through the input's ``perm``), or
+``{"op": "add"|"sub"|"mul"|"floordiv"|"mod"|"max"|"min", "args": [E, E]}`` (nesting at most 32).
+``graph["dynamic_dims"]`` lists the dims the port keeps symbolic: ``[{"input": i, "axis": torch dim}, ...]``.
+"""
+
+from __future__ import annotations
+
+import operator
+
+CMPS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+        "ge": operator.ge}
+CMP_TEXT = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+       "mod": operator.mod, "max": max, "min": min}
+OP_TEXT = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
+MAX_DEPTH = 32
+_CACHE_SIZE = 64  # input shapes already checked (a model is usually called at a handful of sizes)
+
+
+def dims_of(expr) -> list:
+    """Every ``[input, axis]`` an expression reads, in order, without repeats."""
+    out: list = []
+
+    def walk(e):
+        if isinstance(e, dict):
+            if "dim" in e:
+                if list(e["dim"]) not in out:
+                    out.append(list(e["dim"]))
+            else:
+                for a in e["args"]:
+                    walk(a)
+
+    walk(expr)
+    return out
+
+
+def to_text(expr, names) -> str:
+    """``expr`` as Python-like text, dims spelled ``x.size(2)`` with the input names ``names``."""
+    if isinstance(expr, bool) or not isinstance(expr, (int, dict)):
+        raise ValueError(f"bad input-check expression {expr!r}")
+    if isinstance(expr, int):
+        return str(expr)
+    if "dim" in expr:
+        i, axis = expr["dim"]
+        return f"{names[i]}.size({axis})"
+    op, (a, b) = expr["op"], expr["args"]
+    if op in ("max", "min"):
+        return f"{op}({to_text(a, names)}, {to_text(b, names)})"
+    return f"({to_text(a, names)} {OP_TEXT[op]} {to_text(b, names)})"
+
+
+def compile_expr(expr, depth: int = 0):
+    """A function ``sizes -> int`` (``sizes[i][axis]``: torch-layout sizes) for a JSON expression."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"input-check expression nested deeper than {MAX_DEPTH}")
+    if isinstance(expr, bool) or not isinstance(expr, (int, dict)):
+        raise ValueError(f"bad input-check expression {expr!r}: expected an int, a dim or an op")
+    if isinstance(expr, int):
+        return lambda sizes: expr
+    if "dim" in expr:
+        i, axis = (int(v) for v in expr["dim"])
+        return lambda sizes: sizes[i][axis]
+    op = expr.get("op")
+    if op not in OPS or len(expr.get("args", ())) != 2:
+        raise ValueError(f"bad input-check expression {expr!r}: op must be one of {sorted(OPS)} with 2 args")
+    fn = OPS[op]
+    a, b = (compile_expr(arg, depth + 1) for arg in expr["args"])
+    return lambda sizes: fn(a(sizes), b(sizes))
+
+
+class InputChecks:
+    """The compiled ``input_checks`` of a runtime graph; ``check(inputs)`` raises on the first broken one."""
+
+    def __init__(self, graph: dict):
+        self.names = [spec["name"] for spec in graph["inputs"]]
+        # torch dim d of input i sits at array axis perm.index(d)
+        self.axes = [None if spec["perm"] is None else [list(spec["perm"]).index(d) for d in range(len(spec["perm"]))]
+                     for spec in graph["inputs"]]
+        self.checks = []
+        for entry in graph.get("input_checks", []) or []:
+            cmp = entry["cmp"]
+            if cmp not in CMPS:
+                raise ValueError(f"bad input check {entry!r}: 'cmp' must be one of {sorted(CMPS)}")
+            self.checks.append((compile_expr(entry["lhs"]), CMPS[cmp], compile_expr(entry["rhs"]), entry))
+        self._passed: set = set()
+
+    def __len__(self) -> int:
+        return len(self.checks)
+
+    def check(self, inputs) -> None:
+        """Raise ``ValueError`` unless every check holds for ``inputs`` (arrays in the port's layouts)."""
+        if not self.checks:
+            return
+        shapes = tuple(tuple(x.shape) if axes is not None else () for x, axes in zip(inputs, self.axes))
+        if shapes in self._passed:
+            return
+        self.check_sizes([[shape[a] for a in axes] if axes is not None else []
+                          for shape, axes in zip(shapes, self.axes)])
+        if len(self._passed) >= _CACHE_SIZE:
+            self._passed.clear()
+        self._passed.add(shapes)
+
+    def refusal(self, torch_shapes):
+        """The error message the port would raise for inputs of these torch-layout shapes, or None."""
+        try:
+            self.check_sizes([list(s) for s in torch_shapes])
+        except ValueError as e:
+            return str(e)
+        return None
+
+    def check_sizes(self, sizes) -> None:
+        """Raise ``ValueError`` unless every check holds; ``sizes[i][d]``: torch dim ``d`` of input ``i``."""
+        for lhs, cmp, rhs, entry in self.checks:
+            try:
+                ok = cmp(lhs(sizes), rhs(sizes))
+            except ZeroDivisionError:
+                ok = False
+            except IndexError:
+                raise ValueError(f"input check {entry['guard']!r} reads a dim the inputs do not have "
+                                 f"(sizes {sizes})") from None
+            if not ok:
+                raise ValueError(self.explain(entry, sizes))
+
+    def explain(self, entry, sizes) -> str:
+        dims = dims_of(entry["lhs"]) + [d for d in dims_of(entry["rhs"]) if d not in dims_of(entry["lhs"])]
+        where = " and ".join(
+            f"input {self.names[i]!r} (input {i}) has size {sizes[i][axis]} in dim {axis} (torch layout)"
+            for i, axis in dims
+        ) or "the inputs"
+        condition = f"{to_text(entry['lhs'], self.names)} {CMP_TEXT[entry['cmp']]} {to_text(entry['rhs'], self.names)}"
+        guard = f" (torch's guard: {entry['guard']})" if entry["guard"].replace(" ", "") != condition.replace(" ", "") \
+            else ""
+        return (
+            f"{where}, which breaks the condition {condition}{guard} that this port was built under: "
+            f"{entry['message']}. Running anyway could give wrong numbers, so the port refuses. To run at this "
+            f"size, convert the model again with an example input of this size (a separate port for sizes that "
+            f"break the condition)."
+        )
+
+def static_checks(names, shapes, message: str) -> list:
+    """Checks pinning every dim of every tensor input to its example size (``shapes[i]``: None for a non-tensor)."""
+    out = []
+    for i, shape in enumerate(shapes):
+        for axis, size in enumerate(shape or []):
+            out.append({"lhs": {"dim": [i, axis]}, "cmp": "eq", "rhs": int(size),
+                        "guard": f"{names[i]}.size({axis}) == {int(size)}", "message": message})
+    return out

@@ -1,0 +1,289 @@
+"""Issue 11, part 1: a port never returns numbers at an input size its capture was not built for.
+
+Torch is the oracle, run here: at every size a port accepts it must give torch's numbers; every other size is
+refused with one ValueError naming the input, the dim, the condition and what to do. The checks live in
+graph.json (``input_checks``, ``dynamic_dims``) and survive save/load.
+"""
+
+import json
+import re
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import porter
+from models._common import randomize_
+from models.shape_guarded import BasicUNetSmall, MobileViTSmall, OddWidth, SwinSmall
+from porter.converters.guards import InputChecks, compile_expr
+
+BAR = 1e-4
+
+
+def _run(ported, x):
+    return np.array(ported(mx.array(x.numpy())))
+
+
+def _assert_torch_numbers(ported, model, shape, seed=1, exact=False):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        want = model(x).numpy()
+    got = _run(ported, x)
+    assert got.shape == want.shape, f"at {shape}: shape {got.shape} != torch {want.shape}"
+    err = float(np.abs(got - want).max())
+    if exact:
+        assert err == 0.0, f"at {shape}: max abs err {err}"
+    else:
+        assert err <= BAR * float(np.abs(want).max()), f"at {shape}: max abs err {err:.3e}"
+
+
+def _assert_refused(ported, shape, *fragments):
+    with pytest.raises(ValueError) as info:
+        _run(ported, torch.randn(*shape))
+    message = str(info.value)
+    assert "convert the model again with an example input of this size" in message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in: {message}"
+    assert "while running" not in message  # refused before any kernel ran, not an error from inside the graph
+    return message
+
+
+# ---------------------------------------------------------------------------------------------------- odd width
+def test_branch_on_odd_width_refuses_width_9_accepts_width_10():
+    model = OddWidth()
+    ported = porter.convert(model, torch.randn(2, 3, 8), io_layout="torch")
+    guard = [c for c in ported.graph["input_checks"] if "% 2" in c["guard"]]
+    assert guard and guard[0]["lhs"] == {"op": "mod", "args": [{"dim": [0, 2]}, 2]}
+    assert {"input": 0, "axis": 2} in ported.dynamic_dims
+    message = _assert_refused(ported, (2, 3, 9), "input 'x'", "size 9 in dim 2", "% 2", "!= 1")
+    # torch at width 9 takes the other branch: the port would have been 3.1 away without the check
+    x = torch.randn(2, 3, 9)
+    assert not torch.equal(model(x), x.relu())
+    for shape in [(2, 3, 10), (5, 1, 12), (1, 4, 2)]:
+        _assert_torch_numbers(ported, model, shape, exact=True)
+    assert message.count("\n") == 0
+
+
+def test_converted_at_odd_width_refuses_even_width():
+    model = OddWidth()
+    ported = porter.convert(model, torch.randn(2, 3, 7), io_layout="torch")
+    _assert_torch_numbers(ported, model, (3, 2, 11), exact=True)
+    _assert_refused(ported, (3, 2, 12), "size 12 in dim 2")
+
+
+def test_checks_survive_save_and_load(tmp_path):
+    ported = porter.convert(OddWidth(), torch.randn(2, 3, 8), io_layout="torch")
+    porter.save(ported, tmp_path / "odd")
+    saved = json.loads((tmp_path / "odd" / "graph.json").read_text())
+    assert saved["input_checks"] == ported.graph["input_checks"]
+    assert saved["dynamic_dims"] == ported.dynamic_dims
+    loaded = porter.load(tmp_path / "odd")
+    assert loaded.dynamic_dims == ported.dynamic_dims
+    _assert_refused(loaded, (2, 3, 9), "input 'x'", "size 9 in dim 2")
+    _assert_torch_numbers(loaded, OddWidth(), (2, 3, 10), exact=True)
+
+
+def test_artifact_without_checks_still_loads(tmp_path):
+    """graph.json from before the checks existed: no key, no checks (format unchanged otherwise)."""
+    ported = porter.convert(OddWidth(), torch.randn(2, 3, 8), io_layout="torch")
+    porter.save(ported, tmp_path / "old")
+    path = tmp_path / "old" / "graph.json"
+    graph = json.loads(path.read_text())
+    del graph["input_checks"], graph["dynamic_dims"]
+    path.write_text(json.dumps(graph))
+    loaded = porter.load(tmp_path / "old")
+    assert len(loaded.input_checks) == 0 and loaded.dynamic_dims == []
+
+
+# ---------------------------------------------------------------------------------------------------- static dims
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("io_layout", ["torch", "mlx"])
+def test_static_and_batch_modes_check_every_other_dim(io_layout):
+    model = randomize_(ConvNet(), 0)
+    example = torch.randn(2, 3, 9, 7)
+    static = porter.convert(model, example, io_layout=io_layout, dynamic="static")
+    assert static.dynamic_dims == []
+    batch = porter.convert(model, example, io_layout=io_layout, dynamic="batch")
+    assert batch.dynamic_dims == [{"input": 0, "axis": 0}]
+
+    def run(ported, shape):
+        x = torch.randn(*shape)
+        arr = x.numpy() if io_layout == "torch" else x.numpy().transpose(0, 2, 3, 1)
+        got = np.array(ported(mx.array(np.ascontiguousarray(arr))))
+        got = got if io_layout == "torch" else got.transpose(0, 3, 1, 2)
+        with torch.no_grad():
+            want = model(x).numpy()
+        assert np.abs(got - want).max() <= BAR * np.abs(want).max()
+
+    run(static, (2, 3, 9, 7))
+    run(batch, (5, 3, 9, 7))
+    for ported in (static, batch):
+        with pytest.raises(ValueError, match=r"size 8 in dim 2 \(torch layout\).*x.size\(2\) == 9"):
+            run(ported, (2, 3, 8, 7))
+    with pytest.raises(ValueError, match=r"size 1 in dim 0 .*x.size\(0\) == 2"):
+        run(static, (1, 3, 9, 7))
+
+
+def test_channel_count_is_checked_by_name_not_by_a_kernel_error():
+    model = randomize_(ConvNet(), 0)
+    ported = porter.convert(model, torch.randn(2, 3, 9, 7), io_layout="torch")
+    assert {"input": 0, "axis": 1} not in ported.dynamic_dims
+    _assert_refused(ported, (2, 4, 9, 7), "size 4 in dim 1", "x.size(1) == 3")
+    _assert_torch_numbers(ported, model, (1, 3, 12, 5))
+
+
+def test_several_inputs_equal_dims_are_tied():
+    class Add(nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    ported = porter.convert(Add(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4)), io_layout="torch")
+    a, b = torch.randn(2, 5, 6), torch.randn(2, 5, 6)
+    np.testing.assert_array_equal(np.array(ported(mx.array(a.numpy()), mx.array(b.numpy()))), (a + b).numpy())
+    with pytest.raises(ValueError, match=r"input 'b' \(input 1\) has size 7 in dim 2"):
+        ported(mx.array(a.numpy()), mx.array(np.zeros((2, 5, 7), np.float32)))
+
+
+# ---------------------------------------------------------------------------------------------------- the twins
+def test_unet_converted_at_odd_size_pads_like_torch_and_refuses_even_sizes():
+    torch.manual_seed(0)
+    model = randomize_(BasicUNetSmall(), 0)
+    ported = porter.convert(model, torch.randn(1, 3, 17, 15), io_layout="torch", dynamic="all")
+    for shape in [(1, 3, 17, 15), (2, 3, 21, 19), (1, 3, 13, 23)]:
+        _assert_torch_numbers(ported, model, shape)
+    _assert_refused(ported, (1, 3, 16, 16), "input 'x'", "dim")
+    _assert_refused(ported, (1, 3, 17, 16), "size 16 in dim 3")
+
+
+def test_unet_converted_at_even_size_refuses_odd_sizes():
+    torch.manual_seed(0)
+    model = randomize_(BasicUNetSmall(), 0)
+    ported = porter.convert(model, torch.randn(1, 3, 16, 16), io_layout="mlx", dynamic="all")
+    x = torch.randn(2, 3, 20, 24)
+    got = np.array(ported(mx.array(x.numpy().transpose(0, 2, 3, 1)))).transpose(0, 3, 1, 2)
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.abs(got - want).max() <= BAR * np.abs(want).max()
+    with pytest.raises(ValueError, match=r"size 17 in dim 2 \(torch layout\)"):
+        ported(mx.array(np.zeros((1, 17, 16, 3), np.float32)))
+
+
+def test_mobilevit_unfold_refuses_sizes_that_need_interpolation():
+    torch.manual_seed(0)
+    model = randomize_(MobileViTSmall(), 0)
+    ported = porter.convert(model, torch.randn(2, 3, 32, 32), io_layout="torch", dynamic="static")
+    _assert_torch_numbers(ported, model, (2, 3, 32, 32))
+    for shape in [(2, 3, 34, 34), (1, 3, 32, 32), (2, 3, 36, 44)]:
+        _assert_refused(ported, shape, "input 'x'")
+
+
+def test_swin_mask_built_by_slice_assignment_gives_torchs_numbers():
+    """torchvision's shifted-window mask (``attn_mask[h0:h1, w0:w1] = count``) writes through views: the write
+    used to be dropped (wrong numbers at every size); the capture now writes it back into the mask."""
+    torch.manual_seed(0)
+    model = randomize_(SwinSmall(), 0)
+    ported = porter.convert(model, torch.randn(1, 3, 32, 32), io_layout="torch", dynamic="static")
+    _assert_torch_numbers(ported, model, (1, 3, 32, 32))
+    out_of_place = randomize_(SwinSmall(mask_out_of_place=True), 0)
+    with torch.no_grad():
+        x = torch.randn(1, 3, 32, 32)
+        assert torch.equal(model(x), out_of_place(x))  # the same mask either way: the check above can fail
+
+
+def test_swin_window_padding_and_shift_static_capture():
+    torch.manual_seed(0)
+    model = randomize_(SwinSmall(mask_out_of_place=True), 0)
+    ported = porter.convert(model, torch.randn(1, 3, 32, 32), io_layout="torch", dynamic="static")
+    _assert_torch_numbers(ported, model, (1, 3, 32, 32))
+    for shape in [(1, 3, 16, 16), (1, 3, 33, 31), (2, 3, 32, 32)]:
+        _assert_refused(ported, shape, "input 'x'")
+
+
+# ---------------------------------------------------------------------------------------------------- validate
+def test_validate_skips_a_second_size_the_port_refuses():
+    ported = porter.convert(OddWidth(), torch.randn(2, 3, 8), io_layout="torch", dynamic="static")
+    report = porter.validate(OddWidth(), ported)
+    assert report.ok, str(report)
+    assert any("the port refuses input shapes" in note for note in report.notes), report.notes
+
+
+# ---------------------------------------------------------------------------------------------------- evaluator
+def _checks(entries, perm=(0, 1, 2)):
+    return InputChecks({"inputs": [{"name": "x", "perm": list(perm)}], "input_checks": entries})
+
+
+@pytest.mark.parametrize("op,a,b", [("add", 7, -3), ("sub", 7, 9), ("mul", 7, 3), ("floordiv", -7, 2),
+                                    ("mod", -7, 3), ("max", 7, 3), ("min", 7, 3)])
+def test_expression_ops_follow_python_integer_semantics(op, a, b):
+    import operator
+
+    fn = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+          "mod": operator.mod, "max": max, "min": min}[op]
+    expr = {"op": op, "args": [{"op": "sub", "args": [{"dim": [0, 1]}, 10]}, b]}  # dim 1 = 10 + a
+    assert compile_expr(expr)([[0, 10 + a, 0]]) == fn(a, b)
+
+
+def test_checks_map_torch_dims_through_a_channels_last_layout():
+    entry = {"lhs": {"dim": [0, 1]}, "cmp": "eq", "rhs": 3, "guard": "x.size(1) == 3", "message": "channels"}
+    checks = _checks([entry], perm=(0, 2, 1))  # torch dim 1 is array axis 2
+    checks.check([mx.zeros((4, 9, 3))])
+    with pytest.raises(ValueError, match=re.escape("size 9 in dim 1 (torch layout)")):
+        checks.check([mx.zeros((4, 3, 9))])
+
+
+def test_bad_expressions_are_rejected_when_loading():
+    deep = {"dim": [0, 0]}
+    for _ in range(40):
+        deep = {"op": "add", "args": [deep, 1]}
+    with pytest.raises(ValueError, match="nested deeper than 32"):
+        _checks([{"lhs": deep, "cmp": "eq", "rhs": 1, "guard": "", "message": ""}])
+    with pytest.raises(ValueError, match="'cmp' must be one of"):
+        _checks([{"lhs": 1, "cmp": "is", "rhs": 1, "guard": "", "message": ""}])
+    with pytest.raises(ValueError, match="op must be one of"):
+        _checks([{"lhs": {"op": "pow", "args": [1, 2]}, "cmp": "eq", "rhs": 1, "guard": "", "message": ""}])
+
+
+def test_torchscript_branch_on_a_size_pins_that_dim():
+    """The TorchScript interpreter takes the example's branch: the port then runs only at the example's size of
+    the dims the branch read (here the width); the others stay dynamic."""
+    scripted = torch.jit.script(OddWidth())
+    with pytest.warns(UserWarning, match="fixed to the example's result"):
+        ported = porter.convert(scripted, torch.randn(2, 3, 8), io_layout="torch")
+    assert ported.dynamic_dims == [{"input": 0, "axis": 0}, {"input": 0, "axis": 1}]
+    _assert_torch_numbers(ported, OddWidth(), (2, 3, 8), exact=True)
+    _assert_torch_numbers(ported, OddWidth(), (4, 5, 8), exact=True)
+    _assert_refused(ported, (2, 3, 9), "size 9 in dim 2", "x.size(2) == 8")
+    _assert_refused(ported, (2, 3, 10), "size 10 in dim 2")
+
+
+class PoolThenView(nn.Module):
+    """max_pool1d's C++ kernel fixes the width while torch works out its output shape; the view then bakes the
+    pooled width (4 at width 9) into the graph as a literal."""
+
+    def __init__(self, view: bool):
+        super().__init__()
+        self.view = view
+
+    def forward(self, x):
+        y = nn.functional.max_pool1d(x, 2)
+        return y.reshape(y.size(0), -1, y.size(2)) if self.view else y
+
+
+def test_a_size_fixed_inside_an_op_binds_the_port_only_when_the_graph_bakes_sizes():
+    plain = porter.convert(PoolThenView(False), torch.randn(2, 3, 9), io_layout="torch")
+    assert {"input": 0, "axis": 2} in plain.dynamic_dims  # Porter's max_pool1d runs at any width
+    _assert_torch_numbers(plain, PoolThenView(False), (2, 3, 12), exact=True)
+    baked = porter.convert(PoolThenView(True), torch.randn(2, 3, 9), io_layout="torch")
+    _assert_torch_numbers(baked, PoolThenView(True), (2, 3, 9), exact=True)
+    _assert_refused(baked, (2, 3, 12), "size 12 in dim 2", "x.size(2) == 9")

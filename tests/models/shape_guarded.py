@@ -1,0 +1,349 @@
+"""Models whose forward branches on input sizes: torch.export specialises on the example, so a port converted at
+one size must either give torch's numbers at another size or refuse it clearly (issue 11).
+
+- ``OddWidth``: ``if x.shape[-1] % 2 == 1: x = x * 2`` (the issue's minimal case).
+- ``SwinSmall``: torchvision ``swin_t``'s structure (``features``/``norm``/``head``; ``SwinTransformerBlock`` with
+  ``norm1, attn (qkv, proj, relative_position_bias_table, relative_position_index), norm2, mlp``) and its
+  ``shifted_window_attention``: pad to a multiple of the window, drop the shift when the window covers the map,
+  cyclic roll, attention mask built by slice assignment, unpad.
+- ``MobileViTSmall``: a MobileViT block as in timm / Hugging Face (``conv_kxk, conv_1x1, transformer,
+  conv_proj, conv_fusion``): unfold into 2x2 patches, interpolating first when the map is not a multiple of the
+  patch size (``if new_h != h or new_w != w``), fold back, interpolate back.
+- ``BasicUNetSmall``: MONAI ``BasicUNet``'s names (``conv_0``, ``down_1``, ``upcat_1``, ``final_conv``) and its
+  ``UpCat``: after the transposed-conv upsampling, pad by one (replicate) on each spatial side whose size
+  differs from the skip's (odd sizes), then concatenate.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import List
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class OddWidth(nn.Module):
+    def forward(self, x):
+        if x.shape[-1] % 2 == 1:
+            x = x * 2
+        return x.relu()
+
+
+# ---------------------------------------------------------------------------------------------------- Swin
+def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_bias, window_size: List[int],
+                             num_heads: int, shift_size: List[int], qkv_bias=None, proj_bias=None,
+                             mask_out_of_place: bool = False):
+    """torchvision.models.swin_transformer.shifted_window_attention (eval: no dropout).
+
+    ``mask_out_of_place`` builds the same attention mask from index comparisons instead of torchvision's slice
+    assignments (``attn_mask[h0:h1, w0:w1] = count``), which Porter refuses (writes through views)."""
+    B, H, W, C = input.shape
+    pad_r = (window_size[1] - W % window_size[1]) % window_size[1]
+    pad_b = (window_size[0] - H % window_size[0]) % window_size[0]
+    x = F.pad(input, (0, 0, 0, pad_r, 0, pad_b))
+    _, pad_H, pad_W, _ = x.shape
+    shift_size = shift_size.copy()
+    if window_size[0] >= pad_H:
+        shift_size[0] = 0
+    if window_size[1] >= pad_W:
+        shift_size[1] = 0
+    if sum(shift_size) > 0:
+        x = torch.roll(x, shifts=(-shift_size[0], -shift_size[1]), dims=(1, 2))
+    num_windows = (pad_H // window_size[0]) * (pad_W // window_size[1])
+    x = x.view(B, pad_H // window_size[0], window_size[0], pad_W // window_size[1], window_size[1], C)
+    x = x.permute(0, 1, 3, 2, 4, 5).reshape(B * num_windows, window_size[0] * window_size[1], C)
+    qkv = F.linear(x, qkv_weight, qkv_bias)
+    qkv = qkv.reshape(x.size(0), x.size(1), 3, num_heads, C // num_heads).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    q = q * (C // num_heads) ** -0.5
+    attn = q.matmul(k.transpose(-2, -1))
+    attn = attn + relative_position_bias
+    if sum(shift_size) > 0 and mask_out_of_place:
+        # region ids of the three row and column bands (0, -ws), (-ws, -shift), (-shift, None), as below
+        rows = torch.arange(pad_H, device=x.device)
+        cols = torch.arange(pad_W, device=x.device)
+        row_id = (rows >= pad_H - window_size[0]).to(x.dtype) + (rows >= pad_H - shift_size[0]).to(x.dtype)
+        col_id = (cols >= pad_W - window_size[1]).to(x.dtype) + (cols >= pad_W - shift_size[1]).to(x.dtype)
+        attn_mask = row_id[:, None] * 3 + col_id[None, :]
+    elif sum(shift_size) > 0:
+        attn_mask = x.new_zeros((pad_H, pad_W))
+        h_slices = ((0, -window_size[0]), (-window_size[0], -shift_size[0]), (-shift_size[0], None))
+        w_slices = ((0, -window_size[1]), (-window_size[1], -shift_size[1]), (-shift_size[1], None))
+        count = 0
+        for h in h_slices:
+            for w in w_slices:
+                attn_mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+    if sum(shift_size) > 0:
+        attn_mask = attn_mask.view(pad_H // window_size[0], window_size[0], pad_W // window_size[1], window_size[1])
+        attn_mask = attn_mask.permute(0, 2, 1, 3).reshape(num_windows, window_size[0] * window_size[1])
+        attn_mask = attn_mask.unsqueeze(1) - attn_mask.unsqueeze(2)
+        attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))
+        attn = attn.view(x.size(0) // num_windows, num_windows, num_heads, x.size(1), x.size(1))
+        attn = attn + attn_mask.unsqueeze(1).unsqueeze(0)
+        attn = attn.view(-1, num_heads, x.size(1), x.size(1))
+    attn = F.softmax(attn, dim=-1)
+    x = attn.matmul(v).transpose(1, 2).reshape(x.size(0), x.size(1), C)
+    x = F.linear(x, proj_weight, proj_bias)
+    x = x.view(B, pad_H // window_size[0], pad_W // window_size[1], window_size[0], window_size[1], C)
+    x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, pad_H, pad_W, C)
+    if sum(shift_size) > 0:
+        x = torch.roll(x, shifts=(shift_size[0], shift_size[1]), dims=(1, 2))
+    x = x[:, :H, :W, :].contiguous()
+    return x
+
+
+class ShiftedWindowAttention(nn.Module):
+    def __init__(self, dim: int, window_size: List[int], shift_size: List[int], num_heads: int,
+                 mask_out_of_place: bool = False):
+        super().__init__()
+        self.window_size, self.shift_size, self.num_heads = window_size, shift_size, num_heads
+        self.mask_out_of_place = mask_out_of_place
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size[0] - 1) * (2 * window_size[1] - 1), num_heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(window_size[0]), torch.arange(window_size[1]),
+                                            indexing="ij"))
+        coords_flatten = torch.flatten(coords, 1)
+        relative = (coords_flatten[:, :, None] - coords_flatten[:, None, :]).permute(1, 2, 0).contiguous()
+        relative[:, :, 0] += window_size[0] - 1
+        relative[:, :, 1] += window_size[1] - 1
+        relative[:, :, 0] *= 2 * window_size[1] - 1
+        self.register_buffer("relative_position_index", relative.sum(-1).flatten())
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    def get_relative_position_bias(self):
+        n = self.window_size[0] * self.window_size[1]
+        bias = self.relative_position_bias_table[self.relative_position_index].view(n, n, -1)
+        return bias.permute(2, 0, 1).contiguous().unsqueeze(0)
+
+    def forward(self, x):
+        return shifted_window_attention(x, self.qkv.weight, self.proj.weight, self.get_relative_position_bias(),
+                                        self.window_size, self.num_heads, shift_size=self.shift_size,
+                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias,
+                                        mask_out_of_place=self.mask_out_of_place)
+
+
+class MLP(nn.Sequential):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(0.0), nn.Linear(hidden, dim), nn.Dropout(0.0))
+
+
+class SwinTransformerBlock(nn.Module):
+    def __init__(self, dim: int, num_heads: int, window_size: List[int], shift_size: List[int],
+                 mask_out_of_place: bool = False):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-5)
+        self.attn = ShiftedWindowAttention(dim, window_size, shift_size, num_heads, mask_out_of_place)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-5)
+        self.mlp = MLP(dim, 2 * dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Permute(nn.Module):
+    def __init__(self, dims: List[int]):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return torch.permute(x, self.dims)
+
+
+class SwinSmall(nn.Module):
+    """Patch embedding (4x4, stride 4), two Swin blocks (shift 0, then window // 2), norm, pool, head."""
+
+    def __init__(self, dim: int = 16, num_heads: int = 2, window: int = 4, num_classes: int = 5,
+                 mask_out_of_place: bool = False):
+        super().__init__()
+        stem = nn.Sequential(nn.Conv2d(3, dim, 4, 4), Permute([0, 2, 3, 1]), nn.LayerNorm(dim))
+        blocks = nn.Sequential(*[SwinTransformerBlock(dim, num_heads, [window, window],
+                                                      [0, 0] if i % 2 == 0 else [window // 2, window // 2],
+                                                      mask_out_of_place)
+                                 for i in range(2)])
+        self.features = nn.Sequential(stem, blocks)
+        self.norm = nn.LayerNorm(dim)
+        self.permute = Permute([0, 3, 1, 2])
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten(1)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x):
+        x = self.norm(self.features(x))
+        return self.head(self.flatten(self.avgpool(self.permute(x))))
+
+
+# ---------------------------------------------------------------------------------------------------- MobileViT
+class TransformerLayer(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.layernorm_before = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.layernorm_after = nn.LayerNorm(dim)
+        self.intermediate = nn.Linear(dim, 2 * dim)
+        self.output = nn.Linear(2 * dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(self.layernorm_before(x)).reshape(b, n, 3, self.heads, c // self.heads).permute(
+            2, 0, 3, 1, 4)
+        attn = F.softmax(q @ k.transpose(-2, -1) * (c // self.heads) ** -0.5, dim=-1)
+        x = x + self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+        return x + self.output(F.silu(self.intermediate(self.layernorm_after(x))))
+
+
+class MobileViTBlock(nn.Module):
+    def __init__(self, channels: int, dim: int, patch: int = 2, heads: int = 2):
+        super().__init__()
+        self.patch_size = patch
+        self.conv_kxk = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+                                      nn.BatchNorm2d(channels), nn.SiLU())
+        self.conv_1x1 = nn.Conv2d(channels, dim, 1, bias=False)
+        self.transformer = nn.Sequential(TransformerLayer(dim, heads))
+        self.norm = nn.LayerNorm(dim)
+        self.conv_proj = nn.Sequential(nn.Conv2d(dim, channels, 1, bias=False), nn.BatchNorm2d(channels), nn.SiLU())
+        self.conv_fusion = nn.Sequential(nn.Conv2d(2 * channels, channels, 3, padding=1, bias=False),
+                                         nn.BatchNorm2d(channels), nn.SiLU())
+
+    def forward(self, x):
+        shortcut = x
+        x = self.conv_1x1(self.conv_kxk(x))
+        patch_h = patch_w = self.patch_size
+        patch_area = patch_h * patch_w
+        B, C, H, W = x.shape
+        new_h, new_w = math.ceil(H / patch_h) * patch_h, math.ceil(W / patch_w) * patch_w
+        num_patch_h, num_patch_w = new_h // patch_h, new_w // patch_w
+        num_patches = num_patch_h * num_patch_w
+        interpolate = False
+        if new_h != H or new_w != W:
+            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=False)
+            interpolate = True
+        # unfold (B, C, H, W) -> (B * patch_area, num_patches, C), as timm's MobileVitBlock
+        x = x.reshape(B * C * num_patch_h, patch_h, num_patch_w, patch_w).transpose(1, 2)
+        x = x.reshape(B, C, num_patches, patch_area).transpose(1, 3).reshape(B * patch_area, num_patches, -1)
+        x = self.norm(self.transformer(x))
+        # fold back
+        x = x.contiguous().view(B, patch_area, num_patches, -1)
+        x = x.transpose(1, 3).reshape(B * C * num_patch_h, num_patch_w, patch_h, patch_w)
+        x = x.transpose(1, 2).reshape(B, C, num_patch_h * patch_h, num_patch_w * patch_w)
+        if interpolate:
+            x = F.interpolate(x, size=(H, W), mode="bilinear", align_corners=False)
+        x = self.conv_proj(x)
+        return self.conv_fusion(torch.cat((shortcut, x), dim=1))
+
+
+class MobileViTSmall(nn.Module):
+    def __init__(self, channels: int = 8, dim: int = 16, num_classes: int = 5):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, 2, 1, bias=False), nn.BatchNorm2d(channels), nn.SiLU())
+        self.block = MobileViTBlock(channels, dim)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(channels, num_classes))
+
+    def forward(self, x):
+        return self.head(self.block(self.stem(x)))
+
+
+# ---------------------------------------------------------------------------------------------------- BasicUNet
+class TwoConv(nn.Sequential):
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        for i, (a, b) in enumerate(((cin, cout), (cout, cout))):
+            self.add_module(f"conv_{i}", nn.Sequential(nn.Conv2d(a, b, 3, padding=1),
+                                                       nn.InstanceNorm2d(b, affine=True),
+                                                       nn.LeakyReLU(0.1, inplace=True)))
+
+
+class Down(nn.Sequential):
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.add_module("max_pooling", nn.MaxPool2d(2))
+        self.add_module("convs", TwoConv(cin, cout))
+
+
+class UpCat(nn.Module):
+    def __init__(self, cin: int, cat: int, cout: int):
+        super().__init__()
+        self.upsample = nn.ConvTranspose2d(cin, cin // 2, 2, 2)
+        self.convs = TwoConv(cat + cin // 2, cout)
+
+    def forward(self, x, x_e):
+        x_0 = self.upsample(x)
+        # MONAI: handle the odd edge lengths the 2x max pooling dropped
+        dimensions = len(x.shape) - 2
+        sp = [0] * (dimensions * 2)
+        for i in range(dimensions):
+            if x_e.shape[-i - 1] != x_0.shape[-i - 1]:
+                sp[i * 2 + 1] = 1
+        x_0 = F.pad(x_0, sp, "replicate")
+        return self.convs(torch.cat([x_e, x_0], dim=1))
+
+
+class BasicUNetSmall(nn.Module):
+    def __init__(self, features=(8, 8, 16), out_channels: int = 2):
+        super().__init__()
+        f = features
+        self.conv_0 = TwoConv(3, f[0])
+        self.down_1 = Down(f[0], f[1])
+        self.down_2 = Down(f[1], f[2])
+        self.upcat_2 = UpCat(f[2], f[1], f[1])
+        self.upcat_1 = UpCat(f[1], f[0], f[0])
+        self.final_conv = nn.Conv2d(f[0], out_channels, 1)
+
+    def forward(self, x):
+        x0 = self.conv_0(x)
+        x1 = self.down_1(x0)
+        x2 = self.down_2(x1)
+        u2 = self.upcat_2(x2, x1)
+        u1 = self.upcat_1(u2, x0)
+        return self.final_conv(u1)
+
+
+# ---------------------------------------------------------------------------------------------------- TF "same"
+def get_same_padding(x: int, kernel_size: int, stride: int, dilation: int):
+    """timm.layers.padding.get_same_padding: TensorFlow's "SAME" padding, computed from the input size."""
+    return max((math.ceil(x / stride) - 1) * stride + (kernel_size - 1) * dilation + 1 - x, 0)
+
+
+class Conv2dSame(nn.Conv2d):
+    """timm.layers.conv2d_same.Conv2dSame: pads (asymmetrically) by ``pad_same`` on every call, then convolves."""
+
+    def forward(self, x):
+        ih, iw = x.size()[-2:]
+        pad_h = get_same_padding(ih, self.kernel_size[0], self.stride[0], self.dilation[0])
+        pad_w = get_same_padding(iw, self.kernel_size[1], self.stride[1], self.dilation[1])
+        x = F.pad(x, (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2))
+        return F.conv2d(x, self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
+
+
+class TFEfficientNetLiteSmall(nn.Module):
+    """tf_efficientnet_lite-style: Conv2dSame stem and depthwise convs (k3/k5, stride 2), ReLU6, 1x1 convs."""
+
+    def __init__(self, widths=(8, 12, 16, 24, 32), num_classes: int = 5):
+        super().__init__()
+        self.conv_stem = Conv2dSame(3, widths[0], 3, 2, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        blocks = []
+        for i, (cin, cout) in enumerate(zip(widths[:-1], widths[1:])):
+            k = 3 if i % 2 == 0 else 5
+            blocks.append(nn.Sequential(Conv2dSame(cin, cin, k, 2, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                                        nn.ReLU6(), nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout)))
+        self.blocks = nn.Sequential(*blocks)
+        self.classifier = nn.Linear(widths[-1], num_classes)
+
+    def forward(self, x):
+        x = self.blocks(F.relu6(self.bn1(self.conv_stem(x))))
+        return self.classifier(x.mean((2, 3)))
+
+
+odd_width = OddWidth
+swin_small = partial(SwinSmall)
+mobilevit_small = partial(MobileViTSmall)
+basic_unet_small = partial(BasicUNetSmall)
