@@ -16,6 +16,7 @@ from . import squeezenet  # noqa: F401
 from . import densenet  # noqa: F401
 from . import googlenet  # noqa: F401
 from . import inception  # noqa: F401
+from . import segmentation  # noqa: F401
 from .registry import create, list_models, model_info, register_model
 
 __all__ = ["create", "list_models", "model_info", "register_model"]
