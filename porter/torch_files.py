@@ -62,11 +62,17 @@ class UnsafeCheckpointError(CheckpointFormatError):
 
 
 class _StorageType:
-    """What ``torch.FloatStorage`` & co. resolve to: only a dtype, never torch's class."""
+    """What ``torch.FloatStorage`` & co. resolve to: only a dtype, never torch's class. Immutable, so a pickle's
+    BUILD opcode cannot retarget it to another dtype."""
+
+    __slots__ = ("name", "dtype")
 
     def __init__(self, name: str):
-        self.name = name
-        self.dtype = _STORAGE_DTYPES[name]
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "dtype", _STORAGE_DTYPES[name])
+
+    def __setattr__(self, key, value):
+        raise CheckpointFormatError(f"a checkpoint's pickle tried to modify the storage type {self.name}.")
 
     @property
     def itemsize(self) -> int:
@@ -218,7 +224,11 @@ def _read_zip(path: str) -> Any:
                 entry = f"{prefix}data/{key}"
                 if entry not in names:
                     raise CheckpointFormatError(f"'{path}': storage '{key}' is missing from the archive.")
-                size = archive.getinfo(entry).file_size
+                info = archive.getinfo(entry)
+                if info.compress_type != zipfile.ZIP_STORED:  # torch never compresses: a bomb, not a checkpoint
+                    raise CheckpointFormatError(f"'{path}': storage '{key}' is compressed, which torch never "
+                                                "writes; refusing to inflate it.")
+                size = info.file_size
                 if numel * storage_type.itemsize != size:
                     raise CheckpointFormatError(
                         f"'{path}': storage '{key}' declares {numel} elements of {storage_type.itemsize} bytes but "

@@ -278,3 +278,26 @@ assert not [m for m in sys.modules if m == "torch" or m.startswith("torch.")]
     for f in ("r.pth", "legacy.pt"):
         got = np.load(tmp_path / f"y_{f}.npy")
         assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_compressed_storage_is_refused(tmp_path):
+    """A deflated storage could inflate to any size (a zip bomb); torch never writes one."""
+    raw = bytes(4 * 10 ** 6)
+    path = tmp_path / "bomb.pt"
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=2).dump({"w": _FakeTensor("0", 10 ** 6, 0, (10 ** 6,), (1,))})
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", buffer.getvalue())
+        archive.writestr("archive/data/0", raw, compress_type=zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < 100_000
+    with pytest.raises(CheckpointFormatError, match="compressed"):
+        load_state_dict(str(path))
+
+
+def test_build_opcode_cannot_retarget_a_storage_type(tmp_path):
+    """BUILD on the allowed storage type (setting its dtype to 'O') is refused."""
+    pkl = (b"\x80\x02}q\x00X\x01\x00\x00\x00wq\x01ctorch\nFloatStorage\nq\x02"
+           b"N}q\x03X\x05\x00\x00\x00dtypeq\x04X\x01\x00\x00\x00Oq\x05s\x86q\x06bs.")
+    path = _crafted(tmp_path / "build.pt", None, {}, pkl=pkl)
+    with pytest.raises(CheckpointFormatError, match="modify the storage type"):
+        read_torch_file(path)
