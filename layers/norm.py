@@ -16,8 +16,6 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _native
-
 __all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
@@ -86,14 +84,7 @@ class BatchNorm(nn.BatchNorm):
                 self.running_var = ((1 - factor) * self.running_var + factor * mx.stop_gradient(unbiased)
                                     ).astype(self.running_var.dtype)
         else:
-            # eval: one scale and one shift per channel, as torch's CPU kernel folds them: two passes over x, not four
-            scale = mx.rsqrt(self.running_var + self.eps)
-            shift = -self.running_mean * scale
-            if "weight" in self:
-                scale, shift = scale * self.weight, shift * self.weight + self.bias
-            if mx.issubdtype(x.dtype, mx.floating) and _native.active():
-                return _native.channel_affine(x, scale, shift)  # one multi-threaded pass (layers/csrc)
-            return (x * scale + shift).astype(x.dtype)
+            mean, var = self.running_mean, self.running_var
         y = ((x - mean) * mx.rsqrt(var + self.eps)).astype(x.dtype)
         return (self.weight * y + self.bias).astype(x.dtype) if "weight" in self else y
 
