@@ -50,6 +50,8 @@ _STORAGE_DTYPES = {
     "BoolStorage": "?", "ComplexFloatStorage": "<c8", "ComplexDoubleStorage": "<c16", "UntypedStorage": "u1",
 }
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+# a tensor may exceed its storage (stride-0 broadcast views) by this many elements at most
+_MAX_BROADCAST = 2 ** 28
 _LEGACY_PROTOCOL = 1001
 
 
@@ -121,6 +123,12 @@ def _rebuild_tensor(where: str, storage, offset, size, stride, *_ignored):
     if not empty and last >= storage.numel:
         raise CheckpointFormatError(f"{where}: a tensor of size {size}, stride {stride}, offset {offset} reaches "
                                     f"element {last} of a storage of {storage.numel} elements.")
+    count = 1
+    for n in size:
+        count *= n
+    if count > max(storage.numel, _MAX_BROADCAST):  # stride-0 views could declare any size over a few bytes
+        raise CheckpointFormatError(f"{where}: a tensor of size {size} ({count} elements) over a storage of "
+                                    f"{storage.numel} elements is refused (more than {_MAX_BROADCAST} repeated).")
     if not storage.ready:
         return _Pending(storage, offset, size, stride)
     return _view(storage, offset, size, stride)

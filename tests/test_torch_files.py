@@ -209,6 +209,7 @@ def test_crafted_file_reads_when_consistent(tmp_path):
     ((12, 0, (2,), (-1,)), "invalid tensor geometry"),                       # negative stride
     ((12, 0, (10 ** 12, 10 ** 12), (1, 1)), "reaches element"),              # huge declared tensor
     ((12, 0, [2], [1]), "must be a tuple of ints"),
+    ((12, 0, (10 ** 12,), (0,)), "is refused"),                              # a broadcast of a huge size
 ])
 def test_inconsistent_sizes_are_refused(tmp_path, case, message):
     numel, offset, size, stride = case
