@@ -156,31 +156,33 @@ def _resnet_backbone(layers: list, widths: Sequence[int]) -> ResNet:
 
 
 def _build(head: str, layers: list, num_classes: Optional[int], aux_loss: Optional[bool],
-           widths: Sequence[int], head_dropout: Optional[float]) -> SegmentationModel:
+           widths: Sequence[int], head_dropout: Optional[float], **head_kwargs) -> SegmentationModel:
     num_classes = 21 if num_classes is None else num_classes
     backbone = _resnet_backbone(layers, widths)
     out_channels, aux_channels = widths[3] * Bottleneck.expansion, widths[2] * Bottleneck.expansion
     fcn_dropout = 0.1 if head_dropout is None else head_dropout
     if head == "fcn":
-        classifier = fcn_head(out_channels, num_classes, dropout=fcn_dropout)
+        classifier = fcn_head(out_channels, num_classes, dropout=fcn_dropout, **head_kwargs)
     else:
-        classifier = deeplab_head(out_channels, num_classes, dropout=0.5 if head_dropout is None else head_dropout)
+        classifier = deeplab_head(out_channels, num_classes, dropout=0.5 if head_dropout is None else head_dropout,
+                                  **head_kwargs)
     aux = fcn_head(aux_channels, num_classes, dropout=fcn_dropout) if aux_loss else None
     return SegmentationModel(backbone, classifier, aux)
 
 
 _DOC = ("``num_classes`` (default 21), ``aux_loss`` (an FCN head on ``layer3``; torchvision's weights have it); "
         "``head_dropout`` replaces the heads' fixed dropout (FCN 0.1, ASPP 0.5; 0 for deterministic training) and "
-        "``widths`` shrinks the backbone (reduced models with the same names). Input ``(N, H, W, 3)``.")
+        "``widths`` shrinks the backbone (reduced models with the same names); DeepLabV3 also takes ``atrous_rates`` "
+        "(torchvision's head fixes ``(12, 24, 36)``). Input ``(N, H, W, 3)``.")
 
 
 def _register(name: str, head: str, layers: list, summary: str):
     @register_model(name, family=head, summary=summary, torch_model=f"torchvision.models.segmentation:{name}",
                     input_shape=(1, 3, 520, 520))
     def factory(num_classes: Optional[int] = None, aux_loss: Optional[bool] = None,
-                widths: Sequence[int] = (64, 128, 256, 512), head_dropout: Optional[float] = None
+                widths: Sequence[int] = (64, 128, 256, 512), head_dropout: Optional[float] = None, **head_kwargs
                 ) -> SegmentationModel:
-        return _build(head, layers, num_classes, aux_loss, widths, head_dropout)
+        return _build(head, layers, num_classes, aux_loss, widths, head_dropout, **head_kwargs)
 
     factory.__name__ = factory.__qualname__ = name
     factory.__doc__ = f"{summary} (torchvision's ``{name}``). {_DOC}"

@@ -141,6 +141,8 @@ def test_builder_argument_errors():
         interpolate_bilinear(mx.zeros((1, 4, 4, 1)), (0, 3))
     with pytest.raises(TypeError):
         zoo.create("fcn_resnet50", no_such_argument=1)
+    with pytest.raises(TypeError, match="atrous_rates"):  # a DeepLab argument, never dropped by FCN
+        zoo.create("fcn_resnet50", atrous_rates=(1, 2, 3))
 
 
 def test_segmentation_outputs_and_defaults():
