@@ -53,3 +53,56 @@ def zoo_info(ui, name):
     for key, value in info.items():
         ui.echo(f"{key:16s} {value}")
     ui.emit_json({"ok": True, "name": name, **info})
+
+
+@zoo.command("convert")
+@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.option("--arch", required=True, help="The zoo architecture the checkpoint is for (see `porter zoo list`).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The .safetensors file to write (torchvision's names and layout; load_checkpoint reads it).")
+@click.option("--num-classes", type=int, default=None,
+              help="Classifier outputs of the checkpoint, when not the architecture's default.")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+@common_options()
+def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
+    """Check a torchvision-format CHECKPOINT (.pth/.pt/.bin, read without torch) against the zoo architecture
+    --arch and write it as a .safetensors file."""
+    import os
+
+    import mlx.core as mx
+
+    from porter.torch_files import UnsafeCheckpointError, load_state_dict
+
+    registry = _registry()
+    names = list(registry[0]()) if registry else []
+    if arch not in names:
+        raise InputError(f"--arch '{arch}' is not in the zoo.", "See `porter zoo list`.")
+    if not output.endswith(".safetensors"):
+        raise InputError(f"Output '{output}' must end in .safetensors.", "Choose another name with -o.")
+    if os.path.lexists(output) and not force:
+        raise InputError(f"Output '{output}' already exists.", "Pass --force to replace it.")
+    try:
+        state = load_state_dict(checkpoint)
+    except (OSError, ValueError) as exc:  # CheckpointFormatError is a ValueError
+        kind = "refused" if isinstance(exc, UnsafeCheckpointError) else "unreadable"
+        raise InputError(f"Checkpoint '{checkpoint}' is {kind}: {exc}")
+    from porter.zoo import create
+
+    model = create(arch, **({} if num_classes is None else {"num_classes": num_classes}))
+    try:
+        model.load_torch_state_dict(state)
+    except ValueError as exc:
+        raise InputError(f"Checkpoint '{checkpoint}' does not match --arch '{arch}': {exc}",
+                         "Check --arch (and --num-classes for a fine-tuned classifier).")
+    # mx.save_safetensors appends .safetensors to other names: the temporary file keeps the suffix
+    tmp = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.tmp-{os.getpid()}.safetensors")
+    try:
+        mx.save_safetensors(tmp, {k: v if isinstance(v, mx.array) else mx.array(v) for k, v in state.items()})
+        os.replace(tmp, output)
+    except (OSError, RuntimeError) as exc:
+        raise InputError(f"Cannot write '{output}' ({getattr(exc, 'strerror', None) or exc}).", "Choose another output with -o.")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    ui.echo(f"Wrote {output}: {len(state)} tensors of {arch} (torchvision names).")
+    ui.emit_json({"ok": True, "output": output, "arch": arch, "tensors": len(state)})

@@ -1,8 +1,8 @@
 """Torch reference architectures shipped with Porter (imports torch; never used at runtime by a ported model).
 
-ResNet-18/34/50, VGG-11/16 with BatchNorm and MobileNetV2 reproduce torchvision's architectures and module names, so
-``resnet18().state_dict()`` has exactly the keys of ``torchvision.models.resnet18()`` (likewise ``vgg11_bn``,
-``vgg16_bn``, ``mobilenet_v2``) and a torchvision checkpoint loads with ``strict=True``; torchvision is not a
+ResNet-18/34/50/101/152, ResNeXt, Wide ResNet, VGG-11/13/16/19 with and without BatchNorm and MobileNetV2 reproduce
+torchvision's architectures and module names, so ``resnet18().state_dict()`` has exactly the keys of
+``torchvision.models.resnet18()`` (likewise every other factory here) and a torchvision checkpoint loads with ``strict=True``; torchvision is not a
 dependency. They are the ``torch_model`` of the zoo entries of the same name (``porter convert --arch NAME``), and
 each factory takes the keyword arguments of the zoo factory of the same name. Constructor arguments build reduced
 models with the same names (ResNet ``widths``, VGG ``cfg``/``width_divisor``/``hidden``, MobileNetV2
@@ -25,8 +25,10 @@ from typing import Callable, Optional, Sequence, Type, Union
 import torch
 from torch import nn
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50", "VGG", "VGG_CONFIGS", "vgg11_bn",
-           "vgg16_bn", "InvertedResidual", "MobileNetV2", "mobilenet_v2", "EXAMPLES"]
+__all__ = ["BasicBlock", "Bottleneck", "ResNet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+           "resnext50_32x4d", "resnext101_32x8d", "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "VGG",
+           "VGG_CONFIGS", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
+           "InvertedResidual", "MobileNetV2", "mobilenet_v2", "EXAMPLES"]
 
 
 def _conv3x3(in_planes: int, out_planes: int, stride: int = 1, groups: int = 1, dilation: int = 1) -> nn.Conv2d:
@@ -203,44 +205,96 @@ class ResNet(nn.Module):
         return self.fc(x)
 
 
+def _override(kwargs: dict, name: str, value) -> dict:
+    # torchvision's builders fix some arguments and refuse a different value for them
+    if name in kwargs and kwargs[name] != value:
+        raise ValueError(f"The parameter '{name}' expected value {value} but got {kwargs[name]} instead.")
+    return {**kwargs, name: value}
+
+
+def _resnet(block, layers, num_classes: int, kwargs: dict, **fixed) -> ResNet:
+    for key, value in fixed.items():
+        kwargs = _override(kwargs, key, value)
+    return ResNet(block, layers, num_classes=num_classes, **kwargs)
+
+
 def resnet18(num_classes: int = 1000, **kwargs) -> ResNet:
     """ResNet-18 (BasicBlock, 2-2-2-2), torchvision's names; random weights."""
-    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes=num_classes, **kwargs)
+    return _resnet(BasicBlock, [2, 2, 2, 2], num_classes, kwargs)
 
 
 def resnet34(num_classes: int = 1000, **kwargs) -> ResNet:
     """ResNet-34 (BasicBlock, 3-4-6-3), torchvision's names; random weights."""
-    return ResNet(BasicBlock, [3, 4, 6, 3], num_classes=num_classes, **kwargs)
+    return _resnet(BasicBlock, [3, 4, 6, 3], num_classes, kwargs)
 
 
 def resnet50(num_classes: int = 1000, **kwargs) -> ResNet:
     """ResNet-50 (Bottleneck, 3-4-6-3), torchvision's names; random weights."""
-    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes=num_classes, **kwargs)
+    return _resnet(Bottleneck, [3, 4, 6, 3], num_classes, kwargs)
+
+
+def resnet101(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNet-101 (Bottleneck, 3-4-23-3), torchvision's names; random weights."""
+    return _resnet(Bottleneck, [3, 4, 23, 3], num_classes, kwargs)
+
+
+def resnet152(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNet-152 (Bottleneck, 3-8-36-3), torchvision's names; random weights."""
+    return _resnet(Bottleneck, [3, 8, 36, 3], num_classes, kwargs)
+
+
+def resnext50_32x4d(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNeXt-50 32x4d (groups 32, width per group 4), torchvision's names; random weights."""
+    return _resnet(Bottleneck, [3, 4, 6, 3], num_classes, kwargs, groups=32, width_per_group=4)
+
+
+def resnext101_32x8d(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNeXt-101 32x8d (groups 32, width per group 8), torchvision's names; random weights."""
+    return _resnet(Bottleneck, [3, 4, 23, 3], num_classes, kwargs, groups=32, width_per_group=8)
+
+
+def resnext101_64x4d(num_classes: int = 1000, **kwargs) -> ResNet:
+    """ResNeXt-101 64x4d (groups 64, width per group 4), torchvision's names; random weights."""
+    return _resnet(Bottleneck, [3, 4, 23, 3], num_classes, kwargs, groups=64, width_per_group=4)
+
+
+def wide_resnet50_2(num_classes: int = 1000, **kwargs) -> ResNet:
+    """Wide ResNet-50-2 (width per group 128), torchvision's names; random weights."""
+    return _resnet(Bottleneck, [3, 4, 6, 3], num_classes, kwargs, width_per_group=128)
+
+
+def wide_resnet101_2(num_classes: int = 1000, **kwargs) -> ResNet:
+    """Wide ResNet-101-2 (width per group 128), torchvision's names; random weights."""
+    return _resnet(Bottleneck, [3, 4, 23, 3], num_classes, kwargs, width_per_group=128)
 
 
 # ---------------------------------------------------------------------------------------------------- VGG
 VGG_CONFIGS = {
     "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg13": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512, 512, 512, 512, "M"],
 }
 
 
 class VGG(nn.Module):
-    """torchvision's VGG with BatchNorm: ``features`` (flat numbering), ``avgpool`` (7x7), ``classifier.0/3/6``.
+    """torchvision's VGG: ``features`` (flat numbering), ``avgpool`` (7x7), ``classifier.0/3/6``.
 
     Args:
-        cfg (sequence): channels per 3x3 conv (each followed by BN and ReLU), ``"M"`` for a 2x2 max pool.
+        cfg (sequence): channels per 3x3 conv (each followed by BN if ``batch_norm``, and ReLU), ``"M"`` for a
+            2x2 max pool.
         num_classes (int, optional): classifier outputs. Default: ``1000``.
         width_divisor (int, optional): divide every conv width by this (a reduced model with the same names).
             Default: ``1``.
         hidden (int, optional): width of the two hidden classifier layers. Default: ``4096``.
         dropout (float, optional): dropout probability in the classifier (inactive in eval). Default: ``0.5``.
+        batch_norm (bool, optional): a BatchNorm after every conv (the ``_bn`` models). Default: ``True``.
     Shape: ``(N, 3, H, W)`` -> ``(N, num_classes)``; the adaptive pool accepts any feature-map size, also
     smaller than 7 (windows then repeat input elements).
     """
 
     def __init__(self, cfg: Sequence[Union[int, str]], num_classes: int = 1000, width_divisor: int = 1,
-                 hidden: int = 4096, dropout: float = 0.5):
+                 hidden: int = 4096, dropout: float = 0.5, batch_norm: bool = True):
         super().__init__()
         layers, channels = [], 3
         for v in cfg:
@@ -248,7 +302,8 @@ class VGG(nn.Module):
                 layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
                 continue
             width = max(1, v // width_divisor)
-            layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1), nn.BatchNorm2d(width), nn.ReLU(True)]
+            layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1)]
+            layers += [nn.BatchNorm2d(width), nn.ReLU(True)] if batch_norm else [nn.ReLU(True)]
             channels = width
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
@@ -261,14 +316,45 @@ class VGG(nn.Module):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
+def vgg11(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-11 (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg11"], num_classes, batch_norm=False, **kwargs)
+
+
 def vgg11_bn(num_classes: int = 1000, **kwargs) -> VGG:
     """VGG-11 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
-    return VGG(VGG_CONFIGS["vgg11"], num_classes, **kwargs)
+    return VGG(VGG_CONFIGS["vgg11"], num_classes, batch_norm=True, **kwargs)
+
+
+def vgg13(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-13 (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg13"], num_classes, batch_norm=False, **kwargs)
+
+
+def vgg13_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-13 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg13"], num_classes, batch_norm=True, **kwargs)
+
+
+def vgg16(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-16 (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg16"], num_classes, batch_norm=False, **kwargs)
 
 
 def vgg16_bn(num_classes: int = 1000, **kwargs) -> VGG:
     """VGG-16 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
-    return VGG(VGG_CONFIGS["vgg16"], num_classes, **kwargs)
+    return VGG(VGG_CONFIGS["vgg16"], num_classes, batch_norm=True, **kwargs)
+
+
+def vgg19(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-19 (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg19"], num_classes, batch_norm=False, **kwargs)
+
+
+def vgg19_bn(num_classes: int = 1000, **kwargs) -> VGG:
+    """VGG-19 with BatchNorm (random weights); ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
+    return VGG(VGG_CONFIGS["vgg19"], num_classes, batch_norm=True, **kwargs)
+
 
 
 # ---------------------------------------------------------------------------------------------------- MobileNetV2

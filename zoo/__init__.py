@@ -11,6 +11,12 @@ Importing this package never imports torch.
 """
 
 from . import mobilenet, resnet, vgg  # noqa: F401  (importing a family registers its models)
+from . import alexnet  # noqa: F401
+from . import squeezenet  # noqa: F401
+from . import densenet  # noqa: F401
+from . import googlenet  # noqa: F401
+from . import inception  # noqa: F401
+from . import segmentation  # noqa: F401
 from .registry import create, list_models, model_info, register_model
 
 __all__ = ["create", "list_models", "model_info", "register_model"]

@@ -28,6 +28,7 @@ from porter.layers.conv import _ConvNd
 from porter.layers.conv_transpose import _ConvTransposeNd
 from porter.layers.conv_weights import (mlx_conv_transpose_weight_to_torch, mlx_conv_weight_to_torch,
                                        torch_conv_transpose_weight_to_mlx, torch_conv_weight_to_mlx)
+from porter.torch_files import TORCH_SUFFIXES
 
 __all__ = ["FlattenLinear", "TorchCheckpointMixin", "torch_parameter_specs"]
 
@@ -170,7 +171,11 @@ class TorchCheckpointMixin:
         return self
 
     def load_checkpoint(self, path: str, strict: bool = True):
-        """Load a torchvision-format ``.safetensors`` checkpoint (no torch needed). Returns ``self``."""
-        if not str(path).endswith(".safetensors"):
-            raise ValueError(f"[{type(self).__name__}] load_checkpoint reads .safetensors files, but got '{path}'.")
-        return self.load_torch_state_dict(mx.load(str(path)), strict=strict)
+        """Load a torchvision-format checkpoint: ``.safetensors``, or torch's ``.pth``/``.pt``/``.bin`` read without
+        torch (:mod:`porter.torch_files`: a restricted unpickler, nothing in the file runs). Returns ``self``."""
+        from porter.torch_files import load_state_dict
+
+        if not str(path).endswith((".safetensors",) + TORCH_SUFFIXES):
+            raise ValueError(f"[{type(self).__name__}] load_checkpoint reads .safetensors, .pth, .pt and .bin files, "
+                             f"but got '{path}'.")
+        return self.load_torch_state_dict(load_state_dict(str(path)), strict=strict)

@@ -1,6 +1,7 @@
-"""VGG-11/16 with BatchNorm in MLX, channels-last, loading torchvision-format checkpoints.
+"""VGG-11/13/16/19, with and without BatchNorm, in MLX, channels-last, loading torchvision-format checkpoints.
 
-Names are torchvision's: ``features.<i>`` numbered over every conv, BN, ReLU and pool; ``classifier.0/3/6``.
+Names are torchvision's: ``features.<i>`` numbered over every conv, BN (``_bn`` models), ReLU and pool;
+``classifier.0/3/6``.
 Example::
 
     >>> model = zoo.create("vgg11_bn", num_classes=10)
@@ -21,14 +22,16 @@ from ._common import apply_sequence
 from ._loading import FlattenLinear, TorchCheckpointMixin
 from .registry import register_model
 
-_CONFIGS = {
+_CONFIGS = {  # torchvision's configurations "A", "B", "D", "E"
     "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg13": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512, 512, 512, 512, "M"],
 }
 
 
 class VGG(TorchCheckpointMixin, nn.Module):
-    """VGG with BatchNorm: ``features`` (3x3 conv, BN, ReLU; 2x2 max pools), a 7x7 adaptive average pool and a
+    """VGG: ``features`` (3x3 conv, BN if ``batch_norm``, ReLU; 2x2 max pools), a 7x7 adaptive average pool and a
     three-layer ``classifier``.
 
     Args:
@@ -38,11 +41,12 @@ class VGG(TorchCheckpointMixin, nn.Module):
             Default: ``1``.
         hidden (int, optional): width of the two hidden classifier layers. Default: ``4096``.
         dropout (float, optional): dropout probability in the classifier (inactive in eval). Default: ``0.5``.
+        batch_norm (bool, optional): a BatchNorm after every conv. Default: ``True``.
     Shape: ``(N, H, W, 3)`` -> ``(N, num_classes)``; any ``H, W >= 32`` (five 2x2 pools).
     """
 
     def __init__(self, cfg: Sequence[Union[int, str]], num_classes: int = 1000, width_divisor: int = 1,
-                 hidden: int = 4096, dropout: float = 0.5):
+                 hidden: int = 4096, dropout: float = 0.5, batch_norm: bool = True):
         super().__init__()
         if isinstance(width_divisor, bool) or not isinstance(width_divisor, int) or width_divisor <= 0:
             raise ValueError(f"[VGG] 'width_divisor' must be a positive int but got {width_divisor!r}.")
@@ -52,7 +56,8 @@ class VGG(TorchCheckpointMixin, nn.Module):
                 self.features.append(MaxPool2d(kernel_size=2, stride=2))
                 continue
             width = max(1, v // width_divisor)
-            self.features += [Conv2d(channels, width, kernel_size=3, padding=1), BatchNorm2d(width), nn.ReLU()]
+            self.features.append(Conv2d(channels, width, kernel_size=3, padding=1))
+            self.features += [BatchNorm2d(width), nn.ReLU()] if batch_norm else [nn.ReLU()]
             channels = width
         self.avgpool = AdaptiveAvgPool2d((7, 7))
         self.classifier = [
@@ -68,15 +73,24 @@ class VGG(TorchCheckpointMixin, nn.Module):
 _TORCH = "porter.examples:{}"
 
 
-@register_model("vgg11_bn", family="vgg", summary="VGG-11 with BatchNorm, 132.9M parameters",
-                torch_model=_TORCH.format("vgg11_bn"))
-def vgg11_bn(num_classes: int = 1000, **kwargs) -> VGG:
-    """VGG-11 (configuration "A") with BatchNorm. ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
-    return VGG(_CONFIGS["vgg11"], num_classes=num_classes, **kwargs)
+_PARAMS = {"vgg11": "132.9M", "vgg11_bn": "132.9M", "vgg13": "133.0M", "vgg13_bn": "133.1M", "vgg16": "138.4M",
+           "vgg16_bn": "138.4M", "vgg19": "143.7M", "vgg19_bn": "143.7M"}
 
 
-@register_model("vgg16_bn", family="vgg", summary="VGG-16 with BatchNorm, 138.4M parameters",
-                torch_model=_TORCH.format("vgg16_bn"))
-def vgg16_bn(num_classes: int = 1000, **kwargs) -> VGG:
-    """VGG-16 (configuration "D") with BatchNorm. ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."""
-    return VGG(_CONFIGS["vgg16"], num_classes=num_classes, **kwargs)
+def _register(depth: int, batch_norm: bool):
+    name = f"vgg{depth}{'_bn' if batch_norm else ''}"
+    summary = f"VGG-{depth}{' with BatchNorm' if batch_norm else ''}, {_PARAMS[name]} parameters"
+
+    @register_model(name, family="vgg", summary=summary, torch_model=_TORCH.format(name))
+    def factory(num_classes: int = 1000, **kwargs) -> VGG:
+        return VGG(_CONFIGS[f"vgg{depth}"], num_classes=num_classes, batch_norm=batch_norm, **kwargs)
+
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = f"{summary} (torchvision's ``{name}``). ``kwargs``: ``width_divisor``, ``hidden``, ``dropout``."
+    return factory
+
+
+vgg11, vgg11_bn = _register(11, False), _register(11, True)
+vgg13, vgg13_bn = _register(13, False), _register(13, True)
+vgg16, vgg16_bn = _register(16, False), _register(16, True)
+vgg19, vgg19_bn = _register(19, False), _register(19, True)

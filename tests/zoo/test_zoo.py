@@ -288,7 +288,7 @@ def test_model_argument_errors():
     with pytest.raises(TypeError):
         zoo.create("resnet18", no_such_argument=1)
     with pytest.raises(ValueError, match=r"\.safetensors"):
-        zoo.create("resnet18", **SMALL["resnet18"]).load_checkpoint("weights.pt")
+        zoo.create("resnet18", **SMALL["resnet18"]).load_checkpoint("weights.npz")
 
 
 def test_create_and_load_checkpoint_never_import_torch(tmp_path):
