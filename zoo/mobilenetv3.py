@@ -123,6 +123,25 @@ def mobilenet_v3_config(arch: str, width_mult: float = 1.0, reduced_tail: bool =
     return config, adjust(last // divider)
 
 
+def mobilenet_v3_features(config: list) -> list:
+    """torchvision's ``MobileNetV3.features`` as a list: stem, the blocks of ``config``, 1x1 head conv (6x the last
+    block's width). The segmentation heads use it as their backbone (``backbone.<i>`` in their checkpoints)."""
+    if not config:
+        raise ValueError("[MobileNetV3] the block configuration must not be empty.")
+    features = [conv_norm_activation(3, config[0].input_channels, 3, stride=2, norm_layer=_NORM,
+                                     activation_layer=nn.Hardswish)]
+    features += [InvertedResidual(cnf) for cnf in config]
+    features.append(conv_norm_activation(config[-1].out_channels, 6 * config[-1].out_channels, 1, norm_layer=_NORM,
+                                         activation_layer=nn.Hardswish))
+    return features
+
+
+def stage_indices(features: list) -> list:
+    """Indices in ``features`` where torchvision's segmentation heads may tap: the stem, every strided block (its
+    ``_is_cn``, also when dilation replaced the stride) and the head conv."""
+    return [0] + [i for i, f in enumerate(features) if getattr(f, "is_strided", False)] + [len(features) - 1]
+
+
 class MobileNetV3(TorchCheckpointMixin, nn.Module):
     """MobileNetV3: hard-swish stem, inverted residuals, 1x1 head conv (6x), global average, ``classifier``
     (Linear, Hardswish, Dropout, Linear).
@@ -137,14 +156,8 @@ class MobileNetV3(TorchCheckpointMixin, nn.Module):
 
     def __init__(self, config: list, last_channel: int, num_classes: int = 1000, dropout: float = 0.2):
         super().__init__()
-        if not config:
-            raise ValueError("[MobileNetV3] the block configuration must not be empty.")
-        self.features = [conv_norm_activation(3, config[0].input_channels, 3, stride=2, norm_layer=_NORM,
-                                               activation_layer=nn.Hardswish)]
-        self.features += [InvertedResidual(cnf) for cnf in config]
+        self.features = mobilenet_v3_features(config)
         head = 6 * config[-1].out_channels
-        self.features.append(conv_norm_activation(config[-1].out_channels, head, 1, norm_layer=_NORM,
-                                                  activation_layer=nn.Hardswish))
         self.classifier = [nn.Linear(head, last_channel), nn.Hardswish(), nn.Dropout(dropout),
                            nn.Linear(last_channel, num_classes)]
 
