@@ -10,7 +10,7 @@ Models are channels-last: input ``(N, H, W, 3)``, output ``(N, num_classes)``. E
 Importing this package never imports torch.
 """
 
-from . import convnext, efficientnet, lraspp, mnasnet, mobilenetv3, regnet, shufflenetv2  # noqa: F401  (zoob: mobile and efficient families)
+from . import convnext, efficientnet, lraspp, mnasnet, mobilenetv3, regnet, shufflenetv2  # noqa: F401
 from . import mobilenet, resnet, vgg  # noqa: F401  (importing a family registers its models)
 from .registry import create, list_models, model_info, register_model
 

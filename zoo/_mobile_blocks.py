@@ -1,5 +1,7 @@
 """Pieces shared by the zoo's mobile and efficient families (MobileNetV3, LR-ASPP, ...), channels-last.
 
+* :class:`ReLU`: ``nn.ReLU`` through Porter's native multi-threaded kernel where it is built (MLX's ``maximum`` is
+  single-threaded on CPU), as the converter's ReLU.
 * :class:`Hardsigmoid`: ``torch.nn.Hardsigmoid`` (MLX has ``Hardswish`` but no hard sigmoid).
 * :func:`resize_bilinear`: ``F.interpolate(x, size=..., mode="bilinear", align_corners=False)``.
 """
@@ -10,7 +12,18 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-__all__ = ["Hardsigmoid", "resize_bilinear"]
+from porter.layers import _native
+
+__all__ = ["Hardsigmoid", "ReLU", "resize_bilinear"]
+
+
+class ReLU(nn.Module):
+    """``max(x, 0)`` (NaN stays NaN; gradient where the output is positive, as torch). Shape: any -> same."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if mx.issubdtype(x.dtype, mx.floating) and _native.active():
+            return _native.relu(x)
+        return nn.relu(x)
 
 
 class Hardsigmoid(nn.Module):

@@ -20,7 +20,7 @@ from porter.layers import BatchNorm2d, Conv2d
 
 from ._common import apply_sequence
 from ._loading import TorchCheckpointMixin
-from ._mobile_blocks import resize_bilinear
+from ._mobile_blocks import ReLU, resize_bilinear
 from .mobilenetv3 import mobilenet_v3_config, mobilenet_v3_features, stage_indices
 from .registry import register_model
 
@@ -38,7 +38,7 @@ class LRASPPHead(nn.Module):
 
     def __init__(self, low_channels: int, high_channels: int, num_classes: int, inter_channels: int):
         super().__init__()
-        self.cbr = [Conv2d(high_channels, inter_channels, 1, bias=False), BatchNorm2d(inter_channels), nn.ReLU()]
+        self.cbr = [Conv2d(high_channels, inter_channels, 1, bias=False), BatchNorm2d(inter_channels), ReLU()]
         # index 0 is torchvision's AdaptiveAvgPool2d(1): a mean, applied in __call__
         self.scale = [nn.Identity(), Conv2d(high_channels, inter_channels, 1, bias=False), nn.Sigmoid()]
         self.low_classifier = Conv2d(low_channels, num_classes, 1)

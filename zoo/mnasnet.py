@@ -20,6 +20,7 @@ from porter.layers import BatchNorm, Conv2d
 
 from ._common import apply_sequence
 from ._loading import TorchCheckpointMixin
+from ._mobile_blocks import ReLU
 from .registry import register_model
 
 # TensorFlow's batch-norm momentum 0.9997, in torch's convention
@@ -46,9 +47,9 @@ class _InvertedResidual(nn.Module):
             raise ValueError(f"[MNASNet] 'kernel_size' must be 3 or 5 but got {kernel_size}.")
         mid = in_ch * expansion_factor
         self.apply_residual = in_ch == out_ch and stride == 1
-        self.layers = [Conv2d(in_ch, mid, 1, bias=False), _BN(mid), nn.ReLU(),
+        self.layers = [Conv2d(in_ch, mid, 1, bias=False), _BN(mid), ReLU(),
                        Conv2d(mid, mid, kernel_size, stride=stride, padding=kernel_size // 2, groups=mid, bias=False),
-                       _BN(mid), nn.ReLU(),
+                       _BN(mid), ReLU(),
                        Conv2d(mid, out_ch, 1, bias=False), _BN(out_ch)]
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -88,12 +89,12 @@ class MNASNet(TorchCheckpointMixin, nn.Module):
             raise ValueError(f"[MNASNet] 'alpha' should be greater than 0.0 but got {alpha!r}.")
         d = _get_depths(alpha)
         self.layers = [
-            Conv2d(3, d[0], 3, stride=2, padding=1, bias=False), _BN(d[0]), nn.ReLU(),
-            Conv2d(d[0], d[0], 3, padding=1, groups=d[0], bias=False), _BN(d[0]), nn.ReLU(),
+            Conv2d(3, d[0], 3, stride=2, padding=1, bias=False), _BN(d[0]), ReLU(),
+            Conv2d(d[0], d[0], 3, padding=1, groups=d[0], bias=False), _BN(d[0]), ReLU(),
             Conv2d(d[0], d[1], 1, bias=False), _BN(d[1]),
             _stack(d[1], d[2], 3, 2, 3, 3), _stack(d[2], d[3], 5, 2, 3, 3), _stack(d[3], d[4], 5, 2, 6, 3),
             _stack(d[4], d[5], 3, 1, 6, 2), _stack(d[5], d[6], 5, 2, 6, 4), _stack(d[6], d[7], 3, 1, 6, 1),
-            Conv2d(d[7], 1280, 1, bias=False), _BN(1280), nn.ReLU(),
+            Conv2d(d[7], 1280, 1, bias=False), _BN(1280), ReLU(),
         ]
         self.classifier = [nn.Dropout(dropout), nn.Linear(1280, num_classes)]
 

@@ -23,7 +23,7 @@ from porter.layers import BatchNorm
 from ._blocks import SqueezeExcitation, conv_norm_activation
 from ._common import apply_sequence, make_divisible
 from ._loading import TorchCheckpointMixin
-from ._mobile_blocks import Hardsigmoid
+from ._mobile_blocks import Hardsigmoid, ReLU
 from .registry import register_model
 
 _NORM = partial(BatchNorm, eps=0.001, momentum=0.01)
@@ -58,7 +58,7 @@ class InvertedResidual(nn.Module):
         if cnf.stride not in (1, 2):
             raise ValueError(f"[InvertedResidual] 'stride' must be 1 or 2 but got {cnf.stride}.")
         self.use_res_connect = cnf.stride == 1 and cnf.input_channels == cnf.out_channels
-        act = nn.Hardswish if cnf.use_hs else nn.ReLU
+        act = nn.Hardswish if cnf.use_hs else ReLU
         self.block = []
         if cnf.expanded_channels != cnf.input_channels:
             self.block.append(conv_norm_activation(cnf.input_channels, cnf.expanded_channels, 1, norm_layer=_NORM,
@@ -69,7 +69,8 @@ class InvertedResidual(nn.Module):
                                                activation_layer=act))
         if cnf.use_se:
             squeeze = make_divisible(cnf.expanded_channels // 4, 8)
-            self.block.append(SqueezeExcitation(cnf.expanded_channels, squeeze, scale_activation=Hardsigmoid))
+            self.block.append(SqueezeExcitation(cnf.expanded_channels, squeeze, activation=ReLU,
+                                                scale_activation=Hardsigmoid))
         self.block.append(conv_norm_activation(cnf.expanded_channels, cnf.out_channels, 1, norm_layer=_NORM,
                                                activation_layer=None))
         self.out_channels = cnf.out_channels

@@ -22,6 +22,7 @@ import numpy as np
 from ._blocks import SqueezeExcitation, conv_norm_activation
 from ._common import apply_sequence, make_divisible
 from ._loading import TorchCheckpointMixin
+from ._mobile_blocks import ReLU
 from .registry import register_model
 
 
@@ -70,10 +71,11 @@ class BottleneckTransform(nn.Module):
                  se_ratio: Optional[float]):
         super().__init__()
         w_b = int(round(width_out * bottleneck_multiplier))
-        self.a = conv_norm_activation(width_in, w_b, 1)
-        self.b = conv_norm_activation(w_b, w_b, 3, stride=stride, groups=w_b // group_width)
+        self.a = conv_norm_activation(width_in, w_b, 1, activation_layer=ReLU)
+        self.b = conv_norm_activation(w_b, w_b, 3, stride=stride, groups=w_b // group_width,
+                                      activation_layer=ReLU)
         if se_ratio:
-            self.se = SqueezeExcitation(w_b, int(round(se_ratio * width_in)))
+            self.se = SqueezeExcitation(w_b, int(round(se_ratio * width_in)), activation=ReLU)
         self.c = conv_norm_activation(w_b, width_out, 1, activation_layer=None)
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -95,7 +97,7 @@ class ResBottleneckBlock(nn.Module):
         if width_in != width_out or stride != 1:
             self.proj = conv_norm_activation(width_in, width_out, 1, stride=stride, activation_layer=None)
         self.f = BottleneckTransform(width_in, width_out, stride, group_width, bottleneck_multiplier, se_ratio)
-        self.activation = nn.ReLU()
+        self.activation = ReLU()
 
     def __call__(self, x: mx.array) -> mx.array:
         shortcut = apply_sequence(self.proj, x) if "proj" in self else x
@@ -108,14 +110,15 @@ class AnyStage(nn.Module):
     def __init__(self, width_in: int, width_out: int, stride: int, depth: int, group_width: int,
                  bottleneck_multiplier: float, se_ratio: Optional[float], stage_index: int):
         super().__init__()
-        self.names = [f"block{stage_index}-{i}" for i in range(depth)]
-        for i, name in enumerate(self.names):
-            setattr(self, name, ResBottleneckBlock(width_in if i == 0 else width_out, width_out, stride if i == 0 else 1,
-                                                   group_width, bottleneck_multiplier, se_ratio))
+        self.depth, self.stage_index = depth, stage_index
+        for i in range(depth):
+            block = ResBottleneckBlock(width_in if i == 0 else width_out, width_out, stride if i == 0 else 1,
+                                       group_width, bottleneck_multiplier, se_ratio)
+            setattr(self, f"block{stage_index}-{i}", block)
 
     def __call__(self, x: mx.array) -> mx.array:
-        for name in self.names:
-            x = self[name](x)
+        for i in range(self.depth):
+            x = self[f"block{self.stage_index}-{i}"](x)
         return x
 
 
@@ -132,7 +135,7 @@ class RegNet(TorchCheckpointMixin, nn.Module):
 
     def __init__(self, stages: list, se_ratio: Optional[float], num_classes: int = 1000, stem_width: int = 32):
         super().__init__()
-        self.stem = conv_norm_activation(3, stem_width, 3, stride=2)
+        self.stem = conv_norm_activation(3, stem_width, 3, stride=2, activation_layer=ReLU)
         self.trunk_output = {}
         width = stem_width
         for i, (width_out, depth, group_width, bottleneck) in enumerate(stages):

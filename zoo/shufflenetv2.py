@@ -20,6 +20,7 @@ from porter.layers import BatchNorm2d, Conv2d, MaxPool2d
 
 from ._common import apply_sequence
 from ._loading import TorchCheckpointMixin
+from ._mobile_blocks import ReLU
 from .registry import register_model
 
 
@@ -56,10 +57,10 @@ class InvertedResidual(nn.Module):
         self.stride = stride
         self.branch1 = [] if stride == 1 else [
             _depthwise(inp, stride), BatchNorm2d(inp), Conv2d(inp, branch, 1, bias=False), BatchNorm2d(branch),
-            nn.ReLU()]
-        self.branch2 = [Conv2d(inp if stride > 1 else branch, branch, 1, bias=False), BatchNorm2d(branch), nn.ReLU(),
+            ReLU()]
+        self.branch2 = [Conv2d(inp if stride > 1 else branch, branch, 1, bias=False), BatchNorm2d(branch), ReLU(),
                         _depthwise(branch, stride), BatchNorm2d(branch),
-                        Conv2d(branch, branch, 1, bias=False), BatchNorm2d(branch), nn.ReLU()]
+                        Conv2d(branch, branch, 1, bias=False), BatchNorm2d(branch), ReLU()]
 
     def __call__(self, x: mx.array) -> mx.array:
         if self.stride == 1:
@@ -88,14 +89,14 @@ class ShuffleNetV2(TorchCheckpointMixin, nn.Module):
             raise ValueError("[ShuffleNetV2] 'stages_out_channels' must have 5 entries but got "
                              f"{list(stages_out_channels)}.")
         channels = stages_out_channels[0]
-        self.conv1 = [Conv2d(3, channels, 3, stride=2, padding=1, bias=False), BatchNorm2d(channels), nn.ReLU()]
+        self.conv1 = [Conv2d(3, channels, 3, stride=2, padding=1, bias=False), BatchNorm2d(channels), ReLU()]
         self.maxpool = MaxPool2d(3, stride=2, padding=1)
         for i, (repeats, out) in enumerate(zip(stages_repeats, stages_out_channels[1:4])):
             setattr(self, f"stage{i + 2}", [InvertedResidual(channels if j == 0 else out, out, 2 if j == 0 else 1)
                                             for j in range(repeats)])
             channels = out
         last = stages_out_channels[-1]
-        self.conv5 = [Conv2d(channels, last, 1, bias=False), BatchNorm2d(last), nn.ReLU()]
+        self.conv5 = [Conv2d(channels, last, 1, bias=False), BatchNorm2d(last), ReLU()]
         self.fc = nn.Linear(last, num_classes)
 
     def __call__(self, x: mx.array) -> mx.array:
