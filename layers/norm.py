@@ -16,6 +16,8 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import _native
+
 __all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
@@ -84,9 +86,20 @@ class BatchNorm(nn.BatchNorm):
                 self.running_var = ((1 - factor) * self.running_var + factor * mx.stop_gradient(unbiased)
                                     ).astype(self.running_var.dtype)
         else:
-            mean, var = self.running_mean, self.running_var
+            return self._eval_affine(x)
         y = ((x - mean) * mx.rsqrt(var + self.eps)).astype(x.dtype)
         return (self.weight * y + self.bias).astype(x.dtype) if "weight" in self else y
+
+    def _eval_affine(self, x: mx.array) -> mx.array:
+        # torch's CPU eval kernel: per-channel alpha = weight / sqrt(var + eps), beta = bias - mean * alpha, then one
+        # multiply-add over the activation (one native multi-threaded pass where the kernels are built)
+        alpha = mx.rsqrt(self.running_var + self.eps)
+        if "weight" in self:
+            alpha = alpha * self.weight
+        beta = self.bias - self.running_mean * alpha if "bias" in self else -self.running_mean * alpha
+        if x.dtype in (mx.float32, mx.float16, mx.bfloat16) and _native.active():  # its alpha/beta are float32
+            return _native.channel_affine(x, alpha, beta)
+        return (x * alpha + beta).astype(x.dtype)
 
 
 # torch's three classes differ only in the rank they accept; channels-last input makes them one layer

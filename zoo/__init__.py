@@ -10,6 +10,7 @@ Models are channels-last: input ``(N, H, W, 3)``, output ``(N, num_classes)``. E
 Importing this package never imports torch.
 """
 
+from . import convnext, efficientnet, lraspp, mnasnet, mobilenetv3, regnet, shufflenetv2  # noqa: F401
 from . import mobilenet, resnet, vgg  # noqa: F401  (importing a family registers its models)
 from . import alexnet  # noqa: F401
 from . import squeezenet  # noqa: F401
