@@ -127,14 +127,14 @@ _TORCH = "torchvision.models.video:{}"
 _SHAPE = (1, 3, 16, 112, 112)
 
 
-@register_model("r3d_18", family="video_resnet", summary="R3D-18: 3x3x3 convs, BasicBlock 2-2-2-2, 33.4M parameters",
+@register_model("r3d_18", family="video", summary="R3D-18: 3x3x3 convs, BasicBlock 2-2-2-2, 33.4M parameters",
                 torch_model=_TORCH.format("r3d_18"), input_shape=_SHAPE)
 def r3d_18(num_classes: int = 400, **kwargs) -> VideoResNet:
     """torchvision's ``r3d_18``. ``kwargs``: ``widths``."""
     return VideoResNet([conv3d_simple] * 4, [2, 2, 2, 2], basic_stem, num_classes=num_classes, **kwargs)
 
 
-@register_model("mc3_18", family="video_resnet",
+@register_model("mc3_18", family="video",
                 summary="MC3-18: 3x3x3 convs in stage 1, 1x3x3 after, BasicBlock 2-2-2-2, 11.7M parameters",
                 torch_model=_TORCH.format("mc3_18"), input_shape=_SHAPE)
 def mc3_18(num_classes: int = 400, **kwargs) -> VideoResNet:
@@ -143,7 +143,7 @@ def mc3_18(num_classes: int = 400, **kwargs) -> VideoResNet:
                        num_classes=num_classes, **kwargs)
 
 
-@register_model("r2plus1d_18", family="video_resnet",
+@register_model("r2plus1d_18", family="video",
                 summary="R(2+1)D-18: (1x3x3, 3x1x1) factorized convs, BasicBlock 2-2-2-2, 31.5M parameters",
                 torch_model=_TORCH.format("r2plus1d_18"), input_shape=_SHAPE)
 def r2plus1d_18(num_classes: int = 400, **kwargs) -> VideoResNet:
