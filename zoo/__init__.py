@@ -12,6 +12,7 @@ Importing this package never imports torch.
 
 from . import mobilenet, resnet, vgg  # noqa: F401  (importing a family registers its models)
 from . import s3d  # noqa: F401
+from . import swin  # noqa: F401
 from . import video_resnet  # noqa: F401
 from . import vit  # noqa: F401
 from .registry import create, list_models, model_info, register_model
