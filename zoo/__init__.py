@@ -11,6 +11,7 @@ Importing this package never imports torch.
 """
 
 from . import mobilenet, resnet, vgg  # noqa: F401  (importing a family registers its models)
+from . import maxvit  # noqa: F401
 from . import s3d  # noqa: F401
 from . import swin  # noqa: F401
 from . import video_resnet  # noqa: F401
