@@ -128,18 +128,23 @@ vit_l_32 = _builder(32, 24, 16, 1024, 4096)
 vit_h_14 = _builder(14, 32, 16, 1280, 5120)
 
 _SMALL = {"num_classes": 7, "image_size": 40, "num_layers": 2, "num_heads": 2, "hidden_dim": 16, "mlp_dim": 24}
-# ViT takes only its image_size: the second input differs in batch and in the model (a representation head)
+# ViT takes exactly its image_size, so the two inputs differ in batch; the members differ in image size (40, 45:
+# odd, 30, 42) and patch size, and vit_b_32 has a representation head (pre_logits + tanh).
 _INPUTS = ((2, 3, 40, 40), (3, 3, 40, 40))
 # torchvision documents vit_h_14 at image_size 518 (633,470,440 parameters, its SWAG weights); the default builder
 # (image_size 224) has (16*16+1) instead of (37*37+1) position embeddings of width 1280.
 _VIT_H_14_AT_224 = 633470440 - ((37 * 37 + 1) - (16 * 16 + 1)) * 1280
 CASES = {
-    "vit_b_16": Case(randomized(vit_b_16), {**_SMALL, "patch_size": 8}, inputs=_INPUTS, train=True, train_input=(4, 3, 40, 40),
+    "vit_b_16": Case(randomized(vit_b_16), {**_SMALL, "patch_size": 8}, inputs=_INPUTS, train=True,
+                     train_input=(4, 3, 40, 40),
                      train_kwargs={"dropout": 0.0, "attention_dropout": 0.0}, num_params=86567656),
     "vit_b_32": Case(randomized(vit_b_32), {**_SMALL, "patch_size": 20, "representation_size": 12}, inputs=_INPUTS,
                      num_params=88224232),
-    "vit_l_16": Case(randomized(vit_l_16), {**_SMALL, "patch_size": 5}, inputs=_INPUTS, num_params=304326632),
-    "vit_l_32": Case(randomized(vit_l_32), {**_SMALL, "patch_size": 10}, inputs=_INPUTS, num_params=306535400),
-    "vit_h_14": Case(randomized(vit_h_14), {**_SMALL, "image_size": 42, "patch_size": 7}, inputs=((2, 3, 42, 42), (1, 3, 42, 42)),
+    "vit_l_16": Case(randomized(vit_l_16), {**_SMALL, "image_size": 45, "patch_size": 5},
+                     inputs=((2, 3, 45, 45), (1, 3, 45, 45)), num_params=304326632),
+    "vit_l_32": Case(randomized(vit_l_32), {**_SMALL, "image_size": 30, "patch_size": 10},
+                     inputs=((2, 3, 30, 30), (3, 3, 30, 30)), num_params=306535400),
+    "vit_h_14": Case(randomized(vit_h_14), {**_SMALL, "image_size": 42, "patch_size": 7},
+                     inputs=((2, 3, 42, 42), (1, 3, 42, 42)),
                      num_params=_VIT_H_14_AT_224),
 }
