@@ -34,16 +34,20 @@ def mlp(in_channels: int, hidden_channels: Sequence[int], activation_layer: Call
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, bias: mx.array | None = None,
-              dropout: nn.Dropout | None = None) -> mx.array:
-    """``softmax(q @ k^T * scale + bias) @ v`` over ``(..., L, D)`` arrays; ``dropout`` (a module, active in
-    training) drops attention weights as torch's attention does. Without active dropout this is MLX's fused
-    ``scaled_dot_product_attention``."""
-    if dropout is None or not dropout.training or dropout._p_1 == 1.0:
+              dropout_p: float = 0.0, training: bool = False) -> mx.array:
+    """``softmax(q @ k^T * scale + bias) @ v`` over ``(..., L, D)`` arrays. In training, ``dropout_p`` drops
+    attention weights (survivors scaled by ``1 / (1 - p)``) as torch's attention does. Without active dropout this
+    is MLX's fused ``scaled_dot_product_attention``."""
+    if not training or dropout_p == 0.0:
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=bias)
     scores = (q * scale) @ k.swapaxes(-1, -2)
     if bias is not None:
         scores = scores + bias
-    return dropout(mx.softmax(scores, axis=-1, precise=True)) @ v
+    weights = mx.softmax(scores, axis=-1, precise=True)
+    if dropout_p >= 1.0:
+        return mx.zeros_like(weights) @ v
+    keep = mx.random.bernoulli(1.0 - dropout_p, weights.shape)
+    return (weights * keep * (1.0 / (1.0 - dropout_p))) @ v
 
 
 class MultiheadAttention(nn.Module):
@@ -69,7 +73,9 @@ class MultiheadAttention(nn.Module):
         self.in_proj_weight = mx.random.uniform(-bound, bound, (3 * embed_dim, embed_dim))
         self.in_proj_bias = mx.zeros((3 * embed_dim,))
         self.out_proj = nn.Linear(embed_dim, embed_dim)
-        self.attn_dropout = nn.Dropout(dropout)
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"[MultiheadAttention] 'dropout' must be in [0, 1] but got {dropout!r}.")
+        self.dropout = dropout
 
     def torch_parameter_specs(self) -> list:
         return [(name, tuple(self[name].shape), _same) for name in ("in_proj_weight", "in_proj_bias")]
@@ -79,7 +85,8 @@ class MultiheadAttention(nn.Module):
         head = e // self.num_heads
         qkv = mx.addmm(self.in_proj_bias, x, self.in_proj_weight.T)
         qkv = qkv.reshape(n, length, 3, self.num_heads, head).transpose(2, 0, 3, 1, 4)
-        out = attention(qkv[0], qkv[1], qkv[2], scale=head ** -0.5, dropout=self.attn_dropout)
+        out = attention(qkv[0], qkv[1], qkv[2], scale=head ** -0.5, dropout_p=self.dropout,
+                        training=self.training)
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, e))
 
 

@@ -83,7 +83,7 @@ class ShiftedWindowAttention(BufferMixin, nn.Module):
         self.num_heads = num_heads
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim, bias=proj_bias)
-        self.attn_drop = nn.Dropout(attention_dropout)
+        self.attention_dropout = attention_dropout
         self.proj_drop = nn.Dropout(dropout)
         self.relative_position_index = mx.array(relative_position_index(*self.window_size).reshape(-1), mx.int32)
         self._define_table()
@@ -135,7 +135,8 @@ class ShiftedWindowAttention(BufferMixin, nn.Module):
         if sum(shift) > 0:
             mask = mx.array(_shift_mask(ph, pw, (wh, ww), shift))[:, None]  # (windows, 1, N, N)
             bias = mx.broadcast_to((bias + mask)[None], (b, nh * nw, heads, n, n)).reshape(-1, heads, n, n)
-        x = attention(q, k, qkv[2], scale=scale, bias=bias.astype(q.dtype), dropout=self.attn_drop)
+        x = attention(q, k, qkv[2], scale=scale, bias=bias.astype(q.dtype), dropout_p=self.attention_dropout,
+                      training=self.training)
         x = self.proj_drop(self.proj(x.transpose(0, 2, 1, 3).reshape(b * nh * nw, n, c)))
         x = x.reshape(b, nh, nw, wh, ww, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, ph, pw, c)
         if sum(shift) > 0:
