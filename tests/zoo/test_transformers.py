@@ -1,6 +1,6 @@
 """Attention families beyond the registry-wide tests: Swin's shifted-window attention at the layer level on the
 sizes that take torchvision's special paths (one dim shifted, the other covered by the window), ViT's image_size,
-MaxViT's partition checks, dropout and stochastic depth in training, bfloat16."""
+MaxViT's partition checks, dropout and stochastic depth in training, bfloat16, NaN kept per sample."""
 
 import os
 import sys
@@ -116,3 +116,20 @@ def test_bfloat16_follows_torch(name):
     assert got.dtype == mx.bfloat16
     err = np.abs(np.array(got.astype(mx.float32)) - expected).max()
     assert err <= 3 * torch_err + 1e-3 * np.abs(expected).max(), (err, torch_err)
+
+
+@pytest.mark.parametrize("name", ["vit_b_16", "swin_t", "swin_v2_t", "maxvit_t"])
+def test_nan_stays_in_its_sample(name):
+    """A NaN pixel in sample 0 makes torch's output for sample 0 NaN and leaves sample 1 alone: windows, grids and
+    attention never mix samples (the batch folds into the window axis and back)."""
+    twin = tz.seeded_twin(name)
+    model = tz.loaded_zoo_model(name, twin)
+    shape = tz.CASES[name].inputs[0]
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5))
+    x[0, 1, shape[2] // 2, shape[3] - 1] = float("nan")
+    with torch.no_grad():
+        expected = twin(x).numpy()
+    got = np.array(model(mx.array(tz._channels_last(x.numpy()))))
+    assert np.isnan(expected[0]).all() and np.isfinite(expected[1]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_allclose(got[1], expected[1], rtol=0, atol=1e-4 * np.abs(expected[1]).max())
