@@ -10,13 +10,10 @@ Models are channels-last: input ``(N, H, W, 3)``, output ``(N, num_classes)``. E
 Importing this package never imports torch.
 """
 
+# importing a family registers its models
+from . import alexnet, densenet, googlenet, inception, mobilenet, resnet, squeezenet, vgg  # noqa: F401
 from . import convnext, efficientnet, lraspp, mnasnet, mobilenetv3, regnet, shufflenetv2  # noqa: F401
-from . import mobilenet, resnet, vgg  # noqa: F401  (importing a family registers its models)
-from . import alexnet  # noqa: F401
-from . import squeezenet  # noqa: F401
-from . import densenet  # noqa: F401
-from . import googlenet  # noqa: F401
-from . import inception  # noqa: F401
+from . import maxvit, s3d, swin, video_resnet, vit  # noqa: F401
 from . import segmentation  # noqa: F401
 from .registry import create, list_models, model_info, register_model
 
