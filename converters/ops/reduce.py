@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from porter.layers import activation as act
+
 from .. import layout as L
 from ..registry import kernel, register
 from .shape import _dims
@@ -37,7 +39,7 @@ def k_softmax(x, *, axis, log=False, dtype=None):
         x = x.astype(getattr(mx, dtype))
     if log:
         return x - mx.logsumexp(x, axis=axis, keepdims=True)
-    return mx.softmax(x, axis=axis, precise=True)
+    return act.softmax(x, axis)  # one native pass on CPU (porter.layers.activation)
 
 
 @kernel("argmax")
