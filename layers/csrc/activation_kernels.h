@@ -3,7 +3,8 @@
 //
 // MLX's CPU unary ops call the scalar libm function per element on one thread (15-35x torch's time). Here every
 // float function is branch-free arithmetic (Cephes-style range reduction and polynomials, selects for inf/NaN), so
-// GCC/Clang vectorize the loops at -O3 -march=native. Accuracy, float32: exp ~1 ulp (Cephes expf), tanh <= ~3 ulp,
+// GCC/Clang vectorize the loops at -O3 -march=native -fno-trapping-math (checked with -fopt-info-vec: std::floor and
+// some nested selects stop GCC 12, hence the forms used below). Accuracy, float32: exp ~1 ulp (Cephes expf), tanh <= ~3 ulp,
 // GELU's erfc Numerical-Recipes form (relative error ~1.2e-7, also in the tails, where torch's 1 + erf cancels);
 // float16/bfloat16 are computed in float32 and rounded once (torch's CPU kernels do the same); float64 uses libm.
 #pragma once
@@ -26,7 +27,8 @@ enum class Act : int { exp = 0, sigmoid, silu, tanh, gelu, gelu_tanh };
 inline float exp_f(float x) {
   float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
   xc = x != x ? 0.0f : xc;
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  // round to nearest by adding and subtracting 1.5 * 2^23 (|n| <= 150): std::floor would block vectorization
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   const float z = r * r;
@@ -66,9 +68,8 @@ inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
 // e^a for a double argument, to float accuracy of the *unrounded* a: e^hi (1 + lo) with hi = a rounded to float.
 // Where a is large (|a| ~ 10-80), rounding it to float first would cost |a| * 2^-24 relative error (tens of ulp).
 inline double exp_dd(double a) {
-  const float hi = static_cast<float>(a);
-  const double lo = a - static_cast<double>(hi);
-  return static_cast<double>(exp_f(hi)) * (1.0 + (lo - lo == 0.0 ? lo : 0.0));  // lo is NaN when a is +-inf
+  const float hi = static_cast<float>(a);  // callers keep |a| within float range (then lo is finite)
+  return static_cast<double>(exp_f(hi)) * (1.0 + (a - static_cast<double>(hi)));
 }
 
 // erfc(z) (Numerical Recipes' erfcc: fractional error < 1.2e-7 everywhere), the fit evaluated in double so that
@@ -107,7 +108,8 @@ inline float erf_small_f(float z) {
 // 2 * Phi(x) = 1 + erf(x / sqrt2) = erfc(-x / sqrt2), accurate relative to its value for every x.
 inline float two_cdf_f(float x) {
   const float z = x * 0.70710678118654752f;
-  const float far = static_cast<float>(erfc_dd(-static_cast<double>(x) * 0.70710678118654752));
+  const float xc = x < -40.0f ? -40.0f : (x > 40.0f ? 40.0f : x);  // 2 Phi(+-40) is 2 / 0: z^2 stays finite
+  const float far = static_cast<float>(erfc_dd(-static_cast<double>(xc) * 0.70710678118654752));
   return std::fabs(z) <= 0.5f ? 1.0f + erf_small_f(z) : far;
 }
 
@@ -197,8 +199,13 @@ template <>
 struct ActMath<Act::gelu_tanh> {
   // x/2 * (1 + tanh(u)) = x / (1 + e^{-2u}), u = sqrt(2/pi) (x + 0.044715 x^3): no cancellation for negative x
   static float f(float x) {
-    const double d = x;  // the exponent in double: it reaches |2u| ~ 80, where float rounding costs tens of ulp
-    return static_cast<float>(d / (1.0 + exp_dd(-2.0 * 0.79788456080286536 * (d + 0.044715 * d * d * d))));
+    // the exponent in double: it reaches |2u| ~ 80, where float rounding costs tens of ulp; x clamped to +-1e4
+    // for it only (e^{-2u} is already 0 or inf there), so it stays within float range
+    double d = x;
+    d = d < -1e4 ? -1e4 : d;  // two statements: GCC 12 if-converts (vectorizes) this form, not a nested ternary
+    d = d > 1e4 ? 1e4 : d;
+    const float e = static_cast<float>(exp_dd(-2.0 * 0.79788456080286536 * (d + 0.044715 * d * d * d)));
+    return x / (1.0f + e);
   }
   static double f(double x) {
     return 0.5 * x * (1.0 + std::tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
