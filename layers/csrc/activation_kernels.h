@@ -105,11 +105,34 @@ inline float erf_small_f(float z) {
   return z * p;
 }
 
+// erfc(-x / sqrt2) for x <= -0.5 sqrt2 (Numerical Recipes' erfcc, fractional error < 1.2e-7), in float: the
+// exponent's -z^2 = -x^2/2 is carried exactly as hi + lo (an FMA gives x^2's rounding error), so rounding z = x/sqrt2
+// to float costs nothing (it would cost z^2 * 2^-24 relative, ~8 ulp at z = 2), and e^{-hi} e^{p(t) - lo} has
+// two ~1 ulp exponentials.
+inline float erfc_neg_f(float x) {
+  const float a = std::fabs(x) * 0.70710678118654752f;
+  const float t = 1.0f / (1.0f + 0.5f * a);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float hi = x * x;
+  const float lo = std::fma(x, x, -hi);  // x^2 = hi + lo exactly
+  return t * exp_f(-0.5f * hi) * exp_f(p - 0.5f * lo);
+}
+
 // 2 * Phi(x) = 1 + erf(x / sqrt2) = erfc(-x / sqrt2), accurate relative to its value for every x.
 inline float two_cdf_f(float x) {
   const float z = x * 0.70710678118654752f;
-  const float xc = x < -40.0f ? -40.0f : (x > 40.0f ? 40.0f : x);  // 2 Phi(+-40) is 2 / 0: z^2 stays finite
-  const float far = static_cast<float>(erfc_dd(-static_cast<double>(xc) * 0.70710678118654752));
+  const float xc = x < -40.0f ? -40.0f : (x > 40.0f ? 40.0f : x);  // 2 Phi(+-40) is 2 / 0: x^2 stays finite
+  const float tail = erfc_neg_f(xc);  // erfc(|z|) for the |x|
+  const float far = xc < 0.0f ? tail : 2.0f - tail;
   return std::fabs(z) <= 0.5f ? 1.0f + erf_small_f(z) : far;
 }
 
