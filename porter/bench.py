@@ -130,9 +130,10 @@ def run_mlx(spec: dict) -> dict:
     forward = convert(model, xt)
     if spec.get("compile"):
         forward = mx.compile(forward)
-    xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim == 4 else x)
+    # images and videos channels-last ((N, C, H, W) -> (N, H, W, C), (N, C, T, H, W) -> (N, T, H, W, C))
+    xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim in (4, 5) else x)
     out = np.array(forward(xm))
-    if out.ndim == 4:
+    if out.ndim in (4, 5):
         out = np.moveaxis(out, -1, 1)
     rel_err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-12))
     mx.reset_peak_memory()
