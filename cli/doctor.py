@@ -36,7 +36,7 @@ def format_info(info: dict) -> str:
         lines.append(f"  threads       {blas['threads']}")
     provider = info.get("blas_symbol_provider")
     if info["platform"].startswith("Linux"):
-        lines.append(f"  MLX resolves  cblas_sgemm from {provider or 'its bundled libblas (nothing preloaded)'}")
+        lines.append(f"  MLX calls     cblas_sgemm in {provider or 'an unknown library'}")
     for skipped in blas["skipped"]:
         lines.append(f"  skipped       {skipped['source']}: {skipped['path']} ({skipped['why']})")
     lines += [

@@ -1,10 +1,11 @@
-"""Porter's MLX layers: torch.nn's conv and pooling layers, exact to torch, channels-last.
+"""Porter's MLX layers: torch.nn's conv, pooling and activation layers, exact to torch, channels-last.
 
 Every layer takes ``(N, *spatial, C)`` input (or unbatched ``(*spatial, C)`` where torch accepts unbatched input)
 and has torch's class name, constructor arguments and defaults. Functional forms live in
 :mod:`porter.layers.functional`.
 """
 
+from .activation import GELU, Sigmoid, SiLU, Softmax, Tanh
 from .adaptive_avg import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d
 from .adaptive_max import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d
 from .avg_pool import AvgPool1d, AvgPool2d, AvgPool3d

@@ -40,8 +40,8 @@ ENV_ENABLE = "PORTER_NATIVE"
 ENV_DIR = "PORTER_KERNEL_DIR"
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
-    "CMakeLists.txt", "kernels.cpp", "conv_kernels.h", "elementwise_kernels.h", "parallel.h", "pool_kernels.h",
-    "windows.h", "winograd_kernels.h",
+    "CMakeLists.txt", "kernels.cpp", "activation_kernels.h", "conv_kernels.h", "elementwise_kernels.h",
+    "grouped_conv_kernels.h", "parallel.h", "pool_kernels.h", "windows.h", "winograd_kernels.h",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"
@@ -323,6 +323,15 @@ def depthwise_conv(x: mx.array, weight: mx.array, stride: tuple, lo: tuple, hi: 
     return kernels().depthwise_conv(x, weight, list(stride), list(lo), list(hi), list(dilation))
 
 
+def grouped_conv(x: mx.array, weight: mx.array, stride: tuple, lo: tuple, hi: tuple, dilation: tuple,
+                 groups: int) -> mx.array:
+    """Grouped conv of batched channels-last float32/float64 ``x`` ``(N, *spatial, C_in)`` with ``weight``
+    ``(C_out, *kernel, C_in/groups)``: one direct pass per output row (``csrc/grouped_conv_kernels.h``), zero padding
+    ``lo``/``hi`` never materialized; input and weight gradients are native passes too (and each other's adjoints,
+    so second derivatives work)."""
+    return kernels().grouped_conv(x, weight, list(stride), list(lo), list(hi), list(dilation), int(groups))
+
+
 def unpool(values: mx.array, index: mx.array, plane: tuple):
     """``out[n, index, c] = values`` per plane (the last writer in scan order wins), ``(N, *plane, C)``; also the
     count of out-of-range indices (skipped) as an int64 scalar, which the caller must check."""
@@ -339,6 +348,19 @@ def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = Fa
 def relu(x: mx.array) -> mx.array:
     """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient where the output is positive (torch's)."""
     return kernels().relu(x)
+
+
+def activation(x: mx.array, kind: str) -> mx.array:
+    """``kind`` (``exp``, ``sigmoid``, ``silu``, ``tanh``, ``gelu``, ``gelu_tanh``) elementwise in one vectorized,
+    multi-threaded pass (``csrc/activation_kernels.h``), computed in float32 (float64 for float64) and rounded once;
+    torch's gradient formulas, also a native pass; second derivatives through MLX ops."""
+    return kernels().activation(x, kind)
+
+
+def softmax(x: mx.array, axis: int) -> mx.array:
+    """Softmax along any ``axis`` in one multi-threaded pass per row block (float32 accumulation for 16-bit types),
+    with torch's gradient ``y * (g - sum(g * y))`` as a native pass too."""
+    return kernels().softmax(x, int(axis))
 
 
 def lp_root(a: mx.array, scale: float, inv_p: float) -> mx.array:

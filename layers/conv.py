@@ -185,6 +185,10 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
             # one pass per output, padding never materialized; gradients in the primitive (layers/csrc)
             return _native.depthwise_conv(x, weight, stride, lo, hi, dilation)
         return _depthwise_conv(x, weight, stride, lo, hi, dilation)
+    if groups > 1 and _grouped_native(x, weight, groups):
+        # ResNeXt/RegNet-style groups: one direct pass (MLX runs a small im2col + GEMM per group, ~60x slower);
+        # input and weight gradients native too (layers/csrc/grouped_conv_kernels.h)
+        return _native.grouped_conv(x, weight, stride, lo, hi, dilation, groups)
     if WINOGRAD and _winograd_pays(x, weight, stride, lo, hi, dilation, groups):
         return _native.winograd_conv3x3(x, weight, lo, hi)
     if len(kernel) == 3 and groups > 1:
@@ -196,6 +200,15 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
     return mx.conv_general(
         x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
     )
+
+
+# groups of at most this many input channels run as Porter's direct grouped conv; wider groups keep MLX's GEMMs
+GROUPED_MAX_GROUP_WIDTH = 64
+
+
+def _grouped_native(x, weight, groups) -> bool:
+    return (weight.shape[-1] <= GROUPED_MAX_GROUP_WIDTH and x.dtype in (mx.float32, mx.float64)
+            and weight.dtype == x.dtype and _native.active())
 
 
 def _winograd_pays(x, weight, stride, lo, hi, dilation, groups) -> bool:

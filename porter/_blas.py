@@ -1,9 +1,11 @@
-"""Give MLX an optimized BLAS on Linux, chosen when :mod:`porter` is imported.
+"""Give MLX an optimized BLAS on Linux, chosen when :mod:`porter` is imported, without changing torch's.
 
 The ``mlx[cpu]`` wheel for Linux ships the reference (netlib) BLAS, which makes every convolution and matmul tens of
-times slower than torch. MLX binds its BLAS symbols when ``mlx.core`` is imported, looking first in the process's
-global scope, so an optimized BLAS loaded with ``RTLD_GLOBAL`` *before* that import is the one MLX uses. Loading one
-later does nothing, and MLX has no runtime switch. Hence this module runs first thing in ``porter/__init__.py``.
+times slower than torch. Porter loads an optimized BLAS *locally* (``RTLD_LOCAL``: not in the process's global symbol
+scope) and points the GOT slots through which ``libmlx.so`` calls its bundled BLAS/LAPACK at it (see
+:mod:`porter._bind`). Loading it globally before MLX, as Porter once did, also rebound torch's own interposable
+``sgemm_`` to it and made torch's forward 2-8x slower; now torch keeps its BLAS whatever the import order, and MLX
+gets the fast one even when ``mlx.core`` was imported before Porter.
 
 Candidates, in this order (the first that is present, safe on this CPU and loads, wins):
 
@@ -263,6 +265,38 @@ def _load_global(path: str) -> ctypes.CDLL:
     return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
+def _load_local(path: str) -> ctypes.CDLL:
+    """Loaded for MLX only: not in the global scope, so no other library (torch) binds to its symbols."""
+    return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+
+
+def bind_mlx(lib, path: str) -> str | None:
+    """Point MLX's BLAS/LAPACK calls at the loaded library ``lib`` (file ``path``); returns why not, or None."""
+    import mlx.core  # noqa: F401  (loads libmlx.so and the BLAS it bundles)
+
+    from porter import _bind
+
+    mlx_lib = _bind.loaded_path("libmlx.so")
+    if mlx_lib is None:
+        return "libmlx.so is not loaded (an MLX built without a separate libmlx)"
+    owners = _bind.bundled_blas(mlx_lib)
+    if not owners:
+        return "libmlx.so links no BLAS library that Porter can replace"
+    if _bind.rebind(mlx_lib, lib, path, owners) == 0:
+        return "provides none of the BLAS functions MLX calls"
+    return None
+
+
+def mlx_provider(symbol: str = "cblas_sgemm") -> str | None:
+    """The library MLX's ``symbol`` calls go to (read from libmlx's GOT), or None if that cannot be read."""
+    import mlx.core  # noqa: F401
+
+    from porter import _bind
+
+    mlx_lib = _bind.loaded_path("libmlx.so")
+    return _bind.provider(mlx_lib, symbol) if mlx_lib else None
+
+
 def _gfortran_from_mlx() -> str | None:
     """The libgfortran the mlx-cpu wheel bundles (renamed by auditwheel, e.g. ``libgfortran-f7379c93.so.5.0.0``)."""
     for site in _site_dirs():
@@ -297,16 +331,17 @@ def provide_gfortran(bundled: str, load: Callable[[str], object] = _load_global)
         os.close(fd)
 
 
-def load_candidate(candidate: Candidate, load: Callable[[str], object] = _load_global):
-    """Load ``candidate`` globally; if it lacks ``libgfortran.so.5`` (cmeel-openblas on a machine without gfortran),
-    borrow mlx-cpu's copy and retry. Raises OSError if it cannot be loaded."""
+def load_candidate(candidate: Candidate, load: Callable[[str], object] = _load_local):
+    """Load ``candidate`` (locally by default); if it lacks ``libgfortran.so.5`` (cmeel-openblas on a machine without
+    gfortran), borrow mlx-cpu's copy and retry. Raises OSError if it cannot be loaded."""
     try:
         return load(candidate.path)
     except OSError as err:
         bundled = _gfortran_from_mlx()
         if "libgfortran.so.5" not in str(err) or bundled is None:
             raise
-        provide_gfortran(bundled, load)
+        # global (found by SONAME from the BLAS's DT_NEEDED); it defines no BLAS symbol, so torch is unaffected
+        provide_gfortran(bundled, _load_global if load is _load_local else load)
         return load(candidate.path)
 
 
@@ -352,24 +387,27 @@ def choose(
     env: Mapping[str, str] | None = None,
     *,
     system: str | None = None,
-    mlx_imported: bool | None = None,
+    preloaded: str | None | bool = None,
     flags: frozenset[str] | None = None,
     candidates: Iterable[Candidate] | None = None,
-    load: Callable[[str], object] = _load_global,
+    load: Callable[[str], object] = _load_local,
+    bind: Callable[[object, str], str | None] = bind_mlx,
 ) -> BlasChoice:
     """Decide (and load) the BLAS for MLX. Every input is injectable so the logic is testable without side effects.
 
     Args:
         env (Mapping, optional): environment. Default: ``os.environ``.
         system (str, optional): ``platform.system()``. Default: this machine's.
-        mlx_imported (bool, optional): whether ``mlx.core`` is already imported. Default: looked up in ``sys.modules``.
+        preloaded (str or False, optional): a BLAS already in the global scope (``LD_PRELOAD``), which MLX then
+            uses and Porter leaves alone; False for none. Default: looked up (:func:`global_provider`).
         flags (frozenset, optional): CPU flags. Default: from ``/proc/cpuinfo``.
         candidates (Iterable[Candidate], optional): Default: :func:`find_candidates`.
-        load (callable, optional): loads a library globally; raises OSError on failure.
+        load (callable, optional): loads a library (locally); raises OSError on failure.
+        bind (callable, optional): ``bind(lib, path)`` points MLX's BLAS calls at the loaded library; returns why
+            it could not, or None. Default: :func:`bind_mlx`.
     """
     env = os.environ if env is None else env
     system = platform.system() if system is None else system
-    mlx_imported = "mlx.core" in sys.modules if mlx_imported is None else mlx_imported
     setting = env.get(ENV_BLAS, "").strip()
 
     if system == "Darwin":
@@ -380,14 +418,10 @@ def choose(
         return BlasChoice(reason=f"disabled by {ENV_BLAS}={setting}")
     flags = cpu_flags() if flags is None else flags
     candidates = find_candidates(env) if candidates is None else list(candidates)
-    if mlx_imported:
-        provider = global_provider()
-        choice = BlasChoice(library=provider, source="preloaded" if provider else "bundled",
-                            reason="mlx.core was imported before porter, so Porter could not choose its BLAS")
-        if provider is None and any(unsafe_reason(c, flags, explicit=c.source == ENV_BLAS) is None for c in candidates):
-            choice.hint = ("porter: mlx.core was imported before porter, so MLX keeps its slow bundled BLAS although "
-                           "an optimized one is installed; import porter (or porter.layers) before mlx.core.")
-        return choice
+    preloaded = global_provider() if preloaded is None else preloaded
+    if preloaded:
+        return BlasChoice(library=preloaded, source="preloaded",
+                          reason="a BLAS was already in the global scope (LD_PRELOAD?); MLX uses it")
 
     skipped: list[tuple[str, str, str]] = []
     for c in candidates:
@@ -400,6 +434,8 @@ def choose(
             else:
                 if not hasattr(lib, "cblas_sgemm"):  # e.g. scipy-openblas32, whose symbols are prefixed
                     why = "loaded, but exports no cblas_sgemm, so MLX would not use it"
+                else:
+                    why = bind(lib, c.path)
             if why is None:
                 _set_threads(lib, env)
                 config, threads = _describe(lib)

@@ -118,7 +118,8 @@ def runtime_info() -> dict:
         "mlx": mx.__version__,
         "device": str(mx.default_device()),
         "blas": _blas.CHOICE.to_dict(),
-        "blas_symbol_provider": _blas.global_provider() if platform.system() == "Linux" else None,
+        # what MLX's cblas_sgemm calls go to, read from libmlx's GOT (the bundled libblas when Porter chose none)
+        "blas_symbol_provider": _blas.mlx_provider() if platform.system() == "Linux" else None,
         "cache_limit": get_cache_limit(),
         "cache_limit_how": _cache["how"],
         "memory_limit": mx.get_memory_limit(),

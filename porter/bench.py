@@ -1,8 +1,8 @@
-"""Forward-pass timing of a model in torch and in MLX through Porter, each in its own process.
+"""Forward-pass and training-step timing of a model in torch and in MLX through Porter, each in its own process,
+and a per-op time attribution of the MLX side.
 
-Porter gives MLX an optimized BLAS by loading it globally before ``mlx.core`` is imported; in the same process that
-can also rebind torch's lazily bound BLAS calls and change torch's speed. So a fair comparison runs each framework in a
-fresh interpreter: :func:`benchmark_isolated` starts ``python -m porter.bench`` with a JSON spec and reads one JSON
+Each framework runs in a fresh interpreter (one framework's threads, caches and allocator state never touch the
+other's timings): :func:`benchmark_isolated` starts ``python -m porter.bench`` with a JSON spec and reads one JSON
 line back. The model is named by importable specs (``"package.module:function"``) so the child can build it.
 
 Example::
@@ -102,9 +102,12 @@ def run_torch(spec: dict) -> dict:
     model = _torch_model(spec)
     x = torch.from_numpy(_input(spec))
     base = rss_bytes()
-    with torch.no_grad():
-        timing = time_fn(lambda: model(x), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
-    return dict(timing, framework="torch", torch=torch.__version__, threads=torch.get_num_threads(),
+    if spec.get("mode") == "train":
+        timing = time_fn(_train_step_torch(model, x), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    else:
+        with torch.no_grad():
+            timing = time_fn(lambda: model(x), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    return dict(timing, framework="torch", mode=spec.get("mode", "forward"), torch=torch.__version__, threads=torch.get_num_threads(),
                 peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20)
 
 
@@ -127,20 +130,85 @@ def run_mlx(spec: dict) -> dict:
     forward = convert(model, xt)
     if spec.get("compile"):
         forward = mx.compile(forward)
-    xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim == 4 else x)
+    # images and videos channels-last ((N, C, H, W) -> (N, H, W, C), (N, C, T, H, W) -> (N, T, H, W, C))
+    xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim in (4, 5) else x)
     out = np.array(forward(xm))
-    if out.ndim == 4:
+    if out.ndim in (4, 5):
         out = np.moveaxis(out, -1, 1)
     rel_err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-12))
     mx.reset_peak_memory()
     base = rss_bytes()
-    timing = time_fn(lambda: mx.eval(forward(xm)), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    if spec.get("mode") == "train":
+        timing = time_fn(_train_step_mlx(forward, xm), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    else:
+        timing = time_fn(lambda: mx.eval(forward(xm)), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    profile = op_profile(forward, xm) if spec.get("profile") and hasattr(forward, "_program") else None
     info = porter.runtime_info()
-    return dict(timing, framework="mlx", mlx=info["mlx"], blas=info["blas"]["config"] or info["blas"]["source"],
+    return dict(timing, framework="mlx", mode=spec.get("mode", "forward"), profile=profile, mlx=info["mlx"], blas=info["blas"]["config"] or info["blas"]["source"],
                 blas_library=info["blas"]["library"], threads=info["blas"]["threads"],
                 cache_limit=info["cache_limit"], mlx_peak_mb=mx.get_peak_memory() / 2**20,
                 peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20, max_rel_err=rel_err,
                 path=(spec.get("converter") or "porter.convert") + (" + mx.compile" if spec.get("compile") else ""))
+
+
+def _train_step_torch(model, x, lr=1e-3):
+    """Forward, backward (sum of squares of the output) and an SGD update, as a torch user would write it."""
+    import torch
+
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _train_step_mlx(forward, x, lr=1e-3):
+    """The same step on the converted model: ``nn.value_and_grad`` and ``mlx.optimizers.SGD``."""
+    import mlx.core as mx
+    import mlx.nn as mnn
+    import mlx.optimizers as optim
+
+    opt = optim.SGD(learning_rate=lr)
+    loss_and_grad = mnn.value_and_grad(forward, lambda a: forward(a).square().mean())
+
+    def step():
+        loss, grads = loss_and_grad(x)
+        opt.update(forward, grads)
+        mx.eval(loss, forward.parameters(), opt.state)
+        return loss
+
+    return step
+
+
+def op_profile(ported, x, repeat: int = 3) -> list:
+    """Per-op time attribution of a converted model's forward: each graph node run and evaluated on its own
+    (inputs evaluated first), ``repeat`` times; returns ``[(op, total ms, share)]`` summed by op kind, largest first.
+    Per-node evaluation adds MLX's fixed cost per eval (~0.02-0.07 ms) to every node, so small ops look bigger than
+    they are inside one graph; the ranking of the large ones is what this is for."""
+    import time
+
+    import mlx.core as mx
+
+    program = ported._program
+    totals: dict = {}
+    for _ in range(repeat):
+        env = {spec["name"]: value for spec, value in zip(program.graph["inputs"], (x,))}
+        for node, fn in zip(program.graph["nodes"], program.kernels):
+            args = [ported._resolve(spec, env) for spec in node["inputs"]]
+            mx.eval([a for a in args if isinstance(a, mx.array)])
+            start = time.perf_counter()
+            out = fn(*args, **node["attrs"])
+            mx.eval(out)
+            key = node["kernel"] + (f":{node['attrs']['fn']}" if "fn" in node["attrs"] else "")
+            totals[key] = totals.get(key, 0.0) + (time.perf_counter() - start) * 1e3 / repeat
+            env[node["outputs"][0]] = out
+    total = sum(totals.values()) or 1.0
+    return sorted(((k, v, v / total) for k, v in totals.items()), key=lambda r: -r[1])
 
 
 def _porter_convert(model, x):
@@ -151,7 +219,9 @@ def _porter_convert(model, x):
 
 def benchmark_isolated(spec: dict, *, env: dict | None = None, timeout: float = 900) -> dict:
     """Run ``spec`` (``framework`` "torch" or "mlx", ``builder``, ``shape``, optional ``converter``, ``repeat``,
-    ``warmup``, ``seed``, ``threads``, ``compile``) in a fresh interpreter and return its result dict.
+    ``warmup``, ``seed``, ``threads``, ``compile``, ``mode`` "forward" or "train" (forward, backward of the mean
+    squared output, SGD update), ``profile`` (MLX: per-op attribution, :func:`op_profile`)) in a fresh interpreter
+    and return its result dict.
 
     ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``). A torch child gets
     ``PORTER_BLAS=none`` unless ``env`` sets it: then nothing but torch's own BLAS is loaded in it.

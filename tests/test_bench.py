@@ -41,3 +41,42 @@ def test_isolated_workers_agree_with_torch():
     assert mlx_row["peak_rss_mb"] > 0 and mlx_row["mlx_peak_mb"] > 0 and mlx_row["blas"]
     with pytest.raises(RuntimeError, match="the mlx worker failed"):
         bench.benchmark_isolated(dict(spec, framework="mlx", converter="test_bench:missing"))
+
+
+def tiny_net():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GELU(), torch.nn.Conv2d(8, 8, 3, groups=2),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 5))
+
+
+def test_training_step_and_op_profile():
+    """Train mode times forward + backward + SGD in both workers; the MLX one also attributes time to ops."""
+    spec = dict(builder="test_bench:tiny_net", shape=[2, 3, 12, 10], repeat=2, warmup=1, sys_path=[HERE],
+                mode="train")
+    torch_row = bench.benchmark_isolated(dict(spec, framework="torch"))
+    mlx_row = bench.benchmark_isolated(dict(spec, framework="mlx", profile=True))
+    assert torch_row["mode"] == mlx_row["mode"] == "train" and len(mlx_row["times_ms"]) == 2
+    assert mlx_row["max_rel_err"] < 1e-5
+    ops = {op for op, _, _ in mlx_row["profile"]}
+    assert "unary:gelu" in ops and any(op.startswith("conv") for op in ops), ops
+    assert abs(sum(share for _, _, share in mlx_row["profile"]) - 1) < 1e-6
+
+
+def test_train_step_updates_the_converted_model():
+    import mlx.core as mx
+    import numpy as np
+    import torch
+
+    import porter
+
+    torch.manual_seed(0)
+    model = tiny_net().eval()
+    x = torch.randn(2, 3, 12, 10)
+    ported = porter.convert(model, (x,))
+    before = {k: np.array(v) for k, v in ported.trainable_parameters()["params"].items()}
+    xm = mx.array(x.numpy().transpose(0, 2, 3, 1))
+    step = bench._train_step_mlx(ported, xm, lr=0.01)
+    first, second = float(step()), float(step())
+    after = ported.trainable_parameters()["params"]
+    assert any(not np.array_equal(before[k], np.array(after[k])) for k in before) and second < first

@@ -160,7 +160,8 @@ def choose(tmp_path, env=None, flags=AVX512_FLAGS, loader=None, tree=None, **kwa
     where, libs = tree or make_tree(tmp_path)
     loader = loader or FakeLoader()
     kwargs.setdefault("system", "Linux")
-    kwargs.setdefault("mlx_imported", False)
+    kwargs.setdefault("preloaded", False)
+    kwargs.setdefault("bind", lambda lib, path: None)
     choice = _blas.choose(env or {}, flags=flags, candidates=_blas.find_candidates(env or {}, **where),
                           load=loader, **kwargs)
     return choice, loader, libs
@@ -237,7 +238,7 @@ def test_porter_blas_none_loads_nothing_and_is_silent(tmp_path):
 
 def test_fallback_hint_when_nothing_found(tmp_path):
     loader = FakeLoader()
-    choice = _blas.choose({}, system="Linux", mlx_imported=False, flags=AVX2_FLAGS, candidates=[], load=loader)
+    choice = _blas.choose({}, system="Linux", preloaded=False, flags=AVX2_FLAGS, candidates=[], load=loader)
     assert choice.library is None and choice.source == "bundled"
     assert choice.hint == _blas.HINT and "\n" not in _blas.HINT and "porter-mlx[fast-cpu]" in _blas.HINT
 
@@ -246,7 +247,7 @@ def test_fallback_hint_names_what_was_skipped(tmp_path):
     """The fast-cpu extra installed on a CPU without AVX-512: the one-line hint says why it is not used."""
     lib = Candidate("cmeel-openblas", fake_lib(tmp_path / "libopenblas.so.0", target="SKYLAKEX"))
     loader = FakeLoader()
-    choice = _blas.choose({}, system="Linux", mlx_imported=False, flags=AVX2_FLAGS, candidates=[lib], load=loader)
+    choice = _blas.choose({}, system="Linux", preloaded=False, flags=AVX2_FLAGS, candidates=[lib], load=loader)
     assert loader.loaded == [] and choice.library is None
     assert choice.hint.startswith(_blas.HINT) and "\n" not in choice.hint
     assert "cmeel-openblas (built for SKYLAKEX, this CPU lacks avx512f" in choice.hint
@@ -257,14 +258,21 @@ def test_macos_does_nothing(tmp_path):
     assert loader.loaded == [] and choice.source == "Accelerate" and choice.hint is None
 
 
-def test_mlx_imported_first_is_reported_not_fatal(tmp_path, monkeypatch):
-    monkeypatch.setattr(_blas, "global_provider", lambda symbol="cblas_sgemm": None)
-    choice, loader, _ = choose(tmp_path, mlx_imported=True)
-    assert loader.loaded == [] and choice.library is None
-    assert "imported before porter" in choice.reason and "import porter" in choice.hint
-    # nothing better installed: nothing to advise
-    choice = _blas.choose({}, system="Linux", mlx_imported=True, flags=AVX2_FLAGS, candidates=[], load=loader)
-    assert choice.hint is None and "imported before porter" in choice.reason
+def test_preloaded_blas_is_left_alone(tmp_path):
+    """A BLAS the user put in the global scope (LD_PRELOAD) is what MLX uses: Porter loads nothing."""
+    choice, loader, _ = choose(tmp_path, preloaded="/opt/preloaded/libopenblas.so.0")
+    assert loader.loaded == [] and choice.library == "/opt/preloaded/libopenblas.so.0"
+    assert choice.source == "preloaded" and choice.hint is None
+
+
+def test_bind_failure_falls_through(tmp_path):
+    """A library MLX's calls cannot be pointed at is skipped with the reason, and the next candidate is tried."""
+    tree = make_tree(tmp_path)
+    libs = tree[1]
+    refuse = {libs["system"]: "provides none of the BLAS functions MLX calls"}
+    choice, loader, _ = choose(tmp_path, tree=tree, bind=lambda lib, path: refuse.get(path))
+    assert choice.source == "system-openblas" and choice.library == libs["serial"]
+    assert choice.skipped == [("system-openblas", libs["system"], refuse[libs["system"]])]
 
 
 def test_missing_gfortran_is_borrowed_from_mlx(tmp_path, monkeypatch):
@@ -372,7 +380,7 @@ def test_import_porter_gives_mlx_a_correct_fast_blas():
     safe = [c for c in _blas.find_candidates({}) if _blas.unsafe_reason(c, _blas.cpu_flags()) is None]
     if safe:
         assert blas["library"] == safe[0].path and blas["hint"] is None
-        # What MLX actually resolves cblas_sgemm from is the library reported.
+        # What MLX actually calls (its GOT slot for cblas_sgemm) is the library reported.
         assert os.path.realpath(info["blas_symbol_provider"]) == os.path.realpath(blas["library"])
         assert blas["threads"] >= 1
         assert "porter:" not in proc.stderr
@@ -386,17 +394,64 @@ def test_porter_blas_none_subprocess_is_silent_and_correct():
     proc = run_python(CORRECTNESS.format(first="import porter", torch=False), PORTER_BLAS="none",
                       PORTER_CACHE_LIMIT="64MiB")
     info = json.loads(proc.stdout)
-    assert info["blas"]["library"] is None and info["blas_symbol_provider"] is None
-    assert info["blas"]["reason"] == "disabled by PORTER_BLAS=none"
+    assert info["blas"]["library"] is None and info["blas"]["reason"] == "disabled by PORTER_BLAS=none"
+    assert os.path.basename(info["blas_symbol_provider"]).startswith("libblas")  # MLX's bundled one
     assert info["cache_limit"] == 64 << 20 and info["cache_limit_how"] == "PORTER_CACHE_LIMIT=64MiB"
     assert "porter:" not in proc.stderr
 
 
 def test_mlx_imported_before_porter_subprocess():
-    proc = run_python(CORRECTNESS.format(first="import mlx.core", torch=False))
+    """MLX imported (and used) first still gets the optimized BLAS: Porter rewrites MLX's GOT, not the load order."""
+    proc = run_python(CORRECTNESS.format(first="import mlx.core; mlx.core.eval(mlx.core.ones((4, 4)) @ "
+                                               "mlx.core.ones((4, 4)))", torch=False))
     info = json.loads(proc.stdout)
-    assert "imported before porter" in info["blas"]["reason"]
-    assert info["blas_symbol_provider"] is None  # nothing was preloaded: MLX kept its own BLAS
+    safe = [c for c in _blas.find_candidates({}) if _blas.unsafe_reason(c, _blas.cpu_flags()) is None]
+    if not safe:
+        pytest.skip("no optimized BLAS installed for this CPU")
+    assert info["blas"]["library"] == safe[0].path
+    assert os.path.realpath(info["blas_symbol_provider"]) == os.path.realpath(safe[0].path)
+
+
+TORCH_BLAS = """
+    import hashlib, json, sys
+    order = {order!r}
+    if order == "global_preload":  # control: the old way, an optimized BLAS in the global scope before torch
+        from porter import _blas
+        _blas.load_candidate(_blas.Candidate("control", {library!r}), _blas._load_global)
+    if order == "porter_first":
+        import porter
+    import torch
+    if order == "torch_first":
+        import porter
+    from porter import _bind
+    torch.manual_seed(0)
+    a, b = torch.randn(257, 311), torch.randn(311, 129)
+    x, w = torch.randn(2, 16, 19, 23), torch.randn(24, 16, 3, 3)
+    out = [a @ b, torch.nn.functional.conv2d(x, w, padding=1), torch.nn.functional.linear(a, b.T)]
+    digest = hashlib.sha256(b"".join(t.contiguous().numpy().tobytes() for t in out)).hexdigest()
+    torch_lib = _bind.loaded_path("libtorch_cpu.so")
+    print(json.dumps({{"sgemm_": _bind.provider(torch_lib, "sgemm_"), "digest": digest}}))
+"""
+
+
+def test_porter_does_not_change_torchs_blas():
+    """Whatever the import order, torch's own sgemm_ calls stay in libtorch_cpu (read from its GOT) and torch's
+    results are bit-identical to a process without Porter; the control (a BLAS loaded globally first, what Porter
+    used to do) shows that the check sees the difference."""
+    safe = [c for c in _blas.find_candidates({}) if _blas.unsafe_reason(c, _blas.cpu_flags()) is None]
+    if not safe:
+        pytest.skip("no optimized BLAS installed for this CPU: nothing Porter could hand to torch")
+    results = {}
+    for order in ("torch_only", "porter_first", "torch_first", "global_preload"):
+        code = TORCH_BLAS.format(order=order, library=safe[0].path)
+        env = {"PORTER_BLAS": "none"} if order == "torch_only" else {}  # the reference: Porter loads no BLAS
+        results[order] = json.loads(run_python(code, **env).stdout)
+    torch_lib = results["torch_only"]["sgemm_"]
+    assert os.path.basename(torch_lib) == "libtorch_cpu.so"
+    for order in ("porter_first", "torch_first"):
+        assert results[order]["sgemm_"] == torch_lib, order
+        assert results[order]["digest"] == results["torch_only"]["digest"], order
+    assert os.path.realpath(results["global_preload"]["sgemm_"]) == os.path.realpath(safe[0].path)
 
 
 def test_porter_doctor_command():

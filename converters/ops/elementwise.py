@@ -8,24 +8,17 @@ with size-1 dims as torch broadcasting does before it is brought to that layout.
 
 from __future__ import annotations
 
-import math
 
 import mlx.core as mx
 
 from porter.layers import _native
+from porter.layers import activation as act
 
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
 
-_SQRT2 = math.sqrt(2.0)
-
-
-def _gelu(x, approximate="none"):
-    if approximate == "tanh":
-        return 0.5 * x * (1 + mx.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1 + mx.erf(x / _SQRT2))
 
 
 def _softplus(x, beta=1.0, threshold=20.0):
@@ -49,19 +42,20 @@ def _relu(x):
 
 UNARY = {
     "relu": _relu,
-    "sigmoid": mx.sigmoid,
-    "tanh": mx.tanh,
+    # transcendental activations: one native vectorized pass each on CPU (porter.layers.activation)
+    "sigmoid": act.sigmoid,
+    "tanh": act.tanh,
     "hardswish": lambda x: x * mx.clip(x + 3, 0, 6) / 6,
     "hardsigmoid": lambda x: mx.clip(x + 3, 0, 6) / 6,
-    "silu": lambda x: x * mx.sigmoid(x),
+    "silu": act.silu,
     "mish": lambda x: x * mx.tanh(_softplus(x)),
-    "gelu": _gelu,
+    "gelu": act.gelu,
     "hardtanh": _hardtanh,
     "elu": _elu,
     "leaky_relu": lambda x, negative_slope=0.01: mx.where(x > 0, x, x * negative_slope),
     "softplus": _softplus,
     "neg": mx.negative,
-    "exp": mx.exp,
+    "exp": act.exp,
     "log": mx.log,
     "sqrt": mx.sqrt,
     "rsqrt": mx.rsqrt,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from porter.layers import activation as act
+
 from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXES, AXIS, DTYPE, TENSOR, Bool, Enum, Float, Opt
@@ -39,7 +41,7 @@ def k_softmax(x, *, axis, log=False, dtype=None):
         x = x.astype(mx_dtype(dtype))
     if log:
         return x - mx.logsumexp(x, axis=axis, keepdims=True)
-    return mx.softmax(x, axis=axis, precise=True)
+    return act.softmax(x, axis)  # one native pass on CPU (porter.layers.activation)
 
 
 @kernel("argmax", inputs=[TENSOR], attrs={"axis": Opt(AXIS), "keepdims": Bool(), "fn": Enum("argmax", "argmin")})

@@ -1,0 +1,180 @@
+"""Transcendental activations and softmax, torch's ``nn`` names, with torch's gradients.
+
+On the CPU with Porter's native kernels built, each is one multi-threaded, vectorized pass
+(``csrc/activation_kernels.h``; MLX's own CPU ops call libm per element on one thread, 15-35x slower than torch), and
+so is its gradient. Elsewhere (Apple GPUs, CUDA, no build) the same functions run as MLX ops, with the same results
+to float rounding. Elementwise functions accept any shape; :func:`softmax` takes the axis of the array as laid out
+(channels-last: torch's ``dim=1`` of an ``(N, C, H, W)`` tensor is ``axis=-1`` here).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from . import _native
+
+APPROXIMATE = ("none", "tanh")
+_SQRT_HALF = math.sqrt(0.5)
+_GELU_BETA = math.sqrt(2.0 / math.pi)
+
+
+def _native_ok(x: mx.array) -> bool:
+    return isinstance(x, mx.array) and mx.issubdtype(x.dtype, mx.floating) and _native.active()
+
+
+def _in_float32(fn, x: mx.array) -> mx.array:
+    """``fn(x)`` computed in float32 for 16-bit ``x`` and rounded once (torch's CPU kernels and the native path do
+    the same)."""
+    if x.dtype in (mx.float16, mx.bfloat16):
+        return fn(x.astype(mx.float32)).astype(x.dtype)
+    return fn(x)
+
+
+def _checked(x, what: str) -> mx.array:
+    if not isinstance(x, mx.array):
+        raise TypeError(f"[{what}] 'x' must be an mx.array but got {type(x).__name__}")
+    return x
+
+
+def exp(x: mx.array) -> mx.array:
+    """``e ** x`` elementwise (torch's ``exp``). Shape: any."""
+    x = _checked(x, "exp")
+    return _native.activation(x, "exp") if _native_ok(x) else _in_float32(mx.exp, x)
+
+
+def sigmoid(x: mx.array) -> mx.array:
+    """``1 / (1 + e ** -x)`` elementwise (torch's ``sigmoid``). Shape: any."""
+    x = _checked(x, "sigmoid")
+    return _native.activation(x, "sigmoid") if _native_ok(x) else _in_float32(mx.sigmoid, x)
+
+
+def silu(x: mx.array) -> mx.array:
+    """``x * sigmoid(x)`` elementwise (torch's ``silu``, a.k.a. swish). Shape: any."""
+    x = _checked(x, "silu")
+    return _native.activation(x, "silu") if _native_ok(x) else _in_float32(lambda a: a * mx.sigmoid(a), x)
+
+
+def tanh(x: mx.array) -> mx.array:
+    """Hyperbolic tangent elementwise (torch's ``tanh``). Shape: any."""
+    x = _checked(x, "tanh")
+    return _native.activation(x, "tanh") if _native_ok(x) else _in_float32(mx.tanh, x)
+
+
+def gelu(x: mx.array, approximate: str = "none") -> mx.array:
+    """torch's ``gelu``: ``x * Phi(x)`` (``approximate="none"``, via erf) or its tanh approximation
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (``approximate="tanh"``). Shape: any.
+
+    Args:
+        x (mx.array): input.
+        approximate (str, optional): ``"none"`` or ``"tanh"``. Default: ``"none"``.
+    """
+    x = _checked(x, "gelu")
+    if approximate not in APPROXIMATE:
+        raise ValueError(f"[gelu] 'approximate' must be 'none' or 'tanh' but got {approximate!r}")
+    if _native_ok(x):
+        return _native.activation(x, "gelu" if approximate == "none" else "gelu_tanh")
+    if approximate == "tanh":
+        return _in_float32(lambda a: 0.5 * a * (1 + mx.tanh(_GELU_BETA * (a + 0.044715 * a**3))), x)
+    return _in_float32(lambda a: 0.5 * a * (1 + mx.erf(a * _SQRT_HALF)), x)
+
+
+def softmax(x: mx.array, axis: int = -1) -> mx.array:
+    """torch's ``softmax`` along ``axis`` of the array (any axis; computed in float32 for 16-bit inputs).
+
+    Args:
+        x (mx.array): input, any shape with at least one dim.
+        axis (int, optional): the array axis to normalise over. Default: ``-1``.
+    """
+    x = _checked(x, "softmax")
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError(f"[softmax] 'axis' must be an int but got {axis!r}")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"[softmax] 'axis' must be in [{-x.ndim}, {x.ndim - 1}] for a {x.ndim}-d input but got {axis}")
+    if _native_ok(x):
+        return _native.softmax(x, axis)
+    return _in_float32(lambda a: mx.softmax(a, axis=axis), x)
+
+
+class _Elementwise(nn.Module):
+    fn = staticmethod(exp)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return type(self).fn(x)
+
+
+class Sigmoid(_Elementwise):
+    """torch's ``nn.Sigmoid``. Shape: any.
+
+    Example:
+        >>> Sigmoid()(mx.zeros((2, 3))).tolist()[0]
+        [0.5, 0.5, 0.5]
+    """
+
+    fn = staticmethod(sigmoid)
+
+
+class SiLU(_Elementwise):
+    """torch's ``nn.SiLU`` (``x * sigmoid(x)``). Shape: any.
+
+    Example:
+        >>> SiLU()(mx.random.normal((1, 56, 56, 96))).shape
+        (1, 56, 56, 96)
+    """
+
+    fn = staticmethod(silu)
+
+
+class Tanh(_Elementwise):
+    """torch's ``nn.Tanh``. Shape: any.
+
+    Example:
+        >>> Tanh()(mx.zeros((4,))).tolist()
+        [0.0, 0.0, 0.0, 0.0]
+    """
+
+    fn = staticmethod(tanh)
+
+
+class GELU(nn.Module):
+    """torch's ``nn.GELU``. Shape: any.
+
+    Args:
+        approximate (str, optional): ``"none"`` (erf) or ``"tanh"``. Default: ``"none"``.
+
+    Example:
+        >>> GELU(approximate="tanh")(mx.random.normal((1, 197, 768))).shape
+        (1, 197, 768)
+    """
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        if approximate not in APPROXIMATE:
+            raise ValueError(f"[GELU] 'approximate' must be 'none' or 'tanh' but got {approximate!r}")
+        self.approximate = approximate
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return gelu(x, self.approximate)
+
+
+class Softmax(nn.Module):
+    """torch's ``nn.Softmax`` over an array axis.
+
+    Args:
+        axis (int, optional): the axis of the array (channels-last layout) to normalise over. Default: ``-1``.
+
+    Example:
+        >>> Softmax(axis=-1)(mx.zeros((2, 4))).tolist()[0]
+        [0.25, 0.25, 0.25, 0.25]
+    """
+
+    def __init__(self, axis: int = -1):
+        super().__init__()
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise TypeError(f"[Softmax] 'axis' must be an int but got {axis!r}")
+        self.axis = axis
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return softmax(x, self.axis)

@@ -1,0 +1,411 @@
+// Transcendental activations (exp, sigmoid, SiLU, tanh, GELU exact and tanh-approximate), their gradients, and
+// softmax over any axis, for MLX's CPU backend: one multi-threaded pass each, vectorized by the compiler.
+//
+// MLX's CPU unary ops call the scalar libm function per element on one thread (15-35x torch's time). Here every
+// float function is branch-free arithmetic (Cephes-style range reduction and polynomials, selects for inf/NaN), so
+// GCC/Clang vectorize the loops at -O3 -march=native -fno-trapping-math (checked with -fopt-info-vec: std::floor and
+// some nested selects stop GCC 12, hence the forms used below). Accuracy, float32: exp ~1 ulp (Cephes expf), tanh <= ~3 ulp,
+// GELU's erfc Numerical-Recipes form (relative error ~1.2e-7, also in the tails, where torch's 1 + erf cancels);
+// float16/bfloat16 are computed in float32 and rounded once (torch's CPU kernels do the same); float64 uses libm.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "parallel.h"
+
+namespace porter {
+
+enum class Act : int { exp = 0, sigmoid, silu, tanh, gelu, gelu_tanh };
+
+// ------------------------------------------------------------------------------------------------ float32 pieces
+// e^x: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes's degree-6 polynomial, 2^n applied as two normal powers of two so
+// results in the subnormal range round once; overflow -> inf, underflow -> 0, NaN stays NaN.
+inline float exp_f(float x) {
+  float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
+  xc = x != x ? 0.0f : xc;
+  // round to nearest by adding and subtracting 1.5 * 2^23 (|n| <= 150): std::floor would block vectorization
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * z + r + 1.0f;
+  const int ni = static_cast<int>(n);
+  const int n1 = ni >> 1, n2 = ni - n1;
+  const float s1 = std::bit_cast<float>((n1 + 127) << 23), s2 = std::bit_cast<float>((n2 + 127) << 23);
+  float y = p * s1 * s2;
+  y = x > 88.72283905206835f ? std::numeric_limits<float>::infinity() : y;
+  y = x < -103.97208f ? 0.0f : y;
+  return x != x ? x : y;
+}
+
+inline float tanh_f(float x) {
+  const float a = std::fabs(x);
+  const float s = x * x;
+  // |x| < 0.625: odd polynomial (Cephes tanhf); above, 1 - 2 / (e^{2|x|} + 1) with x's sign
+  float small = -5.70498872745e-3f;
+  small = small * s + 2.06390887954e-2f;
+  small = small * s - 5.37397155531e-2f;
+  small = small * s + 1.33314422036e-1f;
+  small = small * s - 3.33332819422e-1f;
+  small = small * s * x + x;
+  float big = 1.0f - 2.0f / (exp_f(2.0f * a) + 1.0f);
+  big = x < 0.0f ? -big : big;
+  return a < 0.625f ? small : big;
+}
+
+inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+
+// e^a for a double argument, to float accuracy of the *unrounded* a: e^hi (1 + lo) with hi = a rounded to float.
+// Where a is large (|a| ~ 10-80), rounding it to float first would cost |a| * 2^-24 relative error (tens of ulp).
+inline double exp_dd(double a) {
+  const float hi = static_cast<float>(a);  // callers keep |a| within float range (then lo is finite)
+  return static_cast<double>(exp_f(hi)) * (1.0 + (a - static_cast<double>(hi)));
+}
+
+// erfc(z) (Numerical Recipes' erfcc: fractional error < 1.2e-7 everywhere), the fit evaluated in double so that
+// only its own error remains (z too: rounding x / sqrt2 to float would cost z^2 * 2^-24, ~5 ulp at z = 2).
+inline double erfc_dd(double z) {
+  const double a = std::fabs(z);
+  const double t = 1.0 / (1.0 + 0.5 * a);
+  double p = 0.17087277;
+  p = p * t - 0.82215223;
+  p = p * t + 1.48851587;
+  p = p * t - 1.13520398;
+  p = p * t + 0.27886807;
+  p = p * t - 0.18628806;
+  p = p * t + 0.09678418;
+  p = p * t + 0.37409196;
+  p = p * t + 1.00002368;
+  p = p * t - 1.26551223;
+  const double ans = t * exp_dd(p - a * a);
+  return z < 0.0 ? 2.0 - ans : ans;
+}
+
+// erf(z) for |z| <= 0.5 (Cephes erff's odd polynomial, ~1 ulp): 1 + erf(z) there has no cancellation, and it is
+// more accurate than 2 - erfc near 0.
+inline float erf_small_f(float z) {
+  const float s = z * z;
+  float p = 7.853861353153693e-5f;
+  p = p * s - 8.010193625184903e-4f;
+  p = p * s + 5.188327685732524e-3f;
+  p = p * s - 2.685381193529856e-2f;
+  p = p * s + 1.128358514861418e-1f;
+  p = p * s - 3.761262582423300e-1f;
+  p = p * s + 1.128379165726710f;
+  return z * p;
+}
+
+// erfc(-x / sqrt2) for x <= -0.5 sqrt2 (Numerical Recipes' erfcc, fractional error < 1.2e-7), in float: the
+// exponent's -z^2 = -x^2/2 is carried exactly as hi + lo (an FMA gives x^2's rounding error), so rounding z = x/sqrt2
+// to float costs nothing (it would cost z^2 * 2^-24 relative, ~8 ulp at z = 2), and e^{-hi} e^{p(t) - lo} has
+// two ~1 ulp exponentials.
+inline float erfc_neg_f(float x) {
+  const float a = std::fabs(x) * 0.70710678118654752f;
+  const float t = 1.0f / (1.0f + 0.5f * a);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float hi = x * x;
+  const float lo = std::fma(x, x, -hi);  // x^2 = hi + lo exactly
+  return t * exp_f(-0.5f * hi) * exp_f(p - 0.5f * lo);
+}
+
+// 2 * Phi(x) = 1 + erf(x / sqrt2) = erfc(-x / sqrt2), accurate relative to its value for every x.
+inline float two_cdf_f(float x) {
+  const float z = x * 0.70710678118654752f;
+  const float xc = x < -40.0f ? -40.0f : (x > 40.0f ? 40.0f : x);  // 2 Phi(+-40) is 2 / 0: x^2 stays finite
+  const float tail = erfc_neg_f(xc);  // erfc(|z|) for the |x|
+  const float far = xc < 0.0f ? tail : 2.0f - tail;
+  return std::fabs(z) <= 0.5f ? 1.0f + erf_small_f(z) : far;
+}
+
+constexpr float kSqrtHalf = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kGeluBeta = 0.79788456080286536f;  // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+
+// ------------------------------------------------------------------------------------------------ per-kind math
+// f(x) and g * f'(x), in float (fast forms above) and double (libm); the gradients follow torch's backward formulas.
+template <Act K>
+struct ActMath;
+
+// v rounded to the storage type T and back (torch's exp/sigmoid/tanh backward read the stored result)
+template <typename T, typename F>
+inline F rounded(F v) {
+  if constexpr (std::is_same_v<T, F>) {
+    return v;
+  } else {
+    return static_cast<F>(static_cast<T>(v));
+  }
+}
+
+template <>
+struct ActMath<Act::exp> {
+  static float f(float x) { return exp_f(x); }
+  static double f(double x) { return std::exp(x); }
+  template <typename T, typename F>
+  static F df(F x, F g) {  // torch: g * result (the result as stored, in T)
+    return g * rounded<T>(f(x));
+  }
+};
+
+template <>
+struct ActMath<Act::sigmoid> {
+  static float f(float x) { return sigmoid_f(x); }
+  static double f(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+  template <typename T, typename F>
+  static F df(F x, F g) {  // torch: g * (1 - y) * y, from the result as stored
+    const F y = rounded<T>(f(x));
+    return g * (F(1) - y) * y;
+  }
+};
+
+template <>
+struct ActMath<Act::silu> {
+  static float f(float x) { return x / (1.0f + exp_f(-x)); }
+  static double f(double x) { return x / (1.0 + std::exp(-x)); }
+  template <typename T, typename F>
+  static F df(F x, F g) {  // torch: g * s * (1 + x * (1 - s))
+    const F s = ActMath<Act::sigmoid>::f(x);
+    return g * s * (F(1) + x * (F(1) - s));
+  }
+};
+
+template <>
+struct ActMath<Act::tanh> {
+  static float f(float x) { return tanh_f(x); }
+  static double f(double x) { return std::tanh(x); }
+  template <typename T, typename F>
+  static F df(F x, F g) {  // torch: g * (1 - y^2), from the result as stored
+    const F y = rounded<T>(f(x));
+    return g * (F(1) - y * y);
+  }
+};
+
+template <>
+struct ActMath<Act::gelu> {
+  // x * Phi(x) = x/2 * erfc(-x/sqrt2): no cancellation for negative x
+  static float f(float x) { return 0.5f * x * two_cdf_f(x); }
+  static double f(double x) { return 0.5 * x * std::erfc(-x * 0.70710678118654752); }
+  template <typename T>
+  static float df(float x, float g) {  // torch: g * (cdf + x * pdf)
+    const float cdf = 0.5f * two_cdf_f(x);
+    const float pdf = exp_f(-0.5f * x * x) * kInvSqrt2Pi;
+    return g * (cdf + x * pdf);
+  }
+  template <typename T>
+  static double df(double x, double g) {
+    const double cdf = 0.5 * std::erfc(-x * 0.70710678118654752);
+    const double pdf = std::exp(-0.5 * x * x) * 0.39894228040143268;
+    return g * (cdf + x * pdf);
+  }
+};
+
+template <>
+struct ActMath<Act::gelu_tanh> {
+  // x/2 * (1 + tanh(u)) = x / (1 + e^{-2u}), u = sqrt(2/pi) (x + 0.044715 x^3): no cancellation for negative x
+  static float f(float x) {
+    // the exponent in double: it reaches |2u| ~ 80, where float rounding costs tens of ulp; x clamped to +-1e4
+    // for it only (e^{-2u} is already 0 or inf there), so it stays within float range
+    double d = x;
+    d = d < -1e4 ? -1e4 : d;  // two statements: GCC 12 if-converts (vectorizes) this form, not a nested ternary
+    d = d > 1e4 ? 1e4 : d;
+    const float e = static_cast<float>(exp_dd(-2.0 * 0.79788456080286536 * (d + 0.044715 * d * d * d)));
+    return x / (1.0f + e);
+  }
+  static double f(double x) {
+    return 0.5 * x * (1.0 + std::tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+  }
+  template <typename T, typename F>
+  static F df(F x, F g) {  // torch's GeluBackward (tanh)
+    const F beta = F(0.79788456080286536), kappa = F(0.044715);
+    const F xsq = x * x;
+    const F t = ActMath<Act::tanh>::f(beta * (x + kappa * xsq * x));
+    const F left = F(0.5) * x, right = F(1) + t;
+    const F right_d = left * (F(1) - t * t) * beta * (F(1) + F(3) * kappa * xsq);
+    return g * (F(0.5) * right + right_d);
+  }
+};
+
+template <typename F>
+void dispatch_act(Act kind, F&& f) {
+  switch (kind) {
+    case Act::exp: f(std::integral_constant<Act, Act::exp>{}); break;
+    case Act::sigmoid: f(std::integral_constant<Act, Act::sigmoid>{}); break;
+    case Act::silu: f(std::integral_constant<Act, Act::silu>{}); break;
+    case Act::tanh: f(std::integral_constant<Act, Act::tanh>{}); break;
+    case Act::gelu: f(std::integral_constant<Act, Act::gelu>{}); break;
+    case Act::gelu_tanh: f(std::integral_constant<Act, Act::gelu_tanh>{}); break;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ loops
+constexpr int64_t kActChunk = 1 << 12;  // elements per task
+constexpr int64_t kActBlock = 256;      // float staging block for 16-bit types
+constexpr int64_t kActCost = 16;        // element-steps per element, for parallel_for's threshold
+
+// out[i] = f(x[i]) (grad: out[i] = g[i] * f'(x[i])) over n contiguous elements, computed in float (double for
+// float64) and rounded once.
+template <Act K, bool Grad, typename T>
+void activation(const T* x, const T* g, int64_t n, T* out) {
+  using M = ActMath<K>;
+  parallel_for((n + kActChunk - 1) / kActChunk, kActChunk * kActCost, [&](int64_t begin, int64_t end) {
+    const int64_t lo = begin * kActChunk, hi = std::min(n, end * kActChunk);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if constexpr (Grad) {
+        for (int64_t i = lo; i < hi; ++i) out[i] = M::template df<T>(x[i], g[i]);
+      } else {
+        for (int64_t i = lo; i < hi; ++i) out[i] = M::f(x[i]);
+      }
+    } else {
+      float xb[kActBlock], gb[kActBlock];
+      for (int64_t i = lo; i < hi; i += kActBlock) {
+        const int64_t m = std::min(kActBlock, hi - i);
+        for (int64_t j = 0; j < m; ++j) xb[j] = static_cast<float>(x[i + j]);
+        if constexpr (Grad) {
+          for (int64_t j = 0; j < m; ++j) gb[j] = static_cast<float>(g[i + j]);
+          for (int64_t j = 0; j < m; ++j) xb[j] = M::template df<T>(xb[j], gb[j]);
+        } else {
+          for (int64_t j = 0; j < m; ++j) xb[j] = M::f(xb[j]);
+        }
+        for (int64_t j = 0; j < m; ++j) out[i + j] = static_cast<T>(xb[j]);
+      }
+    }
+  });
+}
+
+// Softmax over the middle axis of a contiguous (outer, len, inner) array: max, sum of e^{x - max}, scale, in float
+// (double for float64; torch's CPU softmax accumulates in float for 16-bit types too). float32/float64 store the
+// exponentials in `out` and rescale them; 16-bit types recompute them rather than round twice.
+template <typename T>
+void softmax(const T* x, int64_t outer, int64_t len, int64_t inner, T* out) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  constexpr bool kStore = std::is_same_v<T, A>;
+  constexpr int64_t kLanes = 64;
+  const int64_t blocks = (inner + kLanes - 1) / kLanes;
+  parallel_for(outer * blocks, len * std::min(inner, kLanes) * kActCost, [&](int64_t begin, int64_t end) {
+    A m[kLanes], s[kLanes];
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t o = task / blocks, j0 = (task % blocks) * kLanes, w = std::min(kLanes, inner - j0);
+      const T* xo = x + o * len * inner + j0;
+      T* yo = out + o * len * inner + j0;
+      if (inner == 1) {  // one row: reduce along it, in kLanes / 4 partial lanes so the loops vectorize
+        constexpr int64_t kL = kLanes / 4;
+        const int64_t full = len - len % kL;
+        for (int64_t k = 0; k < kL; ++k) m[k] = -std::numeric_limits<A>::infinity(), s[k] = 0;
+        for (int64_t l = 0; l < full; l += kL) {
+          for (int64_t k = 0; k < kL; ++k) {
+            const A v = static_cast<A>(xo[l + k]);
+            m[k] = v > m[k] ? v : m[k];
+          }
+        }
+        for (int64_t l = full; l < len; ++l) m[0] = std::max(m[0], static_cast<A>(xo[l]));
+        A mx = m[0];
+        for (int64_t k = 1; k < kL; ++k) mx = std::max(mx, m[k]);
+        for (int64_t l = 0; l < full; l += kL) {
+          for (int64_t k = 0; k < kL; ++k) {
+            const A e = ActMath<Act::exp>::f(static_cast<A>(xo[l + k]) - mx);
+            if constexpr (kStore) yo[l + k] = e;
+            s[k] += e;
+          }
+        }
+        for (int64_t l = full; l < len; ++l) {
+          const A e = ActMath<Act::exp>::f(static_cast<A>(xo[l]) - mx);
+          if constexpr (kStore) yo[l] = e;
+          s[0] += e;
+        }
+        A sum = 0;
+        for (int64_t k = 0; k < kL; ++k) sum += s[k];
+        const A inv = A(1) / sum;
+        if constexpr (kStore) {
+          for (int64_t l = 0; l < len; ++l) yo[l] *= inv;
+        } else {
+          for (int64_t l = 0; l < len; ++l) {
+            yo[l] = static_cast<T>(ActMath<Act::exp>::f(static_cast<A>(xo[l]) - mx) * inv);
+          }
+        }
+        continue;
+      }
+      for (int64_t j = 0; j < w; ++j) m[j] = -std::numeric_limits<A>::infinity(), s[j] = 0;
+      for (int64_t l = 0; l < len; ++l) {
+        const T* xl = xo + l * inner;
+        for (int64_t j = 0; j < w; ++j) m[j] = std::max(m[j], static_cast<A>(xl[j]));
+      }
+      for (int64_t l = 0; l < len; ++l) {
+        const T* xl = xo + l * inner;
+        T* yl = yo + l * inner;
+        for (int64_t j = 0; j < w; ++j) {
+          const A e = ActMath<Act::exp>::f(static_cast<A>(xl[j]) - m[j]);
+          if constexpr (kStore) yl[j] = e;
+          s[j] += e;
+        }
+      }
+      for (int64_t j = 0; j < w; ++j) s[j] = A(1) / s[j];
+      for (int64_t l = 0; l < len; ++l) {
+        const T* xl = xo + l * inner;
+        T* yl = yo + l * inner;
+        if constexpr (kStore) {
+          for (int64_t j = 0; j < w; ++j) yl[j] *= s[j];
+        } else {
+          for (int64_t j = 0; j < w; ++j) {
+            yl[j] = static_cast<T>(ActMath<Act::exp>::f(static_cast<A>(xl[j]) - m[j]) * s[j]);
+          }
+        }
+      }
+    }
+  });
+}
+
+// Softmax's input gradient, torch's: dx = y * (g - sum(g * y)) along the middle axis of (outer, len, inner).
+template <typename T>
+void softmax_grad(const T* y, const T* g, int64_t outer, int64_t len, int64_t inner, T* out) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  constexpr int64_t kLanes = 64;
+  const int64_t blocks = (inner + kLanes - 1) / kLanes;
+  parallel_for(outer * blocks, len * std::min(inner, kLanes) * 4, [&](int64_t begin, int64_t end) {
+    A s[kLanes];
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t o = task / blocks, j0 = (task % blocks) * kLanes, w = std::min(kLanes, inner - j0);
+      const int64_t base = o * len * inner + j0;
+      for (int64_t j = 0; j < kLanes; ++j) s[j] = 0;
+      if (inner == 1) {  // one row: partial sums in kLanes lanes so the loop vectorizes
+        const int64_t full = len - len % kLanes;
+        for (int64_t l = 0; l < full; l += kLanes) {
+          for (int64_t k = 0; k < kLanes; ++k) s[k] += static_cast<A>(g[base + l + k]) * static_cast<A>(y[base + l + k]);
+        }
+        for (int64_t l = full; l < len; ++l) s[0] += static_cast<A>(g[base + l]) * static_cast<A>(y[base + l]);
+        for (int64_t k = 1; k < kLanes; ++k) s[0] += s[k];
+      } else {
+        for (int64_t l = 0; l < len; ++l) {
+          const int64_t at = base + l * inner;
+          for (int64_t j = 0; j < w; ++j) s[j] += static_cast<A>(g[at + j]) * static_cast<A>(y[at + j]);
+        }
+      }
+      for (int64_t l = 0; l < len; ++l) {
+        const int64_t at = base + l * inner;
+        for (int64_t j = 0; j < w; ++j) {
+          out[at + j] = static_cast<T>(static_cast<A>(y[at + j]) * (static_cast<A>(g[at + j]) - s[j]));
+        }
+      }
+    }
+  });
+}
+
+}  // namespace porter
