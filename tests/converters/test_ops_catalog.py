@@ -5,6 +5,7 @@ through ``torch.ops.aten`` so each converter is exercised on purpose; torch runs
 
 import math
 
+import mlx.core as mx
 import pytest
 import torch
 import torch.nn as nn
@@ -133,8 +134,6 @@ CONV_NORM = {
     "_convolution.deprecated": lambda x: aten._convolution.deprecated(
         x, _W2, None, [1, 2], [1, 0], [1, 1], False, [0, 0], 1, False, False, True),
     "adaptive_max_pool3d": lambda x: aten.adaptive_max_pool3d.default(x[:, None], [2, 3, 2])[0],
-    "fractional_max_pool3d": lambda x: aten.fractional_max_pool3d.default(
-        x[:, None], [1, 2, 2], [2, 2, 2], torch.full((x.shape[0], 1, 3), 0.3))[0],
     "_prelu_kernel": lambda x: aten._prelu_kernel.default(x, torch.tensor([0.1, -0.5, 2.0])[:, None, None]),
     "_softmax": lambda x: aten._softmax.default(x, 1, False),
     "native_layer_norm": lambda x: aten.native_layer_norm.default(x, [x.shape[-1]], None, None, 1e-5)[0],
@@ -143,7 +142,12 @@ CONV_NORM = {
     "mul.Scalar": lambda x: aten.mul.Scalar(x, -2.5),
     "squeeze.dims": lambda x: aten.squeeze.dims(x[:, :1, :, :1], [1, 3]),
 }
-FAMILIES = {"conv_norm": CONV_NORM, "unary_inplace": UNARY_INPLACE, "binary_forms": BINARY_FORMS, "compare": COMPARE,
+# its size checks (O + k - 1 < L per dim) and samples sized from the batch pin every input dim: one size only
+PINNED = {
+    "fractional_max_pool3d": lambda x: aten.fractional_max_pool3d.default(
+        x[:, None], [1, 2, 2], [2, 2, 2], torch.full((x.shape[0], 1, 3), 0.3))[0],
+}
+FAMILIES = {"conv_norm": CONV_NORM, "pinned": PINNED, "unary_inplace": UNARY_INPLACE, "binary_forms": BINARY_FORMS, "compare": COMPARE,
             "reduce": REDUCE,
             "shape": SHAPE, "resample": RESAMPLE}
 
@@ -162,7 +166,13 @@ class Catalog(nn.Module):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_catalog_family(family):
     torch.manual_seed(0)
-    check_converted(Catalog(FAMILIES[family]).eval(), torch.randn(2, 3, 4, 5), torch.randn(3, 3, 5, 6), rel=2e-6)
+    model = Catalog(FAMILIES[family]).eval()
+    if family == "pinned":  # the port must refuse the second size rather than run it
+        ported = check_converted(model, torch.randn(2, 3, 4, 5), rel=2e-6)
+        with pytest.raises(ValueError, match="breaks the condition"):
+            ported(mx.random.normal((3, 3, 5, 6)))
+        return
+    check_converted(model, torch.randn(2, 3, 4, 5), torch.randn(3, 3, 5, 6), rel=2e-6)
 
 
 class SymArith(nn.Module):
