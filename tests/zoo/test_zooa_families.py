@@ -32,6 +32,7 @@ def _count(model) -> int:
     ("fcn_resnet101", {"aux_loss": True}, 54314346),
     ("deeplabv3_resnet50", {"aux_loss": True}, 42004074),
     ("deeplabv3_resnet101", {"aux_loss": True}, 60996202),
+    ("deeplabv3_mobilenet_v3_large", {"aux_loss": True}, 11029328),
 ])
 def test_documented_counts_of_the_weight_configurations(name, kwargs, documented):
     """torchvision documents these for its weights, which drop GoogLeNet's aux heads and keep the segmentation aux
