@@ -200,3 +200,40 @@ def test_segmentation_output_is_channels_last_dict_at_input_size():
     model = zoo.create("lraspp_mobilenet_v3_large", num_classes=4)
     out = model(mx.zeros((1, 37, 50, 3)))
     assert set(out) == {"out"} and out["out"].shape == (1, 37, 50, 4)
+
+
+def test_deeplabv3_mobilenet_input_gradient_matches_torch():
+    """Backward through the dilated backbone, ASPP (dilated branches, pooling branch), the aux FCN head on the
+    output-stride-8 block and both upsamplings (the small case: aux head, reduced width)."""
+    name = "deeplabv3_mobilenet_v3_large"
+    twin = seeded_twin(name)
+    model = loaded_zoo_model(name, twin)
+    x = torch.randn(1, 3, 45, 38, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    out = twin(x)
+    g_out, g_aux = (torch.randn(out[k].shape, generator=torch.Generator().manual_seed(s)) for k, s in
+                    (("out", 1), ("aux", 2)))
+    ((out["out"] * g_out).sum() + (out["aux"] * g_aux).sum()).backward()
+
+    def loss(a):
+        got = model(a)
+        return (got["out"] * _nhwc(g_out)).sum() + (got["aux"] * _nhwc(g_aux)).sum()
+
+    grad = mx.grad(loss)(_nhwc(x))
+    expected = x.grad.numpy()
+    np.testing.assert_allclose(_nchw(grad), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+
+
+def test_deeplabv3_mobilenet_defaults_and_tap_errors():
+    from porter.zoo.deeplabv3_mobilenet import MobileNetV3SegmentationModel
+
+    model = zoo.create("deeplabv3_mobilenet_v3_large")  # torchvision's default: 21 classes, no aux head
+    assert "aux_classifier" not in model and (model.out_pos, model.aux_pos) == (16, 4)
+    out = model(mx.zeros((1, 37, 50, 3)))
+    mx.eval(out)
+    assert set(out) == {"out"} and out["out"].shape == (1, 37, 50, 21)
+    assert set(zoo.create("deeplabv3_mobilenet_v3_large", aux_loss=True, num_classes=3)(
+        mx.zeros((1, 33, 20, 3)))) == {"out", "aux"}
+    with pytest.raises(ValueError, match=r"\[MobileNetV3SegmentationModel\] need 0 <= 'aux_pos' < 'out_pos'"):
+        MobileNetV3SegmentationModel([mx.zeros(1)] * 5, 2, 3, [])
+    with pytest.raises(ValueError, match=r"'out_pos' < 5"):
+        MobileNetV3SegmentationModel([mx.zeros(1)] * 5, 5, 3, [])
