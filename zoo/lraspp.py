@@ -17,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from porter.layers import BatchNorm2d, Conv2d
+from porter.layers import Sigmoid  # native CPU kernels (MLX's own are 15-35x slower)
 
 from ._common import apply_sequence
 from ._loading import TorchCheckpointMixin
@@ -40,7 +41,7 @@ class LRASPPHead(nn.Module):
         super().__init__()
         self.cbr = [Conv2d(high_channels, inter_channels, 1, bias=False), BatchNorm2d(inter_channels), ReLU()]
         # index 0 is torchvision's AdaptiveAvgPool2d(1): a mean, applied in __call__
-        self.scale = [nn.Identity(), Conv2d(high_channels, inter_channels, 1, bias=False), nn.Sigmoid()]
+        self.scale = [nn.Identity(), Conv2d(high_channels, inter_channels, 1, bias=False), Sigmoid()]
         self.low_classifier = Conv2d(low_channels, num_classes, 1)
         self.high_classifier = Conv2d(inter_channels, num_classes, 1)
 
