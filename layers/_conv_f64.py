@@ -104,29 +104,12 @@ def _conv_cropped(x, weight, lo, hi, dilation, groups) -> mx.array:
 
 
 def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) -> mx.array:
-    """Dilation 1, some stride > 1: output ``o`` with ``o + p = s*q + r`` gets ``x[q - m] * w[s*m + r]``, a stride-1
-    conv of ``x`` with the flipped sub-kernel ``w[r::s]`` per phase ``r`` (the multiply-adds of the kernel, none
-    spent on stuffed zeros). The phases are interleaved (position ``q*s + r`` from phase ``r``) and cropped by ``p``.
-    """
-    nd = x.ndim - 2
-    n, spatial, kernel, c_out = x.shape[0], x.shape[1:-1], tuple(weight.shape[1:-1]), weight.shape[0]
-    taps = [-(-k // s) for k, s in zip(kernel, stride)]  # the most taps any phase has, per dim
-    q = [size + m - 1 for size, m in zip(spatial, taps)]  # every phase's length, padded to the longest
-    phases = []
-    for r in itertools.product(*(range(s) for s in stride)):
-        sizes = [len(range(ri, k, s)) for ri, k, s in zip(r, kernel, stride)]
-        if 0 in sizes:  # kernel smaller than the stride: no tap writes this phase
-            phases.append(mx.zeros((n, *q, c_out), dtype=x.dtype))
-            continue
-        sub = weight[(slice(None),) + tuple(slice(ri, None, s) for ri, s in zip(r, stride))]
-        flipped = sub[(slice(None),) + (slice(None, None, -1),) * nd]
-        phases.append(conv(x, flipped, (1,) * nd, [m - 1 for m in sizes], [m - 1 for m in taps], (1,) * nd, groups))
-    from .conv import interleave_phases  # here, not at the top: conv.py imports this module
+    """Dilation 1, some stride > 1: conv_transpose.py's phase decomposition (one stride-1 conv per output phase,
+    none of the multiply-adds spent on stuffed zeros) with each phase computed by this module's float64 conv."""
+    from .conv_transpose import _phase_conv_transpose as phases  # here: conv_transpose.py imports this module
 
-    y = interleave_phases(phases, stride)  # index o + p
-    sizes = zip(spatial, kernel, stride, padding, output_padding)
-    out = [(size - 1) * s - 2 * p + k + op for size, k, s, p, op in sizes]
-    extra = [max(0, p + o - a * s) for p, o, a, s in zip(padding, out, q, stride)]  # output_padding past every tap
-    if any(extra):
-        y = mx.pad(y, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])
-    return y[(slice(None),) + tuple(slice(p, p + o) for p, o in zip(padding, out))]
+    def phase_conv(x, sub, lo, hi, groups):
+        flipped = sub[(slice(None),) + (slice(None, None, -1),) * (x.ndim - 2)]
+        return conv(x, flipped, (1,) * (x.ndim - 2), lo, hi, (1,) * (x.ndim - 2), groups)
+
+    return phases(x, weight, stride, padding, output_padding, groups, phase_conv)

@@ -145,7 +145,12 @@ def _patch_expand(x: mx.array, weight: mx.array) -> mx.array:
     return y.reshape(x.shape[0], *(s * k for s, k in zip(x.shape[1:-1], kernel)), c_out)
 
 
-def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) -> mx.array:
+def _flipped_conv(x, sub, lo, hi, groups) -> mx.array:
+    """A stride-1 conv of ``x`` with the flipped kernel ``sub``, padded by ``lo``/``hi`` per dim (MLX's conv)."""
+    return mx.conv_general(x, sub, padding=(lo, hi), groups=groups, flip=True)
+
+
+def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups, phase_conv=_flipped_conv) -> mx.array:
     """Dilation 1: one stride-1 conv per output phase (sub-pixel decomposition), no zero-stuffed input.
 
     Output position ``o`` gets ``x[i] * w[t]`` where ``s*i + t = o + p``. Writing ``o + p = s*q + r`` (phase ``r`` in
@@ -153,6 +158,8 @@ def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) ->
     ``w[r::s]``. MLX's ``input_dilation`` conv computes every zero of the stuffed input (measured 50x slower than
     torch for k3/s2 on CPU); the phases together do exactly the kernel's multiply-adds, and their gradients are
     ordinary stride-1 conv gradients. The phases are interleaved by a stack and a reshape, then cropped by ``p``.
+    ``phase_conv(x, sub, lo, hi, groups)`` computes one phase: a stride-1 conv with the flipped ``sub`` (the
+    float64 engine passes its own).
     """
     kernel, n, spatial, c_out = tuple(weight.shape[1:-1]), x.shape[0], x.shape[1:-1], weight.shape[0]
     taps = [-(-k // s) for k, s in zip(kernel, stride)]  # the most taps any phase has, per dim
@@ -164,8 +171,7 @@ def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) ->
             phases.append(mx.zeros((n, *q, c_out), dtype=x.dtype))
             continue
         sub = weight[(slice(None),) + tuple(slice(ri, None, s) for ri, s in zip(r, stride))]
-        pads = ([m - 1 for m in sizes], [m - 1 for m in taps])
-        phases.append(mx.conv_general(x, sub, padding=pads, groups=groups, flip=True))
+        phases.append(phase_conv(x, sub, [m - 1 for m in sizes], [m - 1 for m in taps], groups))
     y = interleave_phases(phases, stride)  # index o + p
     sizes = zip(spatial, kernel, stride, padding, output_padding)
     out = [_base_size(size, k, s, p, 1) + op for size, k, s, p, op in sizes]
