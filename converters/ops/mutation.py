@@ -13,7 +13,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXIS, INT_OR_REF, TENSOR, Opt
-from .shape import _sizes_of
+from .shape import _sizes_of, slice_bounds
 
 
 @kernel("slice_scatter", inputs=[TENSOR, TENSOR, Opt(INT_OR_REF), Opt(INT_OR_REF), Opt(INT_OR_REF)],
@@ -48,15 +48,8 @@ def _ident(ctx, v):
 def convert_slice_scatter(ctx, call):
     x, src = call.arg("self"), call.arg("src")
     ident = L.identity(ctx.meta(x).rank)
-    step = call.arg("step")
-    if isinstance(step, int) and step <= 0:
-        call.fail("step", "slice step must be positive")
-    end = call.arg("end")
-    if isinstance(end, int) and end >= 2**62:
-        end = None
-    ctx.emit("slice_scatter", [ctx.tensor(x, ident), _ident(ctx, src), ctx.value(call.arg("start")),
-                               ctx.value(end), ctx.value(step)], {"axis": L.axis_of(ident, call.arg("dim"))},
-             perm=ident)
+    ctx.emit("slice_scatter", [ctx.tensor(x, ident), _ident(ctx, src), *slice_bounds(ctx, call)],
+             {"axis": L.axis_of(ident, call.arg("dim"))}, perm=ident)
 
 
 @register("aten.select_scatter.default")

@@ -467,18 +467,23 @@ def convert_select(ctx, call):
              perm=L.remove_dims(perm, [dim]))
 
 
-@register("aten.slice.Tensor")
-def convert_slice(ctx, call):
-    x, dim = call.arg("self"), call.arg("dim")
-    perm = ctx.perm(x)
+def slice_bounds(ctx, call) -> list:
+    """The ``start``, ``end``, ``step`` inputs of a slice-like call (``slice``, ``slice_scatter``): torch records an
+    open end as a huge int (``sys.maxsize``), kept as "to the end"; a step must be positive."""
     step = call.arg("step")
     if isinstance(step, int) and step <= 0:
         call.fail("step", "slice step must be positive")
     end = call.arg("end")
     if isinstance(end, int) and end >= 2**62:
         end = None
-    ctx.emit("slice", [ctx.tensor(x), ctx.value(call.arg("start")), ctx.value(end), ctx.value(step)],
-             {"axis": L.axis_of(perm, dim)}, perm=perm)
+    return [ctx.value(call.arg("start")), ctx.value(end), ctx.value(step)]
+
+
+@register("aten.slice.Tensor")
+def convert_slice(ctx, call):
+    x, dim = call.arg("self"), call.arg("dim")
+    perm = ctx.perm(x)
+    ctx.emit("slice", [ctx.tensor(x), *slice_bounds(ctx, call)], {"axis": L.axis_of(perm, dim)}, perm=perm)
 
 
 @register("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
