@@ -37,7 +37,21 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
     from .capture import capture, normalise_inputs, reproduces
 
+    training = _eval_modes(model)
+    try:
+        ported = _convert_eval(model, example_inputs, io_layout, dynamic)
+    finally:
+        _restore_modes(training)
+    if training and training[0][1]:
+        ported.train()  # the port follows the torch model's mode: batch statistics and dropout on
+    return ported
+
+
+def _convert_eval(model, example_inputs, io_layout, dynamic):
+    from .capture import capture, normalise_inputs, reproduces
+
     graph = capture(model, example_inputs, dynamic=dynamic)
+    graph.module_attrs = _module_attrs(model)
     result = convert_graph(graph, io_layout)
     ported = PortedModel(result["graph"], result["weights"])
     first_note = graph.capture_note
@@ -45,10 +59,48 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
         # the graph captured at batch two differs at batch one (e.g. x.squeeze(0)): keep the example's batch
         # (with the dims that capture managed: the fallbacks need not be tried again)
         graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic)
+        graph.module_attrs = _module_attrs(model)
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
     ported.capture_note = graph.capture_note or first_note
     return ported
+
+
+def _eval_modes(model) -> list:
+    """Put a torch module in eval mode for the capture; return ``[(module, was_training), ...]`` (root first) to
+    restore. A model in training mode is captured in eval mode and its port switched to training mode: the port's
+    layers (batch norm, dropout) then behave as torch's do in training."""
+    named = getattr(model, "named_modules", None)
+    if named is None or not hasattr(model, "training"):
+        return []
+    modes = [(m, bool(m.training)) for _, m in named()]
+    if any(was for _, was in modes):
+        model.eval()
+    return modes
+
+
+def _restore_modes(modes: list) -> None:
+    for module, was_training in modes:
+        module.training = was_training
+
+
+def _module_attrs(model) -> dict:
+    """What the captured ATen call does not carry but the MLX layer needs, read from the torch modules: batch
+    norm's ``momentum`` (``None``, the cumulative average, reaches ATen as ``0.0`` in eval mode)."""
+    named = getattr(model, "named_modules", None)
+    out: dict = {}
+    if named is None:
+        return out
+    try:
+        modules = list(named())
+    except Exception:  # noqa: BLE001  (a ScriptModule without the Python module list)
+        return out
+    for path, module in modules:
+        if hasattr(module, "momentum") and hasattr(module, "running_mean"):
+            momentum = module.momentum
+            if momentum is None or (isinstance(momentum, (int, float)) and not isinstance(momentum, bool)):
+                out[path] = {"momentum": None if momentum is None else float(momentum)}
+    return out
 
 
 @dataclass

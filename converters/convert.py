@@ -18,6 +18,7 @@ from . import layout as L
 from . import transforms
 from .guards import static_checks
 from .ir import Graph, Node, Ref, ValueMeta, dead_code_elimination, iter_refs
+from .layer_map import map_layers
 from .registry import UnsupportedOpsError, get_converter, has_converter
 
 from .schema import FORMAT_VERSION  # noqa: E402  (the artifact format this writer produces)
@@ -76,6 +77,7 @@ class ConvertContext:
         self.io_layout = io_layout
         self.values: dict = {}
         self.nodes: list = []
+        self.sources: list = []  # the captured node each runtime node came from (None: none)
         self.params: dict = {}  # torch name -> ParamRecord
         self.num_transposes = 0
         self._counter = itertools.count()
@@ -169,6 +171,7 @@ class ConvertContext:
     # ------------------------------------------------------------------------------------------------ emit
     def _emit_raw(self, kernel: str, inputs: list, attrs: dict, outputs: list, layout=None) -> None:
         node = self._current
+        self.sources.append(node)
         self.nodes.append(
             {
                 "kernel": kernel,
@@ -374,6 +377,13 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
             "dtype": graph.param_dtypes.get(torch_name, str(graph.params[torch_name].dtype)),
         }
 
+    nodes, modules = map_layers(ctx.nodes, ctx.sources, params, graph.module_attrs or {})
+    for path, record in modules.items():
+        counter = f"{path}.num_batches_tracked"
+        if record["type"] == "BatchNorm" and counter not in params:  # a frontend that drops the unused counter
+            weights[counter] = np.array(0, dtype=np.int64)
+            params[counter] = {"transform": "identity", "attrs": {}, "trainable": False, "torch_shape": [],
+                               "dtype": "int64"}
     runtime_graph = {
         "format_version": FORMAT_VERSION,
         "io_layout": io_layout,
@@ -382,13 +392,25 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
         "inputs": inputs,
         "outputs": outputs,
         "output_structure": graph.output_structure,
-        "nodes": ctx.nodes,
+        "nodes": nodes,
         "params": params,
+        "modules": modules,
+        "module_types": _module_types(graph),
         "module_outputs": module_outputs,
         "num_transposes": ctx.num_transposes,
     }
     runtime_graph.update(_input_checks(graph))
     return {"graph": runtime_graph, "weights": weights}
+
+
+def _module_types(graph: Graph) -> dict:
+    """Torch class name per module path that ran in the forward (shown by the tree's containers)."""
+    types: dict = {}
+    for node in graph.nodes:
+        for _, path, type_name in node.scopes:
+            if path:
+                types.setdefault(path, type_name)
+    return types
 
 
 def _input_checks(graph: Graph) -> dict:

@@ -111,6 +111,8 @@ class Graph:
     dynamic_dims: Optional[list] = None
     capture_note: Optional[str] = None  # why the capture fell back to fewer dynamic dims, if it did
     capture_mode: object = None  # the dims the capture kept dynamic: "all", "batch", "static" or a list of dims
+    # module path -> attributes read from the torch module itself (``momentum``), when the model was an nn.Module
+    module_attrs: Optional[dict] = None
 
     def users(self) -> dict:
         uses: dict = {}

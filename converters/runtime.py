@@ -1,4 +1,11 @@
-"""PortedModel: an ``mlx.nn.Module`` that runs a converted graph. Never imports torch."""
+"""PortedModel: an ``mlx.nn.Module`` that runs a converted graph. Never imports torch.
+
+The model is a tree of MLX modules under torch's names (``converters/tree.py``): mapped torch layers are MLX layers
+(``ported.layer1[0].conv1`` is a ``porter.layers.Conv2d``), everything else is a container of its parameters. The
+forward is the converted program: its ``call_module`` nodes call the layer found at their path *at call time* (so
+replacing ``ported.fc`` changes the forward), its other nodes run kernels on values and on parameters read from the
+tree.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,9 @@ from . import transforms
 from .guards import InputChecks
 from .limits import check_elements
 from .registry import get_kernel
+from .tree import TreeError, build_tree, resolve
+
+CALL_MODULE = "call_module"
 
 
 def _mx_array(a) -> mx.array:
@@ -24,7 +34,10 @@ def _mx_array(a) -> mx.array:
 class _Program:
     def __init__(self, graph: dict):
         self.graph = graph
-        self.kernels = [get_kernel(n["kernel"]) for n in graph["nodes"]]  # fails early on an unknown kernel
+        # fails early on an unknown kernel; a call_module node calls a layer of the tree instead
+        self.kernels = [None if n["kernel"] == CALL_MODULE else get_kernel(n["kernel"]) for n in graph["nodes"]]
+        self.keys: dict = {}  # torch name -> key path in the tree (set by PortedModel)
+        self.layer_keys: dict = {}  # mapped layer path -> key path
         self.input_checks = InputChecks(graph)
         self.module_outputs: dict = {}
         for entry in graph["module_outputs"]:
@@ -56,17 +69,21 @@ class PortedModel(nn.Module):
         super().__init__()
         # Held in a plain object: mlx.nn.Module would take a dict or list attribute for part of the parameter tree.
         self._program = _Program(graph)
-        params, buffers = {}, {}
+        arrays = {}
         for name, spec in graph["params"].items():
             if name not in weights:
                 raise ValueError(f"the weights have no entry for parameter {name!r}")
             array = weights[name] if isinstance(weights[name], mx.array) else _mx_array(weights[name])
             if spec.get("dtype") == "bfloat16" and array.dtype != mx.bfloat16:
                 array = array.astype(mx.bfloat16)  # numpy carried it as float32 (exact)
-            (params if spec["trainable"] else buffers)[name] = array
-        self.params = params
-        self.buffers = buffers
-        self.freeze(keys=["buffers"], strict=False)
+            arrays[name] = array
+        try:
+            keys, layer_keys = build_tree(self, graph["params"], arrays, graph.get("modules", {}),
+                                          graph.get("module_types", {}))
+        except TreeError as e:
+            raise ValueError(f"the converted graph's names do not form a module tree: {e}") from None
+        self._program.keys, self._program.layer_keys = keys, layer_keys
+        self.eval()  # a converted model starts in eval mode, as it was captured; .train() switches
 
     # ------------------------------------------------------------------------------------------------ properties
     @property
@@ -113,8 +130,7 @@ class PortedModel(nn.Module):
             if set(spec) == {"ref"}:
                 return env[spec["ref"]]
             if set(spec) == {"param"}:
-                name = spec["param"]
-                return self.params[name] if name in self.params else self.buffers[name]
+                return resolve(self, self._program.keys[spec["param"]])
         elif isinstance(spec, list):
             return [self._resolve(s, env) for s in spec]
         elif spec is None or isinstance(spec, (bool, int, float)):
@@ -139,8 +155,13 @@ class PortedModel(nn.Module):
         self._program.input_checks.check([env[spec["name"]] for spec in specs])  # sizes it was built for only
         for node, fn in zip(self._program.graph["nodes"], self._program.kernels):
             args = [self._resolve(s, env) for s in node["inputs"]]
+            if fn is None:  # call_module: the layer now at that path (a user may have replaced it)
+                fn = resolve(self, self._program.layer_keys[node["attrs"]["module"]])
+                attrs = {}
+            else:
+                attrs = node["attrs"]
             try:
-                result = fn(*args, **node["attrs"])
+                result = fn(*args, **attrs)
             except (ValueError, TypeError) as e:
                 where = f" in module {node['module']!r}" if node["module"] else ""
                 raise type(e)(f"{e} (while running {node['op'] or node['kernel']}{where})") from e
@@ -177,17 +198,33 @@ class PortedModel(nn.Module):
         _, inverse = transforms.get(spec["transform"])
         return inverse(array, **spec["attrs"])
 
+    def named_arrays(self) -> dict:
+        """Every parameter and buffer the conversion recorded, by torch ``state_dict`` name, in MLX layout (the
+        arrays now in the tree)."""
+        return {name: resolve(self, self._program.keys[name]) for name in self._program.graph["params"]}
+
+    @property
+    def params(self) -> dict:
+        """The trainable parameters by torch name (MLX layout); the tree's own view is ``parameters()``."""
+        spec = self._program.graph["params"]
+        return {n: a for n, a in self.named_arrays().items() if spec[n]["trainable"]}
+
+    @property
+    def buffers(self) -> dict:
+        """The buffers (running statistics, constants) by torch name (MLX layout)."""
+        spec = self._program.graph["params"]
+        return {n: a for n, a in self.named_arrays().items() if not spec[n]["trainable"]}
+
     def torch_parameters(self) -> dict:
         """Every parameter and buffer by torch state_dict name, in torch layout."""
-        out = {}
-        for name in self._program.graph["params"]:
-            array = self.params[name] if name in self.params else self.buffers[name]
-            out[name] = self._to_torch(name, array)
-        return out
+        return {name: self._to_torch(name, array) for name, array in self.named_arrays().items()}
 
     def torch_parameter_grads(self, grads_tree) -> dict:
-        """Turn ``mx.grad`` w.r.t. ``trainable_parameters()`` into {torch name: np.ndarray in torch layout}."""
-        grads = grads_tree.get("params", grads_tree) if isinstance(grads_tree, dict) else grads_tree
+        """Turn ``mx.grad``/``nn.value_and_grad`` gradients w.r.t. ``trainable_parameters()`` (a tree, or a flat
+        dict by torch name) into ``{torch name: np.ndarray in torch layout}``."""
+        from mlx.utils import tree_flatten
+
+        grads = dict(tree_flatten(grads_tree)) if isinstance(grads_tree, (dict, list)) else grads_tree
         out = {}
         for name, g in grads.items():
             if name not in self._program.graph["params"]:
@@ -195,9 +232,7 @@ class PortedModel(nn.Module):
             out[name] = np.array(self._to_torch(name, g))
         return out
 
-    def __repr__(self) -> str:
-        return (
-            f"PortedModel(source={self.source_class!r}, nodes={len(self._program.graph['nodes'])}, "
-            f"params={len(self._program.graph['params'])}, io_layout={self.io_layout!r}, "
-            f"num_transposes={self.num_transposes})"
-        )
+    def _extra_repr(self) -> str:
+        return (f"source={self.source_class!r}, nodes={len(self._program.graph['nodes'])}, "
+                f"params={len(self._program.graph['params'])}, io_layout={self.io_layout!r}, "
+                f"num_transposes={self.num_transposes}")

@@ -24,7 +24,7 @@ import inspect
 from . import spec as S
 from .limits import max_elements
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the module tree ("modules", "module_types", call_module nodes); 1 still loads
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32
@@ -39,7 +39,8 @@ _EXPR_OPS = ("add", "sub", "mul", "floordiv", "mod", "max", "min")
 _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structure", "nodes", "params",
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
-             "dynamic_dims")
+             "dynamic_dims", "modules", "module_types")
+_CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
 class ArtifactError(ValueError):
@@ -64,6 +65,7 @@ class _Checker:
         self.defined: set = set()
         self.params: set = set()
         self.ranks: list = []
+        self.modules: set = set()
 
     def fail(self, where, field, problem):
         raise ArtifactError(self.file, where, field, problem)
@@ -113,6 +115,7 @@ class _Checker:
                 self.fail("the file", "metadata", f"expected an object but got {S.kind_of(g['metadata'])}")
             self.depth(g["metadata"], "metadata")
         self.check_params(g["params"])
+        self.check_modules(g.get("modules", {}), g.get("module_types", {}))
         self.check_inputs(g["inputs"])
         self.check_nodes(g["nodes"])
         self.check_outputs(g["outputs"], g["output_structure"])
@@ -154,6 +157,35 @@ class _Checker:
             except ValueError as e:
                 self.fail(where, "torch_shape", str(e))
             self.params.add(name)
+
+    # ------------------------------------------------------------------------------------------------ modules
+    def check_modules(self, modules, types):
+        from .layer_types import LAYER_TYPES
+        from .ops.elementwise import _check_unary
+
+        for key, value in (("modules", modules), ("module_types", types)):
+            if not isinstance(value, dict) or len(value) > MAX_NODES:
+                self.fail("the file", key, f"expected an object of at most {MAX_NODES} entries")
+        for path, name in types.items():
+            self.match(_NAME, path, f"module_types[{path[:80]!r}]", "")
+            self.match(S.Text(128), name, f"module_types[{path[:80]!r}]", "")
+        record = S.Obj({"type": S.Enum(*LAYER_TYPES), "config": _ANY}, ["type", "config"])
+        for path, entry in modules.items():
+            where = f"modules[{path[:80]!r}]"
+            self.match(_NAME, path, where, "")
+            if not path or "" in path.split("."):
+                self.fail(where, "", "a layer path must be a non-empty dotted name without empty segments")
+            self.match(record, entry, where, "")
+            self.match(LAYER_TYPES[entry["type"]].config, entry["config"], where, "config")
+            if entry["type"] == "Activation":
+                try:
+                    _check_unary([], {"fn": entry["config"]["fn"], **entry["config"]["attrs"]})
+                except S.SpecError as e:
+                    self.fail(where, "config.attrs", e.message)
+        self.modules = set(modules)
+        for name in self.params:  # a name both an array and a layer cannot form a tree
+            if name in self.modules:
+                self.fail(f"modules[{name[:80]!r}]", "", "is also the name of a parameter")
 
     # ------------------------------------------------------------------------------------------------ inputs
     def meta(self, value, where, field, level=0):
@@ -209,6 +241,13 @@ class _Checker:
             kernel = node["kernel"]
             where = f"node {i} (kernel {kernel[:40]!r}" + (f", module {node['module'][:80]!r})"
                                                            if node.get("module") else ")")
+            if kernel == _CALL_MODULE:
+                self.check_call_module(node, where)
+                (name,) = node["outputs"]
+                if name in self.defined:
+                    self.fail(where, "outputs[0]", f"the value {name[:80]!r} is defined twice")
+                self.defined.add(name)
+                continue
             if kernel not in _KERNELS:
                 self.fail(where, "kernel", "no runtime kernel has this name")
             spec = get_kernel_spec(kernel)
@@ -219,6 +258,12 @@ class _Checker:
             if name in self.defined:
                 self.fail(where, "outputs[0]", f"the value {name[:80]!r} is defined twice")
             self.defined.add(name)
+
+    def check_call_module(self, node, where):
+        self.match(S.Seq(S.Opt(S.TENSOR), 1, 1), node["inputs"], where, "inputs")
+        self.match(S.Obj({"module": _NAME}, ["module"]), node["attrs"], where, "attrs")
+        if node["attrs"]["module"] not in self.modules:
+            self.fail(where, "attrs.module", f"{node['attrs']['module'][:80]!r} is not a layer recorded in 'modules'")
 
     def check_call(self, spec, sig, inputs, attrs, where):
         positional, required, has_varargs, kwonly, kw_required, has_varkw = sig

@@ -45,13 +45,14 @@ def save(ported: PortedModel, directory, *, metadata=None) -> None:
         raise TypeError(f"porter.save expects a PortedModel but got {type(ported).__name__}")
     directory = os.fspath(directory)
     graph = dict(ported.graph)
+    graph["modules"] = _live_modules(ported)
     graph["metadata"] = metadata if metadata is not None else {}
     graph["input_layouts"] = ported.input_layouts
     graph["output_layouts"] = ported.output_layouts
     text = json.dumps(graph, indent=1, allow_nan=False)
     check_graph(json.loads(text), os.path.join(directory, GRAPH_FILE))
+    weights = _live_weights(ported)
     os.makedirs(directory, exist_ok=True)
-    weights = {**ported.params, **ported.buffers}
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     try:
         _save_weights(weights_path, weights, {"format": "mlx", "porter": "1"})
@@ -61,6 +62,42 @@ def save(ported: PortedModel, directory, *, metadata=None) -> None:
         raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
     with open(os.path.join(directory, GRAPH_FILE), "w") as f:
         f.write(text)
+
+
+def _live_modules(ported: PortedModel) -> dict:
+    """The mapped layers as they are now in the tree (a layer's config may have been edited); a layer replaced by
+    a class Porter cannot record is refused, naming its path."""
+    from .layer_types import record
+    from .tree import resolve
+
+    out = {}
+    for path, keys in ported._program.layer_keys.items():
+        layer = resolve(ported, keys)
+        found = record(layer)
+        if found is None:
+            raise ValueError(f"porter.save: the layer at {path!r} is now a {type(layer).__name__}, which Porter "
+                             "cannot record in an artifact (it records Porter's and MLX's own layer classes only)")
+        out[path] = {"type": found[0], "config": found[1]}
+    return out
+
+
+def _live_weights(ported: PortedModel) -> dict:
+    """The tree's arrays by torch name; they must be exactly the recorded parameters, with their shapes."""
+    from mlx.utils import tree_flatten
+
+    live = dict(tree_flatten(ported.parameters()))
+    recorded = ported.graph["params"]
+    extra = sorted(set(live) - set(recorded))
+    missing = sorted(set(recorded) - set(live))
+    if extra or missing:
+        which = f"new arrays {extra[:3]}" if extra else f"no arrays for {missing[:3]}"
+        raise ValueError(f"porter.save: the model's tree has {which} compared with the conversion's record "
+                         "(an edited or quantized tree is not supported by this artifact format)")
+    for name, spec in recorded.items():
+        want = tuple(mlx_shape(spec["transform"], spec["attrs"], spec["torch_shape"]))
+        if tuple(live[name].shape) not in (want, (1,) if want == () else want):
+            raise ValueError(f"porter.save: {name!r} has shape {tuple(live[name].shape)}, the record says {want}")
+    return {name: live[name] for name in recorded}
 
 
 def load(directory) -> PortedModel:
@@ -93,7 +130,10 @@ def load(directory) -> PortedModel:
     for name, spec in graph["params"].items():
         if list(weights[name].shape) == [1] and spec["torch_shape"] == []:
             weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
-    return PortedModel(graph, weights)
+    try:
+        return PortedModel(graph, weights)
+    except ValueError as e:  # a layer config that its constructor refuses, weights that do not fit a layer
+        raise ArtifactError(graph_path, "modules", "", f"cannot build the model's layers ({e})") from None
 
 
 def _save_weights(path: str, weights: dict, metadata: dict) -> None:

@@ -102,16 +102,28 @@ def test_unsupported_ops_listed_all_at_once():
     assert "UNSUPPORTED" in str(report)
 
 
-def test_training_mode_dropout_is_refused():
-    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5)).train()
-    with pytest.raises(NotImplementedError, match="'train'"):
-        porter.convert(model, torch.randn(2, 3))
+def test_training_mode_module_converts_to_a_port_in_training_mode():
+    """Captured in eval mode (the torch model's modes are restored), returned in training mode: batch norm uses
+    batch statistics, as torch's does (issue 12)."""
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3), nn.Dropout(0.0)).train()
+    x = torch.randn(2, 3, 4, 4)
+    ported = porter.convert(model, x, io_layout="torch")
+    assert ported.training and model.training and model[1].training
+    np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    ported.eval()
+    model.eval()
+    np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
 
 
-def test_training_mode_batch_norm_is_refused():
-    model = nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3)).train()
-    with pytest.raises(NotImplementedError, match="training"):
-        porter.convert(model, torch.randn(2, 3, 4, 4))
+@pytest.mark.parametrize("layer", [nn.Dropout(0.5), nn.BatchNorm2d(3)])
+def test_training_mode_exported_program_is_refused(layer):
+    """An ExportedProgram has no modes to switch: one exported in training mode is refused, naming why."""
+    model = nn.Sequential(nn.Conv2d(3, 3, 1), layer).train()
+    program = torch.export.export(model, (torch.randn(2, 3, 4, 4),))
+    with pytest.raises(NotImplementedError, match="train|training|dropout|batch_norm"):
+        porter.convert(program)
 
 
 def test_bad_arguments():

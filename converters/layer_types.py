@@ -1,0 +1,187 @@
+"""The layer classes a ported model's tree is made of, and how each is recorded in ``graph.json``. Torch-free.
+
+A ported model is a tree of MLX modules under torch's names (``converters/tree.py``); every torch layer Porter maps
+(``converters/layer_map.py``) becomes one of the layers below, recorded in the artifact as
+``{"type": name, "config": {...}}``. The record is declarative: ``type`` indexes :data:`LAYER_TYPES` (an explicit
+table, never ``getattr`` or an import), ``config`` is checked against the type's spec, and only then is the class
+built. ``record(layer)`` goes the other way for ``porter.save``: the live layer's type and config.
+
+| type | MLX class | torch classes |
+|---|---|---|
+| Conv / ConvTranspose | ``porter.layers.Conv{1,2,3}d`` / ``ConvTranspose{1,2,3}d`` | ``nn.Conv*`` / ``nn.ConvTranspose*`` |
+| Linear | ``mlx.nn.Linear`` | ``nn.Linear`` |
+| Embedding | :class:`Embedding` (``mlx.nn.Embedding`` with torch's index check) | ``nn.Embedding`` |
+| BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d`` |
+| LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
+| Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |
+| Activation | :class:`Activation` (one of the runtime's unary functions) | ``nn.ReLU``, ``nn.GELU``, ... |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+import porter.layers as PL
+
+from . import spec as S
+from .ops.elementwise import UNARY, _UNARY_ATTRS
+from .ops.misc import checked_indices
+
+_SIZE = S.Int(1, 1 << 40)
+_GEOM = S.Ints(1, 3, 0, S.GEOMETRY)
+_POSITIVE = S.Ints(1, 3, 1, S.GEOMETRY)
+_EPS = S.Float()
+
+
+class Embedding(nn.Embedding):
+    """``mlx.nn.Embedding`` that refuses out-of-range indices as torch does (MLX's gather reads other memory)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return super().__call__(checked_indices(x, self.weight.shape[0], "Embedding"))
+
+    def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine"):
+        return QuantizedEmbedding.from_embedding(self, group_size, bits, mode=mode)
+
+
+class QuantizedEmbedding(nn.QuantizedEmbedding):
+    """``mlx.nn.QuantizedEmbedding`` with :class:`Embedding`'s index check."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return super().__call__(checked_indices(x, self.num_embeddings, "Embedding"))
+
+
+class Activation(nn.Module):
+    """A parameter-free torch activation module (``nn.ReLU``, ``nn.GELU``, ...) computed by the runtime's own
+    function for it (the one its ``unary`` kernel uses), so the tree changes no number. Any layout.
+
+    Args:
+        fn (str): the function (``"relu"``, ``"gelu"``, ``"hardtanh"``, ...).
+        torch_type (str): the torch class it stands for, for ``repr``.
+        **attrs: the function's arguments (``approximate``, ``negative_slope``, ...).
+    """
+
+    def __init__(self, fn: str, torch_type: str = "", **attrs):
+        super().__init__()
+        if fn not in UNARY:
+            raise ValueError(f"[Activation] unknown function {fn!r}")
+        object.__setattr__(self, "fn", fn)
+        object.__setattr__(self, "attrs", dict(attrs))
+        object.__setattr__(self, "torch_type", torch_type or fn)
+
+    def _extra_repr(self) -> str:
+        return ", ".join([self.fn] + [f"{k}={v!r}" for k, v in self.attrs.items()])
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return UNARY[self.fn](x, **self.attrs)
+
+
+@dataclass
+class LayerType:
+    """One recordable layer type: its config spec, how to build it, and which live classes record as it."""
+
+    name: str
+    config: S.Spec
+    build: Callable[[dict], nn.Module]
+    classes: tuple
+    config_of: Callable[[nn.Module], dict]
+
+
+def _has(layer, key) -> bool:
+    return key in layer and isinstance(layer[key], mx.array)
+
+
+def _conv_config(layer) -> dict:
+    padding = layer.padding if isinstance(layer.padding, str) else list(layer.padding)
+    out = {"nd": layer.nd, "in_channels": layer.in_channels, "out_channels": layer.out_channels,
+           "kernel_size": list(layer.kernel_size), "stride": list(layer.stride), "padding": padding,
+           "dilation": list(layer.dilation), "groups": layer.groups, "bias": _has(layer, "bias")}
+    if hasattr(layer, "output_padding"):
+        out["output_padding"] = list(layer.output_padding)
+    return out
+
+
+_CONV_CLASSES = {1: PL.Conv1d, 2: PL.Conv2d, 3: PL.Conv3d}
+_CONV_T_CLASSES = {1: PL.ConvTranspose1d, 2: PL.ConvTranspose2d, 3: PL.ConvTranspose3d}
+_CONV_FIELDS = {"nd": S.Int(1, 3), "in_channels": _SIZE, "out_channels": _SIZE, "kernel_size": _POSITIVE,
+                "stride": _POSITIVE, "padding": S.OneOf(_GEOM, S.Enum("same", "valid")), "dilation": _POSITIVE,
+                "groups": S.Int(1, S.GEOMETRY), "bias": S.Bool()}
+
+
+def _build_conv(c):
+    return _CONV_CLASSES[c["nd"]](c["in_channels"], c["out_channels"], tuple(c["kernel_size"]), tuple(c["stride"]),
+                                  c["padding"] if isinstance(c["padding"], str) else tuple(c["padding"]),
+                                  tuple(c["dilation"]), c["groups"], c["bias"])
+
+
+def _build_conv_transpose(c):
+    return _CONV_T_CLASSES[c["nd"]](c["in_channels"], c["out_channels"], tuple(c["kernel_size"]), tuple(c["stride"]),
+                                    tuple(c["padding"]), tuple(c["output_padding"]), c["groups"], c["bias"],
+                                    tuple(c["dilation"]))
+
+
+def _dropout_p(layer) -> float:
+    return float(1.0 - layer._p_1)
+
+
+_ACTIVATION_FIELDS = {"fn": S.Enum(*UNARY), "torch_type": S.Text(128), "attrs": S.Obj(_UNARY_ATTRS)}
+
+LAYER_TYPES = {t.name: t for t in (
+    LayerType("Conv", S.Obj(_CONV_FIELDS, list(_CONV_FIELDS)), _build_conv,
+              tuple(_CONV_CLASSES.values()), _conv_config),
+    LayerType("ConvTranspose", S.Obj({**_CONV_FIELDS, "padding": _GEOM, "output_padding": _GEOM},
+                                     list(_CONV_FIELDS) + ["output_padding"]),
+              _build_conv_transpose, tuple(_CONV_T_CLASSES.values()), _conv_config),
+    LayerType("Linear", S.Obj({"in_features": _SIZE, "out_features": _SIZE, "bias": S.Bool()},
+                              ["in_features", "out_features", "bias"]),
+              lambda c: nn.Linear(c["in_features"], c["out_features"], bias=c["bias"]), (nn.Linear,),
+              lambda m: {"in_features": m.weight.shape[1], "out_features": m.weight.shape[0], "bias": _has(m, "bias")}),
+    LayerType("Embedding", S.Obj({"num_embeddings": _SIZE, "embedding_dim": _SIZE},
+                                 ["num_embeddings", "embedding_dim"]),
+              lambda c: Embedding(c["num_embeddings"], c["embedding_dim"]), (Embedding,),
+              lambda m: {"num_embeddings": m.weight.shape[0], "embedding_dim": m.weight.shape[1]}),
+    LayerType("BatchNorm", S.Obj({"num_features": _SIZE, "eps": _EPS, "momentum": S.Opt(S.Float()),
+                                  "affine": S.Bool(), "track_running_stats": S.Bool()},
+                                 ["num_features", "eps", "momentum", "affine", "track_running_stats"]),
+              lambda c: PL.BatchNorm(c["num_features"], c["eps"], c["momentum"], c["affine"],
+                                     c["track_running_stats"]), (PL.BatchNorm,),
+              lambda m: {"num_features": m.num_features, "eps": m.eps, "momentum": m.momentum,
+                         "affine": _has(m, "weight"), "track_running_stats": m.track_running_stats}),
+    LayerType("LayerNorm", S.Obj({"normalized_shape": S.Ints(1, S.MAX_LEN, 1, 1 << 40), "eps": _EPS,
+                                  "elementwise_affine": S.Bool(), "bias": S.Bool()},
+                                 ["normalized_shape", "eps", "elementwise_affine", "bias"]),
+              lambda c: PL.LayerNorm(tuple(c["normalized_shape"]), c["eps"], c["elementwise_affine"], c["bias"]),
+              (PL.LayerNorm,),
+              lambda m: {"normalized_shape": list(m.normalized_shape), "eps": m.eps,
+                         "elementwise_affine": _has(m, "weight"), "bias": _has(m, "bias")}),
+    LayerType("GroupNorm", S.Obj({"num_groups": _SIZE, "num_channels": _SIZE, "eps": _EPS, "affine": S.Bool()},
+                                 ["num_groups", "num_channels", "eps", "affine"]),
+              lambda c: PL.GroupNorm(c["num_groups"], c["num_channels"], c["eps"], c["affine"]), (PL.GroupNorm,),
+              lambda m: {"num_groups": m.num_groups, "num_channels": m.dims, "eps": m.eps,
+                         "affine": _has(m, "weight")}),
+    LayerType("InstanceNorm", S.Obj({"num_features": _SIZE, "eps": _EPS, "affine": S.Bool()},
+                                    ["num_features", "eps", "affine"]),
+              lambda c: PL.InstanceNorm(c["num_features"], c["eps"], c["affine"]), (PL.InstanceNorm,),
+              lambda m: {"num_features": m.dims, "eps": m.eps, "affine": _has(m, "weight")}),
+    LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
+              lambda m: {"p": _dropout_p(m)}),
+    LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),
+              lambda c: Activation(c["fn"], c.get("torch_type", ""), **c["attrs"]), (Activation,),
+              lambda m: {"fn": m.fn, "torch_type": m.torch_type, "attrs": dict(m.attrs)}),
+)}
+
+
+def record(layer: nn.Module):
+    """``(type name, config)`` of a live layer, or None when its class is not one Porter can record."""
+    for t in LAYER_TYPES.values():
+        if type(layer) in t.classes:
+            return t.name, t.config_of(layer)
+    return None
+
+
+def build(type_name: str, config: dict) -> nn.Module:
+    """The layer a record describes (``config`` already checked against the type's spec)."""
+    return LAYER_TYPES[type_name].build(config)

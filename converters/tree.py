@@ -1,0 +1,152 @@
+"""The module tree of a ported model: MLX modules under torch's names. Torch-free.
+
+``build_tree(root, graph, weights)`` hangs, under ``root``, one module per torch submodule path that holds
+parameters or a mapped layer:
+
+* a mapped layer (``graph["modules"][path]``: a ``Conv``, ``Linear``, ``BatchNorm``, ... record, see
+  ``layer_types.py``) becomes that MLX layer, its arrays replaced by the recorded weights;
+* any other path becomes a :class:`Submodule`, a plain container holding its parameters and buffers under torch's
+  attribute names (its forward runs as program nodes);
+* a parent whose children are named ``0 .. n-1`` (``nn.Sequential``, ``nn.ModuleList``) holds them as a Python
+  list, so ``ported.layer1[0].conv1`` works and MLX's parameter names are torch's ``state_dict`` names.
+
+Buffers (torch's non-parameters: running statistics, lifted constants) are frozen, so ``trainable_parameters()``
+and optimizers see exactly torch's parameters.
+
+Every key comes from the artifact: keys are only ever used as dict keys or list indices, never as attribute names
+looked up on a class (``getattr``), so no name in a file reaches code.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .layer_types import LAYER_TYPES
+
+MAX_LIST = 1 << 16  # a Sequential/ModuleList longer than this (or with big gaps) is kept as a keyed container
+
+
+class Submodule(nn.Module):
+    """A torch submodule that Porter has no layer class for: its parameters and buffers, by torch's names.
+
+    Attributes:
+        torch_type (str): the torch class name (for ``repr``), ``""`` when unknown.
+    """
+
+    def __init__(self, torch_type: str = ""):
+        super().__init__()
+        object.__setattr__(self, "torch_type", torch_type)
+
+    def _extra_repr(self) -> str:
+        return self.torch_type
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"this {self.torch_type or 'submodule'} has no forward of its own in MLX: its computation "
+                        "runs as part of the ported model's program")
+
+
+def split_path(name: str) -> list:
+    """``"layer1.0.conv1.weight"`` -> ``["layer1", "0", "conv1", "weight"]``; ``""`` (the root) -> ``[]``."""
+    return name.split(".") if name else []
+
+
+class TreeError(ValueError):
+    """The recorded names or modules cannot form a tree (a name both an array and a module, an empty segment)."""
+
+
+def _as_index(key: str):
+    return int(key) if key.isdigit() and (key == "0" or not key.startswith("0")) else None
+
+
+def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types: dict) -> tuple:
+    """Populate ``root`` (a fresh ``nn.Module``); return ``({torch name: key path}, {layer path: key path})``, the
+    key paths (dict keys and list indices) that reach every array and every mapped layer from ``root``.
+
+    Args:
+        params: torch name -> record (``trainable`` says parameter or buffer).
+        arrays: torch name -> ``mx.array`` (MLX layout).
+        modules: path -> ``{"type", "config"}`` for mapped layers (config already checked).
+        types: path -> torch class name, for containers' ``repr`` (may be partial).
+
+    Raises:
+        TreeError: a name is both an array and a module, or has an empty segment.
+        ValueError: a mapped layer's recorded weights do not fit its config (shape), or miss one of its arrays.
+    """
+    # 1. the nested key structure: node = {"children": {key: node}, "arrays": {leaf: torch name}, "path": str}
+    top = {"children": {}, "arrays": {}, "path": ""}
+
+    def node_at(segments):
+        node = top
+        for depth, seg in enumerate(segments):
+            if seg == "":
+                raise TreeError(f"the name {'.'.join(segments)[:120]!r} has an empty segment")
+            if seg in node["arrays"]:
+                raise TreeError(f"{'.'.join(segments[:depth + 1])[:120]!r} is both an array and a module")
+            node = node["children"].setdefault(seg, {"children": {}, "arrays": {}, "path": ".".join(segments[:depth + 1])})
+        return node
+
+    for path in modules:
+        node_at(split_path(path))
+    for name in params:
+        segments = split_path(name)
+        if not segments or any(s == "" for s in segments):
+            raise TreeError(f"the parameter name {name[:120]!r} has an empty segment")
+        owner = node_at(segments[:-1])
+        if segments[-1] in owner["children"]:
+            raise TreeError(f"{name[:120]!r} is both an array and a module")
+        owner["arrays"][segments[-1]] = name
+
+    # 2. materialise bottom-up
+    key_paths: dict = {}
+    layer_keys: dict = {}
+
+    def make(node, prefix: list):
+        path, children = node["path"], node["children"]
+        indices = [_as_index(k) for k in children]
+        if (path and path not in modules and not node["arrays"] and children and None not in indices
+                and max(indices) < min(MAX_LIST, 4 * len(indices) + 64)):
+            items = [None] * (max(indices) + 1)  # nn.Sequential / nn.ModuleList: a list, indexed as in torch
+            for key, child in children.items():
+                items[int(key)] = make(child, prefix + [int(key)])
+            # a child without parameters or a mapped layer (an unmapped nn.ReLU, say): an empty placeholder
+            return [item if item is not None else Submodule("") for item in items]
+        record = modules.get(path)
+        if record is not None:
+            module = LAYER_TYPES[record["type"]].build(record["config"])
+            layer_keys[path] = list(prefix)
+            expected = {k: v for k, v in module.items() if isinstance(v, mx.array)}
+        else:
+            module = root if path == "" else Submodule(types.get(path, ""))
+            expected = None
+        buffers = []
+        for leaf, name in node["arrays"].items():
+            array = arrays[name]
+            if expected is not None and leaf in expected:
+                want = expected.pop(leaf)
+                if tuple(want.shape) != tuple(array.shape):
+                    raise ValueError(f"the weight {name!r} has shape {tuple(array.shape)} but the "
+                                     f"{record['type']} layer at {path!r} needs {tuple(want.shape)}")
+            module[leaf] = array
+            key_paths[name] = prefix + [leaf]
+            if not params[name]["trainable"]:
+                buffers.append(leaf)
+        if expected:
+            raise ValueError(f"the {record['type']} layer at {path!r} has no recorded weight for "
+                             f"{sorted(expected)} (every array of a mapped layer must come from the weights)")
+        if buffers:
+            module.freeze(keys=buffers, recurse=False)
+        for key, child in children.items():
+            module[key] = make(child, prefix + [key])
+        return module
+
+    make(top, [])
+    return key_paths, layer_keys
+
+
+def resolve(root, path: list):
+    """The object at a key path (dict keys and list indices only)."""
+    obj = root
+    for key in path:
+        obj = obj[key]
+    return obj

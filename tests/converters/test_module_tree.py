@@ -1,0 +1,312 @@
+"""Issue 12: a ported model is an MLX model, a tree of MLX layers under torch's names.
+
+Torch is the oracle throughout: every comparison runs the torch model on the same data in the test.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as mnn
+import mlx.optimizers as optim
+import numpy as np
+import pytest
+import torch
+from mlx.utils import tree_flatten
+from torch import nn
+
+import porter
+import porter.layers as PL
+from porter.converters.layer_types import Activation, Embedding, QuantizedEmbedding
+from porter.converters.tree import Submodule
+from tests.models import REGISTRY, make_inputs
+
+
+def _nhwc(x: torch.Tensor) -> mx.array:
+    a = x.detach().numpy()
+    return mx.array(np.moveaxis(a, 1, -1) if a.ndim == 4 else a)
+
+
+def _resnet():
+    return REGISTRY["resnet_basic"].builder(seed=1)
+
+
+# ---------------------------------------------------------------------------------------------------- the tree
+def test_tree_mirrors_torch_names_and_layer_classes():
+    model = _resnet()
+    ported = porter.convert(model, make_inputs(REGISTRY["resnet_basic"].inputs))
+    names = {k for k, _ in tree_flatten(ported.parameters())}
+    assert names == set(model.state_dict())
+    trainable = {k for k, _ in tree_flatten(ported.trainable_parameters())}
+    assert trainable == {n for n, _ in model.named_parameters()}
+    assert isinstance(ported.conv1, PL.Conv2d)
+    assert isinstance(ported.bn1, PL.BatchNorm)
+    assert isinstance(ported.layer1, list) and isinstance(ported.layer1[0].conv1, PL.Conv2d)
+    assert isinstance(ported.layer2[0].downsample[1], PL.BatchNorm)
+    assert isinstance(ported.fc, mnn.Linear)
+    assert isinstance(ported.relu, Activation)
+    assert ported.layer1[0].conv1.weight.shape == (8, 3, 3, 8)  # MLX layout (O, kH, kW, I)
+    assert not ported.training  # converted from an eval-mode model
+
+
+def test_unmapped_modules_are_containers_with_torch_names():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.rand(4) + 0.5)
+            self.register_buffer("shift", torch.rand(4))
+
+        def forward(self, x):
+            return x * self.scale + self.shift
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, 4), Scaled(), nn.Linear(4, 4)])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return x
+
+    model = Net().eval()
+    x = torch.randn(3, 4)
+    ported = porter.convert(model, (x,))
+    assert isinstance(ported.blocks[1], Submodule) and ported.blocks[1].torch_type == "Scaled"
+    assert isinstance(ported.blocks[0], mnn.Linear) and isinstance(ported.blocks[2], mnn.Linear)
+    assert {k for k, _ in tree_flatten(ported.trainable_parameters())} == {n for n, _ in model.named_parameters()}
+    assert "blocks.1.shift" not in {k for k, _ in tree_flatten(ported.trainable_parameters())}
+    np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_replacing_a_child_changes_the_forward():
+    model = _resnet()
+    x = make_inputs(REGISTRY["resnet_basic"].inputs)[0]
+    ported = porter.convert(model, (x,))
+    before = np.array(ported(_nhwc(x)))
+
+    class Adapter(mnn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            self.delta = mx.full((10,), 0.25)
+
+        def __call__(self, h):
+            return self.inner(h) + self.delta
+
+    ported.fc = Adapter(ported.fc)
+    after = np.array(ported(_nhwc(x)))
+    np.testing.assert_allclose(after, before + 0.25, rtol=1e-6, atol=1e-6)
+    assert "fc.inner.weight" in {k for k, _ in tree_flatten(ported.parameters())}
+
+
+def test_quantize_finds_linear_and_embedding_layers_and_still_runs():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(50, 64)
+            self.fc1 = nn.Linear(64, 128)
+            self.fc2 = nn.Linear(128, 64)
+
+        def forward(self, ids):
+            return self.fc2(torch.relu(self.fc1(self.emb(ids))))
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    ids = torch.randint(0, 50, (2, 7))
+    ported = porter.convert(model, (ids,))
+    assert isinstance(ported.emb, Embedding)
+    ref = model(ids).detach().numpy()
+    mnn.quantize(ported, group_size=32, bits=8)
+    assert isinstance(ported.fc1, mnn.QuantizedLinear) and isinstance(ported.fc2, mnn.QuantizedLinear)
+    assert isinstance(ported.emb, QuantizedEmbedding)
+    out = np.array(ported(mx.array(ids.numpy())))
+    # 8-bit groups of 32: a few parts in a thousand of the activations' scale
+    assert np.abs(out - ref).max() < 0.02 * np.abs(ref).max()
+    assert np.abs(out - ref).max() > 0  # really quantized
+    with pytest.raises(ValueError, match="index 50 is out of range"):  # the index check survives quantization
+        ported(mx.array([[50]]))
+
+
+def test_save_and_load_weights_use_torch_names(tmp_path):
+    spec = REGISTRY["resnet_basic"]
+    x = make_inputs(spec.inputs)[0]
+    source = porter.convert(spec.builder(seed=1), (x,))
+    target = porter.convert(spec.builder(seed=2), (x,))
+    path = str(tmp_path / "weights.safetensors")
+    source.save_weights(path)
+    stored = mx.load(path)
+    assert set(stored) == set(spec.builder(seed=1).state_dict())
+    assert not np.allclose(np.array(target(_nhwc(x))), np.array(source(_nhwc(x))))
+    target.load_weights(path)
+    np.testing.assert_array_equal(np.array(target(_nhwc(x))), np.array(source(_nhwc(x))))
+
+
+def test_compile_and_value_and_grad_work():
+    spec = REGISTRY["resnet_basic"]
+    model = spec.builder(seed=1)
+    x = make_inputs(spec.inputs)[0]
+    ported = porter.convert(model, (x,))
+    compiled = mx.compile(lambda a: ported(a))
+    np.testing.assert_allclose(np.array(compiled(_nhwc(x))), np.array(ported(_nhwc(x))), rtol=1e-5, atol=1e-5)
+
+    def loss(m, a):
+        return (m(a) ** 2).mean()
+
+    value, grads = mnn.value_and_grad(ported, loss)(ported, _nhwc(x))
+    torch_x = x.clone()
+    torch_loss = (model(torch_x) ** 2).mean()
+    torch_loss.backward()
+    assert abs(value.item() - torch_loss.item()) < 1e-4 * abs(torch_loss.item()) + 1e-6
+    by_name = ported.torch_parameter_grads(grads)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(by_name[name], p.grad.numpy(), rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+def test_save_load_rebuilds_the_tree(tmp_path):
+    spec = REGISTRY["mobilenet_v3"]
+    model = spec.builder(seed=3)
+    x = make_inputs(spec.inputs)[0]
+    ported = porter.convert(model, (x,))
+    porter.save(ported, tmp_path / "m")
+    loaded = porter.load(tmp_path / "m")
+    assert [type(m).__name__ for _, m in loaded.named_modules()] == [type(m).__name__ for _, m in
+                                                                     ported.named_modules()]
+    np.testing.assert_array_equal(np.array(loaded(_nhwc(x))), np.array(ported(_nhwc(x))))
+
+
+def test_save_refuses_a_layer_it_cannot_record(tmp_path):
+    ported = porter.convert(_resnet(), make_inputs(REGISTRY["resnet_basic"].inputs))
+
+    class Mine(mnn.Module):
+        def __call__(self, h):
+            return h
+
+    ported.fc = Mine()
+    with pytest.raises(ValueError, match="layer at 'fc' is now a Mine"):
+        porter.save(ported, tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- modes
+def test_train_mode_uses_batch_statistics_and_updates_running_stats_as_torch():
+    spec = REGISTRY["resnet_basic"]
+    model = spec.builder(seed=4)
+    x = make_inputs(spec.inputs, seed=5)[0]
+    ported = porter.convert(model, (x,))
+    model.train()
+    ported.train()
+    ref = model(x).detach().numpy()
+    out = np.array(ported(_nhwc(x)))
+    np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
+    torch_state = model.state_dict()
+    for name, value in ported.torch_parameters().items():
+        if "running" in name or "num_batches" in name:
+            np.testing.assert_allclose(np.array(value), torch_state[name].numpy(), rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
+    ported.eval()
+    model.eval()
+    np.testing.assert_allclose(np.array(ported(_nhwc(x))), model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_training_mode_model_converts_and_stays_in_training_mode():
+    spec = REGISTRY["resnet_basic"]
+    model = spec.builder(seed=4).train()
+    model.layer1.eval()  # mixed modes are restored as they were
+    x = make_inputs(spec.inputs)[0]
+    ported = porter.convert(model, (x,))
+    assert ported.training and ported.bn1.training
+    assert model.training and model.bn1.training and not model.layer1.training
+
+
+def test_dropout_is_a_layer_active_in_train_mode_only():
+    model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.5)).eval()
+    x = torch.randn(8, 16)
+    ported = porter.convert(model, (x,))
+    assert isinstance(ported["1"], mnn.Dropout) and isinstance(ported["0"], mnn.Linear)  # the root's own keys
+    ref = model(x).detach().numpy()
+    np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), ref, rtol=1e-5, atol=1e-6)
+    ported.train()
+    out = np.array(ported(mx.array(x.numpy())))
+    zeros = np.mean(out == 0)
+    assert 0.35 < zeros < 0.65
+    kept = out != 0
+    np.testing.assert_allclose(out[kept], 2 * ref[kept], rtol=1e-5, atol=1e-6)  # torch's 1 / (1 - p) scaling
+
+
+# ---------------------------------------------------------------------------------------------------- training
+def _train_torch(model, batches, make_opt, steps):
+    model.train()
+    opt = make_opt(model.parameters())
+    losses = []
+    for x, y in batches[:steps]:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _train_mlx(ported, batches, opt, steps, to_mlx):
+    ported.train()
+
+    def loss_fn(m, x, y):
+        return mnn.losses.cross_entropy(m(x), y, reduction="mean")
+
+    step = mnn.value_and_grad(ported, loss_fn)
+    losses = []
+    for x, y in batches[:steps]:
+        loss, grads = step(ported, to_mlx(x), mx.array(y.numpy()))
+        opt.update(ported, grads)
+        mx.eval(ported.parameters(), opt.state)
+        losses.append(loss.item())
+    return losses
+
+
+def _no_dropout(model):
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    return model
+
+
+_TRAINING = {
+    # family: (registry name, classes, batch shape). Batches big enough that no batch norm sees a handful of values
+    # per channel (batch 2 at 1x1 makes every normalised value +-1: any rounding then swings the gradients).
+    "resnet": ("resnet_basic", 10, (8, 3, 48, 48)),
+    "mobilenet_v3": ("mobilenet_v3", 10, (8, 3, 64, 64)),
+    "vit": ("vit", 10, (8, 3, 32, 32)),
+}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("family", sorted(_TRAINING))
+def test_training_follows_torch(family, optimizer):
+    name, classes, shape = _TRAINING[family]
+    spec = REGISTRY[name]
+    model = _no_dropout(spec.builder(seed=7))
+    gen = torch.Generator().manual_seed(11)
+    batches = [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],), generator=gen))
+               for _ in range(4)]
+    ported = porter.convert(model, (batches[0][0],))
+    if optimizer == "sgd":
+        torch_opt = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
+        mlx_opt = optim.SGD(learning_rate=0.05, momentum=0.9)
+    else:
+        # eps well above rounding noise: Adam divides each gradient by its own size, so a parameter whose true
+        # gradient is zero (attention's key bias) would otherwise move by lr in the direction of its noise
+        torch_opt = lambda p: torch.optim.Adam(p, lr=1e-3, eps=1e-6)  # noqa: E731
+        mlx_opt = optim.Adam(learning_rate=1e-3, eps=1e-6, bias_correction=True)
+    torch_losses = _train_torch(model, batches, torch_opt, 4)
+    mlx_losses = _train_mlx(ported, batches, mlx_opt, 4, _nhwc)
+    np.testing.assert_allclose(mlx_losses, torch_losses, rtol=2e-3, atol=1e-4)
+    final = ported.torch_parameters()
+    for key, value in model.state_dict().items():
+        want = value.numpy()
+        got = np.array(final[key])
+        if key.endswith("num_batches_tracked"):
+            assert got == want, key
+            continue
+        scale = max(np.abs(want).max(), 1e-3)
+        assert np.abs(got - want).max() <= 2e-3 * scale + 1e-5, (key, np.abs(got - want).max(), scale)
