@@ -139,11 +139,12 @@ def read_weights(directory: str, params: dict) -> dict:
     weight_map, total_size = _read_index(index_path)
     files = sorted(set(weight_map.values()))
     _check_unlisted(directory, set(files), index_path)
+    for file in files:
+        if not os.path.lexists(os.path.join(directory, file)):
+            raise ArtifactError(index_path, "weight_map", "", f"names the shard {file!r}, which is not in the folder")
     total = 0
     for file in files:
         path = os.path.join(directory, file)
-        if not os.path.lexists(path):
-            raise ArtifactError(index_path, "weight_map", "", f"names the shard {file!r}, which is not in the folder")
         header = _read_header(path)
         listed = {n for n, f in weight_map.items() if f == file}
         stray = sorted(set(header) - listed)
