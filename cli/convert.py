@@ -101,7 +101,7 @@ def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trus
 
 def hub_options(max_shard_size, base_model, repo_id):
     """``--max-shard-size``/``--base-model``/``--repo-id`` checked before anything slow: porter.save's keywords."""
-    from porter.converters.model_card import check_repo_id
+    from porter.converters.hub import check_repo_id
     from porter.converters.shards import parse_size
 
     out = {}

@@ -18,18 +18,26 @@ local folder gets. ``huggingface_hub`` is an optional extra (``pip install 'port
 from __future__ import annotations
 
 import os
-
-from .model_card import REPO_ID
+import re
 
 HUB_PREFIX = "hf://"
 HUB_FILES = ["*.json", "*.safetensors", "README.md"]
+# a Hub repo id: owner/name, letters, digits, '-', '_', '.', no '--' or '..', not ending in '.' or '-' (the Hub's rule)
+REPO_ID = re.compile(r"(?!.*(--|\.\.))[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(?<![.-])")
 
-__all__ = ["HUB_PREFIX", "is_repo_id", "resolve_source"]
+__all__ = ["HUB_PREFIX", "REPO_ID", "is_repo_id", "check_repo_id", "resolve_source"]
 
 
-def is_repo_id(text: str) -> bool:
+def is_repo_id(text) -> bool:
     """Whether ``text`` has the form of a Hub repo id (``owner/name``)."""
-    return bool(REPO_ID.fullmatch(text)) and not text.endswith((".", "-"))
+    return isinstance(text, str) and bool(REPO_ID.fullmatch(text))
+
+
+def check_repo_id(value, argument: str) -> str:
+    """``value`` when it is a Hub repo id (``owner/name``), else a ValueError naming ``argument``."""
+    if not is_repo_id(value):
+        raise ValueError(f"{argument!r} must be a Hub repo id such as 'owner/name', but got {str(value)[:80]!r}")
+    return value
 
 
 def resolve_source(source, *, revision=None, local_files_only=False) -> str:
@@ -74,6 +82,6 @@ def _download(repo_id: str, revision, local_files_only: bool) -> str:
         return snapshot_download(repo_id, revision=revision, allow_patterns=HUB_FILES,
                                  local_files_only=bool(local_files_only), library_name="porter")
     except Exception as e:  # noqa: BLE001  (the library's errors: offline miss, unknown repo, network, auth)
+        reason = (str(e).splitlines() or [""])[0][:300]
         raise FileNotFoundError(f"porter.load: {repo_id!r} is not a local folder and cannot be fetched from the "
-                                f"Hugging Face Hub ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})"
-                                ) from e
+                                f"Hugging Face Hub ({type(e).__name__}: {reason})") from e

@@ -10,21 +10,12 @@ read back by ``porter.load``.
 from __future__ import annotations
 
 import json
-import re
+
+from .hub import check_repo_id
 
 CARD_FILE = "README.md"
-# a Hub repo id: owner/name, letters, digits, '-', '_', '.', no '--' or '..' (the Hub's own rule)
-REPO_ID = re.compile(r"(?!.*(--|\.\.))[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 
-__all__ = ["CARD_FILE", "REPO_ID", "check_repo_id", "model_card"]
-
-
-def check_repo_id(value, argument: str) -> str:
-    """``value`` when it is a Hub repo id (``owner/name``), else a ValueError naming ``argument``."""
-    if not isinstance(value, str) or not REPO_ID.fullmatch(value) or value.endswith((".", "-")):
-        raise ValueError(f"{argument!r} must be a Hub repo id such as 'owner/name', but got "
-                         f"{str(value)[:80]!r}")
-    return value
+__all__ = ["CARD_FILE", "model_card"]
 
 
 def _yaml(value) -> str:

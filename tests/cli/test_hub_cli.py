@@ -38,7 +38,8 @@ def test_convert_writes_a_sharded_hub_folder(runner, tmp_path):
         expected = model(x).numpy()
     np.testing.assert_allclose(ported_to_torch(np.array(y), doc["output_layouts"][0]), expected, rtol=1e-4,
                                atol=1e-5)
-    check = runner.invoke(main, ["validate", str(out), "--against", path, "--model", "tinynets:tiny_net", "--json", "-"])
+    check = runner.invoke(main, ["validate", str(out), "--against", path, "--model", "tinynets:tiny_net",
+                                 "--json", "-"])
     assert check.exit_code == 0, check.output
     assert json.loads(check.stdout)["ok"]
 

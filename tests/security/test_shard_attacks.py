@@ -21,7 +21,8 @@ INDEX = "model.safetensors.index.json"
 def sharded(tmp_path_factory):
     model = hub_net()
     directory = tmp_path_factory.mktemp("sharded") / "art"
-    porter.save(porter.convert(model, torch.randn(2, 3, 9, 7)), directory, max_shard_size=1000)  # two shards of several tensors
+    # two shards of several tensors each
+    porter.save(porter.convert(model, torch.randn(2, 3, 9, 7)), directory, max_shard_size=1000)
     assert len(_shards(directory)) == 2
     return directory
 
