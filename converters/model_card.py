@@ -73,9 +73,11 @@ def _validation(summary) -> list:
 
 def _usage(config: dict, name: str) -> list:
     args = []
-    for spec in config.get("inputs", []):
-        if spec.get("kind") == "tensor" and all(isinstance(d, int) for d in spec["shape"]):
+    for i, spec in enumerate(config.get("inputs", [])):
+        if spec.get("kind") == "tensor" and all(isinstance(d, int) for d in spec.get("shape", [None])):
             args.append(f"mx.random.normal({tuple(spec['shape'])})")
+        else:  # no recorded example (or not a tensor): the user supplies it
+            args.append(f"input{i}")
     return ["## Use with Porter", "", "```bash", "pip install 'porter-mlx[hub]'  # mlx, numpy, safetensors and "
             "huggingface_hub: no torch", "```", "", "```python", "import mlx.core as mx", "import porter", "",
             f"model = porter.load({json.dumps(name).replace('`', '')})  # a Hub repo id or a local folder",
