@@ -63,9 +63,9 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     text = json.dumps(graph, indent=1, allow_nan=False)
     check_graph(json.loads(text), os.path.join(directory, GRAPH_FILE))
     from .hub_config import hub_files
-    from .shards import parse_size, write_weights
+    from .shards import DEFAULT_MAX_SHARD_SIZE, parse_size, write_weights
 
-    limit = parse_size(5 << 30 if max_shard_size is None else max_shard_size)
+    limit = parse_size(DEFAULT_MAX_SHARD_SIZE if max_shard_size is None else max_shard_size)
     extra = hub_files(graph, metadata, quantization=quantization, base_model=base_model,
                       name=repo_id or os.path.basename(os.path.abspath(directory)))
     os.makedirs(directory, exist_ok=True)
