@@ -138,10 +138,17 @@ def test_config_describes_the_model(model, tmp_path, io_layout):
         np.testing.assert_allclose(np.array(y), model(x).numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_config_dtype_of_a_float64_model(tmp_path):
+@pytest.mark.parametrize("max_shard_size", [None, 700])
+def test_float64_model_dtype_and_shards(tmp_path, max_shard_size):
+    """float64 weights go through safetensors.numpy (MLX cannot write F64), one file or shards."""
     model = hub_net().double()
-    porter.save(porter.convert(model, torch.randn(*SIZES[0], dtype=torch.float64)), tmp_path)
+    porter.save(porter.convert(model, torch.randn(*SIZES[0], dtype=torch.float64)), tmp_path,
+                max_shard_size=max_shard_size)
     assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "float64"
+    assert ("model.safetensors.index.json" in os.listdir(tmp_path)) == (max_shard_size is not None)
+    assert {e["dtype"] for f in os.listdir(tmp_path) if f.endswith(".safetensors")
+            for n, e in read_header(tmp_path / f)[0].items()
+            if n != "__metadata__" and not n.endswith("num_batches_tracked")} == {"F64"}
     assert_matches(porter.load(tmp_path), model, (torch.randn(*SIZES[1], dtype=torch.float64),))
 
 
@@ -283,6 +290,23 @@ def test_load_a_repo_id_from_the_cache(model, hub_cache):
     for kwargs in ({}, {"local_files_only": True}, {"revision": commit}, {"revision": "main"}):
         _assert_matches_torch(porter.load(REPO, **kwargs), model)
     _assert_matches_torch(porter.load("hf://" + REPO), model)
+
+
+def test_hub_arguments_reach_snapshot_download(hub_cache, monkeypatch):
+    import huggingface_hub
+
+    calls = []
+    real = huggingface_hub.snapshot_download
+
+    def spy(repo_id, **kwargs):
+        calls.append((repo_id, kwargs))
+        return real(repo_id, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", spy)
+    porter.load(REPO, revision=hub_cache[1], local_files_only=True)
+    ((repo_id, kwargs),) = calls
+    assert repo_id == REPO and kwargs["revision"] == hub_cache[1] and kwargs["local_files_only"] is True
+    assert kwargs["allow_patterns"] == ["*.json", "*.safetensors", "README.md"]  # nothing else is fetched
 
 
 def test_unknown_repo_or_revision_is_a_clear_error(hub_cache):
