@@ -15,6 +15,8 @@ def check_artifact(directory: str) -> None:
         raise InputError(f"Converted model directory '{directory}' {what}.",
                          "Give the folder `porter convert` wrote (it holds graph.json and model.safetensors).")
     missing = [name for name in (GRAPH, WEIGHTS) if not os.path.lexists(os.path.join(directory, name))]
+    if WEIGHTS in missing and os.path.lexists(os.path.join(directory, WEIGHTS + ".index.json")):
+        missing.remove(WEIGHTS)  # sharded weights: the index names the shards (checked by porter.load)
     if missing:
         raise InputError(f"'{directory}' is not a converted Porter model: {' and '.join(missing)} missing.",
                          "Give the folder `porter convert` wrote, or convert the model again.")

@@ -67,26 +67,54 @@ def architecture_options(func):
 @click.option("--example", metavar="NAME",
               help="Instead of FILE: build a built-in example (e.g. resnet18) with seeded random weights, save it "
                    "as a checkpoint and convert it. No download.")
+@click.option("--max-shard-size", metavar="SIZE", default="5GiB", show_default=True,
+              help="Split the weights into model-0000i-of-0000N.safetensors + an index past this size "
+                   "(e.g. 2GB, 500MiB, or bytes).")
+@click.option("--base-model", metavar="OWNER/NAME", help="Hub repo id of the original model, for the model card.")
+@click.option("--repo-id", metavar="OWNER/NAME",
+              help="Hub repo id the folder will be published as (the model card's usage snippet). Default: the "
+                   "output folder's name.")
 @common_options()
 def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trust_pickle, io_layout, dynamic,
-            no_validate, grads, force, example):
+            no_validate, grads, force, example, max_shard_size, base_model, repo_id):
     """Convert a PyTorch checkpoint FILE into an MLX model directory, and validate it against torch.
 
-    The output (model.safetensors + graph.json) is written atomically: nothing is left behind if anything fails,
-    and an existing directory is only replaced with --force.
+    The output (model.safetensors + graph.json, config.json and a README.md model card: a folder ready to publish
+    on the Hugging Face Hub) is written atomically: nothing is left behind if anything fails, and an existing
+    directory is only replaced with --force.
     """
+    hub = hub_options(max_shard_size, base_model, repo_id)
     if example:
         if file or model_spec or arch or trust_pickle:
             raise click.UsageError("--example builds its own checkpoint: do not give FILE, --model, --arch or "
                                    "--trust-pickle with it.")
         return convert_example(ui, example, output, input_shapes, io_layout, no_validate, grads, force,
-                               dynamic=parse_dynamic(dynamic))
+                               dynamic=parse_dynamic(dynamic), hub=hub)
     if not file:
         raise click.UsageError("Give the checkpoint FILE to convert (or --example resnet18 to try Porter).")
     result = run_convert(ui, file, output, model_spec=model_spec, model_kwargs=model_kwargs, arch=arch,
                          input_shapes=input_shapes, trust_pickle=trust_pickle, io_layout=io_layout,
-                         validate=not no_validate, grads=grads, force=force, dynamic=parse_dynamic(dynamic))
+                         validate=not no_validate, grads=grads, force=force, dynamic=parse_dynamic(dynamic),
+                         hub=hub)
     ui.emit_json(result)
+
+
+def hub_options(max_shard_size, base_model, repo_id):
+    """``--max-shard-size``/``--base-model``/``--repo-id`` checked before anything slow: porter.save's keywords."""
+    from porter.converters.hub import check_repo_id
+    from porter.converters.shards import parse_size
+
+    out = {}
+    for option, value, check in (("--max-shard-size", max_shard_size, parse_size),
+                                 ("--base-model", base_model, check_repo_id), ("--repo-id", repo_id, check_repo_id)):
+        if value is None:
+            continue
+        try:
+            out[option[2:].replace("-", "_")] = check(value) if check is parse_size else check(value, option)
+        except ValueError as exc:
+            raise InputError(f"{option} '{value}' is not valid: {first_line(exc)}.",
+                             "Give a size such as 5GB or 500MiB, and Hub repo ids as owner/name.") from None
+    return out
 
 
 def parse_dynamic(text):
@@ -107,11 +135,13 @@ def default_output(file: str) -> str:
 
 
 def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, arch=None, input_shapes=(),
-                trust_pickle=False, io_layout="mlx", validate=True, grads=False, force=False, dynamic="auto"):
+                trust_pickle=False, io_layout="mlx", validate=True, grads=False, force=False, dynamic="auto",
+                hub=None):
     """Convert ``file`` into ``output``; returns the result dict (also printed as text unless --json)."""
     import porter
 
     output = output or default_output(file)
+    hub = {"repo_id": os.path.basename(os.path.abspath(output)), **(hub or {})}  # written into a temp folder
     formats.detect_format(file)  # fail fast on a bad file, before anything slow
     check_destination(output, force)
     labels = ["loading checkpoint", "converting", "writing weights", "validating against torch"]
@@ -130,7 +160,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         try:
             with atomic_directory(output, force) as tmp:
                 with progress.step("writing weights"):
-                    porter.save(ported, tmp, metadata=metadata)
+                    porter.save(ported, tmp, metadata=metadata, **hub)
                     reloaded = _reload(porter, tmp)
                 if validate:
                     # Validate what the user will get: the model reloaded from the files just written.
@@ -142,7 +172,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
                             f"(first divergence: {_divergence(report)}). Nothing was written. Re-run with "
                             f"--no-validate to keep the output anyway, then `porter validate DIR --against "
                             f"{file}` for the full report.", report)
-                    porter.save(ported, tmp, metadata={**metadata, "validation": report.summary()})
+                    porter.save(ported, tmp, metadata={**metadata, "validation": report.summary()}, **hub)
         except ValidationFailed as exc:
             failure = exc
     if failure is not None:
@@ -277,7 +307,8 @@ def load_hint(output, input_shapes, input_layouts):
             f"  y = model({', '.join(args)}){layout_note}")
 
 
-def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grads, force, dynamic="auto"):
+def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grads, force, dynamic="auto",
+                    hub=None):
     """``--example NAME``: build the example with seeded weights, save a real state_dict checkpoint, convert it."""
     try:
         from porter import examples
@@ -300,7 +331,7 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
         _save_example_checkpoint(builders[name], checkpoint)
         result = run_convert(ui, checkpoint, output, model_spec=f"porter.examples:{name}",
                              input_shapes=input_shapes or ("1,3,224,224",), io_layout=io_layout,
-                             validate=not no_validate, grads=grads, force=force, dynamic=dynamic)
+                             validate=not no_validate, grads=grads, force=force, dynamic=dynamic, hub=hub)
     except BaseException:
         if os.path.exists(checkpoint):
             os.remove(checkpoint)  # a failed command leaves nothing behind

@@ -34,12 +34,24 @@ _ST_DTYPES = {"bool": {"BOOL"}, "uint8": {"U8"}, "int8": {"I8"}, "int16": {"I16"
 __all__ = ["save", "load", "ArtifactError", "FORMAT_VERSION"]
 
 
-def save(ported: PortedModel, directory, *, metadata=None) -> None:
-    """Write ``model.safetensors`` and ``graph.json`` for ``ported`` into ``directory`` (created if needed).
+def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, quantization=None,
+         base_model=None, repo_id=None) -> None:
+    """Write ``ported`` into ``directory`` (created if needed) as a Hub-ready folder: ``model.safetensors`` (or
+    shards ``model-0000i-of-0000N.safetensors`` + ``model.safetensors.index.json`` past ``max_shard_size``),
+    ``graph.json``, ``config.json`` and a ``README.md`` model card (``converters/shards.py``, ``hub_config.py``,
+    ``model_card.py``).
 
     ``graph.json`` holds the format version, the runtime nodes with their layer configs, I/O layouts, the source
     model class, and ``metadata`` (e.g. the validation summary; must be JSON-serialisable). The graph is checked
     against the schema first: a graph ``load`` would refuse is never written.
+
+    Args:
+        max_shard_size (int or str, optional): bytes per weights file (``"5GB"``, ``"500MiB"`` or an int).
+            Default: 5 GiB (mlx-lm's).
+        quantization (dict, optional): the mlx-lm block ``{"group_size", "bits"[, "mode"]}`` with per-layer
+            overrides, written to ``config.json``. Default: ``None`` (a float model).
+        base_model (str, optional): the Hub repo id of the original model, for the model card.
+        repo_id (str, optional): the name the model card's usage snippet loads. Default: the folder's name.
     """
     if not isinstance(ported, PortedModel):
         raise TypeError(f"porter.save expects a PortedModel but got {type(ported).__name__}")
@@ -52,16 +64,25 @@ def save(ported: PortedModel, directory, *, metadata=None) -> None:
     text = json.dumps(graph, indent=1, allow_nan=False)
     check_graph(json.loads(text), os.path.join(directory, GRAPH_FILE))
     weights = _live_weights(ported)
+    from .hub_config import hub_files
+    from .shards import DEFAULT_MAX_SHARD_SIZE, parse_size, write_weights
+
+    limit = parse_size(DEFAULT_MAX_SHARD_SIZE if max_shard_size is None else max_shard_size)
+    extra = hub_files(graph, metadata, quantization=quantization, base_model=base_model,
+                      name=repo_id or os.path.basename(os.path.abspath(directory)))
     os.makedirs(directory, exist_ok=True)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     try:
-        _save_weights(weights_path, weights, {"format": "mlx", "porter": "1"})
+        write_weights(directory, weights, limit)
     except (RuntimeError, ValueError) as e:  # MLX reports a failed write (disk full, EFBIG) as RuntimeError
         if "float64 and bfloat16" in str(e):
             raise
         raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
     with open(os.path.join(directory, GRAPH_FILE), "w") as f:
         f.write(text)
+    for name, content in extra.items():
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(content)
 
 
 def _live_modules(ported: PortedModel) -> dict:
@@ -100,33 +121,31 @@ def _live_weights(ported: PortedModel) -> dict:
     return {name: live[name] for name in recorded}
 
 
-def load(directory) -> PortedModel:
-    """Rebuild a :class:`PortedModel` saved by :func:`save`. Never imports torch, never runs code from the files.
+def load(source, *, revision=None, local_files_only=False) -> PortedModel:
+    """Rebuild a :class:`PortedModel` saved by :func:`save` from a local folder or a Hugging Face Hub repo id
+    (``converters/hub.py`` says which is which). Never imports torch, never runs code from the files.
+
+    Args:
+        source (str or path): a folder, or a Hub repo id ``owner/name`` (``hf://owner/name`` to force the Hub).
+        revision (str, optional): a Hub branch, tag or commit. Default: ``"main"``.
+        local_files_only (bool, optional): use the Hub cache only, no network. Default: ``False``.
 
     Raises:
-        FileNotFoundError: ``directory`` or one of its two files is missing.
+        FileNotFoundError: no such folder or repo, or one of its files is missing.
         ArtifactError: a file is not a valid artifact (names the file, the place and the field).
     """
-    directory = os.fspath(directory)
+    from .hub import resolve_source
+    from .hub_config import read_config
+    from .shards import read_weights
+
+    directory = resolve_source(source, revision=revision, local_files_only=local_files_only)
     graph_path = os.path.join(directory, GRAPH_FILE)
-    weights_path = os.path.join(directory, WEIGHTS_FILE)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"porter.load: {directory!r} is not a directory")
-    for path in (graph_path, weights_path):
-        if not os.path.lexists(path):
-            raise FileNotFoundError(f"porter.load: missing {path!r}; save the model with porter.save first")
+    if not os.path.lexists(graph_path):
+        raise FileNotFoundError(f"porter.load: missing {graph_path!r}; save the model with porter.save first")
     graph = read_graph(graph_path)
     check_graph(graph, graph_path)
-    header = _read_header(weights_path)
-    _check_weights(header, graph["params"], weights_path)
-    try:
-        weights = mx.load(weights_path)
-    except Exception as e:  # noqa: BLE001  (mlx raises RuntimeError/ValueError for corrupt files)
-        if "F64" not in str(e):
-            raise ArtifactError(weights_path, "the file", "", f"cannot be read ({e})") from None
-        from safetensors.numpy import load_file  # float64 weights: MLX 0.32 cannot read F64 (PortedModel keeps it)
-
-        weights = load_file(weights_path)
+    read_config(directory, graph)
+    weights = read_weights(directory, graph["params"])
     for name, spec in graph["params"].items():
         if list(weights[name].shape) == [1] and spec["torch_shape"] == []:
             weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
@@ -195,7 +214,9 @@ def _read_header(path: str) -> dict:
         raise ArtifactError(path, "the header", "", "is not valid JSON") from None
     if not isinstance(header, dict):
         raise ArtifactError(path, "the header", "", "is not a JSON object")
-    header.pop("__metadata__", None)
+    from .shards import check_layout_tag
+
+    check_layout_tag(header.pop("__metadata__", None), path)  # MLX layout, never torch's (no double transpose)
     data_size = size - 8 - length
     for name, entry in header.items():
         where = f"tensor {name[:80]!r}"

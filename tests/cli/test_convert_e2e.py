@@ -59,7 +59,7 @@ def test_convert_each_format_and_load_without_torch(runner, tmp_path, kind):
     doc = json.loads(result.stdout)
     out_dir = os.path.splitext(path)[0] + "-mlx"
     assert doc["ok"] and doc["output"] == out_dir and doc["validation"] is not None
-    assert sorted(os.listdir(out_dir)) == ["graph.json", "model.safetensors"]
+    assert sorted(os.listdir(out_dir)) == ["README.md", "config.json", "graph.json", "model.safetensors"]
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temp folders left
 
     x = torch.randn(X_SHAPE, generator=torch.Generator().manual_seed(5))
@@ -114,8 +114,8 @@ def test_force_replaces_and_failure_keeps_the_old_result(runner, tmp_path, monke
     monkeypatch.setattr(porter, "save", save_then_fail)
     result = runner.invoke(main, ["convert", path, "--no-validate", "--force"])
     assert result.exit_code == 2 and "No space left" in result.stderr  # a write error is the user's to fix (issue 10)
-    assert listing(tmp_path) == ["traced-mlx", "traced-mlx/graph.json", "traced-mlx/model.safetensors",
-                                 "traced.pt"]
+    assert listing(tmp_path) == ["traced-mlx", "traced-mlx/README.md", "traced-mlx/config.json",
+                                 "traced-mlx/graph.json", "traced-mlx/model.safetensors", "traced.pt"]
     assert (out / "model.safetensors").read_bytes() == first
     monkeypatch.setattr(porter, "save", real_save)
     assert runner.invoke(main, ["convert", path, "--force"]).exit_code == 0

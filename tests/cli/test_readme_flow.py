@@ -21,7 +21,8 @@ def test_convert_example_resnet18(tmp_path):
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["resnet18-mlx", "resnet18.pt"]
-    assert sorted(os.listdir(tmp_path / "resnet18-mlx")) == ["graph.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path / "resnet18-mlx")) == ["README.md", "config.json", "graph.json",
+                                                             "model.safetensors"]
     assert "porter.load('resnet18-mlx')" in proc.stdout
     assert "porter validate resnet18-mlx --against resnet18.pt" in proc.stdout
     assert proc.stderr == ""  # not a terminal: no progress bar, no noise

@@ -48,7 +48,7 @@ def test_roundtrip(model, tmp_path):
     x = torch.randn(2, 3, 8, 8)
     ported = porter.convert(model, x, io_layout="mlx")
     porter.save(ported, tmp_path / "out", metadata={"validation": {"ok": True}})
-    assert sorted(os.listdir(tmp_path / "out")) == ["graph.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["README.md", "config.json", "graph.json", "model.safetensors"]
     graph = json.loads((tmp_path / "out" / "graph.json").read_text())
     assert graph["format_version"] == 1
     assert graph["metadata"] == {"validation": {"ok": True}}
