@@ -127,6 +127,15 @@ def _dropout_p(layer) -> float:
     return float(1.0 - layer._p_1)
 
 
+# MLX's quantization parameters (mx.quantize): group size, bits per weight, mode
+_QUANT = {"group_size": S.Int(1, 1 << 12), "bits": S.Int(1, 8), "mode": S.Enum("affine", "mxfp4", "nvfp4", "mxfp8")}
+QUANTIZED_TYPES = ("QuantizedLinear", "QuantizedEmbedding")
+
+
+def _quant_config(m) -> dict:
+    return {"group_size": m.group_size, "bits": m.bits, "mode": m.mode}
+
+
 _ACTIVATION_FIELDS = {"fn": S.Enum(*UNARY), "torch_type": S.Text(128), "attrs": S.Obj(_UNARY_ATTRS)}
 
 LAYER_TYPES = {t.name: t for t in (
@@ -166,6 +175,17 @@ LAYER_TYPES = {t.name: t for t in (
                                     ["num_features", "eps", "affine"]),
               lambda c: PL.InstanceNorm(c["num_features"], c["eps"], c["affine"]), (PL.InstanceNorm,),
               lambda m: {"num_features": m.dims, "eps": m.eps, "affine": _has(m, "weight")}),
+    LayerType("QuantizedLinear", S.Obj({"in_features": _SIZE, "out_features": _SIZE, "bias": S.Bool(), **_QUANT},
+                                       ["in_features", "out_features", "bias", *_QUANT]),
+              lambda c: nn.QuantizedLinear(c["in_features"], c["out_features"], c["bias"], c["group_size"],
+                                           c["bits"], c["mode"]), (nn.QuantizedLinear,),
+              lambda m: {"in_features": m.weight.shape[1] * 32 // m.bits, "out_features": m.weight.shape[0],
+                         "bias": _has(m, "bias"), **_quant_config(m)}),
+    LayerType("QuantizedEmbedding", S.Obj({"num_embeddings": _SIZE, "embedding_dim": _SIZE, **_QUANT},
+                                          ["num_embeddings", "embedding_dim", *_QUANT]),
+              lambda c: QuantizedEmbedding(c["num_embeddings"], c["embedding_dim"], c["group_size"], c["bits"],
+                                           c["mode"]), (QuantizedEmbedding,),
+              lambda m: {"num_embeddings": m.num_embeddings, "embedding_dim": m.dims, **_quant_config(m)}),
     LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
               lambda m: {"p": _dropout_p(m)}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),

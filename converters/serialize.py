@@ -58,12 +58,14 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     directory = os.fspath(directory)
     graph = dict(ported.graph)
     graph["modules"] = _live_modules(ported)
+    graph["params"], weights = _live_params(ported, graph["modules"])
+    if quantization is None:
+        quantization = _quantization_block(graph["modules"])
     graph["metadata"] = metadata if metadata is not None else {}
     graph["input_layouts"] = ported.input_layouts
     graph["output_layouts"] = ported.output_layouts
     text = json.dumps(graph, indent=1, allow_nan=False)
     check_graph(json.loads(text), os.path.join(directory, GRAPH_FILE))
-    weights = _live_weights(ported)
     from .hub_config import hub_files
     from .shards import DEFAULT_MAX_SHARD_SIZE, parse_size, write_weights
 
@@ -102,23 +104,59 @@ def _live_modules(ported: PortedModel) -> dict:
     return out
 
 
-def _live_weights(ported: PortedModel) -> dict:
-    """The tree's arrays by torch name; they must be exactly the recorded parameters, with their shapes."""
+def _live_params(ported: PortedModel, modules: dict) -> tuple:
+    """``(params record, weights)`` for the tree as it is now. Arrays keep the conversion's record; the arrays of
+    a layer whose type changed since (a quantized Linear: packed ``weight``, ``scales``, ``biases``) are recorded
+    as stored (identity transform, their own shape and dtype). Anything else that differs is refused by name."""
     from mlx.utils import tree_flatten
 
     live = dict(tree_flatten(ported.parameters()))
+    trainable = {k for k, _ in tree_flatten(ported.trainable_parameters())}
     recorded = ported.graph["params"]
-    extra = sorted(set(live) - set(recorded))
-    missing = sorted(set(recorded) - set(live))
-    if extra or missing:
-        which = f"new arrays {extra[:3]}" if extra else f"no arrays for {missing[:3]}"
-        raise ValueError(f"porter.save: the model's tree has {which} compared with the conversion's record "
-                         "(an edited or quantized tree is not supported by this artifact format)")
-    for name, spec in recorded.items():
-        want = tuple(mlx_shape(spec["transform"], spec["attrs"], spec["torch_shape"]))
-        if tuple(live[name].shape) not in (want, (1,) if want == () else want):
-            raise ValueError(f"porter.save: {name!r} has shape {tuple(live[name].shape)}, the record says {want}")
-    return {name: live[name] for name in recorded}
+    converted = {path: record["type"] for path, record in ported.graph.get("modules", {}).items()}
+    changed = tuple(f"{path}." for path, record in modules.items() if converted.get(path) != record["type"])
+    params, weights = {}, {}
+    for name, array in live.items():
+        spec = recorded.get(name)
+        if name.startswith(changed):
+            spec = {"transform": "identity", "attrs": {}, "trainable": name in trainable,
+                    "torch_shape": list(array.shape), "dtype": _DTYPE_NAMES[array.dtype]}
+        elif spec is None:
+            raise ValueError(f"porter.save: the model's tree has a new array {name!r} that the conversion did not "
+                             "record (an edited tree is not supported by the artifact format)")
+        else:
+            want = tuple(mlx_shape(spec["transform"], spec["attrs"], spec["torch_shape"]))
+            if tuple(array.shape) not in (want, (1,) if want == () else want):
+                raise ValueError(f"porter.save: {name!r} has shape {tuple(array.shape)}, the record says {want}")
+        params[name], weights[name] = spec, array
+    missing = [n for n in recorded if n not in params and not n.startswith(changed)]
+    if missing:
+        raise ValueError(f"porter.save: the model's tree has no array for {missing[:3]} (recorded by the conversion)")
+    return params, weights
+
+
+_DTYPE_NAMES = {getattr(mx, n): n for n in ("bool_", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
+                                            "int64", "float16", "bfloat16", "float32", "float64")}
+_DTYPE_NAMES[mx.bool_] = "bool"
+
+
+def _quantization_block(modules: dict):
+    """mlx-lm's ``quantization`` block for the tree's quantized layers (``None`` when none is): the most common
+    ``group_size``/``bits``/``mode``, and a per-layer entry for each layer that differs."""
+    from collections import Counter
+
+    from .layer_types import QUANTIZED_TYPES
+
+    found = {path: (r["config"]["group_size"], r["config"]["bits"], r["config"]["mode"])
+             for path, r in modules.items() if r["type"] in QUANTIZED_TYPES}
+    if not found:
+        return None
+    (group_size, bits, mode), _ = Counter(found.values()).most_common(1)[0]
+    block = {"group_size": group_size, "bits": bits, "mode": mode}
+    for path, (g, b, m) in sorted(found.items()):
+        if (g, b, m) != (group_size, bits, mode):
+            block[path] = {"group_size": g, "bits": b, "mode": m}
+    return block
 
 
 def load(source, *, revision=None, local_files_only=False) -> PortedModel:

@@ -310,3 +310,33 @@ def test_training_follows_torch(family, optimizer):
             continue
         scale = max(np.abs(want).max(), 1e-3)
         assert np.abs(got - want).max() <= 2e-3 * scale + 1e-5, (key, np.abs(got - want).max(), scale)
+
+
+def test_a_quantized_tree_saves_and_loads(tmp_path):
+    import json
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(40, 64)
+            self.fc1 = nn.Linear(64, 128)
+            self.fc2 = nn.Linear(128, 64)
+
+        def forward(self, ids):
+            return self.fc2(torch.relu(self.fc1(self.emb(ids))))
+
+    torch.manual_seed(1)
+    ids = torch.randint(0, 40, (2, 5))
+    ported = porter.convert(Net().eval(), (ids,))
+    mnn.quantize(ported, group_size=32, bits=4, class_predicate=lambda p, m: p != "fc2" and hasattr(m, "to_quantized"))
+    mnn.quantize(ported, group_size=64, bits=8, class_predicate=lambda p, m: p == "fc2")
+    want = np.array(ported(mx.array(ids.numpy())))
+    porter.save(ported, tmp_path / "q")
+    loaded = porter.load(tmp_path / "q")
+    assert isinstance(loaded.fc1, mnn.QuantizedLinear) and loaded.fc1.bits == 4 and loaded.fc2.bits == 8
+    assert isinstance(loaded.emb, QuantizedEmbedding)
+    np.testing.assert_array_equal(np.array(loaded(mx.array(ids.numpy()))), want)
+    config = json.loads((tmp_path / "q" / "config.json").read_text())
+    assert config["quantization"] == {"group_size": 32, "bits": 4, "mode": "affine",
+                                      "fc2": {"group_size": 64, "bits": 8, "mode": "affine"}}
+    assert "fc1.scales" in mx.load(str(tmp_path / "q" / "model.safetensors"))
