@@ -84,7 +84,27 @@ def _set(path, value):
 
 
 def _conv(graph):
-    return _first(graph, "conv")
+    """The first conv node as a raw kernel node (a functional conv's form): the tree records ``nn.Conv2d`` as a
+    ``call_module`` node and a layer config, so the first one is turned back into a kernel node to tamper with."""
+    for node in graph["nodes"]:
+        if node["kernel"] == "conv":
+            return node
+    node = next(n for n in graph["nodes"] if n["kernel"] == "call_module"
+                and graph["modules"][n["attrs"]["module"]]["type"] == "Conv")
+    path = node["attrs"]["module"]
+    config = graph["modules"].pop(path)["config"]
+    node.update(kernel="conv", inputs=[node["inputs"][0], {"param": f"{path}.weight"}]
+                + ([{"param": f"{path}.bias"}] if config["bias"] else []),
+                attrs={k: config[k] for k in ("nd", "stride", "padding", "dilation", "groups")})
+    return node
+
+
+def _layer(graph, path="conv1"):
+    return graph["modules"][path]
+
+
+def _call(graph, path="conv1"):
+    return next(n for n in graph["nodes"] if n["kernel"] == "call_module" and n["attrs"]["module"] == path)
 
 
 TAMPERING = {
@@ -120,6 +140,22 @@ TAMPERING = {
     "einsum equation with code": (lambda g: _append(g, "einsum", [{"ref": _last_value(g)}],
                                                     {"equation": "__import__('os')"}), "attrs.equation"),
     "int_op by a dunder name": (lambda g: _append(g, "int_op", [1, 2], {"op": "__import__"}), "attrs.op"),
+    # the module tree (issue 12): layer records are data checked against an explicit table of types
+    "layer type names code": (lambda g: _layer(g).update(type="os.system"), "type"),
+    "layer config a string for an int": (lambda g: _layer(g)["config"].update(groups="1"), "config.groups"),
+    "layer config unknown key": (lambda g: _layer(g)["config"].update(__init__=1), "config"),
+    "layer config missing key": (lambda g: _layer(g)["config"].pop("stride"), "config"),
+    "layer config does not fit the weights": (lambda g: _layer(g)["config"].update(out_channels=9), "modules"),
+    "layer constructor refuses the config": (lambda g: _layer(g)["config"].update(groups=5), "modules"),
+    "layer path with an empty segment": (lambda g: g["modules"].update({"a..b": _layer(g)}), "modules['a..b']"),
+    "layer path that is a weight": (lambda g: g["modules"].update({"conv1.weight": _layer(g)}), "conv1.weight"),
+    "call of an unrecorded layer": (lambda g: _call(g)["attrs"].update(module="ghost"), "attrs.module"),
+    "call with two inputs": (lambda g: _call(g)["inputs"].append({"ref": "x"}), "inputs"),
+    "call with an extra attribute": (lambda g: _call(g)["attrs"].update(fn="exec"), "attrs"),
+    "activation with another's argument": (lambda g: _layer(g, "relu")["config"]["attrs"].update(negative_slope=1.0),
+                                           "config.attrs"),
+    "modules not an object": (lambda g: g.update(modules=[1]), "modules"),
+    "module_types not an object": (lambda g: g.update(module_types="x"), "module_types"),
 }
 
 
@@ -207,7 +243,8 @@ def test_header_length_lies(tampered):
 
 def test_writer_bug_caught_at_save(tiny_artifact, tmp_path):
     ported = porter.load(tiny_artifact[0])
-    ported.graph["nodes"][0]["attrs"]["stride"] = "2"  # what a buggy converter might emit
+    pool = next(n for n in ported.graph["nodes"] if n["kernel"] == "pool")
+    pool["attrs"]["stride"] = "2"  # what a buggy converter might emit
     with pytest.raises(ArtifactError, match="attrs.stride"):
         porter.save(ported, tmp_path / "out")
     assert not (tmp_path / "out").exists()
