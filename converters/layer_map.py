@@ -183,6 +183,31 @@ def _dropout(node, source, info, shapes, module_type):
     return Mapping("Dropout", {"p": float(p)}, 0)
 
 
+_POOLS = {f"{name}Pool{n}d": f"{kind}_pool{n}d" for kind, name in (("max", "Max"), ("avg", "Avg"),
+                                                                    ("adaptive_avg", "AdaptiveAvg"),
+                                                                    ("adaptive_max", "AdaptiveMax")) for n in (1, 2, 3)}
+
+
+@maps(*_POOLS)
+def _pool(node, source, info, shapes, module_type):
+    from .layer_types import POOL_FAMILY_ARGS, pool_family
+
+    a = node["attrs"]
+    if node["kernel"] != "pool" or a.get("fn") != _POOLS[module_type] or a.get("values_only") \
+            or a.get("return_indices"):
+        return None  # indices returned: the node's output is a tuple, kept as a kernel node
+    family = pool_family(a["fn"])
+    args = {k: v for k, v in a.items() if k in POOL_FAMILY_ARGS[family]}
+    if family.startswith("adaptive"):
+        size = node["inputs"][1] if len(node["inputs"]) > 1 else None
+        if not (isinstance(size, int) and not isinstance(size, bool)) and not (
+                isinstance(size, list) and all(s is None or (isinstance(s, int) and not isinstance(s, bool))
+                                               for s in size)):
+            return None  # an output size computed at run time
+        args["output_size"] = size
+    return Mapping("Pool", {"fn": a["fn"], "args": args}, 0)
+
+
 _ACTIVATIONS = {"ReLU": "relu", "ReLU6": "hardtanh", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
                 "Tanh": "tanh", "Hardswish": "hardswish", "Hardsigmoid": "hardsigmoid", "LeakyReLU": "leaky_relu",
                 "ELU": "elu", "Mish": "mish", "Softplus": "softplus", "Hardtanh": "hardtanh"}

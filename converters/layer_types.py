@@ -136,6 +136,37 @@ def _quant_config(m) -> dict:
     return {"group_size": m.group_size, "bits": m.bits, "mode": m.mode}
 
 
+# pooling layers: porter.layers' class per functional name, the constructor arguments each family takes
+_POOL_CLASSES = {f"{kind}_pool{n}d": getattr(PL, f"{name}Pool{n}d")
+                 for kind, name in (("max", "Max"), ("avg", "Avg"), ("adaptive_avg", "AdaptiveAvg"),
+                                    ("adaptive_max", "AdaptiveMax")) for n in (1, 2, 3)}
+_POOL_SIZE = S.OneOf(S.Int(0, S.GEOMETRY), S.Ints(1, 3, 0, S.GEOMETRY))
+_POOL_ARGS = {"kernel_size": _POOL_SIZE, "stride": S.Opt(_POOL_SIZE), "padding": _POOL_SIZE, "dilation": _POOL_SIZE,
+              "ceil_mode": S.Bool(), "count_include_pad": S.Bool(),
+              "divisor_override": S.Opt(S.Int(-S.GEOMETRY, S.GEOMETRY)),
+              "output_size": S.OneOf(S.Int(1, S.GEOMETRY), S.Seq(S.Opt(S.Int(1, S.GEOMETRY)), 1, 3))}
+POOL_FAMILY_ARGS = {"max": {"kernel_size", "stride", "padding", "dilation", "ceil_mode"},
+                    "avg": {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"},
+                    "adaptive_avg": {"output_size"}, "adaptive_max": {"output_size"}}
+
+
+def pool_family(fn: str) -> str:
+    return fn.rsplit("_pool", 1)[0]
+
+
+def _build_pool(c):
+    layer = _POOL_CLASSES[c["fn"]](**{k: tuple(v) if isinstance(v, list) else v for k, v in c["args"].items()})
+    object.__setattr__(layer, "porter_config", {"fn": c["fn"], "args": dict(c["args"])})  # what it was built from
+    return layer
+
+
+def _pool_config(layer) -> dict:
+    config = getattr(layer, "porter_config", None)
+    if config is None:
+        raise ValueError(f"a {type(layer).__name__} built outside Porter's conversion cannot be recorded")
+    return config
+
+
 _ACTIVATION_FIELDS = {"fn": S.Enum(*UNARY), "torch_type": S.Text(128), "attrs": S.Obj(_UNARY_ATTRS)}
 
 LAYER_TYPES = {t.name: t for t in (
@@ -186,6 +217,8 @@ LAYER_TYPES = {t.name: t for t in (
               lambda c: QuantizedEmbedding(c["num_embeddings"], c["embedding_dim"], c["group_size"], c["bits"],
                                            c["mode"]), (QuantizedEmbedding,),
               lambda m: {"num_embeddings": m.num_embeddings, "embedding_dim": m.dims, **_quant_config(m)}),
+    LayerType("Pool", S.Obj({"fn": S.Enum(*_POOL_CLASSES), "args": S.Obj(_POOL_ARGS)}, ["fn", "args"]),
+              _build_pool, tuple(_POOL_CLASSES.values()), _pool_config),
     LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
               lambda m: {"p": _dropout_p(m)}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),

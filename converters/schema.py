@@ -177,6 +177,12 @@ class _Checker:
                 self.fail(where, "", "a layer path must be a non-empty dotted name without empty segments")
             self.match(record, entry, where, "")
             self.match(LAYER_TYPES[entry["type"]].config, entry["config"], where, "config")
+            if entry["type"] == "Pool":
+                from .layer_types import POOL_FAMILY_ARGS, pool_family
+
+                extra = sorted(set(entry["config"]["args"]) - POOL_FAMILY_ARGS[pool_family(entry["config"]["fn"])])
+                if extra:
+                    self.fail(where, "config.args", f"{entry['config']['fn']} takes no argument(s) {extra}")
             if entry["type"] == "Activation":
                 try:
                     _check_unary([], {"fn": entry["config"]["fn"], **entry["config"]["attrs"]})
