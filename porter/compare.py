@@ -137,14 +137,19 @@ def inverse_permutation(perm: Sequence[int]) -> Tuple[int, ...]:
     return tuple(inv)
 
 
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    # np.ascontiguousarray would turn a 0-d array (a scalar output such as x.max()) into shape (1,)
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
 def to_port_layout(array: np.ndarray, layout: str) -> np.ndarray:
-    """A torch-layout numpy array in the port's ``layout`` (contiguous)."""
-    return np.ascontiguousarray(np.transpose(array, parse_layout(layout, array.ndim)))
+    """A torch-layout numpy array in the port's ``layout`` (contiguous; 0-d arrays stay 0-d)."""
+    return _contiguous(np.transpose(array, parse_layout(layout, array.ndim)))
 
 
 def to_torch_layout(array: np.ndarray, layout: str) -> np.ndarray:
-    """A port's array in ``layout`` back in torch's layout (contiguous)."""
-    return np.ascontiguousarray(np.transpose(array, inverse_permutation(parse_layout(layout, array.ndim))))
+    """A port's array in ``layout`` back in torch's layout (contiguous; 0-d arrays stay 0-d)."""
+    return _contiguous(np.transpose(array, inverse_permutation(parse_layout(layout, array.ndim))))
 
 
 def declared_layouts(ported, name: str, count: int) -> List[str]:
@@ -195,7 +200,7 @@ def port_inputs(ported, xs) -> Tuple[list, list]:
         a = torch_to_numpy(x) if x.dtype.is_floating_point else x.detach().cpu().numpy()
         perm = parse_layout(lay, a.ndim)
         # mx.array reads numpy float64 as float32 unless told
-        m = mx.array(np.ascontiguousarray(np.transpose(a, perm)), dtype=mx.float64 if a.dtype == np.float64 else None)
+        m = mx.array(_contiguous(np.transpose(a, perm)), dtype=mx.float64 if a.dtype == np.float64 else None)
         if x.dtype == torch.bfloat16:
             m = m.astype(mx.bfloat16)  # widened to float32 for the transpose above: exact both ways
         elif x.dtype == torch.float16:
@@ -212,5 +217,5 @@ def port_outputs(ported, out, widen: bool = True) -> List[np.ndarray]:
     result = []
     for p, lay in zip(arrays, declared_layouts(ported, "output_layouts", len(arrays))):
         a = mlx_to_numpy(p, widen)
-        result.append(to_torch_layout(a, lay) if a.ndim else a)
+        result.append(to_torch_layout(a, lay))
     return result
