@@ -42,13 +42,7 @@ class InputError(click.ClickException):
         """The same paragraph, from ``porter.checkpoints``' error."""
         return cls(exc.what, exc.hint, exc.details)
 
-    def render(self) -> str:
-        text = self.what.rstrip()
-        if self.hint:
-            text += " " + self.hint.rstrip()
-        for line in self.details:
-            text += "\n  - " + line
-        return text
+    render = CheckpointError.render  # one paragraph layout for the library's errors and the command's
 
     def to_dict(self) -> dict:
         return {"ok": False, "exit_code": self.exit_code, "error": self.what, "hint": self.hint,

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 __all__ = ["RTOL", "ATOL", "REPRODUCES_RTOL", "is_exact", "compare", "within_bar", "assert_close", "parse_layout",
-           "inverse_permutation", "declared_layouts", "to_port_layout", "to_torch_layout", "leaves", "torch_to_numpy", "mlx_to_numpy",
-           "port_inputs", "port_outputs"]
+           "inverse_permutation", "declared_layouts", "to_port_layout", "to_torch_layout", "leaves", "torch_to_numpy",
+           "mlx_to_numpy", "port_inputs", "port_outputs"]
 
 # The bar for floating-point outputs (float32 computed against torch's float32): relative to max|torch| ...
 RTOL = 1e-4
