@@ -284,7 +284,7 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
     except ImportError as exc:
         raise InputError(f"The built-in examples are not available ({first_line(exc)}).",
                          "Install Porter with its conversion extras: pip install 'porter-mlx[convert]'.")
-    builders = getattr(examples, "EXAMPLES", {})
+    builders = examples.EXAMPLES
     if name not in builders:
         raise InputError(f"--example '{name}' is not a built-in example (available: "
                          f"{', '.join(builders) or 'none'}).", "Pick one of those names.")
