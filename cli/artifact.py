@@ -37,7 +37,7 @@ def recorded_source(ported) -> dict:
     if (isinstance(shapes, list) and 0 < len(shapes) <= 64 and all(
             isinstance(s, list) and 0 < len(s) <= 8 and all(isinstance(d, int) and not isinstance(d, bool)
                                                             for d in s) for s in shapes)):
-        out["input_shapes"] = shapes  # positivity and size are checked with the options (cli/budget.py)
+        out["input_shapes"] = shapes  # positivity and size are checked with the options (porter/checkpoints/budget.py)
     return out
 
 
@@ -57,9 +57,9 @@ def recorded_model(directory, against, meta, command):
     """The recorded architecture when it is one of Porter's own (--arch/--example); otherwise refuse: importing
     code named by a file would run whatever its author chose."""
     spec = meta["model"]
-    from .architecture import builtin_arch
+    from porter.checkpoints import builtin_architecture
 
-    if builtin_arch(spec) is not None and not meta.get("model_kwargs"):
+    if builtin_architecture(spec) is not None and not meta.get("model_kwargs"):
         return spec
     import json
 

@@ -3,12 +3,11 @@
 import click
 
 from porter.bench import time_fn
+from porter.checkpoints import check_input_shapes, parse_input_shapes
 
 from .artifact import load_ported, recorded_model, recorded_source
-from .budget import check_input_shapes
 from .convert import architecture_options
 from .errors import InputError, first_line
-from .source import parse_input_shapes
 from .ui import common_options
 
 
@@ -56,13 +55,13 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                          "Give it with --input-shape, e.g. --input-shape 1,3,224,224 (torch layout).")
     torch_model = None
     if against:
-        from .source import open_source
+        from porter.checkpoints import open_model
 
         if not (model_spec or arch) and meta.get("model"):
             model_spec = recorded_model(directory, against, meta, "bench")
-        source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
-                             trust_pickle=trust_pickle, input_shapes=[",".join(map(str, s)) for s in shapes],
-                             shape_origin="recorded in DIR" if not input_shapes else "from --input-shape")
+        source = open_model(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
+                            trust_pickle=trust_pickle, input_shapes=shapes,
+                            shapes_from="recorded in DIR" if not input_shapes else "from --input-shape")
         torch_model = source.torch_module()
     layouts = list(getattr(ported, "input_layouts", None) or [])
     rng = np.random.default_rng(0)

@@ -4,10 +4,10 @@ import os
 
 import click
 
-from . import formats
+from porter.checkpoints import EXPORT, describe_format, detect_format, open_model
+
 from .atomic import atomic_directory, check_destination, make_parents, remove_created
 from .errors import InputError, ValidationFailed, first_line
-from .source import open_source
 from .ui import common_options
 
 FORMATS_HELP = """
@@ -142,7 +142,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
 
     output = output or default_output(file)
     hub = {"repo_id": os.path.basename(os.path.abspath(output)), **(hub or {})}  # written into a temp folder
-    formats.detect_format(file)  # fail fast on a bad file, before anything slow
+    fmt = detect_format(file)  # fail fast on a bad file, before anything slow (and only once)
     check_destination(output, force)
     labels = ["loading checkpoint", "converting", "writing weights", "validating against torch"]
     if not validate:
@@ -150,8 +150,8 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
     report = failure = None
     with ui.progress(labels) as progress:
         with progress.step("loading checkpoint"):
-            source = open_source(file, model=model_spec, model_kwargs=model_kwargs, arch=arch,
-                                 trust_pickle=trust_pickle, input_shapes=input_shapes)
+            source = open_model(file, model=model_spec, model_kwargs=model_kwargs, arch=arch,
+                                trust_pickle=trust_pickle, input_shapes=input_shapes, format=fmt)
         for note in source.notes:
             ui.info(f"note: {note}")
         with progress.step("converting"):
@@ -208,7 +208,7 @@ def validate_source(source, ported, **kwargs):
     model = source.torch_module()
     per_module = not isinstance(model, torch.jit.ScriptModule)
     inputs = None
-    if source.format == formats.EXPORT:
+    if source.format == EXPORT:
         # An exported program is specialised to its example shapes: test there, on fresh seeded inputs.
         generator = torch.Generator().manual_seed(kwargs.get("seed", 0))
         inputs = [tuple(torch.randn(t.shape, generator=generator).to(t.dtype) for t in source.example_inputs)]
@@ -261,7 +261,7 @@ def _result(file, output, source, ported, report):
 
 
 def _print_result(ui, result, report):
-    what = formats.describe(result["format"])
+    what = describe_format(result["format"])
     if result["model"]:
         what += f", architecture {result['model']}"
     ui.echo(f"Converted {result['input']} ({what})")
@@ -315,7 +315,7 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
     except ImportError as exc:
         raise InputError(f"The built-in examples are not available ({first_line(exc)}).",
                          "Install Porter with its conversion extras: pip install 'porter-mlx[convert]'.")
-    builders = getattr(examples, "EXAMPLES", {})
+    builders = examples.EXAMPLES
     if name not in builders:
         raise InputError(f"--example '{name}' is not a built-in example (available: "
                          f"{', '.join(builders) or 'none'}).", "Pick one of those names.")

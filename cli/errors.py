@@ -10,6 +10,9 @@ Exit statuses (documented in ``porter --help``):
 
 import click
 
+from porter.checkpoints import CheckpointError
+from porter.checkpoints.errors import first_line, torch_error_line  # noqa: F401  (re-exported for the commands)
+
 EXIT_OK = 0
 EXIT_VALIDATION = 1
 EXIT_INPUT = 2
@@ -34,13 +37,12 @@ class InputError(click.ClickException):
         self.details = list(details or [])
         super().__init__(self.render())
 
-    def render(self) -> str:
-        text = self.what.rstrip()
-        if self.hint:
-            text += " " + self.hint.rstrip()
-        for line in self.details:
-            text += "\n  - " + line
-        return text
+    @classmethod
+    def from_checkpoint_error(cls, exc: CheckpointError) -> "InputError":
+        """The same paragraph, from ``porter.checkpoints``' error."""
+        return cls(exc.what, exc.hint, exc.details)
+
+    render = CheckpointError.render  # one paragraph layout for the library's errors and the command's
 
     def to_dict(self) -> dict:
         return {"ok": False, "exit_code": self.exit_code, "error": self.what, "hint": self.hint,
@@ -59,19 +61,3 @@ class ValidationFailed(click.ClickException):
     def to_dict(self) -> dict:
         report = self.report.to_dict() if self.report is not None else None
         return {"ok": False, "exit_code": self.exit_code, "error": self.message, "validation": report}
-
-
-def first_line(exc: BaseException, limit: int = 300) -> str:
-    """The first meaningful line of an exception's message, for embedding in our own paragraph."""
-    text = str(exc).strip() or type(exc).__name__
-    line = text.splitlines()[0].strip().rstrip(".")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def torch_error_line(exc: BaseException) -> str:
-    """``Type: message`` of a torch error; TorchScript wraps the real one after an interpreter traceback."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    for line in reversed(lines):
-        if "Error: " in line and not line.startswith("File "):
-            return line if len(line) <= 300 else line[:297] + "..."
-    return f"{type(exc).__name__}: {first_line(exc)}"

@@ -2,9 +2,9 @@
 
 import click
 
-from . import formats
+from porter.checkpoints import describe_format, open_model
+
 from .convert import architecture_options
-from .source import open_source
 from .ui import common_options
 
 
@@ -22,15 +22,15 @@ def inspect(ui, file, model_spec, model_kwargs, arch, input_shapes, trust_pickle
 
     with ui.progress(["loading checkpoint", "capturing the graph"]) as progress:
         with progress.step("loading checkpoint"):
-            source = open_source(file, model=model_spec, model_kwargs=model_kwargs, arch=arch,
-                                 trust_pickle=trust_pickle, input_shapes=input_shapes)
+            source = open_model(file, model=model_spec, model_kwargs=model_kwargs, arch=arch,
+                                trust_pickle=trust_pickle, input_shapes=input_shapes)
         with progress.step("capturing the graph"):
             report = inspect_model(source.model, source.example_inputs)
     for note in source.notes:
         ui.info(f"note: {note}")
     unsupported = list(report.unsupported)
     shapes = ", ".join("(" + ",".join(map(str, t.shape)) + ")" for t in source.example_inputs)
-    what = formats.describe(source.format) + (f", architecture {source.model_spec}" if source.model_spec else "")
+    what = describe_format(source.format) + (f", architecture {source.model_spec}" if source.model_spec else "")
     ui.echo(f"{file} ({what}); example input {shapes} [torch layout]")
     ui.echo("")
     ui.echo(str(report))

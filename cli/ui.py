@@ -13,6 +13,8 @@ from contextlib import contextmanager
 
 import click
 
+from porter.checkpoints import CheckpointError
+
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, ValidationFailed, first_line
 
 
@@ -168,6 +170,10 @@ def run_reporting_errors(ui, run):
         if not getattr(exc, "already_reported", False):
             ui.emit_json(exc.to_dict())
         raise
+    except CheckpointError as exc:  # porter.checkpoints' errors are input errors: same paragraph, exit 2
+        converted = InputError.from_checkpoint_error(exc)
+        ui.emit_json(converted.to_dict())
+        raise converted from exc
     except (click.exceptions.Exit, click.Abort, click.UsageError):
         raise
     except KeyboardInterrupt:

@@ -2,10 +2,11 @@
 
 import click
 
+from porter.checkpoints import open_model
+
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options, validate_source
 from .errors import InputError, ValidationFailed, first_line
-from .source import open_source
 from .ui import common_options
 
 
@@ -35,15 +36,15 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
     meta = recorded_source(ported)
     if not (model_spec or arch) and meta.get("model"):
         model_spec = recorded_model(directory, against, meta, "validate")
-    shape_origin = "from --input-shape"
+    shapes_from = "from --input-shape"
     if not input_shapes and meta.get("input_shapes"):
         input_shapes = tuple(",".join(map(str, s)) for s in meta["input_shapes"])
-        shape_origin = f"recorded in {directory}"
+        shapes_from = f"recorded in {directory}"
     with ui.progress(["loading", "validating against torch"]) as progress:
         with progress.step("loading"):
-            source = open_source(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
-                                 trust_pickle=trust_pickle, input_shapes=input_shapes, seed=seed,
-                                 shape_origin=shape_origin)
+            source = open_model(against, model=model_spec, model_kwargs=model_kwargs, arch=arch,
+                                trust_pickle=trust_pickle, input_shapes=input_shapes, seed=seed,
+                                shapes_from=shapes_from)
         with progress.step("validating against torch"):
             try:
                 report = validate_source(source, ported, rtol=rtol, atol=atol, grads=grads, seed=seed)

@@ -6,17 +6,6 @@ from .errors import InputError
 from .ui import common_options
 
 
-def _registry():
-    """(list_models, model_info) from porter.zoo, or None while the zoo has no registry."""
-    import porter.zoo as zoo
-
-    list_models = getattr(zoo, "list_models", None)
-    model_info = getattr(zoo, "model_info", None)
-    if callable(list_models) and callable(model_info):
-        return list_models, model_info
-    return None
-
-
 @click.group(short_help="List and describe the MLX model zoo.")
 def zoo():
     """Architectures written directly in MLX that load torchvision-format checkpoints."""
@@ -26,15 +15,14 @@ def zoo():
 @common_options()
 def zoo_list(ui):
     """List the zoo's architectures."""
-    registry = _registry()
-    names = list(registry[0]()) if registry else []
+    import porter.zoo as zoo
+
+    names = zoo.list_models()
     if not names:
         ui.echo("The zoo is empty: no MLX architectures are registered yet. Convert your own model with "
                 "`porter convert`.")
     for name in names:
-        info = registry[1](name)
-        summary = info.get("summary", "") if isinstance(info, dict) else getattr(info, "summary", "")
-        ui.echo(f"{name:24s} {summary}".rstrip())
+        ui.echo(f"{name:24s} {zoo.entry(name).summary}".rstrip())
     ui.emit_json({"ok": True, "models": names})
 
 
@@ -43,13 +31,13 @@ def zoo_list(ui):
 @common_options()
 def zoo_info(ui, name):
     """Describe the zoo architecture NAME."""
-    registry = _registry()
-    names = list(registry[0]()) if registry else []
+    import porter.zoo as zoo
+
+    names = zoo.list_models()
     if name not in names:
         known = ", ".join(names) if names else "the zoo is empty"
         raise InputError(f"'{name}' is not in the zoo ({known}).", "See `porter zoo list`.")
-    info = registry[1](name)
-    info = info if isinstance(info, dict) else dict(vars(info))
+    info = zoo.model_info(name)
     for key, value in info.items():
         ui.echo(f"{key:16s} {value}")
     ui.emit_json({"ok": True, "name": name, **info})
@@ -73,9 +61,9 @@ def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
 
     from porter.torch_files import UnsafeCheckpointError, load_state_dict
 
-    registry = _registry()
-    names = list(registry[0]()) if registry else []
-    if arch not in names:
+    from porter.zoo import list_models
+
+    if arch not in list_models():
         raise InputError(f"--arch '{arch}' is not in the zoo.", "See `porter zoo list`.")
     if not output.endswith(".safetensors"):
         raise InputError(f"Output '{output}' must end in .safetensors.", "Choose another name with -o.")

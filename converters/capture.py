@@ -74,33 +74,26 @@ def _exported_class(ep) -> str:
 
 
 def reproduces(ported, model, inputs) -> bool:
-    """Whether ``ported`` gives the model's output shapes and (loosely) values on the example."""
-    import mlx.core as mx
-    import numpy as np
+    """Whether ``ported`` gives the model's output shapes and (loosely: ``porter.compare.REPRODUCES_RTOL``) values
+    on the example."""
+    from porter.compare import REPRODUCES_RTOL, mlx_to_numpy, port_inputs, to_torch_layout, torch_to_numpy, within_bar
 
     with torch.no_grad():
         expected = torch.utils._pytree.tree_leaves(model(*inputs))
-    args = []
-    for x, spec in zip(inputs, ported.graph["inputs"]):
-        a = x.detach().float().numpy() if x.dtype == torch.bfloat16 else x.detach().numpy()
-        a = np.ascontiguousarray(a.transpose(spec["perm"]))
-        args.append(mx.array(a, dtype=mx.float64 if a.dtype == np.float64 else None))  # numpy float64 -> float32 else
     try:
-        out = ported(*args)
+        out = ported(*port_inputs(ported, inputs)[0])
     except Exception:  # noqa: BLE001  (failing on the example is not reproducing it)
         return False
     outs = out if isinstance(out, tuple) else (out,)
     if len(outs) != len(expected):
         return False
-    for got, spec, want in zip(outs, ported.graph["outputs"], expected):
+    for got, layout, want in zip(outs, ported.output_layouts, expected):
         if not isinstance(want, torch.Tensor):
             continue
-        g = np.array(got.astype(mx.float32) if got.dtype == mx.bfloat16 else got)
-        if spec["perm"] is not None:
-            g = g.transpose([spec["perm"].index(d) for d in range(len(spec["perm"]))])
-        w = want.detach().float().numpy()
-        if g.shape != w.shape:
+        try:
+            got = to_torch_layout(mlx_to_numpy(got), layout)
+        except ValueError:  # an output of another rank than its layout's
             return False
-        if w.size and not np.allclose(g, w, rtol=1e-2, atol=1e-2 * float(np.abs(w).max()), equal_nan=True):
+        if not within_bar(got, torch_to_numpy(want), REPRODUCES_RTOL, 0.0):
             return False
     return True

@@ -15,6 +15,6 @@ from . import alexnet, densenet, googlenet, inception, mobilenet, resnet, squeez
 from . import convnext, efficientnet, lraspp, mnasnet, mobilenetv3, regnet, shufflenetv2  # noqa: F401
 from . import maxvit, s3d, swin, video_resnet, vit  # noqa: F401
 from . import deeplabv3_mobilenet, segmentation  # noqa: F401
-from .registry import create, list_models, model_info, register_model
+from .registry import ZooEntry, create, entry, list_models, model_info, register_model
 
-__all__ = ["create", "list_models", "model_info", "register_model"]
+__all__ = ["ZooEntry", "create", "entry", "list_models", "model_info", "register_model"]

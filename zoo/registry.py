@@ -6,18 +6,43 @@ A model family registers each named configuration once::
                     torch_model="porter.examples:resnet18")
     def resnet18(num_classes: int = 1000, **kwargs) -> ResNet: ...
 
-``create(name, **kwargs)`` calls the factory; ``model_info(name)`` describes it (the parameter count is measured
-on a default build the first time it is asked for, then cached).
+``create(name, **kwargs)`` calls the factory; ``entry(name)`` is its typed registry entry (:class:`ZooEntry`, cheap:
+nothing is built); ``model_info(name)`` describes it as a dict (the parameter count is measured on a default build
+the first time it is asked for, then cached).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Tuple
 
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-_MODELS: dict[str, dict] = {}
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One registered architecture.
+
+    Attributes:
+        name (str): the architecture name (``porter zoo list``, ``porter convert --arch NAME``).
+        factory (Callable): builds the MLX model; keyword arguments as torchvision's builder.
+        family (str): the model family, e.g. ``"resnet"``.
+        summary (str): one line describing the model.
+        torch_model (str): ``"package.module:factory"`` of the torch model whose ``state_dict`` it loads.
+        input_shape (tuple): a typical input in torch's layout ``(N, C, H, W)``.
+    """
+
+    name: str
+    factory: Callable
+    family: str
+    summary: str
+    torch_model: str
+    input_shape: Tuple[int, ...]
+
+
+_MODELS: dict[str, ZooEntry] = {}
 _PARAMETER_COUNTS: dict[str, int] = {}
 
 
@@ -42,8 +67,7 @@ def register_model(name: str, *, family: str, summary: str, torch_model: str,
         raise ValueError(f"[porter.zoo] the summary of '{name}' must be one line.")
 
     def decorator(factory: Callable) -> Callable:
-        _MODELS[name] = {"factory": factory, "family": family, "summary": summary, "torch_model": torch_model,
-                         "input_shape": tuple(input_shape)}
+        _MODELS[name] = ZooEntry(name, factory, family, summary, torch_model, tuple(input_shape))
         return factory
 
     return decorator
@@ -54,7 +78,12 @@ def list_models() -> list[str]:
     return sorted(_MODELS)
 
 
-def _entry(name: str) -> dict:
+def entry(name: str) -> ZooEntry:
+    """The registry entry of ``name`` (nothing is built).
+
+    Raises:
+        ValueError: ``name`` is not registered; the message lists the known names.
+    """
     if name not in _MODELS:
         known = ", ".join(list_models()) or "none"
         raise ValueError(f"[porter.zoo] unknown model '{name}'; known models: {known}.")
@@ -70,7 +99,7 @@ def create(name: str, **kwargs) -> nn.Module:
     Returns:
         The MLX module, in eval mode. Input ``(N, H, W, 3)``, output ``(N, num_classes)``.
     """
-    model = _entry(name)["factory"](**kwargs)
+    model = entry(name).factory(**kwargs)
     model.eval()
     return model
 
@@ -79,10 +108,9 @@ def model_info(name: str) -> dict:
     """Describe ``name``: ``summary``, ``family``, ``input_shape`` (torch layout), ``num_parameters`` (of the
     default configuration, BatchNorm running statistics excluded, as torch's ``parameters()``) and
     ``torch_model``."""
-    entry = _entry(name)
+    found = entry(name)
     if name not in _PARAMETER_COUNTS:
-        model = entry["factory"]()
+        model = found.factory()
         _PARAMETER_COUNTS[name] = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
-    return {"name": name, "summary": entry["summary"], "family": entry["family"],
-            "input_shape": entry["input_shape"], "num_parameters": _PARAMETER_COUNTS[name],
-            "torch_model": entry["torch_model"]}
+    return {"name": name, "summary": found.summary, "family": found.family, "input_shape": found.input_shape,
+            "num_parameters": _PARAMETER_COUNTS[name], "torch_model": found.torch_model}

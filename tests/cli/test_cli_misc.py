@@ -7,10 +7,11 @@ import time
 
 import pytest
 
+import mlx.nn
 import porter.zoo
 from cli_checkpoints import write_checkpoint
+from porter.checkpoints import open_model as open_source
 from porter.cli.main import main
-from porter.cli.source import open_source
 from porter.cli.ui import Progress
 
 
@@ -33,30 +34,38 @@ def test_cli_import_and_help_do_not_import_torch():
     assert proc.returncode == 0, proc.stderr
 
 
+def _only_in_the_zoo(monkeypatch, *entries):
+    """The zoo's registry holding ``entries`` alone (typed entries, as ``register_model`` makes them)."""
+    monkeypatch.setattr(porter.zoo.registry, "_MODELS", {entry.name: entry for entry in entries})
+    monkeypatch.setattr(porter.zoo.registry, "_PARAMETER_COUNTS", {})
+
+
+def _tiny_entry(summary="a tiny test net"):
+    return porter.zoo.ZooEntry("tiny", lambda: mlx.nn.Linear(2, 3), "test", summary, "tinynets:tiny_net",
+                               (1, 3, 8, 8))
+
+
 def test_zoo_empty_then_registered(runner, monkeypatch):
-    monkeypatch.delattr(porter.zoo, "list_models", raising=False)
+    _only_in_the_zoo(monkeypatch)
     result = runner.invoke(main, ["zoo", "list"])
     assert result.exit_code == 0 and "The zoo is empty" in result.output
     result = runner.invoke(main, ["zoo", "info", "resnet18"])
     assert result.exit_code == 2 and "the zoo is empty" in result.stderr
 
-    info = {"tiny": {"summary": "a tiny test net", "torch_model": "tinynets:tiny_net"}}
-    monkeypatch.setattr(porter.zoo, "list_models", lambda: list(info), raising=False)
-    monkeypatch.setattr(porter.zoo, "model_info", lambda name: info[name], raising=False)
+    _only_in_the_zoo(monkeypatch, _tiny_entry())
     result = runner.invoke(main, ["zoo", "list", "--json"])
     assert json.loads(result.stdout)["models"] == ["tiny"]
     result = runner.invoke(main, ["zoo", "info", "tiny"])
     assert result.exit_code == 0 and "a tiny test net" in result.output
+    assert "num_parameters   9" in result.output  # Linear(2, 3): 6 weights + 3 biases
 
 
 def test_arch_resolves_through_zoo_and_examples(tmp_path, monkeypatch):
     path, _ = write_checkpoint("state_dict", tmp_path)
-    info = {"tiny": {"summary": "", "torch_model": "tinynets:tiny_net"}}
-    monkeypatch.setattr(porter.zoo, "list_models", lambda: list(info), raising=False)
-    monkeypatch.setattr(porter.zoo, "model_info", lambda name: info[name], raising=False)
+    _only_in_the_zoo(monkeypatch, _tiny_entry(""))
     source = open_source(path, arch="tiny", input_shapes=["1,3,8,8"])
     assert source.model_spec == "tinynets:tiny_net"
-    from porter.cli.errors import InputError
+    from porter.checkpoints import CheckpointError as InputError
 
     with pytest.raises(InputError, match="do not match the architecture porter.examples:resnet18"):
         open_source(path, arch="resnet18")  # a built-in example, but not these weights

@@ -12,6 +12,7 @@ import torch
 
 from cli_checkpoints import X_SHAPE, listing, write_checkpoint
 from porter.cli.layouts import ported_to_torch, torch_to_ported
+from porter.compare import RTOL, assert_close
 from porter.cli.main import main
 
 pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
@@ -46,8 +47,7 @@ def run_torch_free(directory, arrays, tmp_path):
 def assert_matches_torch(ours, theirs):
     theirs = theirs.detach().numpy()
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
-    # the project's float32 bar: max |porter - torch| <= 1e-4 * max |torch|
-    assert np.max(np.abs(ours - theirs)) <= 1e-4 * np.max(np.abs(theirs))
+    assert_close(ours, theirs, rtol=RTOL, atol=0.0)  # the project's float32 bar, relative to max |torch|
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from cli_checkpoints import X_SHAPE, write_checkpoint
-from porter.cli import formats
-from porter.cli.errors import InputError
-from porter.cli.source import open_source
+from porter import checkpoints as formats
+from porter.checkpoints import CheckpointError as InputError
+from porter.checkpoints import open_model as open_source
 
 STATE_DICT_KINDS = ["state_dict", "wrapped", "dataparallel", "legacy", "safetensors"]
 

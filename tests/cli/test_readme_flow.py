@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from porter.cli.layouts import ported_to_torch, torch_to_ported
+from porter.compare import RTOL, assert_close
 
 pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
 
@@ -41,7 +42,7 @@ def test_convert_example_resnet18(tmp_path):
     with torch.no_grad():
         expected = model(x).numpy()
     assert ours.shape == expected.shape
-    assert np.max(np.abs(ours - expected)) <= 1e-4 * np.max(np.abs(expected))
+    assert_close(ours, expected, rtol=RTOL, atol=0.0)  # the project's float32 bar, relative to max |torch|
 
     again = subprocess.run([PORTER, "convert", "--example", "resnet18"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)

@@ -1,7 +1,7 @@
 """Issue 3's coverage list: every registered reference model converts and matches torch at two input sizes.
 
-Torch is the oracle, run here on the same inputs. The float32 bar: max|porter - torch| <= 1e-4 * max|torch|
-per output. The example used for conversion and the test inputs are different draws (nothing input-specific
+Torch is the oracle, run here on the same inputs. The float32 bar (porter.compare's, no atol floor):
+max|porter - torch| <= 1e-4 * max|torch| per output. The example used for conversion and the test inputs are different draws (nothing input-specific
 may be baked into the port); the second input size differs in batch and spatial size from the example.
 """
 
@@ -14,9 +14,9 @@ import torch
 
 import porter
 from models import REGISTRY, make_inputs
-from porter.validate import parse_layout
+from porter.compare import RTOL, assert_close, leaves, port_inputs, to_torch_layout
 
-BAR = 1e-4
+BAR = RTOL
 
 # Models also checked with io_layout="mlx" (channels-last I/O): 1d, 2d and 3d inputs, dict output, unpool indices,
 # a token model whose output is not image-like.
@@ -24,14 +24,6 @@ MLX_LAYOUT_MODELS = ["resnet_basic", "convnext", "vit", "r3d", "audio_cnn", "seg
                      "monai_unet3d"]
 
 CHANNELS_LAST = {3: "NCL->NLC", 4: "NCHW->NHWC", 5: "NCDHW->NDHWC"}
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        return [leaf for v in tree.values() for leaf in _leaves(v)]
-    if isinstance(tree, (tuple, list)):
-        return [leaf for v in tree for leaf in _leaves(v)]
-    return [tree]
 
 
 @lru_cache(maxsize=None)
@@ -54,24 +46,20 @@ def _run_and_compare(model, ported, xs, what):
     """Run both models on ``xs`` (torch layout) and check every output against the bar."""
     in_layouts = list(ported.input_layouts)
     assert len(in_layouts) == len(xs), f"{what}: port declares {len(in_layouts)} inputs, model takes {len(xs)}"
-    xs_mx = [mx.array(np.ascontiguousarray(np.transpose(x.numpy(), parse_layout(lay, x.ndim))))
-             for x, lay in zip(xs, in_layouts)]
+    xs_mx, _ = port_inputs(ported, xs)
     with torch.no_grad():
-        expected = _leaves(model(*xs))
-    got = _leaves(ported(*xs_mx))
+        expected = leaves(model(*xs))
+    got = leaves(ported(*xs_mx))
     assert len(got) == len(expected), f"{what}: torch returned {len(expected)} outputs, the port {len(got)}"
     out_layouts = list(ported.output_layouts)
     assert len(out_layouts) == len(got), f"{what}: {len(out_layouts)} output layouts for {len(got)} outputs"
     for i, (t, p, lay) in enumerate(zip(expected, got, out_layouts)):
         assert isinstance(p, mx.array), f"{what}: output {i} is {type(p).__name__}, not mx.array"
         assert p.dtype == mx.float32, f"{what}: output {i} dtype {p.dtype}, torch float32"
-        perm = parse_layout(lay, p.ndim)
-        p_t = np.transpose(np.array(p), np.argsort(perm))
+        p_t = to_torch_layout(np.array(p), lay)
         e = t.numpy()
         assert p_t.shape == e.shape, f"{what}: output {i} shape {p_t.shape} (after {lay}) != torch {e.shape}"
-        scale = float(np.abs(e).max())
-        err = float(np.abs(p_t - e).max())
-        assert err <= BAR * scale, f"{what}: output {i} max abs err {err:.3e} > {BAR:g} * max|torch| ({scale:.4g})"
+        assert_close(p_t, e, rtol=BAR, atol=0.0, what=f"{what}: output {i}")
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

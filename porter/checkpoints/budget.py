@@ -8,7 +8,7 @@ memory available now. Any single input above ``porter.max_elements()`` elements 
 
 import os
 
-from .errors import InputError
+from .errors import CheckpointError
 
 ACTIVATION_FACTOR = 8
 MAX_RANK = 8
@@ -41,23 +41,24 @@ def check_input_shapes(shapes, origin: str) -> None:
     for shape in shapes:
         text = ",".join(map(str, shape))
         if len(shape) > MAX_RANK:
-            raise InputError(f"Input shape {text} ({origin}) has {len(shape)} dims; Porter handles at most "
-                             f"{MAX_RANK}.", "Give the torch-layout shape of one input with --input-shape.")
+            raise CheckpointError(f"Input shape {text} ({origin}) has {len(shape)} dims; Porter handles at most "
+                                  f"{MAX_RANK}.", "Give the torch-layout shape of one input with --input-shape.")
         count = 1
         for d in shape:
             count *= d
         if count > max_elements():
-            raise InputError(f"Input shape {text} ({origin}) has {count} elements, more than the limit of "
-                             f"{max_elements()} elements per array.", "Give a smaller --input-shape (or raise "
-                             "the limit with PORTER_MAX_ELEMENTS if the model really needs it).")
+            raise CheckpointError(f"Input shape {text} ({origin}) has {count} elements, more than the limit of "
+                                  f"{max_elements()} elements per array.", "Give a smaller --input-shape (or raise "
+                                  "the limit with PORTER_MAX_ELEMENTS if the model really needs it).")
         total += count
     need = total * 4 * ACTIVATION_FACTOR
     free = available_bytes()
     if need > free:
-        raise InputError(f"Input shape(s) {', '.join(','.join(map(str, s)) for s in shapes)} ({origin}) would need "
-                         f"about {_gib(need)} to convert and validate, but only {_gib(free)} of memory is "
-                         "available.", "Give a smaller --input-shape (a batch of 1 and a modest image size are "
-                         "enough to convert and validate).")
+        given = ", ".join(",".join(map(str, s)) for s in shapes)
+        raise CheckpointError(f"Input shape(s) {given} ({origin}) would need "
+                              f"about {_gib(need)} to convert and validate, but only {_gib(free)} of memory is "
+                              "available.", "Give a smaller --input-shape (a batch of 1 and a modest image size are "
+                              "enough to convert and validate).")
 
 
 def check_checkpoint_size(path: str) -> None:
@@ -65,6 +66,6 @@ def check_checkpoint_size(path: str) -> None:
     size = os.path.getsize(path)
     free = available_bytes()
     if size * 3 > free:
-        raise InputError(f"Input file '{path}' is {_gib(size)}; converting it needs about {_gib(size * 3)} of "
-                         f"memory but only {_gib(free)} is available.", "Free memory or convert on a larger "
-                         "machine.")
+        raise CheckpointError(f"Input file '{path}' is {_gib(size)}; converting it needs about {_gib(size * 3)} of "
+                              f"memory but only {_gib(free)} is available.", "Free memory or convert on a larger "
+                              "machine.")
