@@ -202,9 +202,18 @@ def op_profile(ported, x, repeat: int = 3) -> list:
             args = [ported._resolve(spec, env) for spec in node["inputs"]]
             mx.eval([a for a in args if isinstance(a, mx.array)])
             start = time.perf_counter()
-            out = fn(*args, **node["attrs"])
+            if fn is None:  # a layer of the module tree (call_module): named by its class, activations by function
+                from porter.converters.tree import resolve
+
+                layer = resolve(ported, program.layer_keys[node["attrs"]["module"]])
+                start = time.perf_counter()
+                out = layer(*args)
+                fn_name = getattr(layer, "fn", None)
+                key = f"unary:{fn_name}" if isinstance(fn_name, str) else type(layer).__name__.lower()
+            else:
+                out = fn(*args, **node["attrs"])
+                key = node["kernel"] + (f":{node['attrs']['fn']}" if "fn" in node["attrs"] else "")
             mx.eval(out)
-            key = node["kernel"] + (f":{node['attrs']['fn']}" if "fn" in node["attrs"] else "")
             totals[key] = totals.get(key, 0.0) + (time.perf_counter() - start) * 1e3 / repeat
             env[node["outputs"][0]] = out
     total = sum(totals.values()) or 1.0

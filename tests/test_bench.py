@@ -74,9 +74,11 @@ def test_train_step_updates_the_converted_model():
     model = tiny_net().eval()
     x = torch.randn(2, 3, 12, 10)
     ported = porter.convert(model, (x,))
-    before = {k: np.array(v) for k, v in ported.trainable_parameters()["params"].items()}
+    from mlx.utils import tree_flatten
+
+    before = {k: np.array(v) for k, v in tree_flatten(ported.trainable_parameters())}
     xm = mx.array(x.numpy().transpose(0, 2, 3, 1))
     step = bench._train_step_mlx(ported, xm, lr=0.01)
     first, second = float(step()), float(step())
-    after = ported.trainable_parameters()["params"]
+    after = dict(tree_flatten(ported.trainable_parameters()))
     assert any(not np.array_equal(before[k], np.array(after[k])) for k in before) and second < first

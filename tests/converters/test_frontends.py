@@ -194,7 +194,9 @@ def test_torch_parameters_and_grads():
 
 def test_buffers_are_frozen():
     ported = porter.convert(net(), torch.randn(2, 3, 8, 8))
-    trainable = ported.trainable_parameters()["params"]
+    from mlx.utils import tree_flatten
+
+    trainable = dict(tree_flatten(ported.trainable_parameters()))
     assert "features.0.bn.running_mean" not in trainable
     assert "features.0.bn.weight" in trainable
 

@@ -50,7 +50,7 @@ def test_roundtrip(model, tmp_path):
     porter.save(ported, tmp_path / "out", metadata={"validation": {"ok": True}})
     assert sorted(os.listdir(tmp_path / "out")) == ["README.md", "config.json", "graph.json", "model.safetensors"]
     graph = json.loads((tmp_path / "out" / "graph.json").read_text())
-    assert graph["format_version"] == 1
+    assert graph["format_version"] == porter.converters.serialize.FORMAT_VERSION
     assert graph["metadata"] == {"validation": {"ok": True}}
     assert graph["source_class"].endswith("Small")
     assert graph["output_layouts"] == ["as-is", "NCHW->NHWC"]

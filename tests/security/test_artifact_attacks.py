@@ -244,9 +244,9 @@ def test_header_length_lies(tampered):
 
 def test_writer_bug_caught_at_save(tiny_artifact, tmp_path):
     ported = porter.load(tiny_artifact[0])
-    pool = next(n for n in ported.graph["nodes"] if n["kernel"] == "pool")
-    pool["attrs"]["stride"] = "2"  # what a buggy converter might emit
-    with pytest.raises(ArtifactError, match="attrs.stride"):
+    node = next(n for n in ported.graph["nodes"] if n["kernel"] == "transpose")
+    node["attrs"]["axes"] = ["0", 3, 1, 2]  # what a buggy converter might emit
+    with pytest.raises(ArtifactError, match="attrs.axes"):
         porter.save(ported, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

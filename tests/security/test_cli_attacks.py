@@ -70,7 +70,8 @@ def test_validate_never_imports_recorded_code(runner, tampered, ckpts, tmp_path)
 
 
 def test_validate_refuses_a_tampered_artifact(runner, tampered, ckpts):
-    directory = tampered(lambda g: g["nodes"][0]["attrs"].update(fn="__getattribute__"))
+    directory = tampered(lambda g: next(n for n in g["nodes"] if n["kernel"] == "transpose")["attrs"].update(
+        fn="__getattribute__"))
     result = runner.invoke(main, ["validate", str(directory), "--against", str(ckpts["state_dict"]), *ARCH[:2]])
     assert_input_error(result, ["graph.json", "attrs.fn"])
     for command in ("bench",):

@@ -175,7 +175,7 @@ CONFIG_CASES = {
                                                           "quantization_config": {"group_size": 32, "bits": 4}}),
                                     "quantization_config"),
     "io_layout disagrees": (lambda c: json.dumps({**c, "io_layout": "torch"}), "io_layout"),
-    "format version": (lambda c: json.dumps({**c, "porter_format_version": 2}), "porter_format_version"),
+    "format version": (lambda c: json.dumps({**c, "porter_format_version": 1}), "porter_format_version"),
 }
 
 
