@@ -17,8 +17,8 @@ from ..spec import GEOMETRY, SCALAR, TENSOR, Bool, Float, Int, Opt
 
 @kernel("linear", inputs=[TENSOR, TENSOR, Opt(TENSOR)])
 def k_linear(x, weight, bias=None):
-    y = x @ weight.T
-    return y if bias is None else y + bias
+    # mlx.nn.Linear's own computation (addmm), so a Linear called as a layer of the tree gives the same bits
+    return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
 
 
 def _operand(x, swap):
