@@ -62,8 +62,8 @@ def quantization_problem(reduction: int, group_size, bits, mode, dtype=mx.float3
         return f"'group_size' must be one of {GROUP_SIZES}, but got group_size={group_size!r}"
     if bits not in BITS or isinstance(bits, bool):
         return f"'bits' must be one of {BITS}, but got bits={bits!r}"
-    if dtype not in (mx.float32, mx.float16, mx.bfloat16, mx.float64):
-        return f"the weight must be floating point, but got {dtype}"
+    if dtype not in (mx.float32, mx.float16, mx.bfloat16):  # MLX's quantize has no float64 (fails at eval)
+        return f"mx.quantize takes float32, float16 or bfloat16 weights, but the weight is {dtype}"
     if reduction % group_size:
         return (
             f"the reduction length prod(kernel_size) * in_channels / groups = {reduction} is not divisible by "
@@ -81,7 +81,7 @@ def uses_quantized_matmul(x: mx.array) -> bool:
     """Whether a quantized conv on ``x`` runs as ``mx.quantized_matmul`` over unfolded patches (see module doc)."""
     if STRATEGY not in _STRATEGIES:
         raise ValueError(f"[QuantizedConv] STRATEGY must be one of {_STRATEGIES}, but got {STRATEGY!r}")
-    if x.dtype == mx.float64 or x.size == 0:  # MLX's quantized matmul has no float64; empty: conv_nd's rule
+    if x.size == 0:  # zero batch or channels: conv_nd's rule (bias or zeros of the output shape)
         return False
     if STRATEGY != "auto":
         return STRATEGY == "matmul"
