@@ -153,6 +153,33 @@ def test_dequantization_error_within_one_step(group_size, bits):
     np.testing.assert_allclose(step[..., 0], np.ptp(w, axis=-1) / (2**bits - 1), rtol=0.07)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("rows, k, group_size", [(8, 96, 32), (5, 256, 64), (3, 384, 128), (64, 4608, 64)])
+def test_dequantize_matches_mlx_bit_for_bit(rows, k, group_size, bits):
+    """The layer's dequantize (the native pass on the CPU variant, mx.dequantize on the other) is MLX's exactly."""
+    w = mx.random.normal((rows, k)) * mx.random.uniform(0.01, 10.0, (rows, 1))
+    packed, scales, biases = mx.quantize(w, group_size, bits)
+    expected = np.array(mx.dequantize(packed, scales, biases, group_size, bits))
+    np.testing.assert_array_equal(np.array(Q.dequantize(packed, scales, biases, group_size, bits)), expected)
+
+
+@pytest.mark.native_only
+def test_native_dequantize_used_and_checked():
+    """On the CPU with the kernels built, float32 weights take the native pass; bad operands raise by name."""
+    from porter.layers import _native
+
+    packed, scales, biases = mx.quantize(mx.random.normal((4, 64)), 32, 4)
+    assert Q.NATIVE_DEQUANTIZE and _native.active()
+    np.testing.assert_array_equal(np.array(_native.dequantize(packed, scales, biases, 32, 4)),
+                                  np.array(mx.dequantize(packed, scales, biases, 32, 4)))
+    with pytest.raises(ValueError, match=r"\[porter.dequantize_affine\] bits must be 4 or 8"):
+        _native.dequantize(packed, scales, biases, 32, 3)
+    with pytest.raises(ValueError, match=r"scales and biases must be float32 \(rows, K / group_size\)"):
+        _native.dequantize(packed, scales[:, :1], biases, 32, 4)
+    with pytest.raises(ValueError, match=r"w must be a 2-d uint32 array"):
+        _native.dequantize(packed.astype(mx.int32), scales, biases, 32, 4)
+
+
 def test_quantized_conv_nan_placement(strategy):
     """A NaN in the input reaches the outputs whose window reads it, as in torch."""
     tm, _, qm = make_pair(2, 32, 16, 3, 32, 4, padding=1)
