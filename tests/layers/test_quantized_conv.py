@@ -327,6 +327,32 @@ def test_nn_quantize_sequential_of_convs_and_linear(strategy):
     assert np.abs(np.array(net(torch_to_mx(x, True))) - float_out).max() > 1e-5
 
 
+def test_nn_quantize_plain_sequential_1d(strategy):
+    """An audio-style nn.Sequential of Conv1d + Linear: every layer quantizable, all quantized, torch's numbers with
+    the dequantized weights (values and input gradient)."""
+    torch.manual_seed(1)
+    t_convs = [torch.nn.Conv1d(32, 64, 3, padding=1), torch.nn.Conv1d(64, 64, 3, stride=2, padding=1)]
+    t_fc = torch.nn.Linear(64, 32)
+    t_seq = torch.nn.Sequential(t_convs[0], torch.nn.GELU(), t_convs[1], torch.nn.GELU())
+    seq = nn.Sequential(porter_twin(t_convs[0], 1, padding=1), nn.GELU(),
+                        porter_twin(t_convs[1], 1, stride=2, padding=1), nn.GELU(), nn.Linear(64, 32))
+    seq.layers[4].update({"weight": mx.array(t_fc.weight.detach().numpy()),
+                          "bias": mx.array(t_fc.bias.detach().numpy())})
+    nn.quantize(seq, group_size=32, bits=4)
+    assert [type(m).__name__ for m in seq.layers] == ["QuantizedConv1d", "GELU", "QuantizedConv1d", "GELU",
+                                                       "QuantizedLinear"]
+    with torch.no_grad():
+        for i, t in ((0, t_convs[0]), (2, t_convs[1])):
+            t.weight.copy_(torch.from_numpy(mlx_conv_weight_to_torch(np.array(seq.layers[i].dequantized_weight()))))
+        fc = seq.layers[4]
+        t_fc.weight.copy_(torch.from_numpy(np.array(mx.dequantize(fc.weight, fc.scales, fc.biases, 32, 4))))
+
+    def torch_fn(x):  # (N, C, L) -> (N, L', 32): the Linear acts on channels, as in the channels-last Porter model
+        return t_fc(t_seq(x).transpose(1, 2)).transpose(1, 2)
+
+    check_against_torch(torch_fn, seq, torch.randn(2, 32, 17), nd=1, atol=1e-5, rtol=1e-4)
+
+
 def test_to_quantized_defaults_and_fallbacks():
     """nn.quantize passes None for unset settings (MLX's affine defaults 64 / 4); what cannot be done stays float."""
     conv = L.Conv2d(64, 8, 3)
