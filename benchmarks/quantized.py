@@ -4,8 +4,9 @@ For each conv shape and bits 4 / 8 (group size 64): the float ``porter.layers.Co
 as it runs by default on this device (``STRATEGY='auto'``: on the CPU, Porter's native dequantize + the float
 conv), ``mx.quantized_matmul`` over the unfolded input (the layer's path on GPUs, forced), ``mx.dequantize`` of
 the weight + the float conv (the baseline), and the weight's bytes in float32 and quantized (packed weight + scales
-+ biases; the conv bias is the same float in both and not counted). Median over ``--repeat`` rounds in which the
-variants alternate, after a warm-up, all in one process; forward only, batch 1.
++ biases; the conv bias is the same float in both and not counted). Median and, in brackets, minimum over
+``--repeat`` rounds in which the variants alternate, after a warm-up, all in one process (on a machine shared with
+other jobs the minimum is the steadier figure); forward only, batch 1.
 
     .venv/bin/python benchmarks/quantized.py [--repeat 10] [--bits 4,8] [--filter 3x3]
 """
@@ -52,7 +53,7 @@ def interleaved_ms(runners: dict, x, rounds: int, slow: tuple = ()) -> dict:
             start = time.perf_counter()
             mx.eval(fn(x))
             times[name].append(time.perf_counter() - start)
-    return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
+    return {name: (float(np.median(t)) * 1e3, float(np.min(t)) * 1e3) for name, t in times.items()}
 
 
 def with_strategy(q, strategy: str):
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     blas = porter.runtime_info()["blas"]
     print(f"device {mx.default_device()}, BLAS {blas.get('config')} ({blas.get('threads')} threads), native kernels "
-          f"{'on' if _native.active() else 'off'}, group size {args.group_size}, median of {args.repeat} rounds")
+          f"{'on' if _native.active() else 'off'}, group size {args.group_size}, {args.repeat} rounds: median (min) ms")
     print("| conv | input | bits | float ms | quantized ms (layer) | quantized/float | quantized matmul ms "
           "| mx.dequantize + float ms | weight bytes float | weight bytes quantized |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -102,9 +103,10 @@ def main(argv=None) -> int:
             q = conv.to_quantized(args.group_size, bits)
             ms = interleaved_ms({"float": conv, "layer": q, "matmul": with_strategy(q, "matmul"),
                                  "mx_dequantize": mlx_dequantize_then_conv(q)}, x, args.repeat, slow=("matmul",))
-            print(f"| {name} | {shape} | {bits} | {ms['float']:.2f} | {ms['layer']:.2f} "
-                  f"| {ms['layer'] / ms['float']:.2f} | {ms['matmul']:.1f} | {ms['mx_dequantize']:.2f} "
-                  f"| {nbytes(conv):,} | {nbytes(q):,} |")
+            cell = {k: f"{v[0]:.2f} ({v[1]:.2f})" for k, v in ms.items()}
+            print(f"| {name} | {shape} | {bits} | {cell['float']} | {cell['layer']} "
+                  f"| {ms['layer'][0] / ms['float'][0]:.2f} ({ms['layer'][1] / ms['float'][1]:.2f}) "
+                  f"| {ms['matmul'][0]:.1f} | {cell['mx_dequantize']} | {nbytes(conv):,} | {nbytes(q):,} |")
     return 0
 
 
