@@ -246,6 +246,30 @@ def test_quantized_conv_save_load_weights(tmp_path):
     assert set(fresh.trainable_parameters()) == {"bias"}
 
 
+def test_quantized_conv_compiles(strategy):
+    """mx.compile of the layer and of its input gradient gives the uncompiled numbers."""
+    _, _, qm = make_pair(2, 64, 16, 3, 64, 4, padding=1)
+    x = mx.random.normal((2, 6, 7, 64))
+    np.testing.assert_allclose(np.array(mx.compile(qm)(x)), np.array(qm(x)), atol=1e-6, rtol=1e-6)
+    grad = mx.grad(lambda x: (qm(x) ** 2).sum())
+    np.testing.assert_allclose(np.array(mx.compile(grad)(x)), np.array(grad(x)), atol=1e-5, rtol=1e-5)
+
+
+def test_benchmark_script_runs(capsys):
+    """benchmarks/quantized.py prints its table (one small shape, one round): the script does not rot."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "quantized.py"
+    spec = importlib.util.spec_from_file_location("bench_quantized", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--repeat", "1", "--bits", "8", "--filter", "1x1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1x1 256->64")]
+    assert len(rows) == 1 and rows[0].endswith("| 65,536 | 18,432 |")
+    assert Q.STRATEGY == "auto"
+
+
 def test_matmul_strategy_runs_quantized_matmul(monkeypatch):
     """STRATEGY='matmul' really takes the quantized-matmul path (and 'auto' on the CPU does not)."""
     calls = []
