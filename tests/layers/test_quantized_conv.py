@@ -420,6 +420,46 @@ def test_quantize_model_report():
     assert type(net.conv2) is L.Conv2d and type(net.fc) is nn.Linear
 
 
+def _module_at(model: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        model = model[int(part)] if isinstance(model, list) else model[part]
+    return model
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantize_model_resnet18(bits):
+    """A real architecture: the zoo's ResNet-18 with a torch ResNet-18's weights (batch-norm statistics
+    re-randomised), quantized by quantize_model, computes torch's ResNet-18 with the dequantized weights."""
+    import porter.zoo as zoo
+    from porter.examples import resnet18
+
+    torch.manual_seed(0)
+    tnet = resnet18(num_classes=10).eval()
+    with torch.no_grad():
+        for module in tnet.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.5, 0.5)
+    net = zoo.create("resnet18", num_classes=10)
+    net.load_torch_state_dict({k: v.detach().numpy() for k, v in tnet.state_dict().items()})
+    report = L.quantize_model(net, group_size=64, bits=bits)
+    assert list(report.skipped) == ["conv1"] and "147 is not divisible" in report.skipped["conv1"]
+    assert len(report.quantized) == 20 and "layer4.0.downsample.0" in report.quantized and "fc" in report.quantized
+    with torch.no_grad():
+        for path in report.quantized:
+            layer, target = _module_at(net, path), tnet.get_submodule(path)
+            if isinstance(layer, nn.QuantizedLinear):
+                w = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, 64, bits))
+            else:
+                assert isinstance(layer, L.QuantizedConv2d)
+                w = mlx_conv_weight_to_torch(np.array(layer.dequantized_weight()))
+            target.weight.copy_(torch.from_numpy(w))
+    x = torch.randn(2, 3, 64, 48)
+    check_against_torch(tnet, net, x, nd=2, grad=False, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [
