@@ -10,9 +10,10 @@ conv's own ``bias`` stays a trainable float parameter.
 Two ways to compute, same numbers up to float round-off (chosen per call by :func:`uses_quantized_matmul`):
 
 - ``"matmul"``: the zero-padded input unfolded into ``(N * out, K)`` patches (one strided slice per kernel tap,
-  same tap/channel order as the weight), then ``mx.quantized_matmul`` (batched over groups). MLX's Metal and CUDA
-  backends have fast quantized matmul kernels; its CPU one measured 40-100x slower than a float matmul
-  (``benchmarks/quantized.py``).
+  same tap/channel order as the weight), then ``mx.quantized_matmul`` (batched over groups). The default off the
+  CPU, where MLX has dedicated quantized matmul kernels; that choice is not measured (Porter is developed on Linux
+  CPUs: ``benchmarks/quantized.py`` measures it on a GPU). MLX's CPU quantized matmul measured 40-100x slower than
+  a float matmul of the same shape.
 - ``"dequantize"``: the weight is dequantized for the call (Porter's native multi-threaded pass on the CPU, MLX's
   numbers bit for bit, 4-6x faster than ``mx.dequantize``) and Porter's float conv (``conv_nd``: Winograd,
   depthwise/grouped native kernels) runs with it. The default on the CPU.
