@@ -96,6 +96,7 @@ CASES_1D = [
     ((32, 7), 32, 4, 2, 64, 4, dict(padding=1, padding_mode="circular", bias=False)),  # unbatched
     ((1, 4, 40), 4, 4, 32, 32, 4, dict(groups=4, padding=2)),  # depthwise, 32 taps
     ((2, 32, 13), 32, 8, 3, 32, 8, dict(stride=2, dilation=2, padding=2, padding_mode="replicate")),
+    ((2, 32, 12), 32, 8, 4, 128, 4, dict(padding="valid", stride=2)),
 ]
 
 CASES_2D = [
@@ -118,6 +119,7 @@ CASES_3D = [
     ((1, 64, 3, 4, 5), 64, 16, 3, 32, 8, dict(groups=2, padding=1, padding_mode="circular")),
     ((32, 3, 4, 5), 32, 4, 1, 32, 4, {}),  # unbatched
     ((1, 32, 5, 5, 5), 32, 8, (1, 2, 2), 64, 4, dict(padding="same", dilation=(1, 2, 1))),
+    ((1, 32, 4, 6, 5), 32, 8, (1, 1, 4), 128, 8, dict(padding="valid", padding_mode="reflect")),
 ]
 
 
