@@ -372,8 +372,8 @@ def lp_root(a: mx.array, scale: float, inv_p: float) -> mx.array:
 
 def dequantize(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int) -> mx.array:
     """``mx.dequantize`` of an affine-quantized float32 matrix (bits 4 or 8) in one multi-threaded pass, MLX's
-    numbers bit for bit (``csrc/quantize_kernels.h``); ``(rows, K * bits / 32)`` uint32 -> ``(rows, K)``. Forward
-    only: no gradient to the scales or biases (quantized layers freeze them)."""
+    numbers bit for bit (``csrc/quantize_kernels.h``); ``(rows, K * bits / 32)`` uint32 -> ``(rows, K)``. Gradients
+    to ``scales`` and ``biases`` as ``mx.dequantize``'s (quantized layers freeze them; unfrozen, they train)."""
     return kernels().dequantize_affine(w, scales, biases, int(group_size), int(bits))
 
 

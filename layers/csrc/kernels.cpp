@@ -1500,8 +1500,8 @@ mx::array depthwise_conv_op(const mx::array& x, const mx::array& w, const Ints& 
 }
 
 // ------------------------------------------------------------------------------------------------ dequantize
-// MLX's affine dequantize of a float32 (rows, K) matrix in one multi-threaded pass (quantize_kernels.h). Forward
-// only (quantized layers freeze their weights): differentiating it raises.
+// MLX's affine dequantize of a float32 (rows, K) matrix in one multi-threaded pass (quantize_kernels.h). Gradients
+// to the scales and biases as mx.dequantize has them (sum over a group of g * q, of g); none to the packed weight.
 class DequantizeAffine : public mx::UnaryPrimitive {
  public:
   DequantizeAffine(mx::Stream s, int group_size, int bits) : mx::UnaryPrimitive(s), group_size_(group_size),
@@ -1526,6 +1526,28 @@ class DequantizeAffine : public mx::UnaryPrimitive {
     throw std::runtime_error("[porter.dequantize_affine] no GPU kernel: runs on the CPU stream only");
   }
   const char* name() const override { return "PorterDequantizeAffine"; }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    auto s = stream();
+    const auto& scales = primals[1];
+    const int rows = scales.shape(0), groups = scales.shape(1);
+    auto g = mx::reshape(mx::astype(cotangents[0], mx::float32, s), {rows, groups, group_size_}, s);
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        grads.push_back(mx::zeros_like(primals[0], s));
+      } else if (arg == 1) {  // d/d scale = sum over the group of g * q, q the integer levels as float
+        auto levels = mx::array(mx::Shape{rows, groups * group_size_}, mx::float32,
+                                std::make_shared<DequantizeAffine>(s, group_size_, bits_),
+                                {primals[0], mx::ones_like(scales, s), mx::zeros_like(scales, s)});
+        auto q = mx::reshape(levels, {rows, groups, group_size_}, s);
+        grads.push_back(mx::sum(mx::multiply(g, q, s), -1, false, s));
+      } else {
+        grads.push_back(mx::sum(g, -1, false, s));
+      }
+    }
+    return grads;
+  }
   bool is_equivalent(const mx::Primitive& other) const override {
     auto* o = dynamic_cast<const DequantizeAffine*>(&other);
     return o != nullptr && o->group_size_ == group_size_ && o->bits_ == bits_;

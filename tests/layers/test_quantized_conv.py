@@ -165,6 +165,29 @@ def test_dequantize_matches_mlx_bit_for_bit(rows, k, group_size, bits):
     np.testing.assert_array_equal(np.array(Q.dequantize(packed, scales, biases, group_size, bits)), expected)
 
 
+@pytest.mark.parametrize("bits, group_size", [(4, 32), (8, 64), (4, 128)])
+def test_dequantize_gradients_to_scales_and_biases(bits, group_size):
+    """Unfrozen scales and biases get torch's gradients of ``w = scale * q + bias`` (q unpacked here with numpy)."""
+    rows, k = 6, 256
+    packed, scales, biases = mx.quantize(mx.random.normal((rows, k)), group_size, bits)
+    words = np.array(packed).astype(np.uint64)
+    per_word = 32 // bits
+    q = np.stack([(words >> (bits * t)) & (2**bits - 1) for t in range(per_word)], -1).reshape(rows, k)
+    g = np.random.default_rng(0).standard_normal((rows, k)).astype(np.float32)
+
+    def loss(s, b):
+        return (Q.dequantize(packed, s, b, group_size, bits) * mx.array(g)).sum()
+
+    ds, db = mx.grad(loss, argnums=(0, 1))(scales, biases)
+    s_t = torch.tensor(np.array(scales), requires_grad=True)
+    b_t = torch.tensor(np.array(biases), requires_grad=True)
+    w_t = (s_t[..., None] * torch.from_numpy(q.astype(np.float32)).reshape(rows, -1, group_size)
+           + b_t[..., None]).reshape(rows, k)
+    (w_t * torch.from_numpy(g)).sum().backward()
+    np.testing.assert_allclose(np.array(ds), s_t.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.array(db), b_t.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.native_only
 def test_native_dequantize_used_and_checked():
     """On the CPU with the kernels built, float32 weights take the native pass; bad operands raise by name."""
