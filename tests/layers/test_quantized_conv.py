@@ -280,6 +280,15 @@ def test_quantized_conv_compiles(strategy):
     np.testing.assert_allclose(np.array(mx.compile(grad)(x)), np.array(grad(x)), atol=1e-5, rtol=1e-5)
 
 
+def test_quantized_conv_vmap_dequantize_path(monkeypatch):
+    """mx.vmap over inputs works on the dequantize path (MLX's quantized_matmul has no vmap rule)."""
+    monkeypatch.setattr(Q, "STRATEGY", "dequantize")
+    _, _, qm = make_pair(2, 64, 16, 3, 32, 8, padding=1, groups=2)
+    x = mx.random.normal((3, 2, 6, 7, 64))
+    expected = np.stack([np.array(qm(x[i])) for i in range(3)])
+    np.testing.assert_allclose(np.array(mx.vmap(qm)(x)), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_benchmark_script_runs(capsys):
     """benchmarks/quantized.py prints its table (one small shape, one round): the script does not rot."""
     import importlib.util
