@@ -16,4 +16,6 @@ from .fractional import FractionalMaxPool2d, FractionalMaxPool3d
 from .lp_pool import LPPool1d, LPPool2d, LPPool3d
 from .max_pool import MaxPool1d, MaxPool2d, MaxPool3d
 from .norm import BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
+from .quantize import QuantizationReport, quantize_model
+from .quantized_conv import QuantizedConv1d, QuantizedConv2d, QuantizedConv3d
 from .unpool import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d

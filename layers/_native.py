@@ -41,7 +41,8 @@ ENV_DIR = "PORTER_KERNEL_DIR"
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "CMakeLists.txt", "kernels.cpp", "activation_kernels.h", "conv_kernels.h", "elementwise_kernels.h",
-    "grouped_conv_kernels.h", "parallel.h", "pool_kernels.h", "windows.h", "winograd_kernels.h",
+    "grouped_conv_kernels.h", "parallel.h", "pool_kernels.h", "quantize_kernels.h", "windows.h",
+    "winograd_kernels.h",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"
@@ -367,6 +368,13 @@ def lp_root(a: mx.array, scale: float, inv_p: float) -> mx.array:
     """LP pooling's last stage ``(a * scale) ** inv_p`` in one multi-threaded pass (float32/float64), with torch's
     gradient (0 where ``a == 0``)."""
     return kernels().lp_root(a, float(scale), float(inv_p))
+
+
+def dequantize(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int) -> mx.array:
+    """``mx.dequantize`` of an affine-quantized float32 matrix (bits 4 or 8) in one multi-threaded pass, MLX's
+    numbers bit for bit (``csrc/quantize_kernels.h``); ``(rows, K * bits / 32)`` uint32 -> ``(rows, K)``. Gradients
+    to ``scales`` and ``biases`` as ``mx.dequantize``'s (quantized layers freeze them; unfrozen, they train)."""
+    return kernels().dequantize_affine(w, scales, biases, int(group_size), int(bits))
 
 
 def winograd_conv3x3(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.array:

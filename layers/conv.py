@@ -570,6 +570,13 @@ class _ConvNd(nn.Module):
             padding = 0
         return conv_nd(x, self.weight, bias, self.stride, padding, self.dilation, self.groups, nd=self.nd, layer=layer)
 
+    def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine", quantize_input: bool = False):
+        """``QuantizedConv{nd}d.from_conv(self, ...)`` (what ``mlx.nn.quantize`` calls), or ``self`` left in float
+        with the reason in ``self.quantization_skipped`` when it cannot be quantized (layers/quantized_conv.py)."""
+        from .quantized_conv import quantize_conv
+
+        return quantize_conv(self, group_size, bits, mode, quantize_input)
+
 
 class Conv1d(_ConvNd):
     """Torch's ``nn.Conv1d`` on channels-last input.
