@@ -1,0 +1,270 @@
+"""``porter.export_function``: a ported model as an ``.mlxfn`` file that runs without Porter (C++, Swift, Python).
+
+MLX's ``mx.export_function`` serializes a traced graph primitive by primitive; what Porter runs that MLX cannot
+serialize (its native CPU kernels, custom-VJP wrappers, ``mx.contiguous``, host-side checks) is replaced by
+pure-MLX ops with the same values while tracing (``porter.layers.export_mode``), and the report lists each
+replacement. The file is written next to its destination under a temporary name, loaded back with
+``mx.import_function`` and run on the example inputs; it replaces ``path`` only when its outputs match the model's.
+With ``shapeless=True`` it is also run at a second input size (:mod:`porter._export_probe`) and refused, naming the
+module and MLX op, when it fails or differs there. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Optional
+
+import mlx.core as mx
+import numpy as np
+
+SUFFIX = ".mlxfn"
+
+
+class ExportError(ValueError):
+    """The model cannot be exported as asked; the message names the argument, module or MLX op and what to do."""
+
+
+@dataclass
+class ExportReport:
+    """What :func:`export_function` wrote and replaced.
+
+    Attributes:
+        path (str): the ``.mlxfn`` file written.
+        input_shapes (list of tuple): the example input shapes it was traced at (the model's call layout).
+        output_names (list of str): the imported function's outputs, in order (``"0"``, or dict keys/positions).
+        shapeless (bool): exported with ``shapeless=True``.
+        replacements (dict): ``"what -> by what"`` -> count, every op replaced by a serializable one.
+        max_abs_diff (float): largest difference between the file's outputs and the model's at the example.
+        probe_shapes (list of tuple): shapeless only: the second size the file was checked at.
+        notes (list of str): warnings the caller must read (e.g. input checks the file cannot carry).
+    """
+
+    path: str
+    input_shapes: list
+    output_names: list
+    shapeless: bool
+    replacements: dict
+    max_abs_diff: float
+    probe_shapes: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "input_shapes": [list(s) for s in self.input_shapes],
+                "output_names": list(self.output_names), "shapeless": self.shapeless,
+                "replacements": dict(self.replacements), "max_abs_diff": self.max_abs_diff,
+                "probe_shapes": [list(s) for s in self.probe_shapes], "notes": list(self.notes)}
+
+    def __str__(self) -> str:
+        shapes = ", ".join(str(tuple(s)) for s in self.input_shapes)
+        lines = [f"wrote {self.path} ({'shapeless' if self.shapeless else 'fixed shapes'}; traced at {shapes}; "
+                 f"{len(self.output_names)} output(s); max |file - model| = {self.max_abs_diff:.3g})"]
+        if self.probe_shapes:
+            lines.append("  also checked at " + ", ".join(str(tuple(s)) for s in self.probe_shapes))
+        if self.replacements:
+            lines.append(f"  replaced for export ({sum(self.replacements.values())} op(s)):")
+            lines += [f"    {count:>4} x {what}" for what, count in self.replacements.items()]
+        else:
+            lines.append("  nothing needed replacing")
+        lines += [f"  note: {text}" for text in self.notes]
+        return "\n".join(lines)
+
+
+def flatten_outputs(out, prefix: str = "") -> list:
+    """A model's output (an array, or tuples/lists/dicts of them) as ``[(name, array), ...]`` in order."""
+    if isinstance(out, mx.array):
+        return [(prefix or "0", out)]
+    if isinstance(out, dict):
+        items = out.items()
+    elif isinstance(out, (list, tuple)):
+        items = ((str(i), v) for i, v in enumerate(out))
+    else:
+        raise ExportError(f"[export_function] 'model' returned a {type(out).__name__}; an .mlxfn file holds arrays "
+                          "only (an array, or tuples, lists and dicts of arrays).")
+    flat = []
+    for key, value in items:
+        flat += flatten_outputs(value, f"{prefix}.{key}" if prefix else str(key))
+    return flat
+
+
+def example_arrays(example_inputs, what: str = "example_inputs", seed: int = 0) -> list:
+    """``example_inputs`` as MLX arrays: each item an ``mx.array``, a numpy array, or a shape (a tuple of positive
+    ints, read as seeded standard-normal float32 input of that shape in the model's call layout)."""
+    if isinstance(example_inputs, (mx.array, np.ndarray)):
+        example_inputs = [example_inputs]
+    if not isinstance(example_inputs, (list, tuple)) or not example_inputs:
+        raise ExportError(f"[export_function] '{what}' must be a non-empty list of arrays or shapes, got "
+                          f"{type(example_inputs).__name__}")
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for i, item in enumerate(example_inputs):
+        if isinstance(item, mx.array):
+            arrays.append(item)
+        elif isinstance(item, np.ndarray):
+            arrays.append(mx.array(item, dtype=mx.float64) if item.dtype == np.float64 else mx.array(item))
+        elif isinstance(item, (list, tuple)) and item and all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in item):
+            arrays.append(mx.array(rng.standard_normal(tuple(int(d) for d in item)).astype(np.float32)))
+        else:
+            raise ExportError(f"[export_function] '{what}[{i}]' must be an mx.array, a numpy array or a shape "
+                              f"(a tuple of positive ints), got {str(item)[:80]!r}")
+    return arrays
+
+
+def _check_path(path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ExportError(f"[export_function] 'path' must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not path.endswith(SUFFIX) or os.path.basename(path) == SUFFIX:
+        raise ExportError(f"[export_function] 'path' must name a file ending in {SUFFIX} (MLX appends the suffix "
+                          f"otherwise), got {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ExportError(f"[export_function] 'path': the folder {folder!r} does not exist")
+    if os.path.isdir(path):
+        raise ExportError(f"[export_function] 'path' {path!r} is a directory")
+    return path
+
+
+def max_abs_diff(ours: list, reference: list, what: str) -> float:
+    """Largest ``|ours - reference|`` over matching outputs; raises :class:`ExportError` on a count, shape or dtype
+    mismatch."""
+    if len(ours) != len(reference):
+        raise ExportError(f"{what}: {len(ours)} output(s), the model gives {len(reference)}")
+    worst = 0.0
+    for i, (a, (name, b)) in enumerate(zip(ours, reference)):
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+            raise ExportError(f"{what}: output {name!r} is {a.dtype}{tuple(a.shape)}, the model gives "
+                              f"{b.dtype}{tuple(b.shape)}")
+        if a.size:
+            diff = np.abs(np.array(a.astype(mx.float64) if a.dtype != mx.float64 else a, copy=False).astype(np.float64)
+                          - np.array(b.astype(mx.float64) if b.dtype != mx.float64 else b, copy=False))
+            both_nan = np.isnan(diff) & np.isnan(np.array(b.astype(mx.float32) if b.dtype == mx.bfloat16 else b))
+            diff = np.where(both_nan, 0.0, diff)
+            worst = max(worst, float(np.max(np.nan_to_num(diff, nan=np.inf))))
+    return worst
+
+
+def within(diff: float, reference: list, rtol: float, atol: float) -> bool:
+    scale = max((float(mx.max(mx.abs(b.astype(mx.float32)))) for _, b in reference
+                 if b.size and mx.issubdtype(b.dtype, mx.floating)), default=0.0)
+    return diff <= max(rtol * (scale if np.isfinite(scale) else 0.0), atol)
+
+
+def _traced(model, names_out: list):
+    def fn(*args):
+        flat = flatten_outputs(model(*args))
+        names_out[:] = [name for name, _ in flat]
+        return tuple(a for _, a in flat)
+
+    return fn
+
+
+def write_mlxfn(fn, path: str, inputs: list, shapeless: bool) -> dict:
+    """``mx.export_function(path, fn, *inputs)`` in export mode; the replacements made. MLX's refusals become
+    :class:`ExportError` naming the primitive."""
+    from porter.layers import export_mode
+
+    try:
+        with export_mode() as mode:
+            mx.export_function(path, fn, *inputs, shapeless=shapeless)
+    except ExportError:
+        raise
+    except (ValueError, RuntimeError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "Unable to serialize primitive" in text:
+            raise ExportError(f"MLX cannot serialize an op this model runs ({text}) and Porter has no serializable "
+                              "replacement for it: please report it, naming the model's layers.") from exc
+        if "eval" in text and ("transformation" in text or "tracing" in text or "compile" in text):
+            raise ExportError("The model reads an array's value on the host while running (a data-dependent "
+                              f"shape, branch or check), which a traced .mlxfn function cannot do ({text}).") from exc
+        raise ExportError(f"Exporting the model failed: {text}") from exc
+    return mode.replacements
+
+
+def export_function(model, path, example_inputs, *, shapeless: bool = False, probe_inputs=None,
+                    rtol: float = 1e-4, atol: float = 1e-4) -> ExportReport:
+    """Write ``model`` as an ``.mlxfn`` file that ``mx.import_function`` runs without torch or Porter.
+
+    Args:
+        model (callable): a ported model (``porter.convert`` / ``porter.load``) or any function of MLX arrays
+            returning an array or tuples/lists/dicts of arrays.
+        path (str or os.PathLike): the file to write, ending in ``.mlxfn``; replaced atomically (nothing is left
+            behind when the export fails).
+        example_inputs (list): the inputs to trace at, in the model's call layout (channels-last images for a port
+            with ``io_layout="mlx"``): ``mx.array``, numpy arrays, or shapes (tuples of ints: seeded random float32).
+        shapeless (bool, optional): export with MLX's ``shapeless=True`` so other input sizes run; the file is then
+            run at a second size (``probe_inputs``, or the example with its dynamic dims grown) and refused, naming
+            the module and MLX op, if it fails or differs from the model there. Default: ``False``.
+        probe_inputs (list, optional): shapeless only: the second-size inputs to check at (same forms as
+            ``example_inputs``). Default: derived from the model's dynamic dims.
+        rtol, atol (float, optional): the check ``max|file - model| <= max(rtol * max|model|, atol)``. Default: ``1e-4``.
+
+    Returns:
+        ExportReport: the path, shapes, outputs, every replacement made (``report.replacements``) and the check.
+
+    The outputs are flattened in order (a dict's keys as names: ``report.output_names``); the function takes the
+    inputs positionally. The model's per-call input checks cannot travel in the file: a fixed-shape file refuses
+    other shapes itself; a shapeless one runs whatever it is given (``report.notes`` says so).
+
+    Example:
+        >>> report = porter.export_function(ported, "model.mlxfn", [(1, 224, 224, 3)])
+        >>> fn = mx.import_function("model.mlxfn"); (y,) = fn(x)      # in any process, no Porter needed
+    """
+    if not callable(model):
+        raise ExportError(f"[export_function] 'model' must be callable (a ported model), got {type(model).__name__}")
+    if not isinstance(shapeless, bool):
+        raise ExportError(f"[export_function] 'shapeless' must be a bool, got {shapeless!r}")
+    if probe_inputs is not None and not shapeless:
+        raise ExportError("[export_function] 'probe_inputs' is only used with shapeless=True")
+    path = _check_path(path)
+    inputs = example_arrays(example_inputs)
+    try:
+        reference = flatten_outputs(model(*inputs))
+    except (ValueError, TypeError) as exc:
+        raise ExportError(f"[export_function] 'example_inputs' {[tuple(a.shape) for a in inputs]}: the model refuses "
+                          f"them: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+    mx.eval([a for _, a in reference])
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", suffix=SUFFIX, dir=folder)
+        os.close(handle)
+    except OSError as exc:
+        raise ExportError(f"[export_function] 'path': cannot write in {folder!r} ({exc.strerror})") from exc
+    try:
+        names: list = []
+        replacements = write_mlxfn(_traced(model, names), tmp, inputs, shapeless)
+        imported = mx.import_function(tmp)
+        try:
+            outputs = imported(*inputs)
+            mx.eval(outputs)
+        except Exception as exc:  # MLX's own refusal, e.g. "[Primitive::output_shapes] Pad cannot infer ..."
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if not shapeless:
+                raise ExportError(f"The exported file fails to run ({text}): please report it.") from exc
+            from ._export_probe import locate
+
+            where = locate(model, inputs, inputs) or f"MLX: {text} "
+            raise ExportError("A shapeless export of this model cannot run, even at the example's size. "
+                              f"{where}Export with fixed shapes instead (without shapeless; one file per input "
+                              "size).") from exc
+        diff = max_abs_diff(outputs, reference, "the exported file")
+        if not within(diff, reference, rtol, atol):
+            raise ExportError(f"The exported file's outputs differ from the model's by up to {diff:.3g} (rtol={rtol}, "
+                              f"atol={atol}); a replacement made for export is wrong: please report it "
+                              f"(replacements: {', '.join(replacements) or 'none'}).")
+        report = ExportReport(path=path, input_shapes=[tuple(a.shape) for a in inputs], output_names=names,
+                              shapeless=shapeless, replacements=replacements, max_abs_diff=diff)
+        if shapeless:
+            from ._export_probe import check_shapeless
+
+            check_shapeless(model, imported, inputs, probe_inputs, report, rtol=rtol, atol=atol)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return report
