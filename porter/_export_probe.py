@@ -65,7 +65,8 @@ def _like(example: mx.array, shape, rng) -> mx.array:
 
 def derive_probe(model, inputs):
     """A second input size the model accepts: every dynamic dim grown by the first of :data:`DELTAS` that the model
-    runs (its input checks refuse the others); ``(inputs, reference outputs)``."""
+    runs (its input checks refuse the others), else the first dynamic dim of each input alone (the batch: a port can
+    keep a dim dynamic that a later layer cannot take); ``(inputs, reference outputs)``."""
     axes = dynamic_axes(model, inputs)
     if not any(axes):
         raise ExportError("[export_function] 'shapeless': the model keeps no input dim dynamic (it was converted "
@@ -73,8 +74,9 @@ def derive_probe(model, inputs):
                           "(porter convert --dynamic, porter.convert(..., dynamic=...)), or export without shapeless.")
     rng = np.random.default_rng(1)
     refusals = []
-    for delta in DELTAS:
-        shapes = [tuple(d + delta if k in axes[i] else d for k, d in enumerate(a.shape)) for i, a in enumerate(inputs)]
+    first_only = [set(sorted(a)[:1]) for a in axes]
+    for delta, grown in [(d, axes) for d in DELTAS] + ([(d, first_only) for d in DELTAS] if first_only != axes else []):
+        shapes = [tuple(d + delta if k in grown[i] else d for k, d in enumerate(a.shape)) for i, a in enumerate(inputs)]
         probe = [_like(a, s, rng) for a, s in zip(inputs, shapes)]
         try:
             reference = flatten_outputs(model(*probe))
@@ -100,17 +102,17 @@ def check_shapeless(model, imported, inputs, probe_inputs, report, *, rtol: floa
             raise ExportError(f"[export_function] 'probe_inputs' {[tuple(a.shape) for a in probe]}: the model "
                               f"refuses them: {_first_line(exc)}") from exc
     shapes = [tuple(a.shape) for a in probe]
-    problem = None
+    problem = detail = None
     try:
-        diff = max_abs_diff(imported(*probe), reference, f"at {shapes}, the shapeless file")
+        diff = max_abs_diff(imported(*probe), reference, "the shapeless file")
         if not within(diff, reference, rtol, atol):
             problem = f"its outputs differ from the model's by up to {diff:.3g}"
     except ExportError as exc:
         problem = str(exc)
     except Exception as exc:  # MLX's own refusal, e.g. "[Primitive::output_shapes] Slice cannot infer output shapes."
-        problem = f"it fails: {_first_line(exc)}"
+        problem, detail = "it fails", _first_line(exc)
     if problem is not None:
-        where = locate(model, inputs, probe)
+        where = locate(model, inputs, probe) or (f"MLX: {detail} " if detail else "")
         raise ExportError(f"A shapeless export of this model is wrong at other input sizes: at {shapes} {problem}. "
                           f"{where}Export with fixed shapes instead (without shapeless; one file per input size).")
     report.probe_shapes = shapes
@@ -169,7 +171,7 @@ def locate(model, inputs, probe) -> str:
             except Exception as exc:
                 message = _first_line(exc)
         return (f"Module {names[lo - 1]!r} is the first whose output cannot be computed at that size: an op there "
-                f"has no shapeless shape rule in MLX (MLX: {message}) ")
+                f"has its output shape fixed at export (MLX: {message}) ")
     for name, ours in zip(names, outputs):
         theirs = expected[name]
         if tuple(ours.shape) != tuple(theirs.shape):
