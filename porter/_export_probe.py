@@ -18,7 +18,8 @@ import tempfile
 import mlx.core as mx
 import numpy as np
 
-from .export import ExportError, example_arrays, flatten_outputs, max_abs_diff, within, write_mlxfn
+from .export import (ExportError, example_arrays, flatten_outputs, max_abs_diff, row_contiguous_parameters, within,
+                     write_mlxfn)
 
 # growth of every dynamic dim tried for the second size, first the one the model accepts
 DELTAS = (1, 2, 3, 4, 5, 6, 7, 8, 16)
@@ -146,7 +147,8 @@ def locate(model, inputs, probe) -> str:
         handle, tmp = tempfile.mkstemp(prefix="porter-probe-", suffix=".mlxfn")
         os.close(handle)
         try:
-            write_mlxfn(fn, tmp, inputs, True)
+            with row_contiguous_parameters(model):
+                write_mlxfn(fn, tmp, inputs, True)
             return mx.import_function(tmp)(*probe)
         finally:
             os.unlink(tmp)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_map
 
 SUFFIX = ".mlxfn"
 
@@ -161,6 +164,26 @@ def _traced(model, names_out: list):
     return fn
 
 
+@contextmanager
+def row_contiguous_parameters(model):
+    """While the block runs, ``model``'s parameters are row-contiguous arrays (the originals come back after).
+
+    MLX 0.32's ``export_function`` writes a constant's buffer as if it were row-contiguous: a parameter that is an
+    evaluated view (``mx.array`` of a transposed numpy array keeps its strides, as does an evaluated ``w.T``) comes
+    back from the file with its elements in the wrong places. ``mx.contiguous`` copies only those."""
+    if not isinstance(model, nn.Module):
+        yield
+        return
+    original = model.parameters()
+    copies = tree_map(mx.contiguous, original)
+    mx.eval(copies)
+    model.update(copies)
+    try:
+        yield
+    finally:
+        model.update(original)
+
+
 def write_mlxfn(fn, path: str, inputs: list, shapeless: bool) -> dict:
     """``mx.export_function(path, fn, *inputs)`` in export mode; the replacements made. MLX's refusals become
     :class:`ExportError` naming the primitive."""
@@ -234,7 +257,8 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         raise ExportError(f"[export_function] 'path': cannot write in {folder!r} ({exc.strerror})") from exc
     try:
         names: list = []
-        replacements = write_mlxfn(_traced(model, names), tmp, inputs, shapeless)
+        with row_contiguous_parameters(model):
+            replacements = write_mlxfn(_traced(model, names), tmp, inputs, shapeless)
         imported = mx.import_function(tmp)
         try:
             outputs = imported(*inputs)
