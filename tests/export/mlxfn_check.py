@@ -20,7 +20,9 @@ RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_mlxfn.py"
 def port_inputs(ported, torch_inputs) -> list:
     """Torch tensors -> the port's call layout (e.g. NCHW -> NHWC), as MLX arrays."""
     layouts = ported.input_layouts
-    return [mx.array(torch_to_ported(t.numpy(), layouts[i])) for i, t in enumerate(torch_inputs)]
+    arrays = [torch_to_ported(t.numpy(), layouts[i]) for i, t in enumerate(torch_inputs)]
+    # mx.array reads float64 numpy as float32 unless told
+    return [mx.array(a, dtype=mx.float64) if a.dtype == np.float64 else mx.array(a) for a in arrays]
 
 
 def to_torch_layout(ported, outputs) -> list:
