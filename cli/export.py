@@ -34,17 +34,41 @@ def check_output(output: str, force: bool) -> None:
                          "Choose a writable location.")
 
 
+def input_dtypes(ported) -> list:
+    """The dtype name of each input recorded in the artifact (``"float32"`` where it records none)."""
+    try:
+        return [str(spec["meta"].get("dtype") or "float32") for spec in ported.graph["inputs"]]
+    except (AttributeError, KeyError, TypeError):
+        return []
+
+
 def call_arrays(ported, torch_shapes, seed: int):
-    """Seeded standard-normal inputs of these torch-layout shapes, in the port's call layout."""
+    """Inputs of these torch-layout shapes in the port's call layout and recorded dtypes: seeded standard-normal
+    floats; zeros for integer and bool inputs (token ids, indices: 0 is valid for any table)."""
     import mlx.core as mx
     import numpy as np
 
     from .layouts import ported_shape
 
+    # an explicit table: never getattr with a name read from a file
+    table = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32, "float64": mx.float64,
+             "bool": mx.bool_, "uint8": mx.uint8, "int8": mx.int8, "int16": mx.int16, "int32": mx.int32,
+             "int64": mx.int64}
+
     layouts = list(getattr(ported, "input_layouts", None) or [])
+    dtypes = input_dtypes(ported)
     rng = np.random.default_rng(seed)
-    shapes = [ported_shape(s, layouts[i] if i < len(layouts) else None) for i, s in enumerate(torch_shapes)]
-    return [mx.array(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+    arrays = []
+    for i, shape in enumerate(torch_shapes):
+        shape = ported_shape(shape, layouts[i] if i < len(layouts) else None)
+        dtype = table.get(dtypes[i], mx.float32) if i < len(dtypes) else mx.float32
+        if mx.issubdtype(dtype, mx.floating):
+            wide = np.float64 if dtype == mx.float64 else np.float32
+            arrays.append(mx.array(rng.standard_normal(shape).astype(wide), dtype=mx.float64 if wide is np.float64
+                                   else None).astype(dtype))
+        else:
+            arrays.append(mx.zeros(shape, dtype=dtype))
+    return arrays
 
 
 @click.command("export", short_help="Converted model -> .mlxfn file (C++/Swift/Python MLX, no Porter).",

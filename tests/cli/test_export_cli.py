@@ -103,3 +103,19 @@ def test_help_lists_export(runner):
     result = runner.invoke(main, ["export", "--help"])
     for needle in ["--shapeless", "--input-shape", "--probe-shape", "-o", "mx.import_function"]:
         assert needle in result.output
+
+
+def test_integer_inputs_are_traced_with_their_dtype(runner, tmp_path):
+    """Token ids: the example is built in the recorded dtype (int64), not float."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3)).eval()
+    ids = torch.tensor([[1, 2, 3], [4, 5, 9]])
+    ported = porter.convert(model, (ids,), dynamic="static")
+    porter.save(ported, tmp_path / "emb-mlx", metadata={"source": {"input_shapes": [[2, 3]]}})
+    out = tmp_path / "emb.mlxfn"
+    result = runner.invoke(main, ["export", str(tmp_path / "emb-mlx"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (got,) = mx.import_function(str(out))(mx.array(ids.numpy()))
+    with torch.no_grad():
+        expected = model(ids).numpy()
+    assert np.max(np.abs(np.array(got) - expected)) <= 1e-5
