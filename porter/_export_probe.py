@@ -173,7 +173,7 @@ def locate(model, inputs, probe) -> str:
             except Exception as exc:
                 message = _first_line(exc)
         return (f"Module {names[lo - 1]!r} is the first whose output cannot be computed at that size: an op there "
-                f"has its output shape fixed at export (MLX: {message}) ")
+                f"cannot follow a size change in a shapeless file (MLX: {message}) ")
     for name, ours in zip(names, outputs):
         theirs = expected[name]
         if tuple(ours.shape) != tuple(theirs.shape):

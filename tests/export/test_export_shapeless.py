@@ -141,3 +141,14 @@ def test_shapeless_needs_dynamic_dims_and_a_size_the_model_accepts(tmp_path):
         porter.export_function(dynamic, tmp_path / "b.mlxfn", port_inputs(dynamic, example), shapeless=True,
                                probe_inputs=[(3, 5, 7)])
     assert _leftovers(tmp_path) == []
+
+
+def test_shapeless_refusal_without_modules_quotes_mlx(tmp_path):
+    """A plain function has no modules to name: the refusal quotes MLX's message naming the op."""
+
+    def crop(x):
+        return mx.tanh(x[:, 1:])
+
+    with pytest.raises(porter.ExportError, match=r"even at the example's size\. MLX: .*Slice cannot infer"):
+        porter.export_function(crop, tmp_path / "c.mlxfn", [(2, 5)], shapeless=True)
+    assert _leftovers(tmp_path) == []
