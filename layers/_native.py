@@ -141,7 +141,7 @@ def active(kernel: str = "") -> bool:
             RuntimeWarning,
             stacklevel=3,
         )
-    if module is not None and _export.active():
+    if module is not None and _export._state["on"]:  # one dict lookup on the normal path
         _export.note(f"native {kernel or 'kernel'} -> pure-MLX ops")
         return False
     return module is not None

@@ -118,3 +118,15 @@ def test_float64_port_exports_in_float64(tmp_path):
     assert got.dtype == mx.float64
     (expected,) = torch_outputs(model, example)
     assert_close(np.array(got).transpose(0, 2, 1), expected, rel=1e-6)
+
+
+def test_inf_and_nan_outputs_are_checked_in_place(tmp_path):
+    """The file's check accepts inf and NaN where the model has them (inf - inf is not an error)."""
+
+    def f(x):
+        return mx.log(x)  # -inf at 0, NaN below, finite above
+
+    x = mx.array(np.array([[0.0, -1.0, 2.0, np.inf]], dtype=np.float32))
+    report = porter.export_function(f, tmp_path / "log.mlxfn", [x])
+    assert report.max_abs_diff == 0.0
+    np.testing.assert_array_equal(np.array(mx.import_function(report.path)(x)[0]), np.array(f(x)))
