@@ -281,8 +281,10 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
                               "size).") from exc
         diff = max_abs_diff(outputs, reference, "the exported file")
         if not within(diff, reference, rtol, atol):
+            hint = (" If the model draws random numbers (dropout in training mode), call model.eval() first; "
+                    "otherwise a" if getattr(model, "training", False) else " A")
             raise ExportError(f"The exported file's outputs differ from the model's by up to {diff:.3g} (rtol={rtol}, "
-                              f"atol={atol}); a replacement made for export is wrong: please report it "
+                              f"atol={atol}).{hint} replacement made for export is wrong: please report it "
                               f"(replacements: {', '.join(replacements) or 'none'}).")
         report = ExportReport(path=path, input_shapes=[tuple(a.shape) for a in inputs], output_names=names,
                               shapeless=shapeless, replacements=replacements, max_abs_diff=diff)

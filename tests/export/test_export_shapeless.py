@@ -74,7 +74,7 @@ def test_shapeless_block_is_right_at_other_sizes(tmp_path):
     path = tmp_path / "block.mlxfn"
     report = porter.export_function(ported, path, port_inputs(ported, example), shapeless=True)
     assert report.shapeless and report.probe_shapes and report.probe_shapes[0] != (2, 5, 16)
-    assert "native softmax -> pure-MLX ops" in report.replacements
+    assert ("native softmax -> pure-MLX ops" in report.replacements) == porter.layers._native.available()
     sizes = [example, (torch.randn(3, 9, 16),), (torch.randn(1, 1, 16),), (torch.randn(4, 2, 16),)]
     results = run_without_porter([(path, port_inputs(ported, x)) for x in sizes], tmp_path)
     for x, outputs in zip(sizes, results):
