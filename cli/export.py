@@ -6,6 +6,8 @@ import tempfile
 import click
 
 from .artifact import load_ported, recorded_source
+from .bench import parse_batches
+from .budget import check_input_shapes
 from .errors import InputError
 from .source import parse_input_shapes
 from .ui import common_options
@@ -83,10 +85,13 @@ def call_arrays(ported, torch_shapes, seed: int):
                    "refused, naming the module and op, where it would fail or be wrong.")
 @click.option("--probe-shape", "probe_shapes", multiple=True, metavar="2,3,160,160",
               help="With --shapeless: the torch-layout second size to check at. Default: the dynamic dims grown.")
+@click.option("--batch", "batch", metavar="1,8",
+              help="Trace at each of these batch sizes (dim 0 of every input) into the one file, which then runs at "
+                   "exactly those sizes. Not with --shapeless.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random example inputs.")
 @common_options()
-def export(ui, directory, output, input_shapes, shapeless, probe_shapes, force, seed):
+def export(ui, directory, output, input_shapes, shapeless, probe_shapes, batch, force, seed):
     """Export the converted model in DIR as an .mlxfn file that mx.import_function loads (Python, C++ or Swift),
     with neither Porter nor torch installed.
 
@@ -99,6 +104,10 @@ def export(ui, directory, output, input_shapes, shapeless, probe_shapes, force, 
     check_output(output, force)
     if probe_shapes and not shapeless:
         raise InputError("--probe-shape is only used with --shapeless.", "Add --shapeless, or drop --probe-shape.")
+    if batch is not None and shapeless:
+        raise InputError("--batch and --shapeless both given.", "A shapeless file runs at any batch already; a "
+                         "fixed-shape file traces each --batch size.")
+    batches = parse_batches(batch) if batch is not None else []
     shapes = parse_input_shapes(input_shapes)
     probes = parse_input_shapes(probe_shapes, "--probe-shape")
     ported = load_ported(directory)
@@ -108,13 +117,17 @@ def export(ui, directory, output, input_shapes, shapeless, probe_shapes, force, 
             raise InputError(f"'{directory}' does not record its input shape.",
                              "Give it with --input-shape, e.g. --input-shape 1,3,224,224 (torch layout).")
         shapes = parse_input_shapes([",".join(map(str, s)) for s in recorded], f"input shape recorded in {directory}")
+    sets = [[(b,) + tuple(s[1:]) for s in shapes] for b in batches] or [shapes]
+    check_input_shapes([s for shape_set in sets for s in shape_set], "--batch with the input shape")
     from porter.export import ExportError, export_function
 
     with ui.progress(["exporting"]) as progress:
         with progress.step("exporting"):
             try:
-                report = export_function(ported, output, call_arrays(ported, shapes, seed), shapeless=shapeless,
-                                         probe_inputs=call_arrays(ported, probes, seed + 1) if probes else None)
+                report = export_function(ported, output, call_arrays(ported, sets[0], seed), shapeless=shapeless,
+                                         probe_inputs=call_arrays(ported, probes, seed + 1) if probes else None,
+                                         more_examples=[call_arrays(ported, s, seed + 1 + k)
+                                                        for k, s in enumerate(sets[1:])] or None)
             except ExportError as exc:
                 raise InputError(f"Cannot export '{directory}': {exc}")
     ui.echo(str(report))

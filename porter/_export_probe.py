@@ -148,7 +148,7 @@ def locate(model, inputs, probe) -> str:
         os.close(handle)
         try:
             with row_contiguous_parameters(model):
-                write_mlxfn(fn, tmp, inputs, True)
+                write_mlxfn(fn, tmp, [inputs], True)
             return mx.import_function(tmp)(*probe)
         finally:
             os.unlink(tmp)

@@ -36,6 +36,8 @@ class ExportReport:
     Attributes:
         path (str): the ``.mlxfn`` file written.
         input_shapes (list of tuple): the example input shapes it was traced at (the model's call layout).
+        traced_shapes (list of list of tuple): every input-shape set traced into the file (the example first,
+            then ``more_examples``); a fixed-shape file runs at exactly these.
         output_names (list of str): the imported function's outputs, in order (``"0"``, or dict keys/positions).
         shapeless (bool): exported with ``shapeless=True``.
         replacements (dict): ``"what -> by what"`` -> count, every op replaced by a serializable one.
@@ -52,15 +54,18 @@ class ExportReport:
     max_abs_diff: float
     probe_shapes: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    traced_shapes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "input_shapes": [list(s) for s in self.input_shapes],
                 "output_names": list(self.output_names), "shapeless": self.shapeless,
                 "replacements": dict(self.replacements), "max_abs_diff": self.max_abs_diff,
-                "probe_shapes": [list(s) for s in self.probe_shapes], "notes": list(self.notes)}
+                "probe_shapes": [list(s) for s in self.probe_shapes], "notes": list(self.notes),
+                "traced_shapes": [[list(s) for s in shapes] for shapes in self.traced_shapes]}
 
     def __str__(self) -> str:
-        shapes = ", ".join(str(tuple(s)) for s in self.input_shapes)
+        sets = self.traced_shapes or [self.input_shapes]
+        shapes = "; ".join(", ".join(str(tuple(s)) for s in shapes) for shapes in sets)
         lines = [f"wrote {self.path} ({'shapeless' if self.shapeless else 'fixed shapes'}; traced at {shapes}; "
                  f"{len(self.output_names)} output(s); max |file - model| = {self.max_abs_diff:.3g})"]
         if self.probe_shapes:
@@ -190,14 +195,20 @@ def row_contiguous_parameters(model):
         model.update(original)
 
 
-def write_mlxfn(fn, path: str, inputs: list, shapeless: bool) -> dict:
-    """``mx.export_function(path, fn, *inputs)`` in export mode; the replacements made. MLX's refusals become
+def write_mlxfn(fn, path: str, input_sets: list, shapeless: bool) -> dict:
+    """``fn`` traced at each list of inputs in ``input_sets`` into one file (``mx.exporter``; the imported function
+    picks the trace matching its inputs' shapes), in export mode; the replacements made. MLX's refusals become
     :class:`ExportError` naming the primitive."""
     from porter.layers import export_mode
 
     try:
         with export_mode() as mode:
-            mx.export_function(path, fn, *inputs, shapeless=shapeless)
+            if len(input_sets) == 1:
+                mx.export_function(path, fn, *input_sets[0], shapeless=shapeless)
+            else:
+                with mx.exporter(path, fn, shapeless=shapeless) as exporter:
+                    for inputs in input_sets:
+                        exporter(*inputs)
     except ExportError:
         raise
     except (ValueError, RuntimeError) as exc:
@@ -213,7 +224,7 @@ def write_mlxfn(fn, path: str, inputs: list, shapeless: bool) -> dict:
 
 
 def export_function(model, path, example_inputs, *, shapeless: bool = False, probe_inputs=None,
-                    rtol: float = 1e-4, atol: float = 1e-4) -> ExportReport:
+                    more_examples=None, rtol: float = 1e-4, atol: float = 1e-4) -> ExportReport:
     """Write ``model`` as an ``.mlxfn`` file that ``mx.import_function`` runs without torch or Porter.
 
     Args:
@@ -228,6 +239,8 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
             the module and MLX op, if it fails or differs from the model there. Default: ``False``.
         probe_inputs (list, optional): shapeless only: the second-size inputs to check at (same forms as
             ``example_inputs``). Default: derived from the model's dynamic dims.
+        more_examples (list of lists, optional): fixed shapes only: more input sets (e.g. other batch sizes) traced
+            into the same file, each checked like the example; the file runs at exactly the traced sizes.
         rtol, atol (float, optional): the check ``max|file - model| <= max(rtol * max|model|, atol)``. Default: ``1e-4``.
 
     Returns:
@@ -247,14 +260,28 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         raise ExportError(f"[export_function] 'shapeless' must be a bool, got {shapeless!r}")
     if probe_inputs is not None and not shapeless:
         raise ExportError("[export_function] 'probe_inputs' is only used with shapeless=True")
+    if more_examples is not None and shapeless:
+        raise ExportError("[export_function] 'more_examples' is for fixed-shape files: a shapeless one is checked "
+                          "at a second size through 'probe_inputs'")
+    if more_examples is not None and not isinstance(more_examples, (list, tuple)):
+        raise ExportError(f"[export_function] 'more_examples' must be a list of input lists, got "
+                          f"{type(more_examples).__name__}")
     path = _check_path(path)
-    inputs = example_arrays(example_inputs)
-    try:
-        reference = flatten_outputs(model(*inputs))
-    except (ValueError, TypeError) as exc:
-        raise ExportError(f"[export_function] 'example_inputs' {[tuple(a.shape) for a in inputs]}: the model refuses "
-                          f"them: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-    mx.eval([a for _, a in reference])
+    input_sets = [example_arrays(example_inputs)]
+    input_sets += [example_arrays(more, f"more_examples[{k}]", seed=k + 1) for k, more in enumerate(more_examples or ())]
+    inputs = input_sets[0]
+    references = []
+    for k, args in enumerate(input_sets):
+        what = "example_inputs" if k == 0 else f"more_examples[{k - 1}]"
+        if len(args) != len(inputs):
+            raise ExportError(f"[export_function] '{what}' has {len(args)} input(s), 'example_inputs' {len(inputs)}")
+        try:
+            references.append(flatten_outputs(model(*args)))
+        except (ValueError, TypeError) as exc:
+            raise ExportError(f"[export_function] '{what}' {[tuple(a.shape) for a in args]}: the model refuses "
+                              f"them: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        mx.eval([a for _, a in references[-1]])
+    reference = references[0]
     folder = os.path.dirname(os.path.abspath(path))
     try:
         handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", suffix=SUFFIX, dir=folder)
@@ -264,7 +291,7 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
     try:
         names: list = []
         with row_contiguous_parameters(model):
-            replacements = write_mlxfn(_traced(model, names), tmp, inputs, shapeless)
+            replacements = write_mlxfn(_traced(model, names), tmp, input_sets, shapeless)
         imported = mx.import_function(tmp)
         try:
             outputs = imported(*inputs)
@@ -279,15 +306,19 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
             raise ExportError("A shapeless export of this model cannot run, even at the example's size. "
                               f"{where}Export with fixed shapes instead (without shapeless; one file per input "
                               "size).") from exc
-        diff = max_abs_diff(outputs, reference, "the exported file")
-        if not within(diff, reference, rtol, atol):
+        diffs = [max_abs_diff(outputs, reference, "the exported file")]
+        diffs += [max_abs_diff(imported(*args), expected, f"at {[tuple(a.shape) for a in args]}, the exported file")
+                  for args, expected in zip(input_sets[1:], references[1:])]
+        diff = max(diffs)
+        if not all(within(d, expected, rtol, atol) for d, expected in zip(diffs, references)):
             hint = (" If the model draws random numbers (dropout in training mode), call model.eval() first; "
                     "otherwise a" if getattr(model, "training", False) else " A")
             raise ExportError(f"The exported file's outputs differ from the model's by up to {diff:.3g} (rtol={rtol}, "
                               f"atol={atol}).{hint} replacement made for export is wrong: please report it "
                               f"(replacements: {', '.join(replacements) or 'none'}).")
         report = ExportReport(path=path, input_shapes=[tuple(a.shape) for a in inputs], output_names=names,
-                              shapeless=shapeless, replacements=replacements, max_abs_diff=diff)
+                              shapeless=shapeless, replacements=replacements, max_abs_diff=diff,
+                              traced_shapes=[[tuple(a.shape) for a in args] for args in input_sets])
         if shapeless:
             from ._export_probe import check_shapeless
 

@@ -119,3 +119,23 @@ def test_integer_inputs_are_traced_with_their_dtype(runner, tmp_path):
     with torch.no_grad():
         expected = model(ids).numpy()
     assert np.max(np.abs(np.array(got) - expected)) <= 1e-5
+
+
+def test_batch_traces_several_sizes_into_one_file(converted, runner, tmp_path):
+    model, directory = converted
+    out = tmp_path / "b.mlxfn"
+    result = runner.invoke(main, ["export", str(directory), "-o", str(out), "--batch", "1,3", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["traced_shapes"] == [[[1, 16, 16, 3]], [[3, 16, 16, 3]]]
+    fn = mx.import_function(str(out))
+    for batch in (1, 3):
+        x = torch.randn(batch, 3, 16, 16)
+        (got,) = fn(mx.array(x.permute(0, 2, 3, 1).numpy()))
+        with torch.no_grad():
+            expected = model(x).numpy()
+        assert np.max(np.abs(np.array(got) - expected)) <= 1e-4 * max(1.0, np.max(np.abs(expected)))
+    for args, needle in [(["--batch", "1,0"], "--batch '1,0' is not a comma-separated list of positive integers"),
+                         (["--batch", "2", "--shapeless"], "--batch and --shapeless both given")]:
+        result = runner.invoke(main, ["export", str(directory), "-o", str(tmp_path / "c.mlxfn"), *args])
+        assert result.exit_code == 2 and needle in result.stderr, result.stderr
+    assert _listing(tmp_path) == ["b.mlxfn"]

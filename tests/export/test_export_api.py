@@ -130,3 +130,29 @@ def test_inf_and_nan_outputs_are_checked_in_place(tmp_path):
     report = porter.export_function(f, tmp_path / "log.mlxfn", [x])
     assert report.max_abs_diff == 0.0
     np.testing.assert_array_equal(np.array(mx.import_function(report.path)(x)[0]), np.array(f(x)))
+
+
+def test_more_examples_trace_several_sizes_into_one_file(tmp_path):
+    """A CNN cannot go shapeless (pooling slices); several batch sizes in one file can."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 4 * 4, 3)).eval()
+    example = (torch.randn(1, 3, 8, 8),)
+    ported = porter.convert(model, example, dynamic="batch")
+    report = porter.export_function(ported, tmp_path / "b.mlxfn", [(1, 8, 8, 3)], more_examples=[[(4, 8, 8, 3)]])
+    assert report.traced_shapes == [[(1, 8, 8, 3)], [(4, 8, 8, 3)]] and "(1, 8, 8, 3); (4, 8, 8, 3)" in str(report)
+    fn = mx.import_function(report.path)
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 8, 8)
+        (got,) = fn(*port_inputs(ported, (x,)))
+        assert_close(np.array(got), torch_outputs(model, (x,))[0], what=f"batch {batch}")
+    with pytest.raises(ValueError, match="No imported function found"):
+        fn(*port_inputs(ported, (torch.randn(2, 3, 8, 8),)))
+    with pytest.raises(ExportError, match="'more_examples' is for fixed-shape files"):
+        porter.export_function(ported, tmp_path / "c.mlxfn", [(1, 8, 8, 3)], more_examples=[[(2, 8, 8, 3)]],
+                               shapeless=True)
+    with pytest.raises(ExportError, match=r"'more_examples\[0\]' \[\(2, 9, 9, 3\)\]: the model refuses them"):
+        porter.export_function(ported, tmp_path / "c.mlxfn", [(1, 8, 8, 3)], more_examples=[[(2, 9, 9, 3)]])
+    with pytest.raises(ExportError, match=r"'more_examples\[0\]' has 2 input\(s\)"):
+        porter.export_function(ported, tmp_path / "c.mlxfn", [(1, 8, 8, 3)], more_examples=[[(2, 8, 8, 3), (1,)]])
+    assert _files(tmp_path) == ["b.mlxfn"]
