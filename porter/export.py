@@ -176,6 +176,11 @@ def _traced(model, names_out: list):
 
 
 @contextmanager
+def _nothing():
+    yield
+
+
+@contextmanager
 def row_contiguous_parameters(model):
     """While the block runs, ``model``'s parameters are row-contiguous arrays (the originals come back after).
 
@@ -195,6 +200,29 @@ def row_contiguous_parameters(model):
         model.update(original)
 
 
+@contextmanager
+def linear_without_addmm():
+    """While the block runs, ``mlx.nn.Linear`` on a batched (> 2-d) input computes ``x @ W.T + b`` instead of
+    ``mx.addmm``: MLX 0.32's addmm folds such an input to 2-d and back with reshapes to the traced sizes, which a
+    shapeless file keeps (a second size then fails); the matmul and add give the same values and follow any size.
+    Used for shapeless exports only (a ported model's ``nn.Linear`` layers are ``mlx.nn.Linear``)."""
+    from porter.layers._export import note
+
+    original = nn.Linear.__call__
+
+    def call(self, x):
+        if "bias" in self and x.ndim > 2:
+            note("mlx.nn.Linear's addmm (reshapes to the traced sizes) -> matmul + bias")
+            return x @ self["weight"].T + self["bias"]
+        return original(self, x)
+
+    nn.Linear.__call__ = call
+    try:
+        yield
+    finally:
+        nn.Linear.__call__ = original
+
+
 def write_mlxfn(fn, path: str, input_sets: list, shapeless: bool) -> dict:
     """``fn`` traced at each list of inputs in ``input_sets`` into one file (``mx.exporter``; the imported function
     picks the trace matching its inputs' shapes), in export mode; the replacements made. MLX's refusals become
@@ -202,7 +230,7 @@ def write_mlxfn(fn, path: str, input_sets: list, shapeless: bool) -> dict:
     from porter.layers import export_mode
 
     try:
-        with export_mode() as mode:
+        with export_mode() as mode, (linear_without_addmm() if shapeless else _nothing()):
             if len(input_sets) == 1:
                 mx.export_function(path, fn, *input_sets[0], shapeless=shapeless)
             else:

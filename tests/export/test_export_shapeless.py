@@ -152,3 +152,28 @@ def test_shapeless_refusal_without_modules_quotes_mlx(tmp_path):
     with pytest.raises(porter.ExportError, match=r"even at the example's size\. MLX: .*Slice cannot infer"):
         porter.export_function(crop, tmp_path / "c.mlxfn", [(2, 5)], shapeless=True)
     assert _leftovers(tmp_path) == []
+
+
+def test_mlx_linear_layers_go_shapeless(tmp_path):
+    """mlx.nn.Linear (a ported model's Linear layers) runs addmm, whose reshapes a shapeless file would freeze;
+    the export computes matmul + bias instead, and the file follows other sizes."""
+    import mlx.nn as mlx_nn
+
+    class Head(mlx_nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = mlx_nn.Linear(8, 4)
+            self.out = mlx_nn.Linear(4, 2, bias=False)
+
+        def __call__(self, x):
+            return self.out(mx.tanh(self.proj(x)))
+
+    model = Head()
+    mx.eval(model.parameters())
+    report = porter.export_function(model, tmp_path / "h.mlxfn", [(2, 5, 8)], shapeless=True)
+    assert report.replacements == {"mlx.nn.Linear's addmm (reshapes to the traced sizes) -> matmul + bias": 1}
+    assert mlx_nn.Linear.__call__.__qualname__ == "Linear.__call__"  # MLX's own again
+    fn = mx.import_function(report.path)
+    for shape in [(3, 7, 8), (1, 1, 8), (4, 2, 8)]:
+        x = mx.random.normal(shape)
+        assert_close(np.array(fn(x)[0]), np.array(model(x)), rel=1e-6, what=str(shape))
