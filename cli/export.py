@@ -100,7 +100,9 @@ def export(ui, directory, output, input_shapes, shapeless, probe_shapes, batch, 
     on any failure nothing is written. It takes the inputs in the model's layout (channels-last images unless
     converted with --io-layout torch), positionally, and returns its outputs as a list.
     """
-    output = output or directory.rstrip("/\\") + SUFFIX
+    if not output:  # DIR.mlxfn next to DIR (for "." or "..", the folder's own name)
+        base = os.path.normpath(directory)
+        output = (os.path.abspath(base) if os.path.basename(base) in ("", ".", "..") else base) + SUFFIX
     check_output(output, force)
     if probe_shapes and not shapeless:
         raise InputError("--probe-shape is only used with --shapeless.", "Add --shapeless, or drop --probe-shape.")

@@ -52,7 +52,7 @@ def test_export_writes_a_file_that_runs_like_the_model(converted, runner, tmp_pa
     assert _listing(tmp_path) == ["tiny.mlxfn", "tiny24.mlxfn"]
 
 
-def test_default_output_and_force(converted, runner, tmp_path):
+def test_default_output_and_force(converted, runner, tmp_path, monkeypatch):
     _, directory = converted
     copy = tmp_path / "m-mlx"
     os.mkdir(copy)
@@ -65,6 +65,11 @@ def test_default_output_and_force(converted, runner, tmp_path):
     assert result.exit_code == 2 and "already exists" in result.stderr and "--force" in result.stderr
     result = runner.invoke(main, ["export", str(copy), "--force", "-q"])
     assert result.exit_code == 0, result.output
+    os.remove(tmp_path / "m-mlx.mlxfn")
+    monkeypatch.chdir(copy)
+    result = runner.invoke(main, ["export", ".", "-q"])
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(tmp_path)) == ["m-mlx", "m-mlx.mlxfn"]
 
 
 @pytest.mark.parametrize("args, needle", [
