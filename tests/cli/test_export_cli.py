@@ -144,3 +144,23 @@ def test_batch_traces_several_sizes_into_one_file(converted, runner, tmp_path):
         result = runner.invoke(main, ["export", str(directory), "-o", str(tmp_path / "c.mlxfn"), *args])
         assert result.exit_code == 2 and needle in result.stderr, result.stderr
     assert _listing(tmp_path) == ["b.mlxfn"]
+
+
+@pytest.mark.slow
+def test_export_needs_no_torch(converted, tmp_path):
+    """An artifact exports on a machine without torch: `porter export` never imports it."""
+    import subprocess
+    import sys
+
+    _, directory = converted
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'torch':\n"
+            "            raise ImportError('no torch here')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from porter.cli.main import main\n"
+            f"main(['export', {str(directory)!r}, '-o', {str(tmp_path / 'n.mlxfn')!r}, '-q'])\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "n.mlxfn").is_file() and "replaced for export" in run.stdout
