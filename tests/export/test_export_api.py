@@ -156,3 +156,17 @@ def test_more_examples_trace_several_sizes_into_one_file(tmp_path):
     with pytest.raises(ExportError, match=r"'more_examples\[0\]' has 2 input\(s\)"):
         porter.export_function(ported, tmp_path / "c.mlxfn", [(1, 8, 8, 3)], more_examples=[[(2, 8, 8, 3), (1,)]])
     assert _files(tmp_path) == ["b.mlxfn"]
+
+
+def test_training_mode_dropout_is_refused_with_the_hint(tmp_path):
+    """Dropout in training mode draws new numbers per call: the file cannot match the model, and the error says
+    to call model.eval(); in eval mode the same model exports."""
+    model = nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.5))
+    mx.eval(model.parameters())
+    model.train()
+    with pytest.raises(ExportError, match=r"call model.eval\(\) first"):
+        porter.export_function(model, tmp_path / "d.mlxfn", [(4, 6)])
+    assert _files(tmp_path) == []
+    model.eval()
+    report = porter.export_function(model, tmp_path / "d.mlxfn", [(4, 6)])
+    assert report.max_abs_diff == 0.0
