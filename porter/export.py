@@ -15,7 +15,6 @@ import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Optional
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -269,7 +268,8 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
             ``example_inputs``). Default: derived from the model's dynamic dims.
         more_examples (list of lists, optional): fixed shapes only: more input sets (e.g. other batch sizes) traced
             into the same file, each checked like the example; the file runs at exactly the traced sizes.
-        rtol, atol (float, optional): the check ``max|file - model| <= max(rtol * max|model|, atol)``. Default: ``1e-4``.
+        rtol, atol (float, optional): the check ``max|file - model| <= max(rtol * max|model|, atol)``.
+            Default: ``1e-4``.
 
     Returns:
         ExportReport: the path, shapes, outputs, every replacement made (``report.replacements``) and the check.
@@ -296,7 +296,8 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
                           f"{type(more_examples).__name__}")
     path = _check_path(path)
     input_sets = [example_arrays(example_inputs)]
-    input_sets += [example_arrays(more, f"more_examples[{k}]", seed=k + 1) for k, more in enumerate(more_examples or ())]
+    input_sets += [example_arrays(more, f"more_examples[{k}]", seed=k + 1)
+                   for k, more in enumerate(more_examples or ())]
     inputs = input_sets[0]
     references = []
     for k, args in enumerate(input_sets):
@@ -339,11 +340,12 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
                   for args, expected in zip(input_sets[1:], references[1:])]
         diff = max(diffs)
         if not all(within(d, expected, rtol, atol) for d, expected in zip(diffs, references)):
-            hint = (" If the model draws random numbers (dropout in training mode), call model.eval() first; "
-                    "otherwise a" if getattr(model, "training", False) else " A")
+            causes = ["dropout in training mode: call model.eval() first"] if getattr(model, "training", False) else []
+            causes.append("fractional max pooling")
             raise ExportError(f"The exported file's outputs differ from the model's by up to {diff:.3g} (rtol={rtol}, "
-                              f"atol={atol}).{hint} replacement made for export is wrong: please report it "
-                              f"(replacements: {', '.join(replacements) or 'none'}).")
+                              f"atol={atol}). If the model draws random numbers on every call ({'; '.join(causes)}), "
+                              "a file cannot reproduce them; otherwise a replacement made for export is wrong: please "
+                              f"report it (replacements: {', '.join(replacements) or 'none'}).")
         report = ExportReport(path=path, input_shapes=[tuple(a.shape) for a in inputs], output_names=names,
                               shapeless=shapeless, replacements=replacements, max_abs_diff=diff,
                               traced_shapes=[[tuple(a.shape) for a in args] for args in input_sets])

@@ -1,8 +1,6 @@
 """Converted models exported as .mlxfn files, run where torch and porter cannot be imported, against the port and
 against torch (run in the test). Fixed-shape exports; shapeless ones are in test_export_shapeless.py."""
 
-from functools import partial
-
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -110,7 +108,8 @@ def test_export_leaves_the_normal_path_alone(exported):
 @pytest.mark.slow
 def test_files_run_without_torch_or_porter(exported, tmp_path):
     """The README promise: a process that cannot import torch or porter runs the files, with the port's and torch's
-    numbers; a fixed-shape file called at another size is refused by MLX (no numbers for a size it was not built for)."""
+    numbers; a fixed-shape file called at another size is refused by MLX (no numbers for a size it was not built
+    for)."""
     names = list(CASES)
     jobs = [(exported[n][3].path, port_inputs(exported[n][1], exported[n][2])) for n in names]
     _, resnet, _, resnet_report = exported["resnet_winograd"]
