@@ -166,7 +166,8 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     else:
         if integer:
             x, dtype = x.astype(mx.float32), mx.float32  # int ** float promotes to the default float
-        if dtype in (mx.float32, mx.float64) and isinstance(x, mx.array) and x.size > 0 and _native.active("LP pool (power window sum)"):
+        if (dtype in (mx.float32, mx.float64) and isinstance(x, mx.array) and x.size > 0
+                and _native.active("LP pool (power window sum)")):
             # x ** p and its window average in one pass (layers/csrc); fp16/bf16 round between torch's stages
             a = _native_power_average(x, nd, k, stride, ceil_mode, float(norm_type), layer)
             return _native.lp_root(a, math.prod(k), 1.0 / norm_type)
