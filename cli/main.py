@@ -7,6 +7,7 @@ from porter import __version__
 from .bench import bench
 from .convert import convert
 from .doctor import doctor
+from .export import export
 from .inspect import inspect
 from .kernels import build_kernels
 from .validate import validate
@@ -22,13 +23,14 @@ Exit status: 0 success, 1 validation failed, 2 usage or input error, 3 internal 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="porter")
 def main() -> None:
-    """Port PyTorch models to MLX: convert, validate, inspect, benchmark."""
+    """Port PyTorch models to MLX: convert, validate, inspect, benchmark, export."""
 
 
 main.add_command(convert)
 main.add_command(validate)
 main.add_command(inspect)
 main.add_command(bench)
+main.add_command(export)
 main.add_command(zoo)
 main.add_command(doctor)
 main.add_command(build_kernels)

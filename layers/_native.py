@@ -35,6 +35,8 @@ from typing import Optional
 
 import mlx.core as mx
 
+from . import _export
+
 MODULE = "_porter_kernels"
 ENV_ENABLE = "PORTER_NATIVE"
 ENV_DIR = "PORTER_KERNEL_DIR"
@@ -124,8 +126,10 @@ def available() -> bool:
     return kernels() is not None
 
 
-def active() -> bool:
-    """Whether the layers take the native path now: kernels loaded, enabled, and the default device is the CPU."""
+def active(kernel: str = "") -> bool:
+    """Whether the layers take the native path now: kernels loaded, enabled, the default device is the CPU, and
+    not exporting (``layers/_export.py``: a native primitive cannot be serialized; ``kernel`` names the kernel the
+    caller would run, for the export's list of replacements)."""
     if not _state["enabled"] or mx.default_device() != mx.cpu:
         return False
     module = kernels()
@@ -138,6 +142,9 @@ def active() -> bool:
             RuntimeWarning,
             stacklevel=3,
         )
+    if module is not None and _export._state["on"]:  # one dict lookup on the normal path
+        _export.note(f"native {kernel or 'kernel'} -> pure-MLX ops")
+        return False
     return module is not None
 
 

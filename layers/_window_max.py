@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
-from . import _native
+from . import _export, _native
 
 # Index arithmetic runs in float32 (fast on MLX's CPU backend) while every flat index fits its mantissa exactly.
 FLOAT_INDEX_LIMIT = 1 << 24
@@ -313,8 +313,15 @@ def window_max(x: mx.array, spec: WindowSpec, return_indices: bool):
         return (empty, mx.zeros(out_shape, dtype=mx.int64)) if return_indices else empty
 
     tables = spec.native_tables()
-    if tables is not None and _native.active():
+    if tables is not None and _native.active("max pool (window max)"):
         return _native.window_max(x, *tables, return_indices)  # one multi-threaded pass (layers/csrc)
+
+    if _export.active():  # a custom VJP cannot be serialized; an export has no gradient to keep
+        _export.note("max pool's custom VJP (mx.custom_function) -> its forward ops")
+        if not return_indices:
+            return spec.compute(x, "values")
+        best, index = spec.compute(x, "indices")
+        return best, index.astype(mx.int64)
 
     if return_indices:
 

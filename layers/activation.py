@@ -21,8 +21,8 @@ _SQRT_HALF = math.sqrt(0.5)
 _GELU_BETA = math.sqrt(2.0 / math.pi)
 
 
-def _native_ok(x: mx.array) -> bool:
-    return isinstance(x, mx.array) and mx.issubdtype(x.dtype, mx.floating) and _native.active()
+def _native_ok(x: mx.array, kind: str) -> bool:
+    return isinstance(x, mx.array) and mx.issubdtype(x.dtype, mx.floating) and _native.active(kind)
 
 
 def _in_float32(fn, x: mx.array) -> mx.array:
@@ -42,25 +42,25 @@ def _checked(x, what: str) -> mx.array:
 def exp(x: mx.array) -> mx.array:
     """``e ** x`` elementwise (torch's ``exp``). Shape: any."""
     x = _checked(x, "exp")
-    return _native.activation(x, "exp") if _native_ok(x) else _in_float32(mx.exp, x)
+    return _native.activation(x, "exp") if _native_ok(x, "exp") else _in_float32(mx.exp, x)
 
 
 def sigmoid(x: mx.array) -> mx.array:
     """``1 / (1 + e ** -x)`` elementwise (torch's ``sigmoid``). Shape: any."""
     x = _checked(x, "sigmoid")
-    return _native.activation(x, "sigmoid") if _native_ok(x) else _in_float32(mx.sigmoid, x)
+    return _native.activation(x, "sigmoid") if _native_ok(x, "sigmoid") else _in_float32(mx.sigmoid, x)
 
 
 def silu(x: mx.array) -> mx.array:
     """``x * sigmoid(x)`` elementwise (torch's ``silu``, a.k.a. swish). Shape: any."""
     x = _checked(x, "silu")
-    return _native.activation(x, "silu") if _native_ok(x) else _in_float32(lambda a: a * mx.sigmoid(a), x)
+    return _native.activation(x, "silu") if _native_ok(x, "silu") else _in_float32(lambda a: a * mx.sigmoid(a), x)
 
 
 def tanh(x: mx.array) -> mx.array:
     """Hyperbolic tangent elementwise (torch's ``tanh``). Shape: any."""
     x = _checked(x, "tanh")
-    return _native.activation(x, "tanh") if _native_ok(x) else _in_float32(mx.tanh, x)
+    return _native.activation(x, "tanh") if _native_ok(x, "tanh") else _in_float32(mx.tanh, x)
 
 
 def gelu(x: mx.array, approximate: str = "none") -> mx.array:
@@ -74,7 +74,7 @@ def gelu(x: mx.array, approximate: str = "none") -> mx.array:
     x = _checked(x, "gelu")
     if approximate not in APPROXIMATE:
         raise ValueError(f"[gelu] 'approximate' must be 'none' or 'tanh' but got {approximate!r}")
-    if _native_ok(x):
+    if _native_ok(x, "gelu"):
         return _native.activation(x, "gelu" if approximate == "none" else "gelu_tanh")
     if approximate == "tanh":
         return _in_float32(lambda a: 0.5 * a * (1 + mx.tanh(_GELU_BETA * (a + 0.044715 * a**3))), x)
@@ -93,7 +93,7 @@ def softmax(x: mx.array, axis: int = -1) -> mx.array:
         raise TypeError(f"[softmax] 'axis' must be an int but got {axis!r}")
     if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"[softmax] 'axis' must be in [{-x.ndim}, {x.ndim - 1}] for a {x.ndim}-d input but got {axis}")
-    if _native_ok(x):
+    if _native_ok(x, "softmax"):
         return _native.softmax(x, axis)
     return _in_float32(lambda a: mx.softmax(a, axis=axis), x)
 

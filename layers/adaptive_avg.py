@@ -141,7 +141,7 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
     if empty:
         result = mx.zeros((xb.shape[0],) + out + (xb.shape[-1],), dtype=xb.dtype)
         return result if batched else result[0]
-    if _native.active():
+    if _native.active("adaptive avg pool (window sum)"):
         # one pass (layers/csrc), dividing by each window length in turn as torch does (sum / kh / kw)
         result = _native.window_sum(xb, *adaptive_tables(spatial, out), sequential=True)  # divisors: lengths
         return result if batched else result[0]

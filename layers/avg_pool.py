@@ -227,7 +227,7 @@ def avg_pool(
 def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mode: bool, count_include_pad: bool,
                      divisor_override: Optional[int], layer: str) -> mx.array:
     """:func:`avg_pool` with arguments already normalised by :func:`check_avg_pool_args` (modules validate once)."""
-    if isinstance(x, mx.array) and x.dtype != mx.int64 and x.size > 0 and _native.active():
+    if isinstance(x, mx.array) and x.dtype != mx.int64 and x.size > 0 and _native.active("avg pool (window sum)"):
         batched, tables = _native_plan(nd, k, s, p, ceil_mode, count_include_pad, tuple(x.shape), x.dtype, layer)
         out = _native.window_sum(x if batched else x[None], *tables, divisor_override or 0)  # one pass (layers/csrc)
         return out if batched else out[0]

@@ -15,7 +15,7 @@ import numbers
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _conv_f64, _native
+from . import _conv_f64, _export, _native
 from ._utils import ntuple
 from .padding import pad
 
@@ -181,7 +181,7 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
         y = x.reshape(-1, c_in) @ weight.reshape(c_out, c_in).T
         return y.reshape(*x.shape[:-1], c_out)
     if groups > 1 and groups == x.shape[-1]:
-        if _native.active() and x.dtype in _NATIVE_DTYPES:
+        if x.dtype in _NATIVE_DTYPES and _native.active("depthwise conv"):
             # one pass per output, padding never materialized; gradients in the primitive (layers/csrc)
             return _native.depthwise_conv(x, weight, stride, lo, hi, dilation)
         return _depthwise_conv(x, weight, stride, lo, hi, dilation)
@@ -194,6 +194,9 @@ def _conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
     if len(kernel) == 3 and groups > 1:
         return _grouped_conv3d(x, weight, stride, lo, hi, dilation, groups)
     if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
+        if _export.active():  # its custom VJP cannot be serialized; the forward is MLX's strided conv either way
+            _export.note("strided conv's custom VJP (mx.custom_function) -> MLX conv_general")
+            return mx.conv_general(x, weight, stride=list(stride), padding=(list(lo), list(hi)), groups=groups)
         return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
     if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
         return _dilated_conv(x, weight, lo, hi, dilation, groups)
@@ -208,19 +211,19 @@ GROUPED_MAX_GROUP_WIDTH = 64
 
 def _grouped_native(x, weight, groups) -> bool:
     return (weight.shape[-1] <= GROUPED_MAX_GROUP_WIDTH and x.dtype in (mx.float32, mx.float64)
-            and weight.dtype == x.dtype and _native.active())
+            and weight.dtype == x.dtype and _native.active("grouped conv"))
 
 
 def _winograd_pays(x, weight, stride, lo, hi, dilation, groups) -> bool:
     if groups != 1 or weight.shape[1:-1] != (3, 3) or any(s != 1 for s in stride) or any(d != 1 for d in dilation):
         return False
-    if x.dtype != mx.float32 or weight.dtype != mx.float32 or not _native.active():
+    if x.dtype != mx.float32 or weight.dtype != mx.float32:
         return False
     if min(weight.shape[0], weight.shape[-1]) < WINOGRAD_MIN_CHANNELS:
         return False
     n, h, w = x.shape[:3]
     ho, wo = h + lo[0] + hi[0] - 2, w + lo[1] + hi[1] - 2
-    return n * ((ho + 1) // 2) * ((wo + 1) // 2) >= WINOGRAD_MIN_TILES
+    return n * ((ho + 1) // 2) * ((wo + 1) // 2) >= WINOGRAD_MIN_TILES and _native.active("Winograd 3x3 conv")
 
 
 def interleave_phases(phases: list, stride) -> mx.array:
@@ -317,6 +320,9 @@ def _depthwise_conv(x, weight, stride, lo, hi, dilation) -> mx.array:
     """
     if any(lo) or any(hi):
         x = mx.pad(x, [(0, 0)] + [(a, b) for a, b in zip(lo, hi)] + [(0, 0)])
+    if _export.active():  # its custom VJP cannot be serialized; the forward is the same tap sum
+        _export.note("depthwise conv's custom VJP (mx.custom_function) -> its tap sum")
+        return _tap_sum(x, weight, tuple(stride), tuple(dilation))
     return _depthwise_op(tuple(stride), tuple(dilation))(x, weight)
 
 

@@ -220,7 +220,8 @@ def fractional_max_pool(
 
     # sample columns per dim: 2d stores [W, H], 3d stores [T, H, W]
     columns = [1, 0] if nd == 2 else [0, 1, 2]
-    if _native.active() and xb.size > 0 and all(out) and all(k > 0 for k in kernel) and math.prod(plane) < 2**31:
+    if (xb.size > 0 and all(out) and all(k > 0 for k in kernel) and math.prod(plane) < 2**31
+            and _native.active("fractional max pool")):
         # one pass that also computes the intervals from the samples (layers/csrc)
         result = _native.fractional_max(xb, samples, kernel, out, columns, return_indices)
         if batched:

@@ -1,6 +1,7 @@
 """Functional forms of Porter's layers, with torch.nn.functional's names and argument order (channels-last)."""
 
 from .activation import exp, gelu, sigmoid, silu, softmax, tanh
+from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .adaptive_max import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d
 from .avg_pool import avg_pool1d, avg_pool2d, avg_pool3d

@@ -15,7 +15,7 @@ from functools import lru_cache
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _native
+from . import _export, _native
 from .avg_pool import _native_plan as avg_native_plan
 from .avg_pool import avg_pool, check_avg_pool_args
 
@@ -101,7 +101,12 @@ def _pow(x: mx.array, exponent: float, dtype=None) -> mx.array:
     0.333984375), so the exponent is rounded the same way here."""
     if dtype in _LOW_PRECISION:
         exponent = mx.array(exponent, dtype=mx.float32).astype(dtype).astype(mx.float32).item()
-    return x if exponent == 1 else _pow_function(float(exponent), dtype == mx.bfloat16)(x)
+    if exponent == 1:
+        return x
+    if _export.active():  # its custom VJP cannot be serialized; the forward is the same
+        _export.note("LP pool's pow with torch's VJP (mx.custom_function) -> its forward ops")
+        return _pow_forward(x, float(exponent), dtype == mx.bfloat16)
+    return _pow_function(float(exponent), dtype == mx.bfloat16)(x)
 
 
 def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
@@ -161,7 +166,8 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     else:
         if integer:
             x, dtype = x.astype(mx.float32), mx.float32  # int ** float promotes to the default float
-        if dtype in (mx.float32, mx.float64) and isinstance(x, mx.array) and x.size > 0 and _native.active():
+        if (dtype in (mx.float32, mx.float64) and isinstance(x, mx.array) and x.size > 0
+                and _native.active("LP pool (power window sum)")):
             # x ** p and its window average in one pass (layers/csrc); fp16/bf16 round between torch's stages
             a = _native_power_average(x, nd, k, stride, ceil_mode, float(norm_type), layer)
             return _native.lp_root(a, math.prod(k), 1.0 / norm_type)

@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from . import _blocks
+from . import _blocks, _export
 from ._utils import ShapeOnly, format_shape, ntuple, plan_cache, pool_output_size
 from ._window_max import (
     SeparableWindows, first_max_tap, flat_grid, fusable, fused_max, lowest, plane_strides, window_max,
@@ -108,7 +108,7 @@ class SlidingWindows(SeparableWindows):
     def _window_view(self, x):
         """``(N, *out, *kernel, C)`` view of the padded input: output dims step by the stride, kernel dims by 1."""
         # MLX's as_strided needs a row-contiguous input (a sliced or transposed view raises at eval time)
-        x = mx.contiguous(self._padded(x))
+        x = _export.contiguous(self._padded(x))
         n, *spatial, c = x.shape
         rows = [c * math.prod(spatial[i + 1 :]) for i in range(len(spatial))]
         shape = (n, *self.out_spatial, *self.kernel, c)

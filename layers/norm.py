@@ -97,7 +97,8 @@ class BatchNorm(nn.BatchNorm):
         if "weight" in self:
             alpha = alpha * self.weight
         beta = self.bias - self.running_mean * alpha if "bias" in self else -self.running_mean * alpha
-        if x.dtype in (mx.float32, mx.float16, mx.bfloat16) and _native.active():  # its alpha/beta are float32
+        # the native pass takes float32 alpha/beta: float64 keeps the MLX ops
+        if x.dtype in (mx.float32, mx.float16, mx.bfloat16) and _native.active("batch norm (channel affine)"):
             return _native.channel_affine(x, alpha, beta)
         return (x * alpha + beta).astype(x.dtype)
 

@@ -18,7 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from . import _blocks, _native
+from . import _blocks, _export, _native
 from ._utils import as_batched, format_shape, ntuple
 
 
@@ -126,6 +126,24 @@ def _scatter(size: int, spare: int):
     return scatter
 
 
+def _export_scatter(values: mx.array, index: mx.array, size: int) -> mx.array:
+    """The plane scatter as serializable ops, for export mode: an exported function can neither stop to check the
+    indices on the host (the range check, the block test) nor carry a custom VJP. The last writer of each slot wins,
+    on any device (as :func:`_last_writer_dest`); an out-of-range index writes nowhere instead of raising."""
+    _export.note("max unpool's index check, block test and custom VJP -> one scatter; out-of-range indices write "
+                 "nowhere")
+    n, positions, c = index.shape
+    valid = index.view(mx.uint64) < size  # viewed as unsigned, a negative index is huge
+    safe = mx.where(valid, index, 0)
+    position = mx.where(valid, mx.arange(positions, dtype=mx.int32)[None, :, None], -1)
+    rows = mx.arange(n, dtype=mx.int32)[:, None, None]
+    cols = mx.arange(c, dtype=mx.int32)[None, None, :]
+    winner = mx.full((n, size, c), -1, dtype=mx.int32).at[rows, safe, cols].maximum(position)
+    dest = mx.where(valid & (mx.take_along_axis(winner, safe, axis=1) == position), safe, size)
+    out = mx.put_along_axis(mx.zeros((n, size + 1, c), dtype=values.dtype), dest, values, axis=1)
+    return out[:, :size]
+
+
 def _masked_broadcast(block: tuple, out_spatial: tuple):
     """:func:`_blocks.place` with the gradient of torch's unpool: a gather at the indices."""
 
@@ -175,11 +193,14 @@ def max_unpool(x: mx.array, indices: mx.array, nd: int, kernel_size, stride=None
         return out if batched else out[0]
     index_b = indices if batched else indices[None]
     in_spatial = tuple(xb.shape[1 : 1 + nd])
-    if _native.active():
+    if _native.active("max unpool (plane scatter)"):
         # one pass that also counts out-of-range indices (skipped), checked after it ran: one synchronisation
         out, bad = _native.unpool(xb, index_b, out_spatial)
         if bad.item():
             _raise_invalid_index(index_b.reshape(n, -1, c), size, out_spatial, nd, layer)
+        return out if batched else out[0]
+    if _export.active():
+        out = _export_scatter(xb.reshape(n, -1, c), index_b.reshape(n, -1, c), size).reshape(n, *out_spatial, c)
         return out if batched else out[0]
     if k == s and not any(p) and _blocks.covers(in_spatial, s, out_spatial) and _blocks.supported(xb.dtype):
         # the layout of a kernel == stride pool: if every index lies in its own block (one synchronisation, which

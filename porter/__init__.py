@@ -27,6 +27,9 @@ _LAZY = {
     "ArtifactError": ("porter.converters", "ArtifactError"),
     "set_max_elements": ("porter.converters", "set_max_elements"),
     "max_elements": ("porter.converters", "max_elements"),
+    "export_function": ("porter.export", "export_function"),
+    "ExportError": ("porter.export", "ExportError"),
+    "ExportReport": ("porter.export", "ExportReport"),
 }
 
 

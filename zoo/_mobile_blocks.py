@@ -21,7 +21,7 @@ class ReLU(nn.Module):
     """``max(x, 0)`` (NaN stays NaN; gradient where the output is positive, as torch). Shape: any -> same."""
 
     def __call__(self, x: mx.array) -> mx.array:
-        if mx.issubdtype(x.dtype, mx.floating) and _native.active():
+        if mx.issubdtype(x.dtype, mx.floating) and _native.active("relu"):
             return _native.relu(x)
         return nn.relu(x)
 

@@ -88,7 +88,7 @@ class MultiheadAttention(nn.Module):
         head = e // self.num_heads
         qkv = mx.addmm(self.in_proj_bias, x, self.in_proj_weight.T)
         # one contiguous copy: MLX's attention runs several times slower on strided views of the packed array
-        qkv = mx.contiguous(qkv.reshape(n, length, 3, self.num_heads, head).transpose(2, 0, 3, 1, 4))
+        qkv = F.contiguous(qkv.reshape(n, length, 3, self.num_heads, head).transpose(2, 0, 3, 1, 4))
         out = attention(qkv[0], qkv[1], qkv[2], scale=head ** -0.5, dropout_p=self.dropout,
                         training=self.training)
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, e))

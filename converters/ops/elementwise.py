@@ -35,7 +35,7 @@ def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
 
 
 def _relu(x):
-    if mx.issubdtype(x.dtype, mx.floating) and _native.active():
+    if mx.issubdtype(x.dtype, mx.floating) and _native.active("relu"):
         return _native.relu(x)  # one multi-threaded pass (layers/csrc); MLX's maximum is single-threaded on CPU
     return mx.maximum(x, 0)
 

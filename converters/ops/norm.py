@@ -35,7 +35,8 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
     if weight is not None:
         alpha = alpha * weight
     beta = -mean * alpha if bias is None else bias - mean * alpha
-    if axis == x.ndim - 1 and mx.issubdtype(x.dtype, mx.floating) and x.dtype != mx.float64 and _native.active():
+    if (axis == x.ndim - 1 and mx.issubdtype(x.dtype, mx.floating) and x.dtype != mx.float64
+            and _native.active("batch norm (channel affine)")):
         # channels-last: one multi-threaded pass (layers/csrc); its alpha/beta are float32, so not for float64
         return _native.channel_affine(x, alpha, beta)
     return x * alpha.reshape(shape) + beta.reshape(shape)
