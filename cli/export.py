@@ -7,9 +7,9 @@ import click
 
 from .artifact import load_ported, recorded_source
 from .bench import parse_batches
-from .budget import check_input_shapes
+from porter.checkpoints.budget import check_input_shapes
 from .errors import InputError
-from .source import parse_input_shapes
+from porter.checkpoints.inputs import parse_input_shapes
 from .ui import common_options
 
 SUFFIX = ".mlxfn"

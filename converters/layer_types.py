@@ -26,6 +26,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 import porter.layers as PL
+from porter.layers.quantized_conv import QUANTIZED_CONV
 
 from . import spec as S
 from .ops.elementwise import UNARY, _UNARY_ATTRS
@@ -129,7 +130,7 @@ def _dropout_p(layer) -> float:
 
 # MLX's quantization parameters (mx.quantize): group size, bits per weight, mode
 _QUANT = {"group_size": S.Int(1, 1 << 12), "bits": S.Int(1, 8), "mode": S.Enum("affine", "mxfp4", "nvfp4", "mxfp8")}
-QUANTIZED_TYPES = ("QuantizedLinear", "QuantizedEmbedding")
+QUANTIZED_TYPES = ("QuantizedLinear", "QuantizedEmbedding", "QuantizedConv")
 
 
 def _quant_config(m) -> dict:
@@ -219,6 +220,13 @@ LAYER_TYPES = {t.name: t for t in (
               lambda m: {"num_embeddings": m.num_embeddings, "embedding_dim": m.dims, **_quant_config(m)}),
     LayerType("Pool", S.Obj({"fn": S.Enum(*_POOL_CLASSES), "args": S.Obj(_POOL_ARGS)}, ["fn", "args"]),
               _build_pool, tuple(_POOL_CLASSES.values()), _pool_config),
+    LayerType("QuantizedConv", S.Obj({**_CONV_FIELDS, **_QUANT}, list(_CONV_FIELDS) + list(_QUANT)),
+              lambda c: QUANTIZED_CONV[c["nd"]](c["in_channels"], c["out_channels"], tuple(c["kernel_size"]),
+                                                tuple(c["stride"]), c["padding"] if isinstance(c["padding"], str)
+                                                else tuple(c["padding"]), tuple(c["dilation"]), c["groups"],
+                                                c["bias"], group_size=c["group_size"], bits=c["bits"],
+                                                mode=c["mode"]),
+              tuple(QUANTIZED_CONV.values()), lambda m: {**_conv_config(m), **_quant_config(m)}),
     LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
               lambda m: {"p": _dropout_p(m)}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),

@@ -340,3 +340,40 @@ def test_a_quantized_tree_saves_and_loads(tmp_path):
     assert config["quantization"] == {"group_size": 32, "bits": 4, "mode": "affine",
                                       "fc2": {"group_size": 64, "bits": 8, "mode": "affine"}}
     assert "fc1.scales" in mx.load(str(tmp_path / "q" / "model.safetensors"))
+
+
+def test_quantize_model_on_a_port_quantizes_convs_and_saves(tmp_path):
+    """porter.layers.quantize_model on a converted ResNet: convs and the Linear quantized where they can be (the
+    3-channel stem cannot: its reduction 27 is not a multiple of the group size), saved, loaded back bit-exact,
+    and close to torch (bounded by what 8-bit weights cost: torch run with the dequantized weights)."""
+    from porter.layers import quantize_model
+
+    from porter.examples import BasicBlock, ResNet
+    from tests.models._common import randomize_
+
+    torch.manual_seed(2)
+    model = randomize_(ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10, widths=(32, 32, 32, 64)), 2)
+    x = torch.randn(2, 3, 32, 32)
+    ported = porter.convert(model, (x,))
+    report = quantize_model(ported, group_size=32, bits=8)
+    assert isinstance(ported.layer1[0].conv1, PL.QuantizedConv2d)
+    assert isinstance(ported.fc, mnn.QuantizedLinear)
+    assert "conv1" in report.skipped and "divisible" in report.skipped["conv1"]
+    want = np.array(ported(_nhwc(x)))
+    porter.save(ported, tmp_path / "q")
+    loaded = porter.load(tmp_path / "q")
+    assert isinstance(loaded.layer1[0].conv1, PL.QuantizedConv2d)
+    np.testing.assert_array_equal(np.array(loaded(_nhwc(x))), want)
+    # torch with every quantized layer's dequantized weight gives the port's numbers
+    with torch.no_grad():
+        for path in report.quantized:
+            layer = ported
+            for key in path.split("."):
+                layer = layer[int(key)] if isinstance(layer, list) else layer[key]
+            if isinstance(layer, PL.QuantizedConv2d):
+                w = np.array(layer.dequantized_weight())
+                model.get_submodule(path).weight.copy_(torch.from_numpy(np.moveaxis(w, -1, 1).copy()))
+            else:
+                w = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits))
+                model.get_submodule(path).weight.copy_(torch.from_numpy(w))
+    np.testing.assert_allclose(want, model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
