@@ -74,9 +74,16 @@ def architecture_options(func):
 @click.option("--repo-id", metavar="OWNER/NAME",
               help="Hub repo id the folder will be published as (the model card's usage snippet). Default: the "
                    "output folder's name.")
-@common_options()
+@click.option("-q", "--quantize", is_flag=True,
+              help="Quantize the weights of convolutions, Linear and Embedding layers (where their sizes allow; the "
+                   "others stay float and are listed). -q is --quantize here, as in mlx-lm; quiet is --quiet.")
+@click.option("--q-bits", type=click.Choice(["4", "8"]), help="Bits per weight with --quantize. Default: 4.")
+@click.option("--q-group-size", type=click.Choice(["32", "64", "128"]),
+              help="Weights sharing one scale and bias with --quantize. Default: 64.")
+@common_options(quiet_short=False)
 def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trust_pickle, io_layout, dynamic,
-            no_validate, grads, force, example, max_shard_size, base_model, repo_id):
+            no_validate, grads, force, example, max_shard_size, base_model, repo_id, quantize, q_bits,
+            q_group_size):
     """Convert a PyTorch checkpoint FILE into an MLX model directory, and validate it against torch.
 
     The output (model.safetensors + graph.json, config.json and a README.md model card: a folder ready to publish
@@ -84,6 +91,7 @@ def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trus
     directory is only replaced with --force.
     """
     hub = hub_options(max_shard_size, base_model, repo_id)
+    hub["quantize"] = quantize_options(quantize, q_bits, q_group_size)
     if example:
         if file or model_spec or arch or trust_pickle:
             raise click.UsageError("--example builds its own checkpoint: do not give FILE, --model, --arch or "
@@ -97,6 +105,16 @@ def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trus
                          validate=not no_validate, grads=grads, force=force, dynamic=parse_dynamic(dynamic),
                          hub=hub)
     ui.emit_json(result)
+
+
+def quantize_options(quantize, bits, group_size):
+    """``-q``/``--q-bits``/``--q-group-size`` -> ``{"bits", "group_size"}`` or None; the sizes only with -q."""
+    if not quantize:
+        given = [name for name, value in (("--q-bits", bits), ("--q-group-size", group_size)) if value is not None]
+        if given:
+            raise click.UsageError(f"{' and '.join(given)} only apply with -q/--quantize.")
+        return None
+    return {"bits": int(bits or 4), "group_size": int(group_size or 64)}
 
 
 def hub_options(max_shard_size, base_model, repo_id):
@@ -142,6 +160,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
 
     output = output or default_output(file)
     hub = {"repo_id": os.path.basename(os.path.abspath(output)), **(hub or {})}  # written into a temp folder
+    quantize = hub.pop("quantize", None)
     fmt = detect_format(file)  # fail fast on a bad file, before anything slow (and only once)
     check_destination(output, force)
     labels = ["loading checkpoint", "converting", "writing weights", "validating against torch"]
@@ -157,21 +176,33 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         with progress.step("converting"):
             ported = _convert(porter, source, io_layout, dynamic)
         metadata = {"porter_version": porter.__version__, "source": source.metadata(), "io_layout": io_layout}
+        quantization = None
         try:
+            if quantize is not None:
+                # the conversion is proven on the float port first; the quantized one is then measured, not judged
+                if validate:
+                    with progress.step("validating against torch"):
+                        report = validate_source(source, ported, grads=grads)
+                    _raise_if_failed(report, file)
+                quantization = _quantize(ui, ported, quantize)
+                metadata["quantization"] = quantization
             with atomic_directory(output, force) as tmp:
                 with progress.step("writing weights"):
                     porter.save(ported, tmp, metadata=metadata, **hub)
                     reloaded = _reload(porter, tmp)
-                if validate:
+                if validate and quantize is not None:
+                    from porter.validation.cost import cost, describe
+
+                    measured = cost(validate_source(source, reloaded))
+                    measured["modules"] = measured["modules"][:20]
+                    quantization["error"] = measured
+                    ui.info(describe(measured, f"{quantize['bits']}-bit quantization"))
+                    porter.save(ported, tmp, metadata={**metadata, "validation": report.summary()}, **hub)
+                elif validate:
                     # Validate what the user will get: the model reloaded from the files just written.
                     with progress.step("validating against torch"):
                         report = validate_source(source, reloaded, grads=grads)
-                    if not report.ok:
-                        raise ValidationFailed(
-                            f"Validation failed: the converted model does not match torch within tolerance "
-                            f"(first divergence: {_divergence(report)}). Nothing was written. Re-run with "
-                            f"--no-validate to keep the output anyway, then `porter validate DIR --against "
-                            f"{file}` for the full report.", report)
+                    _raise_if_failed(report, file)
                     porter.save(ported, tmp, metadata={**metadata, "validation": report.summary()}, **hub)
         except ValidationFailed as exc:
             failure = exc
@@ -179,8 +210,30 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         ui.echo(str(failure.report))
         raise failure
     result = _result(file, output, source, ported, report)
+    result["quantization"] = quantization
     _print_result(ui, result, report)
     return result
+
+
+def _raise_if_failed(report, file):
+    if not report.ok:
+        raise ValidationFailed(
+            f"Validation failed: the converted model does not match torch within tolerance "
+            f"(first divergence: {_divergence(report)}). Nothing was written. Re-run with "
+            f"--no-validate to keep the output anyway, then `porter validate DIR --against "
+            f"{file}` for the full report.", report)
+
+
+def _quantize(ui, ported, options):
+    """Quantize the port in place (porter.layers.quantize_model); returns what was done, for the metadata."""
+    from porter.layers import quantize_model
+
+    q = quantize_model(ported, group_size=options["group_size"], bits=options["bits"])
+    ui.info(f"quantized {len(q.quantized)} layer(s) to {options['bits']} bits (groups of {options['group_size']})")
+    for path, why in sorted(q.skipped.items()):
+        ui.info(f"  left in float: {path}: {why}")
+    return {"bits": options["bits"], "group_size": options["group_size"], "quantized": list(q.quantized),
+            "float": dict(q.skipped)}
 
 
 def _convert(porter, source, io_layout, dynamic="auto"):

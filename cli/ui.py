@@ -117,12 +117,14 @@ class Progress:
                            f"({elapsed:.1f} s)", err=True, nl=False)
 
 
-def common_options(json_flag=True):
-    """--quiet, --json (a flag; validate defines its own --json PATH) and --debug, passed as ``ui``."""
+def common_options(json_flag=True, quiet_short=True):
+    """--quiet (also -q unless ``quiet_short`` is False: convert's -q is --quantize, as in mlx-lm's convert), --json
+    (a flag; validate defines its own --json PATH) and --debug, passed as ``ui``."""
+    quiet_names = ("-q", "--quiet") if quiet_short else ("--quiet",)
 
     def decorate(func):
         @click.option("--debug", is_flag=True, help="Show the full traceback when something fails.")
-        @click.option("-q", "--quiet", is_flag=True, help="No progress or remarks; results and errors only.")
+        @click.option(*quiet_names, "quiet", is_flag=True, help="No progress or remarks; results and errors only.")
         @functools.wraps(func)
         def wrapper(*args, quiet, debug, **kwargs):
             json_output = kwargs.pop("json_output", False) if json_flag else bool(kwargs.get("json_report"))
