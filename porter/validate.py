@@ -263,7 +263,7 @@ def _torch_module_outputs(model, inputs):
     return outputs, record
 
 
-def _module_rows(torch_record, ported_record, rtol: float, atol: float):
+def _module_rows(torch_record, ported_record, rtol: float, atol: float, half=None, half_record=None):
     rows, unmatched = [], []
     for name, (mtype, t_out) in torch_record.items():
         if name not in ported_record:
@@ -274,17 +274,32 @@ def _module_rows(torch_record, ported_record, rtol: float, atol: float):
         if not t_leaves or not p_leaves:
             unmatched.append(name)
             continue
+        index = list(range(len(t_leaves)))
         if len(p_leaves) < len(t_leaves):
             # The port recorded one value for a multi-output module (e.g. MaxPool2d(return_indices=True)):
             # compare it with the torch output of the same shape, the first one if several.
             p_shape = tuple(p_leaves[0].shape)
-            pick = next((t for t in t_leaves if tuple(t.shape) == p_shape), t_leaves[0])
-            t_leaves = [pick]
+            index = [next((i for i, t in enumerate(t_leaves) if tuple(t.shape) == p_shape), 0)]
+            t_leaves = [t_leaves[index[0]]]
         compared = [_compare(_mx_np(p), _torch_np(t), rtol, atol) for t, p in zip(t_leaves, p_leaves)]
+        if half is not None:  # judged against what torch itself loses in the port's dtype (validate_half.py)
+            h_leaves = _leaves(half_record[name][1]) if half_record and name in half_record else []
+            compared = [_derived(row, t, h_leaves[i] if i < len(h_leaves) else None, half, rtol, atol)
+                        for row, t, i in zip(compared, t_leaves, index)]
         # One row per module: its first failing output, else its largest error.
         row = next((c for c in compared if not c["ok"]), None) or max(compared, key=lambda c: c["max_rel"])
         rows.append(dict(row, name=name, type=mtype))
     return rows, unmatched
+
+
+def _derived(row, expected, torch_half, half, rtol: float, atol: float):
+    """``row`` under the half-precision bar; ``torch_half`` is torch's own output in the port's dtype, or None."""
+    from .validate_half import derived_row
+
+    torch_row = None
+    if torch_half is not None and hasattr(torch_half, "shape"):
+        torch_row = _compare(_torch_np(torch_half), _torch_np(expected), rtol, atol)
+    return derived_row(row, torch_row, half["dtype"], rtol, atol, half["factor"])
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -335,6 +350,12 @@ class Report:
     def notes(self) -> List[str]:
         return self._data["notes"]
 
+    @property
+    def precision(self) -> Optional[Dict[str, Any]]:
+        """For a float16/bfloat16 port: its dtype, per-module relative errors against the float32 torch model
+        (and torch's own in that dtype), ``loses_most`` and ``worst_module`` (``porter/validate_half.py``)."""
+        return self._data.get("precision")
+
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready copy (infinite errors become the string ``"inf"``)."""
         def clean(v):
@@ -358,9 +379,14 @@ class Report:
     def summary(self) -> Dict[str, Any]:
         """A short dict for artifact metadata: verdict, worst output error, first divergence."""
         worst = max((row["max_rel"] for run in self.runs for row in run["outputs"]), default=0.0)
-        return {"ok": self.ok, "max_rel_error": worst, "rtol": self._data["rtol"], "atol": self._data["atol"],
-                "input_shapes": [run["input_shapes"] for run in self.runs],
-                "first_divergence": self.first_divergence and self.first_divergence["name"]}
+        out = {"ok": self.ok, "max_rel_error": worst, "rtol": self._data["rtol"], "atol": self._data["atol"],
+               "input_shapes": [run["input_shapes"] for run in self.runs],
+               "first_divergence": self.first_divergence and self.first_divergence["name"]}
+        precision = self.precision
+        if precision is not None:
+            out.update(dtype=precision["dtype"],
+                       loses_most=precision["loses_most"] and precision["loses_most"]["name"])
+        return out
 
     def __repr__(self) -> str:
         fd = self.first_divergence
@@ -371,7 +397,8 @@ class Report:
         lines = [
             f"Porter validation of {d['model']}: {'PASS' if d['ok'] else 'FAIL'}",
             f"  io_layout={d['io_layout']}  transposes={d['num_transposes']}  bar: max|porter - torch| <= "
-            f"max(rtol * max|torch|, atol), rtol={d['rtol']:g}, atol={d['atol']:g}",
+            f"max(rtol * max|torch|, atol), rtol={d['rtol']:g}, atol={d['atol']:g}"
+            + (f" (and the {d['precision']['dtype']} bar: see precision below)" if d.get("precision") else ""),
             "",
             f"  {'inputs':<26} {'output':<8} {'shape':<18} {'max|torch|':>11} {'max abs err':>12} "
             f"{'rel err':>10}  ok",
@@ -421,6 +448,11 @@ class Report:
                 for r in bad[:5]:
                     lines.append(f"      {r['name']:<40} max abs err {_fmt(r['max_abs'])} rel {_fmt(r['max_rel'])}"
                                  + (f" ({r['note']})" if r.get("note") else ""))
+        if d.get("precision"):
+            from .validate_half import format_lines
+
+            lines.append("")
+            lines.extend(format_lines(d["precision"]))
         for note in d["notes"]:
             lines.append(f"  note: {note}")
         return "\n".join(lines)
@@ -445,8 +477,9 @@ def _port_inputs(ported, xs) -> Tuple[list, list]:
     return arrays, perms
 
 
-def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> Dict[str, Any]:
-    """One input set through both models: per-output rows and (``per_module``) per-module rows."""
+def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float, half=None) -> Dict[str, Any]:
+    """One input set through both models: per-output rows and (``per_module``) per-module rows. ``half``: the
+    half-precision context of a float16/bfloat16 port (torch's copy in that dtype, ``validate_half.py``)."""
     import torch
 
     xs_mx, _ = _port_inputs(ported, xs)
@@ -457,6 +490,22 @@ def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> 
         with torch.no_grad():
             t_out = model(*xs)
         p_out, t_modules, p_modules = ported(*xs_mx), {}, {}
+    h_leaves, h_modules = [], {}
+    if half is not None and half["model"] is not None:
+        from .validate_half import inputs_in_dtype
+
+        xs_h = inputs_in_dtype(xs, half["dtype"])
+        try:
+            if per_module:
+                h_out, h_modules = _torch_module_outputs(half["model"], xs_h)
+            else:
+                with torch.no_grad():
+                    h_out = half["model"](*xs_h)
+            h_leaves = _leaves(h_out)
+        except Exception as exc:  # noqa: BLE001  (an op without a half CPU kernel: the fallback bar, said why)
+            half["model"] = None
+            half["note"] = (f"torch cannot run the model in {half['dtype']} ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:120] if str(exc) else ''})")
 
     t_leaves, p_leaves = _leaves(t_out), _leaves(p_out)
     out_rows = []
@@ -467,8 +516,11 @@ def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> 
     for i, (t, p, lay) in enumerate(zip(t_leaves, p_leaves, out_layouts)):
         p_np = _mx_np(p)
         p_np = np.transpose(p_np, _inverse(parse_layout(lay, p_np.ndim)))
-        out_rows.append(dict(_compare(p_np, _torch_np(t), rtol, atol), index=i))
-    mod_rows, unmatched = _module_rows(t_modules, p_modules, rtol, atol)
+        row = _compare(p_np, _torch_np(t), rtol, atol)
+        if half is not None:
+            row = _derived(row, t, h_leaves[i] if i < len(h_leaves) else None, half, rtol, atol)
+        out_rows.append(dict(row, index=i))
+    mod_rows, unmatched = _module_rows(t_modules, p_modules, rtol, atol, half, h_modules)
     return {"input_shapes": [list(x.shape) for x in xs], "outputs": out_rows, "modules": mod_rows,
             "unmatched_modules": unmatched}
 
@@ -476,7 +528,7 @@ def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> 
 # ---------------------------------------------------------------------------------------------------- main
 def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e-4, grads: bool = False,
              seed: int = 0, example_inputs=None, grad_rtol: Optional[float] = None,
-             compare_modules: bool = True) -> Report:
+             compare_modules: bool = True, half_factor: Optional[float] = None) -> Report:
     """Compare a torch model and its port on the same inputs.
 
     Args:
@@ -495,6 +547,10 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
             input shapes. Default: ``None``.
         grad_rtol (float, optional): ``rtol`` for gradients. Default: ``rtol``.
         compare_modules (bool, optional): per-module comparison through ``ported.trace``. Default: ``True``.
+        half_factor (float, optional): for a float16/bfloat16 port (``ported.dtype``), compared with the float32
+            torch model: the bar of each tensor is also ``half_factor`` times torch's own error when run in that
+            dtype (a copy of ``model``); ``report.precision`` gives the per-module errors and the module that loses
+            the most (``porter/validate_half.py``). Default: ``4.0``.
 
     Returns:
         Report: ``.ok``, ``.first_divergence``, per-run tables; ``print(report)`` for a table,
@@ -530,12 +586,22 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
         if not input_sets:
             raise ValueError("[validate] 'inputs' must hold at least one input tuple.")
 
+    half = None
+    from .validate_half import DEFAULT_FACTOR, FALLBACK_RTOL, port_dtype, summarize, torch_in_dtype
+
+    half_dtype = port_dtype(ported)
+    if half_dtype is not None:
+        factor = DEFAULT_FACTOR if half_factor is None else float(half_factor)
+        if not factor >= 0:
+            raise ValueError(f"[validate] 'half_factor' must be non-negative but got {half_factor!r}.")
+        half_model, why = torch_in_dtype(model, half_dtype)
+        half = {"dtype": half_dtype, "model": half_model, "factor": factor, "note": why}
     has_trace = callable(getattr(ported, "trace", None))
     if compare_modules and not has_trace:
         notes.append("the port has no trace(); per-module comparison skipped")
     runs, first = [], None
     for xs in input_sets:
-        run = _run_once(model, ported, xs, compare_modules and has_trace, rtol, atol)
+        run = _run_once(model, ported, xs, compare_modules and has_trace, rtol, atol, half)
         runs.append(run)
         bad = next((m for m in run["modules"] if not m["ok"]), None)
         if first is None and bad is not None:
@@ -547,8 +613,11 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
 
     grad_report = None
     if grads:
-        grad_report = _grad_parity(model, ported, input_sets[0], rtol if grad_rtol is None else grad_rtol, atol,
-                                   seed)
+        grad_bar = rtol if grad_rtol is None else grad_rtol
+        if half is not None and grad_rtol is None:
+            grad_bar = max(grad_bar, FALLBACK_RTOL[half["dtype"]])  # no torch half backward is run for a bar
+            notes.append(f"gradients of the {half['dtype']} port are compared with rtol={grad_bar:g}")
+        grad_report = _grad_parity(model, ported, input_sets[0], grad_bar, atol, seed)
     ok = all(row["ok"] for run in runs for row in run["outputs"])
     if grad_report is not None:
         ok = ok and grad_report["ok"]
@@ -564,6 +633,10 @@ def validate(model, ported, inputs=None, *, rtol: float = 1e-4, atol: float = 1e
         "grads": grad_report,
         "notes": notes,
     }
+    if half is not None:
+        if half["note"]:
+            notes.append(half["note"])
+        data["precision"] = summarize(runs[0]["modules"], half["dtype"], half["factor"], half["model"] is not None)
     return Report(data)
 
 
