@@ -260,7 +260,8 @@ class PortedModel(nn.Module):
         for name, g in grads.items():
             if name not in self._program.graph["params"]:
                 raise KeyError(f"gradient for unknown parameter {name!r}")
-            out[name] = np.array(self._to_torch(name, g))
+            g = self._to_torch(name, g)
+            out[name] = np.array(g.astype(mx.float32) if g.dtype == mx.bfloat16 else g)  # numpy has no bfloat16
         return out
 
     def _extra_repr(self) -> str:
