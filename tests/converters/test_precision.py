@@ -8,7 +8,10 @@ at most ``FACTOR`` times as much.
 
 import copy
 import json
+import os
 import struct
+import subprocess
+import sys
 
 import mlx.core as mx
 import numpy as np
@@ -81,6 +84,22 @@ def test_real_architecture_error_bounded_by_torch_own(name, dtype):
     err = float(np.abs(_to_torch_layout(ported, out) - ref).max())
     assert torch_err > 0
     assert err <= FACTOR * torch_err, (err, torch_err)
+
+
+def test_explicit_float32_casts_in_the_model_code_are_kept():
+    """LLaMA's RMSNorm casts to float32 in its own code (``hidden.to(torch.float32)``, then back to the input's
+    dtype, which was float32 at capture): the port keeps those casts, so its residual stream stays float32 between
+    half matmuls (the projections still run in the dtype) and its output is float32."""
+    spec = REGISTRY["llama"]
+    model = spec.builder(0)
+    xs = _rounded(make_inputs(spec.inputs), "bfloat16")
+    ported = porter.convert(model, xs, dtype="bfloat16")
+    out, record = ported.trace(*_port_inputs(ported, xs))
+    assert out.dtype == mx.float32 and record["norm"].dtype == mx.float32
+    projections = [k for k in record if k.endswith(("q_proj", "k_proj", "v_proj", "o_proj", "down_proj"))]
+    assert len(projections) == 10 and all(record[k].dtype == mx.bfloat16 for k in projections)
+    ref, torch_err = _torch_half_error(model, xs, "bfloat16")
+    assert np.abs(np.array(out) - ref).max() <= FACTOR * torch_err
 
 
 # ---------------------------------------------------------------------------------------------------- float32 stats
@@ -312,6 +331,22 @@ def test_save_load_half_model(dtype, tmp_path):
     for a, b in zip(ported(*args), loaded(*args)):
         assert b.dtype == DTYPES[dtype][1]
         np.testing.assert_array_equal(np.array(a.astype(mx.float32)), np.array(b.astype(mx.float32)))
+
+
+@pytest.mark.slow  # a subprocess
+def test_half_model_loads_and_runs_without_torch(tmp_path):
+    x = _rounded((torch.randn(2, 16, 5, 5),), "float16")
+    ported = porter.convert(_randomized_norms("float16"), x, dtype="float16")
+    porter.save(ported, tmp_path / "m")
+    np.save(tmp_path / "x.npy", x[0].numpy().transpose(0, 2, 3, 1))  # float32: the model casts it
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "cli", "torch_free.py")
+    proc = subprocess.run([sys.executable, script, str(tmp_path / "m"), str(tmp_path / "x.npy"), str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for i, expected in enumerate(ported(*_port_inputs(ported, x))):
+        got = np.load(tmp_path / f"o{i}.npy")
+        assert got.dtype == np.float16
+        np.testing.assert_array_equal(got, np.array(expected))
 
 
 def test_config_dtype_must_match_the_weights(tmp_path):
