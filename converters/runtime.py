@@ -63,9 +63,9 @@ class PortedModel(nn.Module):
     """A converted torch model.
 
     Call it with mx arrays (``ported(x)``). With ``io_layout="mlx"`` image-like inputs/outputs are channels-last
-    (``(N, H, W, C)``); with ``"torch"`` they use torch's layout exactly. A float16/bfloat16 model
-    (:meth:`astype`) casts float inputs to its :attr:`dtype` (integer inputs are untouched). Parameters are MLX arrays in MLX layouts,
-    keyed by their torch ``state_dict`` names in :attr:`params` (trainable) and :attr:`buffers` (frozen).
+    (``(N, H, W, C)``); with ``"torch"`` they use torch's layout exactly. Parameters are MLX arrays in MLX layouts,
+    keyed by their torch ``state_dict`` names in :attr:`params` (trainable) and :attr:`buffers` (frozen). A
+    float16/bfloat16 model (:meth:`astype`) casts float inputs to its :attr:`dtype` (integer inputs untouched).
 
     Attributes:
         io_layout (str): ``"mlx"`` or ``"torch"``.
