@@ -22,6 +22,9 @@ def test_convert_dtype_writes_and_validates_a_half_folder(runner, tmp_path, dtyp
     assert config["dtype"] == dtype and graph["compute_dtype"] == dtype
     assert graph["metadata"]["validation"]["dtype"] == dtype
     assert porter.load(out).dtype == dtype
+    card = (out / "README.md").read_text()
+    assert f"Run in `{dtype}` against the float32 torch model" in card
+    assert f"loses the most: `{graph['metadata']['validation']['loses_most']}`" in card
 
     result = runner.invoke(main, ["validate", str(out), "--against", path, "--model", "tinynets:tiny_net"],
                            catch_exceptions=False)
