@@ -116,6 +116,8 @@ def format_lines(p: Dict[str, Any]) -> List[str]:
             lines.append(f"    {r['name']:<36} {r['type']:<20} {_fmt(r['max_rel']):>10} "
                          f"{_fmt(r['torch_half_max_rel']):>16} {_fmt(r['step']):>10}")
     loses = p["loses_most"]
+    if not p["modules"]:
+        lines.append("    no per-module outputs to compare (outputs only): no module named as losing the most")
     if loses:
         lines.append(f"  loses the most: {loses['name']} ({loses['type']}): relative error {_fmt(loses['max_rel'])}, "
                      f"{_fmt(loses['step'])} above every module before it")

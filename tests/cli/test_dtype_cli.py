@@ -40,3 +40,12 @@ def test_bad_dtype_is_refused_naming_the_option(runner, tmp_path, bad):
     assert result.exit_code == 2, result.output
     assert f"--dtype '{bad}'" in result.stderr and "float16, bfloat16" in result.stderr
     assert listing(tmp_path) == ["weights.pt"]
+
+
+def test_torchscript_half_is_compared_on_outputs(runner, tmp_path):
+    path, _ = write_checkpoint("torchscript", tmp_path)
+    result = runner.invoke(main, ["convert", path, "--input-shape", "2,3,12,12", "--dtype", "float16", "-o",
+                                  str(tmp_path / "out")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "4 x torch's own float16 error" in result.output  # torch ran the scripted model in float16 too
+    assert "no per-module outputs to compare" in result.output
