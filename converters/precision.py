@@ -13,7 +13,8 @@ then follows torch's mixed-precision rules (CPU autocast and torch's half kernel
 * statistics and normalising reductions (:data:`FLOAT32_KERNELS`: softmax / log_softmax, logsumexp, mean / sum,
   var / std, vector norms, cumsum, prod) are computed in float32 and rounded back once to their input's dtype; the
   norm layers (batch / layer / group / instance norm) do the same in ``porter.layers`` itself
-  (``layers/_precision.py``). Loss functions reach the graph as these ops (log_softmax, gather, mean).
+  (``layers/_precision.py``). Porter converts no ATen loss op (``nll_loss``, ``mse_loss``, ...); a loss written
+  with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
 
 Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does.
 """
