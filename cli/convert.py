@@ -61,6 +61,11 @@ def architecture_options(func):
               help="Input dims the port keeps dynamic: auto (every dim torch can keep, within a time budget, "
                    "else the batch dim, else none), all, batch, static, or torch dims such as 0,2,3. Every other "
                    "dim is checked against the example's size on each call.")
+@click.option("--dtype", "dtype", metavar="DTYPE",
+              help="float16, bfloat16 or float32: weights and compute in that dtype (norm statistics, softmax and "
+                   "reductions stay in float32, as in torch). A half model is validated against the float32 "
+                   "torch model, per module, with a bar derived from torch's own error in that dtype. Default: "
+                   "the checkpoint's dtypes.")
 @click.option("--no-validate", is_flag=True, help="Skip the comparison against torch.")
 @click.option("--grads", is_flag=True, help="Also compare gradients during validation.")
 @click.option("--force", is_flag=True, help="Replace an existing output directory (and example checkpoint).")
@@ -82,7 +87,7 @@ def architecture_options(func):
               help="Weights sharing one scale and bias with --quantize. Default: 64.")
 @common_options(quiet_short=False)
 def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trust_pickle, io_layout, dynamic,
-            no_validate, grads, force, example, max_shard_size, base_model, repo_id, quantize, q_bits,
+            dtype, no_validate, grads, force, example, max_shard_size, base_model, repo_id, quantize, q_bits,
             q_group_size):
     """Convert a PyTorch checkpoint FILE into an MLX model directory, and validate it against torch.
 
@@ -92,18 +97,19 @@ def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trus
     """
     hub = hub_options(max_shard_size, base_model, repo_id)
     hub["quantize"] = quantize_options(quantize, q_bits, q_group_size)
+    dtype = parse_dtype(dtype)
     if example:
         if file or model_spec or arch or trust_pickle:
             raise click.UsageError("--example builds its own checkpoint: do not give FILE, --model, --arch or "
                                    "--trust-pickle with it.")
         return convert_example(ui, example, output, input_shapes, io_layout, no_validate, grads, force,
-                               dynamic=parse_dynamic(dynamic), hub=hub)
+                               dynamic=parse_dynamic(dynamic), hub=hub, dtype=dtype)
     if not file:
         raise click.UsageError("Give the checkpoint FILE to convert (or --example resnet18 to try Porter).")
     result = run_convert(ui, file, output, model_spec=model_spec, model_kwargs=model_kwargs, arch=arch,
                          input_shapes=input_shapes, trust_pickle=trust_pickle, io_layout=io_layout,
                          validate=not no_validate, grads=grads, force=force, dynamic=parse_dynamic(dynamic),
-                         hub=hub)
+                         hub=hub, dtype=dtype)
     ui.emit_json(result)
 
 
@@ -135,6 +141,18 @@ def hub_options(max_shard_size, base_model, repo_id):
     return out
 
 
+def parse_dtype(text):
+    """``--dtype``: float16, bfloat16, float32, or None (the checkpoint's dtypes)."""
+    if text is None:
+        return None
+    from porter.converters.precision import DTYPES
+
+    if text not in DTYPES:
+        raise InputError(f"--dtype '{text}' is not a dtype Porter converts to.",
+                         f"Use one of {', '.join(DTYPES)} (or leave --dtype out to keep the checkpoint's).")
+    return text
+
+
 def parse_dynamic(text):
     """``--dynamic``: a mode name or comma-separated torch dims."""
     text = (text or "auto").strip()
@@ -154,7 +172,7 @@ def default_output(file: str) -> str:
 
 def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, arch=None, input_shapes=(),
                 trust_pickle=False, io_layout="mlx", validate=True, grads=False, force=False, dynamic="auto",
-                hub=None):
+                hub=None, dtype=None):
     """Convert ``file`` into ``output``; returns the result dict (also printed as text unless --json)."""
     import porter
 
@@ -174,9 +192,11 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
         for note in source.notes:
             ui.info(f"note: {note}")
         with progress.step("converting"):
-            ported = _convert(porter, source, io_layout, dynamic)
+            ported = _convert(porter, source, io_layout, dynamic, dtype)
         metadata = {"porter_version": porter.__version__, "source": source.metadata(), "io_layout": io_layout}
         quantization = None
+        if dtype is not None:
+            metadata["dtype"] = dtype
         try:
             if quantize is not None:
                 # the conversion is proven on the float port first; the quantized one is then measured, not judged
@@ -236,9 +256,10 @@ def _quantize(ui, ported, options):
             "float": dict(q.skipped)}
 
 
-def _convert(porter, source, io_layout, dynamic="auto"):
+def _convert(porter, source, io_layout, dynamic="auto", dtype=None):
     try:
-        return porter.convert(source.model, source.example_inputs, io_layout=io_layout, dynamic=dynamic)
+        return porter.convert(source.model, source.example_inputs, io_layout=io_layout, dynamic=dynamic,
+                              dtype=dtype)
     except ValueError as exc:
         if "dynamic" not in str(exc):
             raise
@@ -303,6 +324,7 @@ def _result(file, output, source, ported, report):
         "files": sorted(os.listdir(output)),
         "input_shapes": [list(t.shape) for t in source.example_inputs],
         "io_layout": getattr(ported, "io_layout", None),
+        "dtype": getattr(ported, "dtype", None),
         "input_layouts": list(getattr(ported, "input_layouts", []) or []),
         "output_layouts": list(getattr(ported, "output_layouts", []) or []),
         "num_transposes": getattr(ported, "num_transposes", None),
@@ -324,6 +346,8 @@ def _print_result(ui, result, report):
     ui.echo(f"  example input {shapes} [torch layout]; model input layout {layouts}; "
             f"{result['num_transposes']} layout transposes")
     ui.echo(f"  {describe_dynamic(result['dynamic_dims'], len(result['input_shapes']))}")
+    if result.get("dtype") in ("float16", "bfloat16"):
+        ui.echo(f"  dtype {result['dtype']}: weights and compute (norm statistics, softmax and reductions in float32)")
     if result.get("capture_note"):
         ui.echo(f"  note: {result['capture_note']}")
     if report is not None:
@@ -361,7 +385,7 @@ def load_hint(output, input_shapes, input_layouts):
 
 
 def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grads, force, dynamic="auto",
-                    hub=None):
+                    hub=None, dtype=None):
     """``--example NAME``: build the example with seeded weights, save a real state_dict checkpoint, convert it."""
     try:
         from porter import examples
@@ -384,7 +408,8 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
         _save_example_checkpoint(builders[name], checkpoint)
         result = run_convert(ui, checkpoint, output, model_spec=f"porter.examples:{name}",
                              input_shapes=input_shapes or ("1,3,224,224",), io_layout=io_layout,
-                             validate=not no_validate, grads=grads, force=force, dynamic=dynamic, hub=hub)
+                             validate=not no_validate, grads=grads, force=force, dynamic=dynamic, hub=hub,
+                             dtype=dtype)
     except BaseException:
         if os.path.exists(checkpoint):
             os.remove(checkpoint)  # a failed command leaves nothing behind

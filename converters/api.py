@@ -9,7 +9,7 @@ from .registry import UnsupportedOpsError, get_converter, has_converter
 from .runtime import PortedModel
 
 
-def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto") -> PortedModel:
+def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto", dtype=None) -> PortedModel:
     """Convert a torch model to a :class:`PortedModel` (an ``mlx.nn.Module``).
 
     Args:
@@ -25,6 +25,10 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
             static shapes; ``"all"``: every dim, no budget or fallback; ``"batch"``: dim 0 only; ``"static"``
             (or ``False``): the example's shapes only; a list of torch dims (``[0, 2, 3]``) for every tensor
             input. ``ported.dynamic_dims`` reports the outcome. Default: ``"auto"``.
+        dtype (str, optional): ``"float16"`` or ``"bfloat16"``: weights and compute in that dtype, with norm
+            statistics, softmax and reductions in float32 as torch's autocast and half kernels keep them; float
+            inputs are cast to it (``ported.astype(dtype)``, ``converters/precision.py``). ``"float32"``: every
+            floating weight in float32. Default: ``None`` (the torch model's dtypes).
 
     Raises:
         UnsupportedOpsError: listing every op of the model Porter cannot convert.
@@ -35,8 +39,10 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
     """
     if io_layout not in ("mlx", "torch"):
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
-    from .capture import capture, normalise_inputs, reproduces
+    if dtype is not None:
+        from .precision import check_dtype
 
+        dtype = check_dtype(dtype)  # before the (slow) capture
     training = _eval_modes(model)
     try:
         ported = _convert_eval(model, example_inputs, io_layout, dynamic)
@@ -44,7 +50,7 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
         _restore_modes(training)
     if training and training[0][1]:
         ported.train()  # the port follows the torch model's mode: batch statistics and dropout on
-    return ported
+    return ported if dtype is None else ported.astype(dtype)
 
 
 def _convert_eval(model, example_inputs, io_layout, dynamic):

@@ -203,6 +203,9 @@ def read_config(directory: str, graph: dict) -> dict | None:
     if "io_layout" in config and config["io_layout"] != graph.get("io_layout"):
         raise ArtifactError(path, "the file", "io_layout", f"is {str(config['io_layout'])[:40]!r}, but graph.json "
                             f"says {graph.get('io_layout')!r}")
+    if "dtype" in config and config["dtype"] != _dtype(graph["params"]):  # it must describe the stored arrays
+        raise ArtifactError(path, "the file", "dtype", f"is {str(config['dtype'])[:40]!r}, but the weights "
+                            f"graph.json records are {_dtype(graph['params'])!r}")
     if "quantization" in config:
         problem = _quantization_problem(config["quantization"])
         if problem:

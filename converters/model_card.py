@@ -68,6 +68,10 @@ def _validation(summary) -> list:
         lines.append(f"Inputs (torch layout): {_code(json.dumps(summary['input_shapes']))}.")
     if summary.get("first_divergence"):
         lines.append(f"First diverging module: {_code(summary['first_divergence'])}.")
+    if summary.get("dtype"):  # a half-precision model (porter/validate_half.py)
+        lines.append(f"Run in {_code(summary['dtype'])} against the float32 torch model; the bar also allows a few "
+                     f"times torch's own {summary['dtype']} error. The module that loses the most: "
+                     f"{_code(summary.get('loses_most') or '-')}.")
     return lines + [""]
 
 

@@ -42,6 +42,13 @@ class _Program:
         self.module_outputs: dict = {}
         for entry in graph["module_outputs"]:
             self.module_outputs.setdefault(entry["value"], []).append(entry)
+        # a float16/bfloat16 model: torch's mixed-precision rules (converters/precision.py)
+        self.compute_dtype, self.layer_casts = None, frozenset()
+        if graph.get("compute_dtype"):
+            from .precision import DTYPES, node_policies
+
+            self.compute_dtype = DTYPES[graph["compute_dtype"]]
+            self.kernels, self.layer_casts = node_policies(graph, self.kernels)
 
 
 def _check_result(result, node) -> None:
@@ -57,7 +64,8 @@ class PortedModel(nn.Module):
 
     Call it with mx arrays (``ported(x)``). With ``io_layout="mlx"`` image-like inputs/outputs are channels-last
     (``(N, H, W, C)``); with ``"torch"`` they use torch's layout exactly. Parameters are MLX arrays in MLX layouts,
-    keyed by their torch ``state_dict`` names in :attr:`params` (trainable) and :attr:`buffers` (frozen).
+    keyed by their torch ``state_dict`` names in :attr:`params` (trainable) and :attr:`buffers` (frozen). A
+    float16/bfloat16 model (:meth:`astype`) casts float inputs to its :attr:`dtype` (integer inputs untouched).
 
     Attributes:
         io_layout (str): ``"mlx"`` or ``"torch"``.
@@ -122,6 +130,22 @@ class PortedModel(nn.Module):
     def source_class(self) -> str:
         return self._program.graph.get("source_class", "")
 
+    @property
+    def dtype(self) -> str:
+        """The dtype the model computes in: ``"float16"`` or ``"bfloat16"`` after :meth:`astype`, else its
+        parameters' floating dtype (``"float32"``, or ``"float64"`` for a float64 torch model)."""
+        from .precision import dtype_of
+
+        return dtype_of(self._program.graph)
+
+    def astype(self, dtype) -> "PortedModel":
+        """A copy with weights and compute in ``dtype`` (``"float32"``, ``"float16"``, ``"bfloat16"`` or the
+        ``mx`` dtype); norm statistics, softmax and reductions stay in float32 as in torch
+        (``converters/precision.py``). This model is left as it was."""
+        from .precision import astype
+
+        return astype(self, dtype)
+
     # ------------------------------------------------------------------------------------------------ running
     def _resolve(self, spec, env):
         # the graph was checked against the schema on load; this stays strict on its own (a hand-built graph):
@@ -153,11 +177,18 @@ class PortedModel(nn.Module):
                     )
             env[spec["name"]] = x
         self._program.input_checks.check([env[spec["name"]] for spec in specs])  # sizes it was built for only
-        for node, fn in zip(self._program.graph["nodes"], self._program.kernels):
+        half = self._program.compute_dtype
+        if half is not None:
+            from .precision import cast_input, lower
+
+            env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs})
+        for index, (node, fn) in enumerate(zip(self._program.graph["nodes"], self._program.kernels)):
             args = [self._resolve(s, env) for s in node["inputs"]]
             if fn is None:  # call_module: the layer now at that path (a user may have replaced it)
                 fn = resolve(self, self._program.layer_keys[node["attrs"]["module"]])
                 attrs = {}
+                if index in self._program.layer_casts:
+                    args = [lower(a, half) for a in args]
             else:
                 attrs = node["attrs"]
             try:
@@ -229,7 +260,8 @@ class PortedModel(nn.Module):
         for name, g in grads.items():
             if name not in self._program.graph["params"]:
                 raise KeyError(f"gradient for unknown parameter {name!r}")
-            out[name] = np.array(self._to_torch(name, g))
+            g = self._to_torch(name, g)
+            out[name] = np.array(g.astype(mx.float32) if g.dtype == mx.bfloat16 else g)  # numpy has no bfloat16
         return out
 
     def _extra_repr(self) -> str:

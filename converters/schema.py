@@ -10,7 +10,8 @@ a parameter, an input) and the field. What is checked:
   a graph input or an earlier node's output (so no cycles) or a recorded parameter, its output name is new;
 * graph inputs (names, layouts, recorded shapes/dtypes, bounded), outputs, ``module_outputs``;
 * ``params``: transform name and attributes from an allow-list, shapes and dtypes;
-* optional ``input_checks`` (per-call input shape checks) and ``dynamic_dims``;
+* optional ``input_checks`` (per-call input shape checks), ``dynamic_dims`` and ``compute_dtype`` (``float16`` or
+  ``bfloat16``: a half-precision model, ``converters/precision.py``);
 * sizes: nesting depth, counts and string lengths are bounded; the file size is bounded by the loader.
 
 Nothing here resolves a name from the file to code: kernel names index the registry, every other name is compared
@@ -39,7 +40,7 @@ _EXPR_OPS = ("add", "sub", "mul", "floordiv", "mod", "max", "min")
 _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structure", "nodes", "params",
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
-             "dynamic_dims", "modules", "module_types")
+             "dynamic_dims", "modules", "module_types", "compute_dtype")
 _CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
@@ -107,6 +108,8 @@ class _Checker:
         for key in ("source_class", "frontend"):
             if key in g:
                 self.match(_NAME, g[key], "the file", key)
+        if "compute_dtype" in g:  # a half-precision model (converters/precision.py)
+            self.match(S.Enum("float16", "bfloat16"), g["compute_dtype"], "the file", "compute_dtype")
         for key in ("input_layouts", "output_layouts"):
             if key in g:
                 self.match(S.Seq(S.Text(64), 0, 1 << 16), g[key], "the file", key)

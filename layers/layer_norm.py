@@ -19,12 +19,16 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from ._precision import in_float32
+
 __all__ = ["LayerNorm", "GroupNorm", "InstanceNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "layer_norm", "group_norm"]
 
 
+@in_float32
 def layer_norm(x: mx.array, weight=None, bias=None, *, k: int = 1, eps: float = 1e-5) -> mx.array:
-    """torch's ``F.layer_norm`` over the last ``k`` axes of ``x``; ``weight``/``bias`` have those axes' shape."""
+    """torch's ``F.layer_norm`` over the last ``k`` axes of ``x``; ``weight``/``bias`` have those axes' shape.
+    16-bit inputs are normalised in float32 and rounded once (torch's CPU kernel)."""
     axes = list(range(x.ndim - k, x.ndim))
     mean = mx.mean(x, axis=axes, keepdims=True)
     var = mx.mean(mx.square(x - mean), axis=axes, keepdims=True)
@@ -34,8 +38,10 @@ def layer_norm(x: mx.array, weight=None, bias=None, *, k: int = 1, eps: float = 
     return y if bias is None else y + bias
 
 
+@in_float32
 def group_norm(x: mx.array, groups: int, weight=None, bias=None, *, eps: float = 1e-5) -> mx.array:
-    """torch's ``F.group_norm`` on channels-last ``(N, *spatial, C)``; ``weight``/``bias`` are ``(C,)``."""
+    """torch's ``F.group_norm`` on channels-last ``(N, *spatial, C)``; ``weight``/``bias`` are ``(C,)``. 16-bit
+    inputs are normalised in float32 and rounded once (torch's CPU kernel)."""
     n, c = x.shape[0], x.shape[-1]
     g = x.reshape(n, -1, groups, c // groups)
     mean = mx.mean(g, axis=(1, 3), keepdims=True)

@@ -17,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import _native
+from ._precision import upcast
 
 __all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
@@ -87,20 +88,24 @@ class BatchNorm(nn.BatchNorm):
                                     ).astype(self.running_var.dtype)
         else:
             return self._eval_affine(x)
-        y = ((x - mean) * mx.rsqrt(var + self.eps)).astype(x.dtype)
-        return (self.weight * y + self.bias).astype(x.dtype) if "weight" in self else y
+        y = (xs - mean) * mx.rsqrt(var + self.eps)
+        if "weight" in self:
+            y = upcast(self.weight) * y + upcast(self.bias)
+        return y.astype(x.dtype)  # rounded once, as torch's half kernels do
 
     def _eval_affine(self, x: mx.array) -> mx.array:
         # torch's CPU eval kernel: per-channel alpha = weight / sqrt(var + eps), beta = bias - mean * alpha, then one
         # multiply-add over the activation (one native multi-threaded pass where the kernels are built)
-        alpha = mx.rsqrt(self.running_var + self.eps)
+        # alpha/beta in float32 for 16-bit statistics too (torch's half kernels; eps=1e-5 is subnormal in float16)
+        mean, var = upcast(self.running_mean), upcast(self.running_var)
+        alpha = mx.rsqrt(var + self.eps)
         if "weight" in self:
-            alpha = alpha * self.weight
-        beta = self.bias - self.running_mean * alpha if "bias" in self else -self.running_mean * alpha
+            alpha = alpha * upcast(self.weight)
+        beta = upcast(self.bias) - mean * alpha if "bias" in self else -mean * alpha
         # the native pass takes float32 alpha/beta: float64 keeps the MLX ops
         if x.dtype in (mx.float32, mx.float16, mx.bfloat16) and _native.active("batch norm (channel affine)"):
             return _native.channel_affine(x, alpha, beta)
-        return (x * alpha + beta).astype(x.dtype)
+        return (upcast(x) * alpha + beta).astype(x.dtype)
 
 
 # torch's three classes differ only in the rank they accept; channels-last input makes them one layer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from porter.layers import _native
+from porter.layers._precision import HALF, upcast
 from porter.layers.layer_norm import group_norm, layer_norm
 
 from .. import layout as L
@@ -31,6 +32,7 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
     # torch's CPU eval kernel: per-channel alpha = weight / sqrt(var + eps), beta = bias - mean * alpha, then one
     # multiply-add over the activation (two passes over it here instead of three for (x - mean) * scale + bias)
     shape = _channel_shape(x.ndim, axis, x.shape[axis])
+    weight, bias, mean, var = upcast([weight, bias, mean, var])  # alpha/beta in float32 (torch's half kernels)
     alpha = mx.rsqrt(var + eps)
     if weight is not None:
         alpha = alpha * weight
@@ -39,6 +41,8 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
             and _native.active("batch norm (channel affine)")):
         # channels-last: one multi-threaded pass (layers/csrc); its alpha/beta are float32, so not for float64
         return _native.channel_affine(x, alpha, beta)
+    if x.dtype in HALF:  # computed in float32, rounded once
+        return (x.astype(mx.float32) * alpha.reshape(shape) + beta.reshape(shape)).astype(x.dtype)
     return x * alpha.reshape(shape) + beta.reshape(shape)
 
 

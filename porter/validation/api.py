@@ -15,13 +15,14 @@ from typing import Any, Dict, List, Optional
 from porter.compare import ATOL, RTOL, compare, leaves, port_inputs, port_outputs, torch_to_numpy
 
 from .grads import grad_parity
-from .hooks import module_rows, torch_module_outputs
+from .hooks import derived, module_rows, torch_module_outputs
 from .inputs import default_input_sets
 from .report import Report
 
 
-def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> Dict[str, Any]:
-    """One input set through both models: per-output rows and (``per_module``) per-module rows."""
+def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float, half=None) -> Dict[str, Any]:
+    """One input set through both models: per-output rows and (``per_module``) per-module rows. ``half``: the
+    half-precision context of a float16/bfloat16 port (torch's copy in that dtype, ``validate_half.py``)."""
     import torch
 
     xs_mx, _ = port_inputs(ported, xs)
@@ -32,6 +33,22 @@ def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> 
         with torch.no_grad():
             t_out = model(*xs)
         p_out, t_modules, p_modules = ported(*xs_mx), {}, {}
+    h_leaves, h_modules = [], {}
+    if half is not None and half["model"] is not None:
+        from porter.validate_half import inputs_in_dtype
+
+        xs_h = inputs_in_dtype(xs, half["dtype"])
+        try:
+            if per_module:
+                h_out, h_modules = torch_module_outputs(half["model"], xs_h)
+            else:
+                with torch.no_grad():
+                    h_out = half["model"](*xs_h)
+            h_leaves = leaves(h_out)
+        except Exception as exc:  # noqa: BLE001  (an op without a half CPU kernel: the fallback bar, said why)
+            half["model"] = None
+            half["note"] = (f"torch cannot run the model in {half['dtype']} ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:120] if str(exc) else ''})")
 
     t_leaves, p_arrays = leaves(t_out), port_outputs(ported, p_out)
     out_rows = []
@@ -39,8 +56,11 @@ def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> 
         out_rows.append({"index": "all", "shape": [], "max_abs": math.inf, "max_rel": math.inf, "scale": None,
                          "ok": False, "note": f"torch returned {len(t_leaves)} tensors, the port {len(p_arrays)}"})
     for i, (t, p) in enumerate(zip(t_leaves, p_arrays)):
-        out_rows.append(dict(compare(p, torch_to_numpy(t), rtol, atol), index=i))
-    mod_rows, unmatched = module_rows(t_modules, p_modules, rtol, atol)
+        row = compare(p, torch_to_numpy(t), rtol, atol)
+        if half is not None:
+            row = derived(row, t, h_leaves[i] if i < len(h_leaves) else None, half, rtol, atol)
+        out_rows.append(dict(row, index=i))
+    mod_rows, unmatched = module_rows(t_modules, p_modules, rtol, atol, half, h_modules)
     return {"input_shapes": [list(x.shape) for x in xs], "outputs": out_rows, "modules": mod_rows,
             "unmatched_modules": unmatched}
 
@@ -48,7 +68,7 @@ def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float) -> 
 # ---------------------------------------------------------------------------------------------------- main
 def validate(model, ported, inputs=None, *, rtol: float = RTOL, atol: float = ATOL, grads: bool = False,
              seed: int = 0, example_inputs=None, grad_rtol: Optional[float] = None,
-             compare_modules: bool = True) -> Report:
+             compare_modules: bool = True, half_factor: Optional[float] = None) -> Report:
     """Compare a torch model and its port on the same inputs.
 
     Args:
@@ -67,6 +87,10 @@ def validate(model, ported, inputs=None, *, rtol: float = RTOL, atol: float = AT
             input shapes. Default: ``None``.
         grad_rtol (float, optional): ``rtol`` for gradients. Default: ``rtol``.
         compare_modules (bool, optional): per-module comparison through ``ported.trace``. Default: ``True``.
+        half_factor (float, optional): for a float16/bfloat16 port (``ported.dtype``), compared with the float32
+            torch model: the bar of each tensor is also ``half_factor`` times torch's own error when run in that
+            dtype (a copy of ``model``); ``report.precision`` gives the per-module errors and the module that loses
+            the most (``porter/validate_half.py``). Default: ``4.0``.
 
     Returns:
         Report: ``.ok``, ``.first_divergence``, per-run tables; ``print(report)`` for a table,
@@ -102,12 +126,22 @@ def validate(model, ported, inputs=None, *, rtol: float = RTOL, atol: float = AT
         if not input_sets:
             raise ValueError("[validate] 'inputs' must hold at least one input tuple.")
 
+    half = None
+    from porter.validate_half import DEFAULT_FACTOR, FALLBACK_RTOL, port_dtype, summarize, torch_in_dtype
+
+    half_dtype = port_dtype(ported)
+    if half_dtype is not None:
+        factor = DEFAULT_FACTOR if half_factor is None else float(half_factor)
+        if not factor >= 0:
+            raise ValueError(f"[validate] 'half_factor' must be non-negative but got {half_factor!r}.")
+        half_model, why = torch_in_dtype(model, half_dtype)
+        half = {"dtype": half_dtype, "model": half_model, "factor": factor, "note": why}
     has_trace = callable(getattr(ported, "trace", None))
     if compare_modules and not has_trace:
         notes.append("the port has no trace(); per-module comparison skipped")
     runs, first = [], None
     for xs in input_sets:
-        run = _run_once(model, ported, xs, compare_modules and has_trace, rtol, atol)
+        run = _run_once(model, ported, xs, compare_modules and has_trace, rtol, atol, half)
         runs.append(run)
         bad = next((m for m in run["modules"] if not m["ok"]), None)
         if first is None and bad is not None:
@@ -119,8 +153,11 @@ def validate(model, ported, inputs=None, *, rtol: float = RTOL, atol: float = AT
 
     grad_report = None
     if grads:
-        grad_report = grad_parity(model, ported, input_sets[0], rtol if grad_rtol is None else grad_rtol, atol,
-                                   seed)
+        grad_bar = rtol if grad_rtol is None else grad_rtol
+        if half is not None and grad_rtol is None:
+            grad_bar = max(grad_bar, FALLBACK_RTOL[half["dtype"]])  # no torch half backward is run for a bar
+            notes.append(f"gradients of the {half['dtype']} port are compared with rtol={grad_bar:g}")
+        grad_report = grad_parity(model, ported, input_sets[0], grad_bar, atol, seed)
     ok = all(row["ok"] for run in runs for row in run["outputs"])
     if grad_report is not None:
         ok = ok and grad_report["ok"]
@@ -136,4 +173,8 @@ def validate(model, ported, inputs=None, *, rtol: float = RTOL, atol: float = AT
         "grads": grad_report,
         "notes": notes,
     }
+    if half is not None:
+        if half["note"]:
+            notes.append(half["note"])
+        data["precision"] = summarize(runs[0]["modules"], half["dtype"], half["factor"], half["model"] is not None)
     return Report(data)

@@ -45,7 +45,7 @@ def torch_module_outputs(model, inputs):
     return outputs, record
 
 
-def module_rows(torch_record, ported_record, rtol: float, atol: float):
+def module_rows(torch_record, ported_record, rtol: float, atol: float, half=None, half_record=None):
     rows, unmatched = [], []
     for name, (mtype, t_out) in torch_record.items():
         if name not in ported_record:
@@ -56,14 +56,29 @@ def module_rows(torch_record, ported_record, rtol: float, atol: float):
         if not t_leaves or not p_leaves:
             unmatched.append(name)
             continue
+        index = list(range(len(t_leaves)))
         if len(p_leaves) < len(t_leaves):
             # The port recorded one value for a multi-output module (e.g. MaxPool2d(return_indices=True)):
             # compare it with the torch output of the same shape, the first one if several.
             p_shape = tuple(p_leaves[0].shape)
-            pick = next((t for t in t_leaves if tuple(t.shape) == p_shape), t_leaves[0])
-            t_leaves = [pick]
+            index = [next((i for i, t in enumerate(t_leaves) if tuple(t.shape) == p_shape), 0)]
+            t_leaves = [t_leaves[index[0]]]
         compared = [compare(mlx_to_numpy(p), torch_to_numpy(t), rtol, atol) for t, p in zip(t_leaves, p_leaves)]
+        if half is not None:  # judged against what torch itself loses in the port's dtype (validate_half.py)
+            h_leaves = leaves(half_record[name][1]) if half_record and name in half_record else []
+            compared = [derived(row, t, h_leaves[i] if i < len(h_leaves) else None, half, rtol, atol)
+                        for row, t, i in zip(compared, t_leaves, index)]
         # One row per module: its first failing output, else its largest error.
         row = next((c for c in compared if not c["ok"]), None) or max(compared, key=lambda c: c["max_rel"])
         rows.append(dict(row, name=name, type=mtype))
     return rows, unmatched
+
+
+def derived(row, expected, torch_half, half, rtol: float, atol: float):
+    """``row`` under the half-precision bar; ``torch_half`` is torch's own output in the port's dtype, or None."""
+    from porter.validate_half import derived_row
+
+    torch_row = None
+    if torch_half is not None and hasattr(torch_half, "shape"):
+        torch_row = compare(torch_to_numpy(torch_half), torch_to_numpy(expected), rtol, atol)
+    return derived_row(row, torch_row, half["dtype"], rtol, atol, half["factor"])

@@ -54,6 +54,12 @@ class Report:
     def notes(self) -> List[str]:
         return self._data["notes"]
 
+    @property
+    def precision(self) -> Optional[Dict[str, Any]]:
+        """For a float16/bfloat16 port: its dtype, per-module relative errors against the float32 torch model
+        (and torch's own in that dtype), ``loses_most`` and ``worst_module`` (``porter/validate_half.py``)."""
+        return self._data.get("precision")
+
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready copy (infinite errors become the string ``"inf"``)."""
         def clean(v):
@@ -77,9 +83,14 @@ class Report:
     def summary(self) -> Dict[str, Any]:
         """A short dict for artifact metadata: verdict, worst output error, first divergence."""
         worst = max((row["max_rel"] for run in self.runs for row in run["outputs"]), default=0.0)
-        return {"ok": self.ok, "max_rel_error": worst, "rtol": self._data["rtol"], "atol": self._data["atol"],
-                "input_shapes": [run["input_shapes"] for run in self.runs],
-                "first_divergence": self.first_divergence and self.first_divergence["name"]}
+        out = {"ok": self.ok, "max_rel_error": worst, "rtol": self._data["rtol"], "atol": self._data["atol"],
+               "input_shapes": [run["input_shapes"] for run in self.runs],
+               "first_divergence": self.first_divergence and self.first_divergence["name"]}
+        precision = self.precision
+        if precision is not None:
+            out.update(dtype=precision["dtype"],
+                       loses_most=precision["loses_most"] and precision["loses_most"]["name"])
+        return out
 
     def __repr__(self) -> str:
         fd = self.first_divergence
@@ -90,7 +101,8 @@ class Report:
         lines = [
             f"Porter validation of {d['model']}: {'PASS' if d['ok'] else 'FAIL'}",
             f"  io_layout={d['io_layout']}  transposes={d['num_transposes']}  bar: max|porter - torch| <= "
-            f"max(rtol * max|torch|, atol), rtol={d['rtol']:g}, atol={d['atol']:g}",
+            f"max(rtol * max|torch|, atol), rtol={d['rtol']:g}, atol={d['atol']:g}"
+            + (f" (and the {d['precision']['dtype']} bar: see precision below)" if d.get("precision") else ""),
             "",
             f"  {'inputs':<26} {'output':<8} {'shape':<18} {'max|torch|':>11} {'max abs err':>12} "
             f"{'rel err':>10}  ok",
@@ -140,6 +152,11 @@ class Report:
                 for r in bad[:5]:
                     lines.append(f"      {r['name']:<40} max abs err {_fmt(r['max_abs'])} rel {_fmt(r['max_rel'])}"
                                  + (f" ({r['note']})" if r.get("note") else ""))
+        if d.get("precision"):
+            from porter.validate_half import format_lines
+
+            lines.append("")
+            lines.extend(format_lines(d["precision"]))
         for note in d["notes"]:
             lines.append(f"  note: {note}")
         return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""Half precision for a ported model: float16 / bfloat16 weights and compute, float32 where torch keeps it.
+Torch-free.
+
+``ported.astype("float16")`` (and ``porter.convert(..., dtype=...)``) casts every floating parameter and buffer to
+the dtype, records it in the graph's params (``"dtype"``) and as the graph's ``"compute_dtype"``, and the runtime
+then follows torch's mixed-precision rules (CPU autocast and torch's half kernels):
+
+* float inputs are cast to the model's dtype on entry; integer and bool inputs are untouched;
+* autocast's lower-precision ops (:data:`LOWER_PRECISION_KERNELS`, and the ``Conv``/``ConvTranspose``/``Linear``
+  layers) cast float32 operands to the model's dtype, so a float32 value the graph makes on its own (a constant,
+  an explicit ``.float()``, an attention mask built with ``torch.finfo(torch.float32).min``) never turns the rest
+  of the model into float32;
+* statistics and normalising reductions (:data:`FLOAT32_KERNELS`: softmax / log_softmax, logsumexp, mean / sum,
+  var / std, vector norms, cumsum, prod) are computed in float32 and rounded back once to their input's dtype; the
+  norm layers (batch / layer / group / instance norm) do the same in ``porter.layers`` itself
+  (``layers/_precision.py``). Porter converts no ATen loss op (``nll_loss``, ``mse_loss``, ...); a loss written
+  with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
+
+Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+
+from porter.layers._precision import in_float32
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+HALF_NAMES = ("float16", "bfloat16")
+# torch's CPU autocast "lower_precision_fp" ops, as Porter's kernels
+LOWER_PRECISION_KERNELS = frozenset({"conv", "conv_transpose", "linear", "matmul", "addmm", "sdpa", "native_mha",
+                                     "einsum"})
+LOWER_PRECISION_LAYERS = frozenset({"Conv", "ConvTranspose", "Linear"})
+# computed in float32 and rounded back once (torch's half kernels accumulate in float32); "reduce" only for these
+FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", "cumsum", "prod", "reduce"})
+_FLOAT32_REDUCE = ("mean", "sum")
+
+__all__ = ["DTYPES", "HALF_NAMES", "check_dtype", "astype", "dtype_of", "cast_input", "node_policies"]
+
+
+def check_dtype(dtype, argument: str = "dtype") -> str:
+    """The dtype's name (``"float32"``, ``"float16"`` or ``"bfloat16"``) for a name or an ``mx.Dtype``.
+
+    Raises:
+        ValueError: naming ``argument`` and the accepted values.
+    """
+    if isinstance(dtype, mx.Dtype):
+        for name, value in DTYPES.items():
+            if value == dtype:
+                return name
+    elif isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
+    raise ValueError(f"'{argument}' must be one of {', '.join(DTYPES)} but got {dtype!r}")
+
+
+def dtype_of(graph: dict) -> str:
+    """The model's compute dtype: the recorded ``compute_dtype``, else the floating dtype holding most parameter
+    elements (``"float32"`` for a model without floating parameters)."""
+    if graph.get("compute_dtype"):
+        return graph["compute_dtype"]
+    count: dict = {}
+    for spec in graph["params"].values():
+        if spec.get("dtype") in ("float64", "float32", "bfloat16", "float16"):
+            n = 1
+            for s in spec["torch_shape"]:
+                n *= s
+            count[spec["dtype"]] = count.get(spec["dtype"], 0) + n
+    return max(count, key=count.get) if count else "float32"
+
+
+def astype(ported, dtype):
+    """A copy of ``ported`` with every floating parameter and buffer in ``dtype`` and, for float16/bfloat16,
+    computed in it (see the module docstring); ``ported`` is left as it was. Integer and bool arrays (indices,
+    ``num_batches_tracked``) are untouched. ``astype("float32")`` goes back to a float32 model (of the rounded
+    weights).
+
+    Args:
+        ported (PortedModel): the model.
+        dtype (str or mx.Dtype): ``"float32"``, ``"float16"`` or ``"bfloat16"``.
+
+    Example:
+        >>> half = ported.astype("bfloat16")
+        >>> y = half(x)            # x float32 or bfloat16: cast to bfloat16 on entry
+    """
+    from .runtime import PortedModel
+    from .serialize import _live_modules
+
+    name = check_dtype(dtype)
+    target = DTYPES[name]
+    graph = json.loads(json.dumps(ported.graph))  # a deep copy (the graph is JSON data)
+    graph["modules"] = _live_modules(ported)  # the layers as they are now (a config may have been edited)
+    weights = {}
+    for key, array in ported.named_arrays().items():
+        if mx.issubdtype(array.dtype, mx.floating):
+            array = array.astype(target)
+            graph["params"][key]["dtype"] = name
+        weights[key] = array
+    if name in HALF_NAMES:
+        graph["compute_dtype"] = name
+    else:
+        graph.pop("compute_dtype", None)
+    copy = PortedModel(graph, weights)
+    copy.capture_note = getattr(ported, "capture_note", None)
+    if ported.training:
+        copy.train()
+    return copy
+
+
+def cast_input(x, dtype):
+    """A float input as the model's ``dtype``; integer and bool inputs unchanged."""
+    if isinstance(x, mx.array) and mx.issubdtype(x.dtype, mx.floating) and x.dtype != dtype:
+        return x.astype(dtype)
+    return x
+
+
+def lower(value, dtype):
+    """float32 arrays in ``value`` (an array or a list of them) as ``dtype`` (autocast's cast for its
+    lower-precision ops: float64 and integers are left alone)."""
+    if isinstance(value, mx.array):
+        return value.astype(dtype) if value.dtype == mx.float32 else value
+    if isinstance(value, list):
+        return [lower(v, dtype) for v in value]
+    return value
+
+
+def _lowered(fn, dtype):
+    def run(*args, **attrs):
+        return fn(*[lower(a, dtype) for a in args], **attrs)
+
+    return run
+
+
+def node_policies(graph: dict, kernels: list) -> tuple:
+    """For a half model: ``(kernels, layer_nodes)``, the program's kernels with the mixed-precision rules applied
+    and the indices of ``call_module`` nodes whose layer casts float32 input to the model's dtype."""
+    dtype = DTYPES[graph["compute_dtype"]]
+    out, layer_nodes = [], set()
+    modules = graph.get("modules", {})
+    for i, (node, fn) in enumerate(zip(graph["nodes"], kernels)):
+        name, attrs = node["kernel"], node["attrs"]
+        if fn is None:
+            if modules.get(attrs.get("module"), {}).get("type") in LOWER_PRECISION_LAYERS:
+                layer_nodes.add(i)
+        elif name in LOWER_PRECISION_KERNELS:
+            fn = _lowered(fn, dtype)
+        elif name in FLOAT32_KERNELS and attrs.get("dtype") is None and (
+                name != "reduce" or attrs.get("fn") in _FLOAT32_REDUCE):
+            fn = in_float32(fn)  # an explicit dtype attr means the graph chose the result's dtype itself
+        out.append(fn)
+    return out, layer_nodes
