@@ -36,12 +36,16 @@ def _rounded(xs, dtype):
 
 
 def _port_inputs(ported, xs):
-    arrays, _ = porter.validate.__globals__["_port_inputs"](ported, xs)
+    from porter.compare import port_inputs
+
+    arrays, _ = port_inputs(ported, xs)
     return arrays
 
 
 def _to_torch_layout(ported, out, index=0):
-    perm = porter.validate.__globals__["parse_layout"](ported.output_layouts[index], out.ndim)
+    from porter.compare import parse_layout
+
+    perm = parse_layout(ported.output_layouts[index], out.ndim)
     return np.transpose(np.array(out.astype(mx.float32)), np.argsort(perm))
 
 
