@@ -156,6 +156,9 @@ def _quantization_block(modules: dict):
     for path, (g, b, m) in sorted(found.items()):
         if (g, b, m) != (group_size, bits, mode):
             block[path] = {"group_size": g, "bits": b, "mode": m}
+    for path, record in sorted(modules.items()):  # quantizable layers left float: false, as mlx-lm writes them
+        if record["type"] in ("Linear", "Embedding", "Conv"):
+            block[path] = False
     return block
 
 

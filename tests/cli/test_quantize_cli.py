@@ -38,7 +38,7 @@ def test_convert_quantized(runner, tmp_path):
     assert "conv1" in q["float"] and "divisible" in q["float"]["conv1"]  # 27 = 3 channels x 3 x 3
     assert q["error"]["worst_module"] and 0 < q["error"]["max_rel_error"] < 0.05
     assert json.loads((out / "config.json").read_text())["quantization"] == {"group_size": 32, "bits": 8,
-                                                                            "mode": "affine"}
+                                                                            "mode": "affine", "conv1": False}
     loaded = porter.load(out)
     assert isinstance(loaded.conv2, PL.QuantizedConv2d) and isinstance(loaded.fc, mnn.QuantizedLinear)
     x = torch.randn(X_SHAPE)
