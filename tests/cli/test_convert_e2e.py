@@ -131,11 +131,12 @@ def test_validation_failure_exits_1_and_writes_nothing(runner, tmp_path, monkeyp
 
     def convert_wrongly(*args, **kwargs):
         """A converter bug: one weight comes out wrong."""
+        from mlx.utils import tree_flatten, tree_unflatten
+
         ported = real_convert(*args, **kwargs)
-        params = ported.params  # torch state_dict name -> array (PortedModel's parameter table)
-        name = next(iter(params))
-        params[name] = params[name] + 1.0
-        mx.eval(params[name])
+        name, value = tree_flatten(ported.trainable_parameters())[0]  # torch state_dict name, MLX array
+        ported.update(tree_unflatten([(name, value + 1.0)]))
+        mx.eval(ported.parameters())
         return ported
 
     monkeypatch.setattr(porter, "convert", convert_wrongly)
