@@ -32,7 +32,7 @@ from . import spec as S
 from .ops.elementwise import UNARY, _UNARY_ATTRS
 from .ops.misc import checked_indices
 
-_SIZE = S.Int(1, 1 << 40)
+_SIZE = S.Int(1, (1 << 31) - 1)  # MLX's dims are int32
 _GEOM = S.Ints(1, 3, 0, S.GEOMETRY)
 _POSITIVE = S.Ints(1, 3, 1, S.GEOMETRY)
 _EPS = S.Float()
@@ -191,7 +191,7 @@ LAYER_TYPES = {t.name: t for t in (
                                      c["track_running_stats"]), (PL.BatchNorm,),
               lambda m: {"num_features": m.num_features, "eps": m.eps, "momentum": m.momentum,
                          "affine": _has(m, "weight"), "track_running_stats": m.track_running_stats}),
-    LayerType("LayerNorm", S.Obj({"normalized_shape": S.Ints(1, S.MAX_LEN, 1, 1 << 40), "eps": _EPS,
+    LayerType("LayerNorm", S.Obj({"normalized_shape": S.Ints(1, S.MAX_LEN, 1, (1 << 31) - 1), "eps": _EPS,
                                   "elementwise_affine": S.Bool(), "bias": S.Bool()},
                                  ["normalized_shape", "eps", "elementwise_affine", "bias"]),
               lambda c: PL.LayerNorm(tuple(c["normalized_shape"]), c["eps"], c["elementwise_affine"], c["bias"]),

@@ -192,7 +192,8 @@ def load(source, *, revision=None, local_files_only=False) -> PortedModel:
             weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
     try:
         return PortedModel(graph, weights)
-    except ValueError as e:  # a layer config that its constructor refuses, weights that do not fit a layer
+    except (ValueError, TypeError, OverflowError, RuntimeError) as e:  # a layer config its constructor refuses
+        # (sizes beyond MLX's int32 dims, groups that do not divide), weights that do not fit a layer
         raise ArtifactError(graph_path, "modules", "", f"cannot build the model's layers ({e})") from None
 
 

@@ -147,6 +147,10 @@ TAMPERING = {
     "layer config unknown key": (lambda g: _layer(g)["config"].update(__init__=1), "config"),
     "layer config missing key": (lambda g: _layer(g)["config"].pop("stride"), "config"),
     "layer config does not fit the weights": (lambda g: _layer(g)["config"].update(out_channels=9), "modules"),
+    "layer size beyond MLX's int32 dims": (lambda g: _layer(g)["config"].update(out_channels=2 ** 40),
+                                           "config.out_channels"),
+    "layer sizes whose product is absurd": (lambda g: _layer(g, "fc")["config"].update(
+        in_features=2 ** 31 - 1, out_features=2 ** 31 - 1), "modules"),
     "layer constructor refuses the config": (lambda g: _layer(g)["config"].update(groups=5), "modules"),
     "layer path with an empty segment": (lambda g: g["modules"].update({"a..b": _layer(g)}), "modules['a..b']"),
     "layer path that is a weight": (lambda g: g["modules"].update({"conv1.weight": _layer(g)}), "conv1.weight"),
