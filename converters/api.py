@@ -101,12 +101,31 @@ def _module_attrs(model) -> dict:
         modules = list(named())
     except Exception:  # noqa: BLE001  (a ScriptModule without the Python module list)
         return out
+    from .layer_map import mapped_torch_types
+
+    mappable = mapped_torch_types()
     for path, module in modules:
+        base = _torch_base(module, mappable)
+        if base is not None:
+            out.setdefault(path, {})["torch_type"] = base
         if hasattr(module, "momentum") and hasattr(module, "running_mean"):
             momentum = module.momentum
             if momentum is None or (isinstance(momentum, (int, float)) and not isinstance(momentum, bool)):
-                out[path] = {"momentum": None if momentum is None else float(momentum)}
+                out.setdefault(path, {})["momentum"] = None if momentum is None else float(momentum)
     return out
+
+
+def _torch_base(module, mappable) -> "str | None":
+    """The torch.nn class a subclass stands for (torchvision's ``Conv3DSimple(nn.Conv3d)``) when it keeps that
+    class's forward: it then computes what the class does and maps like it. A subclass with a forward of its own
+    (``LayerNorm2d`` permuting around the norm) keeps its own name and stays unmapped unless that name maps."""
+    cls = type(module)
+    if cls.__name__ in mappable:
+        return None
+    for base in cls.__mro__[1:]:
+        if base.__module__.startswith("torch.nn.modules") and base.__name__ in mappable:
+            return base.__name__ if getattr(cls, "forward", None) is getattr(base, "forward", None) else None
+    return None
 
 
 @dataclass

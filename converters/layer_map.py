@@ -46,6 +46,11 @@ def maps(*torch_types: str):
     return decorate
 
 
+def mapped_torch_types() -> frozenset:
+    """The torch class names a mapper is registered for."""
+    return frozenset(_MAPPERS)
+
+
 def _param(node, index) -> Optional[str]:
     inputs = node["inputs"]
     if index >= len(inputs) or not isinstance(inputs[index], dict) or set(inputs[index]) != {"param"}:
@@ -239,7 +244,9 @@ def map_layers(nodes: list, sources: list, params: dict, module_info: dict) -> t
             readers.setdefault(name, set()).add(i)
     candidates: dict = {}  # path -> [(node index, Mapping or None)]
     for i, node in enumerate(nodes):
-        path, type_name = node.get("module") or "", node.get("module_type") or ""
+        path = node.get("module") or ""
+        # a torch subclass that keeps its base's forward maps as the base (api._torch_base)
+        type_name = module_info.get(path, {}).get("torch_type") or node.get("module_type") or ""
         mapper = _MAPPERS.get(type_name)
         if mapper is None or not path:
             continue

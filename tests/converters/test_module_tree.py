@@ -377,3 +377,30 @@ def test_quantize_model_on_a_port_quantizes_convs_and_saves(tmp_path):
                 w = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits))
                 model.get_submodule(path).weight.copy_(torch.from_numpy(w))
     np.testing.assert_allclose(want, model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_torch_subclass_keeping_its_forward_maps_like_its_base():
+    class Conv3DSimple(nn.Conv3d):  # torchvision's: only __init__ differs
+        def __init__(self, cin, cout):
+            super().__init__(cin, cout, (3, 3, 3), padding=1, bias=False)
+
+    class Shifted(nn.Linear):  # its own forward: not a Linear's computation
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = Conv3DSimple(2, 4)
+            self.fc = Shifted(4, 3)
+
+        def forward(self, x):
+            return self.fc(self.conv(x).mean(dim=(2, 3, 4)))
+
+    model = Net().eval()
+    x = torch.randn(2, 2, 4, 6, 6)
+    ported = porter.convert(model, (x,), io_layout="torch")
+    assert isinstance(ported.conv, PL.Conv3d)
+    assert isinstance(ported.fc, Submodule) and ported.fc.torch_type == "Shifted"
+    np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
