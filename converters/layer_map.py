@@ -213,6 +213,19 @@ def _pool(node, source, info, shapes, module_type):
     return Mapping("Pool", {"fn": a["fn"], "args": args}, 0)
 
 
+@maps("PReLU")
+def _prelu(node, source, info, shapes, module_type):
+    if node["kernel"] != "prelu" or node["attrs"].get("axis") is None or node["layout"] is None:
+        return None
+    slots = _slots(node, {"weight": (1, "identity", True)})
+    if slots is None or len(shapes[_param(node, 1)]) != 1:
+        return None
+    (count,) = shapes[_param(node, 1)]
+    if count != 1 and node["attrs"]["axis"] != len(node["layout"]) - 1:
+        return None  # a per-channel slope on a value whose channels are not last
+    return Mapping("PReLU", {"num_parameters": count}, 0, slots)
+
+
 _ACTIVATIONS = {"ReLU": "relu", "ReLU6": "hardtanh", "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid",
                 "Tanh": "tanh", "Hardswish": "hardswish", "Hardsigmoid": "hardsigmoid", "LeakyReLU": "leaky_relu",
                 "ELU": "elu", "Mish": "mish", "Softplus": "softplus", "Hardtanh": "hardtanh"}
@@ -280,7 +293,7 @@ def map_layers(nodes: list, sources: list, params: dict, module_info: dict) -> t
     return [replaced.get(i, node) for i, node in enumerate(nodes)], modules
 
 
-_CORE = {"Conv": ("conv",), "ConvTranspose": ("conv_transpose",), "Linear": ("linear",), "Embedding": ("embedding",),
+_CORE = {"PReLU": ("prelu",), "Conv": ("conv",), "ConvTranspose": ("conv_transpose",), "Linear": ("linear",), "Embedding": ("embedding",),
          "BatchNorm": ("batch_norm",), "LayerNorm": ("layer_norm",), "GroupNorm": ("group_norm",),
          "InstanceNorm": ("group_norm",)}
 

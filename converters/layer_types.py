@@ -55,6 +55,16 @@ class QuantizedEmbedding(nn.QuantizedEmbedding):
         return super().__call__(checked_indices(x, self.num_embeddings, "Embedding"))
 
 
+class PReLU(nn.PReLU):
+    """torch.nn.PReLU on channels-last input: one slope, or one per channel along the last axis (torch's dim 1),
+    computed as the runtime's ``prelu`` kernel does (``where(x > 0, x, x * weight)``)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        from .ops.elementwise import k_prelu
+
+        return k_prelu(x, self.weight, axis=x.ndim - 1)
+
+
 class Activation(nn.Module):
     """A parameter-free torch activation module (``nn.ReLU``, ``nn.GELU``, ...) computed by the runtime's own
     function for it (the one its ``unary`` kernel uses), so the tree changes no number. Any layout.
@@ -227,6 +237,8 @@ LAYER_TYPES = {t.name: t for t in (
                                                 c["bias"], group_size=c["group_size"], bits=c["bits"],
                                                 mode=c["mode"]),
               tuple(QUANTIZED_CONV.values()), lambda m: {**_conv_config(m), **_quant_config(m)}),
+    LayerType("PReLU", S.Obj({"num_parameters": _SIZE}, ["num_parameters"]),
+              lambda c: PReLU(c["num_parameters"]), (PReLU,), lambda m: {"num_parameters": m.weight.shape[0]}),
     LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
               lambda m: {"p": _dropout_p(m)}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),

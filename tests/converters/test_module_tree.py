@@ -404,3 +404,15 @@ def test_a_torch_subclass_keeping_its_forward_maps_like_its_base():
     assert isinstance(ported.fc, Submodule) and ported.fc.torch_type == "Shifted"
     np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).detach().numpy(), rtol=1e-4,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("count", [1, 6])
+def test_prelu_maps_to_a_layer(count):
+    model = nn.Sequential(nn.Conv2d(3, 6, 3), nn.PReLU(count)).eval()
+    with torch.no_grad():
+        model[1].weight.uniform_(-0.5, 0.5)  # negative slopes too
+    x = torch.randn(2, 3, 7, 9)
+    ported = porter.convert(model, (x,), io_layout="torch")
+    assert type(ported["1"]).__name__ == "PReLU" and isinstance(ported["1"], mnn.PReLU)
+    np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
