@@ -416,3 +416,37 @@ def test_prelu_maps_to_a_layer(count):
     assert type(ported["1"]).__name__ == "PReLU" and isinstance(ported["1"], mnn.PReLU)
     np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).detach().numpy(), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_a_compiled_training_step_updates_weights_and_running_stats_like_the_eager_one():
+    """MLX's usual training loop: mx.compile over model.state and optimizer.state (batch norm's running
+    statistics are state the step updates)."""
+    from functools import partial
+
+    spec = REGISTRY["resnet_basic"]
+    model = spec.builder(seed=7)
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(8, 3, 32, 32, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+    xm, ym = _nhwc(x), mx.array(y.numpy())
+    runs = []
+    for compiled in (False, True):
+        ported = porter.convert(model, (x,))
+        ported.train()
+        opt = optim.SGD(learning_rate=0.01, momentum=0.9)
+        loss_and_grad = mnn.value_and_grad(ported, lambda m, a, b: mnn.losses.cross_entropy(m(a), b,
+                                                                                           reduction="mean"))
+
+        def step(a, b):
+            loss, grads = loss_and_grad(ported, a, b)
+            opt.update(ported, grads)
+            return loss
+
+        if compiled:
+            state = [ported.state, opt.state]
+            step = partial(mx.compile, inputs=state, outputs=state)(step)
+        losses = [step(xm, ym).item() for _ in range(3)]
+        runs.append((losses, ported.torch_parameters()))
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-4)
+    for name, value in runs[0][1].items():
+        np.testing.assert_allclose(np.array(runs[1][1][name]), np.array(value), rtol=1e-3, atol=1e-5, err_msg=name)
+    assert int(np.array(runs[1][1]["bn1.num_batches_tracked"])) == 3
