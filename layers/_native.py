@@ -41,7 +41,7 @@ ENV_DIR = "PORTER_KERNEL_DIR"
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "CMakeLists.txt", "kernels.cpp", "activation_kernels.h", "conv_kernels.h", "elementwise_kernels.h",
-    "grouped_conv_kernels.h", "parallel.h", "pool_kernels.h", "windows.h", "winograd_kernels.h",
+    "grouped_conv_kernels.h", "norm_kernels.h", "parallel.h", "pool_kernels.h", "windows.h", "winograd_kernels.h",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"

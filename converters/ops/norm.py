@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from porter.layers import _native
+from porter.layers.layer_norm import group_norm, layer_norm
 
 from .. import layout as L
 from ..ir import Ref
@@ -42,26 +43,15 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
 
 @kernel("layer_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"k": Int(0, MAX_LEN), "eps": _EPS})
 def k_layer_norm(x, weight, bias, *, k, eps):
-    axes = list(range(x.ndim - k, x.ndim))
-    mean = mx.mean(x, axis=axes, keepdims=True)
-    var = mx.mean(mx.square(x - mean), axis=axes, keepdims=True)
-    y = (x - mean) * mx.rsqrt(var + eps)
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
+    """The last ``k`` dims normalised: ``porter.layers.functional.layer_norm`` (native kernel on the CPU)."""
+    return layer_norm(x, tuple(x.shape[x.ndim - k:]), weight, bias, eps)
 
 
 @kernel("group_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"groups": Int(1, 1 << 24), "eps": _EPS})
 def k_group_norm(x, weight, bias, *, groups, eps):
-    """Channels-last ``(N, *S, C)``: statistics per (sample, group) over the spatial dims and the group's channels."""
-    n, c = x.shape[0], x.shape[-1]
-    g = x.reshape(n, -1, groups, c // groups)
-    mean = mx.mean(g, axis=(1, 3), keepdims=True)
-    var = mx.mean(mx.square(g - mean), axis=(1, 3), keepdims=True)
-    y = ((g - mean) * mx.rsqrt(var + eps)).reshape(x.shape)
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
+    """Channels-last ``(N, *S, C)``: statistics per (sample, group) over the spatial dims and the group's channels
+    (``porter.layers.functional.group_norm``; native kernel on the CPU)."""
+    return group_norm(x, groups, weight, bias, eps)
 
 
 @register("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", channels_last=True)
