@@ -244,3 +244,54 @@ def test_zero_size_input():
 def test_bad_arguments_name_themselves(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+@pytest.mark.native_only
+@pytest.mark.parametrize("threads", [2, 3])
+def test_results_do_not_depend_on_the_thread_count(threads):
+    """Large enough to split over threads (rows, position chunks, chunked weight-gradient sums): bit-identical
+    results with 1 and with ``threads`` kernel threads (the chunks and the order of their sums are fixed)."""
+    from porter.layers import _native
+
+    x = mx.random.normal((2, 64, 64, 64), key=mx.random.key(4)) * 3 + 1
+    w, b = mx.random.normal((64,), key=mx.random.key(5)), mx.random.normal((64,), key=mx.random.key(6))
+    g = mx.random.normal(x.shape, key=mx.random.key(7))
+
+    def run():
+        out = []
+        for fn in (lambda a, ww, bb: PF.layer_norm(a, 64, ww, bb), lambda a, ww, bb: PF.group_norm(a, 8, ww, bb)):
+            y, grads = mx.vjp(fn, [x, w, b], [g])
+            out += [np.array(v) for v in (y[0], *grads)]
+        return out
+
+    before = _native.kernels().num_threads()
+    try:
+        _native.set_num_threads(1)
+        serial = run()
+        _native.set_num_threads(threads)
+        parallel = run()
+    finally:
+        _native.set_num_threads(before)
+    for a, b_ in zip(serial, parallel):
+        np.testing.assert_array_equal(a, b_)
+
+
+def test_non_contiguous_input_matches_torch():
+    x = _input((2, 5, 6, 7), torch.float32, seed=5)
+    xm = torch_to_mx(x, True).transpose(0, 2, 1, 3)  # (N, W, H, C): a strided view
+    xt = x.permute(0, 3, 2, 1)  # the same values as (N, W, H, C)
+    np.testing.assert_allclose(np.array(PF.layer_norm(xm, 5)), F.layer_norm(xt, (5,)).numpy(), atol=1e-5)
+    want = F.group_norm(xt.permute(0, 3, 1, 2), 5).permute(0, 2, 3, 1)
+    np.testing.assert_allclose(np.array(PF.group_norm(xm, 5)), want.numpy(), atol=1e-5)
+
+
+def test_mx_compile_matches_eager():
+    x = mx.random.normal((2, 6, 7, 12), key=mx.random.key(8))
+    w = mx.random.normal((12,), key=mx.random.key(9))
+
+    def f(a):
+        return PF.group_norm(PF.layer_norm(a, 12, w), 3, w)
+
+    grad = mx.grad(lambda a: (f(a) * a).sum())
+    np.testing.assert_allclose(np.array(mx.compile(f)(x)), np.array(f(x)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.array(mx.compile(grad)(x)), np.array(grad(x)), rtol=1e-5, atol=1e-5)
