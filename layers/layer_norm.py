@@ -164,16 +164,17 @@ def group_norm(input: mx.array, num_groups: int, weight: Optional[mx.array] = No
 
 
 class LayerNorm(nn.LayerNorm):
-    """torch's ``nn.LayerNorm`` over the last axis (channels-last: over the channels of every position); a drop-in
-    :class:`mlx.nn.LayerNorm` (same arguments and parameter names) that runs :func:`layer_norm`.
+    """torch's ``nn.LayerNorm`` over the trailing dims of the array (channels-last: ``dims=C`` normalises the
+    channels of every position); a drop-in :class:`mlx.nn.LayerNorm` (same arguments and parameter names) that runs
+    :func:`layer_norm`.
 
     Args:
-        dims (int): size of the last axis (torch's ``normalized_shape``).
+        dims (int or tuple): the trailing dims normalised (torch's ``normalized_shape``, as the array is laid out).
         eps (float, optional): added to the variance. Default: ``1e-5``.
         affine (bool, optional): learnable ``weight`` (torch's ``elementwise_affine``). Default: ``True``.
         bias (bool, optional): learnable ``bias`` too (with ``affine``). Default: ``True``.
 
-    Shape: ``(*, dims)`` -> same.
+    Shape: ``(*, *dims)`` -> same; ``weight`` and ``bias`` have shape ``dims``.
 
     Example:
         >>> ln = LayerNorm(768, eps=1e-6)
@@ -181,11 +182,20 @@ class LayerNorm(nn.LayerNorm):
         (1, 197, 768)
     """
 
-    def __init__(self, dims: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
-        if isinstance(dims, bool) or not isinstance(dims, numbers.Integral) or dims <= 0:
-            raise ValueError(f"[LayerNorm] 'dims' must be a positive int but got {dims!r}")
-        _check_eps(eps, "LayerNorm")
-        super().__init__(int(dims), eps=eps, affine=affine, bias=bias)
+    def __init__(self, dims, eps: float = 1e-5, affine: bool = True, bias: bool = True):
+        shape = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+        if not shape or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d <= 0 for d in shape):
+            raise ValueError(f"[LayerNorm] 'dims' must be a positive int or a tuple of them but got {dims!r}")
+        if not _check_eps(eps, "LayerNorm") > 0:
+            raise ValueError(f"[LayerNorm] 'eps' must be positive but got {eps}.")
+        nn.Module.__init__(self)  # mlx.nn.LayerNorm's own __init__ takes an int only; same attributes
+        shape = tuple(int(d) for d in shape)
+        if affine:
+            self.weight = mx.ones(shape)
+            if bias:
+                self.bias = mx.zeros(shape)
+        self.eps = eps
+        self.dims = shape[0] if len(shape) == 1 else shape
 
     def __call__(self, x: mx.array) -> mx.array:
         return layer_norm(x, self.dims, self.weight if "weight" in self else None,

@@ -127,6 +127,18 @@ def test_layer_norm_module_is_an_mlx_layer_norm_with_torch_names():
     x = _input((2, 4, 9), torch.float32)
     np.testing.assert_allclose(np.array(ln(torch_to_mx(x, False, False))), tln(x).detach().numpy(), atol=1e-5)
     assert "weight" not in L.LayerNorm(9, affine=False)
+    assert "bias" not in L.LayerNorm(9, bias=False) and "weight" in L.LayerNorm(9, bias=False)
+
+
+def test_layer_norm_module_over_several_trailing_dims():
+    tln = torch.nn.LayerNorm([5, 6, 7], eps=1e-4)
+    with torch.no_grad():
+        tln.weight.normal_(), tln.bias.normal_()
+    ln = L.LayerNorm((5, 6, 7), eps=1e-4)
+    assert ln.weight.shape == (5, 6, 7)
+    ln.weight, ln.bias = _leaf_to_mx(tln.weight), _leaf_to_mx(tln.bias)
+    x = _input((2, 5, 6, 7), torch.float32, seed=6)
+    np.testing.assert_allclose(np.array(ln(torch_to_mx(x, False, False))), tln(x).detach().numpy(), atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------- GroupNorm
@@ -239,6 +251,8 @@ def test_zero_size_input():
     (lambda: PF.layer_norm([1.0], 1), TypeError, "'input'"),
     (lambda: L.GroupNorm(4, 6), ValueError, "divisible"),
     (lambda: L.LayerNorm(0), ValueError, "'dims'"),
+    (lambda: L.LayerNorm(4, eps=0.0), ValueError, "'eps'"),
+    (lambda: L.LayerNorm(4)(mx.zeros((2, 5))), ValueError, "normalized_shape"),
     (lambda: L.GroupNorm(2, 6)(mx.zeros((2, 3, 4))), ValueError, r"\[GroupNorm\]"),
 ])
 def test_bad_arguments_name_themselves(call, exc, match):
