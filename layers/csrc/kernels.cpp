@@ -841,13 +841,13 @@ class Norm : public mx::UnaryPrimitive {
     }
     std::vector<bool> batched(inputs.size(), false);
     batched[0] = true;
-    auto [outs, out_axes] = vmap_into_batch(s, "group_norm", inputs, axes, batched, [&](const std::vector<mx::array>& in) {
+    auto build = [&](const std::vector<mx::array>& in) {
       std::vector<mx::array> ins{mx::contiguous(in[0], false, s)};
       for (size_t i = 1; i < in.size(); ++i) ins.push_back(in[i]);
       return std::vector<mx::array>{
           mx::array(in[0].shape(), in[0].dtype(), std::make_shared<Norm>(s, groups_, eps_, has_w_, has_b_), ins)};
-    });
-    return {outs, out_axes};
+    };
+    return vmap_into_batch(s, "group_norm", inputs, axes, batched, build);
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>&) override {
@@ -1969,6 +1969,31 @@ WinoGeometry wino_geometry(const mx::array& x, int64_t lo_h, int64_t lo_w, int64
 }
 
 // x (N, H, W, C) -> V (16, T, C) for an output of ho x wo with lo_h / lo_w zero rows / columns before the input.
+// The Winograd transforms of the kD depth taps of a 3-d conv weight (C_out, kD, 3, 3, C_in), stacked as
+// (kD, 16, C_in, C_out) and cached by the 5-d weight like winograd_weight: 3-d convs run as 2-d convs per depth tap
+// (layers/conv.py), and a tap sliced per call would be a new array, never found in the cache.
+mx::array winograd_weight_taps_op(const mx::array& w, bool cache) {
+  auto s = cpu_stream("winograd_weight_taps");
+  if (w.ndim() != 5 || w.shape(2) != 3 || w.shape(3) != 3) {
+    fail("winograd_weight_taps", "w must be (C_out, kD, 3, 3, C_in)");
+  }
+  check_f32(w, "winograd_weight_taps", "w");
+  auto& store = WinogradCache::get();
+  cache = cache && !w.is_tracer() && store.enabled();
+  if (cache) {
+    if (auto hit = store.lookup(w)) return *hit;
+  }
+  const int c_out = w.shape(0), c_in = w.shape(4);
+  std::vector<mx::array> taps;
+  for (int j = 0; j < w.shape(1); ++j) {
+    auto tap = mx::reshape(mx::slice(w, {0, j, 0, 0, 0}, {c_out, j + 1, 3, 3, c_in}, s), {c_out, 3, 3, c_in}, s);
+    taps.push_back(wino_pass(s, WinoKind::weight, WinoGeometry{}, {tap}));
+  }
+  auto u = mx::stack(taps, 0, s);
+  if (cache) store.insert(w, u);
+  return u;
+}
+
 mx::array winograd_input_op(const mx::array& x, int64_t lo_h, int64_t lo_w, int64_t ho, int64_t wo) {
   auto s = cpu_stream("winograd_input");
   if (x.ndim() != 4) fail("winograd_input", "x must be (N, H, W, C)");
@@ -2033,6 +2058,7 @@ NB_MODULE(_porter_kernels, m) {
         nb::arg("eps"));
   m.def("lp_root", &porter::lp_root_op, nb::arg("a"), nb::arg("scale"), nb::arg("inv_p"));
   m.def("winograd_weight", &porter::winograd_weight_op, nb::arg("w"), nb::arg("cache") = true);
+  m.def("winograd_weight_taps", &porter::winograd_weight_taps_op, nb::arg("w"), nb::arg("cache") = true);
   m.def("winograd_input", &porter::winograd_input_op, nb::arg("x"), nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("ho"),
         nb::arg("wo"));
   m.def("winograd_output", &porter::winograd_output_op, nb::arg("m"), nb::arg("x"), nb::arg("w"), nb::arg("lo_h"),

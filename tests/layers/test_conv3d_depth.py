@@ -1,7 +1,7 @@
-"""3-d convs as a sum over depth taps of 2-d convs (layers/conv.py::_depth_taps_conv3d) against torch: odd sizes,
-stride, padding, dilation, groups, 16-bit, gradients w.r.t. input, weight and bias; with the decomposition on (the
-default) and off (MLX's 3-d conv for one group). Sizes with >= 16 channels and >= 32 output tiles take Winograd
-inside on the native path."""
+"""3-d convs against torch: odd sizes, stride, padding, dilation, groups, 16-bit, gradients w.r.t. input, weight and
+bias; with the depth-tap decomposition (layers/conv.py::_depth_taps_conv3d) on (the default) and off. Grouped convs
+always take it; one-group convs with >= 16 channels and >= 128 Winograd tiles per tap take it with Winograd on the
+native path (the rest: MLX's 3-d conv)."""
 
 import pytest
 import torch
@@ -23,6 +23,8 @@ CASES = [
     ((1, 16, 5, 13, 11), 16, 16, 3, dict(padding=1)),  # Winograd on each depth tap (native)
     ((2, 16, 4, 9, 10), 16, 24, 3, dict(padding=(2, 1, 1), stride=(2, 1, 1))),  # Winograd, depth stride
     ((1, 16, 4, 12, 12), 16, 16, 3, dict(padding=1, stride=2)),  # the strided 2-d path's custom gradient
+    ((1, 16, 7, 10, 10), 16, 16, 3, dict(dilation=(2, 1, 1), padding=(2, 1, 1))),  # Winograd taps, dilated depth
+    ((1, 4, 7, 6, 5), 4, 6, 3, dict(groups=2, dilation=(2, 1, 1), stride=(2, 1, 2), padding=1)),  # grouped taps
 ]
 
 
@@ -41,3 +43,24 @@ def test_conv3d_other_dtypes(dtype):
 def test_second_input_size_reuses_the_layer():
     check_module(3, (1, 16, 3, 9, 8), 16, 16, 3, padding=1, seed=2)
     check_module(3, (2, 16, 6, 12, 10), 16, 16, 3, padding=1, seed=2)
+
+
+@pytest.mark.native_only
+def test_winograd_depth_taps_are_cached_by_the_3d_weight():
+    """One cache entry per 3-d weight, found again on the next call (a tap sliced per call would miss every time
+    and fill the cache)."""
+    import mlx.core as mx
+
+    import porter.layers as L
+    from porter.layers import _native
+
+    _native.clear_winograd_cache()
+    conv = L.Conv3d(16, 16, 3, padding=1)
+    x = mx.random.normal((1, 5, 13, 11, 16), key=mx.random.key(0))
+    first = conv(x)
+    mx.eval(first)
+    assert _native.winograd_cache_info()["entries"] == 1
+    for _ in range(3):
+        mx.eval(conv(x))
+    assert _native.winograd_cache_info()["entries"] == 1
+    assert mx.array_equal(conv(x), first).item()
