@@ -51,6 +51,7 @@ register("efficientnet_b0", "benchmarks.twins:efficientnet_b0", (3, 224, 224))
 register("regnet_y_400mf", "benchmarks.twins:regnet_y_400mf", (3, 224, 224))
 register("convnext_tiny", "benchmarks.twins:convnext_tiny", (3, 224, 224))
 register("vit_b_16", "benchmarks.twins:vit_b_16", (3, 224, 224))
+register("swin_t", "benchmarks.twins:swin_t", (3, 224, 224))
 register("r3d_18", "benchmarks.twins:r3d_18", (3, 16, 112, 112))
 
 

@@ -44,5 +44,11 @@ def vit_b_16():
                              mlp_dim=3072).eval()
 
 
+def swin_t():
+    from tests.zoo.twins.swin import swin_t as build  # torchvision's Swin-T twin (tests/zoo/twins)
+
+    return build().eval()
+
+
 def r3d_18():
     return VideoResNet(layers=(2, 2, 2, 2), widths=(64, 128, 256, 512)).eval()

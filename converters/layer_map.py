@@ -138,6 +138,8 @@ def _batch_norm(node, source, info, shapes, module_type):
     if momentum is not None and (isinstance(momentum, Ref) or not 0.0 <= float(momentum) <= 1.0):
         return None
     (channels,) = shapes[_param(node, 3)]
+    if not node["attrs"]["eps"] > 0:
+        return None
     config = {"num_features": channels, "eps": float(node["attrs"]["eps"]),
               "momentum": None if momentum is None else float(momentum), "affine": "weight" in slots,
               "track_running_stats": True}
@@ -153,6 +155,8 @@ def _layer_norm(node, source, info, shapes, module_type):
     if slots is None or ("bias" in slots and "weight" not in slots) or not isinstance(shape, (list, tuple)) \
             or not all(isinstance(s, int) for s in shape) or len(shape) != node["attrs"]["k"]:
         return None
+    if not node["attrs"]["eps"] > 0:
+        return None  # MLX's norm layers refuse eps <= 0: the kernel node stays
     config = {"normalized_shape": list(shape), "eps": float(node["attrs"]["eps"]),
               "elementwise_affine": "weight" in slots, "bias": "bias" in slots}
     return Mapping("LayerNorm", config, 0, slots)
@@ -169,6 +173,8 @@ def _group_norm(node, source, info, shapes, module_type):
     if not isinstance(channels, int):
         return None
     eps, groups = float(node["attrs"]["eps"]), node["attrs"]["groups"]
+    if not eps > 0:
+        return None
     if module_type == "GroupNorm":
         return Mapping("GroupNorm", {"num_groups": groups, "num_channels": channels, "eps": eps,
                                      "affine": "weight" in slots}, 0, slots)

@@ -206,7 +206,7 @@ LAYER_TYPES = {t.name: t for t in (
                                  ["normalized_shape", "eps", "elementwise_affine", "bias"]),
               lambda c: PL.LayerNorm(tuple(c["normalized_shape"]), c["eps"], c["elementwise_affine"], c["bias"]),
               (PL.LayerNorm,),
-              lambda m: {"normalized_shape": list(m.normalized_shape), "eps": m.eps,
+              lambda m: {"normalized_shape": list(m.dims) if isinstance(m.dims, tuple) else [m.dims], "eps": m.eps,
                          "elementwise_affine": _has(m, "weight"), "bias": _has(m, "bias")}),
     LayerType("GroupNorm", S.Obj({"num_groups": _SIZE, "num_channels": _SIZE, "eps": _EPS, "affine": S.Bool()},
                                  ["num_groups", "num_channels", "eps", "affine"]),

@@ -43,7 +43,7 @@ ENV_DIR = "PORTER_KERNEL_DIR"
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "CMakeLists.txt", "kernels.cpp", "activation_kernels.h", "conv_kernels.h", "elementwise_kernels.h",
-    "grouped_conv_kernels.h", "parallel.h", "pool_kernels.h", "quantize_kernels.h", "windows.h",
+    "grouped_conv_kernels.h", "norm_kernels.h", "parallel.h", "pool_kernels.h", "quantize_kernels.h", "windows.h",
     "winograd_kernels.h",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
@@ -393,6 +393,21 @@ def winograd_conv3x3(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.
     The input gradient runs as Winograd too (padding <= 2); the weight gradient and vmap are MLX's conv's (jvp:
     conv's bilinear rule), through ``mx.custom_function``."""
     u = mx.stop_gradient(kernels().winograd_weight(weight))  # the custom VJP differentiates `weight` directly
+    return _winograd_op(tuple(lo), tuple(hi))(x, weight, u)
+
+
+def winograd_depth_taps(weight: mx.array):
+    """For a 3-d conv run as 2-d convs per depth tap: ``conv(x, tap_weight, u_tap)`` for each depth tap ``j`` of the
+    float32 weight ``(C_out, kD, 3, 3, C_in)``, with the taps' Winograd transforms computed in one call and cached by
+    the 5-d weight (as :func:`winograd_conv3x3` caches a 2-d weight; a tap sliced per call is a new array each time).
+    ``conv(x, tap_weight, u_tap, lo, hi)`` is :func:`winograd_conv3x3` given the transform; the VJP differentiates
+    ``tap_weight`` (a slice of the weight), so gradients reach the 5-d weight."""
+    u = mx.stop_gradient(kernels().winograd_weight_taps(weight))
+    return [u[j] for j in range(weight.shape[1])]
+
+
+def winograd_conv3x3_with(x: mx.array, weight: mx.array, u: mx.array, lo: tuple, hi: tuple) -> mx.array:
+    """:func:`winograd_conv3x3` with the weight's transform ``u`` given (see :func:`winograd_depth_taps`)."""
     return _winograd_op(tuple(lo), tuple(hi))(x, weight, u)
 
 

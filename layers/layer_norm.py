@@ -1,125 +1,246 @@
-"""Per-sample normalisation layers with torch's semantics, channels-last: LayerNorm, GroupNorm, InstanceNorm.
+"""LayerNorm and GroupNorm with torch's semantics, channels-last.
 
-None of them keeps running statistics, so train and eval mode compute the same thing (torch's default
-``InstanceNorm*d(track_running_stats=False)``). Statistics use the biased variance, as torch does.
+:func:`layer_norm` normalises the trailing ``normalized_shape`` dims (torch's ``F.layer_norm``); :func:`group_norm`
+normalises ``(N, *spatial, C)`` per sample and per group of ``C / num_groups`` consecutive channels, over the spatial
+positions and the group's channels (torch's ``F.group_norm`` on the channels-first tensor). Both are what the
+converter's ``layer_norm``/``group_norm``/``instance_norm`` kernels and the zoo's models compute.
 
-* :class:`LayerNorm`: normalises over the last ``len(normalized_shape)`` axes of any input (torch's
-  ``normalized_shape`` are the trailing dims, so the same axes in torch's layout and in a channels-last one as long as
-  they stay last);
-* :class:`GroupNorm`: ``(N, *spatial, C)``; statistics per sample and group of ``C // num_groups`` consecutive
-  channels, over the spatial axes and the group's channels;
-* :class:`InstanceNorm`: ``(N, *spatial, C)``; statistics per sample and channel (GroupNorm with one group per
-  channel).
+On the CPU with Porter's native kernels built, each is one multi-threaded kernel (``csrc/norm_kernels.h``:
+statistics then the affine output; LayerNorm row by row, GroupNorm in chunks of positions), and so is its gradient
+(input, weight and bias in one pass set); elsewhere (Apple GPUs, CUDA, no build) MLX ops compute the same. float16
+and bfloat16 are computed in float32 and rounded once, as torch's CPU kernels do; float64 stays float64.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from typing import Optional
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from ._precision import in_float32
+from . import _native
 
-__all__ = ["LayerNorm", "GroupNorm", "InstanceNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-           "layer_norm", "group_norm"]
+__all__ = ["GroupNorm", "LayerNorm", "InstanceNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+           "group_norm", "layer_norm"]
+
+_HALF = (mx.float16, mx.bfloat16)
 
 
-@in_float32
-def layer_norm(x: mx.array, weight=None, bias=None, *, k: int = 1, eps: float = 1e-5) -> mx.array:
-    """torch's ``F.layer_norm`` over the last ``k`` axes of ``x``; ``weight``/``bias`` have those axes' shape.
-    16-bit inputs are normalised in float32 and rounded once (torch's CPU kernel)."""
-    axes = list(range(x.ndim - k, x.ndim))
-    mean = mx.mean(x, axis=axes, keepdims=True)
-    var = mx.mean(mx.square(x - mean), axis=axes, keepdims=True)
-    y = (x - mean) * mx.rsqrt(var + eps)
+def _check_param(value, name: str, shape: tuple, what: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, mx.array):
+        raise TypeError(f"[{what}] '{name}' must be an mx.array or None but got {type(value).__name__}")
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(f"[{what}] '{name}' must have shape {tuple(shape)} but got {tuple(value.shape)}")
+    if not mx.issubdtype(value.dtype, mx.floating):
+        raise TypeError(f"[{what}] '{name}' must be floating point but got {value.dtype}")
+
+
+def _check_eps(eps, what: str) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0 or math.isinf(eps):
+        raise ValueError(f"[{what}] 'eps' must be a finite float >= 0 but got {eps!r}")
+    return float(eps)
+
+
+def _check_input(x, what: str) -> mx.array:
+    if not isinstance(x, mx.array):
+        raise TypeError(f"[{what}] 'input' must be an mx.array but got {type(x).__name__}")
+    if not mx.issubdtype(x.dtype, mx.floating):
+        raise TypeError(f"[{what}] 'input' must be floating point but got {x.dtype}")
+    return x
+
+
+def _native_ok(x: mx.array) -> bool:
+    return _native.active("layer/group norm")
+
+
+def _affine(y: mx.array, weight, bias, dtype) -> mx.array:
     if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
+        y = y * weight.astype(y.dtype)
+    if bias is not None:
+        y = y + bias.astype(y.dtype)
+    return y.astype(dtype)
 
 
-@in_float32
-def group_norm(x: mx.array, groups: int, weight=None, bias=None, *, eps: float = 1e-5) -> mx.array:
-    """torch's ``F.group_norm`` on channels-last ``(N, *spatial, C)``; ``weight``/``bias`` are ``(C,)``. 16-bit
-    inputs are normalised in float32 and rounded once (torch's CPU kernel)."""
-    n, c = x.shape[0], x.shape[-1]
-    g = x.reshape(n, -1, groups, c // groups)
+def layer_norm(input: mx.array, normalized_shape, weight: Optional[mx.array] = None,
+               bias: Optional[mx.array] = None, eps: float = 1e-5) -> mx.array:
+    """torch's ``F.layer_norm``: normalise over the trailing ``normalized_shape`` dims, then ``* weight + bias``.
+
+    Args:
+        input (mx.array): ``(*, *normalized_shape)``, floating point.
+        normalized_shape (int or tuple): the trailing dims to normalise over (channels-last: ``C`` for a
+            per-position LayerNorm over channels).
+        weight (mx.array, optional): ``normalized_shape``. Default: ``None``.
+        bias (mx.array, optional): ``normalized_shape``. Default: ``None``.
+        eps (float, optional): added to the (biased) variance. Default: ``1e-5``.
+
+    Returns:
+        mx.array: the input's shape and dtype.
+
+    Example:
+        >>> x = mx.random.normal((1, 56, 56, 96))
+        >>> layer_norm(x, 96, mx.ones((96,)), mx.zeros((96,))).shape
+        (1, 56, 56, 96)
+    """
+    x = _check_input(input, "layer_norm")
+    shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
+    if not shape or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0 for s in shape):
+        raise ValueError(f"[layer_norm] 'normalized_shape' must be positive ints but got {normalized_shape!r}")
+    k = len(shape)
+    if x.ndim < k or tuple(x.shape[x.ndim - k:]) != shape:
+        raise ValueError(
+            f"[layer_norm] Given normalized_shape={list(shape)}, expected input with shape [*, "
+            f"{', '.join(map(str, shape))}], but got input of size{list(x.shape)}")
+    _check_param(weight, "weight", shape, "layer_norm")
+    _check_param(bias, "bias", shape, "layer_norm")
+    eps = _check_eps(eps, "layer_norm")
+    if x.size == 0:
+        return mx.zeros(x.shape, x.dtype)
+    if _native_ok(x):
+        # the native kernel normalises the last axis: fold the normalised dims into one (a view when contiguous)
+        width = math.prod(shape)
+        flat = x if k == 1 else x.reshape(*x.shape[:x.ndim - k], width)
+        w = None if weight is None else weight.reshape(width)
+        b = None if bias is None else bias.reshape(width)
+        y = _native.kernels().norm(flat, w, b, 0, eps)
+        return y if k == 1 else y.reshape(x.shape)
+    xs = x.astype(mx.float32) if x.dtype in _HALF else x
+    if k == 1 and xs.dtype == mx.float32:
+        ws = None if weight is None else weight.astype(mx.float32)
+        bs = None if bias is None else bias.astype(mx.float32)
+        return mx.fast.layer_norm(xs, ws, bs, eps).astype(x.dtype)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    mean = mx.mean(xs, axis=axes, keepdims=True)
+    var = mx.mean(mx.square(xs - mean), axis=axes, keepdims=True)
+    return _affine((xs - mean) * mx.rsqrt(var + eps), weight, bias, x.dtype)
+
+
+def group_norm(input: mx.array, num_groups: int, weight: Optional[mx.array] = None,
+               bias: Optional[mx.array] = None, eps: float = 1e-5) -> mx.array:
+    """torch's ``F.group_norm`` on channels-last input: statistics per sample and per group of ``C / num_groups``
+    consecutive channels, over the spatial positions and the group's channels; then ``* weight + bias`` per channel.
+
+    Args:
+        input (mx.array): ``(N, *spatial, C)`` or ``(N, C)``, floating point.
+        num_groups (int): number of groups; must divide ``C``.
+        weight (mx.array, optional): ``(C,)``. Default: ``None``.
+        bias (mx.array, optional): ``(C,)``. Default: ``None``.
+        eps (float, optional): added to the (biased) variance. Default: ``1e-5``.
+
+    Returns:
+        mx.array: the input's shape and dtype.
+
+    Example:
+        >>> x = mx.random.normal((1, 56, 56, 64))
+        >>> group_norm(x, 32).shape
+        (1, 56, 56, 64)
+    """
+    x = _check_input(input, "group_norm")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral) or num_groups <= 0:
+        raise ValueError(f"[group_norm] 'num_groups' must be a positive int but got {num_groups!r}")
+    num_groups = int(num_groups)
+    if x.ndim < 2:
+        raise ValueError(f"[group_norm] Expected at least 2 dimensions for input tensor (N, *spatial, C) but "
+                         f"received {x.ndim}")
+    c = x.shape[-1]
+    if c % num_groups:
+        raise ValueError(f"[group_norm] Expected number of channels in input to be divisible by num_groups, but got "
+                         f"input of shape {list(x.shape)} and num_groups={num_groups}")
+    _check_param(weight, "weight", (c,), "group_norm")
+    _check_param(bias, "bias", (c,), "group_norm")
+    eps = _check_eps(eps, "group_norm")
+    if x.size == 0:
+        return mx.zeros(x.shape, x.dtype)
+    if _native_ok(x):
+        return _native.kernels().norm(x, weight, bias, num_groups, eps)
+    xs = x.astype(mx.float32) if x.dtype in _HALF else x
+    n = x.shape[0]
+    g = xs.reshape(n, -1, num_groups, c // num_groups)
     mean = mx.mean(g, axis=(1, 3), keepdims=True)
     var = mx.mean(mx.square(g - mean), axis=(1, 3), keepdims=True)
-    y = ((g - mean) * mx.rsqrt(var + eps)).reshape(x.shape)
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
-
-
-def _positive(value, name: str, layer: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"[{layer}] '{name}' must be a positive int but got {value!r}.")
-    return value
+    return _affine(((g - mean) * mx.rsqrt(var + eps)).reshape(x.shape), weight, bias, x.dtype)
 
 
 class LayerNorm(nn.LayerNorm):
-    """torch.nn.LayerNorm: normalises over the trailing ``normalized_shape`` axes.
+    """torch's ``nn.LayerNorm`` over the trailing dims of the array (channels-last: ``dims=C`` normalises the
+    channels of every position); a drop-in :class:`mlx.nn.LayerNorm` (same arguments and parameter names) that runs
+    :func:`layer_norm`.
 
     Args:
-        normalized_shape (int or tuple of int): the trailing dims.
+        dims (int or tuple): the trailing dims normalised (torch's ``normalized_shape``, as the array is laid out).
         eps (float, optional): added to the variance. Default: ``1e-5``.
-        elementwise_affine (bool, optional): learnable ``weight``. Default: ``True``.
-        bias (bool, optional): learnable ``bias`` (with ``elementwise_affine``). Default: ``True``.
+        affine (bool, optional): learnable ``weight`` (torch's ``elementwise_affine``). Default: ``True``.
+        bias (bool, optional): learnable ``bias`` too (with ``affine``). Default: ``True``.
 
-    Shape: ``(*, *normalized_shape)`` -> same; ``weight``/``bias`` have shape ``normalized_shape``.
+    Shape: ``(*, *dims)`` -> same; ``weight`` and ``bias`` have shape ``dims``.
+
+    Example:
+        >>> ln = LayerNorm(768, eps=1e-6)
+        >>> ln(mx.random.normal((1, 197, 768))).shape
+        (1, 197, 768)
     """
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True):
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        if not shape:
-            raise ValueError("[LayerNorm] 'normalized_shape' must have at least one dim.")
-        for s in shape:
-            _positive(s, "normalized_shape", "LayerNorm")
-        super().__init__(math.prod(shape), eps=eps, affine=elementwise_affine, bias=bias)
-        self.normalized_shape = shape
-        if "weight" in self:
+    def __init__(self, dims, eps: float = 1e-5, affine: bool = True, bias: bool = True):
+        shape = (dims,) if isinstance(dims, numbers.Integral) else tuple(dims)
+        if not shape or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d <= 0 for d in shape):
+            raise ValueError(f"[LayerNorm] 'dims' must be a positive int or a tuple of them but got {dims!r}")
+        if not _check_eps(eps, "LayerNorm") > 0:
+            raise ValueError(f"[LayerNorm] 'eps' must be positive but got {eps}.")
+        nn.Module.__init__(self)  # mlx.nn.LayerNorm's own __init__ takes an int only; same attributes
+        shape = tuple(int(d) for d in shape)
+        if affine:
             self.weight = mx.ones(shape)
-        if "bias" in self:
-            self.bias = mx.zeros(shape)
-
-    def _extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={'weight' in self}"
+            if bias:
+                self.bias = mx.zeros(shape)
+        self.eps = eps
+        self.dims = shape[0] if len(shape) == 1 else shape
 
     def __call__(self, x: mx.array) -> mx.array:
-        k = len(self.normalized_shape)
-        if tuple(x.shape[x.ndim - k:]) != self.normalized_shape or x.ndim < k:
-            raise ValueError(f"[LayerNorm] expected input with trailing shape {self.normalized_shape} but got "
-                             f"shape {tuple(x.shape)}.")
-        return layer_norm(x, self.get("weight"), self.get("bias"), k=k, eps=self.eps)
+        return layer_norm(x, self.dims, self.weight if "weight" in self else None,
+                          self.bias if "bias" in self else None, self.eps)
 
 
 class GroupNorm(nn.GroupNorm):
-    """torch.nn.GroupNorm on channels-last ``(N, *spatial, C)`` input (torch's channel grouping).
+    """torch's ``nn.GroupNorm`` on channels-last input (torch's grouping: consecutive channels); a
+    :class:`mlx.nn.GroupNorm` with ``pytorch_compatible=True`` (same parameter names) that runs :func:`group_norm`.
 
     Args:
-        num_groups (int): groups; must divide ``num_channels``.
-        num_channels (int): ``C``.
+        num_groups (int): number of groups; must divide ``dims``.
+        dims (int): channels ``C`` (torch's ``num_channels``).
         eps (float, optional): added to the variance. Default: ``1e-5``.
         affine (bool, optional): learnable per-channel ``weight`` and ``bias``. Default: ``True``.
+
+    Shape: ``(N, *spatial, C)`` or ``(N, C)`` -> same.
+
+    Example:
+        >>> gn = GroupNorm(32, 64)
+        >>> gn(mx.random.normal((2, 56, 56, 64))).shape
+        (2, 56, 56, 64)
     """
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
-        _positive(num_groups, "num_groups", "GroupNorm")
-        _positive(num_channels, "num_channels", "GroupNorm")
-        if num_channels % num_groups:
-            raise ValueError(f"[GroupNorm] num_channels ({num_channels}) must be divisible by num_groups "
-                             f"({num_groups}).")
-        super().__init__(num_groups, num_channels, eps=eps, affine=affine, pytorch_compatible=True)
+    def __init__(self, num_groups: int, dims: int, eps: float = 1e-5, affine: bool = True):
+        for name, value in (("num_groups", num_groups), ("dims", dims)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+                raise ValueError(f"[GroupNorm] '{name}' must be a positive int but got {value!r}")
+        if dims % num_groups:
+            raise ValueError(f"[GroupNorm] num_channels must be divisible by num_groups (got dims={dims}, "
+                             f"num_groups={num_groups})")
+        _check_eps(eps, "GroupNorm")
+        super().__init__(int(num_groups), int(dims), eps=eps, affine=affine, pytorch_compatible=True)
 
     def __call__(self, x: mx.array) -> mx.array:
         if x.ndim < 2 or x.shape[-1] != self.dims:
-            raise ValueError(f"[GroupNorm] expected (N, *spatial, {self.dims}) input but got shape {tuple(x.shape)}.")
-        return group_norm(x, self.num_groups, self.get("weight"), self.get("bias"), eps=self.eps)
+            raise ValueError(f"[GroupNorm] expected (N, *spatial, {self.dims}) input but got shape {x.shape}")
+        return group_norm(x, self.num_groups, self.weight if "weight" in self else None,
+                          self.bias if "bias" in self else None, self.eps)
 
 
 class InstanceNorm(nn.InstanceNorm):
-    """torch.nn.InstanceNorm{1,2,3}d (``track_running_stats=False``) on channels-last ``(N, *spatial, C)``.
+    """torch's ``nn.InstanceNorm{1,2,3}d`` (``track_running_stats=False``: train and eval alike) on channels-last
+    ``(N, *spatial, C)``: statistics per sample and channel, i.e. :func:`group_norm` with one group per channel.
 
     Args:
         num_features (int): ``C``.
@@ -128,14 +249,16 @@ class InstanceNorm(nn.InstanceNorm):
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False):
-        _positive(num_features, "num_features", "InstanceNorm")
-        super().__init__(num_features, eps=eps, affine=affine)
+        if isinstance(num_features, bool) or not isinstance(num_features, numbers.Integral) or num_features <= 0:
+            raise ValueError(f"[InstanceNorm] 'num_features' must be a positive int but got {num_features!r}")
+        _check_eps(eps, "InstanceNorm")
+        super().__init__(int(num_features), eps=eps, affine=affine)
 
     def __call__(self, x: mx.array) -> mx.array:
         if x.ndim < 2 or x.shape[-1] != self.dims:
-            raise ValueError(f"[InstanceNorm] expected (N, *spatial, {self.dims}) input but got shape "
-                             f"{tuple(x.shape)}.")
-        return group_norm(x, self.dims, self.get("weight"), self.get("bias"), eps=self.eps)
+            raise ValueError(f"[InstanceNorm] expected (N, *spatial, {self.dims}) input but got shape {x.shape}")
+        return group_norm(x, self.dims, self.weight if "weight" in self else None,
+                          self.bias if "bias" in self else None, self.eps)
 
 
 # torch's three classes differ only in the rank they accept; channels-last input makes them one layer

@@ -4,7 +4,7 @@ Names are torchvision's: ``features.0.0/1`` (4x4 patchify conv, LayerNorm2d), ``
 ``block.0`` 7x7 depthwise conv, ``block.2`` LayerNorm, ``block.3``/``block.5`` the MLP, ``layer_scale``),
 ``features.<2k>.0/1`` (LayerNorm2d, 2x2 stride-2 conv), ``classifier.0`` (LayerNorm2d), ``classifier.2`` (Linear).
 Channels-last makes torchvision's ``LayerNorm2d`` and its permutes around the block's LayerNorm plain
-``mlx.nn.LayerNorm`` over the last axis (the permutes stay as parameter-free placeholders, keeping the indices).
+``porter.layers.LayerNorm`` over the last axis (the permutes stay as parameter-free placeholders, keeping the indices).
 Example::
 
     >>> model = zoo.create("convnext_tiny", num_classes=10)
@@ -21,7 +21,7 @@ import mlx.nn as nn
 import numpy as np
 
 from porter.layers import Conv2d
-from porter.layers import GELU  # native CPU kernels (MLX's own are 15-35x slower)
+from porter.layers import GELU, LayerNorm  # native CPU kernels (MLX's own are 15-35x slower)
 
 from ._blocks import StochasticDepth
 from ._common import apply_sequence
@@ -29,8 +29,8 @@ from ._loading import TorchCheckpointMixin
 from .registry import register_model
 
 
-def _layer_norm(channels: int) -> nn.LayerNorm:
-    return nn.LayerNorm(channels, eps=1e-6)
+def _layer_norm(channels: int) -> LayerNorm:
+    return LayerNorm(channels, eps=1e-6)
 
 
 class CNBlock(nn.Module):

@@ -24,7 +24,7 @@ import mlx.nn as nn
 import numpy as np
 
 from porter.layers import AvgPool2d, BatchNorm2d, Conv2d
-from porter.layers import GELU, SiLU, Tanh  # native CPU kernels (MLX's own are 15-35x slower)
+from porter.layers import GELU, SiLU, Tanh, LayerNorm  # native CPU kernels (MLX's own are 15-35x slower)
 
 from ._blocks import SqueezeExcitation, StochasticDepth, conv_norm_activation
 from ._common import apply_sequence
@@ -146,10 +146,10 @@ class PartitionAttentionLayer(nn.Module):
             raise ValueError(f"[PartitionAttentionLayer] 'partition_type' must be 'grid' or 'window' but got "
                              f"{partition_type!r}.")
         self.partition_size, self.partition_type = partition_size, partition_type
-        self.attn_layer = [nn.LayerNorm(in_channels),
+        self.attn_layer = [LayerNorm(in_channels),
                            RelativePositionalMultiHeadAttention(in_channels, head_dim, partition_size ** 2),
                            nn.Dropout(attention_dropout)]
-        self.mlp_layer = [nn.LayerNorm(in_channels), nn.Linear(in_channels, in_channels * mlp_ratio), GELU(),
+        self.mlp_layer = [LayerNorm(in_channels), nn.Linear(in_channels, in_channels * mlp_ratio), GELU(),
                           nn.Linear(in_channels * mlp_ratio, in_channels), nn.Dropout(mlp_dropout)]
         self.stochastic_dropout = StochasticDepth(p_stochastic_dropout, "row")
 
@@ -264,7 +264,7 @@ class MaxVit(TorchCheckpointMixin, nn.Module):
                                            partition_size=partition_size))
             start += n
         width = block_channels[-1]
-        self.classifier = [_GlobalAvgPool(), nn.Identity(), nn.LayerNorm(width), nn.Linear(width, width), Tanh(),
+        self.classifier = [_GlobalAvgPool(), nn.Identity(), LayerNorm(width), nn.Linear(width, width), Tanh(),
                            nn.Linear(width, num_classes, bias=False)]
 
     def __call__(self, x: mx.array) -> mx.array:

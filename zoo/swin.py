@@ -25,7 +25,7 @@ import mlx.nn as nn
 import numpy as np
 
 from porter.layers import Conv2d
-from porter.layers import GELU  # native CPU kernels (MLX's own are 15-35x slower)
+from porter.layers import GELU, LayerNorm  # native CPU kernels (MLX's own are 15-35x slower)
 
 from ._blocks import StochasticDepth
 from ._common import apply_sequence
@@ -206,11 +206,11 @@ class SwinTransformerBlock(nn.Module):
                  mlp_ratio: float = 4.0, dropout: float = 0.0, attention_dropout: float = 0.0,
                  stochastic_depth_prob: float = 0.0):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
+        self.norm1 = LayerNorm(dim)
         self.attn = self.attn_layer(dim, window_size, shift_size, num_heads, attention_dropout=attention_dropout,
                                     dropout=dropout)
         self.stochastic_depth = StochasticDepth(stochastic_depth_prob, "row")
-        self.norm2 = nn.LayerNorm(dim)
+        self.norm2 = LayerNorm(dim)
         self.mlp = mlp(dim, [int(dim * mlp_ratio), dim], GELU, dropout)
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -246,7 +246,7 @@ class PatchMerging(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
-        self.norm = nn.LayerNorm(4 * dim)
+        self.norm = LayerNorm(4 * dim)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.reduction(self.norm(_merge_patches(x)))
@@ -258,7 +258,7 @@ class PatchMergingV2(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
-        self.norm = nn.LayerNorm(2 * dim)
+        self.norm = LayerNorm(2 * dim)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.norm(self.reduction(_merge_patches(x)))
@@ -298,7 +298,7 @@ class SwinTransformer(TorchCheckpointMixin, nn.Module):
         merging = PatchMergingV2 if v2 else PatchMerging
         patch = tuple(patch_size)
         # children 0, 1, 2 as torchvision's nn.Sequential(conv, Permute, norm); Permute is a no-op channels-last
-        self.features = [[Conv2d(3, embed_dim, patch, stride=patch), nn.Identity(), nn.LayerNorm(embed_dim)]]
+        self.features = [[Conv2d(3, embed_dim, patch, stride=patch), nn.Identity(), LayerNorm(embed_dim)]]
         total, block_id = sum(depths), 0
         for i, (depth, heads) in enumerate(zip(depths, num_heads)):
             dim = embed_dim * 2 ** i
@@ -313,7 +313,7 @@ class SwinTransformer(TorchCheckpointMixin, nn.Module):
             if i < len(depths) - 1:
                 self.features.append(merging(dim))
         num_features = embed_dim * 2 ** (len(depths) - 1)
-        self.norm = nn.LayerNorm(num_features)
+        self.norm = LayerNorm(num_features)
         self.head = nn.Linear(num_features, num_classes)
 
     def __call__(self, x: mx.array) -> mx.array:

@@ -19,7 +19,7 @@ import mlx.nn as nn
 import numpy as np
 
 from porter.layers import Conv2d
-from porter.layers import GELU  # native CPU kernels (MLX's own are 15-35x slower)
+from porter.layers import GELU, LayerNorm  # native CPU kernels (MLX's own are 15-35x slower)
 
 from ._common import apply_sequence
 from ._loading import TorchCheckpointMixin
@@ -39,10 +39,10 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, num_heads: int, hidden_dim: int, mlp_dim: int, dropout: float, attention_dropout: float):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(hidden_dim, eps=1e-6)
+        self.ln_1 = LayerNorm(hidden_dim, eps=1e-6)
         self.self_attention = MultiheadAttention(hidden_dim, num_heads, dropout=attention_dropout)
         self.dropout = nn.Dropout(dropout)
-        self.ln_2 = nn.LayerNorm(hidden_dim, eps=1e-6)
+        self.ln_2 = LayerNorm(hidden_dim, eps=1e-6)
         self.mlp = mlp(hidden_dim, [mlp_dim, hidden_dim], GELU, dropout)
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -64,7 +64,7 @@ class Encoder(nn.Module):
         # torchvision's nn.Sequential(OrderedDict) names its children encoder_layer_<i>
         self.layers = {f"encoder_layer_{i}": EncoderBlock(num_heads, hidden_dim, mlp_dim, dropout, attention_dropout)
                        for i in range(num_layers)}
-        self.ln = nn.LayerNorm(hidden_dim, eps=1e-6)
+        self.ln = LayerNorm(hidden_dim, eps=1e-6)
 
     def torch_parameter_specs(self) -> list:
         return [("pos_embedding", tuple(self.pos_embedding.shape), _same)]

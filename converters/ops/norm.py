@@ -48,13 +48,15 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
 
 @kernel("layer_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"k": Int(0, MAX_LEN), "eps": _EPS})
 def k_layer_norm(x, weight, bias, *, k, eps):
-    return layer_norm(x, weight, bias, k=k, eps=eps)
+    """The last ``k`` dims normalised: ``porter.layers.functional.layer_norm`` (native kernel on the CPU)."""
+    return layer_norm(x, tuple(x.shape[x.ndim - k:]), weight, bias, eps)
 
 
 @kernel("group_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"groups": Int(1, 1 << 24), "eps": _EPS})
 def k_group_norm(x, weight, bias, *, groups, eps):
-    """Channels-last ``(N, *S, C)``: statistics per (sample, group) over the spatial dims and the group's channels."""
-    return group_norm(x, groups, weight, bias, eps=eps)
+    """Channels-last ``(N, *S, C)``: statistics per (sample, group) over the spatial dims and the group's channels
+    (``porter.layers.functional.group_norm``; native kernel on the CPU)."""
+    return group_norm(x, groups, weight, bias, eps)
 
 
 @register("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", channels_last=True)

@@ -1,0 +1,311 @@
+"""LayerNorm / GroupNorm (porter.layers.layer_norm) against torch: values, dtypes, gradients w.r.t. input, weight
+and bias, second derivatives, vmap, NaN, errors. Every test runs on the native kernels and the pure-MLX path."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check_against_torch, mx_to_numpy, torch_to_mx
+
+import porter.layers as L
+import porter.layers.functional as PF
+
+# (value atol, gradient atol) per dtype; a norm's outputs are O(1) and its gradients sums over C or S*C products
+TOL = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-12, 1e-11), torch.float16: (4e-3, 1e-2),
+       torch.bfloat16: (3e-2, 3e-2)}
+
+
+def _params(c: int, dtype, affine: bool, bias: bool = True, seed: int = 0):
+    """Random weight and bias (never the ones/zeros a fresh layer starts with), torch leaves and MLX twins."""
+    if not affine:
+        return None, None
+    gen = torch.Generator().manual_seed(seed)
+    w = (torch.randn(c, generator=gen, dtype=torch.float64) + 1.0).to(dtype).requires_grad_(True)
+    b = (torch.randn(c, generator=gen, dtype=torch.float64)).to(dtype).requires_grad_(True) if bias else None
+    return w, b
+
+
+def _leaf_to_mx(t):
+    return None if t is None else torch_to_mx(t, batched=False, channels_last=False)
+
+
+def _input(shape, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    # an offset and a spread, so that the mean and the variance both matter
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * 2.5 + 0.7).to(dtype)
+
+
+def _check(make_torch_fn, porter_fn, x, nd, w, b, dtype, grad_atol=None):
+    """``make_torch_fn(w, b)`` builds torch's function. For 16-bit dtypes torch's reference is computed in float64 on
+    the same (rounded) values and rounded once: torch's own 16-bit CPU kernels sum weight gradients in 16-bit (off
+    by several % against float64), Porter sums them in float32."""
+    atol, gatol = TOL[dtype]
+    gatol = grad_atol or gatol
+    half = dtype in (torch.float16, torch.bfloat16)
+    mx_params = {name: _leaf_to_mx(leaf) for name, leaf in (("weight", w), ("bias", b)) if leaf is not None}
+    if half:
+        w, b = (None if t is None else t.detach().double().requires_grad_(True) for t in (w, b))
+        inner = make_torch_fn(w, b)
+        torch_fn = lambda a: inner(a.double()).to(dtype)  # noqa: E731
+    else:
+        torch_fn = make_torch_fn(w, b)
+    leaves = {"weight": w, "bias": b}
+    params = {name: (leaves[name], arr, None) for name, arr in mx_params.items()}
+    if params:
+        check_against_torch(torch_fn, lambda xm, p: porter_fn(xm, p.get("weight"), p.get("bias")), x, nd=nd,
+                            atol=atol, rtol=atol, grad_atol=gatol, grad_rtol=gatol, params=params)
+    else:
+        check_against_torch(torch_fn, lambda xm: porter_fn(xm, None, None), x, nd=nd, atol=atol, rtol=atol,
+                            grad_atol=gatol, grad_rtol=gatol)
+
+
+# ---------------------------------------------------------------------------------------------------- LayerNorm
+# torch layout (N, C, *S); the LayerNorm runs over C at every position (ConvNeXt's LayerNorm2d, a ViT token's dims)
+LN_CASES = [
+    ((2, 7, 5, 3), 1e-5, True, True),
+    ((3, 33, 9), 1e-6, True, True),
+    ((2, 96, 6, 7), 1e-6, True, False),
+    ((2, 17, 4, 5), 1e-5, False, False),
+    ((1, 768, 13), 1e-6, True, True),
+    ((2, 5, 3, 4, 3), 0.1, True, True),
+    ((1, 197, 40), 1e-6, True, True),
+]
+# > 1M element-steps: several threads, chunked weight gradients (float32 only; sums of 3136 products per weight)
+LN_LARGE = [((1, 96, 56, 56), 1e-6, True, True)]
+
+
+def _torch_ln(c, w, b, eps):
+    def fn(x):
+        moved = x.movedim(1, -1)
+        return F.layer_norm(moved, (c,), w, b, eps).movedim(-1, 1)
+    return fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape, eps, affine, bias", LN_CASES)
+def test_layer_norm_matches_torch(shape, eps, affine, bias, dtype):
+    c = shape[1]
+    w, b = _params(c, dtype, affine, bias)
+    _check(lambda tw, tb: _torch_ln(c, tw, tb, eps), lambda xm, wm, bm: PF.layer_norm(xm, c, wm, bm, eps),
+           _input(shape, dtype), len(shape) - 2, w, b, dtype)
+
+
+@pytest.mark.parametrize("shape, eps, affine, bias", LN_LARGE)
+def test_layer_norm_large_matches_torch(shape, eps, affine, bias):
+    c = shape[1]
+    w, b = _params(c, torch.float32, affine, bias)
+    _check(lambda tw, tb: _torch_ln(c, tw, tb, eps), lambda xm, wm, bm: PF.layer_norm(xm, c, wm, bm, eps),
+           _input(shape, torch.float32), len(shape) - 2, w, b, torch.float32, grad_atol=1e-3)
+
+
+@pytest.mark.parametrize("normalized", [(6, 7), (5, 6, 7)])
+def test_layer_norm_over_several_trailing_dims(normalized):
+    x = _input((2, 5, 6, 7), torch.float32, seed=3).requires_grad_(True)
+    w, b = _params(int(np.prod(normalized)), torch.float32, True)
+    w, b = w.detach().reshape(normalized).requires_grad_(True), b.detach().reshape(normalized).requires_grad_(True)
+    y = F.layer_norm(x, normalized, w, b, 1e-5)
+    g = torch.randn_like(y)
+    y.backward(g)
+    xm, wm, bm, gm = (torch_to_mx(t, batched=False, channels_last=False) for t in (x, w, b, g))
+    fn = lambda a, ww, bb: PF.layer_norm(a, normalized, ww, bb, 1e-5)  # noqa: E731
+    ym, grads = mx.vjp(fn, [xm, wm, bm], [gm])
+    np.testing.assert_allclose(np.array(ym[0]), y.detach().numpy(), atol=1e-5, rtol=1e-5)
+    for got, want in zip(grads, (x.grad, w.grad, b.grad)):
+        np.testing.assert_allclose(np.array(got), want.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_layer_norm_module_is_an_mlx_layer_norm_with_torch_names():
+    ln = L.LayerNorm(9, eps=1e-6)
+    import mlx.nn as nn
+    assert isinstance(ln, nn.LayerNorm)
+    assert sorted(k for k, _ in __import__("mlx.utils").utils.tree_flatten(ln.parameters())) == ["bias", "weight"]
+    tln = torch.nn.LayerNorm(9, eps=1e-6)
+    with torch.no_grad():
+        tln.weight.normal_(), tln.bias.normal_()
+    ln.weight, ln.bias = _leaf_to_mx(tln.weight), _leaf_to_mx(tln.bias)
+    x = _input((2, 4, 9), torch.float32)
+    np.testing.assert_allclose(np.array(ln(torch_to_mx(x, False, False))), tln(x).detach().numpy(), atol=1e-5)
+    assert "weight" not in L.LayerNorm(9, affine=False)
+    assert "bias" not in L.LayerNorm(9, bias=False) and "weight" in L.LayerNorm(9, bias=False)
+
+
+def test_layer_norm_module_over_several_trailing_dims():
+    tln = torch.nn.LayerNorm([5, 6, 7], eps=1e-4)
+    with torch.no_grad():
+        tln.weight.normal_(), tln.bias.normal_()
+    ln = L.LayerNorm((5, 6, 7), eps=1e-4)
+    assert ln.weight.shape == (5, 6, 7)
+    ln.weight, ln.bias = _leaf_to_mx(tln.weight), _leaf_to_mx(tln.bias)
+    x = _input((2, 5, 6, 7), torch.float32, seed=6)
+    np.testing.assert_allclose(np.array(ln(torch_to_mx(x, False, False))), tln(x).detach().numpy(), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------- GroupNorm
+GN_CASES = [
+    ((2, 6, 5, 7), 3, 1e-5, True),
+    ((1, 64, 9, 11), 32, 1e-5, True),
+    ((2, 12, 3, 4, 5), 4, 1e-3, True),
+    ((3, 10, 7), 5, 1e-5, False),
+    ((4, 6), 2, 1e-5, True),
+    ((2, 9, 5, 5), 9, 1e-5, True),  # one group per channel: instance norm
+    ((2, 15, 4, 3), 1, 0.5, True),  # one group: a layer norm over (C, H, W)
+    ((2, 10, 33, 41), 5, 1e-5, True),  # several position chunks per sample
+]
+# > 1M element-steps: several threads and position chunks (float32 only; sums of 8192 products per weight)
+GN_LARGE = [((2, 64, 64, 64), 32, 1e-5, True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape, groups, eps, affine", GN_CASES)
+def test_group_norm_matches_torch(shape, groups, eps, affine, dtype):
+    c = shape[1]
+    w, b = _params(c, dtype, affine)
+    _check(lambda tw, tb: (lambda x: F.group_norm(x, groups, tw, tb, eps)),
+           lambda xm, wm, bm: PF.group_norm(xm, groups, wm, bm, eps), _input(shape, dtype, seed=1), len(shape) - 2, w,
+           b, dtype)
+
+
+@pytest.mark.parametrize("shape, groups, eps, affine", GN_LARGE)
+def test_group_norm_large_matches_torch(shape, groups, eps, affine):
+    c = shape[1]
+    w, b = _params(c, torch.float32, affine)
+    _check(lambda tw, tb: (lambda x: F.group_norm(x, groups, tw, tb, eps)),
+           lambda xm, wm, bm: PF.group_norm(xm, groups, wm, bm, eps), _input(shape, torch.float32, seed=1),
+           len(shape) - 2, w, b, torch.float32, grad_atol=1e-3)
+
+
+def test_group_norm_module_matches_torch():
+    tgn = torch.nn.GroupNorm(4, 12, eps=1e-4)
+    with torch.no_grad():
+        tgn.weight.normal_(), tgn.bias.normal_()
+    gn = L.GroupNorm(4, 12, eps=1e-4)
+    gn.weight, gn.bias = _leaf_to_mx(tgn.weight), _leaf_to_mx(tgn.bias)
+    x = _input((2, 12, 5, 6), torch.float32)
+    np.testing.assert_allclose(mx_to_numpy(gn(torch_to_mx(x, True)), True), tgn(x).detach().numpy(), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------- edge cases
+def test_nan_stays_in_its_row_and_group():
+    x = _input((2, 8, 3, 4), torch.float32)
+    x[0, 2, 1, 1] = float("nan")
+    xm = torch_to_mx(x, True)
+    ln_t = _torch_ln(8, None, None, 1e-5)(x)
+    np.testing.assert_allclose(mx_to_numpy(PF.layer_norm(xm, 8), True), ln_t.numpy(), atol=1e-5, equal_nan=True)
+    gn_t = F.group_norm(x, 2, None, None, 1e-5)
+    gn_m = mx_to_numpy(PF.group_norm(xm, 2), True)
+    np.testing.assert_allclose(gn_m, gn_t.numpy(), atol=1e-5, equal_nan=True)
+    assert np.isnan(gn_m[0, :4]).all() and not np.isnan(gn_m[0, 4:]).any() and not np.isnan(gn_m[1]).any()
+
+
+@pytest.mark.parametrize("kind", ["layer", "group"])
+def test_second_derivative_matches_torch(kind):
+    """Gradient of (gradient . v) w.r.t. input and weight: the gradient kernel's own VJP."""
+    x = _input((2, 6, 3, 4), torch.float64).requires_grad_(True)
+    w, b = _params(6, torch.float64, True)
+    g = torch.randn(2, 6, 3, 4, dtype=torch.float64)
+    v = torch.randn(2, 6, 3, 4, dtype=torch.float64)
+    tfn = _torch_ln(6, w, b, 1e-5) if kind == "layer" else (lambda a: F.group_norm(a, 3, w, b, 1e-5))
+    gx, gw = torch.autograd.grad((tfn(x) * g).sum(), [x, w], create_graph=True)
+    hx, hw = torch.autograd.grad((gx * v).sum() + gw.sum(), [x, w])
+    xm, gm, vm = (torch_to_mx(t, True) for t in (x, g, v))
+    wm, bm = _leaf_to_mx(w), _leaf_to_mx(b)
+
+    def pfn(a, ww):
+        return PF.layer_norm(a, 6, ww, bm) if kind == "layer" else PF.group_norm(a, 3, ww, bm)
+
+    def outer(a, ww):
+        dx, dw = mx.grad(lambda a_, w_: (pfn(a_, w_) * gm).sum(), argnums=(0, 1))(a, ww)
+        return (dx * vm).sum() + dw.sum()
+
+    mhx, mhw = mx.grad(outer, argnums=(0, 1))(xm, wm)
+    np.testing.assert_allclose(mx_to_numpy(mhx, True), hx.numpy(), atol=1e-9, rtol=1e-9)
+    np.testing.assert_allclose(np.array(mhw), hw.numpy(), atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["layer", "group"])
+def test_vmap_matches_a_loop(kind):
+    xs = mx.random.normal((3, 2, 4, 5, 6), key=mx.random.key(0)) * 2 + 1
+    w, b = mx.random.normal((6,), key=mx.random.key(1)), mx.random.normal((6,), key=mx.random.key(2))
+    fn = (lambda a: PF.layer_norm(a, 6, w, b)) if kind == "layer" else (lambda a: PF.group_norm(a, 2, w, b))
+    for axis in (0, 1):
+        mapped = mx.vmap(fn, in_axes=axis)(xs)
+        looped = mx.stack([fn(xs[i] if axis == 0 else xs[:, i]) for i in range(xs.shape[axis])])
+        np.testing.assert_allclose(np.array(mapped), np.array(looped), atol=1e-5)
+
+
+def test_zero_size_input():
+    assert PF.layer_norm(mx.zeros((0, 4)), 4).shape == (0, 4)
+    assert PF.group_norm(mx.zeros((0, 3, 4)), 2).shape == (0, 3, 4)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: PF.group_norm(mx.zeros((2, 3, 6)), 4), ValueError, "divisible by num_groups"),
+    (lambda: PF.group_norm(mx.zeros((2, 3, 6)), 0), ValueError, "'num_groups'"),
+    (lambda: PF.group_norm(mx.zeros((6,)), 2), ValueError, "at least 2 dimensions"),
+    (lambda: PF.group_norm(mx.zeros((2, 6)), 2, mx.ones((5,))), ValueError, "'weight'"),
+    (lambda: PF.layer_norm(mx.zeros((2, 6)), 5), ValueError, "normalized_shape"),
+    (lambda: PF.layer_norm(mx.zeros((2, 6)), 6, None, mx.ones((6, 1))), ValueError, "'bias'"),
+    (lambda: PF.layer_norm(mx.zeros((2, 6)), 6, eps=-1.0), ValueError, "'eps'"),
+    (lambda: PF.layer_norm(mx.zeros((2, 6), dtype=mx.int32), 6), TypeError, "'input'"),
+    (lambda: PF.layer_norm([1.0], 1), TypeError, "'input'"),
+    (lambda: L.GroupNorm(4, 6), ValueError, "divisible"),
+    (lambda: L.LayerNorm(0), ValueError, "'dims'"),
+    (lambda: L.LayerNorm(4, eps=0.0), ValueError, "'eps'"),
+    (lambda: L.LayerNorm(4)(mx.zeros((2, 5))), ValueError, "normalized_shape"),
+    (lambda: L.GroupNorm(2, 6)(mx.zeros((2, 3, 4))), ValueError, r"\[GroupNorm\]"),
+])
+def test_bad_arguments_name_themselves(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+@pytest.mark.native_only
+@pytest.mark.parametrize("threads", [2, 3])
+def test_results_do_not_depend_on_the_thread_count(threads):
+    """Large enough to split over threads (rows, position chunks, chunked weight-gradient sums): bit-identical
+    results with 1 and with ``threads`` kernel threads (the chunks and the order of their sums are fixed)."""
+    from porter.layers import _native
+
+    x = mx.random.normal((2, 64, 64, 64), key=mx.random.key(4)) * 3 + 1
+    w, b = mx.random.normal((64,), key=mx.random.key(5)), mx.random.normal((64,), key=mx.random.key(6))
+    g = mx.random.normal(x.shape, key=mx.random.key(7))
+
+    def run():
+        out = []
+        for fn in (lambda a, ww, bb: PF.layer_norm(a, 64, ww, bb), lambda a, ww, bb: PF.group_norm(a, 8, ww, bb)):
+            y, grads = mx.vjp(fn, [x, w, b], [g])
+            out += [np.array(v) for v in (y[0], *grads)]
+        return out
+
+    before = _native.kernels().num_threads()
+    try:
+        _native.set_num_threads(1)
+        serial = run()
+        _native.set_num_threads(threads)
+        parallel = run()
+    finally:
+        _native.set_num_threads(before)
+    for a, b_ in zip(serial, parallel):
+        np.testing.assert_array_equal(a, b_)
+
+
+def test_non_contiguous_input_matches_torch():
+    x = _input((2, 5, 6, 7), torch.float32, seed=5)
+    xm = torch_to_mx(x, True).transpose(0, 2, 1, 3)  # (N, W, H, C): a strided view
+    xt = x.permute(0, 3, 2, 1)  # the same values as (N, W, H, C)
+    np.testing.assert_allclose(np.array(PF.layer_norm(xm, 5)), F.layer_norm(xt, (5,)).numpy(), atol=1e-5)
+    want = F.group_norm(xt.permute(0, 3, 1, 2), 5).permute(0, 2, 3, 1)
+    np.testing.assert_allclose(np.array(PF.group_norm(xm, 5)), want.numpy(), atol=1e-5)
+
+
+def test_mx_compile_matches_eager():
+    x = mx.random.normal((2, 6, 7, 12), key=mx.random.key(8))
+    w = mx.random.normal((12,), key=mx.random.key(9))
+
+    def f(a):
+        return PF.group_norm(PF.layer_norm(a, 12, w), 3, w)
+
+    grad = mx.grad(lambda a: (f(a) * a).sum())
+    np.testing.assert_allclose(np.array(mx.compile(f)(x)), np.array(f(x)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.array(mx.compile(grad)(x)), np.array(grad(x)), rtol=1e-5, atol=1e-5)
