@@ -14,7 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import _window_sum
-from ._utils import ShapeOnly, as_batched, check_rank, format_shape, plan_cache, pool_output_size
+from ._utils import as_batched, format_shape, plan_cache, pool_output_size
 
 _ORDINAL = {1: "one", 2: "two", 3: "three"}
 
@@ -130,16 +130,6 @@ def check_avg_pool_input(x: mx.array, nd: int, k, s, p, ceil_mode: bool, layer: 
 
 
 # ---------------------------------------------------------------------------------------------------- compute
-@plan_cache
-def avg_pool_plan(nd, k, s, p, ceil_mode, shape, dtype, layer) -> tuple:
-    """The input checks, once per configuration and input shape: ``(batched, output spatial size)``."""
-    xb = ShapeOnly(shape, dtype)
-    batched = check_rank(xb, nd, layer)
-    if not batched:
-        xb = ShapeOnly((1,) + tuple(shape), dtype)
-    return batched, check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
-
-
 def avg_pool(
     x: mx.array,
     nd: int,
@@ -161,12 +151,8 @@ def avg_pool(
 def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mode: bool, count_include_pad: bool,
                      divisor_override: Optional[int], layer: str) -> mx.array:
     """:func:`avg_pool` with arguments already normalised by :func:`check_avg_pool_args` (modules validate once)."""
-    if isinstance(x, mx.array):
-        batched, out_shape = avg_pool_plan(nd, k, s, p, ceil_mode, tuple(x.shape), x.dtype, layer)
-        xb = x if batched else x[None]
-    else:
-        xb, batched = as_batched(x, nd, layer)  # raises for what is not an array
-        out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
+    xb, batched = as_batched(x, nd, layer)
+    out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)  # cheaper than a cached plan's key
     out = _window_sum.sliding_average(xb, out_shape, k, s, p, count_include_pad, divisor_override)
     return out if batched else out[0]
 

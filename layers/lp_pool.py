@@ -16,7 +16,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import _export, _native, _window_sum
-from .avg_pool import avg_pool, avg_pool_plan, check_avg_pool_args
+from ._utils import as_batched
+from .avg_pool import avg_pool, check_avg_pool_args, check_avg_pool_input
 
 _LOW_PRECISION = (mx.float16, mx.bfloat16)
 
@@ -158,8 +159,9 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
         if dtype in (mx.float32, mx.float64) and _window_sum.native(x, _window_sum.POWER_KERNEL):
             # x ** p and its window average in one pass (layers/csrc); fp16/bf16 round between torch's stages
             k = tuple(int(v) for v in k)
-            batched, out = avg_pool_plan(nd, k, s, (0,) * nd, bool(ceil_mode), tuple(x.shape), x.dtype, layer)
-            a = _window_sum.native_power_average(x if batched else x[None], out, k, s, float(norm_type))
+            xb, batched = as_batched(x, nd, layer)
+            out = check_avg_pool_input(xb, nd, k, s, (0,) * nd, bool(ceil_mode), layer)
+            a = _window_sum.native_power_average(xb, out, k, s, float(norm_type))
             return _native.lp_root(a if batched else a[0], math.prod(k), 1.0 / norm_type)
         powered = _round(_pow(x.astype(_wide(dtype)), float(norm_type), dtype), dtype)
     a = avg_pool(powered, nd, k, stride, 0, ceil_mode, True, None, layer=layer)
