@@ -1,4 +1,9 @@
-"""Functional forms of Porter's layers, with torch.nn.functional's names and argument order (channels-last)."""
+"""Functional forms of Porter's layers, with torch.nn.functional's names and argument order (channels-last).
+
+Also the per-channel and normalisation helpers the converters' kernels use: ``relu``, ``channel_affine`` (eval batch
+norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k=, eps=)`` and
+``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``).
+"""
 
 from .activation import exp, gelu, relu, sigmoid, silu, softmax, tanh
 from ._export import contiguous
