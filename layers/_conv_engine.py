@@ -50,6 +50,7 @@ def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
 
 
 def conv_core(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
+    """:func:`conv` for float16/bfloat16/float32: the first strategy that applies, in the module docstring's order."""
     kernel = weight.shape[1:-1]
     if MATMUL_1X1 and groups == 1 and all(k == 1 for k in kernel) and not any(lo) and not any(hi):
         # a 1x1 conv is a matmul over channels; stride just subsamples the input
