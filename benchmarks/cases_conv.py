@@ -2,9 +2,9 @@
 
 Weights are copied from the torch module into Porter's through the converter's transforms, so both sides compute the
 same function. ``conv2d_1x1 ... (conv_general)`` rows time the generic conv path for the 1x1 case that Porter runs as
-a matmul (``porter.layers.conv.MATMUL_1X1``), to show why the shortcut is taken; ``(no winograd)`` rows time MLX's
+a matmul (``porter.layers._conv_engine.MATMUL_1X1``), to show why the shortcut is taken; ``(no winograd)`` rows time MLX's
 conv for the stride-1 3x3 convs that Porter's native kernels run as Winograd F(2x2, 3x3)
-(``porter.layers.conv.WINOGRAD``).
+(``porter.layers._conv_engine.WINOGRAD``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import mlx.core as mx
 import torch
 
 import porter.layers as L
-import porter.layers.conv as conv_module
+import porter.layers._conv_engine as conv_module
 from benchmarks.layers import case
 from porter.layers.conv_weights import torch_conv_transpose_weight_to_mlx, torch_conv_weight_to_mlx
 

@@ -24,7 +24,7 @@ import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import porter.layers.conv as conv_layers  # noqa: E402
+import porter.layers._conv_engine as conv_layers  # noqa: E402
 from porter.bench import time_fn  # noqa: E402
 from porter.examples import EXAMPLES  # noqa: E402
 

@@ -25,7 +25,7 @@ import json
 
 import mlx.core as mx
 
-from porter.layers._precision import in_float32
+from porter.layers.functional import in_float32
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 HALF_NAMES = ("float16", "bfloat16")

@@ -10,8 +10,8 @@ so input and weight gradients (and higher ones) are float64 too, and ``mx.compil
 
 Layouts are the layers' own: input ``(N, *spatial, C_in)`` (batched; the callers add and drop the batch axis),
 weight ``(C_out, *kernel, C_in/groups)`` for both the conv and the transposed conv. The native CPU kernels and MLX's
-conv are never used here: :func:`porter.layers.conv.conv_nd` and
-:func:`porter.layers.conv_transpose.conv_transpose_nd` send every float64 input to this module first.
+conv are never used here: the conv engines (``_conv_engine.conv``, ``_conv_transpose_engine.conv_transpose``)
+send every float64 input to this module first.
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ def _conv_cropped(x, weight, lo, hi, dilation, groups) -> mx.array:
 
 
 def _phase_conv_transpose(x, weight, stride, padding, output_padding, groups) -> mx.array:
-    """Dilation 1, some stride > 1: conv_transpose.py's phase decomposition (one stride-1 conv per output phase,
-    none of the multiply-adds spent on stuffed zeros) with each phase computed by this module's float64 conv."""
-    from .conv_transpose import _phase_conv_transpose as phases  # here: conv_transpose.py imports this module
+    """Dilation 1, some stride > 1: the transposed-conv engine's phase decomposition (one stride-1 conv per output
+    phase, none of the multiply-adds spent on stuffed zeros) with each phase computed by this module's float64 conv."""
+    from ._conv_transpose_engine import phase_conv_transpose as phases  # here: that module imports this one
 
     def phase_conv(x, sub, lo, hi, groups):
         flipped = sub[(slice(None),) + (slice(None, None, -1),) * (x.ndim - 2)]

@@ -177,3 +177,13 @@ def adaptive_windows(length: int, out: int) -> tuple[list[int], list[int]]:
     starts = [(o * length) // out for o in range(out)]
     ends = [((o + 1) * length + out - 1) // out for o in range(out)]
     return starts, ends
+
+
+def interleave_phases(phases: list, stride) -> mx.array:
+    """Per-phase results, each ``(N, *q, C)`` and listed in ``itertools.product`` order of the phase ``r`` (one
+    entry per dim), interleaved into ``(N, *(q * stride), C)``: position ``q*s + r`` of a dim comes from phase ``r``."""
+    nd = len(stride)
+    n, q, c = phases[0].shape[0], phases[0].shape[1:-1], phases[0].shape[-1]
+    y = mx.stack(phases, axis=-2).reshape(n, *q, *stride, c)
+    order = [0] + [a for i in range(nd) for a in (1 + i, 1 + nd + i)] + [1 + 2 * nd]
+    return y.transpose(order).reshape(n, *(a * s for a, s in zip(q, stride)), c)

@@ -39,6 +39,13 @@ def _checked(x, what: str) -> mx.array:
     return x
 
 
+def relu(x: mx.array) -> mx.array:
+    """``max(x, 0)`` elementwise (torch's ``relu``; NaN stays NaN, gradient where the output is positive). Shape:
+    any. Floats take one multi-threaded native pass on the CPU (MLX's ``maximum`` is single-threaded there)."""
+    x = _checked(x, "relu")
+    return _native.relu(x) if _native_ok(x, "relu") else mx.maximum(x, 0)
+
+
 def exp(x: mx.array) -> mx.array:
     """``e ** x`` elementwise (torch's ``exp``). Shape: any."""
     x = _checked(x, "exp")

@@ -1,25 +1,20 @@
 """Adaptive average pooling (AdaptiveAvgPool1d/2d/3d and adaptive_avg_pool1d/2d/3d), exact to torch, channels-last.
 
 Torch's windows are ``[o*L // O, ceil((o+1)*L / O))`` per axis (docs/SEMANTICS.md §5.1): they overlap and vary in
-length when ``O`` does not divide ``L``, so the "stride = L // O" shortcut is wrong. The box sum is separable and is
-taken one axis at a time: a reshape-and-sum when ``O`` divides ``L``; otherwise a product with the ``(O, L)`` 0/1
-window matrix when that is small (exact products, so only the summation order differs from torch), else a sum over
-window taps, each tap one gather of ``O`` rows (taps past a short window read an appended zero row). The result is
-divided by the product of the window lengths, as torch divides each box sum.
+length when ``O`` does not divide ``L``, so the "stride = L // O" shortcut is wrong. This file checks the arguments and
+the input in torch's order; the box sums, native or pure MLX, are ``layers/_window_sum.py``'s
+(:func:`~porter.layers._window_sum.adaptive_average`).
 """
 
 from __future__ import annotations
 
-import math
 import numbers
-from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
-from . import _native
-from ._utils import ShapeOnly, adaptive_tables, adaptive_windows, as_batched, check_rank, plan_cache
+from . import _window_sum
+from ._utils import ShapeOnly, as_batched, check_rank, plan_cache
 
 
 def check_output_size(output_size, nd: int, layer: str) -> tuple:
@@ -55,56 +50,6 @@ def check_output_size(output_size, nd: int, layer: str) -> tuple:
     return items
 
 
-@lru_cache(maxsize=256)
-def _window_taps(length: int, out: int) -> tuple[list[mx.array], np.ndarray]:
-    """Per tap ``j``, the rows ``start + j`` of every window (``length``, an appended zero row, once a window is
-    shorter than ``j + 1``), and the window lengths."""
-    starts, ends = (np.asarray(v, dtype=np.int64) for v in adaptive_windows(length, out))
-    sizes = ends - starts
-    taps = [np.where(j < sizes, starts + j, length).astype(np.int32) for j in range(int(sizes.max()))]
-    return [mx.array(t) for t in taps], sizes
-
-
-def _box_sum_axis(x: mx.array, axis: int, out: int) -> tuple[mx.array, np.ndarray]:
-    """Sum every adaptive window along ``axis``; return the sums and the window lengths."""
-    length = x.shape[axis]
-    if out == 1:
-        return x.sum(axis=axis, keepdims=True), np.array([length])
-    if length % out == 0:
-        # equal, disjoint windows: a reshape exposes them as an axis of their own
-        k = length // out
-        shape = (*x.shape[:axis], out, k, *x.shape[axis + 1 :])
-        return x.reshape(shape).sum(axis=axis + 1), np.full(out, k)
-    # a tap sum, not a product with a 0/1 window matrix: that would multiply an inf or NaN outside a window by 0
-    # and spread NaN into every window of the row (torch sums only the window's own elements)
-    taps, sizes = _window_taps(length, out)
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, 1)
-    padded = mx.pad(x, widths)
-    total = None
-    for rows in taps:  # a loop over window taps (at most ceil(L / O) + 1), not over output positions
-        tap = mx.take(padded, rows, axis=axis)
-        total = tap if total is None else total + tap
-    return total, sizes
-
-
-def _global_sum(x: mx.array) -> mx.array:
-    """Sum over every spatial axis of ``(N, *spatial, C)``, keeping them as 1s.
-
-    MLX's CPU reduction over a middle axis runs faster with longer contiguous rows: with few channels, summing
-    ``g`` spatial positions' channel rows as one ``g * C`` row first, then the ``g`` partial sums, measured
-    ~20% faster (1.67 -> 1.35 ms on (8, 56, 56, 256)); with C >= 1024 it is slower.
-    """
-    n, c = x.shape[0], x.shape[-1]
-    positions = math.prod(x.shape[1:-1])
-    keep = (n,) + (1,) * (x.ndim - 2) + (c,)
-    group = next((g for g in (4, 8, 2) if positions % g == 0 and positions > g), 1) if c < 1024 else 1
-    if group == 1:
-        return x.reshape(n, positions, c).sum(axis=1).reshape(keep)
-    partial = x.reshape(n, positions // group, group * c).sum(axis=1)
-    return partial.reshape(n, group, c).sum(axis=1).reshape(keep)
-
-
 @plan_cache
 def _plan(nd: int, output_size, shape: tuple, dtype, layer: str) -> tuple:
     """Torch's checks of the arguments and of the input's shape and dtype; returns ``(batched, out, empty)``."""
@@ -137,39 +82,10 @@ def adaptive_avg_pool(x: mx.array, nd: int, output_size, *, layer: str = None) -
         as_batched(x, nd, layer)  # raises for a non-array
     batched, out, empty = _plan(nd, output_size, tuple(x.shape), x.dtype, layer)
     xb = x if batched else x[None]
-    spatial = tuple(xb.shape[1 : 1 + nd])
     if empty:
         result = mx.zeros((xb.shape[0],) + out + (xb.shape[-1],), dtype=xb.dtype)
         return result if batched else result[0]
-    if _native.active("adaptive avg pool (window sum)"):
-        # one pass (layers/csrc), dividing by each window length in turn as torch does (sum / kh / kw)
-        result = _native.window_sum(xb, *adaptive_tables(spatial, out), sequential=True)  # divisors: lengths
-        return result if batched else result[0]
-    # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
-    work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb
-    divisor = None
-    global_axes = tuple(1 + axis for axis, o in enumerate(out) if o == 1 and spatial[axis] > 1)
-    if len(global_axes) == nd:
-        work = _global_sum(work)
-        divisor = np.full((1,) * (nd + 2), math.prod(spatial[a - 1] for a in global_axes))
-    elif global_axes:
-        # windows spanning a whole axis: one reduction over all such axes at once
-        work = work.sum(axis=global_axes, keepdims=True)
-        divisor = np.full((1,) * (nd + 2), math.prod(spatial[a - 1] for a in global_axes))
-    for axis, o in enumerate(out):
-        if o == spatial[axis] or 1 + axis in global_axes:
-            continue  # identity windows of length 1, or already reduced
-        work, lengths = _box_sum_axis(work, 1 + axis, o)
-        shape = [1] * (nd + 2)
-        shape[1 + axis] = o
-        lengths = lengths.reshape(shape)
-        divisor = lengths if divisor is None else divisor * lengths
-    if divisor is not None:
-        if np.all(divisor == divisor.flat[0]):
-            work = work / float(divisor.flat[0])
-        else:
-            work = work / mx.array(divisor.astype(np.float32))
-    result = work.astype(xb.dtype)
+    result = _window_sum.adaptive_average(xb, out)
     return result if batched else result[0]
 
 

@@ -1,22 +1,20 @@
 """Average pooling (AvgPool1d/2d/3d and avg_pool1d/2d/3d), exact to torch, channels-last.
 
-One generic N-d implementation (:func:`avg_pool`) and thin public classes. The window sum is separable, so it is
-taken one spatial axis at a time as a sum of ``k`` strided slices of the zero-padded input; the divisor is a
-precomputed per-position table (docs/SEMANTICS.md §4.1), a product of per-axis factors.
+One generic N-d implementation (:func:`avg_pool`) and thin public classes. This file checks the arguments and the
+input in torch's order; the window sum, native or pure MLX, is ``layers/_window_sum.py``'s
+(:func:`~porter.layers._window_sum.sliding_average`).
 """
 
 from __future__ import annotations
 
 import numbers
-from functools import lru_cache
 from typing import Optional
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
-from . import _native
-from ._utils import ShapeOnly, as_batched, check_rank, format_shape, plan_cache, pool_output_size
+from . import _window_sum
+from ._utils import as_batched, format_shape, plan_cache, pool_output_size
 
 _ORDINAL = {1: "one", 2: "two", 3: "three"}
 
@@ -132,80 +130,6 @@ def check_avg_pool_input(x: mx.array, nd: int, k, s, p, ceil_mode: bool, layer: 
 
 
 # ---------------------------------------------------------------------------------------------------- compute
-@lru_cache(maxsize=256)
-def _axis_divisors(length: int, k: int, s: int, p: int, out: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-window (pool_size, count) on one axis: the window clipped at ``L + p``, and its real elements."""
-    start = np.arange(out, dtype=np.int64) * s - p
-    end = np.minimum(start + k, length + p)
-    pool = end - start
-    count = np.minimum(end, length) - np.maximum(start, 0)
-    return pool, count
-
-
-@lru_cache(maxsize=256)
-def _divisor(spatial, out, k, s, p, count_include_pad: bool, divisor_override, integer: bool):
-    """The divisor: an int when every window divides by the same number, else a ``(1, *out, 1)`` table."""
-    if divisor_override is not None:
-        return divisor_override
-    table = None
-    for axis, (n, ki, si, pi, oi) in enumerate(zip(spatial, k, s, p, out)):
-        pool, count = _axis_divisors(n, ki, si, pi, oi)
-        factor = (pool if count_include_pad else count).reshape([oi if a == axis else 1 for a in range(len(out))])
-        table = factor if table is None else table * factor
-    if np.all(table == table.flat[0]):
-        return int(table.flat[0])  # a scalar division is cheaper than a broadcast table
-    table = mx.array(table.reshape((1,) + table.shape + (1,)))
-    return table if integer else table.astype(mx.float32)
-
-
-@plan_cache
-def _native_plan(nd, k, s, p, ceil_mode, count_include_pad, shape, dtype, layer) -> tuple:
-    """The input checks and the native window tables, once per configuration and input shape."""
-    xb = ShapeOnly(shape, dtype)
-    batched = check_rank(xb, nd, layer)
-    if not batched:
-        xb = ShapeOnly((1,) + tuple(shape), dtype)
-    out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
-    return batched, _native_tables(tuple(xb.shape[1 : 1 + nd]), out_shape, k, s, p, count_include_pad)
-
-
-@lru_cache(maxsize=256)
-def _native_tables(spatial, out, k, s, p, count_include_pad: bool) -> tuple:
-    """Per-dim real taps ``[max(start, 0), min(start + k, L))`` and divisors (pool size or real count)."""
-    firsts, ends, divisors = [], [], []
-    for n, ki, si, pi, oi in zip(spatial, k, s, p, out):
-        start = np.arange(oi, dtype=np.int64) * si - pi
-        pool, count = _axis_divisors(n, ki, si, pi, oi)
-        firsts.append(tuple(int(v) for v in np.maximum(start, 0)))
-        ends.append(tuple(int(v) for v in np.minimum(start + ki, n)))
-        divisors.append(tuple(int(v) for v in (pool if count_include_pad else count)))
-    return tuple(firsts), tuple(ends), tuple(divisors)
-
-
-def _pad_widths(spatial, k, s, p, out) -> list[tuple[int, int]]:
-    """Zero padding per spatial axis: ``p`` on the left, and on the right as much as the last window reaches."""
-    return [(pi, max(0, (oi - 1) * si + ki - pi - n)) for n, ki, si, pi, oi in zip(spatial, k, s, p, out)]
-
-
-def _window_sum_axis(x: mx.array, axis: int, k: int, s: int, out: int) -> mx.array:
-    """Sum of each length-``k`` window along ``axis`` of an already padded ``x``: a sum of ``k`` strided slices."""
-    span = (out - 1) * s + 1
-    index = [slice(None)] * x.ndim
-    total = None
-    for j in range(k):  # a loop over kernel taps, not over output positions
-        index[axis] = slice(j, j + span, s)
-        tap = x[tuple(index)]
-        total = tap if total is None else total + tap
-    return total
-
-
-def _trunc_divide(num: mx.array, den) -> mx.array:
-    """C integer division (toward zero), as torch's int64 avg pool."""
-    q = mx.floor_divide(num, den)
-    fix = (mx.remainder(num, den) != 0) & ((num < 0) != (mx.array(den) < 0))
-    return mx.where(fix, q + 1, q)
-
-
 def avg_pool(
     x: mx.array,
     nd: int,
@@ -227,23 +151,9 @@ def avg_pool(
 def avg_pool_checked(x: mx.array, nd: int, k: tuple, s: tuple, p: tuple, ceil_mode: bool, count_include_pad: bool,
                      divisor_override: Optional[int], layer: str) -> mx.array:
     """:func:`avg_pool` with arguments already normalised by :func:`check_avg_pool_args` (modules validate once)."""
-    if isinstance(x, mx.array) and x.dtype != mx.int64 and x.size > 0 and _native.active("avg pool (window sum)"):
-        batched, tables = _native_plan(nd, k, s, p, ceil_mode, count_include_pad, tuple(x.shape), x.dtype, layer)
-        out = _native.window_sum(x if batched else x[None], *tables, divisor_override or 0)  # one pass (layers/csrc)
-        return out if batched else out[0]
     xb, batched = as_batched(x, nd, layer)
-    out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)
-    integer = xb.dtype == mx.int64
-    # fp16/bf16 accumulate in float32 and round once, as torch's CPU kernel does
-    work = xb.astype(mx.float32) if xb.dtype in (mx.float16, mx.bfloat16) else xb
-    widths = _pad_widths(tuple(xb.shape[1 : 1 + nd]), k, s, p, out_shape)
-    if any(lo or hi for lo, hi in widths):
-        work = mx.pad(work, [(0, 0)] + widths + [(0, 0)])  # one copy for every axis
-    for axis in range(nd):
-        work = _window_sum_axis(work, 1 + axis, k[axis], s[axis], out_shape[axis])
-    den = _divisor(tuple(xb.shape[1 : 1 + nd]), out_shape, k, s, p, count_include_pad, divisor_override, integer)
-    out = _trunc_divide(work, den) if integer else work / den
-    out = out.astype(xb.dtype)
+    out_shape = check_avg_pool_input(xb, nd, k, s, p, ceil_mode, layer)  # cheaper than a cached plan's key
+    out = _window_sum.sliding_average(xb, out_shape, k, s, p, count_include_pad, divisor_override)
     return out if batched else out[0]
 
 

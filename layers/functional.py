@@ -1,12 +1,19 @@
-"""Functional forms of Porter's layers, with torch.nn.functional's names and argument order (channels-last)."""
+"""Functional forms of Porter's layers, with torch.nn.functional's names and argument order (channels-last).
 
-from .activation import exp, gelu, sigmoid, silu, softmax, tanh
+Also the per-channel and normalisation helpers the converters' kernels use: ``relu``, ``channel_affine`` (eval batch
+norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k=, eps=)`` and
+``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``).
+"""
+
+from .activation import exp, gelu, relu, sigmoid, silu, softmax, tanh
 from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
+from .affine import channel_affine
 from .adaptive_max import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d
 from .avg_pool import avg_pool1d, avg_pool2d, avg_pool3d
 from .conv import conv1d, conv2d, conv3d
 from .conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d
+from ._precision import HALF, in_float32, upcast
 from .fractional import fractional_max_pool2d, fractional_max_pool3d
 from .layer_norm import group_norm, layer_norm
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d

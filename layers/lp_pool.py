@@ -15,9 +15,9 @@ from functools import lru_cache
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _export, _native
-from .avg_pool import _native_plan as avg_native_plan
-from .avg_pool import avg_pool, check_avg_pool_args
+from . import _export, _native, _window_sum
+from ._utils import as_batched
+from .avg_pool import avg_pool, check_avg_pool_args, check_avg_pool_input
 
 _LOW_PRECISION = (mx.float16, mx.bfloat16)
 
@@ -125,16 +125,6 @@ def _root(a: mx.array, scale: int, inv_p: float, dtype) -> mx.array:
     return mx.where(zero, at_zero, root)
 
 
-def _native_power_average(x, nd, k, stride, ceil_mode, p, layer):
-    """``avg_pool(x ** p)`` (padding 0, count_include_pad) through the native window-sum kernel."""
-    s = k if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else stride
-    s = tuple(s) if isinstance(s, (list, tuple)) else (s,) * nd
-    s = s * nd if len(s) == 1 else s
-    batched, tables = avg_native_plan(nd, k, s, (0,) * nd, bool(ceil_mode), True, tuple(x.shape), x.dtype, layer)
-    a = _native.window_sum(x if batched else x[None], *tables, power=p)
-    return a if batched else a[0]
-
-
 def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode: bool = False, *,
             layer: str = None) -> mx.array:
     """Generic N-d LP pool on ``(N, *spatial, C)`` or ``(*spatial, C)`` input, torch's formula."""
@@ -147,7 +137,7 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
             return max_pool(mx.abs(x), nd, kernel_size, stride, 0, 1, ceil_mode, layer=layer)
         return -max_pool(-mx.abs(x), nd, kernel_size, stride, 0, 1, ceil_mode, layer=layer)
     k = _kernel(kernel_size, nd, layer)
-    check_avg_pool_args(nd, k, stride, 0, ceil_mode, True, None, layer)
+    _, s, _ = check_avg_pool_args(nd, k, stride, 0, ceil_mode, True, None, layer)
     if norm_type == 0:
         raise ValueError(f"[{layer}] 'norm_type' must be non-zero (torch raises ZeroDivisionError: 1.0 / norm_type)")
     dtype = x.dtype
@@ -166,11 +156,13 @@ def lp_pool(x: mx.array, nd: int, norm_type, kernel_size, stride=None, ceil_mode
     else:
         if integer:
             x, dtype = x.astype(mx.float32), mx.float32  # int ** float promotes to the default float
-        if (dtype in (mx.float32, mx.float64) and isinstance(x, mx.array) and x.size > 0
-                and _native.active("LP pool (power window sum)")):
+        if dtype in (mx.float32, mx.float64) and _window_sum.native(x, _window_sum.POWER_KERNEL):
             # x ** p and its window average in one pass (layers/csrc); fp16/bf16 round between torch's stages
-            a = _native_power_average(x, nd, k, stride, ceil_mode, float(norm_type), layer)
-            return _native.lp_root(a, math.prod(k), 1.0 / norm_type)
+            k = tuple(int(v) for v in k)
+            xb, batched = as_batched(x, nd, layer)
+            out = check_avg_pool_input(xb, nd, k, s, (0,) * nd, bool(ceil_mode), layer)
+            a = _window_sum.native_power_average(xb, out, k, s, float(norm_type))
+            return _native.lp_root(a if batched else a[0], math.prod(k), 1.0 / norm_type)
         powered = _round(_pow(x.astype(_wide(dtype)), float(norm_type), dtype), dtype)
     a = avg_pool(powered, nd, k, stride, 0, ceil_mode, True, None, layer=layer)
     scale = math.prod(k)

@@ -126,7 +126,7 @@ def runtime_info() -> dict:
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_flags": [f for f in _blas.RELEVANT_FLAGS if f in flags],
     }
-    from porter.layers import _native
+    from porter.layers import native_status
 
-    info["native_kernels"] = _native.status()
+    info["native_kernels"] = native_status()
     return info

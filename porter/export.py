@@ -205,7 +205,7 @@ def linear_without_addmm():
     ``mx.addmm``: MLX 0.32's addmm folds such an input to 2-d and back with reshapes to the traced sizes, which a
     shapeless file keeps (a second size then fails); the matmul and add give the same values and follow any size.
     Used for shapeless exports only (a ported model's ``nn.Linear`` layers are ``mlx.nn.Linear``)."""
-    from porter.layers._export import note
+    from porter.layers import export_note as note
 
     original = nn.Linear.__call__
 

@@ -24,8 +24,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from porter.layers.conv import _ConvNd
-from porter.layers.conv_transpose import _ConvTransposeNd
+from porter.layers import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from porter.layers.conv_weights import (mlx_conv_transpose_weight_to_torch, mlx_conv_weight_to_torch,
                                        torch_conv_transpose_weight_to_mlx, torch_conv_weight_to_mlx)
 from porter.torch_files import TORCH_SUFFIXES
@@ -77,11 +76,11 @@ def _module_specs(module: nn.Module) -> list[tuple[str, tuple, Callable]] | None
     custom = getattr(type(module), "torch_parameter_specs", None)
     if callable(custom):
         return module.torch_parameter_specs()
-    if isinstance(module, _ConvNd):
+    if isinstance(module, (Conv1d, Conv2d, Conv3d)):
         specs = [("weight", mlx_conv_weight_to_torch(np.empty(module.weight.shape, np.uint8)).shape,
                   torch_conv_weight_to_mlx)]
         return specs + _plain(module, ["bias"])
-    if isinstance(module, _ConvTransposeNd):
+    if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)):
         groups = module.groups
 
         def transform(w, groups=groups):

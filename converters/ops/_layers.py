@@ -1,13 +1,32 @@
-"""The one place runtime kernels reach Porter's layers (``porter.layers.functional``).
+"""The one place runtime kernels reach Porter's layers (``porter.layers`` and ``porter.layers.functional``, public
+names only: no converter imports a private ``porter.layers._*`` module).
 
 Every conv/pool/pad kernel calls ``fn("max_pool2d")``: the exact torch semantics of those ops live only in Porter's
 layers. Names come from an artifact, so they are looked up in the explicit table :data:`FUNCTIONS`, never with
-``getattr`` on the module.
+``getattr`` on the module. The other kernels import what they need from here by name: the activations and softmax,
+``relu`` and ``channel_affine`` (native passes on the CPU, MLX ops elsewhere), ``layer_norm``/``group_norm``, and
+export mode's ``exporting()``/``export_note()`` for kernels that must build serializable ops while exporting.
 """
 
 from __future__ import annotations
 
+from porter.layers import export_note, exporting  # noqa: F401
 from porter.layers import functional as _functional
+from porter.layers.functional import (  # noqa: F401
+    HALF,
+    channel_affine,
+    exp,
+    gelu,
+    group_norm,
+    in_float32,
+    layer_norm,
+    relu,
+    sigmoid,
+    silu,
+    softmax,
+    tanh,
+    upcast,
+)
 
 _ND = (1, 2, 3)
 CONV = tuple(f"conv{n}d" for n in _ND) + tuple(f"conv_transpose{n}d" for n in _ND)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from porter.layers import _native
-from porter.layers import activation as act
-
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
+from . import _layers as act
 
 
 
@@ -34,14 +32,8 @@ def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     return scale * mx.where(x > 0, x, alpha * (mx.exp(x * input_scale) - 1))
 
 
-def _relu(x):
-    if mx.issubdtype(x.dtype, mx.floating) and _native.active("relu"):
-        return _native.relu(x)  # one multi-threaded pass (layers/csrc); MLX's maximum is single-threaded on CPU
-    return mx.maximum(x, 0)
-
-
 UNARY = {
-    "relu": _relu,
+    "relu": act.relu,  # one multi-threaded native pass on CPU; MLX's maximum is single-threaded there
     # transcendental activations: one native vectorized pass each on CPU (porter.layers.activation)
     "sigmoid": act.sigmoid,
     "tanh": act.tanh,

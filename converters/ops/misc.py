@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from porter.layers._export import active as exporting, note
-
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..limits import check_elements
 from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq, Str,
                     DTYPES)
+from ._layers import export_note, exporting
 from .elementwise import aligned_inputs
 from .shape import _dims
 
@@ -99,7 +98,7 @@ def checked_indices(index, size: int, what: str):
     stored buffer of an artifact as well as from the caller."""
     if isinstance(index, mx.array) and index.size and not mx.issubdtype(index.dtype, mx.bool_):
         if exporting():  # an exported function cannot stop to check on the host: a bad index reads entry 0
-            note(f"{what}'s host-side index range check -> out-of-range indices read index 0")
+            export_note(f"{what}'s host-side index range check -> out-of-range indices read index 0")
             return mx.where((index >= -size) & (index < size), index, 0)
         lo, hi = mx.min(index), mx.max(index)
         mx.eval(lo, hi)

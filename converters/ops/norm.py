@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from porter.layers import _native
-from porter.layers._precision import HALF, upcast
-from porter.layers.layer_norm import group_norm, layer_norm
-
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, MAX_LEN, TENSOR, Float, Int, Opt, Seq
+from ._layers import HALF, channel_affine, group_norm, layer_norm, upcast
 
 _EPS = Float()
 
@@ -37,10 +34,9 @@ def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
     if weight is not None:
         alpha = alpha * weight
     beta = -mean * alpha if bias is None else bias - mean * alpha
-    if (axis == x.ndim - 1 and mx.issubdtype(x.dtype, mx.floating) and x.dtype != mx.float64
-            and _native.active("batch norm (channel affine)")):
-        # channels-last: one multi-threaded pass (layers/csrc); its alpha/beta are float32, so not for float64
-        return _native.channel_affine(x, alpha, beta)
+    if axis == x.ndim - 1:
+        # channels-last: one multi-threaded native pass on CPU for 16/32-bit floats (porter.layers.channel_affine)
+        return channel_affine(x, alpha, beta)
     if x.dtype in HALF:  # computed in float32, rounded once
         return (x.astype(mx.float32) * alpha.reshape(shape) + beta.reshape(shape)).astype(x.dtype)
     return x * alpha.reshape(shape) + beta.reshape(shape)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from porter.layers import activation as act
-
 from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXES, AXIS, DTYPE, TENSOR, Bool, Enum, Float, Opt
+from ._layers import softmax
 from .misc import mx_dtype
 from .shape import _dims
 
@@ -41,7 +40,7 @@ def k_softmax(x, *, axis, log=False, dtype=None):
         x = x.astype(mx_dtype(dtype))
     if log:
         return x - mx.logsumexp(x, axis=axis, keepdims=True)
-    return act.softmax(x, axis)  # one native pass on CPU (porter.layers.activation)
+    return softmax(x, axis)  # one native pass on CPU (porter.layers.functional.softmax)
 
 
 @kernel("argmax", inputs=[TENSOR], attrs={"axis": Opt(AXIS), "keepdims": Bool(), "fn": Enum("argmax", "argmin")})

@@ -12,7 +12,7 @@ from conv_helpers import check_functional, PORTER_CONV, TORCH_CONV, check_module
 from helpers import check_against_torch
 
 import porter.layers as L
-import porter.layers.conv as conv_module
+import porter.layers._conv_engine as conv_module
 import porter.layers.functional as PF
 from porter.layers.conv_weights import torch_conv_weight_to_mlx
 

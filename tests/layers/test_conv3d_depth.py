@@ -1,5 +1,5 @@
 """3-d convs against torch: odd sizes, stride, padding, dilation, groups, 16-bit, gradients w.r.t. input, weight and
-bias; with the depth-tap decomposition (layers/conv.py::_depth_taps_conv3d) on (the default) and off. Grouped convs
+bias; with the depth-tap decomposition (layers/_conv_engine.py::_depth_taps_conv3d) on (the default) and off. Grouped convs
 always take it; one-group convs with >= 16 channels and >= 128 Winograd tiles per tap take it with Winograd on the
 native path (the rest: MLX's 3-d conv)."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from conv_helpers import check_module
 
-import porter.layers.conv as conv_module
+import porter.layers._conv_engine as conv_module  # the conv strategies and their switches
 
 # (input shape in torch layout, in_channels, out_channels, kernel_size, kwargs)
 CASES = [

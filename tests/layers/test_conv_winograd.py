@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as TF
 from conv_helpers import check_functional, check_module
 
-import porter.layers.conv as conv_module
+import porter.layers._conv_engine as conv_module
 import porter.layers.functional as PF
 from porter.layers import _native
 

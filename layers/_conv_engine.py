@@ -1,0 +1,232 @@
+"""How a checked convolution is computed: the strategies behind ``conv1d/2d/3d`` and ``Conv1d/2d/3d``.
+
+:func:`conv` takes what ``layers/conv.py`` has checked and normalised (batched channels-last ``x`` ``(N, *S, C_in)``,
+non-empty; ``weight`` ``(C_out, *kernel, C_in/groups)``; per-dim ``stride``, ``lo``/``hi`` zero padding, ``dilation``)
+and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`conv_core` after float64):
+
+* float64: ``layers/_conv_f64.py`` (MLX's conv computes float64 in float32; the native kernels take float32);
+* 1x1, one group, no padding: a matmul over channels (:data:`MATMUL_1X1`);
+* depthwise (``groups == C_in``): the native kernel, else a tap sum with a written-out VJP (``_conv_depthwise.py``);
+* grouped with narrow groups: the native direct grouped conv (:data:`GROUPED_MAX_GROUP_WIDTH`);
+* stride-1 3x3, large enough: native Winograd F(2x2, 3x3) (:data:`WINOGRAD`, :data:`WINOGRAD_MIN_TILES`);
+* 3-d grouped: grouped 2-d convs over depth taps (MLX's 3-d conv has no groups);
+* strided (dilation 1): MLX's conv with a custom VJP through a space-to-depth stride-1 conv;
+* dilated (stride 1): the dilation phases folded into the batch;
+* otherwise MLX's ``conv_general``.
+
+Native kernels are asked through ``_native.active`` and custom VJPs check ``_export.active``: in export mode every
+strategy builds serializable MLX ops (``layers/_export.py``). The module-level switches are read on every call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+
+from . import _conv_f64, _export, _native
+from ._conv_depthwise import NATIVE_DTYPES as _NATIVE_DTYPES
+from ._conv_depthwise import depthwise_conv
+
+# 1x1 convolutions (no padding, one group; a stride just subsamples) run as a plain matmul when this is on. Measured
+# with mlx 0.32 CPU on (8,56,56,64)->256, (8,28,28,128) s2, (32,7,7,512): forward about equal to mx.conv_general,
+# input gradient 2-4x faster (the conv's vjp takes a slower path). Same math; benchmarks/cases_conv.py has both rows.
+MATMUL_1X1 = True
+# Stride-1 undilated 3x3 convs (one group, float32) run as Winograd F(2x2, 3x3) in the native kernels when this is
+# on and the conv has at least WINOGRAD_MIN_TILES 2x2 output tiles and WINOGRAD_MIN_CHANNELS channels in and out.
+# Measured with mlx 0.32 CPU, 2 threads: 0.42-0.56x mx.conv_general's time on ResNet's 64@56, 128@28, 256@14 at
+# batch 1, 0.52-0.70x at batch 8; equal on 512@7 at batch 1 (16 tiles), slower below (the transformed weight is
+# 16/9 the weight's size and is read once per call). benchmarks/cases_conv.py has the rows.
+WINOGRAD = True
+WINOGRAD_MIN_TILES = 32
+WINOGRAD_MIN_CHANNELS = 16
+# Grouped 3-d convs (MLX's 3-d conv has no groups) always, and one-group 3-d convs whose taps take Winograd (3x3 in
+# H, W, stride 1 there, >= WINOGRAD_MIN_TILES_3D tiles per tap over all frames) when this is on, run as a sum over
+# depth taps of 2-d convs with the depth folded into the batch. Measured (mlx 0.32 CPU, 2 threads, forward, wall):
+# 3x3x3 64@(16,56,56) 51.6 ms against 76.0 for MLX's 3-d conv, 128@(8,28,28) 16.0 / 23.2, 256@(4,14,14) (196 tiles)
+# 7.8 / 8.4; without Winograd the taps lose: 512@(2,7,7) 9.3 / 4.8, stride 2 and R3D's 3x7x7 stem 1.1-2.2x slower
+# (each tap streams its own weight: with few output positions that reading is most of the time).
+DEPTH_AS_BATCH_3D = True
+WINOGRAD_MIN_TILES_3D = 128
+
+
+def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
+    """A checked, non-empty conv without bias (see the module docstring for the layouts)."""
+    if x.dtype == mx.float64:  # MLX's conv computes float64 in float32; never the native kernels either
+        return _conv_f64.conv(x, weight, stride, lo, hi, dilation, groups)
+    return conv_core(x, weight, stride, lo, hi, dilation, groups)
+
+
+def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True) -> mx.array:
+    """:func:`conv` for float16/bfloat16/float32: the first strategy that applies, in the module docstring's order."""
+    kernel = weight.shape[1:-1]
+    if MATMUL_1X1 and groups == 1 and all(k == 1 for k in kernel) and not any(lo) and not any(hi):
+        # a 1x1 conv is a matmul over channels; stride just subsamples the input
+        if any(s != 1 for s in stride):
+            x = x[(slice(None),) + tuple(slice(None, None, s) for s in stride)]
+        c_out, c_in = weight.shape[0], weight.shape[-1]
+        y = x.reshape(-1, c_in) @ weight.reshape(c_out, c_in).T
+        return y.reshape(*x.shape[:-1], c_out)
+    if groups > 1 and groups == x.shape[-1]:
+        if x.dtype in _NATIVE_DTYPES and _native.active("depthwise conv"):
+            # one pass per output, padding never materialized; gradients in the primitive (layers/csrc)
+            return _native.depthwise_conv(x, weight, stride, lo, hi, dilation)
+        return depthwise_conv(x, weight, stride, lo, hi, dilation)
+    if groups > 1 and _grouped_native(x, weight, groups):
+        # ResNeXt/RegNet-style groups: one direct pass (MLX runs a small im2col + GEMM per group, ~60x slower);
+        # input and weight gradients native too (layers/csrc/grouped_conv_kernels.h)
+        return _native.grouped_conv(x, weight, stride, lo, hi, dilation, groups)
+    if winograd and WINOGRAD and _winograd_pays(x, weight, stride, lo, hi, dilation, groups):
+        return _native.winograd_conv3x3(x, weight, lo, hi)
+    if len(kernel) == 3 and (groups > 1 or _depth_taps_winograd(x, weight, stride, lo, hi, dilation, groups)):
+        return _depth_taps_conv3d(x, weight, stride, lo, hi, dilation, groups)
+    if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
+        if _export.active():  # its custom VJP cannot be serialized; the forward is MLX's strided conv either way
+            _export.note("strided conv's custom VJP (mx.custom_function) -> MLX conv_general")
+            return mx.conv_general(x, weight, stride=list(stride), padding=(list(lo), list(hi)), groups=groups)
+        return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
+    if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
+        return _dilated_conv(x, weight, lo, hi, dilation, groups)
+    return mx.conv_general(
+        x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
+    )
+
+
+# groups of at most this many input channels run as Porter's direct grouped conv; wider groups keep MLX's GEMMs
+GROUPED_MAX_GROUP_WIDTH = 64
+
+
+def _grouped_native(x, weight, groups) -> bool:
+    return (weight.shape[-1] <= GROUPED_MAX_GROUP_WIDTH and x.dtype in (mx.float32, mx.float64)
+            and weight.dtype == x.dtype and _native.active("grouped conv"))
+
+
+def _winograd_pays(x, weight, stride, lo, hi, dilation, groups, min_tiles: int = 0) -> bool:
+    """Whether a 2-d conv of ``x`` ``(N, H, W, C_in)`` takes the Winograd kernel (see WINOGRAD above)."""
+    return _winograd_shape_pays(x.shape[:3], x.dtype, weight, stride, lo, hi, dilation, groups, min_tiles)
+
+
+def _winograd_shape_pays(nhw, dtype, weight, stride, lo, hi, dilation, groups, min_tiles: int = 0) -> bool:
+    if groups != 1 or weight.shape[1:-1] != (3, 3) or any(s != 1 for s in stride) or any(d != 1 for d in dilation):
+        return False
+    if dtype != mx.float32 or weight.dtype != mx.float32:
+        return False
+    if min(weight.shape[0], weight.shape[-1]) < WINOGRAD_MIN_CHANNELS:
+        return False
+    n, h, w = nhw
+    ho, wo = h + lo[0] + hi[0] - 2, w + lo[1] + hi[1] - 2
+    return (n * ((ho + 1) // 2) * ((wo + 1) // 2) >= max(min_tiles, WINOGRAD_MIN_TILES)
+            and _native.active("Winograd 3x3 conv"))
+
+
+def _depth_taps_winograd(x, weight, stride, lo, hi, dilation, groups) -> bool:
+    """Whether a 3-d conv's depth taps, as 2-d convs over ``N * D_out`` frames, take Winograd."""
+    if not (WINOGRAD and DEPTH_AS_BATCH_3D):
+        return False
+    n, depth, h, w = x.shape[:4]
+    out_depth = (depth + lo[0] + hi[0] - dilation[0] * (weight.shape[1] - 1) - 1) // stride[0] + 1
+    return _winograd_shape_pays((n * out_depth, h, w), x.dtype, weight[:, 0], stride[1:], lo[1:], hi[1:],
+                                dilation[1:], groups, WINOGRAD_MIN_TILES_3D)
+
+
+def _dilated_conv(x, weight, lo, hi, dilation, groups) -> mx.array:
+    """A dilated stride-1 conv as an undilated one over the input's ``d`` phases folded into the batch.
+
+    MLX's ``kernel_dilation`` path is slow on CPU (measured 3x3, d=2, (4,56,56,32)->16: 95 ms against 8 ms
+    undilated). Output ``d*q + r`` reads only inputs ``d*j + r``: phase ``r`` of the (padded) input, convolved
+    without dilation, gives those outputs. Same multiply-adds; the phases are split and interleaved by reshapes.
+    """
+    nd = x.ndim - 2
+    n, c = x.shape[0], x.shape[-1]
+    padded = [size + a + b for size, a, b in zip(x.shape[1:-1], lo, hi)]
+    out = [p - d * (k - 1) for p, d, k in zip(padded, dilation, weight.shape[1:-1])]
+    blocks = [-(-p // d) for p, d in zip(padded, dilation)]  # per-phase length; the input is padded to d*blocks
+    x = mx.pad(x, [(0, 0)] + [(a, b + m * d - p) for a, b, m, d, p in zip(lo, hi, blocks, dilation, padded)] + [(0, 0)])
+    x = x.reshape(n, *[v for m, d in zip(blocks, dilation) for v in (m, d)], c)
+    phase_axes = [2 + 2 * i for i in range(nd)]
+    x = x.transpose([0] + phase_axes + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd])
+    x = x.reshape(n * math.prod(dilation), *blocks, c)
+    y = mx.conv_general(x, weight, groups=groups)  # (N * prod(d), *per-phase out, C_out)
+    per_phase = y.shape[1:-1]
+    y = y.reshape(n, *dilation, *per_phase, y.shape[-1])
+    y = y.transpose([0] + [a for i in range(nd) for a in (1 + nd + i, 1 + i)] + [1 + 2 * nd])
+    y = y.reshape(n, *(m * d for m, d in zip(per_phase, dilation)), y.shape[-1])
+    return y[(slice(None),) + tuple(slice(0, o) for o in out)]
+
+
+def _strided_conv_op(stride, lo, hi, groups):
+    """A strided conv: MLX's forward, with the gradients of the same conv written as a stride-1 conv.
+
+    MLX's own vjp of a strided conv is very slow on CPU (measured 3x3/s2 64->64 on (8,56,56,64): input gradient
+    ~590 ms, weight gradient ~180 ms, forward ~12 ms). :func:`_space_to_depth_conv` computes the same function as a
+    stride-1 conv, whose gradients are ordinary; its forward is slower than MLX's strided one, so it is only
+    differentiated.
+    """
+
+    @mx.custom_function
+    def op(x, weight):
+        return mx.conv_general(x, weight, stride=list(stride), padding=(list(lo), list(hi)), groups=groups)
+
+    @op.vjp
+    def op_vjp(primals, cotangent, output):
+        _, grads = mx.vjp(lambda x, w: _space_to_depth_conv(x, w, stride, lo, hi, groups), list(primals), [cotangent])
+        return tuple(grads)
+
+    return op
+
+
+def _space_to_depth_conv(x, weight, stride, lo, hi, groups) -> mx.array:
+    """A strided conv (dilation 1) as a stride-1 conv: every ``s``-block of the padded input becomes channels.
+
+    Tap ``t = s*m + r`` of the kernel reads block ``q + m``, phase ``r``; the kernel, zero-padded to a multiple of
+    ``s``, is folded the same way into ``ceil(k/s)`` taps over ``C*prod(s)`` channels (channel-major, so that each
+    group's channels stay contiguous).
+    """
+    nd = x.ndim - 2
+    n, spatial, kernel = x.shape[0], x.shape[1:-1], weight.shape[1:-1]
+    c_out, c_in_g = weight.shape[0], weight.shape[-1]
+    blocks = [-(-k // s) for k, s in zip(kernel, stride)]
+    out = [(size + a + b - k) // s + 1 for size, a, b, k, s in zip(spatial, lo, hi, kernel, stride)]
+    needed = [(o - 1 + m) * s for o, m, s in zip(out, blocks, stride)]  # padded length the folded conv reads
+    high = [p - size - a for p, size, a in zip(needed, spatial, lo)]
+    if any(h < 0 for h in high):  # trailing input no output reads
+        x = x[(slice(None),) + tuple(slice(0, size + min(h, 0)) for size, h in zip(spatial, high))]
+    x = mx.pad(x, [(0, 0)] + [(a, max(h, 0)) for a, h in zip(lo, high)] + [(0, 0)])
+    split = [v for p, s in zip(needed, stride) for v in (p // s, s)]
+    x = x.reshape(n, *split, x.shape[-1])
+    x = x.transpose([0] + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd] + [2 + 2 * i for i in range(nd)])
+    x = x.reshape(n, *(p // s for p, s in zip(needed, stride)), -1)
+    w = mx.pad(weight, [(0, 0)] + [(0, m * s - k) for m, s, k in zip(blocks, stride, kernel)] + [(0, 0)])
+    w = w.reshape(c_out, *[v for m, s in zip(blocks, stride) for v in (m, s)], c_in_g)
+    w = w.transpose([0] + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd] + [2 + 2 * i for i in range(nd)])
+    w = w.reshape(c_out, *blocks, -1)
+    return mx.conv_general(x, w, groups=groups)
+
+
+def _depth_taps_conv3d(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
+    """A 3-d conv as a sum, over the depth taps, of 2-d convs of depth slices folded into the batch.
+
+    MLX's 3-d conv has no groups, and its CPU path is slow (measured 3x3x3 64->64 on (1,8,56,56,64): 38.5 ms; as
+    three 2-d convs that take Porter's 2-d paths, Winograd for 3x3: 23.8 ms; its gradients are the 2-d convs' too).
+    A loop over depth taps (not over output positions or groups), so the extra memory is one output-sized partial
+    sum, and depthwise 3-d convs stay a few ops.
+    """
+    if lo[0] or hi[0]:
+        x = mx.pad(x, [(0, 0), (lo[0], hi[0])] + [(0, 0)] * 3)
+    n, depth = x.shape[0], x.shape[1]
+    s, d = stride[0], dilation[0]
+    out_depth = (depth - d * (weight.shape[1] - 1) - 1) // s + 1
+    y, transforms = None, None
+    for j in range(weight.shape[1]):
+        xs = x[:, j * d : j * d + (out_depth - 1) * s + 1 : s]  # the depth slice tap j sees at each output depth
+        xs = xs.reshape(n * out_depth, *xs.shape[2:])
+        if j == 0 and WINOGRAD and _winograd_pays(xs, weight[:, 0], stride[1:], lo[1:], hi[1:], dilation[1:], groups,
+                                                  WINOGRAD_MIN_TILES_3D):
+            transforms = _native.winograd_depth_taps(weight)  # cached by the 3-d weight, all taps at once
+        if transforms is not None:
+            yj = _native.winograd_conv3x3_with(xs, weight[:, j], transforms[j], lo[1:], hi[1:])
+        else:
+            # never the 2-d Winograd path: it caches by the weight array, and a tap sliced per call is new each time
+            yj = conv_core(xs, weight[:, j], stride[1:], lo[1:], hi[1:], dilation[1:], groups, winograd=False)
+        y = yj if y is None else y + yj
+    return y.reshape(n, out_depth, *y.shape[1:])
