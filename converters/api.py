@@ -108,6 +108,12 @@ def _module_attrs(model) -> dict:
         base = _torch_base(module, mappable)
         if base is not None:
             out.setdefault(path, {})["torch_type"] = base
+        if type(module).__name__ == "MultiheadAttention" and type(module).__module__.startswith("torch.nn"):
+            if (getattr(module, "_qkv_same_embed_dim", False) and getattr(module, "bias_k", None) is None
+                    and not getattr(module, "add_zero_attn", True)):
+                out.setdefault(path, {})["mha"] = {
+                    "embed_dim": int(module.embed_dim), "num_heads": int(module.num_heads),
+                    "dropout": float(module.dropout), "batch_first": bool(module.batch_first)}
         if hasattr(module, "momentum") and hasattr(module, "running_mean"):
             momentum = module.momentum
             if momentum is None or (isinstance(momentum, (int, float)) and not isinstance(momentum, bool)):

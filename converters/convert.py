@@ -377,7 +377,10 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
             "dtype": graph.param_dtypes.get(torch_name, str(graph.params[torch_name].dtype)),
         }
 
-    nodes, modules = map_layers(ctx.nodes, ctx.sources, params, graph.module_attrs or {})
+    keep = {r.name for r in iter_refs(graph.outputs)} | {name for o in outputs for name in _ref_names(o["value"])}
+    nodes, modules = map_layers(ctx.nodes, ctx.sources, params, graph.module_attrs or {}, ctx.values, keep)
+    defined = {name for node in nodes for name in node["outputs"]} | set(graph.inputs)
+    module_outputs = [entry for entry in module_outputs if entry["value"] in defined]  # a subgraph became one call
     for path, record in modules.items():
         counter = f"{path}.num_batches_tracked"
         if record["type"] == "BatchNorm" and counter not in params:  # a frontend that drops the unused counter
@@ -401,6 +404,15 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     }
     runtime_graph.update(_input_checks(graph))
     return {"graph": runtime_graph, "weights": weights}
+
+
+def _ref_names(spec):
+    if isinstance(spec, dict):
+        if set(spec) == {"ref"}:
+            yield spec["ref"]
+    elif isinstance(spec, list):
+        for item in spec:
+            yield from _ref_names(item)
 
 
 def _module_types(graph: Graph) -> dict:

@@ -246,13 +246,15 @@ def _activation(node, source, info, shapes, module_type):
 
 
 # ---------------------------------------------------------------------------------------------------- the pass
-def map_layers(nodes: list, sources: list, params: dict, module_info: dict) -> tuple:
+def map_layers(nodes: list, sources: list, params: dict, module_info: dict, values=None, keep=()) -> tuple:
     """Replace the nodes of mapped layers by ``call_module`` nodes.
 
     Args:
         nodes: the runtime nodes (dicts, as emitted); ``sources[i]`` is the captured node ``nodes[i]`` came from.
         params: torch name -> ``{"transform", "attrs", "torch_shape", ...}`` (the runtime graph's ``params``).
         module_info: module path -> attributes read from the torch module (may be empty).
+        values: value name -> conversion-time ``Info`` (meta and layout), for the subgraph mappings.
+        keep: value names the graph's outputs read.
 
     Returns ``(nodes, modules)``: the new node list and ``{path: {"type", "config"}}``.
     """
@@ -296,7 +298,116 @@ def map_layers(nodes: list, sources: list, params: dict, module_info: dict) -> t
         for i, m in found:
             node = nodes[i]
             replaced[i] = dict(node, kernel="call_module", inputs=[node["inputs"][m.x]], attrs={"module": path})
-    return [replaced.get(i, node) for i, node in enumerate(nodes)], modules
+    nodes = [replaced.get(i, node) for i, node in enumerate(nodes)]
+    if values is not None:
+        nodes = _map_attention(nodes, params, module_info, modules, readers, values, set(keep))
+    return nodes, modules
+
+
+# ---------------------------------------------------------------------------------------------------- blocks
+# kernels torch's F.multi_head_attention_forward decomposes into (no masks, no bias_k/bias_v, packed projection)
+_MHA_KERNELS = frozenset({"linear", "reshape", "unsqueeze", "squeeze", "identity", "select", "int_op", "transpose",
+                          "sdpa", "getitem", "permute", "split", "chunk", "mul", "contiguous", "unflatten"})
+
+
+def _map_attention(nodes, params, module_info, modules, readers, values, keep):
+    """``nn.MultiheadAttention`` calls -> one ``call_module`` node each (a subgraph, not one node): when the module
+    was called once, its nodes are contiguous, read only its own packed parameters, take 1-3 outside tensors of
+    shape ``(., ., embed_dim)`` in torch's layout (self-attention: one; ``key is value``: two; else three, in the
+    order the projections read them), use no mask, and one tensor leaves the block."""
+    by_path: dict = {}
+    for i, node in enumerate(nodes):
+        if node.get("module_type") == "MultiheadAttention" and node.get("module"):
+            by_path.setdefault(node["module"], []).append(i)
+    replace: dict = {}
+    skip: set = set()
+    for path, indices in by_path.items():
+        info = module_info.get(path, {}).get("mha")
+        if info is None or indices != list(range(indices[0], indices[-1] + 1)):
+            continue
+        block = [nodes[i] for i in indices]
+        if any(n["kernel"] not in _MHA_KERNELS for n in block):
+            continue
+        if any(n["kernel"] == "sdpa" and (len(n["inputs"]) > 3 and n["inputs"][3] is not None
+                                          or n["attrs"].get("is_causal")) for n in block):
+            continue
+        own = {f"{path}.in_proj_weight", f"{path}.in_proj_bias", f"{path}.out_proj.weight", f"{path}.out_proj.bias"}
+        read = {p for n in block for p in _params_read(n["inputs"])}
+        if not read <= own or f"{path}.in_proj_weight" not in read or any(
+                params[p]["transform"] != "identity" for p in read):
+            continue
+        if any(not readers.get(p, set()) <= set(indices) for p in read):
+            continue
+        # size arithmetic (symbolic ints) stays in the program, before the call: later nodes may read it
+        scalar = [i for i in indices if all(name in values and values[name].meta.kind in ("int", "float", "bool")
+                                            for name in nodes[i]["outputs"])]
+        removed = [i for i in indices if i not in scalar]
+        made = {name for i in removed for name in nodes[i]["outputs"]}
+        if any(set(_refs(nodes[i]["inputs"])) & made for i in scalar):
+            continue
+        outside = []
+        for i in removed:
+            for ref in _refs(nodes[i]["inputs"]):
+                if ref not in made and ref not in outside:
+                    outside.append(ref)
+        inside = set(removed)
+        leaving = [name for name in made if name in keep or any(
+            name in set(_refs(m["inputs"])) for j, m in enumerate(nodes) if j not in inside)]
+        tensors = [r for r in outside if r in values and values[r].perm is not None]
+        if any(r not in tensors and (r not in values or values[r].meta.kind not in ("int", "float", "bool"))
+               for r in outside):
+            continue  # something other than the q/k/v tensors and sizes flows in
+        if len(leaving) != 1 or not 1 <= len(tensors) <= 3:
+            continue
+        e = info["embed_dim"]
+        perms = {tuple(values[r].perm) for r in tensors if values[r].perm is not None}
+        if len(perms) != 1 or next(iter(perms)) not in ((0, 1, 2), (1, 0, 2)) or any(
+                values[r].meta.kind != "tensor" or values[r].meta.rank != 3 or values[r].meta.shape[-1] != e
+                for r in tensors):
+            continue
+        (perm,) = perms
+        out_perm = values[leaving[0]].perm if leaving[0] in values else None
+        if leaving[0] not in nodes[removed[-1]]["outputs"] or out_perm is None \
+                or tuple(out_perm) not in ((0, 1, 2), (1, 0, 2)):
+            continue
+        # the layer works in the arrays' order: torch's (N, L, E) with batch_first, unless the layout pass keeps
+        # the value transposed (perm (1, 0, 2)), and the other way round
+        batch_first = info["batch_first"] != (perm == (1, 0, 2))
+        config = {"embed_dim": e, "num_heads": info["num_heads"], "dropout": info["dropout"],
+                  "bias": f"{path}.in_proj_bias" in read, "batch_first": batch_first}
+        modules[path] = {"type": "MultiheadAttention", "config": config}
+        args = [{"ref": r} for r in tensors]
+        last = nodes[removed[-1]]
+        if tuple(out_perm) == perm:
+            replace[removed[-1]] = [dict(last, kernel="call_module", inputs=args, attrs={"module": path})]
+        else:  # the program kept the output in the other order: one transpose after the layer
+            inner = f"{leaving[0]}__attention"
+            replace[removed[-1]] = [
+                dict(last, kernel="call_module", inputs=args, attrs={"module": path}, outputs=[inner],
+                     layout=list(perm)),
+                dict(last, kernel="transpose", inputs=[{"ref": inner}], attrs={"axes": [1, 0, 2]})]
+        skip.update(removed[:-1])
+    if not replace:
+        return nodes
+    out = []
+    for i, node in enumerate(nodes):
+        if i in replace:
+            out.extend(replace[i])
+        elif i not in skip:
+            out.append(node)
+    return out
+
+
+def _refs(value):
+    if isinstance(value, dict):
+        if set(value) == {"ref"}:
+            yield value["ref"]
+        else:
+            for v in value.values():
+                yield from _refs(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _refs(v)
 
 
 _CORE = {"PReLU": ("prelu",), "Conv": ("conv",), "ConvTranspose": ("conv_transpose",), "Linear": ("linear",), "Embedding": ("embedding",),

@@ -65,6 +65,66 @@ class PReLU(nn.PReLU):
         return k_prelu(x, self.weight, axis=x.ndim - 1)
 
 
+class MultiheadAttention(nn.Module):
+    """torch.nn.MultiheadAttention (packed in-projection, same q/k/v width) with torch's parameter names:
+    ``in_proj_weight`` ``(3E, E)``, ``in_proj_bias`` ``(3E,)``, ``out_proj`` an ``mlx.nn.Linear``. Arrays
+    ``(N, L, E)`` with ``batch_first``, else ``(L, N, E)`` (in a port: the order the arrays have there, which the
+    layout pass may have swapped from the torch module's). Returns the attention output only (torch's
+    ``need_weights=False``); no masks. Attention as the runtime's ``sdpa`` kernel computes it; in training mode
+    dropout ``p`` on the attention weights, as torch's.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 batch_first: bool = False):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"[MultiheadAttention] embed_dim ({embed_dim}) must be divisible by num_heads "
+                             f"({num_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"[MultiheadAttention] 'dropout' must be in [0, 1) but got {dropout!r}")
+        bound = 1.0 / embed_dim ** 0.5
+        self.in_proj_weight = mx.random.uniform(-bound, bound, (3 * embed_dim, embed_dim))
+        if bias:
+            self.in_proj_bias = mx.zeros((3 * embed_dim,))
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        object.__setattr__(self, "embed_dim", embed_dim)
+        object.__setattr__(self, "num_heads", num_heads)
+        object.__setattr__(self, "dropout", float(dropout))
+        object.__setattr__(self, "batch_first", bool(batch_first))
+
+    def _extra_repr(self) -> str:
+        return f"{self.embed_dim}, num_heads={self.num_heads}, batch_first={self.batch_first}"
+
+    def __call__(self, query: mx.array, key: mx.array = None, value: mx.array = None) -> mx.array:
+        from .ops.linear import k_sdpa
+
+        key = query if key is None else key
+        value = key if value is None else value
+        if not self.batch_first:
+            query, key, value = (t.swapaxes(0, 1) for t in (query, key, value))
+        e, h = self.embed_dim, self.num_heads
+        w, b = self.in_proj_weight, self.get("in_proj_bias")
+
+        def project(x, i):
+            y = x @ w[i * e:(i + 1) * e].T
+            return y if b is None else y + b[i * e:(i + 1) * e]
+
+        def heads(x):
+            n, length = x.shape[0], x.shape[1]
+            return x.reshape(n, length, h, e // h).transpose(0, 2, 1, 3)
+
+        q, k, v = heads(project(query, 0)), heads(project(key, 1)), heads(project(value, 2))
+        if self.training and self.dropout > 0:
+            probs = mx.softmax((q * (q.shape[-1] ** -0.5)) @ k.swapaxes(-1, -2), axis=-1, precise=True)
+            probs = nn.Dropout(self.dropout)(probs)
+            out = probs @ v
+        else:
+            out = k_sdpa(q, k, v)
+        n, length = out.shape[0], out.shape[2]
+        out = self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, e))
+        return out if self.batch_first else out.swapaxes(0, 1)
+
+
 class Activation(nn.Module):
     """A parameter-free torch activation module (``nn.ReLU``, ``nn.GELU``, ...) computed by the runtime's own
     function for it (the one its ``unary`` kernel uses), so the tree changes no number. Any layout.
@@ -239,6 +299,13 @@ LAYER_TYPES = {t.name: t for t in (
               tuple(QUANTIZED_CONV.values()), lambda m: {**_conv_config(m), **_quant_config(m)}),
     LayerType("PReLU", S.Obj({"num_parameters": _SIZE}, ["num_parameters"]),
               lambda c: PReLU(c["num_parameters"]), (PReLU,), lambda m: {"num_parameters": m.weight.shape[0]}),
+    LayerType("MultiheadAttention", S.Obj({"embed_dim": _SIZE, "num_heads": _SIZE, "dropout": S.Float(),
+                                           "bias": S.Bool(), "batch_first": S.Bool()},
+                                          ["embed_dim", "num_heads", "dropout", "bias", "batch_first"]),
+              lambda c: MultiheadAttention(c["embed_dim"], c["num_heads"], c["dropout"], c["bias"],
+                                           c["batch_first"]), (MultiheadAttention,),
+              lambda m: {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "dropout": m.dropout,
+                         "bias": "in_proj_bias" in m, "batch_first": m.batch_first}),
     LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
               lambda m: {"p": _dropout_p(m)}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),

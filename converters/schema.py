@@ -269,7 +269,7 @@ class _Checker:
             self.defined.add(name)
 
     def check_call_module(self, node, where):
-        self.match(S.Seq(S.Opt(S.TENSOR), 1, 1), node["inputs"], where, "inputs")
+        self.match(S.Seq(S.Opt(S.TENSOR), 1, 3), node["inputs"], where, "inputs")
         self.match(S.Obj({"module": _NAME}, ["module"]), node["attrs"], where, "attrs")
         if node["attrs"]["module"] not in self.modules:
             self.fail(where, "attrs.module", f"{node['attrs']['module'][:80]!r} is not a layer recorded in 'modules'")

@@ -101,6 +101,16 @@ def _live_modules(ported: PortedModel) -> dict:
             raise ValueError(f"porter.save: the layer at {path!r} is now a {type(layer).__name__}, which Porter "
                              "cannot record in an artifact (it records Porter's and MLX's own layer classes only)")
         out[path] = {"type": found[0], "config": found[1]}
+    # a child a mapped layer built itself (MultiheadAttention's out_proj) that was quantized since: recorded too,
+    # so load builds it quantized in place of the layer's own
+    from .layer_types import QUANTIZED_TYPES
+
+    prefixes = tuple(f"{path}." for path in out)
+    for path, module in ported.named_modules():
+        if path.startswith(prefixes) and path not in out:
+            found = record(module) if not isinstance(module, list) else None
+            if found is not None and found[0] in QUANTIZED_TYPES:
+                out[path] = {"type": found[0], "config": found[1]}
     return out
 
 

@@ -101,10 +101,11 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
     key_paths: dict = {}
     layer_keys: dict = {}
 
-    def make(node, prefix: list):
+    def make(node, prefix: list, existing=None):
         path, children = node["path"], node["children"]
         indices = [_as_index(k) for k in children]
-        if (path and path not in modules and not node["arrays"] and children and None not in indices
+        if (existing is None and path and path not in modules and not node["arrays"] and children
+                and None not in indices
                 and max(indices) < min(MAX_LIST, 4 * len(indices) + 64)):
             items = [None] * (max(indices) + 1)  # nn.Sequential / nn.ModuleList: a list, indexed as in torch
             for key, child in children.items():
@@ -115,6 +116,9 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         if record is not None:
             module = LAYER_TYPES[record["type"]].build(record["config"])
             layer_keys[path] = list(prefix)
+            expected = {k: v for k, v in module.items() if isinstance(v, mx.array)}
+        elif existing is not None:  # a child a mapped layer builds itself (MultiheadAttention's out_proj)
+            module, record = existing, {"type": type(existing).__name__}
             expected = {k: v for k, v in module.items() if isinstance(v, mx.array)}
         else:
             module = root if path == "" else Submodule(types.get(path, ""))
@@ -137,7 +141,15 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         if buffers:
             module.freeze(keys=buffers, recurse=False)
         for key, child in children.items():
-            module[key] = make(child, prefix + [key])
+            own = module.get(key) if expected is not None or existing is not None else None
+            module[key] = make(child, prefix + [key],
+                               own if isinstance(own, nn.Module) and child["path"] not in modules else None)
+        if record is not None:  # every child module the layer built must have received its weights
+            for key, value in module.items():
+                if isinstance(value, nn.Module) and key not in children and any(
+                        isinstance(a, mx.array) for a in value.values()):
+                    raise ValueError(f"the {record['type']} layer at {path!r} has no recorded weights for its "
+                                     f"child {key!r}")
         return module
 
     make(top, [])

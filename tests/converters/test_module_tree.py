@@ -450,3 +450,75 @@ def test_a_compiled_training_step_updates_weights_and_running_stats_like_the_eag
     for name, value in runs[0][1].items():
         np.testing.assert_allclose(np.array(runs[1][1][name]), np.array(value), rtol=1e-3, atol=1e-5, err_msg=name)
     assert int(np.array(runs[1][1]["bn1.num_batches_tracked"])) == 3
+
+
+def test_multihead_attention_is_a_layer_with_torch_names(tmp_path):
+    from porter.converters.layer_types import MultiheadAttention
+
+    spec = REGISTRY["vit"]
+    model = spec.builder(seed=4)
+    x = make_inputs(spec.inputs)[0]
+    ported = porter.convert(model, (x,))
+    attention = ported.encoder.layers.encoder_layer_0.self_attention
+    assert isinstance(attention, MultiheadAttention) and isinstance(attention.out_proj, mnn.Linear)
+    assert {k for k, _ in tree_flatten(attention.parameters())} == {
+        "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"}
+    np.testing.assert_allclose(np.array(ported(_nhwc(x))), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    from porter.layers import quantize_model
+
+    report = quantize_model(ported, group_size=32, bits=8)  # out_proj and the MLP's Linears (widths of 32)
+    assert "encoder.layers.encoder_layer_0.self_attention.out_proj" in report.quantized
+    assert isinstance(attention.out_proj, mnn.QuantizedLinear)
+    want = np.array(ported(_nhwc(x)))
+    porter.save(ported, tmp_path / "q")
+    loaded = porter.load(tmp_path / "q")
+    assert isinstance(loaded.encoder.layers.encoder_layer_0.self_attention.out_proj, mnn.QuantizedLinear)
+    np.testing.assert_array_equal(np.array(loaded(_nhwc(x))), want)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("kind", ["self", "key_is_value", "cross"])
+def test_multihead_attention_forms_follow_torch(batch_first, kind):
+    from porter.converters.layer_types import MultiheadAttention
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 4, batch_first=batch_first)
+
+        def forward(self, q, k, v):
+            if kind == "self":
+                return self.attn(q, q, q, need_weights=False)[0]
+            if kind == "key_is_value":
+                return self.attn(q, k, k, need_weights=False)[0]
+            return self.attn(q, k, v, need_weights=False)[0]
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    with torch.no_grad():
+        model.attn.in_proj_bias.uniform_(-0.5, 0.5)
+        model.attn.out_proj.bias.uniform_(-0.5, 0.5)
+    shape_q, shape_k = ((2, 5, 16), (2, 7, 16)) if batch_first else ((5, 2, 16), (7, 2, 16))
+    q, k, v = torch.randn(shape_q), torch.randn(shape_k), torch.randn(shape_k)
+    ported = porter.convert(model, (q, k, v), io_layout="torch")
+    assert isinstance(ported.attn, MultiheadAttention)
+    got = np.array(ported(*(mx.array(t.numpy()) for t in (q, k, v))))
+    np.testing.assert_allclose(got, model(q, k, v).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_multihead_attention_with_a_mask_stays_program_nodes_and_matches_torch():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+        def forward(self, x, mask):
+            return self.attn(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+    torch.manual_seed(1)
+    model = Net().eval()
+    x, mask = torch.randn(2, 5, 16), torch.randn(5, 5)
+    ported = porter.convert(model, (x, mask), io_layout="torch")
+    assert isinstance(ported.attn, Submodule)
+    got = np.array(ported(mx.array(x.numpy()), mx.array(mask.numpy())))
+    np.testing.assert_allclose(got, model(x, mask).detach().numpy(), rtol=1e-4, atol=1e-5)
