@@ -66,7 +66,7 @@ class _Checker:
         self.defined: set = set()
         self.params: set = set()
         self.ranks: list = []
-        self.modules: set = set()
+        self.modules: dict = {}  # layer path -> type
 
     def fail(self, where, field, problem):
         raise ArtifactError(self.file, where, field, problem)
@@ -191,7 +191,7 @@ class _Checker:
                     _check_unary([], {"fn": entry["config"]["fn"], **entry["config"]["attrs"]})
                 except S.SpecError as e:
                     self.fail(where, "config.attrs", e.message)
-        self.modules = set(modules)
+        self.modules = {path: entry["type"] for path, entry in modules.items()}
         for name in self.params:  # a name both an array and a layer cannot form a tree
             if name in self.modules:
                 self.fail(f"modules[{name[:80]!r}]", "", "is also the name of a parameter")
@@ -269,10 +269,12 @@ class _Checker:
             self.defined.add(name)
 
     def check_call_module(self, node, where):
-        self.match(S.Seq(S.Opt(S.TENSOR), 1, 3), node["inputs"], where, "inputs")
         self.match(S.Obj({"module": _NAME}, ["module"]), node["attrs"], where, "attrs")
-        if node["attrs"]["module"] not in self.modules:
-            self.fail(where, "attrs.module", f"{node['attrs']['module'][:80]!r} is not a layer recorded in 'modules'")
+        path = node["attrs"]["module"]
+        if path not in self.modules:
+            self.fail(where, "attrs.module", f"{path[:80]!r} is not a layer recorded in 'modules'")
+        most = 3 if self.modules[path] == "MultiheadAttention" else 1  # query, key, value
+        self.match(S.Seq(S.Opt(S.TENSOR), 1, most), node["inputs"], where, "inputs")
 
     def check_call(self, spec, sig, inputs, attrs, where):
         positional, required, has_varargs, kwonly, kw_required, has_varkw = sig
