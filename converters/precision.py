@@ -85,14 +85,17 @@ def astype(ported, dtype):
         >>> y = half(x)            # x float32 or bfloat16: cast to bfloat16 on entry
     """
     from .runtime import PortedModel
-    from .serialize import _live_modules
+    from .serialize import _live_modules, _live_params
 
     name = check_dtype(dtype)
     target = DTYPES[name]
     graph = json.loads(json.dumps(ported.graph))  # a deep copy (the graph is JSON data)
     graph["modules"] = _live_modules(ported)  # the layers as they are now (a config may have been edited)
+    # the arrays as they are now: a quantized layer's packed weight, scales and biases included
+    graph["params"], live = _live_params(ported, graph["modules"])
+    graph["params"] = json.loads(json.dumps(graph["params"]))
     weights = {}
-    for key, array in ported.named_arrays().items():
+    for key, array in live.items():
         if mx.issubdtype(array.dtype, mx.floating):
             array = array.astype(target)
             graph["params"][key]["dtype"] = name

@@ -522,3 +522,28 @@ def test_multihead_attention_with_a_mask_stays_program_nodes_and_matches_torch()
     assert isinstance(ported.attn, Submodule)
     got = np.array(ported(mx.array(x.numpy()), mx.array(mask.numpy())))
     np.testing.assert_allclose(got, model(x, mask).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_quantized_port_casts_to_half():
+    """astype after quantize_model: the packed weights stay uint32, scales, biases and the rest become float16."""
+    from porter.layers import quantize_model
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(64, 64)
+            self.fc2 = nn.Linear(64, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 64)
+    ported = porter.convert(Net().eval(), (x,))
+    quantize_model(ported, group_size=32, bits=8)
+    half = ported.astype("float16")
+    assert isinstance(half.fc1, mnn.QuantizedLinear) and half.fc1.weight.dtype == mx.uint32
+    assert half.fc1.scales.dtype == mx.float16 and half.fc1.bias.dtype == mx.float16
+    want = np.array(ported(mx.array(x.numpy())))
+    got = np.array(half(mx.array(x.numpy())).astype(mx.float32))
+    assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
