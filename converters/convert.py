@@ -18,7 +18,7 @@ from . import layout as L
 from . import transforms
 from .guards import static_checks
 from .ir import Graph, Node, Ref, ValueMeta, dead_code_elimination, iter_refs
-from .layer_map import map_layers
+from .layer_map import map_layers, spec_names
 from .registry import UnsupportedOpsError, get_converter, has_converter
 
 from .schema import FORMAT_VERSION  # noqa: E402  (the artifact format this writer produces)
@@ -377,7 +377,7 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
             "dtype": graph.param_dtypes.get(torch_name, str(graph.params[torch_name].dtype)),
         }
 
-    keep = {r.name for r in iter_refs(graph.outputs)} | {name for o in outputs for name in _ref_names(o["value"])}
+    keep = {r.name for r in iter_refs(graph.outputs)} | {name for o in outputs for name in spec_names(o["value"])}
     nodes, modules = map_layers(ctx.nodes, ctx.sources, params, graph.module_attrs or {}, ctx.values, keep)
     defined = {name for node in nodes for name in node["outputs"]} | set(graph.inputs)
     module_outputs = [entry for entry in module_outputs if entry["value"] in defined]  # a subgraph became one call
@@ -404,15 +404,6 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     }
     runtime_graph.update(_input_checks(graph))
     return {"graph": runtime_graph, "weights": weights}
-
-
-def _ref_names(spec):
-    if isinstance(spec, dict):
-        if set(spec) == {"ref"}:
-            yield spec["ref"]
-    elif isinstance(spec, list):
-        for item in spec:
-            yield from _ref_names(item)
 
 
 def _module_types(graph: Graph) -> dict:

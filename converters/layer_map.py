@@ -261,7 +261,7 @@ def map_layers(nodes: list, sources: list, params: dict, module_info: dict, valu
     shapes = {name: p["torch_shape"] for name, p in params.items()}
     readers: dict = {}  # parameter -> indices of the nodes reading it
     for i, node in enumerate(nodes):
-        for name in _params_read(node["inputs"]):
+        for name in spec_names(node["inputs"], "param"):
             readers.setdefault(name, set()).add(i)
     candidates: dict = {}  # path -> [(node index, Mapping or None)]
     for i, node in enumerate(nodes):
@@ -332,7 +332,7 @@ def _map_attention(nodes, params, module_info, modules, readers, values, keep):
                                           or n["attrs"].get("is_causal")) for n in block):
             continue
         own = {f"{path}.in_proj_weight", f"{path}.in_proj_bias", f"{path}.out_proj.weight", f"{path}.out_proj.bias"}
-        read = {p for n in block for p in _params_read(n["inputs"])}
+        read = {p for n in block for p in spec_names(n["inputs"], "param")}
         if not read <= own or f"{path}.in_proj_weight" not in read or any(
                 params[p]["transform"] != "identity" for p in read):
             continue
@@ -343,16 +343,16 @@ def _map_attention(nodes, params, module_info, modules, readers, values, keep):
                                             for name in nodes[i]["outputs"])]
         removed = [i for i in indices if i not in scalar]
         made = {name for i in removed for name in nodes[i]["outputs"]}
-        if any(set(_refs(nodes[i]["inputs"])) & made for i in scalar):
+        if any(set(spec_names(nodes[i]["inputs"])) & made for i in scalar):
             continue
         outside = []
         for i in removed:
-            for ref in _refs(nodes[i]["inputs"]):
+            for ref in spec_names(nodes[i]["inputs"]):
                 if ref not in made and ref not in outside:
                     outside.append(ref)
         inside = set(removed)
         leaving = [name for name in made if name in keep or any(
-            name in set(_refs(m["inputs"])) for j, m in enumerate(nodes) if j not in inside)]
+            name in set(spec_names(m["inputs"])) for j, m in enumerate(nodes) if j not in inside)]
         tensors = [r for r in outside if r in values and values[r].perm is not None]
         if any(r not in tensors and (r not in values or values[r].meta.kind not in ("int", "float", "bool"))
                for r in outside):
@@ -398,18 +398,6 @@ def _map_attention(nodes, params, module_info, modules, readers, values, keep):
     return out
 
 
-def _refs(value):
-    if isinstance(value, dict):
-        if set(value) == {"ref"}:
-            yield value["ref"]
-        else:
-            for v in value.values():
-                yield from _refs(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _refs(v)
-
-
 _CORE = {"PReLU": ("prelu",), "Conv": ("conv",), "ConvTranspose": ("conv_transpose",), "Linear": ("linear",), "Embedding": ("embedding",),
          "BatchNorm": ("batch_norm",), "LayerNorm": ("layer_norm",), "GroupNorm": ("group_norm",),
          "InstanceNorm": ("group_norm",)}
@@ -423,13 +411,16 @@ def _is_core(node, type_name: str) -> bool:
     return False
 
 
-def _params_read(value):
+
+def spec_names(value, key: str = "ref"):
+    """Every name a node input spec reads: ``{"ref": name}`` values (``key="ref"``) or ``{"param": name}`` weights
+    (``key="param"``), inside lists and nested specs."""
     if isinstance(value, dict):
-        if set(value) == {"param"}:
-            yield value["param"]
+        if set(value) == {key}:
+            yield value[key]
         else:
             for v in value.values():
-                yield from _params_read(v)
+                yield from spec_names(v, key)
     elif isinstance(value, list):
         for v in value:
-            yield from _params_read(v)
+            yield from spec_names(v, key)

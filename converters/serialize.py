@@ -130,7 +130,7 @@ def _live_params(ported: PortedModel, modules: dict) -> tuple:
         spec = recorded.get(name)
         if name.startswith(changed):
             spec = {"transform": "identity", "attrs": {}, "trainable": name in trainable,
-                    "torch_shape": list(array.shape), "dtype": _DTYPE_NAMES[array.dtype]}
+                    "torch_shape": list(array.shape), "dtype": _dtype_name(array.dtype)}
         elif spec is None:
             raise ValueError(f"porter.save: the model's tree has a new array {name!r} that the conversion did not "
                              "record (an edited tree is not supported by the artifact format)")
@@ -145,9 +145,10 @@ def _live_params(ported: PortedModel, modules: dict) -> tuple:
     return params, weights
 
 
-_DTYPE_NAMES = {getattr(mx, n): n for n in ("bool_", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
-                                            "int64", "float16", "bfloat16", "float32", "float64")}
-_DTYPE_NAMES[mx.bool_] = "bool"
+def _dtype_name(dtype) -> str:
+    from .ops.misc import _MX_DTYPES
+
+    return next(name for name, value in _MX_DTYPES.items() if value == dtype)
 
 
 def _quantization_block(modules: dict):

@@ -218,6 +218,31 @@ def check_channels(in_channels, out_channels, groups, layer: str) -> int:
     return int(groups)
 
 
+def init_conv_geometry(module: nn.Module, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                       padding_mode) -> None:
+    """Check torch's conv module arguments and set them on ``module`` (``module.nd`` spatial dims): channels,
+    ``groups``, ``kernel_size``/``stride``/``dilation`` as tuples, padding (``padding`` as given for a string, else
+    the low side; ``_pad_lo``/``_pad_hi`` per dim) and ``padding_mode``. Shared by the float and quantized convs."""
+    layer, nd = type(module).__name__, module.nd
+    module.groups = check_channels(in_channels, out_channels, groups, layer)
+    module.in_channels, module.out_channels = int(in_channels), int(out_channels)
+    module.kernel_size = ntuple(kernel_size, nd, "kernel_size", layer)
+    module.stride = ntuple(stride, nd, "stride", layer)
+    module.dilation = ntuple(dilation, nd, "dilation", layer)
+    check_positive(module.kernel_size, "kernel_size", layer)
+    check_positive(module.stride, "stride", layer)
+    check_positive(module.dilation, "dilation", layer)
+    module._pad_lo, module._pad_hi = padding_pairs(
+        padding, module.kernel_size, module.stride, module.dilation, layer, strict_module=True
+    )
+    module.padding = padding if isinstance(padding, str) else module._pad_lo
+    if padding_mode not in _PADDING_MODES:
+        raise ValueError(
+            f"[{layer}] padding_mode must be one of {set(_PADDING_MODES)}, but got padding_mode='{padding_mode}'"
+        )
+    module.padding_mode = padding_mode
+
+
 class _ConvNd(nn.Module):
     """Generic N-d convolution module; ``Conv1d/2d/3d`` fix ``nd``."""
 
@@ -236,24 +261,8 @@ class _ConvNd(nn.Module):
         padding_mode: str = "zeros",
     ):
         super().__init__()
-        layer, nd = type(self).__name__, self.nd
-        self.groups = check_channels(in_channels, out_channels, groups, layer)
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = ntuple(kernel_size, nd, "kernel_size", layer)
-        self.stride = ntuple(stride, nd, "stride", layer)
-        self.dilation = ntuple(dilation, nd, "dilation", layer)
-        check_positive(self.kernel_size, "kernel_size", layer)
-        check_positive(self.stride, "stride", layer)
-        check_positive(self.dilation, "dilation", layer)
-        self._pad_lo, self._pad_hi = padding_pairs(
-            padding, self.kernel_size, self.stride, self.dilation, layer, strict_module=True
-        )
-        self.padding = padding if isinstance(padding, str) else self._pad_lo
-        if padding_mode not in _PADDING_MODES:
-            raise ValueError(
-                f"[{layer}] padding_mode must be one of {set(_PADDING_MODES)}, but got padding_mode='{padding_mode}'"
-            )
-        self.padding_mode = padding_mode
+        init_conv_geometry(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                           padding_mode)
         fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
         shape = (self.out_channels, *self.kernel_size, self.in_channels // self.groups)
         init_conv_params(self, shape, fan_in, bias, self.out_channels)

@@ -31,16 +31,12 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from .conv import (
-    _PADDING_MODES,
     _ConvNd,
-    check_channels,
-    check_positive,
     conv_nd,
+    init_conv_geometry,
     init_conv_params,
-    padding_pairs,
 )
 from . import _native
-from ._utils import ntuple
 from .padding import pad
 
 BITS = (4, 8)
@@ -164,24 +160,9 @@ class _QuantizedConvNd(nn.Module):
         mode: str = "affine",
     ):
         super().__init__()
-        layer, nd = type(self).__name__, self.nd
-        self.groups = check_channels(in_channels, out_channels, groups, layer)
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = ntuple(kernel_size, nd, "kernel_size", layer)
-        self.stride = ntuple(stride, nd, "stride", layer)
-        self.dilation = ntuple(dilation, nd, "dilation", layer)
-        check_positive(self.kernel_size, "kernel_size", layer)
-        check_positive(self.stride, "stride", layer)
-        check_positive(self.dilation, "dilation", layer)
-        self._pad_lo, self._pad_hi = padding_pairs(
-            padding, self.kernel_size, self.stride, self.dilation, layer, strict_module=True
-        )
-        self.padding = padding if isinstance(padding, str) else self._pad_lo
-        if padding_mode not in _PADDING_MODES:
-            raise ValueError(
-                f"[{layer}] padding_mode must be one of {set(_PADDING_MODES)}, but got padding_mode='{padding_mode}'"
-            )
-        self.padding_mode = padding_mode
+        layer = type(self).__name__
+        init_conv_geometry(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                           padding_mode)
         group_size, bits = _defaults(group_size, bits)
         problem = quantization_problem(self.reduction, group_size, bits, mode)
         if problem:
