@@ -1,58 +1,48 @@
 """Whole-model forward and training-step time in MLX through Porter against torch, each in its own process.
 
-    python benchmarks/models.py                          # every registered model, batch 1 and 8, forward
+    python benchmarks/models.py                          # every registered model (--models all), batch 1 and 8, forward
+    python benchmarks/models.py --models classification --batches 1 --rounds 1 --repeat 3 --json rows.json
     python benchmarks/models.py --models resnet18 --batches 8 --rounds 5 --repeat 10
     python benchmarks/models.py --modes forward,train --models resnet18,convnext_tiny --batches 8
     python benchmarks/models.py --models regnet_y_400mf --batches 1 --profile   # + where the MLX time goes
+    python benchmarks/models.py --models video --profile slow   # per-op profile of the rows above the target only
     python benchmarks/models.py --env PORTER_CACHE_LIMIT=mlx   # e.g. MLX's default cache limit, for comparison
 
-Models are registered torch twins (``register(name, builder, input shape)``: ``porter.examples`` and the
-full-size twins of ``benchmarks/twins.py``; torchvision is not needed). A training step is forward, backward of the
-mean squared output and an SGD update (torch: ``torch.optim.SGD``; MLX: ``nn.value_and_grad`` and
-``mlx.optimizers.SGD`` on the converted model), both with the model in eval mode (batch norm frozen: the converted
-graph is the eval graph). ``--profile`` adds the MLX side's per-op time attribution (``porter.bench.op_profile``).
+``--models`` takes model names and the groups ``all``, ``classification``, ``video``, ``segmentation``
+(``benchmarks/model_list.py``: one twin per torchvision family at its standard input; torchvision is not needed).
+A training step is forward, backward of the mean squared output and an SGD update (torch: ``torch.optim.SGD``; MLX:
+``nn.value_and_grad`` and ``mlx.optimizers.SGD`` on the loaded port), both with the model in eval mode (batch norm
+frozen: the converted graph is the eval graph); the row notes it when the two sides train a different number of
+parameters. ``--profile`` adds the MLX side's per-op time attribution (``porter.bench.op_profile``).
 
-Each round starts a fresh torch process and a fresh MLX process (porter.bench.benchmark_isolated), so the BLAS Porter
-loads for MLX cannot change torch's speed, and alternates them so machine load hits both alike. The table gives the
-median over all timed runs of all rounds, the ratio MLX/torch (below 1: MLX faster) with its range over rounds (the
-noise), the same ratio in process CPU time (steadier on a loaded machine, most of all with --threads 1), the BLAS
-MLX used, and peak memory: ``rss`` is the process's peak resident size (interpreter and libraries included; the MLX
-process also holds torch, used to build and check the model), ``mlx`` is MLX's own peak allocation.
+Per model, one converter process (holding torch) converts it with ``porter.convert``, saves it with ``porter.save``
+and saves torch's output for each batch. Each round then starts a fresh torch process and a fresh MLX process that
+only loads the artifact (``porter.load``) and runs it: the MLX process never imports torch (checked: column
+torch-free), and its output is compared with torch's (max rel err). Rounds alternate the two so machine load hits
+both alike. The table gives the median over all timed runs of all rounds, the ratio MLX/torch (below 1: MLX faster)
+with its range over rounds (the noise), the same ratio in process CPU time (steadier on a loaded machine, most of all
+with --threads 1), peak memory (``rss``: the process's peak resident size, interpreter and libraries included;
+``mlx``: MLX's own peak allocation), the BLAS MLX used. Under the table: the geometric mean of the forward ratios per
+batch and the rows above 1.0 (forward) / 1.2 (train). ``--path zoo`` runs the hand-written ``porter.zoo`` model
+instead, converted in the timed process (which then holds torch).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import statistics
 import sys
+import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.model_list import MODELS, register, select  # noqa: E402,F401  (register: for scripts adding models)
+from benchmarks.model_report import (FORWARD_TARGET, HEADER, TRAIN_TARGET, error_row, format_row, make_row,  # noqa: E402
+                                     profile_lines, summary)
 from porter.bench import benchmark_isolated  # noqa: E402
-
-MODELS: dict = {}
-
-
-def register(name: str, builder: str, chw: tuple, zoo: str | None = None) -> None:
-    """Add a model: ``builder`` is ``"module:function"`` (no arguments, returns the torch model), ``chw`` the input
-    shape without the batch (``(3, 224, 224)``; video ``(3, 16, 112, 112)``), ``zoo`` a ``porter.zoo`` model that
-    loads the same state_dict (for ``--path zoo``)."""
-    if name in MODELS:
-        raise ValueError(f"[benchmarks.models] model {name!r} is already registered")
-    MODELS[name] = (builder, zoo, tuple(chw))
-
-
-register("resnet18", "porter.examples:resnet18", (3, 224, 224), zoo="resnet18")
-register("resnet50", "porter.examples:resnet50", (3, 224, 224))
-register("mobilenet_v2", "porter.examples:mobilenet_v2", (3, 224, 224), zoo="mobilenet_v2")
-register("efficientnet_b0", "benchmarks.twins:efficientnet_b0", (3, 224, 224))
-register("regnet_y_400mf", "benchmarks.twins:regnet_y_400mf", (3, 224, 224))
-register("convnext_tiny", "benchmarks.twins:convnext_tiny", (3, 224, 224))
-register("vit_b_16", "benchmarks.twins:vit_b_16", (3, 224, 224))
-register("swin_t", "benchmarks.twins:swin_t", (3, 224, 224))
-register("r3d_18", "benchmarks.twins:r3d_18", (3, 16, 112, 112))
 
 
 def _zoo_forward(name: str, model, x=None):
@@ -72,66 +62,114 @@ def zoo_mobilenet_v2(model, x=None):
     return _zoo_forward("mobilenet_v2", model, x)
 
 
-def main(argv=None) -> None:
+def run_case(name: str, batch: int, mode: str, args, env: dict, convert: dict | None, out=print) -> dict:
+    """Rounds of (torch process, MLX process) for one model, batch and mode; returns the row (``model_report``)."""
+    entry = MODELS[name]
+    spec = dict(builder=entry["builder"], builder_kwargs=entry["builder_kwargs"], shape=[batch, *entry["chw"]],
+                repeat=args.repeat, warmup=args.warmup, sys_path=[ROOT], compile=args.compile,
+                threads=args.threads or None, mode=mode, max_seconds=args.max_seconds)
+    if convert is None:  # --path zoo: convert in the timed process
+        mlx_spec = dict(spec, framework="mlx", converter=f"benchmarks.models:zoo_{entry['zoo']}")
+    else:
+        mlx_spec = dict(spec, framework="loaded", artifact=convert["artifacts"][str(batch)],
+                        ref=convert["refs"][str(batch)])
+    torch_rows, mlx_rows = [], []
+    start = time.perf_counter()
+    for i in range(args.rounds):
+        torch_rows.append(benchmark_isolated(dict(spec, framework="torch")))
+        last = i == args.rounds - 1 or (args.max_seconds and time.perf_counter() - start > args.max_seconds)
+        profile = args.profile == "all" and mode == "forward" and last
+        mlx_rows.append(benchmark_isolated(dict(mlx_spec, profile=profile), env=env))
+        if last:
+            break
+    row = make_row(name, batch, mode, torch_rows, mlx_rows, convert)
+    target = TRAIN_TARGET if mode == "train" else FORWARD_TARGET
+    if args.profile == "slow" and mode == "forward" and row["ratio"] > target:
+        row["profile"] = benchmark_isolated(dict(mlx_spec, profile=True, repeat=1, warmup=1), env=env)["profile"]
+    return row
+
+
+def main(argv=None, out=print) -> list:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default="all", help="model names and groups: all, classification, video, "
+                                                         "segmentation (comma-separated)")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--modes", default="forward", help="forward, train, or both: forward,train")
-    parser.add_argument("--profile", action="store_true", help="per-op time attribution of the MLX forward")
+    parser.add_argument("--profile", nargs="?", const="all", choices=("all", "slow"),
+                        help="per-op time attribution of the MLX forward: every row, or (slow) only the rows above "
+                             "the target, in one extra MLX process")
     parser.add_argument("--rounds", type=int, default=3, help="fresh torch+MLX process pairs per case")
     parser.add_argument("--repeat", type=int, default=10, help="timed forwards per process")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="per case: no new round once this many seconds have passed, and each process stops "
+                             "timing after this many seconds of timed runs (at least one round, one run)")
     parser.add_argument("--path", choices=("convert", "zoo"), default="convert",
-                        help="MLX model from porter.convert, or the hand-written porter.zoo model")
+                        help="MLX model from porter.convert (saved, loaded torch-free), or the porter.zoo model")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads for torch and for MLX's BLAS (default: all usable cores)")
     parser.add_argument("--compile", action="store_true", help="wrap the MLX forward in mx.compile")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment for the MLX processes (e.g. PORTER_BLAS=none)")
+    parser.add_argument("--json", metavar="PATH", help="write every row (and the summary) to PATH as JSON")
     args = parser.parse_args(argv)
+    try:
+        names = select(args.models)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.path == "zoo":
+        missing = [n for n in names if not MODELS[n]["zoo"]]
+        if missing:
+            parser.error(f"--path zoo: no porter.zoo model registered for {', '.join(missing)}")
     env = dict(item.split("=", 1) for item in args.env)
     if args.threads:
         env["PORTER_BLAS_THREADS"] = str(args.threads)
-    path = args.path
+    batches = [int(b) for b in args.batches.split(",")]
+    modes = args.modes.split(",")
+    bad = [m for m in modes if m not in ("forward", "train")]
+    if bad:
+        parser.error(f"--modes: expected forward and/or train but got {', '.join(bad)}")
 
-    header = ("| model | batch | mode | torch ms | MLX ms | MLX/torch (range over rounds) | CPU-time MLX/torch | "
-              "torch peak rss | MLX peak rss / mlx | BLAS (threads) | MLX path | max rel err |")
-    print(header)
-    print("|---" * (header.count("|") - 1) + "|")
-    profiles = []
-    cases = [(n, int(b), mode) for n in args.models.split(",") for mode in args.modes.split(",")
-             for b in args.batches.split(",")]
-    for name, batch, mode in cases:
-        if name not in MODELS:
-            raise SystemExit(f"unknown model {name!r}; registered: {', '.join(MODELS)}")
-        builder, zoo_name, chw = MODELS[name]
-        spec = dict(builder=builder, shape=[batch, *chw], repeat=args.repeat, warmup=args.warmup,
-                    converter=None if path == "convert" else f"benchmarks.models:zoo_{zoo_name}", sys_path=[ROOT],
-                    compile=args.compile, threads=args.threads or None, mode=mode)
-        torch_rows, mlx_rows = [], []
-        for i in range(args.rounds):
-            torch_rows.append(benchmark_isolated(dict(spec, framework="torch")))
-            profile = args.profile and mode == "forward" and i == args.rounds - 1
-            mlx_rows.append(benchmark_isolated(dict(spec, framework="mlx", profile=profile), env=env))
-        t = statistics.median([v for r in torch_rows for v in r["times_ms"]])
-        m = statistics.median([v for r in mlx_rows for v in r["times_ms"]])
-        ratios = [mr["median_ms"] / tr["median_ms"] for tr, mr in zip(torch_rows, mlx_rows)]
-        cpu = statistics.median(r["cpu_median_ms"] for r in mlx_rows) / statistics.median(
-            r["cpu_median_ms"] for r in torch_rows)
-        last = mlx_rows[-1]
-        if last.get("profile"):
-            profiles.append((name, batch, last["profile"]))
-        print(f"| {name} | {batch} | {mode} | {t:.1f} | {m:.1f} | {m / t:.2f} ({min(ratios):.2f}-"
-              f"{max(ratios):.2f}) | {cpu:.2f} | "
-              f"{max(r['peak_rss_mb'] for r in torch_rows):.0f} MB | "
-              f"{max(r['peak_rss_mb'] for r in mlx_rows):.0f} / {max(r['mlx_peak_mb'] for r in mlx_rows):.0f} MB"
-              f" | {last['blas']} ({last['threads']}) | {last['path']} | "
-              f"{max(r['max_rel_err'] for r in mlx_rows):.1e} |", flush=True)
-    for name, batch, profile in profiles:
-        print(f"\nMLX forward of {name} at batch {batch}, per op (each node evaluated alone):")
-        for op, ms, share in profile[:12]:
-            print(f"  {op:32s} {ms:8.2f} ms  {100 * share:5.1f}%")
+    out(HEADER)
+    out("|---" * (HEADER.count("|") - 1) + "|")
+    rows = []
+    for name in names:
+        entry = MODELS[name]
+        with tempfile.TemporaryDirectory(prefix=f"porter-bench-{name}-") as tmp:
+            convert = None
+            if args.path == "convert":
+                try:
+                    convert = benchmark_isolated(dict(framework="convert", builder=entry["builder"],
+                                                      builder_kwargs=entry["builder_kwargs"], chw=list(entry["chw"]),
+                                                      batches=batches, out=tmp, sys_path=[ROOT]), env=env)
+                except Exception as e:  # noqa: BLE001  (one model's failure must not end a sweep)
+                    for batch in batches:
+                        for mode in modes:
+                            rows.append(error_row(name, batch, mode, f"conversion: {e}"))
+                            out(format_row(rows[-1]))
+                    continue
+            for batch in batches:
+                for mode in modes:
+                    try:
+                        rows.append(run_case(name, batch, mode, args, env, convert, out))
+                    except Exception as e:  # noqa: BLE001
+                        rows.append(error_row(name, batch, mode, str(e)))
+                    out(format_row(rows[-1]))
+    lines = summary(rows)
+    out("")
+    for line in lines:
+        out(line)
+    for row in rows:
+        if row.get("profile"):
+            out("")
+            for line in profile_lines(row):
+                out(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows, "summary": lines}, f,
+                      indent=1)
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    main(out=lambda line: print(line, flush=True))

@@ -1,10 +1,9 @@
 """Full-size torch twins of torchvision architectures for the model benchmark (torchvision is not a dependency).
 
-The classes are the converter tests' twins (``tests/models``: torchvision's module structure and ``state_dict``
-names) and ``porter.examples``; here they are built at torchvision's published sizes. Each builder takes no
-argument and returns the model in eval mode with its default (random) initialisation; ``benchmarks/models.py``
-registers them with their standard input shape. Add a model: a builder here (or anywhere importable) and one
-``register(...)`` line in ``benchmarks/models.py``.
+The twins are the zoo tests' (``tests/zoo/twins``: torchvision's module structure and ``state_dict`` names, one
+module per family, collected in ``CASES``); :func:`build` makes one at torchvision's default configuration, in eval
+mode with its default (random) initialisation. ``benchmarks/models.py`` registers them with their standard input
+shape. The named builders below are kept for older callers (``benchmarks/tree.py``).
 """
 
 from __future__ import annotations
@@ -16,39 +15,35 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.models.mobile import MBConvConfig, EfficientNet  # noqa: E402
-from tests.models.modern import ConvNeXt, RegNet  # noqa: E402
-from tests.models.video_audio import VideoResNet  # noqa: E402
-from tests.models.vit import VisionTransformer  # noqa: E402
+
+def build(name: str):
+    """The twin of torchvision's ``name`` (a key of ``tests.zoo.twins.CASES``) at its default size, in eval mode."""
+    from tests.zoo.twins import CASES
+
+    if name not in CASES:
+        raise ValueError(f"[benchmarks.twins] 'name' must be a twin in tests.zoo.twins.CASES but got {name!r}")
+    return CASES[name].twin().eval()
 
 
 def efficientnet_b0():
-    settings = [MBConvConfig(1, 3, 1, 32, 16, 1), MBConvConfig(6, 3, 2, 16, 24, 2), MBConvConfig(6, 5, 2, 24, 40, 2),
-                MBConvConfig(6, 3, 2, 40, 80, 3), MBConvConfig(6, 5, 1, 80, 112, 3),
-                MBConvConfig(6, 5, 2, 112, 192, 4), MBConvConfig(6, 3, 1, 192, 320, 1)]
-    return EfficientNet(settings).eval()
+    return build("efficientnet_b0")
 
 
 def regnet_y_400mf():
-    # torchvision: stem 32, depths 1/3/6/6, widths 48/104/208/440, group width 8, SE 0.25
-    return RegNet([(48, 2, 1, 8, 1.0), (104, 2, 3, 8, 1.0), (208, 2, 6, 8, 1.0), (440, 2, 6, 8, 1.0)],
-                  stem_width=32, se_ratio=0.25).eval()
+    return build("regnet_y_400mf")
 
 
 def convnext_tiny():
-    return ConvNeXt([(96, 192, 3), (192, 384, 3), (384, 768, 9), (768, None, 3)]).eval()
+    return build("convnext_tiny")
 
 
 def vit_b_16():
-    return VisionTransformer(image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768,
-                             mlp_dim=3072).eval()
+    return build("vit_b_16")
 
 
 def swin_t():
-    from tests.zoo.twins.swin import swin_t as build  # torchvision's Swin-T twin (tests/zoo/twins)
-
-    return build().eval()
+    return build("swin_t")
 
 
 def r3d_18():
-    return VideoResNet(layers=(2, 2, 2, 2), widths=(64, 128, 256, 512)).eval()
+    return build("r3d_18")

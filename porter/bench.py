@@ -13,7 +13,9 @@ Example::
     mlx_row = benchmark_isolated(dict(spec, framework="mlx"))
     print(mlx_row["median_ms"] / torch_row["median_ms"])
 
-Nothing here imports torch at module level.
+A converted model is measured the way a user runs it: :func:`run_convert` converts and saves it once in a process
+that holds torch, and each timed MLX process (:func:`run_loaded`) only loads the artifact and runs it, without
+torch (checked), against torch's output saved by the converter. Nothing here imports torch at module level.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ import time
 from typing import Callable
 
 
-def time_fn(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 20) -> dict:
+def time_fn(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 20, max_seconds: float | None = None) -> dict:
     """Wall times of ``fn()`` (which must block until its result is ready) after ``warmup`` untimed calls.
 
     Returns a dict with ``median_ms``, ``p10_ms``, ``p90_ms``, ``min_ms`` and all ``times_ms`` (wall clock), and
     ``cpu_median_ms``: CPU time of the whole process (all threads) per call. On a loaded machine, CPU time of a
-    single-threaded run is the steadier measure of work; wall clock is what a user waits.
+    single-threaded run is the steadier measure of work; wall clock is what a user waits. ``max_seconds`` stops the
+    timed calls once they have taken that long (at least one is always timed).
     """
     for _ in range(warmup):
         fn()
@@ -44,6 +47,8 @@ def time_fn(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 20) -> d
         fn()
         times.append((time.perf_counter() - start) * 1e3)
         cpu_times.append((time.process_time() - cpu_start) * 1e3)
+        if max_seconds is not None and sum(times) >= max_seconds * 1e3:
+            break
     ordered = sorted(times)
     return {
         "cpu_median_ms": statistics.median(cpu_times),
@@ -103,18 +108,21 @@ def run_torch(spec: dict) -> dict:
     x = torch.from_numpy(_input(spec))
     base = rss_bytes()
     if spec.get("mode") == "train":
-        timing = time_fn(_train_step_torch(model, x), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+        timing = time_fn(_train_step_torch(model, x), **_timing_args(spec))
     else:
         with torch.no_grad():
-            timing = time_fn(lambda: model(x), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
-    return dict(timing, framework="torch", mode=spec.get("mode", "forward"), torch=torch.__version__, threads=torch.get_num_threads(),
-                peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20)
+            timing = time_fn(lambda: model(x), **_timing_args(spec))
+    return dict(timing, framework="torch", mode=spec.get("mode", "forward"), torch=torch.__version__,
+                threads=torch.get_num_threads(), peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20,
+                train_params=sum(p.numel() for p in model.parameters() if p.requires_grad))
 
 
 def run_mlx(spec: dict) -> dict:
     """Convert the torch model with ``spec["converter"]`` (``"module:function"``, ``fn(torch_model, x_nchw)`` ->
     callable on NHWC ``mx.array``; default :func:`porter.convert`) and time its forward in this process. Checks the
-    output against torch once (untimed) and reports the largest error relative to the output's magnitude."""
+    output against torch once (untimed) and reports the largest error relative to the output's magnitude. This
+    process holds torch too (``torch_free`` is False): :func:`run_convert` + :func:`run_loaded` measure a port the way
+    a user runs it."""
     import porter  # first: picks the BLAS before mlx.core is imported
 
     import mlx.core as mx
@@ -125,30 +133,148 @@ def run_mlx(spec: dict) -> dict:
     x = _input(spec)
     xt = torch.from_numpy(x)
     with torch.no_grad():
-        ref = model(xt).numpy()
+        ref = _first(model(xt)).numpy()
     convert = load_spec(spec["converter"]) if spec.get("converter") else _porter_convert
     forward = convert(model, xt)
     if spec.get("compile"):
         forward = mx.compile(forward)
     # images and videos channels-last ((N, C, H, W) -> (N, H, W, C), (N, C, T, H, W) -> (N, T, H, W, C))
     xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)) if x.ndim in (4, 5) else x)
-    out = np.array(forward(xm))
-    if out.ndim in (4, 5):
+    out = np.array(_first(forward(xm)))
+    if out.ndim in (4, 5) and out.shape != ref.shape:
         out = np.moveaxis(out, -1, 1)
-    rel_err = float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-12))
+    rel_err = _rel_err(out, ref)
     mx.reset_peak_memory()
     base = rss_bytes()
-    if spec.get("mode") == "train":
-        timing = time_fn(_train_step_mlx(forward, xm), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
-    else:
-        timing = time_fn(lambda: mx.eval(forward(xm)), warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20))
+    timing = _time_mlx(forward, xm, spec)
     profile = op_profile(forward, xm) if spec.get("profile") and hasattr(forward, "_program") else None
-    info = porter.runtime_info()
-    return dict(timing, framework="mlx", mode=spec.get("mode", "forward"), profile=profile, mlx=info["mlx"], blas=info["blas"]["config"] or info["blas"]["source"],
-                blas_library=info["blas"]["library"], threads=info["blas"]["threads"],
-                cache_limit=info["cache_limit"], mlx_peak_mb=mx.get_peak_memory() / 2**20,
-                peak_rss_mb=peak_rss_bytes() / 2**20, rss_before_mb=base / 2**20, max_rel_err=rel_err,
+    return dict(timing, **_mlx_info(), framework="mlx", mode=spec.get("mode", "forward"), profile=profile,
+                mlx_peak_mb=mx.get_peak_memory() / 2**20, peak_rss_mb=peak_rss_bytes() / 2**20,
+                rss_before_mb=base / 2**20, max_rel_err=rel_err, torch_free=False,
                 path=(spec.get("converter") or "porter.convert") + (" + mx.compile" if spec.get("compile") else ""))
+
+
+def run_convert(spec: dict) -> dict:
+    """The converter process: build the torch model, save torch's output for every batch in ``spec["batches"]``
+    (``ref_b{batch}.npy``, torch layout, the first output of a dict or tuple), convert it with :func:`porter.convert`
+    at the first batch and :func:`porter.save` it under ``spec["out"]`` (again per batch when the capture did not
+    keep the batch dynamic). Returns ``{"artifacts": {batch: folder}, "refs": {batch: npy}, ...}``; the folders are
+    what :func:`run_loaded` loads in a torch-free process."""
+    import porter  # first: picks the BLAS before mlx.core is imported
+
+    import numpy as np
+    import torch
+
+    out_dir = spec["out"]
+    os.makedirs(out_dir, exist_ok=True)
+    model = _torch_model(spec)
+    batches = [int(b) for b in spec["batches"]]
+    refs, inputs = {}, {}
+    for b in batches:
+        inputs[b] = torch.from_numpy(_input(dict(spec, shape=[b, *spec["chw"]])))
+        with torch.no_grad():
+            refs[b] = os.path.join(out_dir, f"ref_b{b}.npy")
+            np.save(refs[b], _first(model(inputs[b])).numpy())
+    artifacts, convert_s, save_s = {}, 0.0, 0.0
+    for b in batches:
+        if b in artifacts:
+            continue
+        start = time.perf_counter()
+        ported = porter.convert(model, inputs[b])
+        convert_s += time.perf_counter() - start
+        folder = os.path.join(out_dir, f"port_b{b}")
+        start = time.perf_counter()
+        porter.save(ported, folder)
+        save_s += time.perf_counter() - start
+        dynamic_batch = any(d["input"] == 0 and d["axis"] == 0 for d in ported.dynamic_dims)
+        for other in batches:
+            if other == b or (dynamic_batch and other not in artifacts):
+                artifacts[other] = folder
+        del ported
+    size = sum(os.path.getsize(os.path.join(d, f)) for d in set(artifacts.values()) for f in os.listdir(d)
+               if f.endswith(".safetensors"))
+    return dict(framework="convert", artifacts={str(b): d for b, d in artifacts.items()},
+                refs={str(b): r for b, r in refs.items()}, convert_s=convert_s, save_s=save_s,
+                artifact_mb=size / 2**20, peak_rss_mb=peak_rss_bytes() / 2**20,
+                train_params=sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+
+def run_loaded(spec: dict) -> dict:
+    """The torch-free MLX process: :func:`porter.load` the artifact ``spec["artifact"]`` (saved by
+    :func:`run_convert`), run it on the seeded input, compare with torch's output ``spec["ref"]`` (npy), time the
+    forward (or the training step), and check that torch was never imported (``torch_free``; raises otherwise).
+    ``peak_rss_mb`` is this process's peak: interpreter, MLX, the loaded weights and the runs, no torch."""
+    import porter  # first: picks the BLAS before mlx.core is imported
+
+    import mlx.core as mx
+    import numpy as np
+
+    from porter.converters import layout
+
+    start = time.perf_counter()
+    model = porter.load(spec["artifact"])
+    load_s = time.perf_counter() - start
+    x = _input(spec)
+    in_perm = model.graph["inputs"][0]["perm"]
+    xm = mx.array(np.ascontiguousarray(np.transpose(x, in_perm)) if in_perm is not None else x)
+    if spec.get("compile"):
+        forward = mx.compile(model)
+    else:
+        forward = model
+    out = np.array(_first(forward(xm)))
+    out_perm = model.graph["outputs"][0]["perm"]
+    if out_perm is not None:
+        out = np.transpose(out, layout.to_layout_axes(tuple(out_perm), layout.identity(len(out_perm))))
+    ref = np.load(spec["ref"])
+    if out.shape != ref.shape:
+        raise RuntimeError(f"[porter.bench] the loaded port's output has shape {out.shape}, torch's {ref.shape}")
+    rel_err = _rel_err(out, ref)
+    base = rss_bytes()
+    timing = _time_mlx(model, xm, spec)
+    profile = op_profile(model, xm) if spec.get("profile") else None
+    if "torch" in sys.modules:
+        raise RuntimeError("[porter.bench] the loaded-port process imported torch; it must run without it")
+    from mlx.utils import tree_flatten
+
+    train_params = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+    return dict(timing, **_mlx_info(), framework="mlx", mode=spec.get("mode", "forward"), profile=profile,
+                mlx_peak_mb=mx.get_peak_memory() / 2**20, peak_rss_mb=peak_rss_bytes() / 2**20,
+                rss_before_mb=base / 2**20, max_rel_err=rel_err, torch_free="torch" not in sys.modules,
+                load_s=load_s, train_params=train_params,
+                path="porter.load" + (" + mx.compile" if spec.get("compile") else ""))
+
+
+def _time_mlx(forward, xm, spec: dict) -> dict:
+    import mlx.core as mx
+
+    if spec.get("mode") == "train":
+        return time_fn(_train_step_mlx(forward, xm), **_timing_args(spec))
+    return time_fn(lambda: mx.eval(forward(xm)), **_timing_args(spec))
+
+
+def _timing_args(spec: dict) -> dict:
+    return dict(warmup=spec.get("warmup", 3), repeat=spec.get("repeat", 20), max_seconds=spec.get("max_seconds"))
+
+
+def _mlx_info() -> dict:
+    import porter
+
+    info = porter.runtime_info()
+    return dict(mlx=info["mlx"], blas=info["blas"]["config"] or info["blas"]["source"],
+                blas_library=info["blas"]["library"], threads=info["blas"]["threads"], cache_limit=info["cache_limit"])
+
+
+def _first(out):
+    """The first output of a model that returns a dict (segmentation: ``"out"``), tuple or list."""
+    while isinstance(out, (dict, tuple, list)):
+        out = next(iter(out.values())) if isinstance(out, dict) else out[0]
+    return out
+
+
+def _rel_err(out, ref) -> float:
+    import numpy as np
+
+    return float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-12))
 
 
 def _train_step_torch(model, x, lr=1e-3):
@@ -159,7 +285,7 @@ def _train_step_torch(model, x, lr=1e-3):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(x).square().mean()
+        loss = _first(model(x)).square().mean()
         loss.backward()
         opt.step()
         return loss
@@ -174,7 +300,7 @@ def _train_step_mlx(forward, x, lr=1e-3):
     import mlx.optimizers as optim
 
     opt = optim.SGD(learning_rate=lr)
-    loss_and_grad = mnn.value_and_grad(forward, lambda a: forward(a).square().mean())
+    loss_and_grad = mnn.value_and_grad(forward, lambda a: _first(forward(a)).square().mean())
 
     def step():
         loss, grads = loss_and_grad(x)
@@ -227,10 +353,12 @@ def _porter_convert(model, x):
 
 
 def benchmark_isolated(spec: dict, *, env: dict | None = None, timeout: float = 900) -> dict:
-    """Run ``spec`` (``framework`` "torch" or "mlx", ``builder``, ``shape``, optional ``converter``, ``repeat``,
-    ``warmup``, ``seed``, ``threads``, ``compile``, ``mode`` "forward" or "train" (forward, backward of the mean
-    squared output, SGD update), ``profile`` (MLX: per-op attribution, :func:`op_profile`)) in a fresh interpreter
-    and return its result dict.
+    """Run ``spec`` in a fresh interpreter and return its result dict. ``framework`` picks the worker: "torch"
+    (:func:`run_torch`), "mlx" (convert and run in one process, :func:`run_mlx`), "convert" (:func:`run_convert`:
+    ``chw``, ``batches``, ``out``) or "loaded" (:func:`run_loaded`: ``artifact``, ``ref``; no torch). The rest:
+    ``builder``, ``shape``, optional ``builder_kwargs``, ``converter``, ``repeat``, ``warmup``, ``seed``,
+    ``threads``, ``compile``, ``mode`` "forward" or "train" (forward, backward of the mean squared output, SGD
+    update), ``profile`` (MLX: per-op attribution, :func:`op_profile`).
 
     ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``). A torch child gets
     ``PORTER_BLAS=none`` unless ``env`` sets it: then nothing but torch's own BLAS is loaded in it.
@@ -262,7 +390,7 @@ def _main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     for path in spec.get("sys_path", []):
         sys.path.insert(0, path)
-    runner = {"torch": run_torch, "mlx": run_mlx}[spec["framework"]]
+    runner = {"torch": run_torch, "mlx": run_mlx, "convert": run_convert, "loaded": run_loaded}[spec["framework"]]
     print(json.dumps(runner(spec)))
 
 
