@@ -82,3 +82,126 @@ def test_train_step_updates_the_converted_model():
     first, second = float(step()), float(step())
     after = dict(tree_flatten(ported.trainable_parameters()))
     assert any(not np.array_equal(before[k], np.array(after[k])) for k in before) and second < first
+
+
+# ---------------------------------------------------------------- the converted model, saved and loaded torch-free
+ROOT = os.path.dirname(HERE)
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """tiny_net converted and saved once by the converter process, with torch's outputs at batches 2 and 3."""
+    return bench.benchmark_isolated(dict(framework="convert", builder="tests.test_bench:tiny_net", chw=[3, 12, 10],
+                                         batches=[2, 3], out=str(tmp_path_factory.mktemp("port")), sys_path=[ROOT]))
+
+
+@pytest.mark.slow
+def test_loaded_worker_runs_the_saved_port_without_torch(converted):
+    """The converter saves one artifact (batch stays dynamic) and torch's output per batch; each loaded process
+    matches torch's output at its batch, never imports torch, and trains the same parameters as torch."""
+    import numpy as np
+
+    convert = converted
+    assert convert["artifacts"]["2"] == convert["artifacts"]["3"]  # one conversion serves both batches
+    assert np.load(convert["refs"]["3"]).shape == (3, 5) and convert["artifact_mb"] > 0
+    for batch, mode in ((2, "forward"), (3, "train")):
+        spec = dict(builder="tests.test_bench:tiny_net", shape=[batch, 3, 12, 10], repeat=1, warmup=0,
+                    sys_path=[ROOT], mode=mode)
+        row = bench.benchmark_isolated(dict(spec, framework="loaded", artifact=convert["artifacts"][str(batch)],
+                                            ref=convert["refs"][str(batch)], profile=mode == "forward"))
+        torch_row = bench.benchmark_isolated(dict(spec, framework="torch"))
+        assert row["torch_free"] is True and row["path"] == "porter.load" and row["mode"] == mode
+        assert row["max_rel_err"] < 1e-5 and row["peak_rss_mb"] > 0 and row["mlx_peak_mb"] > 0
+        assert row["train_params"] == torch_row["train_params"] == convert["train_params"]
+    ops = {op for op, _, _ in bench.benchmark_isolated(dict(
+        spec, framework="loaded", mode="forward", artifact=convert["artifacts"]["2"], ref=convert["refs"]["2"],
+        shape=[2, 3, 12, 10], profile=True))["profile"]}
+    assert "unary:gelu" in ops and any(op.startswith("conv") for op in ops), ops
+
+
+@pytest.mark.slow
+def test_loaded_worker_checks_torch_and_the_reference(converted, tmp_path):
+    """In a process that holds torch (this one) the loaded worker refuses to report; a reference of another shape
+    (another model's output) is an error, not a silent comparison."""
+    import numpy as np
+
+    convert = converted
+    spec = dict(builder="tests.test_bench:tiny_net", shape=[2, 3, 12, 10], repeat=1, warmup=0,
+                artifact=convert["artifacts"]["2"], ref=convert["refs"]["2"])
+    with pytest.raises(RuntimeError, match="imported torch"):
+        bench.run_loaded(spec)
+    np.save(tmp_path / "wrong.npy", np.zeros((2, 4), np.float32))
+    with pytest.raises(RuntimeError, match="output has shape"):
+        bench.benchmark_isolated(dict(spec, framework="loaded", ref=str(tmp_path / "wrong.npy"), sys_path=[ROOT]))
+
+
+def test_time_fn_stops_at_max_seconds():
+    import time
+
+    t = bench.time_fn(lambda: time.sleep(0.02), warmup=0, repeat=50, max_seconds=0.05)
+    assert 1 <= len(t["times_ms"]) <= 4
+
+
+def test_first_output_of_dicts_and_tuples():
+    assert bench._first({"out": 1, "aux": 2}) == 1 and bench._first(((3, 4), 5)) == 3 and bench._first(6) == 6
+
+
+# ---------------------------------------------------------------- benchmarks/models.py: registry, groups, summary
+def test_model_groups_and_registry():
+    from benchmarks.model_list import GROUPS, MODELS, select
+    from tests.zoo.twins import CASES
+
+    assert select("all") == list(MODELS)
+    assert set(select("video")) == {"r3d_18", "mc3_18", "r2plus1d_18", "s3d"}
+    assert select("segmentation") == ["fcn_resnet50", "deeplabv3_resnet50", "lraspp_mobilenet_v3_large"]
+    assert select("resnet18,classification,resnet18")[0] == "resnet18"
+    assert len(select("resnet18,classification")) == len(select("classification"))
+    assert {m["group"] for m in MODELS.values()} == set(GROUPS)
+    for name in ("alexnet", "densenet121", "inception_v3", "shufflenet_v2_x1_0", "maxvit_t", "swin_v2_t", "vit_b_16"):
+        assert name in MODELS
+    for name, m in MODELS.items():  # every twin the registry names exists, at torchvision's structure
+        if m["builder"] == "benchmarks.twins:build":
+            assert m["builder_kwargs"]["name"] == name and name in CASES
+    with pytest.raises(ValueError, match="--models: unknown model or group 'resnet9'"):
+        select("resnet18,resnet9")
+
+
+def _row(model, batch, mode, ratio, cpu):
+    return dict(model=model, batch=batch, mode=mode, ratio=ratio, cpu_ratio=cpu, error=None)
+
+
+def test_summary_geometric_mean_and_rows_over_target():
+    from benchmarks.model_report import summary
+
+    rows = [_row("a", 1, "forward", 0.5, 0.4), _row("b", 1, "forward", 2.0, 1.6), _row("c", 1, "forward", 1.01, 1.0),
+            _row("a", 8, "forward", 0.9, 0.9), _row("a", 8, "train", 1.1, 1.0), _row("b", 8, "train", 1.3, 1.2),
+            dict(model="d", batch=1, mode="forward", error="boom")]
+    lines = summary(rows)
+    assert lines[0].startswith("Forward, batch 1: geometric mean of MLX/torch over 3 models 1.00 (CPU time 0.86)")
+    assert lines[1].startswith("Forward, batch 8: geometric mean of MLX/torch over 1 models 0.90")
+    over = lines[2]
+    assert "b b1 forward 2.00" in over and "c b1 forward 1.01" in over and "b b8 train 1.30" in over
+    assert "a b8 train" not in over and "a b1" not in over
+    assert lines[3] == "Failed: d b1 forward."
+
+
+@pytest.mark.slow
+def test_models_main_end_to_end(tmp_path, monkeypatch):
+    """A tiny registered model through benchmarks/models.py: table, summary and the JSON rows agree."""
+    import json
+
+    from benchmarks import model_list, models
+
+    monkeypatch.setitem(model_list.MODELS, "tiny", dict(builder="tests.test_bench:tiny_net", builder_kwargs={},
+                                                        chw=(3, 12, 10), group="classification", zoo=None))
+    lines = []
+    path = tmp_path / "rows.json"
+    rows = models.main(["--models", "tiny", "--batches", "1,2", "--rounds", "1", "--repeat", "1", "--warmup", "0",
+                        "--json", str(path)], out=lines.append)
+    saved = json.loads(path.read_text())
+    assert [(r["model"], r["batch"], r["mode"]) for r in saved["rows"]] == [("tiny", 1, "forward"), ("tiny", 2, "forward")]
+    assert all(r["error"] is None and r["torch_free"] and r["max_rel_err"] < 1e-5 for r in rows)
+    assert sum(line.startswith("| tiny |") for line in lines) == 2 and "| yes |" in lines[2]
+    assert saved["summary"][0] == f"Forward, batch 1: geometric mean of MLX/torch over 1 models {rows[0]['ratio']:.2f}" \
+                                  f" (CPU time {rows[0]['cpu_ratio']:.2f})."
+    assert saved["summary"] == lines[-len(saved["summary"]):]
