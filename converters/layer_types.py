@@ -9,7 +9,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | type | MLX class | torch classes |
 |---|---|---|
 | Conv / ConvTranspose | ``porter.layers.Conv{1,2,3}d`` / ``ConvTranspose{1,2,3}d`` | ``nn.Conv*`` / ``nn.ConvTranspose*`` |
-| Linear | ``mlx.nn.Linear`` | ``nn.Linear`` |
+| Linear | ``porter.layers.Linear`` (an ``mlx.nn.Linear``) | ``nn.Linear`` |
 | Embedding | :class:`Embedding` (``mlx.nn.Embedding`` with torch's index check) | ``nn.Embedding`` |
 | BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d`` |
 | LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
@@ -248,7 +248,7 @@ LAYER_TYPES = {t.name: t for t in (
               _build_conv_transpose, tuple(_CONV_T_CLASSES.values()), _conv_config),
     LayerType("Linear", S.Obj({"in_features": _SIZE, "out_features": _SIZE, "bias": S.Bool()},
                               ["in_features", "out_features", "bias"]),
-              lambda c: nn.Linear(c["in_features"], c["out_features"], bias=c["bias"]), (nn.Linear,),
+              lambda c: PL.Linear(c["in_features"], c["out_features"], bias=c["bias"]), (nn.Linear,),
               lambda m: {"in_features": m.weight.shape[1], "out_features": m.weight.shape[0], "bias": _has(m, "bias")}),
     LayerType("Embedding", S.Obj({"num_embeddings": _SIZE, "embedding_dim": _SIZE},
                                  ["num_embeddings", "embedding_dim"]),

@@ -45,6 +45,7 @@ SOURCES = (
     "CMakeLists.txt", "kernels.cpp", "activation_kernels.h", "conv_kernels.h", "elementwise_kernels.h",
     "grouped_conv_kernels.h", "norm_kernels.h", "parallel.h", "pool_kernels.h", "quantize_kernels.h", "windows.h",
     "winograd_kernels.h",
+    "linear_kernels.h",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"

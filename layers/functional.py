@@ -16,6 +16,7 @@ from .conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d
 from ._precision import HALF, in_float32, upcast
 from .fractional import fractional_max_pool2d, fractional_max_pool3d
 from .layer_norm import group_norm, layer_norm
+from .linear import linear
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d
 from .max_pool import max_pool1d, max_pool2d, max_pool3d
 from .padding import pad

@@ -17,8 +17,10 @@ from ..spec import GEOMETRY, SCALAR, TENSOR, Bool, Float, Int, Opt
 
 @kernel("linear", inputs=[TENSOR, TENSOR, Opt(TENSOR)])
 def k_linear(x, weight, bias=None):
-    # mlx.nn.Linear's own computation (addmm), so a Linear called as a layer of the tree gives the same bits
-    return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+    # porter.layers.Linear's own computation, so a Linear called as a layer of the tree gives the same bits
+    from porter.layers.functional import linear
+
+    return linear(x, weight, bias)
 
 
 def _operand(x, swap):

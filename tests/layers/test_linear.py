@@ -1,0 +1,101 @@
+"""porter.layers.Linear / functional.linear against torch's nn.Linear / F.linear, on both backends (the conftest
+runs every test with the native kernels on and off): the native path takes float32 inputs with one row."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+
+from porter.layers import Linear
+from porter.layers import _native
+from porter.layers.functional import linear
+
+
+def _torch_linear(k, o, bias):
+    layer = torch.nn.Linear(k, o, bias=bias)
+    with torch.no_grad():
+        if bias:
+            layer.bias.uniform_(-1, 1)  # away from torch's small init so a dropped bias shows
+    return layer
+
+
+def _port(layer):
+    ported = Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
+    ported.weight = mx.array(layer.weight.detach().numpy())
+    if layer.bias is not None:
+        ported.bias = mx.array(layer.bias.detach().numpy())
+    return ported
+
+
+# K not a multiple of the kernel's 16 lanes, O not a multiple of its 4-row blocks, leading dims of size 1, many rows
+@pytest.mark.parametrize("shape,o,bias", [((1, 37), 13, True), ((1, 1, 1000), 1001, True), ((37,), 6, False),
+                                          ((1, 2048), 1000, True), ((3, 37), 13, True), ((2, 5, 40), 7, False)])
+def test_linear_matches_torch_with_gradients(shape, o, bias):
+    layer = _torch_linear(shape[-1], o, bias)
+    x = torch.randn(*shape, requires_grad=True)
+    y = layer(x)
+    g = torch.randn_like(y)
+    y.backward(g)
+    ported = _port(layer)
+    xm = mx.array(x.detach().numpy())
+    out = ported(xm)
+    assert out.shape == tuple(y.shape) and out.dtype == mx.float32
+    np.testing.assert_allclose(np.array(out), y.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+    def loss(params, xin):
+        ported.update(params)
+        return (ported(xin) * mx.array(g.numpy())).sum()
+
+    grads, dx = mx.grad(loss, argnums=(0, 1))(ported.trainable_parameters(), xm)
+    np.testing.assert_allclose(np.array(dx), x.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(grads["weight"]), layer.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
+    if bias:
+        np.testing.assert_allclose(np.array(grads["bias"]), layer.bias.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_one_row_takes_the_native_kernel(backend, monkeypatch):
+    calls = []
+    if _native.available():
+        real = _native.kernels()
+
+        class Spy:
+            def __getattr__(self, name):
+                if name == "small_linear":
+                    calls.append(name)
+                return getattr(real, name)
+
+        monkeypatch.setattr(_native, "kernels", lambda: Spy())
+    w, b = mx.random.normal((5, 33)), mx.random.normal((5,))
+    linear(mx.random.normal((1, 33)), w, b)
+    assert calls == (["small_linear"] if backend == "native" else [])
+    linear(mx.random.normal((2, 33)), w, b)  # more rows: MLX's addmm
+    linear(mx.random.normal((1, 33)).astype(mx.float16), w.astype(mx.float16))  # float16: MLX's
+    assert len(calls) == (1 if backend == "native" else 0)
+
+
+def test_nan_and_inf_propagate_like_torch():
+    layer = _torch_linear(40, 9, True)
+    x = torch.randn(1, 40)
+    x[0, 3], x[0, 17] = float("nan"), float("inf")
+    with torch.no_grad():
+        layer.weight[2].zero_()  # inf * 0 = nan in that output as in torch
+        ref = layer(x).numpy()
+    out = np.array(_port(layer)(mx.array(x.numpy())))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
+
+
+def test_bad_arguments_name_them():
+    with pytest.raises(ValueError, match=r"\[linear\] 'weight' must be"):
+        linear(mx.zeros((1, 3)), mx.zeros((3,)))
+    with pytest.raises(ValueError, match=r"\[linear\] 'input' must end in in_features=4"):
+        linear(mx.zeros((1, 3)), mx.zeros((2, 4)))
+
+
+def test_vmap_and_compile():
+    w, b = mx.random.normal((6, 20)), mx.random.normal((6,))
+    xs = mx.random.normal((4, 1, 20))
+    expected = mx.stack([x @ w.T + b for x in xs])
+    np.testing.assert_allclose(np.array(mx.vmap(lambda x: linear(x, w, b))(xs)), np.array(expected), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(np.array(mx.compile(linear)(xs[0], w, b)), np.array(expected[0]), rtol=1e-5, atol=1e-5)
