@@ -248,7 +248,7 @@ LAYER_TYPES = {t.name: t for t in (
               _build_conv_transpose, tuple(_CONV_T_CLASSES.values()), _conv_config),
     LayerType("Linear", S.Obj({"in_features": _SIZE, "out_features": _SIZE, "bias": S.Bool()},
                               ["in_features", "out_features", "bias"]),
-              lambda c: PL.Linear(c["in_features"], c["out_features"], bias=c["bias"]), (nn.Linear,),
+              lambda c: PL.Linear(c["in_features"], c["out_features"], bias=c["bias"]), (PL.Linear, nn.Linear),
               lambda m: {"in_features": m.weight.shape[1], "out_features": m.weight.shape[0], "bias": _has(m, "bias")}),
     LayerType("Embedding", S.Obj({"num_embeddings": _SIZE, "embedding_dim": _SIZE},
                                  ["num_embeddings", "embedding_dim"]),
