@@ -11,6 +11,7 @@ import math
 import mlx.core as mx
 
 from .. import layout as L
+from . import _layers
 from ..registry import kernel, register
 from ..spec import GEOMETRY, SCALAR, TENSOR, Bool, Float, Int, Opt
 
@@ -18,9 +19,7 @@ from ..spec import GEOMETRY, SCALAR, TENSOR, Bool, Float, Int, Opt
 @kernel("linear", inputs=[TENSOR, TENSOR, Opt(TENSOR)])
 def k_linear(x, weight, bias=None):
     # porter.layers.Linear's own computation, so a Linear called as a layer of the tree gives the same bits
-    from porter.layers.functional import linear
-
-    return linear(x, weight, bias)
+    return _layers.linear(x, weight, bias)
 
 
 def _operand(x, swap):
