@@ -29,6 +29,7 @@ import test_layout as layout
 import test_ops_catalog as catalog
 import test_ops as ops
 import test_ops_misc as misc
+from tests.converters import test_ops_select as select_ops
 import test_ops_pool_options as pool_options
 import test_ops_real as real
 import test_view_writes as view_writes
@@ -67,6 +68,12 @@ EXERCISERS["test_layout:ChannelShuffle"] = Exerciser(_case(layout.ChannelShuffle
 EXERCISERS["test_layout:Residual"] = Exerciser(_case(layout.randomise_bn(layout.Residual()), (2, 4, 9, 9)))
 EXERCISERS["test_ops_misc:Misc"] = Exerciser(
     lambda: (misc.Misc().eval(), (torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5)))))
+EXERCISERS["test_ops_select:Orderings"] = Exerciser(_case(select_ops.Orderings().eval(), (2, 3, 4, 6)))
+EXERCISERS["test_ops_select:Argsorts"] = Exerciser(_case(select_ops.Argsorts().eval(), (2, 3, 5)))
+EXERCISERS["test_ops_select:Scatters"] = Exerciser(lambda: (select_ops.Scatters().eval(),
+                                                            select_ops._scatter_inputs(2, 4, 5, False)))
+EXERCISERS["test_ops_select:Folds"] = Exerciser(_case(select_ops.Folds(select_ops.FOLDS[1], (7, 9)).eval(),
+                                                      (2, 3, 7, 9)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")
