@@ -12,6 +12,7 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..ir import Ref
+from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import GEOMETRY, Ints, TENSOR
 
@@ -33,10 +34,17 @@ def _blocks(size, kernel_size, dilation, padding, stride, what):
     return counts
 
 
-def _tap(i, j, dilation, stride, counts):
-    """The padded-image slices kernel tap (i, j) reads over all blocks."""
-    return (slice(i * dilation[0], i * dilation[0] + stride[0] * (counts[0] - 1) + 1, stride[0]),
-            slice(j * dilation[1], j * dilation[1] + stride[1] * (counts[1] - 1) + 1, stride[1]))
+def _rows(k, dilation, stride, count):
+    """(k, count) padded-image positions that kernel tap i reads for block j, along one dim."""
+    return (mx.arange(k) * dilation)[:, None] + (mx.arange(count) * stride)[None, :]
+
+
+def _index(kernel_size, dilation, stride, counts):
+    """Broadcast (kh, kw, oh, ow) row and column indices of every tap of every block: one gather / scatter, no
+    Python loop over taps (a graph's kernel size cannot make the loader spin)."""
+    rows = _rows(kernel_size[0], dilation[0], stride[0], counts[0])
+    cols = _rows(kernel_size[1], dilation[1], stride[1], counts[1])
+    return rows[:, None, :, None], cols[None, :, None, :]
 
 
 @kernel("im2col", inputs=[TENSOR], attrs={"kernel_size": POSITIVE_PAIR, "dilation": POSITIVE_PAIR,
@@ -48,11 +56,11 @@ def k_im2col(x, *, kernel_size, dilation, padding, stride):
         raise ValueError(f"unfold: expected a 3-d or 4-d input, got {x.ndim} dims")
     n, c, h, w = x.shape
     counts = _blocks((h, w), kernel_size, dilation, padding, stride, "unfold")
+    taps = kernel_size[0] * kernel_size[1]
+    check_elements([n, c, taps, counts[0], counts[1]], "unfold")
     xp = mx.pad(x, [(0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])])
-    taps = [xp[(slice(None), slice(None)) + _tap(i, j, dilation, stride, counts)]
-            for i in range(kernel_size[0]) for j in range(kernel_size[1])]
-    cols = mx.stack(taps, axis=2)  # (N, C, kh * kw, oh, ow)
-    return cols.reshape(n, c * kernel_size[0] * kernel_size[1], counts[0] * counts[1])
+    cols = xp[(slice(None), slice(None)) + _index(kernel_size, dilation, stride, counts)]  # (N, C, kh, kw, oh, ow)
+    return cols.reshape(n, c * taps, counts[0] * counts[1])
 
 
 @kernel("col2im", inputs=[TENSOR], attrs={"output_size": POSITIVE_PAIR, "kernel_size": POSITIVE_PAIR,
@@ -72,11 +80,11 @@ def k_col2im(cols, *, output_size, kernel_size, dilation, padding, stride):
         raise ValueError(f"fold: input has {length} blocks, but output_size {tuple(output_size)} with this kernel, "
                          f"dilation, padding and stride gives {counts[0] * counts[1]}")
     c = ck // taps
+    size = (output_size[0] + 2 * padding[0], output_size[1] + 2 * padding[1])
+    check_elements([n, c, size[0], size[1]], "fold")
     cols = cols.reshape(n, c, kernel_size[0], kernel_size[1], counts[0], counts[1])
-    out = mx.zeros((n, c, output_size[0] + 2 * padding[0], output_size[1] + 2 * padding[1]), dtype=cols.dtype)
-    for i in range(kernel_size[0]):
-        for j in range(kernel_size[1]):
-            out = out.at[(slice(None), slice(None)) + _tap(i, j, dilation, stride, counts)].add(cols[:, :, i, j])
+    out = mx.zeros((n, c) + size, dtype=cols.dtype)
+    out = out.at[(slice(None), slice(None)) + _index(kernel_size, dilation, stride, counts)].add(cols)
     return out[:, :, padding[0]:padding[0] + output_size[0], padding[1]:padding[1] + output_size[1]]
 
 

@@ -323,3 +323,16 @@ def test_gradients_through_unfold_fold_sort_and_scatter():
     torch_f(xt).backward()
     grad = mx.grad(mlx_f)(mx.array(x.numpy()))
     np.testing.assert_allclose(np.array(grad), xt.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_hostile_fold_geometry_is_refused_before_work():
+    """A graph's kernel size / padding (attrs read from graph.json) cannot make unfold build 4e9 columns."""
+    from porter.converters.limits import ResourceLimitError
+    from porter.converters.ops.fold import k_col2im, k_im2col
+
+    with pytest.raises(ResourceLimitError):
+        k_im2col(mx.zeros((1, 1, 1, 1)), kernel_size=[65536, 65536], dilation=[1, 1], padding=[65535, 65535],
+                 stride=[1, 1])
+    with pytest.raises(ResourceLimitError):
+        k_col2im(mx.zeros((1, 1, 1)), output_size=[65536, 65536], kernel_size=[1, 1], dilation=[1, 1],
+                 padding=[0, 0], stride=[65536, 65536])
