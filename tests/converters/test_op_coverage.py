@@ -30,6 +30,7 @@ import test_ops_catalog as catalog
 import test_ops as ops
 import test_ops_misc as misc
 from tests.converters import test_ops_recurrent as recurrent_ops
+from tests.converters import test_ops_sample as sample_ops
 from tests.converters import test_ops_select as select_ops
 import test_ops_pool_options as pool_options
 import test_ops_real as real
@@ -78,6 +79,7 @@ EXERCISERS["test_ops_select:Folds"] = Exerciser(_case(select_ops.Folds(select_op
 EXERCISERS["test_ops_recurrent:Stack"] = Exerciser(_case(recurrent_ops.Stack().eval(), (2, 5, 4)))
 EXERCISERS["test_ops_recurrent:rnn_tanh"] = Exerciser(
     _case(recurrent_ops.WithStates("rnn", nonlinearity="tanh").eval(), (4, 2, 3), (1, 2, 5), (1, 2, 5)))
+EXERCISERS["test_ops_sample:Sampler"] = Exerciser(lambda: (sample_ops.Sampler().eval(), sample_ops._inputs(2, 6, 8, 5, 4)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")
