@@ -34,7 +34,7 @@ _NUMPY = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16, "U16
           "U64": np.uint64, "F64": np.float64, "C64": np.complex64}
 _CHUNK = 64 << 20  # bytes per read call (a huge tensor is read in pieces)
 
-__all__ = ["ST_NAMES", "header_for", "write_safetensors", "read_tensors"]
+__all__ = ["ST_NAMES", "header_for", "write_safetensors", "write_temporary", "read_tensors"]
 
 
 def header_for(arrays: dict, metadata=None) -> bytes:
@@ -83,6 +83,13 @@ def write_safetensors(path: str, arrays: dict, metadata=None) -> None:
     The file appears complete or not at all: it is written as a temporary sibling and renamed over ``path``; on any
     error (``OSError`` for a full disk, ``KeyboardInterrupt``) the temporary file is removed and the error raised.
     """
+    os.replace(write_temporary(path, arrays, metadata), path)
+
+
+def write_temporary(path: str, arrays: dict, metadata=None) -> str:
+    """Write the safetensors file meant for ``path`` under a temporary name beside it (``.<name>.tmp-*``, which no
+    loader takes for a weights file); returns that name, for the caller to rename into place (several shards
+    at once). On any error the temporary file is removed and the error raised."""
     head = header_for(arrays, metadata)
     folder = os.path.dirname(os.path.abspath(path))
     handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=folder)
@@ -93,13 +100,17 @@ def write_safetensors(path: str, arrays: dict, metadata=None) -> None:
                 if array.nbytes:
                     fh.write(_bytes_of(array))
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> a normal file
-        os.replace(tmp, path)
     except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
         raise
+    return tmp
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _umask() -> int:
