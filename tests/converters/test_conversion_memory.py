@@ -44,3 +44,30 @@ def test_convert_save_load_hold_about_one_copy_of_the_weights(tmp_path):
         ratio = row["extra_mb"] / row["weights_mb"]
         assert ratio < BARS[phase], f"{phase}: peak {row['extra_mb']:.0f} MB above baseline, {ratio:.2f}x the weights"
     assert sorted(n for n in os.listdir(folder) if "safetensors" in n) == ["model.safetensors"]
+
+
+def test_conversion_check_leaves_no_transformed_weights_cached():
+    """``porter.convert``'s check on the example (a batch-two capture run at batch one) runs under
+    ``porter.layers.no_weight_cache``: no Winograd transform (16/9 of a 3x3 weight) stays behind, the cache limit
+    comes back, and the port's own first forward caches as usual (so the conv did take the Winograd path)."""
+    import mlx.core as mx
+    import numpy as np
+    import torch
+
+    import porter
+    from porter.layers import _native
+
+    if _native.kernels() is None:
+        pytest.skip(f"native kernels not built: {_native.status()['reason']}")
+    _native.clear_winograd_cache()
+    limit = _native.winograd_cache_info()["limit"]
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 16, 20, 20)
+    ported = porter.convert(model, x, io_layout="torch")
+    assert ported.dynamic_dims and ported.dynamic_dims[0]["axis"] == 0  # captured at batch two, checked at one
+    assert _native.winograd_cache_info() == {"entries": 0, "bytes": 0, "limit": limit}
+    y = ported(mx.array(x.numpy()))
+    with torch.no_grad():
+        np.testing.assert_allclose(np.array(y), model(x).numpy(), rtol=1e-4, atol=1e-4)
+    assert _native.winograd_cache_info()["entries"] == 1
+    _native.clear_winograd_cache()
