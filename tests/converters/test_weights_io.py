@@ -190,3 +190,34 @@ def test_conversion_copies_weights_and_never_writes_torch_memory():
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     assert set(state) == set(before)
     assert all(np.array_equal(state[k], before[k] + 1.0) for k in before)
+
+
+@pytest.mark.parametrize("frontend", ["export", "torchscript"])
+def test_bfloat16_model_weights_are_torch_bits_through_convert_save_load(tmp_path, frontend):
+    """A bfloat16 torch model: the capture reads its weights as bits (no float32 copy), the port holds bfloat16
+    arrays equal bit for bit to torch's (conv weights in MLX layout), and save/load keep them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 5 * 5, 6)).eval()
+    with torch.no_grad():
+        for buffer in (model[1].running_mean, model[1].running_var, model[1].bias):
+            buffer.copy_(torch.rand_like(buffer) + 0.5)
+    model = model.to(torch.bfloat16)
+    x = torch.randn(2, 3, 7, 7).to(torch.bfloat16)
+    source = torch.jit.trace(model, (x,)) if frontend == "torchscript" else model
+    ported = porter.convert(source, (x,), io_layout="torch")
+    state = {k: v for k, v in model.state_dict().items() if v.dtype == torch.bfloat16}
+    for loaded in (ported, _saved_and_loaded(ported, tmp_path)):
+        params = loaded.torch_parameters()
+        for name, tensor in state.items():
+            assert params[name].dtype == mx.bfloat16, name
+            assert np.array_equal(np.array(params[name].view(mx.uint16)), _torch_bits(tensor.detach())), name
+        y = loaded(mx.array(x.float().numpy()).astype(mx.bfloat16))
+        with torch.no_grad():
+            want = model(x).float().numpy()
+        np.testing.assert_allclose(np.array(y.astype(mx.float32)), want, rtol=0.05, atol=0.05)
+
+
+def _saved_and_loaded(ported, tmp_path):
+    porter.save(ported, tmp_path / "bf16")
+    return porter.load(tmp_path / "bf16")
