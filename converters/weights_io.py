@@ -68,13 +68,13 @@ def header_for(arrays: dict, metadata=None) -> bytes:
 
 
 def _bytes_of(array: mx.array) -> memoryview:
-    """The array's bytes, row-major, without a copy unless the array is strided."""
+    """The (non-empty) array's bytes, row-major, as a flat byte view: no copy unless the array is strided."""
     view = memoryview(array)
     if not view.c_contiguous:
         array = mx.contiguous(array)
         mx.eval(array)
         view = memoryview(array)
-    return view
+    return view.cast("B")
 
 
 def write_safetensors(path: str, arrays: dict, metadata=None) -> None:
