@@ -10,7 +10,8 @@ Each step runs in its own fresh process (``--phase``), batch 1, one small input 
 * ``save``: build and convert as above, drop the torch model, reset the peak, ``porter.save`` to a folder; reports
   the peak above the baseline (the port in memory).
 * ``load``: a process that never imports torch: ``porter.load`` and one forward; reports the peak RSS (absolute and
-  above the interpreter with Porter and MLX imported) and asserts torch was never imported.
+  above the interpreter with Porter and MLX imported; also the peak before the forward, the load alone) and asserts
+  torch was never imported.
 
 ``extra / weights`` is the peak above baseline over the bytes of the model's ``state_dict``. Models: the ViT-L/16
 and ResNet-152 torch twins of the zoo's tests (``tests/zoo/twins``), ResNet-18, and ``mlp300`` (a ~300 MB stack of
@@ -132,6 +133,7 @@ def phase_load(name: str, size: int, directory: str, warm: bool = False) -> dict
     ported = porter.load(directory)
     mx.eval(ported.parameters())
     load_seconds = time.perf_counter() - start
+    load_peak = status_mb()["VmHWM"]  # the weights read, before the forward's activations and kernel caches
     x = mx.random.normal([1, 3072] if name == "mlp300" else [1, size, size, 3])  # channels-last (io_layout mlx)
     start = time.perf_counter()
     y = ported(x)
@@ -142,7 +144,7 @@ def phase_load(name: str, size: int, directory: str, warm: bool = False) -> dict
         raise AssertionError("porter.load imported torch")
     weight_bytes = sum(a.nbytes for _, a in _flat(ported.parameters()))
     return {"weights_mb": weight_bytes / 1e6, "seconds": load_seconds, "forward_seconds": forward_seconds,
-            "base_mb": base, "peak_mb": peak, "extra_mb": peak - base}
+            "base_mb": base, "peak_mb": peak, "extra_mb": peak - base, "load_only_extra_mb": load_peak - base}
 
 
 def _flat(tree):
@@ -191,8 +193,10 @@ def main():
                 row.update(model=name, step=phase, ratio=row["extra_mb"] / row["weights_mb"])
                 rows.append(row)
                 timing = f"{row['seconds']:6.2f}" + (f" (+{row['forward_seconds']:.2f} fwd)" if phase == "load" else "")
+                only = (f"  (load alone: +{row['load_only_extra_mb']:.0f} MB, "
+                        f"{row['load_only_extra_mb'] / row['weights_mb']:.2f}x)" if phase == "load" else "")
                 print(f"{name:10s} {row['weights_mb']:10.0f} | {phase:7s} {timing} {row['peak_mb']:8.0f} "
-                      f"{row['extra_mb']:8.0f} {row['ratio']:13.2f}", flush=True)
+                      f"{row['extra_mb']:8.0f} {row['ratio']:13.2f}{only}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
