@@ -10,8 +10,9 @@ What was measured on the 2-core CI machine (peak RSS above the step's baseline, 
   extra full copy, so any return of a whole-model copy fails it.
 * save: 0.00x (each tensor is written from its own MLX buffer). Bar 0.5x: a serialized copy of all the weights
   (building the file in memory, or a numpy copy of every array) is 1x.
-* load + one forward, in a process that never imports torch: 1.05x above the interpreter with Porter imported (the
-  weights themselves, one 50 MB tensor in flight, the forward). Bar 1.5x: a second full copy would be 2x.
+* load + one forward, in a process that never imports torch: 1.2x above the interpreter with Porter imported (the
+  weights themselves, one 50 MB tensor in flight while it is read, the forward). Bar 1.5x: a second full copy of
+  the weights would make it 2.2x.
 """
 
 import json
