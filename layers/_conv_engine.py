@@ -12,7 +12,8 @@ and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`
 * 3-d stride-1 (kD, 3, 3), large enough: native 3-d Winograd, every frame transformed once, the depth taps summed in
   the GEMMs, native weight gradient (:data:`WINOGRAD_3D`);
 * 3-d grouped: grouped 2-d convs over depth taps (MLX's 3-d conv has no groups);
-* strided (dilation 1): MLX's conv with a custom VJP through a space-to-depth stride-1 conv;
+* strided (dilation 1): MLX's conv with a custom VJP through a space-to-depth stride-1 conv (3-d, one group:
+  ``layers/_conv3d_grads.py``, :data:`STRIDED_GRADS_3D`);
 * dilated (stride 1): the dilation phases folded into the batch;
 * otherwise MLX's ``conv_general``.
 
@@ -27,6 +28,8 @@ import math
 import mlx.core as mx
 
 from . import _conv_f64, _export, _native
+from ._conv3d_grads import input_grad as strided_input_grad
+from ._conv3d_grads import weight_grad as strided_weight_grad
 from ._conv_depthwise import NATIVE_DTYPES as _NATIVE_DTYPES
 from ._conv_depthwise import depthwise_conv
 
@@ -55,6 +58,12 @@ WINOGRAD_MIN_TILES_3D = 128
 # least WINOGRAD_MIN_TILES_3D output tiles over all frames: the input transformed once instead of once per depth tap,
 # the taps summed inside the GEMMs (no per-tap output), and the weight gradient in the Winograd domain too.
 WINOGRAD_3D = True
+# Strided one-group 3-d convs (R3D's stem, stride-2 3x3x3 and (1,2,2) convs) take their weight gradient from
+# layers/_conv3d_grads.py when this is on (im2col GEMMs over bounded chunks of frames: 1x3x3 s(1,2,2) 64->128 on
+# 16x56x56 53 -> 23 ms, 3x3x3 s2 64->128 54 -> 28, 256->512 on 4x14x14 15 -> 5; 1 thread), and, strided in every
+# dim, their input gradient too (by stride phases: 3x3x3 s2 46 -> 41 and 81 -> 16 ms; with a unit stride the
+# phases' MLX convs lose to the space-to-depth conv's vjp: the (3,7,7) (1,2,2) stem 521 -> 1185 ms, so not there).
+STRIDED_GRADS_3D = True
 
 
 def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
@@ -195,6 +204,13 @@ def _strided_conv_op(stride, lo, hi, groups):
 
     @op.vjp
     def op_vjp(primals, cotangent, output):
+        x, weight = primals
+        if STRIDED_GRADS_3D and len(stride) == 3 and groups == 1:  # chunked GEMMs; by stride phases (see there)
+            if all(s > 1 for s in stride):
+                return strided_input_grad(cotangent, weight, x.shape, stride, lo), strided_weight_grad(
+                    x, cotangent, weight.shape, stride, lo)
+            _, (gx,) = mx.vjp(lambda a: _space_to_depth_conv(a, weight, stride, lo, hi, groups), [x], [cotangent])
+            return gx, strided_weight_grad(x, cotangent, weight.shape, stride, lo)
         _, grads = mx.vjp(lambda x, w: _space_to_depth_conv(x, w, stride, lo, hi, groups), list(primals), [cotangent])
         return tuple(grads)
 

@@ -488,8 +488,13 @@ def winograd_conv3d(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.a
     Gradients (``mx.custom_function``): the input gradient is the same conv of the cotangent with the kernel flipped,
     the weight gradient a GEMM in the Winograd domain (``V^T @ dM`` per tap) and the weight transform's adjoint;
     jvp is the conv's bilinear rule, vmap MLX's conv."""
-    u = mx.stop_gradient(kernels().winograd_weight_taps(weight))  # the custom VJP differentiates `weight` directly
+    u = mx.stop_gradient(kernels().winograd3d_weight(weight))  # the custom VJP differentiates `weight` directly
     return _winograd3d_op(tuple(lo), tuple(hi))(x, weight, u)
+
+
+# Flipping a 3x3 kernel (rows or columns) swaps rows 0 and 3 of G (G J = P G), so the flipped kernel's transform is
+# the transform's positions permuted: (a, b) -> (3 - a if a in (0, 3) else a, same for b).
+_FLIP16 = [4 * (3 - a if a in (0, 3) else a) + (3 - b if b in (0, 3) else b) for a in range(4) for b in range(4)]
 
 
 def _winograd3d_gemms(v, u, rows: int, step: int):
@@ -528,7 +533,7 @@ def _winograd3d_op(lo: tuple, hi: tuple):
         # input gradient: the same conv of the cotangent, kernel flipped and channels swapped, padded k-1-lo/k-1-hi
         flipped = weight[:, ::-1, ::-1, ::-1, :].transpose(4, 1, 2, 3, 0)
         k = (kd, 3, 3)
-        u_flipped = mx.stop_gradient(module.winograd_weight_taps(flipped, cache=False))
+        u_flipped = mx.take(u[::-1], mx.array(_FLIP16), axis=1).swapaxes(2, 3)
         gx = _winograd3d_op(tuple(a - 1 - p for a, p in zip(k, lo)), tuple(a - 1 - p for a, p in zip(k, hi)))(
             cotangent, flipped, u_flipped)
         # weight gradient in the Winograd domain: dU[j][p] = V[p, tap j's rows]^T @ dM[p], then G^T dU G

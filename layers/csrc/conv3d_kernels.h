@@ -241,4 +241,46 @@ inline void wino3d_weight_adjoint(const float* du, const float* x, const float* 
   if (!finite.load()) wino3d_weight_grad_direct(x, gy, g, co, dw);
 }
 
+// w (C_out, kD, 3, 3, C_in) contiguous -> u (kD, 16, C_in, C_out): u[a][4p + q][ci][co] = (G g G^T)[p][q] of the 3x3
+// tap g = w[co][a][:, :][ci] (G as in winograd_weight). Blocks of 16 x 16 channels through a local buffer, so both
+// the reads (along C_in) and the writes (along C_out) are contiguous runs.
+inline void wino3d_weight(const float* w, int64_t co, int64_t kd, int64_t ci, float* u) {
+  constexpr int64_t B = 16;
+  const int64_t cib = (ci + B - 1) / B, cob = (co + B - 1) / B;
+  parallel_for(kd * cib * cob, 16 * 9 * B * B, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(16 * B * B);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t a = task / (cib * cob), c0 = ((task / cob) % cib) * B, o0 = (task % cob) * B;
+      const int64_t nc = std::min(B, ci - c0), no = std::min(B, co - o0);
+      for (int64_t o = 0; o < no; ++o) {
+        const float* src = w + ((o0 + o) * kd + a) * 9 * ci + c0;
+        for (int64_t c = 0; c < nc; ++c) {
+          float g[3][3], t[4][3];
+          for (int k = 0; k < 3; ++k) {
+            for (int l = 0; l < 3; ++l) g[k][l] = src[(3 * k + l) * ci + c];
+          }
+          for (int l = 0; l < 3; ++l) {
+            t[0][l] = g[0][l];
+            t[1][l] = 0.5f * (g[0][l] + g[1][l] + g[2][l]);
+            t[2][l] = 0.5f * (g[0][l] - g[1][l] + g[2][l]);
+            t[3][l] = g[2][l];
+          }
+          for (int p = 0; p < 4; ++p) {
+            float* out = buf.data() + ((4 * p) * B + c) * B + o;
+            out[0] = t[p][0];
+            out[B * B] = 0.5f * (t[p][0] + t[p][1] + t[p][2]);
+            out[2 * B * B] = 0.5f * (t[p][0] - t[p][1] + t[p][2]);
+            out[3 * B * B] = t[p][2];
+          }
+        }
+      }
+      for (int64_t p = 0; p < 16; ++p) {
+        for (int64_t c = 0; c < nc; ++c) {
+          std::memcpy(u + ((a * 16 + p) * ci + c0 + c) * co + o0, buf.data() + (p * B + c) * B, no * sizeof(float));
+        }
+      }
+    }
+  });
+}
+
 }  // namespace porter

@@ -2110,7 +2110,7 @@ void winograd_cache_set_limit(int64_t bytes) { WinogradCache::get().set_limit(by
 
 namespace porter {
 
-enum class Wino3dKind { input, output, output_adjoint, weight_adjoint };
+enum class Wino3dKind { input, output, output_adjoint, weight_adjoint, weight };
 
 mx::array wino3d_pass(mx::Stream s, Wino3dKind kind, const Wino3dGeometry& g, std::vector<mx::array> in);
 
@@ -2133,6 +2133,7 @@ class Winograd3d : public mx::UnaryPrimitive {
           wino3d_weight_adjoint(a, in[1].template data<float>(), in[2].template data<float>(), g, in[0].shape(-1),
                                 dst);
           break;
+        case Wino3dKind::weight: wino3d_weight(a, in[0].shape(0), in[0].shape(1), in[0].shape(4), dst); break;
       }
     });
   }
@@ -2144,6 +2145,7 @@ class Winograd3d : public mx::UnaryPrimitive {
       case Wino3dKind::input: return "PorterWinograd3dInput";
       case Wino3dKind::output: return "PorterWinograd3dOutput";
       case Wino3dKind::output_adjoint: return "PorterWinograd3dOutputAdjoint";
+      case Wino3dKind::weight: return "PorterWinograd3dWeight";
       default: return "PorterWinograd3dWeightAdjoint";
     }
   }
@@ -2199,6 +2201,7 @@ class Winograd3d : public mx::UnaryPrimitive {
         return {static_cast<int>(g.n), static_cast<int>(g.dout), static_cast<int>(g.ho), static_cast<int>(g.wo),
                 in[0].shape(-1)};
       case Wino3dKind::output_adjoint: return {16, static_cast<int>(g.out_rows()), in[0].shape(-1)};
+      case Wino3dKind::weight: return {in[0].shape(1), 16, in[0].shape(4), in[0].shape(0)};
       default: return {in[0].shape(-1), static_cast<int>(g.kd), 3, 3, static_cast<int>(g.ci)};
     }
   }
@@ -2296,7 +2299,24 @@ mx::array winograd3d_weight_adjoint_op(const mx::array& du, const mx::array& x, 
   return wino3d_pass(s, Wino3dKind::weight_adjoint, g, {du, x, gy});
 }
 
+// w (C_out, kD, 3, 3, C_in) -> U (kD, 16, C_in, C_out) in one blocked pass; cached per weight array like
+// winograd_weight_taps (same key, same result) unless `cache` is false or w is traced.
+mx::array winograd3d_weight_op(const mx::array& w, bool cache) {
+  auto s = cpu_stream("winograd3d_weight");
+  if (w.ndim() != 5 || w.shape(2) != 3 || w.shape(3) != 3) fail("winograd3d_weight", "w must be (C_out, kD, 3, 3, C_in)");
+  check_f32(w, "winograd3d_weight", "w");
+  auto& store = WinogradCache::get();
+  cache = cache && !w.is_tracer() && store.enabled();
+  if (cache) {
+    if (auto hit = store.lookup(w)) return *hit;
+  }
+  auto u = wino3d_pass(s, Wino3dKind::weight, Wino3dGeometry{}, {w});
+  if (cache) store.insert(w, u);
+  return u;
+}
+
 void bind_conv3d(nb::module_& m) {
+  m.def("winograd3d_weight", &winograd3d_weight_op, nb::arg("w"), nb::arg("cache") = true);
   m.def("winograd3d_input", &winograd3d_input_op, nb::arg("x"), nb::arg("kd"), nb::arg("lo_d"), nb::arg("lo_h"),
         nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"));
   m.def("winograd3d_output", &winograd3d_output_op, nb::arg("m"), nb::arg("x"), nb::arg("w"), nb::arg("lo_d"),
