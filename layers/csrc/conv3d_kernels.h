@@ -71,21 +71,24 @@ inline void wino3d_input(const float* x, const Wino3dGeometry& g, float* v) {
 }
 
 // Output (n, o, oy, ox) channels [c0, c1) as a direct 3-d conv of x (N, D, H, W, C_in), w (C_out, kD, 3, 3, C_in).
+// Padding taps add 0 * w, as torch's 3-d conv does (its im2col holds the zeros): a non-finite weight makes every
+// output of its channel NaN there too.
 inline void wino3d_direct(const float* x, const float* w, const Wino3dGeometry& g, int64_t n, int64_t o, int64_t oy,
                           int64_t ox, int64_t c0, int64_t c1, float* out) {
   for (int64_t co = c0; co < c1; ++co) {
     float acc = 0.0f;
     for (int64_t a = 0; a < g.kd; ++a) {
       const int64_t iz = o - g.lo_d + a;
-      if (iz < 0 || iz >= g.d) continue;
       for (int kh = 0; kh < 3; ++kh) {
         const int64_t iy = oy - g.lo_h + kh;
-        if (iy < 0 || iy >= g.h) continue;
         for (int kw = 0; kw < 3; ++kw) {
           const int64_t ix = ox - g.lo_w + kw;
-          if (ix < 0 || ix >= g.w) continue;
-          const float* xp = x + (((n * g.d + iz) * g.h + iy) * g.w + ix) * g.ci;
           const float* wp = w + (((co * g.kd + a) * 3 + kh) * 3 + kw) * g.ci;
+          if (iz < 0 || iz >= g.d || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+            for (int64_t c = 0; c < g.ci; ++c) acc += 0.0f * wp[c];
+            continue;
+          }
+          const float* xp = x + (((n * g.d + iz) * g.h + iy) * g.w + ix) * g.ci;
           for (int64_t c = 0; c < g.ci; ++c) acc += xp[c] * wp[c];
         }
       }
@@ -185,14 +188,17 @@ inline void wino3d_weight_grad_direct(const float* x, const float* gy, const Win
       for (int64_t n = 0; n < g.n; ++n) {
         for (int64_t o = 0; o < g.dout; ++o) {
           const int64_t iz = o - g.lo_d + a;
-          if (iz < 0 || iz >= g.d) continue;
           for (int64_t oy = 0; oy < g.ho; ++oy) {
             const int64_t iy = oy - g.lo_h + kh;
-            if (iy < 0 || iy >= g.h) continue;
             for (int64_t ox = 0; ox < g.wo; ++ox) {
               const int64_t ix = ox - g.lo_w + kw;
-              if (ix < 0 || ix >= g.w) continue;
               const float gv = gy[(((n * g.dout + o) * g.ho + oy) * g.wo + ox) * co + o_ch];
+              if (iz < 0 || iz >= g.d || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+                if (!std::isfinite(gv)) {  // gv * a padding zero, as torch's im2col computes it
+                  for (int64_t c = 0; c < C; ++c) acc[c] += gv * 0.0f;
+                }
+                continue;
+              }
               const float* xp = x + (((n * g.d + iz) * g.h + iy) * g.w + ix) * C;
               for (int64_t c = 0; c < C; ++c) acc[c] += gv * xp[c];
             }

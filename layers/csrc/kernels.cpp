@@ -2152,8 +2152,8 @@ class Winograd3d : public mx::UnaryPrimitive {
   std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>&, const std::vector<int>&,
                              const std::vector<mx::array>&) override {
     throw std::invalid_argument(
-        "[porter.winograd3d] the passes have no VJP of their own: differentiate the conv layer, whose custom VJP "
-        "runs them");
+        "[porter.winograd3d] the passes have no VJP of their own, so the 3-d Winograd conv has no second derivative: "
+        "differentiate it once, or set porter.layers._conv_engine.WINOGRAD_3D = False for higher orders");
   }
   std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                              const std::vector<int>& argnums) override {
