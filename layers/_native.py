@@ -483,7 +483,8 @@ def winograd_conv3d(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.a
     ``weight`` ``(C_out, kD, 3, 3, C_in)`` and zero padding ``lo``/``hi`` (frames, rows, columns; each at most the
     kernel's size - 1), as Winograd F(2x2, 3x3) per depth tap (``csrc/conv3d_kernels.h``): every frame is transformed
     once, the taps are summed inside the GEMMs (``mx.addmm`` over contiguous blocks of the transformed input), one
-    output transform. Memory: the transformed input and output (4x the input and output), never one output per tap.
+    output transform. Memory: the transformed input and output (4x the input and output), never one output per tap;
+    large batches run in chunks of examples (:data:`WINOGRAD3D_CHUNK_BYTES` of transformed input each).
     The taps' weight transforms ``(kD, 16, C_in, C_out)`` are cached by the 5-d weight (as :func:`winograd_conv3x3`).
     Gradients (``mx.custom_function``): the input gradient is the same conv of the cotangent with the kernel flipped,
     the weight gradient a GEMM in the Winograd domain (``V^T @ dM`` per tap) and the weight transform's adjoint;
@@ -495,6 +496,10 @@ def winograd_conv3d(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.a
 # Flipping a 3x3 kernel (rows or columns) swaps rows 0 and 3 of G (G J = P G), so the flipped kernel's transform is
 # the transform's positions permuted: (a, b) -> (3 - a if a in (0, 3) else a, same for b).
 _FLIP16 = [4 * (3 - a if a in (0, 3) else a) + (3 - b if b in (0, 3) else b) for a in range(4) for b in range(4)]
+
+
+# bytes of transformed input one forward chunk of examples may hold (see _winograd3d_op)
+WINOGRAD3D_CHUNK_BYTES = 96 << 20
 
 
 def _winograd3d_gemms(v, u, rows: int, step: int):
@@ -519,12 +524,28 @@ def _winograd3d_op(lo: tuple, hi: tuple):
         dout, ho, wo = d + lo[0] + hi[0] - kd + 1, h + lo[1] + hi[1] - 2, w + lo[2] + hi[2] - 2
         return kd, dout, ho, wo, n * ((ho + 1) // 2) * ((wo + 1) // 2)
 
-    @mx.custom_function
-    def op(x, weight, u):
+    def forward(x, weight, u):
         kd, dout, ho, wo, step = geometry(x, weight)
         v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
         m = _winograd3d_gemms(v, u, dout * step, step)
         return module.winograd3d_output(m, x, weight, lo[0], lo[1], lo[2], dout, ho, wo)
+
+    @mx.custom_function
+    def op(x, weight, u):
+        # examples in chunks whose transformed input stays under WINOGRAD3D_CHUNK_BYTES, each chunk made to wait for
+        # the previous one's output (mx.depends): one chunk's temporaries alive at a time, and in the buffer cache
+        kd, dout, ho, wo, step = geometry(x, weight)
+        per_example = 16 * (dout + kd - 1) * (step // x.shape[0]) * x.shape[-1] * 4
+        chunk = max(1, WINOGRAD3D_CHUNK_BYTES // max(per_example, 1))
+        if chunk >= x.shape[0]:
+            return forward(x, weight, u)
+        ys = []
+        for i in range(0, x.shape[0], chunk):
+            xc = x[i:i + chunk]
+            if ys:
+                (xc,) = mx.depends([xc], [ys[-1]])
+            ys.append(forward(xc, weight, u))
+        return mx.concatenate(ys)
 
     @op.vjp
     def op_vjp(primals, cotangent, output):

@@ -189,3 +189,13 @@ def test_strided_weight_gradient_in_chunks_of_frames(monkeypatch):
 def test_strided_gradients_of_16_bit_inputs(backend):
     for dtype in (torch.float16, torch.bfloat16):
         check_module(3, (1, 8, 4, 7, 6), 8, 8, 3, dtype=dtype, stride=2, padding=1)
+
+
+@pytest.mark.native_only
+def test_winograd3d_forward_in_chunks_of_examples(monkeypatch):
+    """A tiny chunk budget: one example per chunk, each waiting for the previous; torch's values and gradients."""
+    monkeypatch.setattr(conv_module, "WINOGRAD_MIN_TILES_3D", 1)
+    monkeypatch.setattr(_native, "WINOGRAD3D_CHUNK_BYTES", 1)
+    spy = _Spy(monkeypatch, _native, "winograd_conv3d")
+    check_module(3, (3, 16, 4, 7, 9), 16, 16, 3, padding=1, seed=5)
+    assert spy.calls >= 1
