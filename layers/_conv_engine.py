@@ -9,8 +9,11 @@ and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`
 * depthwise (``groups == C_in``): the native kernel, else a tap sum with a written-out VJP (``_conv_depthwise.py``);
 * grouped with narrow groups: the native direct grouped conv (:data:`GROUPED_MAX_GROUP_WIDTH`);
 * stride-1 3x3, large enough: native Winograd F(2x2, 3x3) (:data:`WINOGRAD`, :data:`WINOGRAD_MIN_TILES`);
+* 3-d stride-1 (kD, 3, 3), large enough: native 3-d Winograd, every frame transformed once, the depth taps summed in
+  the GEMMs, native weight gradient (:data:`WINOGRAD_3D`);
 * 3-d grouped: grouped 2-d convs over depth taps (MLX's 3-d conv has no groups);
-* strided (dilation 1): MLX's conv with a custom VJP through a space-to-depth stride-1 conv;
+* strided (dilation 1): MLX's conv with a custom VJP through a space-to-depth stride-1 conv (3-d, one group:
+  ``layers/_conv3d_grads.py``, :data:`STRIDED_GRADS_3D`);
 * dilated (stride 1): the dilation phases folded into the batch;
 * otherwise MLX's ``conv_general``.
 
@@ -25,6 +28,8 @@ import math
 import mlx.core as mx
 
 from . import _conv_f64, _export, _native
+from ._conv3d_grads import input_grad as strided_input_grad
+from ._conv3d_grads import weight_grad as strided_weight_grad
 from ._conv_depthwise import NATIVE_DTYPES as _NATIVE_DTYPES
 from ._conv_depthwise import depthwise_conv
 
@@ -48,6 +53,17 @@ WINOGRAD_MIN_CHANNELS = 16
 # (each tap streams its own weight: with few output positions that reading is most of the time).
 DEPTH_AS_BATCH_3D = True
 WINOGRAD_MIN_TILES_3D = 128
+# One-group stride-1 undilated (kD, 3, 3) float32 convs with padding <= kernel - 1 (every R3D/MC3 3x3x3 and 1x3x3
+# stride-1 conv) run as one native 3-d Winograd op (layers/csrc/conv3d_kernels.h) when this is on and they have at
+# least WINOGRAD_MIN_TILES_3D output tiles over all frames: the input transformed once instead of once per depth tap,
+# the taps summed inside the GEMMs (no per-tap output), and the weight gradient in the Winograd domain too.
+WINOGRAD_3D = True
+# Strided one-group 3-d convs (R3D's stem, stride-2 3x3x3 and (1,2,2) convs) take their weight gradient from
+# layers/_conv3d_grads.py when this is on (im2col GEMMs over bounded chunks of frames: 1x3x3 s(1,2,2) 64->128 on
+# 16x56x56 53 -> 23 ms, 3x3x3 s2 64->128 54 -> 28, 256->512 on 4x14x14 15 -> 5; 1 thread), and, strided in every
+# dim, their input gradient too (by stride phases: 3x3x3 s2 46 -> 41 and 81 -> 16 ms; with a unit stride the
+# phases' MLX convs lose to the space-to-depth conv's vjp: the (3,7,7) (1,2,2) stem 521 -> 1185 ms, so not there).
+STRIDED_GRADS_3D = True
 
 
 def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
@@ -78,6 +94,8 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         return _native.grouped_conv(x, weight, stride, lo, hi, dilation, groups)
     if winograd and WINOGRAD and _winograd_pays(x, weight, stride, lo, hi, dilation, groups):
         return _native.winograd_conv3x3(x, weight, lo, hi)
+    if len(kernel) == 3 and WINOGRAD_3D and _winograd3d_pays(x, weight, stride, lo, hi, dilation, groups):
+        return _native.winograd_conv3d(x, weight, lo, hi)
     if len(kernel) == 3 and (groups > 1 or _depth_taps_winograd(x, weight, stride, lo, hi, dilation, groups)):
         return _depth_taps_conv3d(x, weight, stride, lo, hi, dilation, groups)
     if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
@@ -117,6 +135,23 @@ def _winograd_shape_pays(nhw, dtype, weight, stride, lo, hi, dilation, groups, m
     ho, wo = h + lo[0] + hi[0] - 2, w + lo[1] + hi[1] - 2
     return (n * ((ho + 1) // 2) * ((wo + 1) // 2) >= max(min_tiles, WINOGRAD_MIN_TILES)
             and _native.active("Winograd 3x3 conv"))
+
+
+def _winograd3d_pays(x, weight, stride, lo, hi, dilation, groups) -> bool:
+    """Whether a 3-d conv takes the native 3-d Winograd op (see WINOGRAD_3D above)."""
+    kernel = weight.shape[1:-1]
+    if groups != 1 or kernel[1:] != (3, 3) or any(s != 1 for s in stride) or any(d != 1 for d in dilation):
+        return False
+    if x.dtype != mx.float32 or weight.dtype != mx.float32:
+        return False
+    if min(weight.shape[0], weight.shape[-1]) < WINOGRAD_MIN_CHANNELS:
+        return False
+    if any(p > k - 1 for p, k in zip(lo + hi, kernel + kernel)):  # the input gradient's padding k - 1 - p >= 0
+        return False
+    n, d, h, w = x.shape[:4]
+    out = [size + a + b - k + 1 for size, a, b, k in zip((d, h, w), lo, hi, kernel)]
+    return (n * out[0] * ((out[1] + 1) // 2) * ((out[2] + 1) // 2) >= WINOGRAD_MIN_TILES_3D
+            and _native.active("Winograd 3-d conv"))
 
 
 def _depth_taps_winograd(x, weight, stride, lo, hi, dilation, groups) -> bool:
@@ -169,6 +204,13 @@ def _strided_conv_op(stride, lo, hi, groups):
 
     @op.vjp
     def op_vjp(primals, cotangent, output):
+        x, weight = primals
+        if STRIDED_GRADS_3D and len(stride) == 3 and groups == 1:  # chunked GEMMs; by stride phases (see there)
+            if all(s > 1 for s in stride):
+                return strided_input_grad(cotangent, weight, x.shape, stride, lo), strided_weight_grad(
+                    x, cotangent, weight.shape, stride, lo)
+            _, (gx,) = mx.vjp(lambda a: _space_to_depth_conv(a, weight, stride, lo, hi, groups), [x], [cotangent])
+            return gx, strided_weight_grad(x, cotangent, weight.shape, stride, lo)
         _, grads = mx.vjp(lambda x, w: _space_to_depth_conv(x, w, stride, lo, hi, groups), list(primals), [cotangent])
         return tuple(grads)
 

@@ -44,7 +44,7 @@ SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "CMakeLists.txt", "kernels.cpp", "activation_kernels.h", "conv_kernels.h", "elementwise_kernels.h",
     "grouped_conv_kernels.h", "norm_kernels.h", "parallel.h", "pool_kernels.h", "quantize_kernels.h", "windows.h",
-    "winograd_kernels.h",
+    "winograd_kernels.h", "conv3d_kernels.h",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"
@@ -475,3 +475,104 @@ def set_winograd_cache_limit(limit: Optional[int]) -> None:
 def clear_winograd_cache() -> None:
     """Drop every cached Winograd weight transform (they are also dropped when their weight array is freed)."""
     kernels().winograd_cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------------- conv3d (issue 15)
+def winograd_conv3d(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.array:
+    """Stride-1, undilated ``(kD, 3, 3)`` conv of batched channels-last float32 ``x`` ``(N, D, H, W, C_in)`` with
+    ``weight`` ``(C_out, kD, 3, 3, C_in)`` and zero padding ``lo``/``hi`` (frames, rows, columns; each at most the
+    kernel's size - 1), as Winograd F(2x2, 3x3) per depth tap (``csrc/conv3d_kernels.h``): every frame is transformed
+    once, the taps are summed inside the GEMMs (``mx.addmm`` over contiguous blocks of the transformed input), one
+    output transform. Memory: the transformed input and output (4x the input and output), never one output per tap;
+    large batches run in chunks of examples (:data:`WINOGRAD3D_CHUNK_BYTES` of transformed input each).
+    The taps' weight transforms ``(kD, 16, C_in, C_out)`` are cached by the 5-d weight (as :func:`winograd_conv3x3`).
+    Gradients (``mx.custom_function``): the input gradient is the same conv of the cotangent with the kernel flipped,
+    the weight gradient a GEMM in the Winograd domain (``V^T @ dM`` per tap) and the weight transform's adjoint;
+    jvp is the conv's bilinear rule, vmap MLX's conv."""
+    u = mx.stop_gradient(kernels().winograd3d_weight(weight))  # the custom VJP differentiates `weight` directly
+    return _winograd3d_op(tuple(lo), tuple(hi))(x, weight, u)
+
+
+# Flipping a 3x3 kernel (rows or columns) swaps rows 0 and 3 of G (G J = P G), so the flipped kernel's transform is
+# the transform's positions permuted: (a, b) -> (3 - a if a in (0, 3) else a, same for b).
+_FLIP16 = [4 * (3 - a if a in (0, 3) else a) + (3 - b if b in (0, 3) else b) for a in range(4) for b in range(4)]
+
+
+# bytes of transformed input one forward chunk of examples may hold (see _winograd3d_op)
+WINOGRAD3D_CHUNK_BYTES = 96 << 20
+
+
+def _winograd3d_gemms(v, u, rows: int, step: int):
+    """``M[p] = sum_j V[p, j*step : j*step + rows] @ U[j][p]``: tap j's rows are one contiguous block of ``v``."""
+    m = None
+    for j in range(u.shape[0]):
+        vj = v[:, j * step: j * step + rows]
+        m = vj @ u[j] if m is None else mx.addmm(m, vj, u[j])
+    return m
+
+
+@functools.lru_cache(maxsize=None)
+def _winograd3d_op(lo: tuple, hi: tuple):
+    module = kernels()
+
+    def conv(x, weight):
+        return mx.conv_general(x, weight, padding=(list(lo), list(hi)))
+
+    def geometry(x, weight):
+        n, d, h, w, _ = x.shape
+        kd = weight.shape[1]
+        dout, ho, wo = d + lo[0] + hi[0] - kd + 1, h + lo[1] + hi[1] - 2, w + lo[2] + hi[2] - 2
+        return kd, dout, ho, wo, n * ((ho + 1) // 2) * ((wo + 1) // 2)
+
+    def forward(x, weight, u):
+        kd, dout, ho, wo, step = geometry(x, weight)
+        v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
+        m = _winograd3d_gemms(v, u, dout * step, step)
+        return module.winograd3d_output(m, x, weight, lo[0], lo[1], lo[2], dout, ho, wo)
+
+    @mx.custom_function
+    def op(x, weight, u):
+        # examples in chunks whose transformed input stays under WINOGRAD3D_CHUNK_BYTES, each chunk made to wait for
+        # the previous one's output (mx.depends): one chunk's temporaries alive at a time, and in the buffer cache
+        kd, dout, ho, wo, step = geometry(x, weight)
+        per_example = 16 * (dout + kd - 1) * (step // x.shape[0]) * x.shape[-1] * 4
+        chunk = max(1, WINOGRAD3D_CHUNK_BYTES // max(per_example, 1))
+        if chunk >= x.shape[0]:
+            return forward(x, weight, u)
+        ys = []
+        for i in range(0, x.shape[0], chunk):
+            xc = x[i:i + chunk]
+            if ys:
+                (xc,) = mx.depends([xc], [ys[-1]])
+            ys.append(forward(xc, weight, u))
+        return mx.concatenate(ys)
+
+    @op.vjp
+    def op_vjp(primals, cotangent, output):
+        x, weight, u = primals
+        kd, dout, ho, wo, step = geometry(x, weight)
+        # input gradient: the same conv of the cotangent, kernel flipped and channels swapped, padded k-1-lo/k-1-hi
+        flipped = weight[:, ::-1, ::-1, ::-1, :].transpose(4, 1, 2, 3, 0)
+        k = (kd, 3, 3)
+        u_flipped = mx.take(u[::-1], mx.array(_FLIP16), axis=1).swapaxes(2, 3)
+        gx = _winograd3d_op(tuple(a - 1 - p for a, p in zip(k, lo)), tuple(a - 1 - p for a, p in zip(k, hi)))(
+            cotangent, flipped, u_flipped)
+        # weight gradient in the Winograd domain: dU[j][p] = V[p, tap j's rows]^T @ dM[p], then G^T dU G
+        v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
+        dm = module.winograd3d_output_adjoint(cotangent, x, kd, lo[0], lo[1], lo[2])
+        rows = dout * step
+        du = mx.stack([v[:, j * step: j * step + rows].swapaxes(1, 2) @ dm for j in range(kd)])
+        gw = module.winograd3d_weight_adjoint(du, x, cotangent, lo[0], lo[1], lo[2])
+        return gx, gw, mx.zeros_like(u)
+
+    @op.jvp
+    def op_jvp(primals, tangents):
+        (x, weight, _), (tx, tw) = primals, tangents[:2]  # conv is bilinear (MLX's conv has no jvp)
+        return conv(tx, weight) + conv(x, tw)
+
+    @op.vmap
+    def op_vmap(inputs, axes):
+        x, weight, _ = inputs
+        return mx.vmap(conv, in_axes=tuple(axes[:2]))(x, weight), 0
+
+    return op
