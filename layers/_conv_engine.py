@@ -24,7 +24,7 @@ import math
 
 import mlx.core as mx
 
-from . import _conv_f64, _export, _native
+from . import _conv_f64, _conv_grads, _export, _native
 from ._conv_depthwise import NATIVE_DTYPES as _NATIVE_DTYPES
 from ._conv_depthwise import depthwise_conv
 
@@ -87,6 +87,9 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
     if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
         return _dilated_conv(x, weight, lo, hi, dilation, groups)
+    if len(kernel) == 2 and not _export.active() and _native.active("conv weight flip"):
+        # stride 1, undilated: MLX's forward, Porter's input gradient (layers/_conv_grads.py)
+        return _conv_grads.conv_stride1_op(tuple(lo), tuple(hi), groups)(x, weight)
     return mx.conv_general(
         x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
     )
@@ -169,6 +172,18 @@ def _strided_conv_op(stride, lo, hi, groups):
 
     @op.vjp
     def op_vjp(primals, cotangent, output):
+        x, weight = primals
+        if len(stride) == 2 and _native.active("conv weight flip"):
+            # the folded stride-1 conv's input gradient with a natively flipped kernel, unfolded by autodiff of the
+            # reshapes; the weight gradient as one GEMM over im2col(x) where there is one group
+            w_folded = _space_to_depth_weight(weight, stride)
+            g_folded = _conv_grads.input_grad_stride1(cotangent, w_folded, (0, 0), (0, 0), groups)
+            gx = mx.vjp(lambda x: _space_to_depth_input(x, weight.shape[1:-1], stride, lo, hi), [x], [g_folded])[1][0]
+            if groups == 1:
+                gw = _conv_grads.weight_grad_im2col(x, cotangent, weight.shape[1:-1], stride, lo, hi)
+            else:
+                gw = mx.vjp(lambda w: _space_to_depth_conv(x, w, stride, lo, hi, groups), [weight], [cotangent])[1][0]
+            return gx, gw
         _, grads = mx.vjp(lambda x, w: _space_to_depth_conv(x, w, stride, lo, hi, groups), list(primals), [cotangent])
         return tuple(grads)
 
@@ -182,9 +197,14 @@ def _space_to_depth_conv(x, weight, stride, lo, hi, groups) -> mx.array:
     ``s``, is folded the same way into ``ceil(k/s)`` taps over ``C*prod(s)`` channels (channel-major, so that each
     group's channels stay contiguous).
     """
+    folded = _space_to_depth_input(x, weight.shape[1:-1], stride, lo, hi)
+    return mx.conv_general(folded, _space_to_depth_weight(weight, stride), groups=groups)
+
+
+def _space_to_depth_input(x, kernel, stride, lo, hi) -> mx.array:
+    """The input of :func:`_space_to_depth_conv`: ``(N, *blocks, C*prod(s))``, channel-major."""
     nd = x.ndim - 2
-    n, spatial, kernel = x.shape[0], x.shape[1:-1], weight.shape[1:-1]
-    c_out, c_in_g = weight.shape[0], weight.shape[-1]
+    n, spatial = x.shape[0], x.shape[1:-1]
     blocks = [-(-k // s) for k, s in zip(kernel, stride)]
     out = [(size + a + b - k) // s + 1 for size, a, b, k, s in zip(spatial, lo, hi, kernel, stride)]
     needed = [(o - 1 + m) * s for o, m, s in zip(out, blocks, stride)]  # padded length the folded conv reads
@@ -195,12 +215,18 @@ def _space_to_depth_conv(x, weight, stride, lo, hi, groups) -> mx.array:
     split = [v for p, s in zip(needed, stride) for v in (p // s, s)]
     x = x.reshape(n, *split, x.shape[-1])
     x = x.transpose([0] + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd] + [2 + 2 * i for i in range(nd)])
-    x = x.reshape(n, *(p // s for p, s in zip(needed, stride)), -1)
+    return x.reshape(n, *(p // s for p, s in zip(needed, stride)), -1)
+
+
+def _space_to_depth_weight(weight, stride) -> mx.array:
+    """The kernel of :func:`_space_to_depth_conv`: ``(C_out, *ceil(k/s), C_in/groups*prod(s))``."""
+    nd = weight.ndim - 2
+    kernel, c_out, c_in_g = weight.shape[1:-1], weight.shape[0], weight.shape[-1]
+    blocks = [-(-k // s) for k, s in zip(kernel, stride)]
     w = mx.pad(weight, [(0, 0)] + [(0, m * s - k) for m, s, k in zip(blocks, stride, kernel)] + [(0, 0)])
     w = w.reshape(c_out, *[v for m, s in zip(blocks, stride) for v in (m, s)], c_in_g)
     w = w.transpose([0] + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd] + [2 + 2 * i for i in range(nd)])
-    w = w.reshape(c_out, *blocks, -1)
-    return mx.conv_general(x, w, groups=groups)
+    return w.reshape(c_out, *blocks, -1)
 
 
 def _depth_taps_conv3d(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
