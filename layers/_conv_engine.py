@@ -87,7 +87,8 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
     if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
         return _dilated_conv(x, weight, lo, hi, dilation, groups)
-    if len(kernel) == 2 and not _export.active() and _native.active("conv weight flip"):
+    if (len(kernel) == 2 and all(s == 1 for s in stride) and all(d == 1 for d in dilation) and not _export.active()
+            and _native.active("conv weight flip")):
         # stride 1, undilated: MLX's forward, Porter's input gradient (layers/_conv_grads.py)
         return _conv_grads.conv_stride1_op(tuple(lo), tuple(hi), groups)(x, weight)
     return mx.conv_general(
