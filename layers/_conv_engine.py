@@ -38,6 +38,11 @@ MATMUL_1X1 = True
 # batch 1, 0.52-0.70x at batch 8; equal on 512@7 at batch 1 (16 tiles), slower below (the transformed weight is
 # 16/9 the weight's size and is read once per call). benchmarks/cases_conv.py has the rows.
 WINOGRAD = True
+# 2-d conv gradients that MLX computes slowly (layers/_conv_grads.py) take Porter's formulations when this is on: the
+# input gradient of stride-1 convs (MLX's conv forward) and of strided convs as a conv with the natively flipped
+# kernel, the weight gradient of strided one-group convs as one GEMM over im2col. Measured (1 thread, CPU ms):
+# 512@7x7 input gradient 9.4 -> 3.5-4.1, 3x3/s2 256->512@14 input 18.1 -> 6.1-6.6 and weight 2.7 -> 0.7-0.9.
+FAST_GRADS = True
 WINOGRAD_MIN_TILES = 32
 WINOGRAD_MIN_CHANNELS = 16
 # Grouped 3-d convs (MLX's 3-d conv has no groups) always, and one-group 3-d convs whose taps take Winograd (3x3 in
@@ -87,8 +92,8 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
     if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
         return _dilated_conv(x, weight, lo, hi, dilation, groups)
-    if (len(kernel) == 2 and all(s == 1 for s in stride) and all(d == 1 for d in dilation) and not _export.active()
-            and _native.active("conv weight flip")):
+    if (FAST_GRADS and len(kernel) == 2 and all(s == 1 for s in stride) and all(d == 1 for d in dilation)
+            and not _export.active() and _native.active("conv weight flip")):
         # stride 1, undilated: MLX's forward, Porter's input gradient (layers/_conv_grads.py)
         return _conv_grads.conv_stride1_op(tuple(lo), tuple(hi), groups)(x, weight)
     return mx.conv_general(
@@ -174,12 +179,16 @@ def _strided_conv_op(stride, lo, hi, groups):
     @op.vjp
     def op_vjp(primals, cotangent, output):
         x, weight = primals
-        if len(stride) == 2 and _native.active("conv weight flip"):
-            # the folded stride-1 conv's input gradient with a natively flipped kernel, unfolded by autodiff of the
-            # reshapes; the weight gradient as one GEMM over im2col(x) where there is one group
-            w_folded = _space_to_depth_weight(weight, stride)
-            g_folded = _conv_grads.input_grad_stride1(cotangent, w_folded, (0, 0), (0, 0), groups)
-            gx = mx.vjp(lambda x: _space_to_depth_input(x, weight.shape[1:-1], stride, lo, hi), [x], [g_folded])[1][0]
+        if FAST_GRADS and len(stride) == 2 and _native.active("conv weight flip"):
+            # the input gradient as a transposed conv by sub-pixel phases (else the folded stride-1 conv's, with a
+            # natively flipped kernel, unfolded by autodiff of the reshapes); the weight gradient as one GEMM over
+            # im2col(x) where there is one group
+            gx = _conv_grads.input_grad_strided(cotangent, weight, x.shape[1:-1], stride, lo, groups)
+            if gx is None:
+                w_folded = _space_to_depth_weight(weight, stride)
+                g_folded = _conv_grads.input_grad_stride1(cotangent, w_folded, (0, 0), (0, 0), groups)
+                folded = lambda x: _space_to_depth_input(x, weight.shape[1:-1], stride, lo, hi)  # noqa: E731
+                gx = mx.vjp(folded, [x], [g_folded])[1][0]
             if groups == 1:
                 gw = _conv_grads.weight_grad_im2col(x, cotangent, weight.shape[1:-1], stride, lo, hi)
             else:

@@ -8,6 +8,7 @@ Layouts as in ``_conv_engine``: ``x`` ``(N, H, W, C_in)``, ``weight`` ``(C_out, 
   kernel by copying a reversed, transposed view, single-threaded (measured 6.7 ms for 512x3x3x512 float32, more than
   the conv itself); Porter's native :func:`porter.layers._native.flip_conv_weight` writes it in one threaded pass,
   and the conv then takes Porter's own strategies (Winograd for 3x3 where it pays).
+* :func:`input_grad_strided`: a strided conv's input gradient as a transposed conv by sub-pixel phases.
 * :func:`weight_grad_im2col`: one GEMM ``cotangent^T @ im2col(x)`` (one group, dilation 1, any stride): measured
   0.4-0.5x the time of MLX's strided conv weight gradient (3x3/s2 64->128 at 56x56: 0.82 against 1.87 ms).
 * :func:`conv_stride1_op`: a stride-1 conv, MLX's forward, with the input gradient above (MLX's weight gradient).
@@ -20,6 +21,11 @@ import functools
 import mlx.core as mx
 
 from . import _native
+
+
+# strided input gradients by phases only with at least this many input channels: the phase convs have C_in outputs,
+# and MLX's conv with few outputs is slow (a 7x7/s2 stem with 3 input channels: 36 ms against 14 for the folded conv)
+PHASE_MIN_CHANNELS = 16
 
 
 def flipped_weight(weight, groups) -> mx.array:
@@ -48,6 +54,33 @@ def input_grad_stride1(cotangent, weight, lo, hi, groups) -> mx.array:
     ones = (1,) * len(kernel)
     return conv_core(cotangent, flipped_weight(weight, groups), ones, tuple(a for a, _ in pads),
                      tuple(b for _, b in pads), ones, groups)
+
+
+def input_grad_strided(cotangent, weight, spatial, stride, lo, groups):
+    """The input gradient of a strided, undilated conv of an input with spatial size ``spatial`` and padding ``lo``
+    before, as the transposed conv of the cotangent by sub-pixel phases (one stride-1 conv per input phase, exactly
+    the kernel's multiply-adds; ``layers/_conv_transpose_engine.py``), each with its sub-kernel flipped and taking
+    Porter's stride-1 strategies. ``None`` where the padding after the input is so wide that the transposed conv
+    would need a negative output padding, or the input has fewer than :data:`PHASE_MIN_CHANNELS` channels (the
+    caller keeps its own path). Measured (1 thread, CPU ms): 3x3/s2
+    256->512 at 14x14 6.1 -> 3.9, 128->256 at 28x28 2.1 -> 1.35 (against the folded stride-1 conv's gradient)."""
+    from ._conv_engine import conv_core
+    from ._conv_transpose_engine import phase_conv_transpose
+
+    kernel, out = weight.shape[1:-1], cotangent.shape[1:-1]
+    extra = [size - ((o - 1) * s - 2 * a + k) for size, o, s, a, k in zip(spatial, out, stride, lo, kernel)]
+    if any(e < 0 for e in extra) or weight.shape[-1] * groups < PHASE_MIN_CHANNELS:
+        return None
+    nd = len(kernel)
+    ones = (1,) * nd
+    # (C_in, *kernel, C_out/groups): channels swapped per group, taps in order (flipping the reversed view)
+    swapped = flipped_weight(weight[(slice(None),) + (slice(None, None, -1),) * nd], groups)
+
+    def phase(x, sub, sub_lo, sub_hi, groups):
+        sub = mx.contiguous(sub[(slice(None),) + (slice(None, None, -1),) * nd])
+        return conv_core(x, sub, ones, tuple(sub_lo), tuple(sub_hi), ones, groups)
+
+    return phase_conv_transpose(cotangent, swapped, tuple(stride), tuple(lo), tuple(extra), groups, phase_conv=phase)
 
 
 def weight_grad_im2col(x, cotangent, kernel, stride, lo, hi) -> mx.array:

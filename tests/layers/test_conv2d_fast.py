@@ -73,10 +73,14 @@ def test_gradients_take_the_fast_paths(monkeypatch, backend):
     conv still differentiates (pure-MLX flip, MLX's gradients)."""
     flips = _Count(monkeypatch, _native, "flip_conv_weight")
     im2col = _Count(monkeypatch, _conv_grads, "weight_grad_im2col")
-    _check((2, 16, 9, 11), 24, 3, stride=2, padding=1)
+    phases = []
+    strided = _conv_grads.input_grad_strided
+    monkeypatch.setattr(_conv_grads, "input_grad_strided", lambda *a: phases.append(strided(*a)) or phases[-1])
+    _check((2, 16, 9, 11), 24, 3, stride=2, padding=1)  # by phases
     _check((1, 8, 5, 6), 12, 3, padding=1)  # 9 tiles: not Winograd, MLX-conv stride-1 path
-    expected = (2, 1) if backend == "native" else (0, 0)
-    assert (flips.calls, im2col.calls) == expected
+    _check((2, 3, 11, 10), 8, 5, stride=2, padding=2)  # 3 input channels: the folded conv's input gradient
+    expected = (3, 2, [True, False]) if backend == "native" else (0, 0, [])
+    assert (flips.calls, im2col.calls, [p is not None for p in phases]) == expected
 
 
 # ------------------------------------------------------------------------------------------------ stride 1
@@ -90,6 +94,7 @@ def test_gradients_take_the_fast_paths(monkeypatch, backend):
     ((1, 4, 6, 6), 5, 3, 4),          # padding wider than the kernel: cropped cotangent in the input gradient
     ((2, 4, 9, 10), 6, 1, 0),         # 1x1 (matmul path)
 ])
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")  # torch's note on its own copy
 def test_stride1_gradients(x_shape, c_out, k, padding):
     _check(x_shape, c_out, k, padding=padding)
 
@@ -110,6 +115,9 @@ def test_stride1_winograd_every_size(monkeypatch):
     ((2, 3, 23, 21), 8, 7, 2, 3),       # the stem: 7x7 / 2
     ((1, 5, 10, 13), 6, 3, (2, 3), (0, 1)),  # per-dim stride and padding, trailing input unread
     ((2, 6, 9, 9), 4, (3, 2), 3, 0),    # stride larger than the kernel
+    ((1, 16, 10, 13), 6, 3, (2, 3), (0, 1)),  # the same through the sub-pixel phases (>= 16 input channels)
+    ((2, 16, 9, 9), 4, (3, 2), 3, 0),
+    ((1, 16, 8, 8), 8, 3, 2, (2, 0)),   # wide padding before: transposed conv's padding 2, extra output padding
 ])
 def test_strided_gradients(x_shape, c_out, k, stride, padding):
     _check(x_shape, c_out, k, stride=stride, padding=padding)
