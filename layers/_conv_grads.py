@@ -73,8 +73,10 @@ def input_grad_strided(cotangent, weight, spatial, stride, lo, groups):
         return None
     nd = len(kernel)
     ones = (1,) * nd
-    # (C_in, *kernel, C_out/groups): channels swapped per group, taps in order (flipping the reversed view)
-    swapped = flipped_weight(weight[(slice(None),) + (slice(None, None, -1),) * nd], groups)
+    # (C_in, *kernel, C_out/groups): channels swapped per group, taps in order, as a reversed view of the flipped
+    # kernel (each phase reverses its slice again, so only the small sub-kernels are copied; flipping a reversed
+    # view of the weight instead cost 1.7 ms for 512x3x3x256, the flip alone 0.5)
+    swapped = flipped_weight(weight, groups)[(slice(None),) + (slice(None, None, -1),) * nd]
 
     def phase(x, sub, sub_lo, sub_hi, groups):
         sub = mx.contiguous(sub[(slice(None),) + (slice(None, None, -1),) * nd])
