@@ -140,7 +140,7 @@ def set_num_threads(n: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- ops
-# Each op is one MLX primitive that carries its own VJP (layers/csrc/kernels.cpp): torch's gradients, and a layer
+# Each op is one MLX primitive that carries its own VJP (layers/csrc/<family>_ops.cpp): torch's gradients, and a layer
 # stays a single graph node.
 
 

@@ -522,6 +522,17 @@ def test_vmap_of_fractional_and_unpool_kernels():
     np.testing.assert_array_equal(np.array(got), np.array(want))
 
 
+@pytest.mark.parametrize("edited", _native_build.SOURCES)
+def test_build_tag_changes_with_every_source_file(edited, tmp_path, monkeypatch):
+    # an edit to any file the build reads (a family's .cpp, a shared header, CMakeLists.txt) must give a new tag
+    for name in _native_build.SOURCES:
+        (tmp_path / name).write_bytes((_native_build.SOURCE_DIR / name).read_bytes())
+    monkeypatch.setattr(_native_build, "SOURCE_DIR", tmp_path)
+    tag = _native_build.build_tag()
+    (tmp_path / edited).write_bytes((tmp_path / edited).read_bytes() + b"\n")
+    assert _native_build.build_tag() != tag
+
+
 def test_build_tag_covers_every_source_file():
     # a source missing from SOURCES would not change the tag: an old build would load after an edit to it
     on_disk = {p.name for p in _native_build.SOURCE_DIR.iterdir() if p.suffix in (".h", ".cpp", ".txt")}
