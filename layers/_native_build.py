@@ -10,8 +10,9 @@ per build *tag*: the MLX version, the Python ABI, the CPU (the build uses ``-mar
 in :data:`SOURCES`, so a build is never loaded into an MLX or a CPU it was not built for, and an out-of-date build is
 simply not found.
 
-The build: CMake (``csrc/CMakeLists.txt``, Ninja when installed) with nanobind 3, one translation unit per kernel
-family compiled in parallel; the result is checked in a fresh interpreter before it is moved into place.
+The build: CMake (``csrc/CMakeLists.txt``, Ninja when installed) with nanobind 3; the per-family sources compile as
+one unity translation unit (CMakeLists.txt says why); the result is checked in a fresh interpreter before it is moved
+into place.
 """
 
 from __future__ import annotations
