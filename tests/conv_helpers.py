@@ -3,7 +3,7 @@
 import mlx.core as mx
 import torch
 import torch.nn.functional as F
-from helpers import TORCH_TO_MX, check_against_torch, torch_to_mx
+from tests.helpers import TORCH_TO_MX, check_against_torch, torch_to_mx
 
 import porter.layers as L
 import porter.layers.functional as PF

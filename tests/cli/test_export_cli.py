@@ -11,7 +11,7 @@ import torch
 
 import porter
 from porter.cli.main import main
-from tinynets import seeded
+from tests.cli.tinynets import seeded
 
 
 @pytest.fixture(scope="module")

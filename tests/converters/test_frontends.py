@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import porter
-from converter_check import assert_matches, check_converted
+from tests.converter_check import assert_matches, check_converted
 from porter.converters import UnsupportedOpsError, inspect_model
 
 torch.manual_seed(0)

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 import porter
-from models._common import randomize_
-from models.shape_guarded import BasicUNetSmall, MobileViTSmall, OddWidth, SwinSmall
+from tests.models._common import randomize_
+from tests.models.shape_guarded import BasicUNetSmall, MobileViTSmall, OddWidth, SwinSmall
 from porter.converters.guards import InputChecks, compile_expr
 
 BAR = 1e-4

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import porter
-from models import REGISTRY, make_inputs
+from tests.models import REGISTRY, make_inputs
 from porter.converters.precision import check_dtype
 
 DTYPES = {"float16": (torch.float16, mx.float16), "bfloat16": (torch.bfloat16, mx.bfloat16)}

@@ -10,9 +10,9 @@ from torch import nn
 import porter
 from porter.examples import BasicBlock, ResNet
 
-from models import REGISTRY, make_inputs
-from models._common import randomize_
-from mlxfn_check import assert_close, port_inputs, run_without_porter, to_torch_layout, torch_outputs
+from tests.models import REGISTRY, make_inputs
+from tests.models._common import randomize_
+from tests.export.mlxfn_check import assert_close, port_inputs, run_without_porter, to_torch_layout, torch_outputs
 
 
 def _resnet_winograd(seed=0):

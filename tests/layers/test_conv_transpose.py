@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_helpers import PORTER_CT, TORCH_CT, to_mx
-from conv_helpers import check_transpose_module as check_module
-from helpers import check_against_torch
+from tests.conv_helpers import PORTER_CT, TORCH_CT, to_mx
+from tests.conv_helpers import check_transpose_module as check_module
+from tests.helpers import check_against_torch
 
 import porter.layers as L
 import porter.layers.functional as PF

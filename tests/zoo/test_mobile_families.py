@@ -2,8 +2,6 @@
 RegNet's float32 width rule, stochastic depth in training, NaN and dtype behaviour, input gradients through the
 segmentation head, and argument errors. (Forward/training parity of every model is in test_zoo.py.)"""
 
-import os
-import sys
 
 import mlx.core as mx
 import numpy as np
@@ -19,9 +17,8 @@ from porter.zoo.efficientnet import MBConv, StageConfig
 from porter.zoo.regnet import block_params
 from porter.zoo.shufflenetv2 import channel_shuffle
 
-sys.path.insert(0, os.path.dirname(__file__))
-from twins import regnet as regnet_twin, shufflenetv2 as shufflenet_twin  # noqa: E402
-from test_zoo import loaded_zoo_model, seeded_twin  # noqa: E402
+from tests.zoo.twins import regnet as regnet_twin, shufflenetv2 as shufflenet_twin  # noqa: E402
+from tests.zoo.test_zoo import loaded_zoo_model, seeded_twin  # noqa: E402
 
 
 def _nhwc(t: torch.Tensor) -> mx.array:

@@ -2,8 +2,6 @@
 sizes that take torchvision's special paths (one dim shifted, the other covered by the window), ViT's image_size,
 MaxViT's partition checks, dropout and stochastic depth in training, bfloat16, NaN kept per sample."""
 
-import os
-import sys
 
 import mlx.core as mx
 import mlx.nn as mnn
@@ -15,9 +13,8 @@ from porter import zoo
 from porter.zoo import swin
 from porter.zoo._loading import torch_parameter_specs
 
-sys.path.insert(0, os.path.dirname(__file__))
-import test_zoo as tz  # noqa: E402  (the registry tests' twins and loading helpers)
-from twins import swin as swin_twin  # noqa: E402
+from tests.zoo import test_zoo as tz  # noqa: E402  (the registry tests' twins and loading helpers)
+from tests.zoo.twins import swin as swin_twin  # noqa: E402
 
 
 def _load(module, torch_module):

@@ -2,7 +2,6 @@
 
 import importlib
 import json
-import os
 import subprocess
 import sys
 
@@ -18,10 +17,9 @@ from porter.zoo.registry import register_model
 from mlx.utils import tree_flatten
 from porter.zoo._loading import torch_parameter_specs
 
-sys.path.insert(0, os.path.dirname(__file__))
-from helpers import check_against_torch  # noqa: E402
+from tests.helpers import check_against_torch  # noqa: E402
 
-from twins import CASES  # noqa: E402
+from tests.zoo.twins import CASES  # noqa: E402
 
 MODELS = zoo.list_models()
 SMALL = {name: case.small for name, case in CASES.items()}
