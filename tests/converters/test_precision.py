@@ -43,10 +43,9 @@ def _port_inputs(ported, xs):
 
 
 def _to_torch_layout(ported, out, index=0):
-    from porter.compare import parse_layout
+    from porter.compare import to_torch_layout
 
-    perm = parse_layout(ported.output_layouts[index], out.ndim)
-    return np.transpose(np.array(out.astype(mx.float32)), np.argsort(perm))
+    return to_torch_layout(np.array(out.astype(mx.float32)), ported.output_layouts[index])
 
 
 def _first(value):

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from porter.compare import assert_close
 from porter import zoo
 from porter.layers import BatchNorm
 from porter.zoo._mobile_blocks import Hardsigmoid, resize_bilinear
@@ -132,7 +133,7 @@ def test_nan_input_stays_in_its_sample_as_in_torch():
     got = np.array(model(_nhwc(x)))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     assert np.isnan(got[0]).all() and not np.isnan(got[1]).any()
-    np.testing.assert_allclose(got[1], expected[1], rtol=0, atol=1e-4 * np.abs(expected[1]).max())
+    assert_close(got[1], expected[1])
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
@@ -161,7 +162,7 @@ def test_lraspp_input_gradient_matches_torch():
     (out * g).sum().backward()
     grad = mx.grad(lambda a: (model(a)["out"] * _nhwc(g)).sum())(_nhwc(x))
     expected = x.grad.numpy()
-    np.testing.assert_allclose(_nchw(grad), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert_close(_nchw(grad), expected)
 
 
 def test_argument_errors():
@@ -217,7 +218,7 @@ def test_deeplabv3_mobilenet_input_gradient_matches_torch():
 
     grad = mx.grad(loss)(_nhwc(x))
     expected = x.grad.numpy()
-    np.testing.assert_allclose(_nchw(grad), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert_close(_nchw(grad), expected)
 
 
 def test_deeplabv3_mobilenet_defaults_and_tap_errors():

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from porter.compare import assert_close
 from porter import zoo
 from porter.zoo.registry import register_model
 from mlx.utils import tree_flatten
@@ -313,7 +314,7 @@ assert "torch" not in sys.modules, sorted(m for m in sys.modules if m.startswith
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     got = np.load(tmp_path / "y.npy")
-    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+    assert_close(got, expected)
 
 
 def test_load_checkpoint_casts_to_the_models_dtype(tmp_path):
