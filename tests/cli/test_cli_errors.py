@@ -168,7 +168,8 @@ def test_unsupported_ops_from_the_real_converter(runner, tmp_path):
 
     path = str(tmp_path / "fft.pt")
     torch.save(NeedsUnsupported().state_dict(), path)
-    result = run(runner, ["convert", path, "--model", "tests.cli.tinynets:NeedsUnsupported", "--input-shape", "1,3,8,8"])
+    result = run(runner, ["convert", path, "--model", "tests.cli.tinynets:NeedsUnsupported",
+                          "--input-shape", "1,3,8,8"])
     assert_input_error(result, tmp_path, ["fft.pt"], "Porter cannot convert", "fft", "erfcx")
 
 

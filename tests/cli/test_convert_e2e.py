@@ -162,8 +162,8 @@ def test_validate_command(runner, tmp_path):
     assert result.exit_code == 2, result.output
     assert "--model tests.cli.tinynets:tiny_net" in result.stderr and "Traceback" not in result.output
     # given on the command line it runs; the input shape comes from what convert recorded
-    result = runner.invoke(main, ["validate", out, "--against", path, "--model", "tests.cli.tinynets:tiny_net", "--grads",
-                                  "--json", str(report_path)])
+    result = runner.invoke(main, ["validate", out, "--against", path, "--model", "tests.cli.tinynets:tiny_net",
+                                  "--grads", "--json", str(report_path)])
     assert result.exit_code == 0, result.output
     assert json.loads(report_path.read_text())["ok"] is True
 
@@ -171,8 +171,8 @@ def test_validate_command(runner, tmp_path):
 
     other = str(tmp_path / "other.pt")
     torch.save(tinynets.seeded(seed=1).state_dict(), other)  # same architecture, different weights
-    result = runner.invoke(main, ["validate", out, "--against", other, "--model", "tests.cli.tinynets:tiny_net", "--json",
-                                  "-"])
+    result = runner.invoke(main, ["validate", out, "--against", other, "--model", "tests.cli.tinynets:tiny_net",
+                                  "--json", "-"])
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["ok"] is False
@@ -215,8 +215,8 @@ def test_several_inputs(runner, tmp_path):
     model = TwoInputs().eval()
     path = str(tmp_path / "two.pt")
     torch.save(model.state_dict(), path)
-    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:TwoInputs", "--input-shape", "1,3,8,8",
-                                  "--input-shape", "1,1,8,8", "--json"])
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:TwoInputs",
+                                  "--input-shape", "1,3,8,8", "--input-shape", "1,1,8,8", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["input_shapes"] == [[1, 3, 8, 8], [1, 1, 8, 8]]
