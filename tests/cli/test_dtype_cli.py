@@ -14,7 +14,8 @@ def test_convert_dtype_writes_and_validates_a_half_folder(runner, tmp_path, dtyp
     path, _ = write_checkpoint("state_dict", tmp_path)
     out = tmp_path / "out"
     result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:tiny_net",
-                                  "--input-shape", "2,3,12,12", "--dtype", dtype, "-o", str(out)], catch_exceptions=False)
+                                  "--input-shape", "2,3,12,12", "--dtype", dtype, "-o", str(out)],
+                           catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"dtype {dtype}" in result.output and "loses the most:" in result.output
     config = json.loads((out / "config.json").read_text())
