@@ -1,7 +1,8 @@
 """Full-size torch twins of torchvision architectures for the model benchmark (torchvision is not a dependency).
 
-The classes are the converter tests' twins (``tests/models``: torchvision's module structure and ``state_dict``
-names) and ``porter.examples``; here they are built at torchvision's published sizes. Each builder takes no
+The classes are the tests' torchvision twins (``tests/zoo/twins``: torchvision's module structure and ``state_dict``
+names; ``tests/models`` builds the same classes small) and ``porter.examples``; here they are built at torchvision's
+published sizes. Each builder takes no
 argument and returns the model in eval mode with its default (random) initialisation; ``benchmarks/models.py``
 registers them with their standard input shape. Add a model: a builder here (or anywhere importable) and one
 ``register(...)`` line in ``benchmarks/models.py``.
@@ -16,27 +17,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.models.mobile import MBConvConfig, EfficientNet  # noqa: E402
-from tests.models.modern import ConvNeXt, RegNet  # noqa: E402
-from tests.models.video_audio import VideoResNet  # noqa: E402
-from tests.models.vit import VisionTransformer  # noqa: E402
+from tests.zoo.twins.convnext import CNBlockConfig, ConvNeXt  # noqa: E402
+from tests.zoo.twins.efficientnet import EfficientNet, MBConvConfig  # noqa: E402
+from tests.zoo.twins.regnet import RegNet  # noqa: E402
+from tests.zoo.twins.video_resnet import BasicBlock, BasicStem, Conv3DSimple, VideoResNet  # noqa: E402
+from tests.zoo.twins.vit import VisionTransformer  # noqa: E402
 
 
 def efficientnet_b0():
     settings = [MBConvConfig(1, 3, 1, 32, 16, 1), MBConvConfig(6, 3, 2, 16, 24, 2), MBConvConfig(6, 5, 2, 24, 40, 2),
                 MBConvConfig(6, 3, 2, 40, 80, 3), MBConvConfig(6, 5, 1, 80, 112, 3),
                 MBConvConfig(6, 5, 2, 112, 192, 4), MBConvConfig(6, 3, 1, 192, 320, 1)]
-    return EfficientNet(settings).eval()
+    return EfficientNet(settings, dropout=0.2).eval()
 
 
 def regnet_y_400mf():
     # torchvision: stem 32, depths 1/3/6/6, widths 48/104/208/440, group width 8, SE 0.25
-    return RegNet([(48, 2, 1, 8, 1.0), (104, 2, 3, 8, 1.0), (208, 2, 6, 8, 1.0), (440, 2, 6, 8, 1.0)],
-                  stem_width=32, se_ratio=0.25).eval()
+    stages = [(48, 2, 1, 8, 1.0), (104, 2, 3, 8, 1.0), (208, 2, 6, 8, 1.0), (440, 2, 6, 8, 1.0)]
+    return RegNet((stages, 0.25), stem_width=32).eval()
 
 
 def convnext_tiny():
-    return ConvNeXt([(96, 192, 3), (192, 384, 3), (384, 768, 9), (768, None, 3)]).eval()
+    setting = [CNBlockConfig(96, 192, 3), CNBlockConfig(192, 384, 3), CNBlockConfig(384, 768, 9),
+               CNBlockConfig(768, None, 3)]
+    return ConvNeXt(setting, stochastic_depth_prob=0.1).eval()
 
 
 def vit_b_16():
@@ -45,10 +49,10 @@ def vit_b_16():
 
 
 def swin_t():
-    from tests.zoo.twins.swin import swin_t as build  # torchvision's Swin-T twin (tests/zoo/twins)
+    from tests.zoo.twins.swin import swin_t as build
 
     return build().eval()
 
 
 def r3d_18():
-    return VideoResNet(layers=(2, 2, 2, 2), widths=(64, 128, 256, 512)).eval()
+    return VideoResNet(BasicBlock, [Conv3DSimple] * 4, [2, 2, 2, 2], BasicStem).eval()

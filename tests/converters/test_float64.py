@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 import torch
-from converter_check import assert_matches, run_ported
+from tests.converter_check import assert_matches, run_ported
 
 import porter
 

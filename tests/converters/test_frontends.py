@@ -9,8 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from porter.compare import assert_close
 import porter
-from converter_check import assert_matches, check_converted
+from tests.converter_check import assert_matches, check_converted
 from porter.converters import UnsupportedOpsError, inspect_model
 
 torch.manual_seed(0)
@@ -163,7 +164,7 @@ def test_trace_names_modules_in_torch_layout():
     for name, value in trace.items():
         ref = expected[name].numpy()
         assert value.shape == ref.shape, name
-        assert np.abs(np.array(value) - ref).max() <= 1e-4 * np.abs(ref).max(), name
+        assert_close(np.array(value), ref, what=name)
 
 
 def test_torch_parameters_and_grads():

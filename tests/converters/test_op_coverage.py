@@ -11,8 +11,6 @@ entries marked ``dynamic`` need symbolic sizes (``sym_size``, ``operator.*``, ``
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from typing import Callable, NamedTuple
 
@@ -22,21 +20,20 @@ import torch.nn as nn
 
 import porter
 
-sys.path.insert(0, os.path.dirname(__file__))  # the converter tests' models (pytest imports with importlib)
-import test_capture_regions as regions  # noqa: E402
-import test_frontends as frontends
-import test_layout as layout
-import test_ops_catalog as catalog
-import test_ops as ops
-import test_ops_misc as misc
+from tests.converters import test_capture_regions as regions  # noqa: E402
+from tests.converters import test_frontends as frontends
+from tests.converters import test_layout as layout
+from tests.converters import test_ops_catalog as catalog
+from tests.converters import test_ops as ops
+from tests.converters import test_ops_misc as misc
 from tests.converters import test_ops_recurrent as recurrent_ops
 from tests.converters import test_ops_sample as sample_ops
 from tests.converters import test_ops_select as select_ops
-import test_ops_pool_options as pool_options
-import test_ops_real as real
-import test_view_writes as view_writes
-from converter_check import assert_matches
-from models import REGISTRY, make_inputs
+from tests.converters import test_ops_pool_options as pool_options
+from tests.converters import test_ops_real as real
+from tests.converters import test_view_writes as view_writes
+from tests.converter_check import assert_matches
+from tests.models import REGISTRY, make_inputs
 from porter.converters import supported_ops
 
 

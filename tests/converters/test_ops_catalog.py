@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 import porter
-from converter_check import assert_matches, check_converted
+from tests.converter_check import assert_matches, check_converted
 
 aten = torch.ops.aten
 

@@ -12,8 +12,8 @@ import pytest
 import porter
 from porter.layers import _native_build
 
-from models import REGISTRY, make_inputs
-from mlxfn_check import assert_close, port_inputs, to_torch_layout, torch_outputs
+from tests.models import REGISTRY, make_inputs
+from tests.export.mlxfn_check import assert_close, port_inputs, to_torch_layout, torch_outputs
 
 MAIN = r"""
 #include <string>
