@@ -18,14 +18,14 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root: `tests` is a package
 
 import porter  # noqa: E402  (before mlx.core and torch: BLAS first)
 import torch  # noqa: E402
 
-from models import REGISTRY, make_inputs  # noqa: E402
-from models._common import randomize_  # noqa: E402
-from models.shape_guarded import (BasicUNetSmall, MobileViTSmall, SwinSmall,  # noqa: E402
+from tests.models import REGISTRY, make_inputs  # noqa: E402
+from tests.models._common import randomize_  # noqa: E402
+from tests.models.shape_guarded import (BasicUNetSmall, MobileViTSmall, SwinSmall,  # noqa: E402
                                   TFEfficientNetLiteSmall)
 
 

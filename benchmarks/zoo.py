@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "zoo")]
+sys.path.insert(0, ROOT)  # the repository root: `tests` is a package
 
 import porter  # noqa: E402  (before mlx.core: BLAS)
 import mlx.core as mx  # noqa: E402
@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from porter import zoo  # noqa: E402
-from twins import CASES  # noqa: E402
+from tests.zoo.twins import CASES  # noqa: E402
 
 SHAPES = {"r3d_18": (1, 3, 8, 112, 112), "mc3_18": (1, 3, 8, 112, 112), "r2plus1d_18": (1, 3, 8, 112, 112),
           "s3d": (1, 3, 16, 224, 224), "inception_v3": (1, 3, 299, 299)}

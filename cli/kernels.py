@@ -14,11 +14,11 @@ def build_kernels(force: bool, verbose: bool) -> None:
     """Build the native CPU pooling kernels for this MLX, Python and CPU (about 30 s; needs a C++20 compiler,
     CMake and nanobind 3). Without them the layers run on slower pure-MLX ops with the same results."""
     import porter  # noqa: F401  (BLAS first)
-    from porter.layers import _native
+    from porter.layers import _native_build
 
     try:
-        path = _native.build(force=force, verbose=verbose)
-    except _native.BuildError as exc:
+        path = _native_build.build(force=force, verbose=verbose)
+    except _native_build.BuildError as exc:
         first, _, rest = str(exc).partition("\n")
         raise InputError(first, details=[line for line in rest.splitlines() if line.strip()][-25:]) from exc
     click.echo(f"native kernels ready: {path}")

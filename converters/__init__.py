@@ -4,6 +4,7 @@ Importing this package does not import torch; :func:`convert` and :func:`inspect
 """
 
 from .api import InspectReport, convert, inspect_model
+from .errors import CaptureError
 from .registry import UnsupportedOpsError, supported_ops
 from .runtime import PortedModel
 from .limits import ResourceLimitError, max_elements, set_max_elements
@@ -15,6 +16,7 @@ __all__ = [
     "inspect_model",
     "InspectReport",
     "UnsupportedOpsError",
+    "CaptureError",
     "PortedModel",
     "save",
     "load",

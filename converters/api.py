@@ -64,6 +64,7 @@ def _convert_eval(model, example_inputs, io_layout, dynamic):
     if graph.batch_doubled and not reproduces(ported, model, normalise_inputs(example_inputs)):
         # the graph captured at batch two differs at batch one (e.g. x.squeeze(0)): keep the example's batch
         # (with the dims that capture managed: the fallbacks need not be tried again)
+        ported = result = None  # the first port's weights go before the second is built
         graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic)
         graph.module_attrs = _module_attrs(model)
         result = convert_graph(graph, io_layout)
@@ -190,7 +191,7 @@ def inspect_model(model, example_inputs=None) -> InspectReport:
             report.unsupported.append(node.op)
     report.num_parameters = sum(int(graph.params[n].size) for n in graph.params if n in graph.trainable)
     if not report.unsupported:
-        report.transposes = convert_graph(graph, "mlx")["graph"]["num_transposes"]
+        report.transposes = convert_graph(graph, "mlx", weights=False)["graph"]["num_transposes"]
     return report
 
 

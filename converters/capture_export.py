@@ -11,6 +11,7 @@ and torch functions whose shapes are not known and cannot trace shape-dependent 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .capture_guards import input_checks
@@ -138,6 +139,20 @@ def _make_node(fx_node, name: str, resolve) -> Node:
                 module_type, scopes)
 
 
+def host_view(t: "torch.Tensor"):
+    """A read-only numpy view of a CPU tensor's memory, no copy (bfloat16 as its bits, ``uint16``).
+
+    ``convert_graph`` makes the port's one MLX copy of each weight from it, a tensor at a time, so conversion does
+    not hold a second copy of the model's weights; read-only, so nothing in the conversion can write into the
+    torch model through it."""
+    if t.dtype == torch.bfloat16:
+        view = t.view(torch.int16).numpy().view(np.uint16)
+    else:
+        view = t.numpy()
+    view.flags.writeable = False
+    return view
+
+
 def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
     from torch.export.graph_signature import InputKind, OutputKind
 
@@ -160,7 +175,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         if spec.kind == InputKind.PARAMETER:
             trainable.add(target)
         t = tensor.detach()
-        params[target] = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy().copy()
+        params[target] = host_view(t)
         param_dtypes[target] = _dtype_name(t.dtype)
         param_values[name] = target
         placeholder_target[name] = target

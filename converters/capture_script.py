@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from .capture_export import _dtype_name, _in_place
+from .capture_export import _dtype_name, _in_place, host_view
 from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 from .guards import static_checks
 from .registry import UnsupportedOpsError
@@ -109,8 +109,7 @@ class _Interpreter:
     def tensor_param(self, tensor, name: str, trainable: bool):
         value_name = f"p_{name.replace('.', '_')}"
         if name not in self.params:
-            self.params[name] = tensor.detach().float().numpy() if tensor.dtype == torch.bfloat16 else \
-                tensor.detach().numpy().copy()
+            self.params[name] = host_view(tensor.detach())  # no copy: convert_graph makes the MLX one
             self.param_values[value_name] = name
             self.param_dtypes[name] = _dtype_name(tensor.dtype)
             if trainable:

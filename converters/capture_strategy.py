@@ -29,6 +29,8 @@ import warnings
 
 import torch
 
+from .errors import CaptureError
+
 MODES = ("auto", "all", "batch", "static")
 DEFAULT_BUDGET_S = 25.0  # the most the dynamic attempts may take together, whatever the model
 # A dynamic capture normally costs 1.5-9x the static one (measured on tests/models); 100x and more means sympy is
@@ -39,6 +41,21 @@ DYNAMIC_FACTOR, BATCH_FACTOR, DYNAMIC_MARGIN_S = 16.0, 4.0, 2.0
 class CaptureTimeout(BaseException):
     """Raised inside torch.export when an attempt runs past its budget (a BaseException, so that torch's own
     ``except Exception`` handlers do not swallow it)."""
+
+
+def _static(model, inputs):
+    """The static-shape capture: the last resort, so its failure is the conversion's, in words."""
+    try:
+        return _export(model, inputs, "static", None)
+    except CaptureTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001  (torch raises TypeError, RuntimeError, UserError, ... here)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CaptureError(
+            f"torch.export could not capture the model's forward ({type(e).__name__}: {first}). Porter converts "
+            "what torch.export captures: Python control flow on tensor values, PackedSequence inputs and Python "
+            "objects torch cannot trace are the usual causes; run torch.export.export(model, inputs) to see the "
+            "line, or pass a torch.jit.script module") from e
 
 
 def normalise_dynamic(dynamic):
@@ -186,7 +203,7 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
     for x in inputs:
         _dims_for(mode, x)  # a dim out of range is the caller's error, not a reason to fall back
     if mode == "static":
-        return _export(model, inputs, "static", None), False, None, "static"
+        return _static(model, inputs), False, None, "static"
     if mode == "all":
         ep, doubled = _attempt(model, inputs, "all", None, double_batch)
         return ep, doubled, None, "all"
@@ -198,11 +215,11 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
             return ep, doubled, None, mode
         except Exception as e:  # noqa: BLE001
             failures.append(_failed(mode, start, e))
-        return _fallback(_export(model, inputs, "static", None), failures, "static")
+        return _fallback(_static(model, inputs), failures, "static")
     # "auto": the static capture first (fast, and the fallback); its time scales the dynamic attempts' budgets,
     # all in this process's CPU time, so that a loaded machine does not turn a normal capture into a timeout
     start = time.process_time()
-    static = _export(model, inputs, "static", None)
+    static = _static(model, inputs)
     static_s = time.process_time() - start
     cap = budget_seconds()
     if cap is None:  # PORTER_CAPTURE_BUDGET=off: each attempt runs to completion

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+import mlx.core as mx
 import numpy as np
 
 from . import layout as L
@@ -299,12 +300,15 @@ def _module_outputs(graph: Graph) -> list:
     return [{"value": v, "module": p, "type": t} for _, _, v, p, t in result]
 
 
-def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
+def convert_graph(graph: Graph, io_layout: str = "mlx", *, weights: bool = True) -> dict:
     """Convert a captured graph; returns the runtime graph (a JSON-able dict) and MLX-layout weights.
 
-    Returns ``{"graph": dict, "weights": {torch name: np.ndarray}}``. Raises :class:`UnsupportedOpsError` listing
-    every op without a converter before converting anything.
+    Returns ``{"graph": dict, "weights": {torch name: mx.array}}`` (``{}`` with ``weights=False``: the graph
+    only). Each weight is copied once, from the capture's view of torch's memory into a row-contiguous MLX array
+    in MLX layout, one tensor at a time (a transposed weight passes through one numpy copy of itself on the way).
+    Raises :class:`UnsupportedOpsError` listing every op without a converter before converting anything.
     """
+    build_weights = weights
     if io_layout not in ("mlx", "torch"):
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
     if graph.frontend != "torch.export":  # the export frontend writes views back (capture_regions.py)
@@ -365,16 +369,16 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     weights = {}
     params = {}
     for torch_name, record in ctx.params.items():
-        forward, _ = transforms.get(record.transform)
-        array = forward(graph.params[torch_name], **record.attrs)
-        # np.ascontiguousarray turns a 0-d array (weight norm's g with dim=None) into shape (1,)
-        weights[torch_name] = np.ascontiguousarray(array) if np.ndim(array) else np.array(array)
+        dtype = graph.param_dtypes.get(torch_name, str(graph.params[torch_name].dtype))
+        if build_weights:
+            forward, _ = transforms.get(record.transform)
+            weights[torch_name] = _mlx_weight(forward(graph.params[torch_name], **record.attrs), dtype)
         params[torch_name] = {
             "transform": record.transform,
             "attrs": record.attrs,
             "trainable": record.trainable,
             "torch_shape": record.torch_shape,
-            "dtype": graph.param_dtypes.get(torch_name, str(graph.params[torch_name].dtype)),
+            "dtype": dtype,
         }
 
     keep = {r.name for r in iter_refs(graph.outputs)} | {name for o in outputs for name in spec_names(o["value"])}
@@ -384,7 +388,8 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     for path, record in modules.items():
         counter = f"{path}.num_batches_tracked"
         if record["type"] == "BatchNorm" and counter not in params:  # a frontend that drops the unused counter
-            weights[counter] = np.array(0, dtype=np.int64)
+            if build_weights:
+                weights[counter] = mx.array(np.array(0, dtype=np.int64))
             params[counter] = {"transform": "identity", "attrs": {}, "trainable": False, "torch_shape": [],
                                "dtype": "int64"}
     runtime_graph = {
@@ -404,6 +409,19 @@ def convert_graph(graph: Graph, io_layout: str = "mlx") -> dict:
     }
     runtime_graph.update(_input_checks(graph))
     return {"graph": runtime_graph, "weights": weights}
+
+
+def _mlx_weight(array, dtype: str) -> mx.array:
+    """The port's one copy of a weight: a row-contiguous MLX array of ``array`` (a numpy view in MLX layout; a
+    bfloat16 weight as its ``uint16`` bits). Only a view that is not row-contiguous (a transposed conv weight) is
+    first copied by numpy, and that copy is freed before the next weight."""
+    # np.ascontiguousarray turns a 0-d array (weight norm's g with dim=None) into shape (1,)
+    array = np.ascontiguousarray(array) if np.ndim(array) else np.array(array)
+    if dtype == "bfloat16" and array.dtype == np.uint16:
+        return mx.array(array).view(mx.bfloat16)
+    if array.dtype == np.float64:
+        return mx.array(array, dtype=mx.float64)  # mx.array reads float64 numpy as float32 otherwise
+    return mx.array(array)
 
 
 def _module_types(graph: Graph) -> dict:

@@ -87,8 +87,8 @@ class Node:
 class Graph:
     """A captured forward: inputs, nodes in execution order, outputs.
 
-    ``params``: state_dict name -> numpy array (torch layout) for every parameter, buffer and lifted constant the
-    graph reads; ``param_values`` maps the graph value name that holds each of them to its state_dict name.
+    ``params``: state_dict name -> read-only numpy view of the torch tensor's memory (torch layout; no copy;
+    bfloat16 as its bits, ``uint16``) for every parameter, buffer and lifted constant the graph reads; ``param_values`` maps the graph value name that holds each of them to its state_dict name.
     ``trainable``: the state_dict names that are parameters (the rest are buffers/constants).
     """
 
@@ -102,7 +102,7 @@ class Graph:
     source_class: str = ""
     frontend: str = ""
     output_structure: str = "tuple"  # "single" when the model returns one tensor
-    # torch dtype name per parameter where numpy cannot hold it (bfloat16 arrives as float32)
+    # torch dtype name per parameter (bfloat16, which numpy cannot hold, arrives as its bits: uint16)
     param_dtypes: dict = field(default_factory=dict)
     batch_doubled: bool = False  # a batch-of-one example was captured at batch two
     # shape conditions the port checks on every call, and the dims it keeps symbolic (format: guards.py);

@@ -12,9 +12,6 @@ import os
 import stat
 import struct
 
-import mlx.core as mx
-import numpy as np
-
 from .runtime import PortedModel
 from .schema import FORMAT_VERSION, ArtifactError, check_graph
 from .transforms import mlx_shape
@@ -75,10 +72,8 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     os.makedirs(directory, exist_ok=True)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
     try:
-        write_weights(directory, weights, limit)
-    except (RuntimeError, ValueError) as e:  # MLX reports a failed write (disk full, EFBIG) as RuntimeError
-        if "float64 and bfloat16" in str(e):
-            raise
+        write_weights(directory, weights, limit)  # streamed, a tensor at a time (converters/weights_io.py)
+    except (OSError, RuntimeError) as e:  # a failed write (disk full, EFBIG); no partial weights file is left
         raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
     with open(os.path.join(directory, GRAPH_FILE), "w") as f:
         f.write(text)
@@ -206,20 +201,6 @@ def load(source, *, revision=None, local_files_only=False) -> PortedModel:
     except (ValueError, TypeError, OverflowError, RuntimeError) as e:  # a layer config its constructor refuses
         # (sizes beyond MLX's int32 dims, groups that do not divide), weights that do not fit a layer
         raise ArtifactError(graph_path, "modules", "", f"cannot build the model's layers ({e})") from None
-
-
-def _save_weights(path: str, weights: dict, metadata: dict) -> None:
-    """MLX's safetensors writer refuses float64 (MLX 0.32): a float64 model is written by ``safetensors.numpy``,
-    same format (F64 tensors), read back by :func:`load`. bfloat16 has no numpy type, so it cannot join them."""
-    if not any(a.dtype == mx.float64 for a in weights.values()):
-        mx.save_safetensors(path, weights, metadata=metadata)
-        return
-    half = [name for name, a in weights.items() if a.dtype == mx.bfloat16]
-    if half:
-        raise ValueError(f"porter.save: cannot store float64 and bfloat16 weights in one file (bfloat16: {half})")
-    from safetensors.numpy import save_file
-
-    save_file({name: np.array(a) for name, a in weights.items()}, path, metadata=metadata)
 
 
 def _open_regular(path: str, limit: int):

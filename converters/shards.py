@@ -24,7 +24,8 @@ import re
 import mlx.core as mx
 
 from .schema import ArtifactError
-from .serialize import WEIGHTS_FILE, _check_weights, _open_regular, _read_header, _save_weights
+from .serialize import WEIGHTS_FILE, _check_weights, _open_regular, _read_header
+from .weights_io import read_tensors, remove_quietly, write_temporary
 
 INDEX_FILE = "model.safetensors.index.json"
 DEFAULT_MAX_SHARD_SIZE = 5 << 30  # mlx-lm's MAX_FILE_SIZE_GB = 5 (GiB)
@@ -80,25 +81,35 @@ def write_weights(directory: str, weights: dict, max_shard_size=DEFAULT_MAX_SHAR
     """Write ``weights`` (MLX arrays in MLX layouts) as ``model.safetensors``, or as shards plus the index when they
     exceed ``max_shard_size`` (bytes or a size string). Returns the files written."""
     limit = parse_size(max_shard_size)
-    for name in weight_files(directory):
-        os.remove(os.path.join(directory, name))
     shards = plan_shards({name: a.nbytes for name, a in weights.items()}, limit)
     if len(shards) > MAX_SHARDS:
         raise ValueError(f"porter.save: 'max_shard_size' {limit} would make {len(shards)} shards (at most "
                          f"{MAX_SHARDS}); choose a larger size")
     if len(shards) == 1:
-        _save_weights(os.path.join(directory, WEIGHTS_FILE), weights, dict(_FILE_METADATA))
+        files = {WEIGHTS_FILE: shards[0]}
+    else:
+        files = {f"model-{i:05d}-of-{len(shards):05d}.safetensors": names for i, names in enumerate(shards, 1)}
+    # every file is streamed under a temporary name first; the folder's old weights go only once all are complete
+    written = []
+    try:
+        for file, names in files.items():
+            written.append((write_temporary(os.path.join(directory, file), {n: weights[n] for n in names},
+                                            dict(_FILE_METADATA)), file))
+    except BaseException:
+        for tmp, _ in written:
+            remove_quietly(tmp)
+        raise
+    for name in weight_files(directory):
+        os.remove(os.path.join(directory, name))
+    for tmp, file in written:
+        os.replace(tmp, os.path.join(directory, file))
+    if len(shards) == 1:
         return [WEIGHTS_FILE]
-    files, weight_map = [], {}
-    for i, names in enumerate(shards, 1):
-        file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        _save_weights(os.path.join(directory, file), {n: weights[n] for n in names}, dict(_FILE_METADATA))
-        weight_map.update((n, file) for n in names)
-        files.append(file)
+    weight_map = {n: file for file, names in files.items() for n in names}
     index = {"metadata": {"total_size": sum(a.nbytes for a in weights.values())}, "weight_map": weight_map}
     with open(os.path.join(directory, INDEX_FILE), "w") as f:
         json.dump(index, f, indent=1)
-    return files + [INDEX_FILE]
+    return list(files) + [INDEX_FILE]
 
 
 def check_layout_tag(metadata, path: str) -> None:
@@ -134,18 +145,19 @@ def read_weights(directory: str, params: dict) -> dict:
         if not os.path.lexists(path):
             raise FileNotFoundError(f"porter.load: missing {path!r}; save the model with porter.save first")
         _check_unlisted(directory, {WEIGHTS_FILE}, path)
-        _check_weights(_read_header(path), params, path)
-        return _load_file(path)
+        header = _read_header(path)
+        _check_weights(header, params, path)
+        return _load_file(path, header)
     weight_map, total_size = _read_index(index_path)
     files = sorted(set(weight_map.values()))
     _check_unlisted(directory, set(files), index_path)
     for file in files:
         if not os.path.lexists(os.path.join(directory, file)):
             raise ArtifactError(index_path, "weight_map", "", f"names the shard {file!r}, which is not in the folder")
-    total = 0
+    total, headers = 0, {}
     for file in files:
         path = os.path.join(directory, file)
-        header = _read_header(path)
+        header = headers[file] = _read_header(path)
         listed = {n for n, f in weight_map.items() if f == file}
         stray = sorted(set(header) - listed)
         if stray:
@@ -170,7 +182,7 @@ def read_weights(directory: str, params: dict) -> dict:
                             f"is {total_size}, but the shards hold {total} bytes of tensors")
     weights = {}
     for file in files:
-        weights.update(_load_file(os.path.join(directory, file)))
+        weights.update(_load_file(os.path.join(directory, file), headers[file]))
     return weights
 
 
@@ -247,13 +259,10 @@ def _plain_name(file: str) -> bool:
             and not os.path.isabs(file) and ".." not in file)
 
 
-def _load_file(path: str) -> dict:
-    """The arrays of one checked safetensors file (float64 through ``safetensors.numpy``: MLX 0.32 cannot read F64)."""
+def _load_file(path: str, header: dict) -> dict:
+    """The arrays of one safetensors file, read a tensor at a time from its checked ``header`` (every dtype,
+    float64 and bfloat16 included: ``converters/weights_io.py``)."""
     try:
-        return mx.load(path)
-    except Exception as e:  # noqa: BLE001  (mlx raises RuntimeError/ValueError for corrupt files)
-        if "F64" not in str(e):
-            raise ArtifactError(path, "the file", "", f"cannot be read ({e})") from None
-        from safetensors.numpy import load_file
-
-        return load_file(path)
+        return read_tensors(path, header)
+    except OSError as e:  # the file changed or shrank since its header was checked
+        raise ArtifactError(path, "the file", "", f"cannot be read ({e})") from None

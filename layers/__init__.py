@@ -25,3 +25,4 @@ from .norm import BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
 from .quantize import QuantizationReport, quantize_model
 from .quantized_conv import QuantizedConv1d, QuantizedConv2d, QuantizedConv3d
 from .unpool import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
+from .weight_cache import no_weight_cache

@@ -9,8 +9,11 @@ and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`
 * depthwise (``groups == C_in``): the native kernel, else a tap sum with a written-out VJP (``_conv_depthwise.py``);
 * grouped with narrow groups: the native direct grouped conv (:data:`GROUPED_MAX_GROUP_WIDTH`);
 * stride-1 3x3, large enough: native Winograd F(2x2, 3x3) (:data:`WINOGRAD`, :data:`WINOGRAD_MIN_TILES`);
+* 3-d stride-1 (kD, 3, 3), large enough: native 3-d Winograd, every frame transformed once, the depth taps summed in
+  the GEMMs, native weight gradient (:data:`WINOGRAD_3D`);
 * 3-d grouped: grouped 2-d convs over depth taps (MLX's 3-d conv has no groups);
-* strided (dilation 1): MLX's conv with a custom VJP through a space-to-depth stride-1 conv;
+* strided (dilation 1): MLX's conv with a custom VJP through a space-to-depth stride-1 conv (3-d, one group:
+  ``layers/_conv3d_grads.py``, :data:`STRIDED_GRADS_3D`);
 * dilated (stride 1): the dilation phases folded into the batch;
 * otherwise MLX's ``conv_general``.
 
@@ -24,7 +27,9 @@ import math
 
 import mlx.core as mx
 
-from . import _conv_f64, _export, _native
+from . import _conv_f64, _conv_grads, _export, _native
+from ._conv3d_grads import input_grad as strided_input_grad
+from ._conv3d_grads import weight_grad as strided_weight_grad
 from ._conv_depthwise import NATIVE_DTYPES as _NATIVE_DTYPES
 from ._conv_depthwise import depthwise_conv
 
@@ -38,6 +43,11 @@ MATMUL_1X1 = True
 # batch 1, 0.52-0.70x at batch 8; equal on 512@7 at batch 1 (16 tiles), slower below (the transformed weight is
 # 16/9 the weight's size and is read once per call). benchmarks/cases_conv.py has the rows.
 WINOGRAD = True
+# 2-d conv gradients that MLX computes slowly (layers/_conv_grads.py) take Porter's formulations when this is on: the
+# input gradient of stride-1 convs (MLX's conv forward) and of strided convs as a conv with the natively flipped
+# kernel, the weight gradient of strided one-group convs as one GEMM over im2col. Measured (1 thread, CPU ms):
+# 512@7x7 input gradient 9.4 -> 3.5-4.1, 3x3/s2 256->512@14 input 18.1 -> 6.1-6.6 and weight 2.7 -> 0.7-0.9.
+FAST_GRADS = True
 WINOGRAD_MIN_TILES = 32
 WINOGRAD_MIN_CHANNELS = 16
 # Grouped 3-d convs (MLX's 3-d conv has no groups) always, and one-group 3-d convs whose taps take Winograd (3x3 in
@@ -48,6 +58,17 @@ WINOGRAD_MIN_CHANNELS = 16
 # (each tap streams its own weight: with few output positions that reading is most of the time).
 DEPTH_AS_BATCH_3D = True
 WINOGRAD_MIN_TILES_3D = 128
+# One-group stride-1 undilated (kD, 3, 3) float32 convs with padding <= kernel - 1 (every R3D/MC3 3x3x3 and 1x3x3
+# stride-1 conv) run as one native 3-d Winograd op (layers/csrc/conv3d_kernels.h) when this is on and they have at
+# least WINOGRAD_MIN_TILES_3D output tiles over all frames: the input transformed once instead of once per depth tap,
+# the taps summed inside the GEMMs (no per-tap output), and the weight gradient in the Winograd domain too.
+WINOGRAD_3D = True
+# Strided one-group 3-d convs (R3D's stem, stride-2 3x3x3 and (1,2,2) convs) take their weight gradient from
+# layers/_conv3d_grads.py when this is on (im2col GEMMs over bounded chunks of frames: 1x3x3 s(1,2,2) 64->128 on
+# 16x56x56 53 -> 23 ms, 3x3x3 s2 64->128 54 -> 28, 256->512 on 4x14x14 15 -> 5; 1 thread), and, strided in every
+# dim, their input gradient too (by stride phases: 3x3x3 s2 46 -> 41 and 81 -> 16 ms; with a unit stride the
+# phases' MLX convs lose to the space-to-depth conv's vjp: the (3,7,7) (1,2,2) stem 521 -> 1185 ms, so not there).
+STRIDED_GRADS_3D = True
 
 
 def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
@@ -78,6 +99,8 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         return _native.grouped_conv(x, weight, stride, lo, hi, dilation, groups)
     if winograd and WINOGRAD and _winograd_pays(x, weight, stride, lo, hi, dilation, groups):
         return _native.winograd_conv3x3(x, weight, lo, hi)
+    if len(kernel) == 3 and WINOGRAD_3D and _winograd3d_pays(x, weight, stride, lo, hi, dilation, groups):
+        return _native.winograd_conv3d(x, weight, lo, hi)
     if len(kernel) == 3 and (groups > 1 or _depth_taps_winograd(x, weight, stride, lo, hi, dilation, groups)):
         return _depth_taps_conv3d(x, weight, stride, lo, hi, dilation, groups)
     if any(s > 1 for s in stride) and all(d == 1 for d in dilation):
@@ -87,6 +110,10 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
     if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
         return _dilated_conv(x, weight, lo, hi, dilation, groups)
+    if (FAST_GRADS and len(kernel) == 2 and all(s == 1 for s in stride) and all(d == 1 for d in dilation)
+            and not _export.active() and _native.active("conv weight flip")):
+        # stride 1, undilated: MLX's forward, Porter's input gradient (layers/_conv_grads.py)
+        return _conv_grads.conv_stride1_op(tuple(lo), tuple(hi), groups)(x, weight)
     return mx.conv_general(
         x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
     )
@@ -117,6 +144,23 @@ def _winograd_shape_pays(nhw, dtype, weight, stride, lo, hi, dilation, groups, m
     ho, wo = h + lo[0] + hi[0] - 2, w + lo[1] + hi[1] - 2
     return (n * ((ho + 1) // 2) * ((wo + 1) // 2) >= max(min_tiles, WINOGRAD_MIN_TILES)
             and _native.active("Winograd 3x3 conv"))
+
+
+def _winograd3d_pays(x, weight, stride, lo, hi, dilation, groups) -> bool:
+    """Whether a 3-d conv takes the native 3-d Winograd op (see WINOGRAD_3D above)."""
+    kernel = weight.shape[1:-1]
+    if groups != 1 or kernel[1:] != (3, 3) or any(s != 1 for s in stride) or any(d != 1 for d in dilation):
+        return False
+    if x.dtype != mx.float32 or weight.dtype != mx.float32:
+        return False
+    if min(weight.shape[0], weight.shape[-1]) < WINOGRAD_MIN_CHANNELS:
+        return False
+    if any(p > k - 1 for p, k in zip(lo + hi, kernel + kernel)):  # the input gradient's padding k - 1 - p >= 0
+        return False
+    n, d, h, w = x.shape[:4]
+    out = [size + a + b - k + 1 for size, a, b, k in zip((d, h, w), lo, hi, kernel)]
+    return (n * out[0] * ((out[1] + 1) // 2) * ((out[2] + 1) // 2) >= WINOGRAD_MIN_TILES_3D
+            and _native.active("Winograd 3-d conv"))
 
 
 def _depth_taps_winograd(x, weight, stride, lo, hi, dilation, groups) -> bool:
@@ -169,6 +213,28 @@ def _strided_conv_op(stride, lo, hi, groups):
 
     @op.vjp
     def op_vjp(primals, cotangent, output):
+        x, weight = primals
+        if STRIDED_GRADS_3D and len(stride) == 3 and groups == 1:  # chunked GEMMs; by stride phases (see there)
+            if all(s > 1 for s in stride):
+                return strided_input_grad(cotangent, weight, x.shape, stride, lo), strided_weight_grad(
+                    x, cotangent, weight.shape, stride, lo)
+            _, (gx,) = mx.vjp(lambda a: _space_to_depth_conv(a, weight, stride, lo, hi, groups), [x], [cotangent])
+            return gx, strided_weight_grad(x, cotangent, weight.shape, stride, lo)
+        if FAST_GRADS and len(stride) == 2 and _native.active("conv weight flip"):
+            # the input gradient as a transposed conv by sub-pixel phases (else the folded stride-1 conv's, with a
+            # natively flipped kernel, unfolded by autodiff of the reshapes); the weight gradient as one GEMM over
+            # im2col(x) where there is one group
+            gx = _conv_grads.input_grad_strided(cotangent, weight, x.shape[1:-1], stride, lo, groups)
+            if gx is None:
+                w_folded = _space_to_depth_weight(weight, stride)
+                g_folded = _conv_grads.input_grad_stride1(cotangent, w_folded, (0, 0), (0, 0), groups)
+                folded = lambda x: _space_to_depth_input(x, weight.shape[1:-1], stride, lo, hi)  # noqa: E731
+                gx = mx.vjp(folded, [x], [g_folded])[1][0]
+            if groups == 1:
+                gw = _conv_grads.weight_grad_im2col(x, cotangent, weight.shape[1:-1], stride, lo, hi)
+            else:
+                gw = mx.vjp(lambda w: _space_to_depth_conv(x, w, stride, lo, hi, groups), [weight], [cotangent])[1][0]
+            return gx, gw
         _, grads = mx.vjp(lambda x, w: _space_to_depth_conv(x, w, stride, lo, hi, groups), list(primals), [cotangent])
         return tuple(grads)
 
@@ -182,9 +248,14 @@ def _space_to_depth_conv(x, weight, stride, lo, hi, groups) -> mx.array:
     ``s``, is folded the same way into ``ceil(k/s)`` taps over ``C*prod(s)`` channels (channel-major, so that each
     group's channels stay contiguous).
     """
+    folded = _space_to_depth_input(x, weight.shape[1:-1], stride, lo, hi)
+    return mx.conv_general(folded, _space_to_depth_weight(weight, stride), groups=groups)
+
+
+def _space_to_depth_input(x, kernel, stride, lo, hi) -> mx.array:
+    """The input of :func:`_space_to_depth_conv`: ``(N, *blocks, C*prod(s))``, channel-major."""
     nd = x.ndim - 2
-    n, spatial, kernel = x.shape[0], x.shape[1:-1], weight.shape[1:-1]
-    c_out, c_in_g = weight.shape[0], weight.shape[-1]
+    n, spatial = x.shape[0], x.shape[1:-1]
     blocks = [-(-k // s) for k, s in zip(kernel, stride)]
     out = [(size + a + b - k) // s + 1 for size, a, b, k, s in zip(spatial, lo, hi, kernel, stride)]
     needed = [(o - 1 + m) * s for o, m, s in zip(out, blocks, stride)]  # padded length the folded conv reads
@@ -195,12 +266,18 @@ def _space_to_depth_conv(x, weight, stride, lo, hi, groups) -> mx.array:
     split = [v for p, s in zip(needed, stride) for v in (p // s, s)]
     x = x.reshape(n, *split, x.shape[-1])
     x = x.transpose([0] + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd] + [2 + 2 * i for i in range(nd)])
-    x = x.reshape(n, *(p // s for p, s in zip(needed, stride)), -1)
+    return x.reshape(n, *(p // s for p, s in zip(needed, stride)), -1)
+
+
+def _space_to_depth_weight(weight, stride) -> mx.array:
+    """The kernel of :func:`_space_to_depth_conv`: ``(C_out, *ceil(k/s), C_in/groups*prod(s))``."""
+    nd = weight.ndim - 2
+    kernel, c_out, c_in_g = weight.shape[1:-1], weight.shape[0], weight.shape[-1]
+    blocks = [-(-k // s) for k, s in zip(kernel, stride)]
     w = mx.pad(weight, [(0, 0)] + [(0, m * s - k) for m, s, k in zip(blocks, stride, kernel)] + [(0, 0)])
     w = w.reshape(c_out, *[v for m, s in zip(blocks, stride) for v in (m, s)], c_in_g)
     w = w.transpose([0] + [1 + 2 * i for i in range(nd)] + [1 + 2 * nd] + [2 + 2 * i for i in range(nd)])
-    w = w.reshape(c_out, *blocks, -1)
-    return mx.conv_general(x, w, groups=groups)
+    return w.reshape(c_out, *blocks, -1)
 
 
 def _depth_taps_conv3d(x, weight, stride, lo, hi, dilation, groups) -> mx.array:

@@ -1,15 +1,15 @@
-"""Porter's native CPU kernels: finding, building and calling the ``_porter_kernels`` MLX extension.
+"""Porter's native CPU kernels: loading the ``_porter_kernels`` MLX extension and calling its kernels.
 
 MLX's CPU backend runs a pooling layer as a chain of generic ops (strided slices, maximum, where, scatter), each a
 full pass over memory, single-threaded, with a fixed cost per op that dominates small inputs. The kernels in
 ``layers/csrc`` do each pooling layer in one multi-threaded, channel-vectorized pass (window max/sum, fractional
 max, plane scatter/gather), as MLX primitives; depthwise convolutions (a tap sum of strided slices in pure MLX) get
-one pass per output too, with both gradients. They are C++ built against the installed MLX, so they are built on the
-user's machine, once: ``porter build-kernels`` (``scripts/setup.sh`` runs it).
+one pass per output too, with both gradients. They are C++ built against the installed MLX, on the user's machine,
+once: ``porter build-kernels``; where a build lives and how it is made is ``layers/_native_build.py``.
 
-Where they live: ``$PORTER_KERNEL_DIR`` or ``~/.cache/porter/kernels`` (``$XDG_CACHE_HOME`` respected), one folder per
-build *tag*: the MLX version, the Python ABI, the CPU (the build uses ``-march=native``) and a hash of the sources,
-so a build is never loaded into an MLX or a CPU it was not built for; an out-of-date build is simply not found.
+This module finds the build for this MLX/CPU/source tree (``_native_build.kernel_dir``), loads it on first use, says
+whether the layers take the native path (:func:`active`, :func:`use_native`, :func:`status`) and wraps each kernel in
+a thin function that states its layout.
 
 When they are used: the module is built and loads, ``PORTER_NATIVE`` is not ``0``, and the default device is the
 CPU (the kernels have no GPU code: on Apple GPUs and CUDA the layers keep their pure-MLX path). Otherwise every layer
@@ -19,82 +19,19 @@ falls back to pure MLX ops, with identical results; :func:`status` (``porter doc
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.machinery
 import importlib.util
 import os
-import platform
-import shutil
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Optional
 
 import mlx.core as mx
 
-from . import _export
+from . import _export, _native_build
 
-MODULE = "_porter_kernels"
 ENV_ENABLE = "PORTER_NATIVE"
-ENV_DIR = "PORTER_KERNEL_DIR"
-SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
-SOURCES = (
-    "CMakeLists.txt", "kernels.cpp", "activation_kernels.h", "conv_kernels.h", "elementwise_kernels.h",
-    "grouped_conv_kernels.h", "norm_kernels.h", "parallel.h", "pool_kernels.h", "quantize_kernels.h", "windows.h",
-    "winograd_kernels.h",
-    "linear_kernels.h",
-)
-# nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
-NANOBIND_REQUIREMENT = "nanobind>=3,<4"
 
 _state = {"module": None, "error": None, "loaded": False, "enabled": True, "warned": False}
-
-
-# ---------------------------------------------------------------------------------------------------- where
-def _cpu_fingerprint() -> str:
-    """What ``-march=native`` depends on: the CPU's feature flags (Linux) or its model (elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine() + " " + platform.processor()
-
-
-def build_tag() -> str:
-    """The folder name a build for this MLX, Python, CPU and source tree lives under."""
-    digest = hashlib.sha256()
-    for name in SOURCES:
-        digest.update(name.encode())
-        digest.update((SOURCE_DIR / name).read_bytes())
-    digest.update(_cpu_fingerprint().encode())
-    py = sysconfig.get_config_var("SOABI") or f"py{sys.version_info[0]}{sys.version_info[1]}"
-    return f"mlx{mx.__version__}-{py}-{platform.machine()}-{digest.hexdigest()[:16]}"
-
-
-def kernel_root() -> Path:
-    explicit = os.environ.get(ENV_DIR)
-    if explicit:
-        return Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "porter" / "kernels"
-
-
-def kernel_dir() -> Path:
-    return kernel_root() / build_tag()
-
-
-def _module_file(folder: Path) -> Optional[Path]:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidate = folder / (MODULE + suffix)
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 # ---------------------------------------------------------------------------------------------------- load
@@ -109,12 +46,12 @@ def kernels():
         if not _env_enabled():
             _state["error"] = f"disabled by {ENV_ENABLE}={os.environ.get(ENV_ENABLE)}"
             return None
-        path = _module_file(kernel_dir())
+        path = _native_build.module_file(_native_build.kernel_dir())
         if path is None:
             _state["error"] = "not built for this MLX/CPU: run `porter build-kernels`"
             return None
         try:
-            spec = importlib.util.spec_from_file_location(MODULE, path)
+            spec = importlib.util.spec_from_file_location(_native_build.MODULE, path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             _state["module"] = module
@@ -176,13 +113,21 @@ def status() -> dict:
     info = {
         "available": module is not None,
         "enabled": _state["enabled"] and _env_enabled(),
-        "directory": str(kernel_dir()),
+        "directory": str(_native_build.kernel_dir()),
         "reason": None if module is not None else _state["error"],
     }
     if module is not None:
         info["threads"] = module.num_threads()
         info["winograd_cache"] = winograd_cache_info()
     return info
+
+
+def build(force: bool = False, verbose: bool = False) -> Path:
+    """:func:`_native_build.build`, then forget this process's cached load result, so that the next
+    :func:`kernels` call loads the fresh build (``porter build-kernels`` calls the build module directly)."""
+    path = _native_build.build(force=force, verbose=verbose)
+    _state.update(module=None, error=None, loaded=False)
+    return path
 
 
 def set_num_threads(n: int) -> None:
@@ -194,111 +139,8 @@ def set_num_threads(n: int) -> None:
         module.set_num_threads(n)
 
 
-# ---------------------------------------------------------------------------------------------------- build
-class BuildError(RuntimeError):
-    """The native kernels could not be built; the message says which step failed and how to fix it."""
-
-
-def _tool(name: str) -> Optional[str]:
-    found = shutil.which(name)
-    if found:
-        return found
-    # pip's cmake/ninja wheels install next to the interpreter
-    candidate = Path(sys.executable).parent / name
-    return str(candidate) if candidate.exists() else None
-
-
-def _nanobind_dir() -> str:
-    try:
-        import nanobind
-    except ImportError as exc:
-        raise BuildError(
-            f"building the native kernels needs nanobind ({NANOBIND_REQUIREMENT}): "
-            f"pip install '{NANOBIND_REQUIREMENT}'"
-        ) from exc
-    major = int(nanobind.__version__.split(".")[0])
-    if major != 3:
-        raise BuildError(
-            f"nanobind {nanobind.__version__} does not match MLX {mx.__version__}'s ABI: "
-            f"pip install '{NANOBIND_REQUIREMENT}'"
-        )
-    return nanobind.cmake_dir()
-
-
-def _arch_flags() -> str:
-    if platform.system() == "Darwin":
-        return ""
-    return "-march=native"
-
-
-def build(force: bool = False, verbose: bool = False) -> Path:
-    """Compile the kernels for this MLX/Python/CPU into :func:`kernel_dir`; returns the module's path.
-
-    The module is built in a temporary folder and checked in a fresh interpreter (an ABI mismatch must not crash the
-    caller) before it is moved into place, so a failed build never leaves a half-written module behind.
-    """
-    target = kernel_dir()
-    existing = _module_file(target)
-    if existing is not None and not force:
-        return existing
-    cmake = _tool("cmake")
-    if cmake is None:
-        raise BuildError("building the native kernels needs CMake >= 3.24 on PATH (apt install cmake, or pip install cmake)")
-    nanobind_dir = _nanobind_dir()
-    mlx_root = Path(importlib.util.find_spec("mlx").submodule_search_locations[0])
-    ninja = _tool("ninja")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="porter-kernels-", dir=target.parent) as tmp:
-        build_dir = Path(tmp) / "build"
-        configure = [
-            cmake, "-S", str(SOURCE_DIR), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-            f"-DPython_EXECUTABLE={sys.executable}", f"-DMLX_ROOT={mlx_root}", f"-Dnanobind_ROOT={nanobind_dir}",
-            f"-DPORTER_ARCH_FLAGS={_arch_flags()}",
-        ]
-        if ninja:
-            configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
-        steps = [("configure", configure), ("compile", [cmake, "--build", str(build_dir), "--parallel"])]
-        for step, cmd in steps:
-            run = subprocess.run(cmd, capture_output=not verbose, text=True)
-            if run.returncode != 0:
-                tail = "" if verbose else "\n".join((run.stdout + run.stderr).strip().splitlines()[-25:])
-                raise BuildError(f"native kernels: the {step} step failed (exit {run.returncode})\n{tail}")
-        built = _module_file(build_dir)
-        if built is None:
-            raise BuildError(f"native kernels: the build finished but produced no {MODULE} module in {build_dir}")
-        staged = Path(tmp) / "staged"
-        staged.mkdir()
-        shutil.copy2(built, staged / built.name)
-        _self_test(staged)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staged, target)
-    _state.update(module=None, error=None, loaded=False)
-    return _module_file(target)
-
-
-_SELF_TEST = """
-import sys, importlib.util
-import mlx.core as mx
-spec = importlib.util.spec_from_file_location("_porter_kernels", sys.argv[1])
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
-x = mx.array([[[1.0], [3.0], [2.0]]])
-v, i = m.window_max(x, [[0, 1]], [[2, 3]], [1], True)
-assert v.tolist() == [[[3.0], [3.0]]] and i.tolist() == [[[1], [1]]], (v, i)
-"""
-
-
-def _self_test(folder: Path) -> None:
-    path = _module_file(folder)
-    env = dict(os.environ, PORTER_NATIVE="0")
-    run = subprocess.run([sys.executable, "-c", _SELF_TEST, str(path)], capture_output=True, text=True, env=env)
-    if run.returncode != 0:
-        tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-15:])
-        raise BuildError(f"native kernels: the built module failed its self-test (not installed)\n{tail}")
-
-
 # ---------------------------------------------------------------------------------------------------- ops
-# Each op is one MLX primitive that carries its own VJP (layers/csrc/kernels.cpp): torch's gradients, and a layer
+# Each op is one MLX primitive that carries its own VJP (layers/csrc/<family>_ops.cpp): torch's gradients, and a layer
 # stays a single graph node.
 
 
@@ -435,7 +277,7 @@ def _winograd_op(lo: tuple, hi: tuple):
         if max(lo + hi) <= 2:
             # the input gradient is itself a stride-1 3x3 conv: of the cotangent, with the kernel flipped and its
             # channels swapped, padded 2 - lo / 2 - hi; so it runs as Winograd too (the weight gradient is MLX's)
-            flipped = weight[:, ::-1, ::-1, :].transpose(3, 1, 2, 0)
+            flipped = flip_conv_weight(weight)  # contiguous, one threaded pass (MLX's copy of the view is slow)
             gx = winograd_conv3x3(cotangent, flipped, tuple(2 - p for p in lo), tuple(2 - p for p in hi))
             return gx, weight_grad(x, weight, cotangent), mx.zeros_like(u)
         _, (gx, gw) = mx.vjp(conv, [x, weight], [cotangent])
@@ -476,3 +318,117 @@ def set_winograd_cache_limit(limit: Optional[int]) -> None:
 def clear_winograd_cache() -> None:
     """Drop every cached Winograd weight transform (they are also dropped when their weight array is freed)."""
     kernels().winograd_cache_clear()
+
+
+# ---------------------------------------------------------------------------------------------------- conv3d (issue 15)
+def winograd_conv3d(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.array:
+    """Stride-1, undilated ``(kD, 3, 3)`` conv of batched channels-last float32 ``x`` ``(N, D, H, W, C_in)`` with
+    ``weight`` ``(C_out, kD, 3, 3, C_in)`` and zero padding ``lo``/``hi`` (frames, rows, columns; each at most the
+    kernel's size - 1), as Winograd F(2x2, 3x3) per depth tap (``csrc/conv3d_kernels.h``): every frame is transformed
+    once, the taps are summed inside the GEMMs (``mx.addmm`` over contiguous blocks of the transformed input), one
+    output transform. Memory: the transformed input and output (4x the input and output), never one output per tap;
+    large batches run in chunks of examples (:data:`WINOGRAD3D_CHUNK_BYTES` of transformed input each).
+    The taps' weight transforms ``(kD, 16, C_in, C_out)`` are cached by the 5-d weight (as :func:`winograd_conv3x3`).
+    Gradients (``mx.custom_function``): the input gradient is the same conv of the cotangent with the kernel flipped,
+    the weight gradient a GEMM in the Winograd domain (``V^T @ dM`` per tap) and the weight transform's adjoint;
+    jvp is the conv's bilinear rule, vmap MLX's conv."""
+    u = mx.stop_gradient(kernels().winograd3d_weight(weight))  # the custom VJP differentiates `weight` directly
+    return _winograd3d_op(tuple(lo), tuple(hi))(x, weight, u)
+
+
+# Flipping a 3x3 kernel (rows or columns) swaps rows 0 and 3 of G (G J = P G), so the flipped kernel's transform is
+# the transform's positions permuted: (a, b) -> (3 - a if a in (0, 3) else a, same for b).
+_FLIP16 = [4 * (3 - a if a in (0, 3) else a) + (3 - b if b in (0, 3) else b) for a in range(4) for b in range(4)]
+
+
+# bytes of transformed input one forward chunk of examples may hold (see _winograd3d_op)
+WINOGRAD3D_CHUNK_BYTES = 96 << 20
+
+
+def _winograd3d_gemms(v, u, rows: int, step: int):
+    """``M[p] = sum_j V[p, j*step : j*step + rows] @ U[j][p]``: tap j's rows are one contiguous block of ``v``."""
+    m = None
+    for j in range(u.shape[0]):
+        vj = v[:, j * step: j * step + rows]
+        m = vj @ u[j] if m is None else mx.addmm(m, vj, u[j])
+    return m
+
+
+@functools.lru_cache(maxsize=None)
+def _winograd3d_op(lo: tuple, hi: tuple):
+    module = kernels()
+
+    def conv(x, weight):
+        return mx.conv_general(x, weight, padding=(list(lo), list(hi)))
+
+    def geometry(x, weight):
+        n, d, h, w, _ = x.shape
+        kd = weight.shape[1]
+        dout, ho, wo = d + lo[0] + hi[0] - kd + 1, h + lo[1] + hi[1] - 2, w + lo[2] + hi[2] - 2
+        return kd, dout, ho, wo, n * ((ho + 1) // 2) * ((wo + 1) // 2)
+
+    def forward(x, weight, u):
+        kd, dout, ho, wo, step = geometry(x, weight)
+        v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
+        m = _winograd3d_gemms(v, u, dout * step, step)
+        return module.winograd3d_output(m, x, weight, lo[0], lo[1], lo[2], dout, ho, wo)
+
+    @mx.custom_function
+    def op(x, weight, u):
+        # examples in chunks whose transformed input stays under WINOGRAD3D_CHUNK_BYTES, each chunk made to wait for
+        # the previous one's output (mx.depends): one chunk's temporaries alive at a time, and in the buffer cache
+        kd, dout, ho, wo, step = geometry(x, weight)
+        per_example = 16 * (dout + kd - 1) * (step // x.shape[0]) * x.shape[-1] * 4
+        chunk = max(1, WINOGRAD3D_CHUNK_BYTES // max(per_example, 1))
+        if chunk >= x.shape[0]:
+            return forward(x, weight, u)
+        ys = []
+        for i in range(0, x.shape[0], chunk):
+            xc = x[i:i + chunk]
+            if ys:
+                (xc,) = mx.depends([xc], [ys[-1]])
+            ys.append(forward(xc, weight, u))
+        return mx.concatenate(ys)
+
+    @op.vjp
+    def op_vjp(primals, cotangent, output):
+        x, weight, u = primals
+        kd, dout, ho, wo, step = geometry(x, weight)
+        # input gradient: the same conv of the cotangent, kernel flipped and channels swapped, padded k-1-lo/k-1-hi
+        flipped = weight[:, ::-1, ::-1, ::-1, :].transpose(4, 1, 2, 3, 0)
+        k = (kd, 3, 3)
+        u_flipped = mx.take(u[::-1], mx.array(_FLIP16), axis=1).swapaxes(2, 3)
+        gx = _winograd3d_op(tuple(a - 1 - p for a, p in zip(k, lo)), tuple(a - 1 - p for a, p in zip(k, hi)))(
+            cotangent, flipped, u_flipped)
+        # weight gradient in the Winograd domain: dU[j][p] = V[p, tap j's rows]^T @ dM[p], then G^T dU G
+        v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
+        dm = module.winograd3d_output_adjoint(cotangent, x, kd, lo[0], lo[1], lo[2])
+        rows = dout * step
+        du = mx.stack([v[:, j * step: j * step + rows].swapaxes(1, 2) @ dm for j in range(kd)])
+        gw = module.winograd3d_weight_adjoint(du, x, cotangent, lo[0], lo[1], lo[2])
+        return gx, gw, mx.zeros_like(u)
+
+    @op.jvp
+    def op_jvp(primals, tangents):
+        (x, weight, _), (tx, tw) = primals, tangents[:2]  # conv is bilinear (MLX's conv has no jvp)
+        return conv(tx, weight) + conv(x, tw)
+
+    @op.vmap
+    def op_vmap(inputs, axes):
+        x, weight, _ = inputs
+        return mx.vmap(conv, in_axes=tuple(axes[:2]))(x, weight), 0
+
+    return op
+# ---------------------------------------------------------------------------------------------------- weight flip
+def flip_conv_weight(weight: mx.array, groups: int = 1) -> mx.array:
+    """The kernel of a stride-1 conv's input gradient, contiguous: ``weight`` ``(C_out, *kernel, C_in/groups)`` ->
+    ``(C_in, *kernel, C_out/groups)``, every spatial dim reversed and the channels swapped within each group (what
+    ``weight[:, ::-1, ::-1, :].transpose(3, 1, 2, 0)`` gives for one group), any dtype, in one multi-threaded pass
+    (``csrc/weight_flip_kernels.h``; MLX's copy of that view is single-threaded and cache-hostile: 6.7 ms for a
+    512x3x3x512 float32 weight). Differentiable (its VJP is the same flip), ``mx.vmap`` maps it."""
+    if weight.ndim < 3:
+        raise ValueError(f"flip_conv_weight: weight must be (C_out, *kernel, C_in/groups), got shape {weight.shape}")
+    if not isinstance(groups, int) or groups < 1 or weight.shape[0] % groups:
+        raise ValueError(f"flip_conv_weight: groups must be a positive int dividing C_out={weight.shape[0]}, "
+                         f"got {groups!r}")
+    return kernels().flip_conv_weight(weight, groups)

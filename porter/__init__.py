@@ -24,6 +24,7 @@ _LAZY = {
     "inspect_model": ("porter.converters", "inspect_model"),
     "PortedModel": ("porter.converters", "PortedModel"),
     "UnsupportedOpsError": ("porter.converters", "UnsupportedOpsError"),
+    "CaptureError": ("porter.converters", "CaptureError"),
     "ArtifactError": ("porter.converters", "ArtifactError"),
     "set_max_elements": ("porter.converters", "set_max_elements"),
     "max_elements": ("porter.converters", "max_elements"),

@@ -9,9 +9,9 @@ recipe), shared with the seeded slice the test suite runs (tests/layers/test_fuz
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository root: `tests` is a package
 
-from pooling_fuzz import main  # noqa: E402
+from tests.pooling_fuzz import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,5 +1,4 @@
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -8,8 +7,6 @@ import torch
 # Before any test module imports mlx.core: porter hands MLX an optimized BLAS only if it is imported first.
 import porter  # noqa: F401
 import mlx.core as mx  # noqa: E402  (after porter: BLAS first)
-
-sys.path.insert(0, os.path.dirname(__file__))  # `from helpers import ...` in every test file
 
 # The capture's time budget (converters/capture_strategy.py) is wall-clock: on a shared, loaded CI machine it would
 # make which dims stay dynamic depend on the load. Tests run without it; tests of the budget set it themselves.

@@ -3,7 +3,7 @@
 import mlx.core as mx
 import torch
 import torch.nn.functional as F
-from helpers import TORCH_TO_MX, check_against_torch, torch_to_mx
+from tests.helpers import TORCH_TO_MX, check_against_torch, torch_to_mx
 
 import porter.layers as L
 import porter.layers.functional as PF
@@ -137,4 +137,32 @@ def check_transpose_module(nd, x_shape, cin, cout, k, dtype=torch.float32, seed=
         grad_atol=atol,
         grad_rtol=rtol,
         seed=seed,
+    )
+
+
+def check_transpose_functional(nd, x_shape, w_shape, bias, groups, args, dtype=torch.float32, seed=2):
+    """Porter's functional transposed conv against torch's, weight (and bias) gradients included.
+
+    ``w_shape`` is torch's ``(C_in, C_out / groups, *k)``; ``args`` follow the bias in torch's order (stride,
+    padding, output_padding, groups, dilation).
+    """
+    torch.manual_seed(seed)
+    x = torch.randn(x_shape, dtype=dtype)
+    w = torch.randn(w_shape, dtype=dtype, requires_grad=True)
+    b = torch.randn(w_shape[1] * groups, dtype=dtype, requires_grad=True) if bias else None
+    w_m = weight_to_mx(torch_conv_transpose_weight_to_mlx(weight_numpy(w), groups), dtype)
+    params = {"weight": (w, w_m, lambda g: mlx_conv_transpose_weight_to_torch(g, groups))}
+    if bias:
+        params["bias"] = (b, to_mx(b), None)
+    atol, rtol = TOL[dtype]
+    check_against_torch(
+        lambda xt: TORCH_CT_F[nd](xt, w, b, *args),
+        lambda xm, p: PORTER_CT_F[nd](xm, p["weight"], p.get("bias"), *args),
+        x,
+        nd=nd,
+        params=params,
+        atol=atol,
+        rtol=rtol,
+        grad_atol=atol,
+        grad_rtol=rtol,
     )

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 import porter
-from porter.compare import assert_close, declared_layouts, mlx_to_numpy, port_inputs, to_torch_layout
+from porter.compare import RTOL, assert_close, declared_layouts, mlx_to_numpy, port_inputs, to_torch_layout
 
 
 def run_ported(ported, inputs):
@@ -26,7 +26,7 @@ def run_ported(ported, inputs):
             for o, lay in zip(outs, layouts)]
 
 
-def assert_matches(ported, model, inputs, rel=1e-4):
+def assert_matches(ported, model, inputs, rel=RTOL):
     with torch.no_grad():
         expected = model(*inputs)
     expected = torch.utils._pytree.tree_leaves(expected)  # tuples, lists and dicts ({"out": ...}) in order
@@ -44,7 +44,7 @@ def assert_matches(ported, model, inputs, rel=1e-4):
         assert_close(a, e, rtol=rel, atol=rel * 1e-12, what=f"output {i}")
 
 
-def check_converted(model, *input_sets, io_layout="torch", rel=1e-4):
+def check_converted(model, *input_sets, io_layout="torch", rel=RTOL):
     """Convert ``model`` with the first input set and compare with torch on every input set."""
     input_sets = [s if isinstance(s, tuple) else (s,) for s in input_sets]
     ported = porter.convert(model, input_sets[0], io_layout=io_layout)

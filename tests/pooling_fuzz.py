@@ -15,10 +15,10 @@ scripts/fuzz_pooling.py (a thin wrapper around :func:`main`) runs the long fuzz 
 Exit status 1 when any config mismatched torch (each is printed with its seed and a one-line repro config).
 
 Under AddressSanitizer + UndefinedBehaviorSanitizer (gcc): build the kernels by hand into a scratch folder with the
-arguments ``build()`` in layers/_native.py uses plus the sanitizer flags, lay it out like ``kernel_dir()`` (same tag),
+arguments ``build()`` (layers/_native_build.py) uses plus sanitizer flags, lay it out like ``kernel_dir()`` (same tag),
 then run Python with the sanitizer runtimes preloaded::
 
-    TAG=$(.venv/bin/python -c "from porter.layers import _native as n; print(n.build_tag())")
+    TAG=$(.venv/bin/python -c "from porter.layers import _native_build as n; print(n.build_tag())")
     SP=.venv/lib/python3.11/site-packages; B=/tmp/porter-asan; mkdir -p $B/kernels/$TAG
     cmake -S layers/csrc -B $B/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$PWD/.venv/bin/python \\
         -DMLX_ROOT=$PWD/$SP/mlx -Dnanobind_ROOT=$PWD/$SP/nanobind/cmake \\

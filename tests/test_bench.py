@@ -5,8 +5,8 @@ import os
 import pytest
 
 from porter import bench
+from tests.paths import REPO_ROOT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def conv_to_mlx(model, x):
@@ -33,14 +33,14 @@ def test_load_spec():
 
 def test_isolated_workers_agree_with_torch():
     spec = dict(builder="torch.nn:Conv2d", builder_kwargs=dict(in_channels=3, out_channels=4, kernel_size=3, padding=1),
-                shape=[2, 3, 10, 9], repeat=3, warmup=1, converter="test_bench:conv_to_mlx", sys_path=[HERE])
+                shape=[2, 3, 10, 9], repeat=3, warmup=1, converter="tests.test_bench:conv_to_mlx", sys_path=[REPO_ROOT])
     torch_row = bench.benchmark_isolated(dict(spec, framework="torch"))
     mlx_row = bench.benchmark_isolated(dict(spec, framework="mlx"))
     assert torch_row["framework"] == "torch" and len(torch_row["times_ms"]) == 3
     assert mlx_row["framework"] == "mlx" and mlx_row["max_rel_err"] < 1e-5  # checked against torch in the worker
     assert mlx_row["peak_rss_mb"] > 0 and mlx_row["mlx_peak_mb"] > 0 and mlx_row["blas"]
     with pytest.raises(RuntimeError, match="the mlx worker failed"):
-        bench.benchmark_isolated(dict(spec, framework="mlx", converter="test_bench:missing"))
+        bench.benchmark_isolated(dict(spec, framework="mlx", converter="tests.test_bench:missing"))
 
 
 def tiny_net():
@@ -52,7 +52,7 @@ def tiny_net():
 
 def test_training_step_and_op_profile():
     """Train mode times forward + backward + SGD in both workers; the MLX one also attributes time to ops."""
-    spec = dict(builder="test_bench:tiny_net", shape=[2, 3, 12, 10], repeat=2, warmup=1, sys_path=[HERE],
+    spec = dict(builder="tests.test_bench:tiny_net", shape=[2, 3, 12, 10], repeat=2, warmup=1, sys_path=[REPO_ROOT],
                 mode="train")
     torch_row = bench.benchmark_isolated(dict(spec, framework="torch"))
     mlx_row = bench.benchmark_isolated(dict(spec, framework="mlx", profile=True))
@@ -85,7 +85,7 @@ def test_train_step_updates_the_converted_model():
 
 
 # ---------------------------------------------------------------- the converted model, saved and loaded torch-free
-ROOT = os.path.dirname(HERE)
+ROOT = REPO_ROOT
 
 
 @pytest.fixture(scope="module")

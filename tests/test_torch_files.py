@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from porter.compare import assert_close
 from porter.torch_files import CheckpointFormatError, UnsafeCheckpointError, load_state_dict, read_torch_file
 
 FORMATS = [pytest.param(True, id="zip"), pytest.param(False, id="legacy")]
@@ -278,7 +279,7 @@ assert not [m for m in sys.modules if m == "torch" or m.startswith("torch.")]
     assert result.returncode == 0, result.stderr
     for f in ("r.pth", "legacy.pt"):
         got = np.load(tmp_path / f"y_{f}.npy")
-        assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+        assert_close(got, expected, what=f)
 
 
 def test_compressed_storage_is_refused(tmp_path):

@@ -1,5 +1,5 @@
-"""Resampling and padding: upsample nearest / (bi,tri)linear (F.interpolate) and pad/constant_pad_nd/
-reflection/replication pads.
+"""Resampling and padding: upsample nearest / nearest-exact / (bi,tri)linear / bicubic (F.interpolate) and
+pad/constant_pad_nd/reflection/replication pads.
 
 Interpolation follows torch's source-index rules (``area_pixel_compute_source_index``): with ``scale_factor`` given
 the scale used for coordinates is ``1/scale_factor``, otherwise ``in/out``; index tables are computed per dim in
@@ -35,10 +35,11 @@ def _scale(in_size, out_size, scale_factor, align_corners):
 
 
 @kernel("upsample", inputs=[TENSOR, Opt(SIZES)], attrs={
-    "mode": Enum("nearest", "linear"), "nd": Int(1, 3), "scale_factors": Opt(Seq(Opt(Float()), 1, 3)),
+    "mode": Enum("nearest", "nearest_exact", "linear", "cubic"), "nd": Int(1, 3), "scale_factors": Opt(Seq(Opt(Float()), 1, 3)),
     "align_corners": Opt(Bool())})
 def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=False):
-    """``x`` is channels-last ``(N, *S, C)``; ``mode`` is "nearest" or "linear" (separable over the nd dims)."""
+    """``x`` is channels-last ``(N, *S, C)``; ``mode`` is "nearest", "nearest_exact", "linear" or "cubic"
+    (separable over the nd dims)."""
     spatial = x.shape[1:1 + nd]
     outs = _output_sizes(spatial, output_size, scale_factors)
     check_elements([x.shape[0], *outs, x.shape[-1]], "upsample")
@@ -51,6 +52,14 @@ def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=Fa
             scale = _scale(L_in, L_out, sf, False)
             src = np.minimum(np.floor(dst * scale).astype(np.int64), L_in - 1)
             x = mx.take(x, mx.array(src.astype(np.int32)), axis=axis)
+            continue
+        if mode == "nearest_exact":
+            scale = _scale(L_in, L_out, sf, False)
+            src = np.minimum(np.floor((dst + np.float32(0.5)) * scale).astype(np.int64), L_in - 1)
+            x = mx.take(x, mx.array(src.astype(np.int32)), axis=axis)
+            continue
+        if mode == "cubic":
+            x = _cubic(x, axis, L_in, dst, _scale(L_in, L_out, sf, align_corners), align_corners)
             continue
         scale = _scale(L_in, L_out, sf, align_corners)
         if align_corners:
@@ -69,7 +78,41 @@ def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=Fa
     return x
 
 
-_MODES = {"nearest": "nearest", "bilinear": "linear", "linear": "linear", "trilinear": "linear"}
+A_CUBIC = np.float32(-0.75)  # torch's cubic convolution coefficient
+
+
+def _cubic_weights(t):
+    """torch's four cubic-convolution weights for fractional offsets ``t`` (float32), taps -1, 0, 1, 2."""
+    a = A_CUBIC
+
+    def near(v):  # |v| <= 1
+        return ((a + 2) * v - (a + 3)) * v * v + 1
+
+    def far(v):  # 1 < |v| < 2
+        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+    one = np.float32(1)
+    return [far(t + one), near(t), near(one - t), far(np.float32(2) - t)]
+
+
+def _cubic(x, axis, L_in, dst, scale, align_corners):
+    """Bicubic along one axis, as torch's upsample_bicubic2d: source index without clamping, taps clamped."""
+    src = dst * scale if align_corners else scale * (dst + np.float32(0.5)) - np.float32(0.5)
+    base = np.floor(src)
+    t = (src - base).astype(np.float32)
+    base = base.astype(np.int64)
+    shape = [1] * x.ndim
+    shape[axis] = len(dst)
+    out = None
+    for k, w in enumerate(_cubic_weights(t)):
+        index = np.clip(base - 1 + k, 0, L_in - 1).astype(np.int32)
+        term = mx.take(x, mx.array(index), axis=axis) * mx.array(w.astype(np.float32)).reshape(shape).astype(x.dtype)
+        out = term if out is None else out + term
+    return out
+
+
+_MODES = {"nearest": "nearest", "bilinear": "linear", "linear": "linear", "trilinear": "linear", "bicubic": "cubic",
+          "nearest_exact": "nearest_exact"}
 
 
 def _upsample(nd, mode, vec):
@@ -80,7 +123,7 @@ def _upsample(nd, mode, vec):
             call.fail("input", f"expected a {nd + 2}-d input")
         perm = L.channels_last(rank)
         attrs = {"mode": _MODES[mode], "nd": nd}
-        if mode != "nearest":
+        if mode not in ("nearest", "nearest_exact"):
             attrs["align_corners"] = call.arg("align_corners")
         if vec:
             size = call.arg("output_size")
@@ -104,6 +147,11 @@ for _nd, _modes in ((1, ("nearest", "linear")), (2, ("nearest", "bilinear")), (3
         _base = f"aten.upsample_{_mode}{_nd}d"
         register(f"{_base}.vec", channels_last=True)(_upsample(_nd, _mode, True))
         register(f"{_base}.default", channels_last=True)(_upsample(_nd, _mode, False))
+    _base = f"aten._upsample_nearest_exact{_nd}d"
+    register(f"{_base}.vec", channels_last=True)(_upsample(_nd, "nearest_exact", True))
+    register(f"{_base}.default", channels_last=True)(_upsample(_nd, "nearest_exact", False))
+register("aten.upsample_bicubic2d.vec", channels_last=True)(_upsample(2, "bicubic", True))
+register("aten.upsample_bicubic2d.default", channels_last=True)(_upsample(2, "bicubic", False))
 
 
 # ---------------------------------------------------------------------------------------------------- padding

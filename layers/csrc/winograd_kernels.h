@@ -182,30 +182,44 @@ inline void winograd_output(const float* m, const float* x, const float* w, cons
 }
 
 // w (C_out, 3, 3, C_in) contiguous -> u (16, C_in, C_out): u[4a + b][ci][co] = sum_kl G[a][k] G[b][l] w[co][k][l][ci]
-// with G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]].
+// with G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]. Blocked 16 x 16 over (C_out, C_in): reads rows
+// of 16 input channels and writes rows of 16 output channels (an element-at-a-time walk wrote every value to a
+// different cache line: 7.5 ms for a 256x3x3x256 weight, paid on every training step, where nothing is cached).
 inline void winograd_weight(const float* w, int64_t co, int64_t ci, float* u) {
-  parallel_for(co, 16 * 9 * ci, [&](int64_t begin, int64_t end) {
-    for (int64_t o = begin; o < end; ++o) {
-      const float* src = w + o * 9 * ci;
-      for (int64_t c = 0; c < ci; ++c) {
-        float g[3][3], t[4][3];
-        for (int k = 0; k < 3; ++k) {
-          for (int l = 0; l < 3; ++l) g[k][l] = src[(3 * k + l) * ci + c];
+  constexpr int64_t B = 16;
+  const int64_t ob = (co + B - 1) / B, cb = (ci + B - 1) / B;
+  parallel_for(ob * cb, 16 * 9 * B * B, [&](int64_t begin, int64_t end) {
+    float tile[B][9][B];     // [o][tap][c]
+    float out[16][B][B];     // [position][c][o]
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t o0 = (job / cb) * B, c0 = (job % cb) * B;
+      const int64_t on = std::min(B, co - o0), cn = std::min(B, ci - c0);
+      for (int64_t o = 0; o < on; ++o) {
+        for (int k = 0; k < 9; ++k) {
+          const float* src = w + ((o0 + o) * 9 + k) * ci + c0;
+          for (int64_t c = 0; c < cn; ++c) tile[o][k][c] = src[c];
         }
-        for (int l = 0; l < 3; ++l) {  // G g: along rows
-          t[0][l] = g[0][l];
-          t[1][l] = 0.5f * (g[0][l] + g[1][l] + g[2][l]);
-          t[2][l] = 0.5f * (g[0][l] - g[1][l] + g[2][l]);
-          t[3][l] = g[2][l];
+      }
+      for (int64_t o = 0; o < on; ++o) {
+        for (int64_t c = 0; c < cn; ++c) {
+          float t[4][3];
+          for (int l = 0; l < 3; ++l) {  // G g: along rows
+            const float g0 = tile[o][l][c], g1 = tile[o][3 + l][c], g2 = tile[o][6 + l][c];
+            t[0][l] = g0;
+            t[1][l] = 0.5f * (g0 + g1 + g2);
+            t[2][l] = 0.5f * (g0 - g1 + g2);
+            t[3][l] = g2;
+          }
+          for (int a = 0; a < 4; ++a) {  // (G g) G^T: along columns
+            out[4 * a][c][o] = t[a][0];
+            out[4 * a + 1][c][o] = 0.5f * (t[a][0] + t[a][1] + t[a][2]);
+            out[4 * a + 2][c][o] = 0.5f * (t[a][0] - t[a][1] + t[a][2]);
+            out[4 * a + 3][c][o] = t[a][2];
+          }
         }
-        for (int a = 0; a < 4; ++a) {  // (G g) G^T: along columns
-          float* out = u + (4 * a * ci + c) * co + o;
-          const int64_t stride = ci * co;
-          out[0] = t[a][0];
-          out[stride] = 0.5f * (t[a][0] + t[a][1] + t[a][2]);
-          out[2 * stride] = 0.5f * (t[a][0] - t[a][1] + t[a][2]);
-          out[3 * stride] = t[a][2];
-        }
+      }
+      for (int p = 0; p < 16; ++p) {
+        for (int64_t c = 0; c < cn; ++c) std::memcpy(u + (p * ci + c0 + c) * co + o0, out[p][c], on * sizeof(float));
       }
     }
   });

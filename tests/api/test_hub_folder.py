@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import porter
-from converter_check import assert_matches, run_ported
-from hub_helpers import hub_net, populate_cache, read_header, set_metadata
+from tests.converter_check import assert_matches, run_ported
+from tests.hub_helpers import hub_net, populate_cache, read_header, set_metadata
 from porter.converters import ArtifactError
 from porter.converters.hub_config import read_config, read_quantization
 from porter.converters.shards import parse_size, plan_shards

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import porter
-from models import REGISTRY, make_inputs
+from tests.models import REGISTRY, make_inputs
 
 
 def _resnet():

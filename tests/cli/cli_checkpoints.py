@@ -3,7 +3,7 @@
 import os
 import torch
 
-import tinynets
+from tests.cli import tinynets
 
 X_SHAPE = (2, 3, 12, 12)
 

@@ -1,13 +1,7 @@
-import os
-import sys
-
-# `--model tinynets:tiny_net` must import the test models, in-process (CliRunner) and in subprocesses.
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-import pytest  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+# `--model tests.cli.tinynets:tiny_net` imports the test models: in-process (CliRunner) through the repository root
+# that pytest puts on sys.path (tests/ is a package), in subprocesses through `tests.paths.repo_env()`.
+import pytest
+from click.testing import CliRunner
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from cli_checkpoints import listing
+from tests.cli.cli_checkpoints import listing
 from porter.cli.atomic import atomic_directory, check_destination
 from porter.cli.errors import InputError
 

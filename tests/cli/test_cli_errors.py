@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import porter
-from cli_checkpoints import listing, write_checkpoint
+from tests.cli.cli_checkpoints import listing, write_checkpoint
 from porter.cli.main import main
 
 
@@ -41,7 +41,7 @@ def test_truncated_archive(runner, tmp_path, kind):
     data = open(path, "rb").read()
     open(path, "wb").write(data[: len(data) * 2 // 3])
     before = listing(tmp_path)
-    result = run(runner, ["convert", path, "--model", "tinynets:tiny_net"])
+    result = run(runner, ["convert", path, "--model", "tests.cli.tinynets:tiny_net"])
     assert_input_error(result, tmp_path, before, "truncated or corrupted", "again")
 
 
@@ -60,9 +60,9 @@ def test_state_dict_without_model(runner, tmp_path):
 
 def test_keys_and_shapes_mismatch_listed_by_name(runner, tmp_path):
     path, _ = write_checkpoint("state_dict", tmp_path)
-    result = run(runner, ["convert", path, "--model", "tinynets:TinyNet", "--model-kwargs",
+    result = run(runner, ["convert", path, "--model", "tests.cli.tinynets:TinyNet", "--model-kwargs",
                           '{"num_classes": 7, "width": 4}'])
-    assert_input_error(result, tmp_path, ["weights.pt"], "do not match the architecture tinynets:TinyNet",
+    assert_input_error(result, tmp_path, ["weights.pt"], "do not match the architecture tests.cli.tinynets:TinyNet",
                        "shape mismatch fc.weight: checkpoint (5, 8) vs model (7, 4)",
                        "shape mismatch conv1.weight: checkpoint (8, 3, 3, 3) vs model (4, 3, 3, 3)",
                        "shape mismatch bn1.running_mean")
@@ -164,11 +164,12 @@ def test_unsupported_ops_all_listed(runner, tmp_path, monkeypatch):
 
 
 def test_unsupported_ops_from_the_real_converter(runner, tmp_path):
-    from tinynets import NeedsUnsupported
+    from tests.cli.tinynets import NeedsUnsupported
 
     path = str(tmp_path / "fft.pt")
     torch.save(NeedsUnsupported().state_dict(), path)
-    result = run(runner, ["convert", path, "--model", "tinynets:NeedsUnsupported", "--input-shape", "1,3,8,8"])
+    result = run(runner, ["convert", path, "--model", "tests.cli.tinynets:NeedsUnsupported",
+                          "--input-shape", "1,3,8,8"])
     assert_input_error(result, tmp_path, ["fft.pt"], "Porter cannot convert", "fft", "erfcx")
 
 

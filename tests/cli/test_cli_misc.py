@@ -9,7 +9,7 @@ import pytest
 
 import mlx.nn
 import porter.zoo
-from cli_checkpoints import write_checkpoint
+from tests.cli.cli_checkpoints import write_checkpoint
 from porter.checkpoints import open_model as open_source
 from porter.cli.main import main
 from porter.cli.ui import Progress
@@ -41,7 +41,7 @@ def _only_in_the_zoo(monkeypatch, *entries):
 
 
 def _tiny_entry(summary="a tiny test net"):
-    return porter.zoo.ZooEntry("tiny", lambda: mlx.nn.Linear(2, 3), "test", summary, "tinynets:tiny_net",
+    return porter.zoo.ZooEntry("tiny", lambda: mlx.nn.Linear(2, 3), "test", summary, "tests.cli.tinynets:tiny_net",
                                (1, 3, 8, 8))
 
 
@@ -64,7 +64,7 @@ def test_arch_resolves_through_zoo_and_examples(tmp_path, monkeypatch):
     path, _ = write_checkpoint("state_dict", tmp_path)
     _only_in_the_zoo(monkeypatch, _tiny_entry(""))
     source = open_source(path, arch="tiny", input_shapes=["1,3,8,8"])
-    assert source.model_spec == "tinynets:tiny_net"
+    assert source.model_spec == "tests.cli.tinynets:tiny_net"
     from porter.checkpoints import CheckpointError as InputError
 
     with pytest.raises(InputError, match="do not match the architecture porter.examples:resnet18"):

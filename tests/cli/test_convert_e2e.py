@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_checkpoints import X_SHAPE, listing, write_checkpoint
+from tests.cli.cli_checkpoints import X_SHAPE, listing, write_checkpoint
 from porter.cli.layouts import ported_to_torch, torch_to_ported
 from porter.compare import RTOL, assert_close
 from porter.cli.main import main
@@ -22,9 +22,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # kind -> extra arguments `porter convert` needs for it
 KINDS = {
     "torchscript": [], "traced": [], "export": [], "pickled": ["--trust-pickle"],
-    "state_dict": ["--model", "tinynets:tiny_net"], "wrapped": ["--model", "tinynets:TinyNet"],
-    "dataparallel": ["--model", "tinynets:tiny_net"], "legacy": ["--model", "tinynets:tiny_net"],
-    "safetensors": ["--model", "tinynets:tiny_net", "--model-kwargs", '{"num_classes": 5}'],
+    "state_dict": ["--model", "tests.cli.tinynets:tiny_net"], "wrapped": ["--model", "tests.cli.tinynets:TinyNet"],
+    "dataparallel": ["--model", "tests.cli.tinynets:tiny_net"], "legacy": ["--model", "tests.cli.tinynets:tiny_net"],
+    "safetensors": ["--model", "tests.cli.tinynets:tiny_net", "--model-kwargs", '{"num_classes": 5}'],
 }
 
 
@@ -153,26 +153,26 @@ def test_validation_failure_exits_1_and_writes_nothing(runner, tmp_path, monkeyp
 
 def test_validate_command(runner, tmp_path):
     path, _ = write_checkpoint("state_dict", tmp_path)
-    assert runner.invoke(main, ["convert", path, "--model", "tinynets:tiny_net", "--no-validate",
+    assert runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:tiny_net", "--no-validate",
                                 "--input-shape", "1,3,16,16"]).exit_code == 0
     out = str(tmp_path / "weights-mlx")
     report_path = tmp_path / "report.json"
     # the recorded architecture is never imported from the artifact: the refusal names it as a hint
     result = runner.invoke(main, ["validate", out, "--against", path])
     assert result.exit_code == 2, result.output
-    assert "--model tinynets:tiny_net" in result.stderr and "Traceback" not in result.output
+    assert "--model tests.cli.tinynets:tiny_net" in result.stderr and "Traceback" not in result.output
     # given on the command line it runs; the input shape comes from what convert recorded
-    result = runner.invoke(main, ["validate", out, "--against", path, "--model", "tinynets:tiny_net", "--grads",
-                                  "--json", str(report_path)])
+    result = runner.invoke(main, ["validate", out, "--against", path, "--model", "tests.cli.tinynets:tiny_net",
+                                  "--grads", "--json", str(report_path)])
     assert result.exit_code == 0, result.output
     assert json.loads(report_path.read_text())["ok"] is True
 
-    import tinynets
+    from tests.cli import tinynets
 
     other = str(tmp_path / "other.pt")
     torch.save(tinynets.seeded(seed=1).state_dict(), other)  # same architecture, different weights
-    result = runner.invoke(main, ["validate", out, "--against", other, "--model", "tinynets:tiny_net", "--json",
-                                  "-"])
+    result = runner.invoke(main, ["validate", out, "--against", other, "--model", "tests.cli.tinynets:tiny_net",
+                                  "--json", "-"])
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["ok"] is False
@@ -180,16 +180,18 @@ def test_validate_command(runner, tmp_path):
 
 def test_inspect_lists_modules_and_unsupported_ops(runner, tmp_path):
     path, _ = write_checkpoint("state_dict", tmp_path)
-    result = runner.invoke(main, ["inspect", path, "--model", "tinynets:tiny_net", "--json"])
+    result = runner.invoke(main, ["inspect", path, "--model", "tests.cli.tinynets:tiny_net", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
+    from tests.cli.tinynets import tiny_net
+
     assert doc["unsupported"] == [] and doc["num_parameters"] == sum(
-        p.numel() for p in __import__("tinynets").tiny_net().parameters())
-    from tinynets import NeedsUnsupported
+        p.numel() for p in tiny_net().parameters())
+    from tests.cli.tinynets import NeedsUnsupported
 
     bad = str(tmp_path / "fft.pt")
     torch.save(NeedsUnsupported().state_dict(), bad)
-    result = runner.invoke(main, ["inspect", bad, "--model", "tinynets:NeedsUnsupported", "--input-shape",
+    result = runner.invoke(main, ["inspect", bad, "--model", "tests.cli.tinynets:NeedsUnsupported", "--input-shape",
                                   "1,3,8,8"])
     assert result.exit_code == 0, result.output
     assert "fft" in result.stdout and "erfcx" in result.stdout
@@ -207,14 +209,14 @@ def test_bench_reports_ratio(runner, tmp_path):
 
 
 def test_several_inputs(runner, tmp_path):
-    from tinynets import TwoInputs
+    from tests.cli.tinynets import TwoInputs
 
     torch.manual_seed(0)
     model = TwoInputs().eval()
     path = str(tmp_path / "two.pt")
     torch.save(model.state_dict(), path)
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:TwoInputs", "--input-shape", "1,3,8,8",
-                                  "--input-shape", "1,1,8,8", "--json"])
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:TwoInputs",
+                                  "--input-shape", "1,3,8,8", "--input-shape", "1,1,8,8", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["input_shapes"] == [[1, 3, 8, 8], [1, 1, 8, 8]]

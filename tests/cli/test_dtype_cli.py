@@ -5,7 +5,7 @@ import json
 import pytest
 
 import porter
-from cli_checkpoints import listing, write_checkpoint
+from tests.cli.cli_checkpoints import listing, write_checkpoint
 from porter.cli.main import main
 
 
@@ -13,8 +13,9 @@ from porter.cli.main import main
 def test_convert_dtype_writes_and_validates_a_half_folder(runner, tmp_path, dtype):
     path, _ = write_checkpoint("state_dict", tmp_path)
     out = tmp_path / "out"
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:tiny_net", "--input-shape", "2,3,12,12",
-                                  "--dtype", dtype, "-o", str(out)], catch_exceptions=False)
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:tiny_net",
+                                  "--input-shape", "2,3,12,12", "--dtype", dtype, "-o", str(out)],
+                           catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"dtype {dtype}" in result.output and "loses the most:" in result.output
     config = json.loads((out / "config.json").read_text())
@@ -26,7 +27,7 @@ def test_convert_dtype_writes_and_validates_a_half_folder(runner, tmp_path, dtyp
     assert f"Run in `{dtype}` against the float32 torch model" in card
     assert f"loses the most: `{graph['metadata']['validation']['loses_most']}`" in card
 
-    result = runner.invoke(main, ["validate", str(out), "--against", path, "--model", "tinynets:tiny_net"],
+    result = runner.invoke(main, ["validate", str(out), "--against", path, "--model", "tests.cli.tinynets:tiny_net"],
                            catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert f"precision: {dtype} port against the float32 torch model" in result.output
@@ -35,7 +36,7 @@ def test_convert_dtype_writes_and_validates_a_half_folder(runner, tmp_path, dtyp
 @pytest.mark.parametrize("bad", ["half", "int8", "Float16"])
 def test_bad_dtype_is_refused_naming_the_option(runner, tmp_path, bad):
     path, _ = write_checkpoint("state_dict", tmp_path)
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:tiny_net", "--dtype", bad],
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:tiny_net", "--dtype", bad],
                            catch_exceptions=False)
     assert result.exit_code == 2, result.output
     assert f"--dtype '{bad}'" in result.stderr and "float16, bfloat16" in result.stderr

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from porter.compare import ATOL, assert_close
 import porter
 from porter.cli.main import main
-from tinynets import seeded
+from tests.cli.tinynets import seeded
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_export_writes_a_file_that_runs_like_the_model(converted, runner, tmp_pa
     (got,) = mx.import_function(str(out))(mx.array(x.permute(0, 2, 3, 1).numpy()))
     with torch.no_grad():
         expected = model(x).numpy()
-    assert np.max(np.abs(np.array(got) - expected)) <= 1e-4 * max(1.0, np.max(np.abs(expected)))
+    assert_close(np.array(got), expected, atol=ATOL)
     # text output lists the replacements; another --input-shape traces at that size
     out2 = tmp_path / "tiny24.mlxfn"
     result = runner.invoke(main, ["export", str(directory), "-o", str(out2), "--input-shape", "1,3,24,20"])
@@ -138,7 +139,7 @@ def test_batch_traces_several_sizes_into_one_file(converted, runner, tmp_path):
         (got,) = fn(mx.array(x.permute(0, 2, 3, 1).numpy()))
         with torch.no_grad():
             expected = model(x).numpy()
-        assert np.max(np.abs(np.array(got) - expected)) <= 1e-4 * max(1.0, np.max(np.abs(expected)))
+        assert_close(np.array(got), expected, atol=ATOL)
     for args, needle in [(["--batch", "1,0"], "--batch '1,0' is not a comma-separated list of positive integers"),
                          (["--batch", "2", "--shapeless"], "--batch and --shapeless both given")]:
         result = runner.invoke(main, ["export", str(directory), "-o", str(tmp_path / "c.mlxfn"), *args])

@@ -7,7 +7,7 @@ import zipfile
 import pytest
 import torch
 
-from cli_checkpoints import X_SHAPE, write_checkpoint
+from tests.cli.cli_checkpoints import X_SHAPE, write_checkpoint
 from porter import checkpoints as formats
 from porter.checkpoints import CheckpointError as InputError
 from porter.checkpoints import open_model as open_source
@@ -62,7 +62,7 @@ def test_export_uses_recorded_example_inputs(tmp_path):
 def test_pickled_module_is_refused_without_unpickling(tmp_path, monkeypatch):
     path, _ = write_checkpoint("pickled", tmp_path)
     # If Porter unpickled the file, building TinyNet would run; make that impossible to miss.
-    import tinynets
+    from tests.cli import tinynets
 
     monkeypatch.setattr(tinynets.TinyNet, "__setstate__", lambda self, state: pytest.fail("unpickled"),
                         raising=False)
@@ -83,11 +83,11 @@ def test_pickled_module_loads_with_trust_pickle(tmp_path):
 
 def test_state_dict_with_architecture_loads_strictly(tmp_path):
     path, model = write_checkpoint("state_dict", tmp_path)
-    source = open_source(path, model="tinynets:tiny_net", input_shapes=["2,3,12,12"])
+    source = open_source(path, model="tests.cli.tinynets:tiny_net", input_shapes=["2,3,12,12"])
     x = torch.randn(X_SHAPE)
     torch.testing.assert_close(source.model(x), model(x), rtol=0, atol=0)
     assert not source.model.training
-    assert source.metadata()["model"] == "tinynets:tiny_net"
+    assert source.metadata()["model"] == "tests.cli.tinynets:tiny_net"
 
 
 def test_state_dict_without_architecture_says_what_to_do(tmp_path):
@@ -97,7 +97,7 @@ def test_state_dict_without_architecture_says_what_to_do(tmp_path):
 
 
 def test_keys_and_shapes_mismatch_lists_every_name(tmp_path):
-    import tinynets
+    from tests.cli import tinynets
 
     model = tinynets.seeded()
     state = model.state_dict()
@@ -107,7 +107,7 @@ def test_keys_and_shapes_mismatch_lists_every_name(tmp_path):
     path = str(tmp_path / "bad.pt")
     torch.save(state, path)
     with pytest.raises(InputError) as info:
-        open_source(path, model="tinynets:tiny_net")
+        open_source(path, model="tests.cli.tinynets:tiny_net")
     err = info.value
     assert err.exit_code == 2
     assert "2 missing, 1 unexpected, 1 mis-shaped" in err.what
@@ -118,15 +118,15 @@ def test_keys_and_shapes_mismatch_lists_every_name(tmp_path):
 
 
 def test_model_kwargs_fix_the_mismatch(tmp_path):
-    import tinynets
+    from tests.cli import tinynets
 
     torch.manual_seed(3)
     model = tinynets.TinyNet(num_classes=3).eval()
     path = str(tmp_path / "three.pt")
     torch.save(model.state_dict(), path)
     with pytest.raises(InputError, match="fc.weight"):
-        open_source(path, model="tinynets:TinyNet")
-    source = open_source(path, model="tinynets:TinyNet", model_kwargs='{"num_classes": 3}')
+        open_source(path, model="tests.cli.tinynets:TinyNet")
+    source = open_source(path, model="tests.cli.tinynets:TinyNet", model_kwargs='{"num_classes": 3}')
     assert source.example_inputs[0].shape == (1, 3, 224, 224)  # guessed from conv1.weight
     assert any("guessed" in note for note in source.notes)
 
@@ -134,11 +134,11 @@ def test_model_kwargs_fix_the_mismatch(tmp_path):
 @pytest.mark.parametrize("spec, kwargs, pattern", [
     ("tinynets", None, "not of the form package.module:factory"),
     ("no_such_module_xyz:Net", None, "cannot import module 'no_such_module_xyz'"),
-    ("tinynets:Nope", None, "has no attribute 'Nope'"),
-    ("tinynets:X_SHAPE_NOT_THERE", None, "has no attribute"),
-    ("tinynets:tiny_net", "{bad json", "--model-kwargs is not valid JSON"),
-    ("tinynets:tiny_net", "[1, 2]", "must be a JSON object"),
-    ("tinynets:tiny_net", '{"depth": 3}', "could not be called"),
+    ("tests.cli.tinynets:Nope", None, "has no attribute 'Nope'"),
+    ("tests.cli.tinynets:X_SHAPE_NOT_THERE", None, "has no attribute"),
+    ("tests.cli.tinynets:tiny_net", "{bad json", "--model-kwargs is not valid JSON"),
+    ("tests.cli.tinynets:tiny_net", "[1, 2]", "must be a JSON object"),
+    ("tests.cli.tinynets:tiny_net", '{"depth": 3}', "could not be called"),
     ("torch:zeros", None, "raised TypeError|could not be called|not a torch.nn.Module"),
 ])
 def test_bad_architecture_options(tmp_path, spec, kwargs, pattern):
@@ -225,7 +225,7 @@ def test_non_state_dict_payloads(tmp_path):
 def test_training_checkpoint_with_python_objects(tmp_path):
     import argparse
 
-    import tinynets
+    from tests.cli import tinynets
 
     model = tinynets.seeded()
     path = str(tmp_path / "train.pt")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import porter
-from cli_checkpoints import X_SHAPE, listing, write_checkpoint
+from tests.cli.cli_checkpoints import X_SHAPE, listing, write_checkpoint
 from porter.cli.layouts import ported_to_torch, torch_to_ported
 from porter.cli.main import main
 
@@ -18,7 +18,7 @@ from porter.cli.main import main
 def test_convert_writes_a_sharded_hub_folder(runner, tmp_path):
     path, model = write_checkpoint("state_dict", tmp_path)
     out = tmp_path / "tiny-mlx"
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:tiny_net", "-o", str(out), "--json",
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:tiny_net", "-o", str(out), "--json",
                                   "--input-shape", ",".join(map(str, X_SHAPE)), "--max-shard-size", "1KiB",
                                   "--base-model", "someone/tiny", "--repo-id", "me/tiny-mlx"])
     assert result.exit_code == 0, result.output
@@ -28,7 +28,7 @@ def test_convert_writes_a_sharded_hub_folder(runner, tmp_path):
     assert {"README.md", "config.json", "graph.json"} <= set(doc["files"])
     card = (out / "README.md").read_text()
     assert 'base_model: "someone/tiny"' in card and 'porter.load("me/tiny-mlx")' in card
-    assert "Result: **PASS**" in card and "`tinynets:tiny_net`" in card  # what convert validated and recorded
+    assert "Result: **PASS**" in card and "`tests.cli.tinynets:tiny_net`" in card  # what convert validated and recorded
     config = json.loads((out / "config.json").read_text())
     assert config["inputs"][0]["torch_shape"][1:] == list(X_SHAPE[1:])
 
@@ -38,7 +38,7 @@ def test_convert_writes_a_sharded_hub_folder(runner, tmp_path):
         expected = model(x).numpy()
     np.testing.assert_allclose(ported_to_torch(np.array(y), doc["output_layouts"][0]), expected, rtol=1e-4,
                                atol=1e-5)
-    check = runner.invoke(main, ["validate", str(out), "--against", path, "--model", "tinynets:tiny_net",
+    check = runner.invoke(main, ["validate", str(out), "--against", path, "--model", "tests.cli.tinynets:tiny_net",
                                  "--json", "-"])
     assert check.exit_code == 0, check.output
     assert json.loads(check.stdout)["ok"]

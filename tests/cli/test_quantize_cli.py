@@ -11,8 +11,8 @@ import torch
 
 import porter
 import porter.layers as PL
-import tinynets
-from cli_checkpoints import X_SHAPE, listing
+from tests.cli import tinynets
+from tests.cli.cli_checkpoints import X_SHAPE, listing
 from porter.cli.layouts import ported_to_torch, torch_to_ported
 from porter.cli.main import main
 
@@ -28,7 +28,7 @@ def _checkpoint(tmp_path):
 def test_convert_quantized(runner, tmp_path):
     path, model = _checkpoint(tmp_path)
     out = tmp_path / "q-mlx"
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:tiny_net", "--model-kwargs",
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:tiny_net", "--model-kwargs",
                                   '{"width": 32}', "-o", str(out), "--input-shape", ",".join(map(str, X_SHAPE)),
                                   "-q", "--q-bits", "8", "--q-group-size", "32", "--json"])
     assert result.exit_code == 0, result.output
@@ -58,6 +58,6 @@ def test_convert_quantized(runner, tmp_path):
 def test_bad_quantize_options_exit_2_before_converting(runner, tmp_path, args, text):
     path, _ = _checkpoint(tmp_path)
     before = listing(tmp_path)
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:tiny_net", "--no-validate", *args])
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:tiny_net", "--no-validate", *args])
     assert result.exit_code == 2 and text in result.output, result.output
     assert listing(tmp_path) == before

@@ -24,7 +24,7 @@ class TinyNet(nn.Module):
 
 
 def tiny_net(**kwargs) -> TinyNet:
-    """A factory function, as `--model tinynets:tiny_net` names it."""
+    """A factory function, as `--model tests.cli.tinynets:tiny_net` names it."""
     return TinyNet(**kwargs)
 
 

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import porter
-from converter_check import check_converted
+from tests.converter_check import check_converted
 from porter.converters.capture_regions import FP32, LOWER, PROMOTE
 
 

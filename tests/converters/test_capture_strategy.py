@@ -1,8 +1,6 @@
 """Issue 11, part 2: fast capture with a fallback, and the user's choice of dynamic dims (``dynamic=``)."""
 
 import json
-import os
-import sys
 import time
 import warnings
 
@@ -15,8 +13,6 @@ from torch import nn
 import porter
 from porter.converters import capture_strategy
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "cli"))
 
 
 class Net(nn.Module):
@@ -172,18 +168,18 @@ def test_time_limit_leaves_an_existing_timer_alone():
 def test_cli_dynamic_option_and_report(tmp_path):
     from click.testing import CliRunner
 
-    from cli_checkpoints import write_checkpoint
+    from tests.cli.cli_checkpoints import write_checkpoint
     from porter.cli.main import main
 
     path, _ = write_checkpoint("state_dict", tmp_path)
     runner = CliRunner()
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:seeded", "--dynamic", "batch",
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:seeded", "--dynamic", "batch",
                                   "--no-validate", "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert "dynamic dims (torch layout): input 0: 0 (every other dim is checked" in result.stdout
     graph = json.loads((tmp_path / "out" / "graph.json").read_text())
     assert graph["dynamic_dims"] == [{"input": 0, "axis": 0}]
-    result = runner.invoke(main, ["convert", path, "--model", "tinynets:seeded", "--dynamic", "0,x",
+    result = runner.invoke(main, ["convert", path, "--model", "tests.cli.tinynets:seeded", "--dynamic", "0,x",
                                   "--no-validate", "-o", str(tmp_path / "out2")])
     assert result.exit_code == 2 and "--dynamic '0,x'" in result.output
 
@@ -192,8 +188,8 @@ def test_a_model_whose_dynamic_capture_explodes_converts_in_seconds(monkeypatch)
     """timm's TF-"same" padding (Conv2dSame) sends torch's solver into minutes (40 CPU s for this small twin
     against 0.2 s static): the default capture gives up on the spatial dims within its budget, keeps the batch
     dim dynamic, gives torch's numbers and refuses other spatial sizes by name."""
-    from models._common import randomize_
-    from models.shape_guarded import TFEfficientNetLiteSmall
+    from tests.models._common import randomize_
+    from tests.models.shape_guarded import TFEfficientNetLiteSmall
 
     monkeypatch.setenv("PORTER_CAPTURE_BUDGET", "25")
     model = randomize_(TFEfficientNetLiteSmall(), 0)

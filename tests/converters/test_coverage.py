@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import porter
-from models import REGISTRY, make_inputs
+from tests.models import REGISTRY, make_inputs
 from porter.compare import RTOL, assert_close, leaves, port_inputs, to_torch_layout
 
 BAR = RTOL

@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 import torch
-from converter_check import assert_matches, run_ported
+from tests.converter_check import assert_matches, run_ported
 
 import porter
 
@@ -103,15 +103,19 @@ def test_cast_to_float64_inside_a_float32_model_is_float64():
     assert_matches(ported, model, (x,), rel=1e-15)
 
 
-def test_save_refuses_float64_with_bfloat16_clearly(tmp_path):
-    from porter.converters.serialize import _save_weights
+def test_float64_and_bfloat16_weights_share_one_file(tmp_path):
+    """The streaming writer stores any MLX dtype (float64 beside bfloat16 too) and the reader gives them back."""
+    from porter.converters.weights_io import read_tensors, write_safetensors
+    from porter.converters.serialize import _read_header
 
-    weights = {"w": mx.zeros((3,), dtype=mx.float64),
-               "extra": mx.zeros((2,), dtype=mx.bfloat16)}  # numpy has no bfloat16 to write beside float64
-    match = r"cannot store float64 and bfloat16 weights in one file \(bfloat16: \['extra'\]\)"
-    with pytest.raises(ValueError, match=match):
-        _save_weights(str(tmp_path / "model.safetensors"), weights, {})
-    assert not (tmp_path / "model.safetensors").exists()
+    weights = {"w": mx.array(np.random.default_rng(0).normal(size=3), dtype=mx.float64),
+               "extra": mx.array([1.5, -2.25]).astype(mx.bfloat16)}
+    path = str(tmp_path / "model.safetensors")
+    write_safetensors(path, weights)
+    back = read_tensors(path, _read_header(path))
+    assert {k: v.dtype for k, v in back.items()} == {"w": mx.float64, "extra": mx.bfloat16}
+    assert all(np.array_equal(np.array(back[k].astype(mx.float64)), np.array(weights[k].astype(mx.float64)))
+               for k in weights)
 
 
 class ZeroDimDoubleBuffer(torch.nn.Module):

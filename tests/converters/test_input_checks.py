@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import nn
 
+from porter.compare import assert_close
 import porter
-from models._common import randomize_
-from models.shape_guarded import BasicUNetSmall, MobileViTSmall, OddWidth, SwinSmall
+from tests.models._common import randomize_
+from tests.models.shape_guarded import BasicUNetSmall, MobileViTSmall, OddWidth, SwinSmall
 from porter.converters.guards import InputChecks, compile_expr
 
-BAR = 1e-4
 
 
 def _run(ported, x):
@@ -36,7 +36,7 @@ def _assert_torch_numbers(ported, model, shape, seed=1, exact=False):
     if exact:
         assert err == 0.0, f"at {shape}: max abs err {err}"
     else:
-        assert err <= BAR * float(np.abs(want).max()), f"at {shape}: max abs err {err:.3e}"
+        assert_close(got, want, what=f"at {shape}")
 
 
 def _assert_refused(ported, shape, *fragments):
@@ -124,7 +124,7 @@ def test_static_and_batch_modes_check_every_other_dim(io_layout):
         got = got if io_layout == "torch" else got.transpose(0, 3, 1, 2)
         with torch.no_grad():
             want = model(x).numpy()
-        assert np.abs(got - want).max() <= BAR * np.abs(want).max()
+        assert_close(got, want)
 
     run(static, (2, 3, 9, 7))
     run(batch, (5, 3, 9, 7))
@@ -174,7 +174,7 @@ def test_unet_converted_at_even_size_refuses_odd_sizes():
     got = np.array(ported(mx.array(x.numpy().transpose(0, 2, 3, 1)))).transpose(0, 3, 1, 2)
     with torch.no_grad():
         want = model(x).numpy()
-    assert np.abs(got - want).max() <= BAR * np.abs(want).max()
+    assert_close(got, want)
     with pytest.raises(ValueError, match=r"size 17 in dim 2 \(torch layout\)"):
         ported(mx.array(np.zeros((1, 17, 16, 3), np.float32)))
 

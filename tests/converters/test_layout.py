@@ -5,7 +5,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from converter_check import check_converted
+from porter.compare import assert_close
+from tests.converter_check import check_converted
 
 torch.manual_seed(0)
 
@@ -201,10 +202,10 @@ def test_io_layout_mlx_takes_channels_last_input():
     y = ported(mx.array(x.permute(0, 2, 3, 1).numpy()))
     expected = model(x).detach().permute(0, 2, 3, 1).numpy()
     assert y.shape == (2, 6, 6, 4)
-    assert np.abs(np.array(y) - expected).max() <= 1e-4 * np.abs(expected).max()
+    assert_close(np.array(y), expected)
     torch_io = porter.convert(model, x, io_layout="torch")
     y2 = torch_io(mx.array(x.numpy()))
-    assert np.abs(np.array(y2) - model(x).detach().numpy()).max() <= 1e-4 * np.abs(expected).max()
+    assert_close(np.array(y2), model(x).detach().numpy())
 
 
 @pytest.mark.parametrize("io_layout", ["torch", "mlx"])

@@ -11,8 +11,6 @@ entries marked ``dynamic`` need symbolic sizes (``sym_size``, ``operator.*``, ``
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from typing import Callable, NamedTuple
 
@@ -22,18 +20,20 @@ import torch.nn as nn
 
 import porter
 
-sys.path.insert(0, os.path.dirname(__file__))  # the converter tests' models (pytest imports with importlib)
-import test_capture_regions as regions  # noqa: E402
-import test_frontends as frontends
-import test_layout as layout
-import test_ops_catalog as catalog
-import test_ops as ops
-import test_ops_misc as misc
-import test_ops_pool_options as pool_options
-import test_ops_real as real
-import test_view_writes as view_writes
-from converter_check import assert_matches
-from models import REGISTRY, make_inputs
+from tests.converters import test_capture_regions as regions  # noqa: E402
+from tests.converters import test_frontends as frontends
+from tests.converters import test_layout as layout
+from tests.converters import test_ops_catalog as catalog
+from tests.converters import test_ops as ops
+from tests.converters import test_ops_misc as misc
+from tests.converters import test_ops_recurrent as recurrent_ops
+from tests.converters import test_ops_sample as sample_ops
+from tests.converters import test_ops_select as select_ops
+from tests.converters import test_ops_pool_options as pool_options
+from tests.converters import test_ops_real as real
+from tests.converters import test_view_writes as view_writes
+from tests.converter_check import assert_matches
+from tests.models import REGISTRY, make_inputs
 from porter.converters import supported_ops
 
 
@@ -67,6 +67,16 @@ EXERCISERS["test_layout:ChannelShuffle"] = Exerciser(_case(layout.ChannelShuffle
 EXERCISERS["test_layout:Residual"] = Exerciser(_case(layout.randomise_bn(layout.Residual()), (2, 4, 9, 9)))
 EXERCISERS["test_ops_misc:Misc"] = Exerciser(
     lambda: (misc.Misc().eval(), (torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5)))))
+EXERCISERS["test_ops_select:Orderings"] = Exerciser(_case(select_ops.Orderings().eval(), (2, 3, 4, 6)))
+EXERCISERS["test_ops_select:Argsorts"] = Exerciser(_case(select_ops.Argsorts().eval(), (2, 3, 5)))
+EXERCISERS["test_ops_select:Scatters"] = Exerciser(lambda: (select_ops.Scatters().eval(),
+                                                            select_ops._scatter_inputs(2, 4, 5, False)))
+EXERCISERS["test_ops_select:Folds"] = Exerciser(_case(select_ops.Folds(select_ops.FOLDS[1], (7, 9)).eval(),
+                                                      (2, 3, 7, 9)))
+EXERCISERS["test_ops_recurrent:Stack"] = Exerciser(_case(recurrent_ops.Stack().eval(), (2, 5, 4)))
+EXERCISERS["test_ops_recurrent:rnn_tanh"] = Exerciser(
+    _case(recurrent_ops.WithStates("rnn", nonlinearity="tanh").eval(), (4, 2, 3), (1, 2, 5), (1, 2, 5)))
+EXERCISERS["test_ops_sample:Sampler"] = Exerciser(lambda: (sample_ops.Sampler().eval(), sample_ops._inputs(2, 6, 8, 5, 4)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")

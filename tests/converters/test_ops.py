@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from converter_check import check_converted
+from tests.converter_check import check_converted
 
 torch.manual_seed(0)
 
@@ -108,6 +108,16 @@ RESAMPLE = {
     "nearest_size": (f(_interp("nearest", size=(7, 11)), nn.Conv2d(3, 4, 1)), [(2, 3, 5, 5), (1, 3, 4, 6)]),
     "linear1d": (f(_interp("linear", scale_factor=3), nn.Conv1d(3, 4, 1)), [(2, 3, 5), (1, 3, 4)]),
     "trilinear": (f(_interp("trilinear", size=(3, 5, 4)), nn.Conv3d(3, 2, 1)), [(2, 3, 2, 3, 3), (1, 3, 3, 2, 4)]),
+    "bicubic_scale2": (f(_interp("bicubic", scale_factor=2), nn.Conv2d(3, 4, 1)), [(2, 3, 5, 5), (1, 3, 4, 7)]),
+    "bicubic_size_align": (f(_interp("bicubic", size=(9, 7), align_corners=True), nn.Conv2d(3, 4, 1)),
+                           [(2, 3, 5, 5), (1, 3, 4, 6)]),
+    "bicubic_down_odd": (f(_interp("bicubic", scale_factor=(0.6, 1.7)), nn.Conv2d(3, 4, 1)),
+                         [(2, 3, 9, 5), (1, 3, 7, 6)]),
+    "nearest_exact_scale": (f(_interp("nearest-exact", scale_factor=1.5), nn.Conv2d(3, 4, 1)),
+                            [(2, 3, 5, 5), (1, 3, 4, 7)]),
+    "nearest_exact_1d": (f(_interp("nearest-exact", size=9), nn.Conv1d(3, 4, 1)), [(2, 3, 5), (1, 3, 4)]),
+    "nearest_exact_3d": (f(_interp("nearest-exact", size=(3, 5, 4)), nn.Conv3d(3, 2, 1)),
+                         [(2, 3, 2, 3, 3), (1, 3, 3, 2, 4)]),
     "pad_constant": (f(lambda self, x: F.pad(self.mods[0](x), (1, 2, 0, 3), value=0.5), nn.Conv2d(3, 4, 1)),
                      [(2, 3, 5, 5), (1, 3, 4, 6)]),
 }

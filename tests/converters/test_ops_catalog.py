@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 import porter
-from converter_check import assert_matches, check_converted
+from tests.converter_check import assert_matches, check_converted
 
 aten = torch.ops.aten
 
@@ -117,6 +117,16 @@ RESAMPLE = {
     "upsample_nearest3d": lambda x: aten.upsample_nearest3d.default(x[:, :, None], [2, 6, 5])
     + aten.upsample_nearest3d.vec(x[:, :, None], [2, 6, 5], None),
     "upsample_trilinear3d.default": lambda x: aten.upsample_trilinear3d.default(x[:, :, None], [3, 4, 6], False),
+    "upsample_bicubic2d.default": lambda x: aten.upsample_bicubic2d.default(x, [7, 9], False)
+    + aten.upsample_bicubic2d.default(x, [7, 9], True),
+    "upsample_bicubic2d.scales": lambda x: aten.upsample_bicubic2d.default(x, [6, 7], False, 1.5, 1.5),
+    "grid_sampler_2d": lambda x: aten.grid_sampler_2d.default(x, x[:, :2].permute(0, 2, 3, 1) * 0.7, 0, 2, False)
+    + aten.grid_sampler_2d.default(x, x[:, 1:].permute(0, 2, 3, 1) * 0.8, 1, 1, True),
+    "nearest_exact.default": lambda x: aten._upsample_nearest_exact2d.default(x, [7, 3]),
+    "nearest_exact1d": lambda x: aten._upsample_nearest_exact1d.default(x[:, :, 0], [7])
+    + aten._upsample_nearest_exact1d.vec(x[:, :, 0], [7], None) * aten._upsample_nearest_exact1d.vec(x[:, :, 0, :1], None, [7.0]),
+    "nearest_exact3d": lambda x: aten._upsample_nearest_exact3d.default(x[:, :, None], [2, 7, 3])
+    + aten._upsample_nearest_exact3d.vec(x[:, :, None], [2, 7, 3], None),
     "constant_pad_nd": lambda x: aten.constant_pad_nd.default(x, [1, 2, 0, 1], 0.5),
     "reflection_pad": lambda x: (
         aten.reflection_pad2d.default(x, [1, 1, 2, 0])[..., :3, :3]

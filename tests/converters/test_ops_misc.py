@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from converter_check import check_converted
+from tests.converter_check import check_converted
 
 torch.manual_seed(0)
 

@@ -15,7 +15,7 @@ from torch.nn.utils import weight_norm
 from torch.nn.utils.parametrizations import weight_norm as param_weight_norm
 
 import porter
-from converter_check import assert_matches, check_converted
+from tests.converter_check import assert_matches, check_converted
 
 torch.manual_seed(0)
 

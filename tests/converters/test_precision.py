@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import porter
-from models import REGISTRY, make_inputs
+from tests.models import REGISTRY, make_inputs
 from porter.converters.precision import check_dtype
 
 DTYPES = {"float16": (torch.float16, mx.float16), "bfloat16": (torch.bfloat16, mx.bfloat16)}
@@ -43,10 +43,9 @@ def _port_inputs(ported, xs):
 
 
 def _to_torch_layout(ported, out, index=0):
-    from porter.compare import parse_layout
+    from porter.compare import to_torch_layout
 
-    perm = parse_layout(ported.output_layouts[index], out.ndim)
-    return np.transpose(np.array(out.astype(mx.float32)), np.argsort(perm))
+    return to_torch_layout(np.array(out.astype(mx.float32)), ported.output_layouts[index])
 
 
 def _first(value):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from models import REGISTRY, make_inputs
+from tests.models import REGISTRY, make_inputs
 
 ISSUE3_COVERAGE = {  # issue 3's list -> registry entries that cover it
     "ResNet basic block with downsample": "resnet_basic",

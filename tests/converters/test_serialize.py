@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import porter
-from converter_check import assert_matches
+from tests.converter_check import assert_matches
 
 torch.manual_seed(0)
 

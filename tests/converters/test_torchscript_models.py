@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import porter
-from converter_check import assert_matches
-from models import REGISTRY, make_inputs
+from tests.converter_check import assert_matches
+from tests.models import REGISTRY, make_inputs
 
 CASES = [
     ("resnet_basic", "script"),

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 import porter
-from converter_check import check_converted
+from tests.converter_check import check_converted
 
 
 class Writes(nn.Module):

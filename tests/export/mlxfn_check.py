@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from porter.cli.layouts import ported_to_torch, torch_to_ported
+from porter.compare import RTOL
+from porter.compare import assert_close as compare_close
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_mlxfn.py")
 
@@ -37,19 +39,13 @@ def torch_outputs(model, torch_inputs) -> list:
     return [t.numpy() for t in torch.utils._pytree.tree_leaves(out)]
 
 
-def assert_close(actual, expected, rel=1e-4, what=""):
-    """Shape, dtype, NaN positions, then max|actual - expected| <= rel * max|expected| (exact ops: rel=0)."""
+def assert_close(actual, expected, rel=RTOL, what=""):
+    """Shape and dtype, then porter.compare's bar: max|actual - expected| <= rel * max(max|expected|, 1) (the
+    floor ``atol=rel``: outputs near zero), NaN and inf as there; exact ops pass ``rel=0`` (equal, NaN where
+    torch has NaN)."""
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    nan = np.isnan(expected)
-    np.testing.assert_array_equal(np.isnan(actual), nan, err_msg=f"{what}: NaN positions differ")
-    a, e = actual[~nan].astype(np.float64), expected[~nan].astype(np.float64)
-    if rel == 0:
-        np.testing.assert_array_equal(a, e, err_msg=what)
-        return
-    bar = rel * max(float(np.max(np.abs(e))) if e.size else 0.0, 1.0)
-    err = float(np.max(np.abs(a - e))) if e.size else 0.0
-    assert err <= bar, f"{what}: max error {err:.3g} > {bar:.3g}"
+    compare_close(actual, expected, rtol=rel, atol=rel, what=what)
 
 
 def run_without_porter(jobs, tmp_path) -> list:

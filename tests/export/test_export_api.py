@@ -13,7 +13,7 @@ import porter
 from porter import ExportError
 import porter.layers as L
 
-from mlxfn_check import assert_close, port_inputs, torch_outputs
+from tests.export.mlxfn_check import assert_close, port_inputs, torch_outputs
 
 
 class Small(nn.Module):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import porter
-from porter.layers import _native
+from porter.layers import _native_build
 
-from models import REGISTRY, make_inputs
-from mlxfn_check import assert_close, port_inputs, to_torch_layout, torch_outputs
+from tests.models import REGISTRY, make_inputs
+from tests.export.mlxfn_check import assert_close, port_inputs, to_torch_layout, torch_outputs
 
 MAIN = r"""
 #include <string>
@@ -45,7 +45,7 @@ target_link_libraries(run_mlxfn PRIVATE mlx)
 
 @pytest.mark.slow
 def test_cpp_program_runs_the_file(tmp_path):
-    cmake = _native._tool("cmake")
+    cmake = _native_build._tool("cmake")
     assert cmake, "CMake is needed (as for `porter build-kernels`): pip install cmake"
     (tmp_path / "main.cpp").write_text(MAIN)
     (tmp_path / "CMakeLists.txt").write_text(CMAKE)

@@ -12,7 +12,7 @@ import porter.layers as L
 import porter.layers.functional as F
 from porter.layers import _native, export_mode, exporting
 
-from mlxfn_check import assert_close
+from tests.export.mlxfn_check import assert_close
 
 
 def _export_roundtrip(fn, tmp_path, *args):

@@ -7,12 +7,13 @@ import pytest
 import torch
 from torch import nn
 
+from porter.compare import RTOL
 import porter
 from porter.examples import BasicBlock, ResNet
 
-from models import REGISTRY, make_inputs
-from models._common import randomize_
-from mlxfn_check import assert_close, port_inputs, run_without_porter, to_torch_layout, torch_outputs
+from tests.models import REGISTRY, make_inputs
+from tests.models._common import randomize_
+from tests.export.mlxfn_check import assert_close, port_inputs, run_without_porter, to_torch_layout, torch_outputs
 
 
 def _resnet_winograd(seed=0):
@@ -93,7 +94,7 @@ def test_file_in_process_matches_the_port(exported, name):
     got = mx.import_function(report.path)(*args)
     assert len(got) == len(expected) == len(report.output_names)
     for i, (a, e) in enumerate(zip(got, expected)):
-        assert_close(np.array(a), np.array(e), rel=0 if name == "pools" else 1e-4, what=f"{name} output {i}")
+        assert_close(np.array(a), np.array(e), rel=0 if name == "pools" else RTOL, what=f"{name} output {i}")
 
 
 def test_export_leaves_the_normal_path_alone(exported):
@@ -121,7 +122,7 @@ def test_files_run_without_torch_or_porter(exported, tmp_path):
         assert not isinstance(outputs, str), f"{name}: {outputs}"
         expected_port = ported(*port_inputs(ported, inputs))
         expected_port = list(expected_port) if isinstance(expected_port, (list, tuple)) else [expected_port]
-        exact = 0 if name == "pools" else 1e-4
+        exact = 0 if name == "pools" else RTOL
         for i, (a, e) in enumerate(zip(outputs, expected_port)):
             assert_close(a, np.array(e), rel=exact, what=f"{name} output {i} vs the port")
         expected_torch = torch_outputs(model, inputs)

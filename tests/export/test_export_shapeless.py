@@ -12,7 +12,7 @@ from torch import nn
 
 import porter
 
-from mlxfn_check import assert_close, port_inputs, run_without_porter, torch_outputs
+from tests.export.mlxfn_check import assert_close, port_inputs, run_without_porter, torch_outputs
 
 
 class Block(nn.Module):

@@ -10,7 +10,7 @@ import torch
 import porter.layers as L
 from porter.layers import export_mode, native_status
 
-from mlxfn_check import assert_close
+from tests.export.mlxfn_check import assert_close
 
 CASES = {
     "avg": (lambda: L.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),

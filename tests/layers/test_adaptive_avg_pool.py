@@ -5,8 +5,8 @@ import mlx.core as mx
 import pytest
 import torch
 import torch.nn.functional as F
-from error_helpers import check_error_against_torch
-from helpers import check_against_torch
+from tests.error_helpers import check_error_against_torch
+from tests.helpers import check_against_torch
 
 from porter.layers import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d
 from porter.layers.functional import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import porter.layers as L
 import porter.layers.functional as PF
-from helpers import check_against_torch, torch_to_mx
+from tests.helpers import check_against_torch, torch_to_mx
 
 NAN = float("nan")
 

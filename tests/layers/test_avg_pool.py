@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from error_helpers import check_error_against_torch
-from helpers import check_against_torch
+from tests.error_helpers import check_error_against_torch
+from tests.helpers import check_against_torch
 
 from porter.layers import AvgPool1d, AvgPool2d, AvgPool3d
 from porter.layers.functional import avg_pool1d, avg_pool2d, avg_pool3d

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_helpers import check_functional, PORTER_CONV, TORCH_CONV, check_module, to_mx
-from helpers import check_against_torch
+from tests.conv_helpers import check_functional, PORTER_CONV, TORCH_CONV, check_module, to_mx
+from tests.helpers import check_against_torch
 
 import porter.layers as L
 import porter.layers._conv_engine as conv_module

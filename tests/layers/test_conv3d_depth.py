@@ -5,7 +5,7 @@ native path (the rest: MLX's 3-d conv)."""
 
 import pytest
 import torch
-from conv_helpers import check_module
+from tests.conv_helpers import check_module
 
 import porter.layers._conv_engine as conv_module  # the conv strategies and their switches
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_helpers import check_functional, check_module
+from tests.conv_helpers import check_functional, check_module
 
 import porter.layers.functional as PF
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conv_helpers import (
+from tests.conv_helpers import (
     PORTER_CT_F,
     PORTER_F,
     TORCH_CT_F,
@@ -21,7 +21,7 @@ from conv_helpers import (
     to_mx,
     weight_to_mx,
 )
-from helpers import check_against_torch
+from tests.helpers import check_against_torch
 
 import porter.layers as L
 from porter.layers import _native

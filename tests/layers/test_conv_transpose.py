@@ -7,10 +7,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from conv_helpers import PORTER_CT, TORCH_CT, to_mx
-from conv_helpers import check_transpose_module as check_module
-from helpers import check_against_torch
+from tests.conv_helpers import PORTER_CT, TORCH_CT, check_transpose_functional
+from tests.conv_helpers import check_transpose_module as check_module
 
 import porter.layers as L
 import porter.layers.functional as PF
@@ -20,10 +18,6 @@ from porter.layers.conv_weights import (
     torch_conv_transpose_weight_to_mlx,
     torch_conv_weight_to_mlx,
 )
-
-
-TORCH_F = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
-PORTER_F = {1: PF.conv_transpose1d, 2: PF.conv_transpose2d, 3: PF.conv_transpose3d}
 
 
 # ---------------------------------------------------------------------------------------------------- modules
@@ -141,26 +135,7 @@ def test_conv_transpose_output_size_full_shape_is_channels_last():
     ],
 )
 def test_conv_transpose_functional(nd, x_shape, w_shape, bias, groups, args):
-    torch.manual_seed(2)
-    x = torch.randn(x_shape)
-    w = torch.randn(w_shape, requires_grad=True)
-    c_out = w_shape[1] * groups
-    b = torch.randn(c_out, requires_grad=True) if bias else None
-    w_m = mx.array(torch_conv_transpose_weight_to_mlx(w.detach().numpy(), groups))
-    params = {"weight": (w, w_m, lambda g: mlx_conv_transpose_weight_to_torch(g, groups))}
-    if bias:
-        params["bias"] = (b, to_mx(b), None)
-    check_against_torch(
-        lambda xt: TORCH_F[nd](xt, w, b, *args),
-        lambda xm, p: PORTER_F[nd](xm, p["weight"], p.get("bias"), *args),
-        x,
-        nd=nd,
-        params=params,
-        atol=1e-4,
-        rtol=1e-4,
-        grad_atol=1e-4,
-        grad_rtol=1e-4,
-    )
+    check_transpose_functional(nd, x_shape, w_shape, bias, groups, args)
 
 
 def test_conv_transpose_is_adjoint_of_conv():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from conv_helpers import check_functional, check_module
+from tests.conv_helpers import check_functional, check_module
 
 import porter.layers._conv_engine as conv_module
 import porter.layers.functional as PF

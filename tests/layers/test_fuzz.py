@@ -8,7 +8,7 @@ Runs on both backends (the ``backend`` fixture); a failure names the seed, which
 import pytest
 import torch
 
-import pooling_fuzz as fuzz
+from tests import pooling_fuzz as fuzz
 
 pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
 

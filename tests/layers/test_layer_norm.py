@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_against_torch, mx_to_numpy, torch_to_mx
+from tests.helpers import check_against_torch, mx_to_numpy, torch_to_mx
 
 import porter.layers as L
 import porter.layers.functional as PF

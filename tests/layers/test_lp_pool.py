@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from error_helpers import check_error_against_torch, torch_error
-from helpers import check_against_torch
+from tests.error_helpers import check_error_against_torch, torch_error
+from tests.helpers import check_against_torch
 
 from porter.layers import LPPool1d, LPPool2d, LPPool3d
 from porter.layers.functional import lp_pool1d, lp_pool2d, lp_pool3d

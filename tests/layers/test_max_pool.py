@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import porter.layers as L
 import porter.layers._window_max as window_max_module
 import porter.layers.functional as PF
-from helpers import check_against_torch, torch_to_mx
+from tests.helpers import check_against_torch, torch_to_mx
 
 NAN, INF = float("nan"), float("inf")
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as TF
 
 import porter.layers.functional as PF
-from porter.layers import _native
+from porter.layers import _native, _native_build
 
 pytestmark = pytest.mark.native_only  # tests/layers/conftest.py: the native variant only (deselected by PORTER_NATIVE=0)
 
@@ -311,9 +311,9 @@ def test_missing_build_warns_once_and_falls_back(tmp_path):
 
 def test_build_reports_a_missing_tool_and_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PORTER_KERNEL_DIR", str(tmp_path / "kernels"))
-    monkeypatch.setattr(_native, "_tool", lambda name: None)
-    with pytest.raises(_native.BuildError, match="needs CMake"):
-        _native.build()
+    monkeypatch.setattr(_native_build, "_tool", lambda name: None)
+    with pytest.raises(_native_build.BuildError, match="needs CMake"):
+        _native_build.build()
     assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").rglob("*.so"))
 
 
@@ -321,21 +321,21 @@ def test_build_reports_a_failed_compile_and_leaves_nothing(tmp_path, monkeypatch
     monkeypatch.setenv("PORTER_KERNEL_DIR", str(tmp_path / "kernels"))
     broken = tmp_path / "csrc"
     broken.mkdir()
-    for name in _native.SOURCES:
-        (broken / name).write_text((_native.SOURCE_DIR / name).read_text())
-    (broken / "kernels.cpp").write_text((broken / "kernels.cpp").read_text() + "\nthis is not C++;\n")
-    monkeypatch.setattr(_native, "SOURCE_DIR", broken)
-    with pytest.raises(_native.BuildError, match="the (configure|compile) step failed"):
-        _native.build()
+    for name in _native_build.SOURCES:
+        (broken / name).write_text((_native_build.SOURCE_DIR / name).read_text())
+    (broken / "bindings.cpp").write_text((broken / "bindings.cpp").read_text() + "\nthis is not C++;\n")
+    monkeypatch.setattr(_native_build, "SOURCE_DIR", broken)
+    with pytest.raises(_native_build.BuildError, match="the (configure|compile) step failed"):
+        _native_build.build()
     leftovers = [p for p in (tmp_path / "kernels").rglob("*") if p.is_file()]
     assert leftovers == []
 
 
 def test_build_tag_tracks_mlx_sources_and_cpu(monkeypatch):
-    tag = _native.build_tag()
+    tag = _native_build.build_tag()
     assert tag.startswith(f"mlx{mx.__version__}-")
-    monkeypatch.setattr(_native, "_cpu_fingerprint", lambda: "another cpu")
-    assert _native.build_tag() != tag
+    monkeypatch.setattr(_native_build, "_cpu_fingerprint", lambda: "another cpu")
+    assert _native_build.build_tag() != tag
 
 
 def test_cli_build_kernels_is_a_no_op_when_built():
@@ -522,10 +522,21 @@ def test_vmap_of_fractional_and_unpool_kernels():
     np.testing.assert_array_equal(np.array(got), np.array(want))
 
 
+@pytest.mark.parametrize("edited", _native_build.SOURCES)
+def test_build_tag_changes_with_every_source_file(edited, tmp_path, monkeypatch):
+    # an edit to any file the build reads (a family's .cpp, a shared header, CMakeLists.txt) must give a new tag
+    for name in _native_build.SOURCES:
+        (tmp_path / name).write_bytes((_native_build.SOURCE_DIR / name).read_bytes())
+    monkeypatch.setattr(_native_build, "SOURCE_DIR", tmp_path)
+    tag = _native_build.build_tag()
+    (tmp_path / edited).write_bytes((tmp_path / edited).read_bytes() + b"\n")
+    assert _native_build.build_tag() != tag
+
+
 def test_build_tag_covers_every_source_file():
     # a source missing from SOURCES would not change the tag: an old build would load after an edit to it
-    on_disk = {p.name for p in _native.SOURCE_DIR.iterdir() if p.suffix in (".h", ".cpp", ".txt")}
-    assert on_disk == set(_native.SOURCES)
+    on_disk = {p.name for p in _native_build.SOURCE_DIR.iterdir() if p.suffix in (".h", ".cpp", ".txt")}
+    assert on_disk == set(_native_build.SOURCES)
 
 
 def test_mx_compile_of_native_layers_matches_eager():

@@ -8,7 +8,7 @@ import torch
 
 import porter.layers as L
 from porter.layers import _native
-from helpers import mx_to_numpy, torch_to_mx
+from tests.helpers import mx_to_numpy, torch_to_mx
 
 
 @pytest.mark.native_only

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import porter.layers as L
-from helpers import mx_to_numpy, torch_to_mx
+from tests.helpers import mx_to_numpy, torch_to_mx
 
 TORCH_BN = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}
 SHAPES = {0: (6, 5), 1: (3, 5, 7), 2: (2, 5, 5, 3), 3: (2, 5, 3, 4, 3)}  # torch layout, C = 5

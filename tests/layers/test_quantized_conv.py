@@ -15,8 +15,8 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 import torch
-from conv_helpers import TORCH_CONV, porter_twin
-from helpers import check_against_torch, mx_to_numpy, torch_to_mx
+from tests.conv_helpers import TORCH_CONV, porter_twin
+from tests.helpers import check_against_torch, mx_to_numpy, torch_to_mx
 
 import porter.layers as L
 import porter.layers.quantized_conv as Q

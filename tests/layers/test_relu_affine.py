@@ -11,7 +11,7 @@ import torch
 
 from porter.layers import functional as F
 
-from helpers import assert_close
+from tests.helpers import assert_close
 
 DTYPES = {
     "float32": (torch.float32, mx.float32),

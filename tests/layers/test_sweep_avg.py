@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_against_torch
+from tests.helpers import check_against_torch
 
 from porter.layers._utils import pool_output_size
 from porter.layers.functional import (

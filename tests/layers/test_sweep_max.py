@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import porter.layers.functional as PF
-from helpers import check_against_torch, torch_to_mx
+from tests.helpers import check_against_torch, torch_to_mx
 
 pytestmark = pytest.mark.slow  # subprocesses or long sweeps: `pytest -m "not slow"` skips them
 

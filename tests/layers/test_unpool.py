@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from error_helpers import check_error_against_torch
-from helpers import check_against_torch, torch_to_mx
+from tests.error_helpers import check_error_against_torch
+from tests.helpers import check_against_torch, torch_to_mx
 
 from porter.layers import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
 from porter.layers.functional import max_unpool1d, max_unpool2d, max_unpool3d

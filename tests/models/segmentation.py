@@ -1,17 +1,16 @@
-"""Dense-prediction models: a SegNet-style encoder-decoder (max-pool indices + MaxUnpool2d), a DeepLabV3-style
-head (dilated convs, image pooling, bilinear ``F.interpolate``) with torchvision's names, and a UNet
-(ConvTranspose2d upsampling, skip concatenation)."""
+"""Dense-prediction models: a SegNet-style encoder-decoder (max-pool indices + MaxUnpool2d), torchvision's DeepLabV3
+(dilated convs, image pooling, bilinear ``F.interpolate``; the zoo tests' twin, ``tests/zoo/twins/segmentation.py``)
+and a UNet (ConvTranspose2d upsampling, skip concatenation)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Dict, Sequence
+from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from porter.examples import Bottleneck, ResNet
+from tests.zoo.twins.segmentation import DeepLabHead, DeepLabV3, IntermediateLayerGetter
 
 
 def _conv_bn_relu(cin: int, cout: int) -> nn.Sequential:
@@ -49,97 +48,9 @@ class SegNetSmall(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- DeepLabV3
-class IntermediateLayerGetter(nn.ModuleDict):
-    """Runs the backbone's children in order up to the last requested one and returns a dict of the requested
-    outputs (torchvision.models._utils.IntermediateLayerGetter)."""
-
-    def __init__(self, model: nn.Module, return_layers: Dict[str, str]):
-        layers = OrderedDict()
-        wanted = dict(return_layers)
-        for name, module in model.named_children():
-            layers[name] = module
-            wanted.pop(name, None)
-            if not wanted:
-                break
-        super().__init__(layers)
-        self.return_layers = dict(return_layers)
-
-    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
-        out = OrderedDict()
-        for name, module in self.items():
-            x = module(x)
-            if name in self.return_layers:
-                out[self.return_layers[name]] = x
-        return out
-
-
-class ASPPConv(nn.Sequential):
-    def __init__(self, in_channels: int, out_channels: int, dilation: int):
-        super().__init__(nn.Conv2d(in_channels, out_channels, 3, padding=dilation, dilation=dilation, bias=False),
-                         nn.BatchNorm2d(out_channels), nn.ReLU())
-
-
-class ASPPPooling(nn.Sequential):
-    """Image-level features: global average, 1x1 conv, BN, ReLU, bilinearly resized back to the input size."""
-
-    def __init__(self, in_channels: int, out_channels: int):
-        super().__init__(nn.AdaptiveAvgPool2d(1), nn.Conv2d(in_channels, out_channels, 1, bias=False),
-                         nn.BatchNorm2d(out_channels), nn.ReLU())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        size = x.shape[-2:]
-        for mod in self:
-            x = mod(x)
-        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
-
-
-class ASPP(nn.Module):
-    """Atrous spatial pyramid pooling: a 1x1 branch, one dilated 3x3 branch per rate, image pooling; concatenated
-    and projected (``convs``, ``project``)."""
-
-    def __init__(self, in_channels: int, atrous_rates: Sequence[int], out_channels: int = 256):
-        super().__init__()
-        modules = [nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels),
-                                 nn.ReLU())]
-        modules += [ASPPConv(in_channels, out_channels, rate) for rate in atrous_rates]
-        modules.append(ASPPPooling(in_channels, out_channels))
-        self.convs = nn.ModuleList(modules)
-        self.project = nn.Sequential(
-            nn.Conv2d(len(self.convs) * out_channels, out_channels, 1, bias=False), nn.BatchNorm2d(out_channels),
-            nn.ReLU(), nn.Dropout(0.5),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.project(torch.cat([conv(x) for conv in self.convs], dim=1))
-
-
-class DeepLabHead(nn.Sequential):
-    def __init__(self, in_channels: int, num_classes: int, atrous_rates: Sequence[int] = (12, 24, 36),
-                 channels: int = 256):
-        super().__init__(ASPP(in_channels, atrous_rates, channels),
-                         nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels),
-                         nn.ReLU(), nn.Conv2d(channels, num_classes, 1))
-
-
-class DeepLabV3(nn.Module):
-    """``backbone`` (dilated ResNet through IntermediateLayerGetter), ``classifier`` (DeepLabHead); the logits are
-    bilinearly resized to the input size. Returns ``{"out": (N, num_classes, H, W)}`` like torchvision."""
-
-    def __init__(self, backbone: nn.Module, classifier: nn.Module):
-        super().__init__()
-        self.backbone = backbone
-        self.classifier = classifier
-        self.aux_classifier = None
-
-    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
-        input_shape = x.shape[-2:]
-        features = self.backbone(x)
-        out = self.classifier(features["out"])
-        return OrderedDict(out=F.interpolate(out, size=input_shape, mode="bilinear", align_corners=False))
-
-
 def deeplabv3_small(num_classes: int = 5) -> DeepLabV3:
-    """Output stride 8: layer3 and layer4 dilate (2, 4) instead of striding; ASPP rates 2, 4, 6."""
+    """torchvision's DeepLabV3 (the zoo tests' twin) on a one-block-per-stage ResNet, output stride 8: layer3 and
+    layer4 dilate (2, 4) instead of striding; ASPP rates 2, 4, 6 and 16 channels. Returns ``{"out": logits}``."""
     resnet = ResNet(Bottleneck, [1, 1, 1, 1], widths=(4, 8, 8, 8), replace_stride_with_dilation=[False, True, True])
     backbone = IntermediateLayerGetter(resnet, {"layer4": "out"})
     return DeepLabV3(backbone, DeepLabHead(8 * Bottleneck.expansion, num_classes, atrous_rates=(2, 4, 6),

@@ -2,9 +2,9 @@
 one size must either give torch's numbers at another size or refuse it clearly (issue 11).
 
 - ``OddWidth``: ``if x.shape[-1] % 2 == 1: x = x * 2`` (the issue's minimal case).
-- ``SwinSmall``: torchvision ``swin_t``'s structure (``features``/``norm``/``head``; ``SwinTransformerBlock`` with
-  ``norm1, attn (qkv, proj, relative_position_bias_table, relative_position_index), norm2, mlp``) and its
-  ``shifted_window_attention``: pad to a multiple of the window, drop the shift when the window covers the map,
+- ``SwinSmall``: torchvision ``swin_t``'s structure (``features``/``norm``/``head``; the zoo twin's
+  ``SwinTransformerBlock`` with ``norm1, attn (qkv, proj, relative_position_bias_table, relative_position_index),
+  norm2, mlp``) and its ``shifted_window_attention``: pad to a multiple of the window, drop the shift when the window covers the map,
   cyclic roll, attention mask built by slice assignment, unpad.
 - ``MobileViTSmall``: a MobileViT block as in timm / Hugging Face (``conv_kxk, conv_1x1, transformer,
   conv_proj, conv_fusion``): unfold into 2x2 patches, interpolating first when the map is not a multiple of the
@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import List
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from tests.zoo.twins.convnext import Permute
+from tests.zoo.twins.swin import ShiftedWindowAttention, SwinTransformerBlock
 
 
 class OddWidth(nn.Module):
@@ -33,139 +35,21 @@ class OddWidth(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- Swin
-def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_bias, window_size: List[int],
-                             num_heads: int, shift_size: List[int], qkv_bias=None, proj_bias=None,
-                             mask_out_of_place: bool = False):
-    """torchvision.models.swin_transformer.shifted_window_attention (eval: no dropout).
-
-    ``mask_out_of_place`` builds the same attention mask from index comparisons instead of torchvision's slice
-    assignments (``attn_mask[h0:h1, w0:w1] = count``), which Porter refuses (writes through views)."""
-    B, H, W, C = input.shape
-    pad_r = (window_size[1] - W % window_size[1]) % window_size[1]
-    pad_b = (window_size[0] - H % window_size[0]) % window_size[0]
-    x = F.pad(input, (0, 0, 0, pad_r, 0, pad_b))
-    _, pad_H, pad_W, _ = x.shape
-    shift_size = shift_size.copy()
-    if window_size[0] >= pad_H:
-        shift_size[0] = 0
-    if window_size[1] >= pad_W:
-        shift_size[1] = 0
-    if sum(shift_size) > 0:
-        x = torch.roll(x, shifts=(-shift_size[0], -shift_size[1]), dims=(1, 2))
-    num_windows = (pad_H // window_size[0]) * (pad_W // window_size[1])
-    x = x.view(B, pad_H // window_size[0], window_size[0], pad_W // window_size[1], window_size[1], C)
-    x = x.permute(0, 1, 3, 2, 4, 5).reshape(B * num_windows, window_size[0] * window_size[1], C)
-    qkv = F.linear(x, qkv_weight, qkv_bias)
-    qkv = qkv.reshape(x.size(0), x.size(1), 3, num_heads, C // num_heads).permute(2, 0, 3, 1, 4)
-    q, k, v = qkv[0], qkv[1], qkv[2]
-    q = q * (C // num_heads) ** -0.5
-    attn = q.matmul(k.transpose(-2, -1))
-    attn = attn + relative_position_bias
-    if sum(shift_size) > 0 and mask_out_of_place:
-        # region ids of the three row and column bands (0, -ws), (-ws, -shift), (-shift, None), as below
-        rows = torch.arange(pad_H, device=x.device)
-        cols = torch.arange(pad_W, device=x.device)
-        row_id = (rows >= pad_H - window_size[0]).to(x.dtype) + (rows >= pad_H - shift_size[0]).to(x.dtype)
-        col_id = (cols >= pad_W - window_size[1]).to(x.dtype) + (cols >= pad_W - shift_size[1]).to(x.dtype)
-        attn_mask = row_id[:, None] * 3 + col_id[None, :]
-    elif sum(shift_size) > 0:
-        attn_mask = x.new_zeros((pad_H, pad_W))
-        h_slices = ((0, -window_size[0]), (-window_size[0], -shift_size[0]), (-shift_size[0], None))
-        w_slices = ((0, -window_size[1]), (-window_size[1], -shift_size[1]), (-shift_size[1], None))
-        count = 0
-        for h in h_slices:
-            for w in w_slices:
-                attn_mask[h[0]:h[1], w[0]:w[1]] = count
-                count += 1
-    if sum(shift_size) > 0:
-        attn_mask = attn_mask.view(pad_H // window_size[0], window_size[0], pad_W // window_size[1], window_size[1])
-        attn_mask = attn_mask.permute(0, 2, 1, 3).reshape(num_windows, window_size[0] * window_size[1])
-        attn_mask = attn_mask.unsqueeze(1) - attn_mask.unsqueeze(2)
-        attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))
-        attn = attn.view(x.size(0) // num_windows, num_windows, num_heads, x.size(1), x.size(1))
-        attn = attn + attn_mask.unsqueeze(1).unsqueeze(0)
-        attn = attn.view(-1, num_heads, x.size(1), x.size(1))
-    attn = F.softmax(attn, dim=-1)
-    x = attn.matmul(v).transpose(1, 2).reshape(x.size(0), x.size(1), C)
-    x = F.linear(x, proj_weight, proj_bias)
-    x = x.view(B, pad_H // window_size[0], pad_W // window_size[1], window_size[0], window_size[1], C)
-    x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, pad_H, pad_W, C)
-    if sum(shift_size) > 0:
-        x = torch.roll(x, shifts=(shift_size[0], shift_size[1]), dims=(1, 2))
-    x = x[:, :H, :W, :].contiguous()
-    return x
-
-
-class ShiftedWindowAttention(nn.Module):
-    def __init__(self, dim: int, window_size: List[int], shift_size: List[int], num_heads: int,
-                 mask_out_of_place: bool = False):
-        super().__init__()
-        self.window_size, self.shift_size, self.num_heads = window_size, shift_size, num_heads
-        self.mask_out_of_place = mask_out_of_place
-        self.qkv = nn.Linear(dim, dim * 3)
-        self.proj = nn.Linear(dim, dim)
-        self.relative_position_bias_table = nn.Parameter(
-            torch.zeros((2 * window_size[0] - 1) * (2 * window_size[1] - 1), num_heads))
-        coords = torch.stack(torch.meshgrid(torch.arange(window_size[0]), torch.arange(window_size[1]),
-                                            indexing="ij"))
-        coords_flatten = torch.flatten(coords, 1)
-        relative = (coords_flatten[:, :, None] - coords_flatten[:, None, :]).permute(1, 2, 0).contiguous()
-        relative[:, :, 0] += window_size[0] - 1
-        relative[:, :, 1] += window_size[1] - 1
-        relative[:, :, 0] *= 2 * window_size[1] - 1
-        self.register_buffer("relative_position_index", relative.sum(-1).flatten())
-        nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
-
-    def get_relative_position_bias(self):
-        n = self.window_size[0] * self.window_size[1]
-        bias = self.relative_position_bias_table[self.relative_position_index].view(n, n, -1)
-        return bias.permute(2, 0, 1).contiguous().unsqueeze(0)
-
-    def forward(self, x):
-        return shifted_window_attention(x, self.qkv.weight, self.proj.weight, self.get_relative_position_bias(),
-                                        self.window_size, self.num_heads, shift_size=self.shift_size,
-                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias,
-                                        mask_out_of_place=self.mask_out_of_place)
-
-
-class MLP(nn.Sequential):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(0.0), nn.Linear(hidden, dim), nn.Dropout(0.0))
-
-
-class SwinTransformerBlock(nn.Module):
-    def __init__(self, dim: int, num_heads: int, window_size: List[int], shift_size: List[int],
-                 mask_out_of_place: bool = False):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-5)
-        self.attn = ShiftedWindowAttention(dim, window_size, shift_size, num_heads, mask_out_of_place)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-5)
-        self.mlp = MLP(dim, 2 * dim)
-
-    def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
-
-
-class Permute(nn.Module):
-    def __init__(self, dims: List[int]):
-        super().__init__()
-        self.dims = dims
-
-    def forward(self, x):
-        return torch.permute(x, self.dims)
-
-
 class SwinSmall(nn.Module):
-    """Patch embedding (4x4, stride 4), two Swin blocks (shift 0, then window // 2), norm, pool, head."""
+    """Patch embedding (4x4, stride 4), two Swin blocks (shift 0, then window // 2; MLP ratio 2), norm, pool, head.
+
+    The blocks are the zoo tests' torchvision twin's (``tests/zoo/twins/swin.py``); ``mask_out_of_place`` builds
+    their attention mask without slice assignments (see its ``shifted_window_attention``).
+    """
 
     def __init__(self, dim: int = 16, num_heads: int = 2, window: int = 4, num_classes: int = 5,
                  mask_out_of_place: bool = False):
         super().__init__()
         stem = nn.Sequential(nn.Conv2d(3, dim, 4, 4), Permute([0, 2, 3, 1]), nn.LayerNorm(dim))
+        attn = partial(ShiftedWindowAttention, mask_out_of_place=mask_out_of_place)
         blocks = nn.Sequential(*[SwinTransformerBlock(dim, num_heads, [window, window],
                                                       [0, 0] if i % 2 == 0 else [window // 2, window // 2],
-                                                      mask_out_of_place)
+                                                      mlp_ratio=2.0, attn_layer=attn)
                                  for i in range(2)])
         self.features = nn.Sequential(stem, blocks)
         self.norm = nn.LayerNorm(dim)

@@ -11,10 +11,7 @@ import subprocess
 import sys
 import zipfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CLI_TESTS = os.path.join(os.path.dirname(HERE), "cli")
-if CLI_TESTS not in sys.path:
-    sys.path.insert(0, CLI_TESTS)  # tinynets
+from tests.paths import repo_env
 
 
 class Payload:
@@ -45,7 +42,7 @@ def rewrite_zip(src, dst, replace: dict) -> None:
 def run_porter(args, cwd, timeout=120, env=None):
     """The real command in a subprocess (stderr as a user sees it, hangs caught by ``timeout``)."""
     return subprocess.run([sys.executable, "-m", "porter.cli.main", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env=repo_env(**(env or {})))
 
 
 def assert_input_error(result, names, *, listing_before=None, directory=None):

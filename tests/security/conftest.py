@@ -5,16 +5,9 @@ checkpoints with torch.
 """
 
 import json
-import os
 import shutil
-import sys
 
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-for path in (HERE, os.path.join(os.path.dirname(HERE), "cli")):  # attack_helpers, tinynets
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
 
 @pytest.fixture(scope="session")
@@ -23,12 +16,12 @@ def tiny_artifact(tmp_path_factory):
     import torch
 
     import porter
-    import tinynets
+    from tests.cli import tinynets
 
     model = tinynets.seeded()
     directory = tmp_path_factory.mktemp("artifact") / "tiny-mlx"
     porter.save(porter.convert(model, torch.randn(1, 3, 16, 16)), directory,
-                metadata={"source": {"model": "tinynets:tiny_net", "model_kwargs": {},
+                metadata={"source": {"model": "tests.cli.tinynets:tiny_net", "model_kwargs": {},
                                      "input_shapes": [[1, 3, 16, 16]]}})
     return directory, model
 

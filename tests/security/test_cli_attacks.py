@@ -15,10 +15,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from attack_helpers import assert_input_error, pickled_payload, rewrite_zip, run_porter
 from porter.cli.main import main
 
-import tinynets
+from tests.cli import tinynets
+from tests.paths import repo_env
+from tests.security.attack_helpers import assert_input_error, pickled_payload, rewrite_zip, run_porter
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def ckpts(tmp_path):
     return paths
 
 
-ARCH = ["--model", "tinynets:tiny_net", "--input-shape", "1,3,16,16"]
+ARCH = ["--model", "tests.cli.tinynets:tiny_net", "--input-shape", "1,3,16,16"]
 
 
 def _with_metadata(tampered, source):
@@ -65,7 +66,7 @@ def test_validate_never_imports_recorded_code(runner, tampered, ckpts, tmp_path)
         assert not marker.exists()
     # given on the command line, the user's own code runs; the recorded input shape is reused
     result = runner.invoke(main, ["validate", str(directory), "--against", str(ckpts["state_dict"]), "--model",
-                                  "tinynets:tiny_net"])
+                                  "tests.cli.tinynets:tiny_net"])
     assert result.exit_code == 0, result.output
 
 
@@ -103,7 +104,7 @@ def test_absurd_input_shape_refused_at_once(runner, ckpts, tmp_path):
     before = sorted(os.listdir(tmp_path))
     for shape in ["1,3,100000,100000", "100000,3,1000,1000", "1,1,1,1,1,1,1,1,1,1"]:
         start = time.monotonic()
-        result = runner.invoke(main, ["convert", str(ckpts["state_dict"]), "--model", "tinynets:tiny_net",
+        result = runner.invoke(main, ["convert", str(ckpts["state_dict"]), "--model", "tests.cli.tinynets:tiny_net",
                                       "--input-shape", shape])
         assert_input_error(result, ["--input-shape", shape], directory=tmp_path, listing_before=before)
         assert time.monotonic() - start < 30
@@ -183,7 +184,7 @@ def test_pickled_module_payload_refused(runner, tmp_path):
 
 
 def tinynets_payload(marker):
-    from attack_helpers import Payload
+    from tests.security.attack_helpers import Payload
 
     return Payload(marker)
 
@@ -254,6 +255,6 @@ def test_full_disk_exits_2_and_leaves_nothing(ckpts, tmp_path):
     before = sorted(os.listdir(tmp_path))
     result = subprocess.run([sys.executable, "-c", WRITE_LIMITED, "convert", str(ckpts["state_dict"]), *ARCH,
                              "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                            cwd=tmp_path, env=repo_env())
     assert_input_error(result, [str(tmp_path / "out"), "model.safetensors"], directory=tmp_path,
                        listing_before=before)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import porter
-from hub_helpers import hub_net, populate_cache, read_header, write_header
+from tests.hub_helpers import hub_net, populate_cache, read_header, write_header
 from porter.converters import ArtifactError
 from porter.converters import shards
 

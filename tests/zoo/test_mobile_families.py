@@ -2,8 +2,6 @@
 RegNet's float32 width rule, stochastic depth in training, NaN and dtype behaviour, input gradients through the
 segmentation head, and argument errors. (Forward/training parity of every model is in test_zoo.py.)"""
 
-import os
-import sys
 
 import mlx.core as mx
 import numpy as np
@@ -11,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from porter.compare import assert_close
 from porter import zoo
 from porter.layers import BatchNorm
 from porter.zoo._mobile_blocks import Hardsigmoid, resize_bilinear
@@ -19,9 +18,8 @@ from porter.zoo.efficientnet import MBConv, StageConfig
 from porter.zoo.regnet import block_params
 from porter.zoo.shufflenetv2 import channel_shuffle
 
-sys.path.insert(0, os.path.dirname(__file__))
-from twins import regnet as regnet_twin, shufflenetv2 as shufflenet_twin  # noqa: E402
-from test_zoo import loaded_zoo_model, seeded_twin  # noqa: E402
+from tests.zoo.twins import regnet as regnet_twin, shufflenetv2 as shufflenet_twin  # noqa: E402
+from tests.zoo.test_zoo import loaded_zoo_model, seeded_twin  # noqa: E402
 
 
 def _nhwc(t: torch.Tensor) -> mx.array:
@@ -135,7 +133,7 @@ def test_nan_input_stays_in_its_sample_as_in_torch():
     got = np.array(model(_nhwc(x)))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     assert np.isnan(got[0]).all() and not np.isnan(got[1]).any()
-    np.testing.assert_allclose(got[1], expected[1], rtol=0, atol=1e-4 * np.abs(expected[1]).max())
+    assert_close(got[1], expected[1])
 
 
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16])
@@ -164,7 +162,7 @@ def test_lraspp_input_gradient_matches_torch():
     (out * g).sum().backward()
     grad = mx.grad(lambda a: (model(a)["out"] * _nhwc(g)).sum())(_nhwc(x))
     expected = x.grad.numpy()
-    np.testing.assert_allclose(_nchw(grad), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert_close(_nchw(grad), expected)
 
 
 def test_argument_errors():
@@ -220,7 +218,7 @@ def test_deeplabv3_mobilenet_input_gradient_matches_torch():
 
     grad = mx.grad(loss)(_nhwc(x))
     expected = x.grad.numpy()
-    np.testing.assert_allclose(_nchw(grad), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert_close(_nchw(grad), expected)
 
 
 def test_deeplabv3_mobilenet_defaults_and_tap_errors():

@@ -2,8 +2,6 @@
 sizes that take torchvision's special paths (one dim shifted, the other covered by the window), ViT's image_size,
 MaxViT's partition checks, dropout and stochastic depth in training, bfloat16, NaN kept per sample."""
 
-import os
-import sys
 
 import mlx.core as mx
 import mlx.nn as mnn
@@ -11,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from porter.compare import assert_close
 from porter import zoo
 from porter.zoo import swin
 from porter.zoo._loading import torch_parameter_specs
 
-sys.path.insert(0, os.path.dirname(__file__))
-import test_zoo as tz  # noqa: E402  (the registry tests' twins and loading helpers)
-from twins import swin as swin_twin  # noqa: E402
+from tests.zoo import test_zoo as tz  # noqa: E402  (the registry tests' twins and loading helpers)
+from tests.zoo.twins import swin as swin_twin  # noqa: E402
 
 
 def _load(module, torch_module):
@@ -132,4 +130,4 @@ def test_nan_stays_in_its_sample(name):
     got = np.array(model(mx.array(tz._channels_last(x.numpy()))))
     assert np.isnan(expected[0]).all() and np.isfinite(expected[1]).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
-    np.testing.assert_allclose(got[1], expected[1], rtol=0, atol=1e-4 * np.abs(expected[1]).max())
+    assert_close(got[1], expected[1])

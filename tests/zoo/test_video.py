@@ -2,8 +2,6 @@
 test take minutes, so its features are checked here on a small clip), input validation."""
 
 import copy
-import os
-import sys
 
 import mlx.core as mx
 import mlx.nn as mnn
@@ -16,8 +14,7 @@ from porter import zoo
 from porter.zoo._common import apply_sequence
 from porter.zoo._loading import torch_parameter_specs
 
-sys.path.insert(0, os.path.dirname(__file__))
-import test_zoo as tz  # noqa: E402  (the registry tests' twins and loading helpers)
+from tests.zoo import test_zoo as tz  # noqa: E402  (the registry tests' twins and loading helpers)
 
 
 def test_s3d_features_train_mode_matches_torch():

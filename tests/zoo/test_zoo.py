@@ -2,7 +2,6 @@
 
 import importlib
 import json
-import os
 import subprocess
 import sys
 
@@ -13,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 
+from porter.compare import assert_close
 from porter import zoo
 from porter.zoo.registry import register_model
 from mlx.utils import tree_flatten
 from porter.zoo._loading import torch_parameter_specs
 
-sys.path.insert(0, os.path.dirname(__file__))
-from helpers import check_against_torch  # noqa: E402
+from tests.helpers import check_against_torch  # noqa: E402
 
-from twins import CASES  # noqa: E402
+from tests.zoo.twins import CASES  # noqa: E402
 
 MODELS = zoo.list_models()
 SMALL = {name: case.small for name, case in CASES.items()}
@@ -315,7 +314,7 @@ assert "torch" not in sys.modules, sorted(m for m in sys.modules if m.startswith
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     got = np.load(tmp_path / "y.npy")
-    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+    assert_close(got, expected)
 
 
 def test_load_checkpoint_casts_to_the_models_dtype(tmp_path):

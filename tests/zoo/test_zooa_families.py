@@ -3,9 +3,7 @@ Inception v3 and the FCN/DeepLabV3 segmentation models, beyond the registry-wide
 heads in training, torchvision's weight-file conventions, documented counts of the weight configurations,
 bilinear upsampling, builder argument errors."""
 
-import os
 import re
-import sys
 
 import mlx.core as mx
 import numpy as np
@@ -17,9 +15,8 @@ from porter import examples, zoo
 from porter.zoo.segmentation import interpolate_bilinear
 from porter.zoo.squeezenet import SqueezeNet
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_zoo import SMALL, compare_forward, loaded_zoo_model, numpy_state_dict, seeded_twin  # noqa: E402
-from twins import CASES  # noqa: E402
+from tests.zoo.test_zoo import SMALL, compare_forward, loaded_zoo_model, numpy_state_dict, seeded_twin  # noqa: E402
+from tests.zoo.twins import CASES  # noqa: E402
 
 
 def _count(model) -> int:

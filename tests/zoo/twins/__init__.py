@@ -14,6 +14,8 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from porter.compare import RTOL
+
 
 @dataclass(frozen=True)
 class Case:
@@ -33,7 +35,7 @@ class Case:
             ``stochastic_depth_prob=0.0``), so both frameworks draw no random masks.
         num_params: torchvision's documented parameter count of the default configuration (an outside check that
             the twin, and so the zoo model, is torchvision's architecture), or None.
-        atol: forward tolerance relative to the output's magnitude.
+        atol: forward tolerance relative to the output's magnitude (default: porter.compare's bar, ``RTOL``).
     """
 
     twin: Callable
@@ -43,7 +45,7 @@ class Case:
     train_input: tuple = (4, 3, 64, 64)
     train_kwargs: dict = field(default_factory=dict)
     num_params: Optional[int] = None
-    atol: float = 1e-4
+    atol: float = RTOL
 
 
 def _collect() -> dict:

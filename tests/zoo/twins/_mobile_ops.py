@@ -67,6 +67,10 @@ class StochasticDepth(nn.Module):
 
     def __init__(self, p: float, mode: str):
         super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"[StochasticDepth] 'p' must be between 0 and 1 but got {p}.")
+        if mode not in ("row", "batch"):
+            raise ValueError(f"[StochasticDepth] 'mode' must be 'row' or 'batch' but got {mode!r}.")
         self.p, self.mode = p, mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -7,11 +7,15 @@ from . import Case
 
 
 class AlexNet(nn.Module):
-    """torchvision's AlexNet; ``width_divisor`` and ``hidden`` shrink it for the tests (same names)."""
+    """torchvision's AlexNet; ``width_divisor`` or explicit ``widths`` (the five convs' channels) and ``hidden``
+    shrink it for the tests (same names)."""
 
-    def __init__(self, num_classes: int = 1000, dropout: float = 0.5, width_divisor: int = 1, hidden: int = 4096):
+    def __init__(self, num_classes: int = 1000, dropout: float = 0.5, width_divisor: int = 1, hidden: int = 4096,
+                 widths=None):
         super().__init__()
-        c1, c2, c3, c4, c5 = (max(1, c // width_divisor) for c in (64, 192, 384, 256, 256))
+        if widths is not None and len(widths) != 5:
+            raise ValueError(f"AlexNet: 'widths' takes the five convs' channels, got {widths!r}")
+        c1, c2, c3, c4, c5 = widths or (max(1, c // width_divisor) for c in (64, 192, 384, 256, 256))
         self.features = nn.Sequential(
             nn.Conv2d(3, c1, kernel_size=11, stride=4, padding=2), nn.ReLU(inplace=True),
             nn.MaxPool2d(kernel_size=3, stride=2),

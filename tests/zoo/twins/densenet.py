@@ -1,6 +1,7 @@
 """DenseNet's torch twin (torchvision.models.densenet's structure and names) and its zoo cases."""
 
 from collections import OrderedDict
+from typing import List, Union
 
 import torch
 import torch.nn.functional as F
@@ -20,8 +21,9 @@ class _DenseLayer(nn.Module):
         self.conv2 = nn.Conv2d(bn_size * growth_rate, growth_rate, kernel_size=3, stride=1, padding=1, bias=False)
         self.drop_rate = float(drop_rate)
 
-    def forward(self, inputs):
-        prev = torch.cat(inputs, 1)
+    def forward(self, inputs: Union[torch.Tensor, List[torch.Tensor]]) -> torch.Tensor:
+        # typed (torchvision overloads it) so torch.jit.script compiles it: a tensor or the list of earlier maps
+        prev = torch.cat([inputs] if isinstance(inputs, torch.Tensor) else inputs, 1)
         out = self.conv1(self.relu1(self.norm1(prev)))
         out = self.conv2(self.relu2(self.norm2(out)))
         if self.drop_rate > 0:
@@ -36,7 +38,7 @@ class _DenseBlock(nn.ModuleDict):
             self.add_module(f"denselayer{i + 1}",
                             _DenseLayer(num_input_features + i * growth_rate, growth_rate, bn_size, drop_rate))
 
-    def forward(self, init_features):
+    def forward(self, init_features: torch.Tensor) -> torch.Tensor:
         features = [init_features]
         for _, layer in self.items():
             features.append(layer(features))

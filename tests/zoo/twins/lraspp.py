@@ -10,29 +10,7 @@ from torch.nn import functional as F
 
 from . import Case
 from .mobilenetv3 import mobilenet_v3_large
-
-
-class IntermediateLayerGetter(nn.ModuleDict):
-    """torchvision.models._utils.IntermediateLayerGetter: the children up to the last returned one."""
-
-    def __init__(self, model, return_layers):
-        remaining = dict(return_layers)
-        layers = OrderedDict()
-        for name, module in model.named_children():
-            layers[name] = module
-            remaining.pop(name, None)
-            if not remaining:
-                break
-        super().__init__(layers)
-        self.return_layers = dict(return_layers)
-
-    def forward(self, x):
-        out = OrderedDict()
-        for name, module in self.items():
-            x = module(x)
-            if name in self.return_layers:
-                out[self.return_layers[name]] = x
-        return out
+from .segmentation import IntermediateLayerGetter
 
 
 class LRASPPHead(nn.Module):

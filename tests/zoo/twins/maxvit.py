@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import Case
+from ._mobile_ops import SqueezeExcitation
 from ._randomize import randomized
 from .swin import StochasticDepth
 
@@ -34,22 +35,6 @@ class Conv2dNormActivation(nn.Sequential):
         if activation_layer is not None:
             layers.append(activation_layer())
         super().__init__(*layers)
-
-
-class SqueezeExcitation(nn.Module):
-    """torchvision.ops.SqueezeExcitation."""
-
-    def __init__(self, input_channels, squeeze_channels, activation=nn.ReLU, scale_activation=nn.Sigmoid):
-        super().__init__()
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc1 = nn.Conv2d(input_channels, squeeze_channels, 1)
-        self.fc2 = nn.Conv2d(squeeze_channels, input_channels, 1)
-        self.activation = activation()
-        self.scale_activation = scale_activation()
-
-    def forward(self, x):
-        scale = self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x)))))
-        return scale * x
 
 
 def _get_conv_output_shape(input_size, kernel_size, stride, padding):

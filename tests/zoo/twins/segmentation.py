@@ -76,9 +76,12 @@ class ASPP(nn.Module):
 
 
 class DeepLabHead(nn.Sequential):
-    def __init__(self, in_channels, num_classes, atrous_rates=(12, 24, 36), dropout=0.5):
-        super().__init__(ASPP(in_channels, atrous_rates, dropout=dropout), nn.Conv2d(256, 256, 3, padding=1, bias=False),
-                         nn.BatchNorm2d(256), nn.ReLU(), nn.Conv2d(256, num_classes, 1))
+    """torchvision's; ``channels`` (Porter's: torchvision fixes 256) narrows ASPP and the head for the tests."""
+
+    def __init__(self, in_channels, num_classes, atrous_rates=(12, 24, 36), dropout=0.5, channels=256):
+        super().__init__(ASPP(in_channels, atrous_rates, channels, dropout=dropout),
+                         nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+                         nn.Conv2d(channels, num_classes, 1))
 
 
 class SimpleSegmentationModel(nn.Module):
@@ -100,6 +103,10 @@ class SimpleSegmentationModel(nn.Module):
         return result
 
 
+class DeepLabV3(SimpleSegmentationModel):
+    """torchvision's DeepLabV3: a SimpleSegmentationModel (``backbone``, ``classifier``, ``aux_classifier``)."""
+
+
 def _builder(head, layers):
     def build(num_classes=None, aux_loss=None, widths=(64, 128, 256, 512), head_dropout=None, **head_kwargs):
         num_classes = 21 if num_classes is None else num_classes
@@ -113,7 +120,7 @@ def _builder(head, layers):
             classifier = DeepLabHead(widths[3] * 4, num_classes, dropout=0.5 if head_dropout is None else head_dropout,
                                      **head_kwargs)
         aux = FCNHead(widths[2] * 4, num_classes, fcn_dropout) if aux_loss else None
-        return SimpleSegmentationModel(backbone, classifier, aux)
+        return (SimpleSegmentationModel if head == "fcn" else DeepLabV3)(backbone, classifier, aux)
     return build
 
 

@@ -13,33 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import Case
+from ._mobile_ops import StochasticDepth
 from ._randomize import randomize_constants
+from .convnext import Permute
 from .vit import MLP
-
-
-class Permute(nn.Module):
-    def __init__(self, dims):
-        super().__init__()
-        self.dims = dims
-
-    def forward(self, x):
-        return torch.permute(x, self.dims)
-
-
-class StochasticDepth(nn.Module):
-    def __init__(self, p, mode):
-        super().__init__()
-        self.p, self.mode = p, mode
-
-    def forward(self, x):
-        if not self.training or self.p == 0.0:
-            return x
-        survival = 1.0 - self.p
-        size = [x.shape[0]] + [1] * (x.ndim - 1) if self.mode == "row" else [1] * x.ndim
-        noise = torch.empty(size, dtype=x.dtype, device=x.device).bernoulli_(survival)
-        if survival > 0.0:
-            noise.div_(survival)
-        return x * noise
 
 
 def _patch_merging_pad(x):
@@ -83,7 +60,10 @@ class PatchMergingV2(nn.Module):
 
 def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_bias, window_size, num_heads,
                              shift_size, attention_dropout=0.0, dropout=0.0, qkv_bias=None, proj_bias=None,
-                             logit_scale=None, training=True):
+                             logit_scale=None, training=True, mask_out_of_place=False):
+    """torchvision's. ``mask_out_of_place`` (Porter's, for the converter tests' ``SwinSmall``) builds the same
+    attention mask from index comparisons instead of slice assignments (``attn_mask[h0:h1, w0:w1] = count``),
+    which Porter refuses (writes through views)."""
     B, H, W, C = input.shape
     pad_r = (window_size[1] - W % window_size[1]) % window_size[1]
     pad_b = (window_size[0] - H % window_size[0]) % window_size[0]
@@ -119,7 +99,14 @@ def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_b
         attn = q.matmul(k.transpose(-2, -1))
     attn = attn + relative_position_bias
 
-    if sum(shift_size) > 0:
+    if sum(shift_size) > 0 and mask_out_of_place:
+        # region ids of the three row and column bands (0, -ws), (-ws, -shift), (-shift, None), as below
+        rows = torch.arange(pad_H, device=x.device)
+        cols = torch.arange(pad_W, device=x.device)
+        row_id = (rows >= pad_H - window_size[0]).to(x.dtype) + (rows >= pad_H - shift_size[0]).to(x.dtype)
+        col_id = (cols >= pad_W - window_size[1]).to(x.dtype) + (cols >= pad_W - shift_size[1]).to(x.dtype)
+        attn_mask = row_id[:, None] * 3 + col_id[None, :]
+    elif sum(shift_size) > 0:
         attn_mask = x.new_zeros((pad_H, pad_W))
         h_slices = ((0, -window_size[0]), (-window_size[0], -shift_size[0]), (-shift_size[0], None))
         w_slices = ((0, -window_size[1]), (-window_size[1], -shift_size[1]), (-shift_size[1], None))
@@ -128,6 +115,7 @@ def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_b
             for w in w_slices:
                 attn_mask[h[0]: h[1], w[0]: w[1]] = count
                 count += 1
+    if sum(shift_size) > 0:
         attn_mask = attn_mask.view(pad_H // window_size[0], window_size[0], pad_W // window_size[1], window_size[1])
         attn_mask = attn_mask.permute(0, 2, 1, 3).reshape(num_windows, window_size[0] * window_size[1])
         attn_mask = attn_mask.unsqueeze(1) - attn_mask.unsqueeze(2)
@@ -154,10 +142,11 @@ def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_b
 
 class ShiftedWindowAttention(nn.Module):
     def __init__(self, dim, window_size, shift_size, num_heads, qkv_bias=True, proj_bias=True,
-                 attention_dropout=0.0, dropout=0.0):
+                 attention_dropout=0.0, dropout=0.0, mask_out_of_place=False):
         super().__init__()
         if len(window_size) != 2 or len(shift_size) != 2:
             raise ValueError("window_size and shift_size must be of length 2")
+        self.mask_out_of_place = mask_out_of_place  # Porter's (see shifted_window_attention)
         self.window_size = window_size
         self.shift_size = shift_size
         self.num_heads = num_heads
@@ -194,7 +183,8 @@ class ShiftedWindowAttention(nn.Module):
         return shifted_window_attention(x, self.qkv.weight, self.proj.weight, self.get_relative_position_bias(),
                                         self.window_size, self.num_heads, shift_size=self.shift_size,
                                         attention_dropout=self.attention_dropout, dropout=self.dropout,
-                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias, training=self.training)
+                                        qkv_bias=self.qkv.bias, proj_bias=self.proj.bias, training=self.training,
+                                        mask_out_of_place=self.mask_out_of_place)
 
 
 class ShiftedWindowAttentionV2(ShiftedWindowAttention):

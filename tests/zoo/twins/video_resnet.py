@@ -1,7 +1,9 @@
 """Torch twin of torchvision's video ResNets (torchvision.models.video.resnet) and their cases.
 
 Module structure, ``state_dict`` names and builders are torchvision's; ``VideoResNet`` also takes ``widths`` (the
-stem's and the stages' channels; torchvision's are 64, 128, 256, 512) so the tests can build reduced models.
+stem's and the stages' channels; torchvision's are 64, 128, 256, 512) so the tests can build reduced models, and
+``stem_pool`` (a ``maxpool``, MaxPool3d (1, 3, 3)/(1, 2, 2), after the stem; torchvision has none, and the
+``state_dict`` keys do not change) so the converter tests (``tests/models``) run a 3-d max pool in a real network.
 """
 
 import torch
@@ -84,10 +86,11 @@ class R2Plus1dStem(nn.Sequential):
 
 class VideoResNet(nn.Module):
     def __init__(self, block, conv_makers, layers, stem, num_classes=400, zero_init_residual=False,
-                 widths=(64, 128, 256, 512)):
+                 widths=(64, 128, 256, 512), stem_pool=False):
         super().__init__()
         self.inplanes = widths[0]
         self.stem = stem(widths[0])
+        self.maxpool = nn.MaxPool3d(kernel_size=(1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)) if stem_pool else None
         self.layer1 = self._make_layer(block, conv_makers[0], widths[0], layers[0], stride=1)
         self.layer2 = self._make_layer(block, conv_makers[1], widths[1], layers[1], stride=2)
         self.layer3 = self._make_layer(block, conv_makers[2], widths[2], layers[2], stride=2)
@@ -97,6 +100,8 @@ class VideoResNet(nn.Module):
 
     def forward(self, x):
         x = self.stem(x)
+        if self.maxpool is not None:
+            x = self.maxpool(x)
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = self.avgpool(x).flatten(1)
         return self.fc(x)

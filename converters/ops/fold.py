@@ -1,0 +1,110 @@
+"""``F.unfold`` / ``F.fold`` (ATen's im2col / col2im): sliding 2-d blocks of an (N, C, H, W) tensor as columns
+(N, C * kh * kw, L) and their sum back into an image.
+
+Column ``c * kh * kw + i * kw + j`` holds input channel ``c`` at kernel tap ``(i, j)``; block ``l`` runs over the
+output positions row-major. Both stay in torch's layout (the columns mix channels and taps), unbatched inputs
+((C, H, W) / (C * kh * kw, L)) included.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .. import layout as L
+from ..ir import Ref
+from ..limits import check_elements
+from ..registry import kernel, register
+from ..spec import GEOMETRY, Ints, TENSOR
+
+PAIR = Ints(2, 2, 0, GEOMETRY)
+POSITIVE_PAIR = Ints(2, 2, 1, GEOMETRY)
+
+
+def _blocks(size, kernel_size, dilation, padding, stride, what):
+    """Block count per spatial dim (torch's formula); a clear error where torch refuses."""
+    counts = []
+    for d in range(2):
+        span = dilation[d] * (kernel_size[d] - 1) + 1
+        n = (size[d] + 2 * padding[d] - span) // stride[d] + 1
+        if n < 1:
+            raise ValueError(f"{what}: the {kernel_size[0]}x{kernel_size[1]} kernel (dilation {tuple(dilation)}) "
+                             f"does not fit the padded input of spatial size {tuple(size)} (padding "
+                             f"{tuple(padding)}): no block")
+        counts.append(n)
+    return counts
+
+
+def _rows(k, dilation, stride, count):
+    """(k, count) padded-image positions that kernel tap i reads for block j, along one dim."""
+    return (mx.arange(k) * dilation)[:, None] + (mx.arange(count) * stride)[None, :]
+
+
+def _index(kernel_size, dilation, stride, counts):
+    """Broadcast (kh, kw, oh, ow) row and column indices of every tap of every block: one gather / scatter, no
+    Python loop over taps (a graph's kernel size cannot make the loader spin)."""
+    rows = _rows(kernel_size[0], dilation[0], stride[0], counts[0])
+    cols = _rows(kernel_size[1], dilation[1], stride[1], counts[1])
+    return rows[:, None, :, None], cols[None, :, None, :]
+
+
+@kernel("im2col", inputs=[TENSOR], attrs={"kernel_size": POSITIVE_PAIR, "dilation": POSITIVE_PAIR,
+                                          "padding": PAIR, "stride": POSITIVE_PAIR})
+def k_im2col(x, *, kernel_size, dilation, padding, stride):
+    if x.ndim == 3:
+        return k_im2col(x[None], kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)[0]
+    if x.ndim != 4:
+        raise ValueError(f"unfold: expected a 3-d or 4-d input, got {x.ndim} dims")
+    n, c, h, w = x.shape
+    counts = _blocks((h, w), kernel_size, dilation, padding, stride, "unfold")
+    taps = kernel_size[0] * kernel_size[1]
+    check_elements([n, c, taps, counts[0], counts[1]], "unfold")
+    xp = mx.pad(x, [(0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1])])
+    cols = xp[(slice(None), slice(None)) + _index(kernel_size, dilation, stride, counts)]  # (N, C, kh, kw, oh, ow)
+    return cols.reshape(n, c * taps, counts[0] * counts[1])
+
+
+@kernel("col2im", inputs=[TENSOR], attrs={"output_size": POSITIVE_PAIR, "kernel_size": POSITIVE_PAIR,
+                                          "dilation": POSITIVE_PAIR, "padding": PAIR, "stride": POSITIVE_PAIR})
+def k_col2im(cols, *, output_size, kernel_size, dilation, padding, stride):
+    if cols.ndim == 2:
+        return k_col2im(cols[None], output_size=output_size, kernel_size=kernel_size, dilation=dilation,
+                        padding=padding, stride=stride)[0]
+    if cols.ndim != 3:
+        raise ValueError(f"fold: expected a 2-d or 3-d input, got {cols.ndim} dims")
+    n, ck, length = cols.shape
+    taps = kernel_size[0] * kernel_size[1]
+    counts = _blocks(output_size, kernel_size, dilation, padding, stride, "fold")
+    if ck % taps:
+        raise ValueError(f"fold: input's dim 1 ({ck}) is not divisible by the kernel's {taps} taps")
+    if length != counts[0] * counts[1]:
+        raise ValueError(f"fold: input has {length} blocks, but output_size {tuple(output_size)} with this kernel, "
+                         f"dilation, padding and stride gives {counts[0] * counts[1]}")
+    c = ck // taps
+    size = (output_size[0] + 2 * padding[0], output_size[1] + 2 * padding[1])
+    check_elements([n, c, size[0], size[1]], "fold")
+    cols = cols.reshape(n, c, kernel_size[0], kernel_size[1], counts[0], counts[1])
+    out = mx.zeros((n, c) + size, dtype=cols.dtype)
+    out = out.at[(slice(None), slice(None)) + _index(kernel_size, dilation, stride, counts)].add(cols)
+    return out[:, :, padding[0]:padding[0] + output_size[0], padding[1]:padding[1] + output_size[1]]
+
+
+def _pair(value):
+    return [int(v) for v in value] if len(value) == 2 else [int(value[0])] * 2
+
+
+@register("aten.im2col.default")
+def convert_im2col(ctx, call):
+    x = call.arg("self")
+    ident = L.identity(ctx.meta(x).rank)
+    attrs = {name: _pair(call.arg(name)) for name in ("kernel_size", "dilation", "padding", "stride")}
+    ctx.emit("im2col", [ctx.tensor(x, ident)], attrs, perm=L.identity(call.meta.rank))
+
+
+@register("aten.col2im.default")
+def convert_col2im(ctx, call):
+    x = call.arg("self")
+    ident = L.identity(ctx.meta(x).rank)
+    if any(isinstance(v, Ref) for v in call.arg("output_size")):
+        call.fail("output_size", "fold's output size must be known when converting (it is computed from the input)")
+    attrs = {name: _pair(call.arg(name)) for name in ("output_size", "kernel_size", "dilation", "padding", "stride")}
+    ctx.emit("col2im", [ctx.tensor(x, ident)], attrs, perm=L.identity(call.meta.rank))

@@ -1,0 +1,335 @@
+// Activation primitives (activation_kernels.h): exp, sigmoid, SiLU, tanh, GELU (erf and tanh) and softmax, each with
+// its gradient as a native pass too; their checked ops.
+#include <array>
+#include <optional>
+#include <string>
+
+#include "ops_common.h"
+#include "activation_kernels.h"
+
+namespace porter {
+
+// ------------------------------------------------------------------------------------------------ activations
+// Elementwise transcendental activations (csrc/activation_kernels.h): f(x) (Activation) and g * f'(x)
+// (ActivationGrad), each one multi-threaded pass; the gradient's own VJP uses f'' built from MLX ops, so second
+// derivatives work.
+const char* act_name(Act kind) {
+  static const char* names[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh"};
+  return names[static_cast<int>(kind)];
+}
+
+mx::array make_activation_grad(mx::Stream s, Act kind, const mx::array& x, const mx::array& g);
+
+// f''(x) in MLX ops, in x's dtype.
+mx::array activation_second(Act kind, const mx::array& x, mx::Stream s) {
+  auto dt = x.dtype();
+  auto c = [&](double v) { return mx::array(v, dt); };
+  switch (kind) {
+    case Act::exp: return mx::exp(x, s);
+    case Act::sigmoid: {
+      auto y = mx::sigmoid(x, s);  // y (1 - y) (1 - 2y)
+      return mx::multiply(mx::multiply(y, mx::subtract(c(1), y, s), s), mx::subtract(c(1), mx::multiply(c(2), y, s), s), s);
+    }
+    case Act::silu: {
+      auto y = mx::sigmoid(x, s);  // y (1 - y) (2 + x (1 - 2y))
+      auto inner = mx::add(c(2), mx::multiply(x, mx::subtract(c(1), mx::multiply(c(2), y, s), s), s), s);
+      return mx::multiply(mx::multiply(y, mx::subtract(c(1), y, s), s), inner, s);
+    }
+    case Act::tanh: {
+      auto t = mx::tanh(x, s);  // -2 t (1 - t^2)
+      return mx::multiply(mx::multiply(c(-2), t, s), mx::subtract(c(1), mx::square(t, s), s), s);
+    }
+    case Act::gelu: {  // phi(x) (2 - x^2)
+      auto pdf = mx::multiply(mx::exp(mx::multiply(c(-0.5), mx::square(x, s), s), s), c(0.39894228040143268), s);
+      return mx::multiply(pdf, mx::subtract(c(2), mx::square(x, s), s), s);
+    }
+    case Act::gelu_tanh: {  // (1 - t^2) u' + x/2 (1 - t^2) (u'' - 2 t u'^2)
+      const double beta = 0.79788456080286536, kappa = 0.044715;
+      auto x2 = mx::square(x, s);
+      auto t = mx::tanh(mx::multiply(c(beta), mx::add(x, mx::multiply(c(kappa), mx::multiply(x2, x, s), s), s), s), s);
+      auto sech2 = mx::subtract(c(1), mx::square(t, s), s);
+      auto du = mx::multiply(c(beta), mx::add(c(1), mx::multiply(c(3 * kappa), x2, s), s), s);
+      auto ddu = mx::multiply(c(6 * beta * kappa), x, s);
+      auto tail = mx::subtract(ddu, mx::multiply(mx::multiply(c(2), t, s), mx::square(du, s), s), s);
+      return mx::add(mx::multiply(sech2, du, s), mx::multiply(mx::multiply(mx::multiply(c(0.5), x, s), sech2, s), tail, s), s);
+    }
+  }
+  throw std::logic_error("unknown activation");
+}
+
+// Brings two elementwise operands' vmap axes together (axis 0; an unmapped one is broadcast).
+std::vector<mx::array> vmap_pair(const std::vector<mx::array>& inputs, const std::vector<int>& axes, mx::Stream s) {
+  int v = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) if (axes[i] >= 0) v = inputs[i].shape(axes[i]);
+  std::vector<mx::array> out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (axes[i] >= 0) {
+      out.push_back(mx::contiguous(mx::moveaxis(inputs[i], axes[i], 0, s), false, s));
+    } else {
+      mx::Shape shape = inputs[i].shape();
+      shape.insert(shape.begin(), v);
+      out.push_back(mx::contiguous(mx::broadcast_to(mx::expand_dims(inputs[i], 0, s), shape, s), false, s));
+    }
+  }
+  return out;
+}
+
+class Activation : public mx::UnaryPrimitive {
+ public:
+  Activation(mx::Stream s, Act kind) : mx::UnaryPrimitive(s), kind_(kind) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [kind = kind_](auto& in, auto& out) {
+      dispatch_float(in[0].dtype(), act_name(kind), [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_act(kind, [&](auto k) {
+          activation<decltype(k)::value, false, T>(in[0].template data<T>(), nullptr,
+                                                   static_cast<int64_t>(in[0].size()), out[0].template data<T>());
+        });
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("activation"); }
+  const char* name() const override { return "PorterActivation"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<Activation>(*this, other) && static_cast<const Activation&>(other).kind_ == kind_;
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>&) override {
+    return {make_activation_grad(stream(), kind_, primals[0], cotangents[0])};
+  }
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>&) override {
+    return {make_activation_grad(stream(), kind_, primals[0], tangents[0])};
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<Activation>(stream(), kind_),
+                       {mx::contiguous(inputs[0], false, stream())})},
+            {axes[0]}};
+  }
+
+ private:
+  Act kind_;
+};
+
+class ActivationGrad : public mx::UnaryPrimitive {
+ public:
+  ActivationGrad(mx::Stream s, Act kind) : mx::UnaryPrimitive(s), kind_(kind) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [kind = kind_](auto& in, auto& out) {
+      dispatch_float(in[0].dtype(), act_name(kind), [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_act(kind, [&](auto k) {
+          activation<decltype(k)::value, true, T>(in[0].template data<T>(), in[1].template data<T>(),
+                                                  static_cast<int64_t>(in[0].size()), out[0].template data<T>());
+        });
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("activation_grad"); }
+  const char* name() const override { return "PorterActivationGrad"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<ActivationGrad>(*this, other) && static_cast<const ActivationGrad&>(other).kind_ == kind_;
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    auto s = stream();
+    const auto &x = primals[0], &g = primals[1], &c = cotangents[0];
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        grads.push_back(mx::multiply(mx::multiply(c, g, s), activation_second(kind_, x, s), s));
+      } else {
+        grads.push_back(make_activation_grad(s, kind_, x, c));
+      }
+    }
+    return grads;
+  }
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override {
+    auto s = stream();
+    const auto &x = primals[0], &g = primals[1];
+    std::optional<mx::array> out;
+    for (size_t i = 0; i < argnums.size(); ++i) {
+      auto term = argnums[i] == 0
+                      ? mx::multiply(mx::multiply(tangents[i], g, s), activation_second(kind_, x, s), s)
+                      : make_activation_grad(s, kind_, x, tangents[i]);
+      out = out ? mx::add(*out, term, s) : term;
+    }
+    return {*out};
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    auto in = vmap_pair(inputs, axes, stream());
+    return {{mx::array(in[0].shape(), in[0].dtype(), std::make_shared<ActivationGrad>(stream(), kind_), in)}, {0}};
+  }
+
+ private:
+  Act kind_;
+};
+
+mx::array make_activation_grad(mx::Stream s, Act kind, const mx::array& x, const mx::array& g) {
+  auto gc = cast_like(g, x, s);
+  if (gc.shape() != x.shape()) gc = mx::broadcast_to(gc, x.shape(), s);
+  return mx::array(x.shape(), x.dtype(), std::make_shared<ActivationGrad>(s, kind),
+                   {mx::contiguous(x, false, s), mx::contiguous(gc, false, s)});
+}
+
+Act parse_act(const std::string& name) {
+  static const char* names[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh"};
+  for (int i = 0; i < 6; ++i) {
+    if (name == names[i]) return static_cast<Act>(i);
+  }
+  fail("activation", "'kind' must be one of exp, sigmoid, silu, tanh, gelu, gelu_tanh, got '" + name + "'");
+}
+
+mx::array activation_op(const mx::array& x, const std::string& kind) {
+  auto s = cpu_stream("activation");
+  Act k = parse_act(kind);
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("activation", "x must be floating point");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Activation>(s, k), {mx::contiguous(x, false, s)});
+}
+
+mx::array activation_grad_op(const mx::array& x, const mx::array& g, const std::string& kind) {
+  auto s = cpu_stream("activation_grad");
+  Act k = parse_act(kind);
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("activation_grad", "x must be floating point");
+  return make_activation_grad(s, k, x, g);
+}
+
+// ------------------------------------------------------------------------------------------------ softmax
+// (outer, len, inner) of a shape around `axis`.
+std::array<int64_t, 3> split_axis(const mx::Shape& shape, int axis) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= shape[d];
+  for (int d = axis + 1; d < static_cast<int>(shape.size()); ++d) inner *= shape[d];
+  return {outer, shape[axis], inner};
+}
+
+mx::array make_softmax_grad(mx::Stream s, int axis, const mx::array& y, const mx::array& g);
+
+class Softmax : public mx::UnaryPrimitive {
+ public:
+  Softmax(mx::Stream s, int axis) : mx::UnaryPrimitive(s), axis_(axis) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [axis = axis_](auto& in, auto& out) {
+      auto [outer, len, inner] = split_axis(in[0].shape(), axis);
+      dispatch_float(in[0].dtype(), "softmax", [&](auto tag) {
+        using T = decltype(tag);
+        softmax<T>(in[0].template data<T>(), outer, len, inner, out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("softmax"); }
+  const char* name() const override { return "PorterSoftmax"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<Softmax>(*this, other) && static_cast<const Softmax&>(other).axis_ == axis_;
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>& outputs) override {
+    return {make_softmax_grad(stream(), axis_, outputs[0], cotangents[0])};
+  }
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>&) override {
+    auto y = mx::array(primals[0].shape(), primals[0].dtype(), std::make_shared<Softmax>(stream(), axis_),
+                       {primals[0]});
+    return {make_softmax_grad(stream(), axis_, y, tangents[0])};
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    int axis = axis_ + (axes[0] >= 0 && axes[0] <= axis_ ? 1 : 0);
+    return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<Softmax>(stream(), axis),
+                       {mx::contiguous(inputs[0], false, stream())})},
+            {axes[0]}};
+  }
+
+ private:
+  int axis_;
+};
+
+class SoftmaxGrad : public mx::UnaryPrimitive {
+ public:
+  SoftmaxGrad(mx::Stream s, int axis) : mx::UnaryPrimitive(s), axis_(axis) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [axis = axis_](auto& in, auto& out) {
+      auto [outer, len, inner] = split_axis(in[0].shape(), axis);
+      dispatch_float(in[0].dtype(), "softmax_grad", [&](auto tag) {
+        using T = decltype(tag);
+        softmax_grad<T>(in[0].template data<T>(), in[1].template data<T>(), outer, len, inner,
+                        out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("softmax_grad"); }
+  const char* name() const override { return "PorterSoftmaxGrad"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<SoftmaxGrad>(*this, other) && static_cast<const SoftmaxGrad&>(other).axis_ == axis_;
+  }
+  // out = y (g - sum(g y)): d/dg is the same map of the cotangent; d/dy = c (g - sum(g y)) - g sum(c y)
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    auto s = stream();
+    const auto &y = primals[0], &g = primals[1], &c = cotangents[0];
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        auto gy = mx::sum(mx::multiply(g, y, s), axis_, true, s);
+        auto cy = mx::sum(mx::multiply(c, y, s), axis_, true, s);
+        grads.push_back(mx::subtract(mx::multiply(c, mx::subtract(g, gy, s), s), mx::multiply(g, cy, s), s));
+      } else {
+        grads.push_back(make_softmax_grad(s, axis_, y, c));
+      }
+    }
+    return grads;
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    auto in = vmap_pair(inputs, axes, stream());
+    return {{mx::array(in[0].shape(), in[0].dtype(), std::make_shared<SoftmaxGrad>(stream(), axis_ + 1), in)}, {0}};
+  }
+
+ private:
+  int axis_;
+};
+
+mx::array make_softmax_grad(mx::Stream s, int axis, const mx::array& y, const mx::array& g) {
+  auto gc = cast_like(g, y, s);
+  if (gc.shape() != y.shape()) gc = mx::broadcast_to(gc, y.shape(), s);
+  return mx::array(y.shape(), y.dtype(), std::make_shared<SoftmaxGrad>(s, axis),
+                   {mx::contiguous(y, false, s), mx::contiguous(gc, false, s)});
+}
+
+int check_axis(const mx::array& x, int axis, const char* what) {
+  const int nd = static_cast<int>(x.ndim());
+  if (nd == 0 || axis < -nd || axis >= nd) {
+    fail(what, "'axis' " + std::to_string(axis) + " is out of range for an array of " + std::to_string(nd) + " dims");
+  }
+  return axis < 0 ? axis + nd : axis;
+}
+
+mx::array softmax_op(const mx::array& x, int axis) {
+  auto s = cpu_stream("softmax");
+  const int a = check_axis(x, axis, "softmax");
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail("softmax", "x must be floating point");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Softmax>(s, a), {mx::contiguous(x, false, s)});
+}
+
+mx::array softmax_grad_op(const mx::array& y, const mx::array& g, int axis) {
+  auto s = cpu_stream("softmax_grad");
+  const int a = check_axis(y, axis, "softmax_grad");
+  if (!mx::issubdtype(y.dtype(), mx::floating)) fail("softmax_grad", "y must be floating point");
+  return make_softmax_grad(s, a, y, g);
+}
+
+void bind_activation(nb::module_& m) {
+  m.def("activation", &porter::activation_op, nb::arg("x"), nb::arg("kind"));
+  m.def("activation_grad", &porter::activation_grad_op, nb::arg("x"), nb::arg("g"), nb::arg("kind"));
+  m.def("softmax", &porter::softmax_op, nb::arg("x"), nb::arg("axis"));
+  m.def("softmax_grad", &porter::softmax_grad_op, nb::arg("y"), nb::arg("g"), nb::arg("axis"));
+}
+
+}  // namespace porter

@@ -1,0 +1,227 @@
+// Winograd F(2x2, 3x3) for (kD, 3, 3) stride-1 3-d convs, depth taps summed in the GEMMs (conv3d_kernels.h): four
+// passes, one primitive class. The GEMMs between them are mx.matmul / mx.addmm (layers/_native.py, winograd_conv3d).
+#include "ops_common.h"
+#include "winograd_cache.h"
+#include "winograd_kernels.h"
+#include "conv3d_kernels.h"
+
+namespace porter {
+
+enum class Wino3dKind { input, output, output_adjoint, weight_adjoint, weight };
+
+mx::array wino3d_pass(mx::Stream s, Wino3dKind kind, const Wino3dGeometry& g, std::vector<mx::array> in);
+
+class Winograd3d : public mx::UnaryPrimitive {
+ public:
+  Winograd3d(mx::Stream s, Wino3dKind kind, Wino3dGeometry g) : mx::UnaryPrimitive(s), kind_(kind), g_(g) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    std::vector<mx::array> outputs{output};
+    launch(stream(), inputs, outputs, [kind = kind_, g = g_](auto& in, auto& out) {
+      const float* a = in[0].template data<float>();
+      float* dst = out[0].template data<float>();
+      switch (kind) {
+        case Wino3dKind::input: wino3d_input(a, g, dst); break;
+        case Wino3dKind::output:
+          wino3d_output(a, in[1].template data<float>(), in[2].template data<float>(), g, in[0].shape(-1), dst);
+          break;
+        case Wino3dKind::output_adjoint: wino3d_output_adjoint(a, g, in[0].shape(-1), dst); break;
+        case Wino3dKind::weight_adjoint:
+          wino3d_weight_adjoint(a, in[1].template data<float>(), in[2].template data<float>(), g, in[0].shape(-1),
+                                dst);
+          break;
+        case Wino3dKind::weight: wino3d_weight(a, in[0].shape(0), in[0].shape(1), in[0].shape(4), dst); break;
+      }
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("[porter.winograd3d] no GPU kernel: runs on the CPU stream only");
+  }
+  const char* name() const override {
+    switch (kind_) {
+      case Wino3dKind::input: return "PorterWinograd3dInput";
+      case Wino3dKind::output: return "PorterWinograd3dOutput";
+      case Wino3dKind::output_adjoint: return "PorterWinograd3dOutputAdjoint";
+      case Wino3dKind::weight: return "PorterWinograd3dWeight";
+      default: return "PorterWinograd3dWeightAdjoint";
+    }
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>&, const std::vector<int>&,
+                             const std::vector<mx::array>&) override {
+    throw std::invalid_argument(
+        "[porter.winograd3d] the passes have no VJP of their own, so the 3-d Winograd conv has no second derivative: "
+        "differentiate it once, or set porter.layers._conv_engine.WINOGRAD_3D = False for higher orders");
+  }
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override {
+    // every pass is linear in its first input (the others only feed the direct redo of non-finite results)
+    auto s = stream();
+    for (size_t i = 0; i < argnums.size(); ++i) {
+      if (argnums[i] == 0) {
+        std::vector<mx::array> in = primals;
+        in[0] = mx::astype(tangents[i], mx::float32, s);
+        return {wino3d_pass(s, kind_, g_, std::move(in))};
+      }
+    }
+    return {mx::zeros(shape_of(primals), mx::float32, s)};
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    // one pass per mapped example (the conv's own custom vmap is MLX's conv; this only runs when MLX maps the
+    // custom function's inner graph as well)
+    auto s = stream();
+    int v = 0;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (axes[i] >= 0) v = inputs[i].shape(axes[i]);
+    }
+    std::vector<mx::array> outs;
+    for (int k = 0; k < v; ++k) {
+      std::vector<mx::array> in;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        in.push_back(axes[i] >= 0 ? mx::take(inputs[i], k, axes[i], s) : inputs[i]);
+      }
+      outs.push_back(wino3d_pass(s, kind_, g_, std::move(in)));
+    }
+    return {{mx::stack(outs, 0, s)}, {0}};
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<Winograd3d>(*this, other)) return false;
+    auto& o = static_cast<const Winograd3d&>(other);
+    return kind_ == o.kind_ && g_ == o.g_;
+  }
+  mx::Shape shape_of(const std::vector<mx::array>& in) const { return out_shape(kind_, g_, in); }
+
+  static mx::Shape out_shape(Wino3dKind kind, const Wino3dGeometry& g, const std::vector<mx::array>& in) {
+    switch (kind) {
+      case Wino3dKind::input: return {16, static_cast<int>(g.in_rows()), static_cast<int>(g.ci)};
+      case Wino3dKind::output:
+        return {static_cast<int>(g.n), static_cast<int>(g.dout), static_cast<int>(g.ho), static_cast<int>(g.wo),
+                in[0].shape(-1)};
+      case Wino3dKind::output_adjoint: return {16, static_cast<int>(g.out_rows()), in[0].shape(-1)};
+      case Wino3dKind::weight: return {in[0].shape(1), 16, in[0].shape(4), in[0].shape(0)};
+      default: return {in[0].shape(-1), static_cast<int>(g.kd), 3, 3, static_cast<int>(g.ci)};
+    }
+  }
+
+ private:
+  Wino3dKind kind_;
+  Wino3dGeometry g_;
+};
+
+mx::array wino3d_pass(mx::Stream s, Wino3dKind kind, const Wino3dGeometry& g, std::vector<mx::array> in) {
+  auto shape = Winograd3d::out_shape(kind, g, in);
+  for (auto& a : in) a = mx::contiguous(a, false, s);
+  return mx::array(std::move(shape), mx::float32, std::make_shared<Winograd3d>(s, kind, g), std::move(in));
+}
+
+// The geometry of a conv of x (N, D, H, W, C_in) with kd depth taps, lo_* zero padding before, output dout x ho x wo.
+Wino3dGeometry wino3d_geometry(const mx::array& x, int64_t kd, int64_t lo_d, int64_t lo_h, int64_t lo_w,
+                               int64_t dout, int64_t ho, int64_t wo, const char* what) {
+  if (x.ndim() != 5) fail(what, "x must be (N, D, H, W, C_in)");
+  check_f32(x, what, "x");
+  if (kd <= 0 || lo_d < 0 || lo_h < 0 || lo_w < 0 || dout <= 0 || ho <= 0 || wo <= 0) {
+    fail(what, "kd must be positive, padding non-negative and the output non-empty");
+  }
+  Wino3dGeometry g;
+  g.n = x.shape(0);
+  g.d = x.shape(1);
+  g.h = x.shape(2);
+  g.w = x.shape(3);
+  g.ci = x.shape(4);
+  g.kd = kd;
+  g.lo_d = lo_d;
+  g.lo_h = lo_h;
+  g.lo_w = lo_w;
+  g.dout = dout;
+  g.ho = ho;
+  g.wo = wo;
+  if (g.n <= 0 || g.ci <= 0) fail(what, "x must have a batch and channels");
+  return g;
+}
+
+// x (N, D, H, W, C_in) -> V (16, F * N * T, C_in), F = dout + kd - 1 frames from depth -lo_d.
+mx::array winograd3d_input_op(const mx::array& x, int64_t kd, int64_t lo_d, int64_t lo_h, int64_t lo_w, int64_t dout,
+                              int64_t ho, int64_t wo) {
+  auto s = cpu_stream("winograd3d_input");
+  auto g = wino3d_geometry(x, kd, lo_d, lo_h, lo_w, dout, ho, wo, "winograd3d_input");
+  return wino3d_pass(s, Wino3dKind::input, g, {x});
+}
+
+void check_wino3d_weight(const mx::array& w, const Wino3dGeometry& g, int64_t co, const char* what) {
+  if (w.ndim() != 5 || w.shape(0) != co || w.shape(1) != g.kd || w.shape(2) != 3 || w.shape(3) != 3 ||
+      w.shape(4) != g.ci) {
+    fail(what, "w must be (C_out, kD, 3, 3, C_in) matching x and the GEMM result");
+  }
+  check_f32(w, what, "w");
+}
+
+// M (16, dout * N * T, C_out) -> y (N, dout, ho, wo, C_out); x, w: the conv's input and weight (direct redo).
+mx::array winograd3d_output_op(const mx::array& m, const mx::array& x, const mx::array& w, int64_t lo_d, int64_t lo_h,
+                               int64_t lo_w, int64_t dout, int64_t ho, int64_t wo) {
+  auto s = cpu_stream("winograd3d_output");
+  if (w.ndim() != 5) fail("winograd3d_output", "w must be (C_out, kD, 3, 3, C_in)");
+  auto g = wino3d_geometry(x, w.shape(1), lo_d, lo_h, lo_w, dout, ho, wo, "winograd3d_output");
+  if (m.ndim() != 3 || m.shape(0) != 16 || m.shape(1) != g.out_rows()) {
+    fail("winograd3d_output", "m must be (16, dout * N * ceil(ho/2) * ceil(wo/2), C_out)");
+  }
+  check_f32(m, "winograd3d_output", "m");
+  check_wino3d_weight(w, g, m.shape(2), "winograd3d_output");
+  return wino3d_pass(s, Wino3dKind::output, g, {m, x, w});
+}
+
+// gy (N, dout, ho, wo, C_out) -> dM (16, dout * N * T, C_out): the output pass's adjoint; x gives the geometry.
+mx::array winograd3d_output_adjoint_op(const mx::array& gy, const mx::array& x, int64_t kd, int64_t lo_d, int64_t lo_h,
+                                       int64_t lo_w) {
+  auto s = cpu_stream("winograd3d_output_adjoint");
+  if (gy.ndim() != 5 || gy.shape(0) != x.shape(0)) fail("winograd3d_output_adjoint", "gy must be (N, D, H, W, C_out)");
+  check_f32(gy, "winograd3d_output_adjoint", "gy");
+  auto g = wino3d_geometry(x, kd, lo_d, lo_h, lo_w, gy.shape(1), gy.shape(2), gy.shape(3), "winograd3d_output_adjoint");
+  return wino3d_pass(s, Wino3dKind::output_adjoint, g, {gy});
+}
+
+// dU (kD, 16, C_in, C_out) -> dw (C_out, kD, 3, 3, C_in); x (N, D, H, W, C_in) and gy (N, dout, ho, wo, C_out) for
+// the direct redo when the result is not finite.
+mx::array winograd3d_weight_adjoint_op(const mx::array& du, const mx::array& x, const mx::array& gy, int64_t lo_d,
+                                       int64_t lo_h, int64_t lo_w) {
+  auto s = cpu_stream("winograd3d_weight_adjoint");
+  if (du.ndim() != 4 || du.shape(1) != 16) fail("winograd3d_weight_adjoint", "du must be (kD, 16, C_in, C_out)");
+  if (gy.ndim() != 5 || gy.shape(-1) != du.shape(3) || gy.shape(0) != x.shape(0)) {
+    fail("winograd3d_weight_adjoint", "gy must be (N, D, H, W, C_out) matching du and x");
+  }
+  check_f32(du, "winograd3d_weight_adjoint", "du");
+  check_f32(gy, "winograd3d_weight_adjoint", "gy");
+  auto g = wino3d_geometry(x, du.shape(0), lo_d, lo_h, lo_w, gy.shape(1), gy.shape(2), gy.shape(3),
+                           "winograd3d_weight_adjoint");
+  if (du.shape(2) != g.ci) fail("winograd3d_weight_adjoint", "du's C_in does not match x");
+  return wino3d_pass(s, Wino3dKind::weight_adjoint, g, {du, x, gy});
+}
+
+// w (C_out, kD, 3, 3, C_in) -> U (kD, 16, C_in, C_out) in one blocked pass; cached per weight array like
+// winograd_weight_taps (same key, same result) unless `cache` is false or w is traced.
+mx::array winograd3d_weight_op(const mx::array& w, bool cache) {
+  auto s = cpu_stream("winograd3d_weight");
+  if (w.ndim() != 5 || w.shape(2) != 3 || w.shape(3) != 3) fail("winograd3d_weight", "w must be (C_out, kD, 3, 3, C_in)");
+  check_f32(w, "winograd3d_weight", "w");
+  auto& store = WinogradCache::get();
+  cache = cache && !w.is_tracer() && store.enabled();
+  if (cache) {
+    if (auto hit = store.lookup(w)) return *hit;
+  }
+  auto u = wino3d_pass(s, Wino3dKind::weight, Wino3dGeometry{}, {w});
+  if (cache) store.insert(w, u);
+  return u;
+}
+
+void bind_conv3d(nb::module_& m) {
+  m.def("winograd3d_weight", &winograd3d_weight_op, nb::arg("w"), nb::arg("cache") = true);
+  m.def("winograd3d_input", &winograd3d_input_op, nb::arg("x"), nb::arg("kd"), nb::arg("lo_d"), nb::arg("lo_h"),
+        nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"));
+  m.def("winograd3d_output", &winograd3d_output_op, nb::arg("m"), nb::arg("x"), nb::arg("w"), nb::arg("lo_d"),
+        nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"));
+  m.def("winograd3d_output_adjoint", &winograd3d_output_adjoint_op, nb::arg("gy"), nb::arg("x"), nb::arg("kd"),
+        nb::arg("lo_d"), nb::arg("lo_h"), nb::arg("lo_w"));
+  m.def("winograd3d_weight_adjoint", &winograd3d_weight_adjoint_op, nb::arg("du"), nb::arg("x"), nb::arg("gy"),
+        nb::arg("lo_d"), nb::arg("lo_h"), nb::arg("lo_w"));
+}
+
+}  // namespace porter

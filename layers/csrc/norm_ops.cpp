@@ -1,0 +1,236 @@
+// Layer and group norm (norm_kernels.h): one forward primitive and one gradient primitive for both; their checked ops.
+#include <array>
+#include <optional>
+
+#include "ops_common.h"
+#include "norm_kernels.h"
+
+namespace porter {
+
+// ------------------------------------------------------------------------------------------------ layer / group norm
+// One primitive for both: groups == 0 is LayerNorm over the last axis, groups >= 1 GroupNorm over (N, *S, C).
+// Inputs: x, then weight and bias if present (cast to the compute type: float32, float64 for float64 x).
+// The gradient is NormGrad (dx, dweight, dbias), a native pass too; its own VJP (second derivatives) differentiates
+// the same function written in MLX ops.
+mx::Dtype norm_acc_dtype(mx::Dtype t) { return t == mx::float64 ? mx::float64 : mx::float32; }
+
+// (N, S, C) of a norm's input: LayerNorm rows as N with S = 1, GroupNorm (N, *S, C).
+std::array<int64_t, 3> norm_dims(const mx::array& x, int groups) {
+  const int64_t C = x.shape(-1);
+  const int64_t total = static_cast<int64_t>(x.size());
+  if (groups == 0) return {C ? total / C : 0, 1, C};
+  const int64_t N = x.shape(0);
+  return {N, (N && C) ? total / (N * C) : 0, C};
+}
+
+// The same normalisation in MLX ops (compute type A), without the affine part: for second derivatives.
+mx::array norm_reference(const mx::array& x, int groups, double eps, mx::Stream s) {
+  if (groups == 0) {
+    auto mean = mx::mean(x, -1, true, s);
+    auto d = mx::subtract(x, mean, s);
+    auto var = mx::mean(mx::square(d, s), -1, true, s);
+    return mx::multiply(d, mx::rsqrt(mx::add(var, mx::array(eps, x.dtype()), s), s), s);
+  }
+  const int n = x.shape(0), c = x.shape(-1);
+  auto g = mx::reshape(x, {n, -1, groups, c / groups}, s);
+  auto mean = mx::mean(g, {1, 3}, true, s);
+  auto d = mx::subtract(g, mean, s);
+  auto var = mx::mean(mx::square(d, s), {1, 3}, true, s);
+  return mx::reshape(mx::multiply(d, mx::rsqrt(mx::add(var, mx::array(eps, x.dtype()), s), s), s), x.shape(), s);
+}
+
+std::vector<mx::array> make_norm_grad(mx::Stream s, int groups, double eps, const mx::array& x, const mx::array& g,
+                                      const std::optional<mx::array>& w);
+
+class NormGrad : public mx::Primitive {
+ public:
+  NormGrad(mx::Stream s, int groups, double eps) : mx::Primitive(s), groups_(groups), eps_(eps) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [groups = groups_, eps = eps_](auto& in, auto& out) {
+      auto [N, S, C] = norm_dims(in[0], groups);
+      dispatch_float(in[0].dtype(), groups ? "group_norm_grad" : "layer_norm_grad", [&](auto tag) {
+        using T = decltype(tag);
+        using A = NormAcc<T>;
+        const A* w = in.size() > 2 ? in[2].template data<A>() : nullptr;
+        if (groups == 0) {
+          layer_norm_grad<T>(in[0].template data<T>(), in[1].template data<T>(), N, C, w, static_cast<A>(eps),
+                             out[0].template data<T>(), out[1].template data<A>(), out[2].template data<A>());
+        } else {
+          group_norm_grad<T>(in[0].template data<T>(), in[1].template data<T>(), N, S, C, groups, w,
+                             static_cast<A>(eps), out[0].template data<T>(), out[1].template data<A>(),
+                             out[2].template data<A>());
+        }
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override { no_gpu("norm_grad"); }
+  const char* name() const override { return groups_ ? "PorterGroupNormGrad" : "PorterLayerNormGrad"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<NormGrad>(*this, other)) return false;
+    const auto& o = static_cast<const NormGrad&>(other);
+    return o.groups_ == groups_ && o.eps_ == eps_;
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>&,
+                                                           const std::vector<int>&) override {
+    fail("norm_grad", "vmap of a layer/group norm gradient (per-example weight gradients) is not supported");
+  }
+  // (dx, dw, db) as a function of (x, g, w), written in MLX ops and differentiated by MLX
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override {
+    auto s = stream();
+    const int groups = groups_;
+    const double eps = eps_;
+    const bool has_w = primals.size() > 2;
+    const mx::Dtype xt = primals[0].dtype(), at = norm_acc_dtype(xt);
+    const int c = primals[0].shape(-1);
+    auto h = [=](const std::vector<mx::array>& in) {
+      auto xa = mx::astype(in[0], at, s), ga = mx::astype(in[1], at, s);
+      std::vector<mx::array> params{xa, has_w ? in[2] : mx::ones({c}, at, s), mx::zeros({c}, at, s)};
+      auto f = [=](const std::vector<mx::array>& p) {
+        return std::vector<mx::array>{mx::add(mx::multiply(norm_reference(p[0], groups, eps, s), p[1], s), p[2], s)};
+      };
+      auto grads = mx::vjp(f, params, {ga}).second;
+      return std::vector<mx::array>{mx::astype(grads[0], xt, s), grads[1], grads[2]};
+    };
+    std::vector<mx::array> cots;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      cots.push_back(i < cotangents.size() ? cotangents[i] : mx::zeros_like(outputs[i], s));
+    }
+    auto grads = mx::vjp(h, primals, cots).second;
+    std::vector<mx::array> out;
+    for (int arg : argnums) out.push_back(grads[arg]);
+    return out;
+  }
+
+ private:
+  int groups_;
+  double eps_;
+};
+
+class Norm : public mx::UnaryPrimitive {
+ public:
+  Norm(mx::Stream s, int groups, double eps, bool has_w, bool has_b)
+      : mx::UnaryPrimitive(s), groups_(groups), eps_(eps), has_w_(has_w), has_b_(has_b) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [groups = groups_, eps = eps_, hw = has_w_, hb = has_b_](auto& in, auto& out) {
+      auto [N, S, C] = norm_dims(in[0], groups);
+      dispatch_float(in[0].dtype(), groups ? "group_norm" : "layer_norm", [&](auto tag) {
+        using T = decltype(tag);
+        using A = NormAcc<T>;
+        const A* w = hw ? in[1].template data<A>() : nullptr;
+        const A* b = hb ? in[hw ? 2 : 1].template data<A>() : nullptr;
+        if (groups == 0) {
+          layer_norm<T>(in[0].template data<T>(), N, C, w, b, static_cast<A>(eps), out[0].template data<T>());
+        } else {
+          group_norm<T>(in[0].template data<T>(), N, S, C, groups, w, b, static_cast<A>(eps),
+                        out[0].template data<T>());
+        }
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("norm"); }
+  const char* name() const override { return groups_ ? "PorterGroupNorm" : "PorterLayerNorm"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<Norm>(*this, other)) return false;
+    const auto& o = static_cast<const Norm&>(other);
+    return o.groups_ == groups_ && o.eps_ == eps_ && o.has_w_ == has_w_ && o.has_b_ == has_b_;
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    auto s = stream();
+    for (size_t i = 1; i < axes.size(); ++i) {
+      if (axes[i] >= 0) fail("norm", "vmap over the weight or bias is not supported");
+    }
+    if (groups_ == 0) {  // rows are independent: the mapped axis joins them (it must not be the normalised one)
+      const int last = static_cast<int>(inputs[0].ndim()) - 1;
+      mx::array x = axes[0] == last ? mx::moveaxis(inputs[0], last, 0, s) : inputs[0];
+      std::vector<mx::array> in{mx::contiguous(x, false, s)};
+      for (size_t i = 1; i < inputs.size(); ++i) in.push_back(inputs[i]);
+      return {{mx::array(in[0].shape(), in[0].dtype(), std::make_shared<Norm>(s, 0, eps_, has_w_, has_b_), in)},
+              {axes[0] == last ? 0 : axes[0]}};
+    }
+    std::vector<bool> batched(inputs.size(), false);
+    batched[0] = true;
+    auto build = [&](const std::vector<mx::array>& in) {
+      std::vector<mx::array> ins{mx::contiguous(in[0], false, s)};
+      for (size_t i = 1; i < in.size(); ++i) ins.push_back(in[i]);
+      return std::vector<mx::array>{
+          mx::array(in[0].shape(), in[0].dtype(), std::make_shared<Norm>(s, groups_, eps_, has_w_, has_b_), ins)};
+    };
+    return vmap_into_batch(s, "group_norm", inputs, axes, batched, build);
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    auto s = stream();
+    std::optional<mx::array> w;
+    if (has_w_) w = primals[1];
+    auto grads = make_norm_grad(s, groups_, eps_, primals[0], cotangents[0], w);
+    std::vector<mx::array> out;
+    for (int arg : argnums) {
+      if (arg == 0) {
+        out.push_back(grads[0]);
+      } else if (arg == 1 && has_w_) {
+        out.push_back(grads[1]);
+      } else {
+        out.push_back(grads[2]);
+      }
+    }
+    return out;
+  }
+
+ private:
+  int groups_;
+  double eps_;
+  bool has_w_, has_b_;
+};
+
+std::vector<mx::array> make_norm_grad(mx::Stream s, int groups, double eps, const mx::array& x, const mx::array& g,
+                                      const std::optional<mx::array>& w) {
+  auto gc = cast_like(g, x, s);
+  if (gc.shape() != x.shape()) gc = mx::broadcast_to(gc, x.shape(), s);
+  std::vector<mx::array> in{x, mx::contiguous(gc, false, s)};
+  if (w) in.push_back(*w);
+  const mx::Dtype at = norm_acc_dtype(x.dtype());
+  const int c = x.shape(-1);
+  return mx::array::make_arrays({x.shape(), {c}, {c}}, {x.dtype(), at, at},
+                                std::make_shared<NormGrad>(s, groups, eps), in);
+}
+
+mx::array norm_op(const mx::array& x, const std::optional<mx::array>& weight, const std::optional<mx::array>& bias,
+                  int groups, double eps) {
+  const char* what = groups ? "group_norm" : "layer_norm";
+  auto s = cpu_stream(what);
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail(what, "x must be floating point");
+  if (x.ndim() < (groups ? 2u : 1u)) fail(what, groups ? "x must be (N, *spatial, C)" : "x must have a last axis");
+  const int c = x.shape(-1);
+  if (groups < 0 || (groups && c % groups)) fail(what, "'groups' must divide the channel count");
+  if (!(eps >= 0.0)) fail(what, "'eps' must be >= 0");
+  const mx::Dtype at = norm_acc_dtype(x.dtype());
+  std::vector<mx::array> in{mx::contiguous(x, false, s)};
+  for (const auto* p : {&weight, &bias}) {
+    if (!*p) continue;
+    if ((*p)->ndim() != 1 || (*p)->shape(0) != c) fail(what, "weight and bias must be (C,) for x's last axis");
+    in.push_back(mx::contiguous(mx::astype(**p, at, s), false, s));
+  }
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Norm>(s, groups, eps, weight.has_value(), bias.has_value()),
+                   in);
+}
+
+std::vector<mx::array> norm_grad_op(const mx::array& x, const mx::array& g, const std::optional<mx::array>& weight,
+                                    int groups, double eps) {
+  auto s = cpu_stream("norm_grad");
+  std::optional<mx::array> w;
+  if (weight) w = mx::contiguous(mx::astype(*weight, norm_acc_dtype(x.dtype()), s), false, s);
+  return make_norm_grad(s, groups, eps, mx::contiguous(x, false, s), g, w);
+}
+
+void bind_norm(nb::module_& m) {
+  m.def("norm", &porter::norm_op, nb::arg("x"), nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("groups"),
+        nb::arg("eps"));
+  m.def("norm_grad", &porter::norm_grad_op, nb::arg("x"), nb::arg("g"), nb::arg("weight").none(), nb::arg("groups"),
+        nb::arg("eps"));
+}
+
+}  // namespace porter

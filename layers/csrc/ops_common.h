@@ -1,0 +1,183 @@
+// What every family of Porter's native ops uses (layers/csrc/*_ops.cpp): MLX's primitive API and nanobind, the
+// window tables and dtype dispatch (windows.h, dispatch.h), the thread pool (parallel.h), and the glue between a
+// primitive and its kernel: `launch` (run on the CPU stream), `no_gpu`, `vmap_into_batch` (mx.vmap as a bigger
+// batch), `fail` (errors in Porter's words), and the autodiff helpers. One family = one kernel header (the loop
+// nests, no MLX graph code) + one *_ops.cpp (its mx::Primitive classes with their VJPs/vmaps, the checked ops that
+// build them, and `bind_<family>`, declared at the end of this file and called from bindings.cpp).
+//
+// Layouts: inputs are batched channels-last `(N, *spatial, C)` with 1-3 spatial dims; indices are int64 flat
+// offsets inside each (n, c) plane, torch's format. The primitives are CPU-only and carry their own VJPs.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlx/allocator.h"
+#include "mlx/array.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/ops.h"
+#include "mlx/primitives.h"
+#include "mlx/stream.h"
+#include "mlx/transforms.h"
+#include "mlx/utils.h"
+
+#include "dispatch.h"
+#include "parallel.h"
+#include "windows.h"
+
+namespace nb = nanobind;
+
+namespace porter {
+
+using Ints = std::vector<int64_t>;
+using Table = std::vector<Ints>;
+
+[[noreturn]] inline void fail(const std::string& what, const std::string& msg) {
+  throw std::invalid_argument("[porter." + what + "] " + msg);
+}
+
+inline mx::Stream cpu_stream(const char* what) {
+  mx::Stream s = mx::default_stream(mx::default_device());
+  if (s.device != mx::Device::cpu) {
+    fail(what, "native kernels run on the CPU only; the default device is not the CPU");
+  }
+  return s;
+}
+
+inline void check_batched(const mx::array& x, const char* what, const char* arg) {
+  if (x.ndim() < 3 || x.ndim() > 5) {
+    std::ostringstream msg;
+    msg << arg << " must be batched channels-last (N, *spatial, C) with 1 to 3 spatial dims, got shape " << x.shape();
+    fail(what, msg.str());
+  }
+}
+
+// Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.
+template <typename Body>
+void launch(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs, Body body) {
+  for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+  auto& enc = mx::cpu::get_command_encoder(s);
+  std::vector<mx::array> ins, outs;
+  for (auto& i : inputs) {
+    enc.set_input_array(i);
+    ins.push_back(mx::array::unsafe_weak_copy(i));
+  }
+  for (auto& o : outputs) {
+    enc.set_output_array(o);
+    outs.push_back(mx::array::unsafe_weak_copy(o));
+  }
+  enc.dispatch([ins = std::move(ins), outs = std::move(outs), body = std::move(body)]() mutable { body(ins, outs); });
+}
+
+// The same for a primitive with one output (mx::UnaryPrimitive::eval_cpu).
+template <typename Body>
+void launch(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& output, Body body) {
+  std::vector<mx::array> outputs{output};
+  launch(s, inputs, outputs, std::move(body));
+}
+
+// Every primitive's eval_gpu: the kernels are CPU code (the layers keep their pure-MLX path on GPUs).
+[[noreturn]] inline void no_gpu(const char* what) {
+  throw std::runtime_error(std::string("[porter.") + what + "] no GPU kernel: runs on the CPU stream only");
+}
+
+template <typename P>
+bool same_type(const mx::Primitive& a, const mx::Primitive& b) {
+  return dynamic_cast<const P*>(&b) != nullptr && dynamic_cast<const P*>(&a) != nullptr;
+}
+
+// ------------------------------------------------------------------------------------------------ vmap
+// mx.vmap over a kernel: every mapped input's vmap axis joins its batch axis (axis 0), inputs that carry the batch
+// but are not mapped (`batched[i]`) are broadcast along the vmap axis, the kernel runs once on the merged batch,
+// and each output is split back into (V, N, ...) with the vmap axis first. Inputs that are not per-example (batch
+// norm's per-channel alpha/beta) cannot be mapped.
+template <typename Build>
+std::pair<std::vector<mx::array>, std::vector<int>> vmap_into_batch(mx::Stream s, const char* what,
+                                                                    const std::vector<mx::array>& inputs,
+                                                                    const std::vector<int>& axes,
+                                                                    const std::vector<bool>& batched, Build build) {
+  int v = -1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (axes[i] < 0) continue;
+    if (!batched[i]) fail(what, "vmap over this argument is not supported");
+    v = inputs[i].shape(axes[i]);
+  }
+  std::vector<mx::array> merged;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    mx::array a = inputs[i];
+    if (!batched[i]) {
+      merged.push_back(a);
+      continue;
+    }
+    if (axes[i] >= 0) {
+      a = mx::moveaxis(a, axes[i], 0, s);
+    } else {
+      mx::Shape shape = a.shape();
+      shape.insert(shape.begin(), v);
+      a = mx::broadcast_to(mx::expand_dims(a, 0, s), shape, s);
+    }
+    mx::Shape shape(a.shape().begin() + 1, a.shape().end());
+    shape[0] *= v;
+    merged.push_back(mx::reshape(a, shape, s));
+  }
+  std::vector<mx::array> outs = build(merged);
+  std::vector<mx::array> split;
+  for (auto& o : outs) {
+    mx::Shape shape = o.shape();
+    if (shape.empty()) {  // a scalar side output (unpool's bad-index count): the same for every example
+      split.push_back(mx::broadcast_to(o, {v}, s));
+      continue;
+    }
+    shape[0] /= v;
+    shape.insert(shape.begin(), v);
+    split.push_back(mx::reshape(o, shape, s));
+  }
+  return {split, std::vector<int>(split.size(), 0)};
+}
+
+// ------------------------------------------------------------------------------------------------ autodiff helpers
+// The primitives carry their own VJPs (so a layer stays one graph node: mx.custom_function would add another,
+// and on small inputs every node costs more than the kernel itself).
+inline mx::array cast_like(const mx::array& a, const mx::array& like, mx::Stream s) {
+  return a.dtype() == like.dtype() ? a : mx::astype(a, like.dtype(), s);
+}
+
+// x ** p with the shortcuts of PowerKind (torch's pow kernel), for the LP pooling gradient.
+inline mx::array power_of(const mx::array& x, double p, mx::Stream s) {
+  if (p == 0.0) return mx::ones_like(x, s);
+  if (p == 1.0) return x;
+  if (p == 2.0) return mx::multiply(x, x, s);
+  if (p == 3.0) return mx::multiply(mx::multiply(x, x, s), x, s);
+  if (p == 0.5) return mx::sqrt(x, s);
+  if (p == -0.5) return mx::rsqrt(x, s);
+  if (p == -1.0) return mx::reciprocal(x, s);
+  if (p == -2.0) return mx::reciprocal(mx::multiply(x, x, s), s);
+  return mx::power(x, mx::array(p, x.dtype()), s);
+}
+
+// ------------------------------------------------------------------------------------------------ bindings
+// One per family (defined in its *_ops.cpp), called from NB_MODULE in bindings.cpp.
+void bind_pool(nb::module_& m);
+void bind_elementwise(nb::module_& m);
+void bind_activation(nb::module_& m);
+void bind_norm(nb::module_& m);
+void bind_conv(nb::module_& m);
+void bind_grouped_conv(nb::module_& m);
+void bind_quantize(nb::module_& m);
+void bind_winograd(nb::module_& m);
+void bind_conv3d(nb::module_& m);
+void bind_flip_conv_weight(nb::module_& m);
+void bind_linear(nb::module_& m);
+
+}  // namespace porter

@@ -1,0 +1,117 @@
+"""F.grid_sample (2-d: bilinear / nearest x zeros / border / reflection x align_corners) and F.affine_grid through
+the converter, against torch on the same data: two sizes, grids reaching outside the image, NaN coordinates,
+half-pixel ties for nearest (exact), gradients to the image and to the grid."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import porter
+from tests.converter_check import run_ported
+
+torch.manual_seed(0)
+MODES = [(mode, padding, ac) for mode in ("bilinear", "nearest") for padding in ("zeros", "border", "reflection")
+         for ac in (False, True)]
+
+
+class Sampler(nn.Module):
+    """A conv (channels-last inside the port) sampled through an affine grid and through a given grid."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x, theta, grid):
+        y = self.conv(x)
+        outs = []
+        for ac in (False, True):
+            affine = F.affine_grid(theta, (x.shape[0], 4, 7, 5), align_corners=ac)
+            outs.append(affine)
+            for mode, padding, _ in MODES[::2]:
+                outs.append(F.grid_sample(y, affine, mode=mode, padding_mode=padding, align_corners=ac))
+                outs.append(F.grid_sample(y, grid, mode=mode, padding_mode=padding, align_corners=ac))
+        return outs
+
+
+def _inputs(n, h, w, gh, gw):
+    grid = torch.rand(n, gh, gw, 2) * 3 - 1.5  # a third of the points outside [-1, 1]
+    grid[0, 0, 0, 0] = float("nan")
+    grid[-1, 1, 1, 1] = float("nan")
+    return torch.randn(n, 3, h, w), torch.randn(n, 2, 3) * 0.8, grid
+
+
+def test_grid_sample_and_affine_grid_match_torch_at_two_sizes():
+    model = Sampler().eval()
+    sets = [_inputs(2, 6, 8, 5, 4), _inputs(3, 9, 5, 3, 6)]
+    ported = porter.convert(model, sets[0], io_layout="torch", dynamic="auto")
+    for inputs in sets:
+        with torch.no_grad():
+            expected = [t.numpy() for t in model(*inputs)]
+        actual = run_ported(ported, inputs)
+        assert len(actual) == len(expected) == 26
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert a.shape == e.shape and a.dtype == e.dtype, f"output {i}"
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(e), err_msg=f"output {i}: NaN positions")
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=2e-6, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("mode,padding,align_corners", MODES)
+def test_each_mode_exactly_on_an_image_input(mode, padding, align_corners):
+    """No conv before: nearest samples are torch's bit for bit (half-pixel ties round to even), bilinear to 1 ulp."""
+
+    class One(nn.Module):
+        def forward(self, x, grid):
+            return F.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=align_corners)
+
+    x = torch.randn(2, 3, 4, 5)
+    # ties: with W = 4 and align_corners=False, x = 0 unnormalises to 1.5 (and -0.5 / 0.5 land on half pixels)
+    ticks = torch.tensor([-1.5, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 1.3, float("nan")])
+    grid = torch.stack(torch.meshgrid(ticks, ticks.flip(0), indexing="ij"), dim=-1)[None].expand(2, -1, -1, -1)
+    grid = grid.contiguous()
+    ported = porter.convert(One().eval(), (x, grid), io_layout="torch")
+    actual = run_ported(ported, (x, grid))[0]
+    expected = One()(x, grid).numpy()
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    if mode == "nearest":
+        np.testing.assert_array_equal(actual, expected)
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_gradients_to_image_and_grid(padding):
+    from porter.converters.ops.sample import k_grid_sample
+
+    x = torch.randn(2, 3, 5, 6)
+    grid = torch.rand(2, 4, 3, 2) * 2.4 - 1.2
+    weight = torch.randn(2, 3, 4, 3)
+    xt, gt = x.clone().requires_grad_(), grid.clone().requires_grad_()
+    (F.grid_sample(xt, gt, padding_mode=padding, align_corners=False) * weight).sum().backward()
+
+    w = mx.array(weight.permute(0, 2, 3, 1).numpy())
+
+    def loss(xm, gm):
+        return (k_grid_sample(xm, gm, mode="bilinear", padding=padding, align_corners=False) * w).sum()
+
+    dx, dg = mx.grad(loss, argnums=(0, 1))(mx.array(x.permute(0, 2, 3, 1).numpy()), mx.array(grid.numpy()))
+    np.testing.assert_allclose(np.array(dx).transpose(0, 3, 1, 2), xt.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(dg), gt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_refused_forms_name_the_argument():
+    class Cubic(nn.Module):
+        def forward(self, x, grid):
+            return F.grid_sample(x, grid, mode="bicubic", align_corners=False)
+
+    with pytest.raises(NotImplementedError, match="interpolation_mode"):
+        porter.convert(Cubic().eval(), (torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2)))
+    from porter.converters.ops.sample import k_affine_grid, k_grid_sample
+
+    with pytest.raises(ValueError, match="grid_sample: expected"):
+        k_grid_sample(mx.zeros((1, 4, 4, 2)), mx.zeros((1, 3, 3, 3)), mode="nearest", padding="zeros",
+                      align_corners=False)
+    with pytest.raises(ValueError, match="affine_grid: expected"):
+        k_affine_grid(mx.zeros((2, 2, 3)), [1, 3, 4, 4], align_corners=False)
