@@ -204,22 +204,30 @@ def linear_without_addmm():
     """While the block runs, ``mlx.nn.Linear`` on a batched (> 2-d) input computes ``x @ W.T + b`` instead of
     ``mx.addmm``: MLX 0.32's addmm folds such an input to 2-d and back with reshapes to the traced sizes, which a
     shapeless file keeps (a second size then fails); the matmul and add give the same values and follow any size.
-    Used for shapeless exports only (a ported model's ``nn.Linear`` layers are ``mlx.nn.Linear``)."""
+    Used for shapeless exports only (a ported model's Linear layers are ``porter.layers.Linear``, an
+    ``mlx.nn.Linear`` with its own ``__call__``: both are patched)."""
+    from porter.layers import Linear as PorterLinear
     from porter.layers import export_note as note
 
-    original = nn.Linear.__call__
+    classes = (nn.Linear, PorterLinear)  # Porter's Linear (converted models' layers) has its own __call__
+    originals = {cls: cls.__dict__["__call__"] for cls in classes}
 
-    def call(self, x):
-        if "bias" in self and x.ndim > 2:
-            note("mlx.nn.Linear's addmm (reshapes to the traced sizes) -> matmul + bias")
-            return x @ self["weight"].T + self["bias"]
-        return original(self, x)
+    def patched(original):
+        def call(self, x):
+            if "bias" in self and x.ndim > 2:
+                note("mlx.nn.Linear's addmm (reshapes to the traced sizes) -> matmul + bias")
+                return x @ self["weight"].T + self["bias"]
+            return original(self, x)
 
-    nn.Linear.__call__ = call
+        return call
+
+    for cls in classes:
+        cls.__call__ = patched(originals[cls])
     try:
         yield
     finally:
-        nn.Linear.__call__ = original
+        for cls in classes:
+            cls.__call__ = originals[cls]
 
 
 def write_mlxfn(fn, path: str, input_sets: list, shapeless: bool) -> dict:
