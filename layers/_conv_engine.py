@@ -233,7 +233,8 @@ def _dilated_taps_conv(x, weight, lo, hi, dilation) -> mx.array:
             part = mx.pad(part, [(0, 0), (a, out_h - b), (e, out_w - f), (0, 0)])
             y = part if y is None else y + part
     if y is None:  # every tap reads padding only
-        return mx.zeros((n, out_h, out_w, c_out), dtype=mx.promote_types(x.dtype, weight.dtype))
+        dtype = (mx.zeros((1, 1), dtype=x.dtype) @ mx.zeros((1, 1), dtype=weight.dtype)).dtype  # as the GEMMs'
+        return mx.zeros((n, out_h, out_w, c_out), dtype=dtype)
     return y
 
 

@@ -88,3 +88,17 @@ def test_switch_off_gives_the_same_numbers(monkeypatch):
     monkeypatch.setattr(engine, "DILATED_TAPS", False)
     off = PF.conv2d(x, w, padding=12, dilation=12)
     np.testing.assert_allclose(np.array(on), np.array(off), rtol=1e-5, atol=1e-5)
+
+
+def test_every_tap_reading_padding_gives_zeros_like_torch():
+    """Output 0 reads -7, -2 and 3 along each dim of a 2-pixel image: no tap touches it (a transposed conv's
+    dilated formulation can ask for this)."""
+    x = torch.randn(1, 3, 2, 2)
+    w = torch.randn(4, 3, 3, 3)
+    expected = TF.conv2d(TF.pad(x, (7, 2, 7, 2)), w, dilation=5)
+    xm, wm = mx.array(x.numpy().transpose(0, 2, 3, 1)), mx.array(w.numpy().transpose(0, 2, 3, 1))
+    y = engine.conv_core(xm, wm, (1, 1), (7, 7), (2, 2), (5, 5), 1)
+    assert y.dtype == mx.float32
+    np.testing.assert_array_equal(np.array(y).transpose(0, 3, 1, 2), expected.numpy())
+    _, (gx,) = mx.vjp(lambda a: engine.conv_core(a, wm, (1, 1), (7, 7), (2, 2), (5, 5), 1), [xm], [mx.ones(y.shape)])
+    np.testing.assert_array_equal(np.array(gx), np.zeros(xm.shape, np.float32))
