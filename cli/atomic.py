@@ -9,6 +9,8 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 
+from porter.converters.files import umask
+
 from .errors import InputError
 
 
@@ -65,7 +67,7 @@ def atomic_directory(directory: str, force: bool = False):
     try:
         try:
             yield tmp
-            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; a normal folder is what users expect
+            os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700; a normal folder is what users expect
             _move_into_place(tmp, final, force)
         except OSError as exc:  # disk full, quota, permission changed under us: the user's problem, not a bug
             where = str(exc.filename or directory).replace(tmp, directory)  # the path the user asked for
@@ -116,9 +118,3 @@ def remove_created(created) -> None:
             os.rmdir(path)
         except OSError:
             pass
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -25,7 +25,8 @@ import mlx.core as mx
 
 from .schema import ArtifactError
 from .serialize import WEIGHTS_FILE, _check_weights, _open_regular, _read_header
-from .weights_io import read_tensors, remove_quietly, write_temporary
+from .files import remove_quietly
+from .weights_io import read_tensors, write_temporary
 
 INDEX_FILE = "model.safetensors.index.json"
 DEFAULT_MAX_SHARD_SIZE = 5 << 30  # mlx-lm's MAX_FILE_SIZE_GB = 5 (GiB)

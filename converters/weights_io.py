@@ -25,6 +25,8 @@ import tempfile
 import mlx.core as mx
 import numpy as np
 
+from .files import remove_quietly, umask
+
 # MLX dtype <-> safetensors dtype; bfloat16 travels through numpy as its bits (uint16)
 ST_NAMES = {mx.bool_: "BOOL", mx.uint8: "U8", mx.int8: "I8", mx.int16: "I16", mx.uint16: "U16", mx.float16: "F16",
             mx.bfloat16: "BF16", mx.int32: "I32", mx.uint32: "U32", mx.float32: "F32", mx.int64: "I64",
@@ -99,24 +101,11 @@ def write_temporary(path: str, arrays: dict, metadata=None) -> str:
             for array in arrays.values():
                 if array.nbytes:
                     fh.write(_bytes_of(array))
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> a normal file
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600 -> a normal file
     except BaseException:
         remove_quietly(tmp)
         raise
     return tmp
-
-
-def remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_tensors(path: str, header: dict) -> dict:

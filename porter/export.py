@@ -21,6 +21,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_map
 
+from porter.converters.files import remove_quietly, umask
+
 SUFFIX = ".mlxfn"
 
 
@@ -361,14 +363,9 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
             from ._export_probe import check_shapeless
 
             check_shapeless(model, imported, inputs, probe_inputs, report, rtol=rtol, atol=atol)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it 0600; a normal file is what users expect
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it 0600; a normal file is what users expect
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        remove_quietly(tmp)
         raise
     return report
