@@ -254,6 +254,23 @@ def winograd_conv3x3_with(x: mx.array, weight: mx.array, u: mx.array, lo: tuple,
     return _winograd_op(tuple(lo), tuple(hi))(x, weight, u)
 
 
+def _with_conv_rules(op, conv):
+    """``op`` (an ``mx.custom_function`` of ``(x, weight, u)`` computing ``conv(x, weight)``; ``u`` the cached
+    transformed weight) with its jvp and vmap: those of the bilinear ``conv`` (MLX's conv has no jvp)."""
+
+    @op.jvp
+    def op_jvp(primals, tangents):
+        (x, weight, _), (tx, tw) = primals, tangents[:2]
+        return conv(tx, weight) + conv(x, tw)
+
+    @op.vmap
+    def op_vmap(inputs, axes):
+        x, weight, _ = inputs
+        return mx.vmap(conv, in_axes=tuple(axes[:2]))(x, weight), 0
+
+    return op
+
+
 @functools.lru_cache(maxsize=None)
 def _winograd_op(lo: tuple, hi: tuple):
     module = kernels()
@@ -283,17 +300,7 @@ def _winograd_op(lo: tuple, hi: tuple):
         _, (gx, gw) = mx.vjp(conv, [x, weight], [cotangent])
         return gx, gw, mx.zeros_like(u)
 
-    @op.jvp
-    def op_jvp(primals, tangents):
-        (x, weight, _), (tx, tw) = primals, tangents[:2]  # conv is bilinear (MLX's conv has no jvp)
-        return conv(tx, weight) + conv(x, tw)
-
-    @op.vmap
-    def op_vmap(inputs, axes):
-        x, weight, _ = inputs
-        return mx.vmap(conv, in_axes=tuple(axes[:2]))(x, weight), 0
-
-    return op
+    return _with_conv_rules(op, conv)
 
 
 def winograd_cache_info() -> dict:
@@ -408,17 +415,7 @@ def _winograd3d_op(lo: tuple, hi: tuple):
         gw = module.winograd3d_weight_adjoint(du, x, cotangent, lo[0], lo[1], lo[2])
         return gx, gw, mx.zeros_like(u)
 
-    @op.jvp
-    def op_jvp(primals, tangents):
-        (x, weight, _), (tx, tw) = primals, tangents[:2]  # conv is bilinear (MLX's conv has no jvp)
-        return conv(tx, weight) + conv(x, tw)
-
-    @op.vmap
-    def op_vmap(inputs, axes):
-        x, weight, _ = inputs
-        return mx.vmap(conv, in_axes=tuple(axes[:2]))(x, weight), 0
-
-    return op
+    return _with_conv_rules(op, conv)
 # ---------------------------------------------------------------------------------------------------- weight flip
 def flip_conv_weight(weight: mx.array, groups: int = 1) -> mx.array:
     """The kernel of a stride-1 conv's input gradient, contiguous: ``weight`` ``(C_out, *kernel, C_in/groups)`` ->
