@@ -118,9 +118,10 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
             return mx.conv_general(x, weight, stride=list(stride), padding=(list(lo), list(hi)), groups=groups)
         return _strided_conv_op(tuple(stride), tuple(lo), tuple(hi), groups)(x, weight)
     if any(d > 1 for d in dilation) and all(s == 1 for s in stride):
-        if DILATED_TAPS and len(kernel) == 2 and groups == 1 and _valid_tap_share(x, weight, lo, hi, dilation) <= \
-                DILATED_TAPS_MAX_SHARE:
-            return _dilated_taps_conv(x, weight, lo, hi, dilation)
+        plan = _dilated_taps_plan(x, weight, lo, hi, dilation) if DILATED_TAPS and len(kernel) == 2 and groups == 1 \
+            else None
+        if plan is not None:
+            return _dilated_taps_conv(x, weight, plan)
         return _dilated_conv(x, weight, lo, hi, dilation, groups)
     if (FAST_GRADS and len(kernel) == 2 and all(s == 1 for s in stride) and all(d == 1 for d in dilation)
             and not _export.active() and _native.active("conv weight flip")):
@@ -195,32 +196,28 @@ def _tap_ranges(size, out, k, d, lo):
     return ranges
 
 
-def _dilated_geometry(x, weight, lo, hi, dilation):
+def _dilated_taps_plan(x, weight, lo, hi, dilation):
+    """``(out sizes, row ranges, column ranges)`` of a 2-d conv's taps (:func:`_tap_ranges`) when the products that
+    read the image rather than its zero padding are at most :data:`DILATED_TAPS_MAX_SHARE` of (taps x outputs);
+    else None."""
     sizes, kernel = x.shape[1:-1], weight.shape[1:-1]
     outs = [s + a + b - d * (k - 1) for s, a, b, d, k in zip(sizes, lo, hi, dilation, kernel)]
-    return outs, [_tap_ranges(s, o, k, d, a) for s, o, k, d, a in zip(sizes, outs, kernel, dilation, lo)]
-
-
-def _valid_tap_share(x, weight, lo, hi, dilation) -> float:
-    """The share of a 2-d conv's (taps x outputs) products that read the image rather than its zero padding."""
-    outs, (rows, cols) = _dilated_geometry(x, weight, lo, hi, dilation)
+    rows, cols = [_tap_ranges(s, o, k, d, a) for s, o, k, d, a in zip(sizes, outs, kernel, dilation, lo)]
     total = len(rows) * len(cols) * outs[0] * outs[1]
-    if total <= 0:
-        return 1.0
     live = sum((r[1] - r[0]) * (c[1] - c[0]) for r in rows if r for c in cols if c)
-    return live / total
+    return (outs, rows, cols) if total > 0 and live <= DILATED_TAPS_MAX_SHARE * total else None
 
 
-def _dilated_taps_conv(x, weight, lo, hi, dilation) -> mx.array:
+def _dilated_taps_conv(x, weight, plan) -> mx.array:
     """A dilated stride-1 one-group 2-d conv as a sum over kernel taps of one GEMM each, over only the outputs whose
     read for that tap lands inside the image (a tap reading only padding contributes nothing and is skipped).
 
     Output ``(o_h, o_w)`` takes ``x[o_h + i*d_h - lo_h, o_w + j*d_w - lo_w] @ weight[:, i, j, :]^T`` over the taps
-    ``(i, j)`` that read inside ``x``; each tap's block is zero-padded back to the output's size and the blocks summed.
-    Same products as torch's conv (padding products are zeros there), summed in another order.
+    ``(i, j)`` that read inside ``x`` (``plan``: :func:`_dilated_taps_plan`); each tap's block is zero-padded back to
+    the output's size and the blocks summed. Same products as torch's conv (padding products are zeros there), summed in another order.
     """
     n, c = x.shape[0], x.shape[-1]
-    (out_h, out_w), (rows, cols) = _dilated_geometry(x, weight, lo, hi, dilation)
+    (out_h, out_w), rows, cols = plan
     c_out = weight.shape[0]
     y = None
     for i, r in enumerate(rows):

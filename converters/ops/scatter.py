@@ -112,7 +112,7 @@ def k_index_scatter(x, index, src, *, axis, reduce, alpha):
     shape = list(x.shape)
     shape[axis] = index.size
     if isinstance(src, mx.array) and src.ndim > 0:
-        if list(src.shape if src.ndim == x.ndim else []) != shape:
+        if list(src.shape) != shape:
             raise ValueError(f"index_add/index_copy: source has shape {tuple(src.shape)}, expected {tuple(shape)}")
         values = src.astype(x.dtype)
     else:
