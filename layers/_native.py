@@ -350,6 +350,39 @@ _FLIP16 = [4 * (3 - a if a in (0, 3) else a) + (3 - b if b in (0, 3) else b) for
 
 # bytes of transformed input one forward chunk of examples may hold (see _winograd3d_op)
 WINOGRAD3D_CHUNK_BYTES = 96 << 20
+# The forward runs as one cache-blocked native pass (csrc/conv3d_fused_kernels.h: a block of tiles transformed, its
+# GEMMs, its output transform, no whole-input temporaries) when this is on, the BLAS MLX calls can be found, and the
+# conv has at least WINOGRAD3D_FUSED_MIN_ROWS (example, tile) rows per frame (fewer: each frame's GEMMs would re-read
+# the whole transformed weight for a few rows; the unfused GEMMs read it once). WINOGRAD3D_FUSED_BLOCK rows per GEMM.
+# Measured (1 thread, CPU ms, batch 8, in R3D-18: 64@16x56x56 767 -> ..., see docs/BENCHMARKS.md).
+WINOGRAD3D_FUSED = True
+WINOGRAD3D_FUSED_MIN_ROWS = 64
+WINOGRAD3D_FUSED_BLOCK = 256
+
+
+def _fused_blas() -> bool:
+    """Hands the fused 3-d Winograd pass the ``cblas_sgemm`` MLX calls (read from libmlx's GOT, so the optimized BLAS
+    Porter bound, or MLX's own) and OpenBLAS's per-thread thread setter when that library has one; False if the
+    address cannot be found (the unfused path runs then)."""
+    if "blas" not in _state:
+        _state["blas"] = False
+        try:
+            import ctypes
+
+            from porter import _bind
+
+            mlx_lib = _bind.loaded_path("libmlx.so")
+            slots = _bind.slot_values(mlx_lib, "cblas_sgemm") if mlx_lib else []
+            where = _bind.library_of(slots[0]) if slots else None
+            if where:
+                lib = ctypes.CDLL(where, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+                local = getattr(lib, "openblas_set_num_threads_local", None)
+                local = ctypes.cast(local, ctypes.c_void_p).value if local is not None else 0
+                kernels().winograd3d_set_blas(slots[0], local or 0)
+                _state["blas"] = True
+        except (OSError, ImportError, ValueError):
+            pass
+    return _state["blas"]
 
 
 def _winograd3d_gemms(v, u, rows: int, step: int):
@@ -376,6 +409,8 @@ def _winograd3d_op(lo: tuple, hi: tuple):
 
     def forward(x, weight, u):
         kd, dout, ho, wo, step = geometry(x, weight)
+        if WINOGRAD3D_FUSED and step >= WINOGRAD3D_FUSED_MIN_ROWS and _fused_blas():
+            return module.winograd3d_fused(x, u, weight, lo[0], lo[1], lo[2], dout, ho, wo, WINOGRAD3D_FUSED_BLOCK)
         v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
         m = _winograd3d_gemms(v, u, dout * step, step)
         return module.winograd3d_output(m, x, weight, lo[0], lo[1], lo[2], dout, ho, wo)
@@ -387,7 +422,7 @@ def _winograd3d_op(lo: tuple, hi: tuple):
         kd, dout, ho, wo, step = geometry(x, weight)
         per_example = 16 * (dout + kd - 1) * (step // x.shape[0]) * x.shape[-1] * 4
         chunk = max(1, WINOGRAD3D_CHUNK_BYTES // max(per_example, 1))
-        if chunk >= x.shape[0]:
+        if chunk >= x.shape[0] or (WINOGRAD3D_FUSED and step >= WINOGRAD3D_FUSED_MIN_ROWS and _fused_blas()):
             return forward(x, weight, u)
         ys = []
         for i in range(0, x.shape[0], chunk):

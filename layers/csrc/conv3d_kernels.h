@@ -34,6 +34,7 @@ struct Wino3dGeometry {
   int64_t kd = 1;                              // depth taps
   int64_t lo_d = 0, lo_h = 0, lo_w = 0;        // zero padding before the first frame / row / column
   int64_t dout = 0, ho = 0, wo = 0;            // output frames / rows / columns
+  int64_t block = 0;                           // the fused pass's rows per GEMM (conv3d_fused_kernels.h)
   int64_t th() const { return (ho + 1) / 2; }
   int64_t tw() const { return (wo + 1) / 2; }
   int64_t tiles() const { return th() * tw(); }          // per frame

@@ -1,13 +1,15 @@
 // Winograd F(2x2, 3x3) for (kD, 3, 3) stride-1 3-d convs, depth taps summed in the GEMMs (conv3d_kernels.h): four
-// passes, one primitive class. The GEMMs between them are mx.matmul / mx.addmm (layers/_native.py, winograd_conv3d).
+// passes, one primitive class. The GEMMs between them are mx.matmul / mx.addmm (layers/_native.py, winograd_conv3d);
+// or the whole forward as one cache-blocked pass calling the BLAS itself (conv3d_fused_kernels.h, kind `fused`).
 #include "ops_common.h"
 #include "winograd_cache.h"
 #include "winograd_kernels.h"
 #include "conv3d_kernels.h"
+#include "conv3d_fused_kernels.h"
 
 namespace porter {
 
-enum class Wino3dKind { input, output, output_adjoint, weight_adjoint, weight };
+enum class Wino3dKind { input, output, output_adjoint, weight_adjoint, weight, fused };
 
 mx::array wino3d_pass(mx::Stream s, Wino3dKind kind, const Wino3dGeometry& g, std::vector<mx::array> in);
 
@@ -31,6 +33,10 @@ class Winograd3d : public mx::UnaryPrimitive {
                                 dst);
           break;
         case Wino3dKind::weight: wino3d_weight(a, in[0].shape(0), in[0].shape(1), in[0].shape(4), dst); break;
+        case Wino3dKind::fused:
+          wino3d_fused(a, in[1].template data<float>(), in[2].template data<float>(), g, in[1].shape(-1), g.block,
+                       dst);
+          break;
       }
     });
   }
@@ -43,6 +49,7 @@ class Winograd3d : public mx::UnaryPrimitive {
       case Wino3dKind::output: return "PorterWinograd3dOutput";
       case Wino3dKind::output_adjoint: return "PorterWinograd3dOutputAdjoint";
       case Wino3dKind::weight: return "PorterWinograd3dWeight";
+      case Wino3dKind::fused: return "PorterWinograd3dFused";
       default: return "PorterWinograd3dWeightAdjoint";
     }
   }
@@ -97,6 +104,9 @@ class Winograd3d : public mx::UnaryPrimitive {
       case Wino3dKind::output:
         return {static_cast<int>(g.n), static_cast<int>(g.dout), static_cast<int>(g.ho), static_cast<int>(g.wo),
                 in[0].shape(-1)};
+      case Wino3dKind::fused:
+        return {static_cast<int>(g.n), static_cast<int>(g.dout), static_cast<int>(g.ho), static_cast<int>(g.wo),
+                in[1].shape(-1)};
       case Wino3dKind::output_adjoint: return {16, static_cast<int>(g.out_rows()), in[0].shape(-1)};
       case Wino3dKind::weight: return {in[0].shape(1), 16, in[0].shape(4), in[0].shape(0)};
       default: return {in[0].shape(-1), static_cast<int>(g.kd), 3, 3, static_cast<int>(g.ci)};
@@ -212,7 +222,36 @@ mx::array winograd3d_weight_op(const mx::array& w, bool cache) {
   return u;
 }
 
+// x (N, D, H, W, C_in), u (kD, 16, C_in, C_out) = winograd3d_weight(w), w (C_out, kD, 3, 3, C_in) -> y (N, dout,
+// ho, wo, C_out) in one cache-blocked pass (conv3d_fused_kernels.h), `block` rows of (example, tile) per GEMM. Needs
+// the BLAS handed over by winograd3d_set_blas.
+mx::array winograd3d_fused_op(const mx::array& x, const mx::array& u, const mx::array& w, int64_t lo_d, int64_t lo_h,
+                              int64_t lo_w, int64_t dout, int64_t ho, int64_t wo, int64_t block) {
+  auto s = cpu_stream("winograd3d_fused");
+  if (!wino3d_blas().sgemm) fail("winograd3d_fused", "no BLAS: call winograd3d_set_blas first");
+  if (w.ndim() != 5) fail("winograd3d_fused", "w must be (C_out, kD, 3, 3, C_in)");
+  if (block <= 0) fail("winograd3d_fused", "block must be positive");
+  auto g = wino3d_geometry(x, w.shape(1), lo_d, lo_h, lo_w, dout, ho, wo, "winograd3d_fused");
+  check_wino3d_weight(w, g, w.shape(0), "winograd3d_fused");
+  if (u.ndim() != 4 || u.shape(0) != g.kd || u.shape(1) != 16 || u.shape(2) != g.ci || u.shape(3) != w.shape(0)) {
+    fail("winograd3d_fused", "u must be (kD, 16, C_in, C_out) matching w");
+  }
+  check_f32(u, "winograd3d_fused", "u");
+  g.block = block;
+  return wino3d_pass(s, Wino3dKind::fused, g, {x, u, w});
+}
+
+// The BLAS the fused pass calls: addresses of cblas_sgemm and (0 if none) of a function that sets the calling
+// thread's BLAS threads and returns the previous setting (OpenBLAS's openblas_set_num_threads_local).
+void winograd3d_set_blas(uintptr_t sgemm, uintptr_t set_threads_local) {
+  wino3d_blas().sgemm = reinterpret_cast<SgemmFn>(sgemm);
+  wino3d_blas().set_threads_local = reinterpret_cast<BlasThreadsFn>(set_threads_local);
+}
+
 void bind_conv3d(nb::module_& m) {
+  m.def("winograd3d_set_blas", &winograd3d_set_blas, nb::arg("sgemm"), nb::arg("set_threads_local"));
+  m.def("winograd3d_fused", &winograd3d_fused_op, nb::arg("x"), nb::arg("u"), nb::arg("w"), nb::arg("lo_d"),
+        nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"), nb::arg("block"));
   m.def("winograd3d_weight", &winograd3d_weight_op, nb::arg("w"), nb::arg("cache") = true);
   m.def("winograd3d_input", &winograd3d_input_op, nb::arg("x"), nb::arg("kd"), nb::arg("lo_d"), nb::arg("lo_h"),
         nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"));

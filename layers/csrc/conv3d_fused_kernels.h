@@ -1,0 +1,149 @@
+// The 3-d Winograd F(2x2, 3x3) forward of conv3d_kernels.h as ONE cache-blocked pass: transform a block of tiles,
+// run its GEMMs, inverse-transform while the block is still in cache. No transformed frame of the whole input (V) or
+// output (M) is ever allocated: at batch 8 those were 460 + 410 MB for R3D's 64@16x56x56 convs, and allocating them
+// fresh (page faults) cost more than the conv itself (measured 1 thread: 364 ms with the buffers reused, 830-875 ms
+// without).
+//
+//   rows:   r = (n, tile) over all examples and a frame's T tiles, in blocks of `block` rows (a block may span examples)
+//   unit:   one row block over a range of output frames; frames run in order and a ring of kD transformed input
+//           frames (16, block, C_in) per slot is kept, so each input frame is transformed once per unit
+//   GEMMs:  M[p] = sum_j ring[(o + j) % kD][p] @ U[j][p]   (16 * kD sgemm calls per output frame, BLAS row-major)
+//   output: M -> y for frame o, tiles that are not finite redone directly (wino3d_direct), as in wino3d_output
+// The GEMMs call the BLAS MLX calls (its cblas_sgemm, handed over by layers/_native.py); when that BLAS can be told
+// to run single-threaded in the calling thread (OpenBLAS's openblas_set_num_threads_local), units run on Porter's
+// threads, else on the calling thread with the BLAS threading each GEMM.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "conv3d_kernels.h"
+#include "parallel.h"
+#include "winograd_kernels.h"
+
+namespace porter {
+
+// cblas_sgemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); 101 = row-major, 111 = no trans
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                         int);
+using BlasThreadsFn = int (*)(int);
+
+struct Wino3dBlas {
+  SgemmFn sgemm = nullptr;
+  BlasThreadsFn set_threads_local = nullptr;  // returns the previous setting
+};
+
+inline Wino3dBlas& wino3d_blas() {
+  static Wino3dBlas blas;
+  return blas;
+}
+
+// Rows [r0, r0 + rows) of frame f (input depth f - lo_d) -> slot (16, block, C): position p at slot + p * block * C.
+inline void wino3d_fused_input(const float* x, const Wino3dGeometry& g, int64_t f, int64_t r0, int64_t rows,
+                               int64_t block, const float* zeros, float* slot) {
+  const int64_t C = g.ci, tw = g.tw(), T = g.tiles();
+  const int64_t z = f - g.lo_d;
+  const bool empty = z < 0 || z >= g.d;
+  for (int64_t k = 0; k < rows; ++k) {
+    const int64_t r = r0 + k, n = r / T, i = (r % T) / tw, j = r % tw;
+    const float* px[4][4];
+    for (int a = 0; a < 4; ++a) {
+      const int64_t yy = 2 * i - g.lo_h + a;
+      for (int b = 0; b < 4; ++b) {
+        const int64_t xc = 2 * j - g.lo_w + b;
+        px[a][b] = (empty || yy < 0 || yy >= g.h || xc < 0 || xc >= g.w)
+                       ? zeros
+                       : x + (((n * g.d + z) * g.h + yy) * g.w + xc) * C;
+      }
+    }
+    float* out = slot + k * C;
+    int64_t c = 0;
+    for (; c + 16 <= C; c += 16) wino::input_tile<wino::f32x16>(px, c, out, block * C);
+    for (; c < C; ++c) wino::input_tile<float>(px, c, out, block * C);
+  }
+}
+
+// m (16, block, C_out) of rows [r0, r0 + rows), output frame o -> y (N, D_out, Ho, Wo, C_out).
+inline void wino3d_fused_output(const float* m, const float* x, const float* w, const Wino3dGeometry& g, int64_t co,
+                                int64_t o, int64_t r0, int64_t rows, int64_t block, float* y) {
+  const int64_t tw = g.tw(), T = g.tiles();
+  for (int64_t k = 0; k < rows; ++k) {
+    const int64_t r = r0 + k, n = r / T, i = (r % T) / tw, j = r % tw;
+    float* dst[2][2];
+    for (int a = 0; a < 2; ++a) {
+      for (int b = 0; b < 2; ++b) {
+        const int64_t oy = 2 * i + a, ox = 2 * j + b;
+        dst[a][b] = (oy < g.ho && ox < g.wo) ? y + (((n * g.dout + o) * g.ho + oy) * g.wo + ox) * co : nullptr;
+      }
+    }
+    const float* src = m + k * co;
+    auto redo = [&](int64_t c0, int64_t c1) {
+      for (int a = 0; a < 2; ++a) {
+        for (int b = 0; b < 2; ++b) {
+          if (dst[a][b]) wino3d_direct(x, w, g, n, o, 2 * i + a, 2 * j + b, c0, c1, dst[a][b]);
+        }
+      }
+    };
+    int64_t c = 0;
+    for (; c + 16 <= co; c += 16) {
+      if (!wino::output_tile<wino::f32x16>(src, block * co, c, dst)) redo(c, c + 16);
+    }
+    for (; c < co; ++c) {
+      if (!wino::output_tile<float>(src, block * co, c, dst)) redo(c, c + 1);
+    }
+  }
+}
+
+// x (N, D, H, W, C_in), u (kD, 16, C_in, C_out) (wino3d_weight), w (C_out, kD, 3, 3, C_in) -> y (N, D_out, Ho, Wo,
+// C_out). `block`: rows per GEMM (clamped to [1, N * T]).
+inline void wino3d_fused(const float* x, const float* u, const float* w, const Wino3dGeometry& g, int64_t co,
+                         int64_t block, float* y) {
+  const Wino3dBlas blas = wino3d_blas();
+  const int64_t C = g.ci, kd = g.kd, rows_all = g.n * g.tiles();
+  block = std::clamp<int64_t>(block, 1, rows_all);
+  const int64_t nb = (rows_all + block - 1) / block;
+  block = (rows_all + nb - 1) / nb;  // even blocks
+  const bool threaded = blas.set_threads_local != nullptr && num_threads() > 1;
+  // frame ranges per row block: enough units for the threads (each range re-transforms kD - 1 leading frames)
+  const int64_t splits = threaded ? std::clamp<int64_t>((2 * num_threads() + nb - 1) / nb, 1, g.dout) : 1;
+  const int64_t units = nb * splits;
+  const std::vector<float> zeros(static_cast<size_t>(C), 0.0f);
+  auto body = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;  // kept between calls: a few MB per thread, never page-faulted again
+    const size_t need = static_cast<size_t>(16 * block * (kd * C + co));
+    if (scratch.size() < need) scratch.resize(need);
+    float* ring = scratch.data();
+    float* m = ring + kd * 16 * block * C;
+    const int previous = blas.set_threads_local ? blas.set_threads_local(1) : 0;
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t b = unit / splits, s = unit % splits;
+      const int64_t r0 = b * block, rows = std::min(block, rows_all - r0);
+      const int64_t o0 = g.dout * s / splits, o1 = g.dout * (s + 1) / splits;
+      for (int64_t o = o0; o < o1; ++o) {
+        // frames o .. o + kd - 1 in slots f % kd: all of them at a range's start, then the one new frame
+        for (int64_t f = (o == o0 ? o : o + kd - 1); f < o + kd; ++f) {
+          wino3d_fused_input(x, g, f, r0, rows, block, zeros.data(), ring + (f % kd) * 16 * block * C);
+        }
+        for (int64_t p = 0; p < 16; ++p) {
+          for (int64_t j = 0; j < kd; ++j) {
+            const float* a = ring + ((o + j) % kd) * 16 * block * C + p * block * C;
+            const float* bm = u + (j * 16 + p) * C * co;
+            blas.sgemm(101, 111, 111, static_cast<int>(rows), static_cast<int>(co), static_cast<int>(C), 1.0f, a,
+                       static_cast<int>(C), bm, static_cast<int>(co), j == 0 ? 0.0f : 1.0f, m + p * block * co,
+                       static_cast<int>(co));
+          }
+        }
+        wino3d_fused_output(m, x, w, g, co, o, r0, rows, block, y);
+      }
+    }
+    if (blas.set_threads_local) blas.set_threads_local(previous);
+  };
+  if (threaded) {
+    parallel_for(units, 16 * block * kd * C * co * std::max<int64_t>(g.dout / splits, 1), body);
+  } else {
+    body(0, units);
+  }
+}
+
+}  // namespace porter
