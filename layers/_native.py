@@ -357,7 +357,7 @@ WINOGRAD3D_CHUNK_BYTES = 96 << 20
 # Measured (1 thread, CPU ms, batch 8, in R3D-18: 64@16x56x56 767 -> ..., see docs/BENCHMARKS.md).
 WINOGRAD3D_FUSED = True
 WINOGRAD3D_FUSED_MIN_ROWS = 64
-WINOGRAD3D_FUSED_BLOCK = 256
+WINOGRAD3D_FUSED_BLOCK = 128
 
 
 def _fused_blas() -> bool:

@@ -1,0 +1,149 @@
+"""The cache-blocked 3-d Winograd forward (layers/csrc/conv3d_fused_kernels.h, ``_native.WINOGRAD3D_FUSED``) against
+torch's F.conv3d, run in each test: forward, input and weight gradients (the input gradient is the fused forward of
+the flipped conv), row blocks that do not divide the rows and span examples, kD 1/2/3, uneven and k-1 padding, odd
+sizes, batch 1 and > 1, one and two threads, inf/NaN placement, jvp/vmap/compile, and what does not take it."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import porter.layers._conv_engine as conv_module
+import porter.layers.functional as PF
+from porter.layers import _native
+from tests.conv_helpers import check_module
+
+pytestmark = pytest.mark.native_only
+
+
+class _FusedSpy:
+    """Counts calls of the native fused pass (the extension module's ``winograd3d_fused``)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        module = _native.kernels()
+        real = module.winograd3d_fused
+
+        def call(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "winograd3d_fused", call)
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """Every 3-d Winograd conv fused, in blocks of 5 rows (blocks that cross examples and leave a short last one)."""
+    monkeypatch.setattr(conv_module, "WINOGRAD_MIN_TILES_3D", 1)
+    monkeypatch.setattr(_native, "WINOGRAD3D_FUSED", True)
+    monkeypatch.setattr(_native, "WINOGRAD3D_FUSED_MIN_ROWS", 1)
+    monkeypatch.setattr(_native, "WINOGRAD3D_FUSED_BLOCK", 5)
+    return _FusedSpy(monkeypatch)
+
+
+def _nc(a):  # (N, D, H, W, C) MLX -> torch layout numpy
+    return np.moveaxis(np.array(a), -1, 1)
+
+
+def _cl(t):  # torch (N, C, D, H, W) -> channels-last MLX
+    return mx.array(np.ascontiguousarray(np.moveaxis(t.detach().numpy(), 1, -1)))
+
+
+# (input shape in torch layout, in_channels, out_channels, kernel_size, kwargs)
+CASES = [
+    ((1, 16, 5, 9, 7), 16, 24, 3, dict(padding=1)),  # odd H, W: cropped edge tiles
+    ((3, 16, 4, 8, 10), 16, 16, 3, dict(padding=(1, 1, 0))),  # batch 3: blocks span examples
+    ((2, 16, 5, 7, 6), 16, 20, (2, 3, 3), dict(padding="same")),  # depth padded unevenly (0 before, 1 after)
+    ((2, 24, 4, 9, 9), 24, 16, (1, 3, 3), dict(padding=(0, 1, 1))),  # MC3 / R(2+1)D spatial conv: a ring of 1
+    ((1, 16, 6, 8, 8), 16, 16, 3, dict(padding=0, bias=False)),  # valid conv
+    ((2, 17, 3, 6, 5), 17, 19, (3, 3, 3), dict(padding=(2, 1, 2))),  # odd channels, padding k-1 (all-zero frames)
+]
+
+
+@pytest.mark.parametrize("x_shape, cin, cout, k, kwargs", CASES)
+def test_fused_matches_torch_with_gradients(fused, x_shape, cin, cout, k, kwargs):
+    check_module(3, x_shape, cin, cout, k, **kwargs)
+    assert fused.calls >= 2  # the forward and the input gradient's conv
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_one_and_two_threads_and_default_thresholds(monkeypatch, threads):
+    """Default settings: a conv with 64 (example, tile) rows per frame is fused; 1 or 2 threads, torch's numbers, and
+    the same numbers as the unfused GEMMs."""
+    spy = _FusedSpy(monkeypatch)
+    before = _native.kernels().num_threads()
+    _native.set_num_threads(threads)
+    try:
+        check_module(3, (2, 16, 5, 11, 16), 16, 24, 3, padding=1, seed=7)  # 2 * 6 * 8 = 96 rows per frame
+        assert spy.calls >= 1
+        torch.manual_seed(1)
+        x, w = torch.randn(2, 16, 5, 11, 16), torch.randn(24, 16, 3, 3, 3) * 0.1
+        fused = PF.conv3d(_cl(x), _cl(w), padding=1)
+        monkeypatch.setattr(_native, "WINOGRAD3D_FUSED", False)
+        unfused = PF.conv3d(_cl(x), _cl(w), padding=1)
+        np.testing.assert_allclose(np.array(fused), np.array(unfused), rtol=1e-5, atol=1e-5)
+    finally:
+        _native.set_num_threads(before)
+
+
+def test_small_convs_and_other_dtypes_are_not_fused(monkeypatch):
+    """Fewer rows per frame than WINOGRAD3D_FUSED_MIN_ROWS keep the unfused GEMMs; 16-bit inputs never reach the
+    float32 op. Both still give torch's numbers."""
+    monkeypatch.setattr(conv_module, "WINOGRAD_MIN_TILES_3D", 1)
+    spy = _FusedSpy(monkeypatch)
+    check_module(3, (1, 16, 4, 8, 8), 16, 16, 3, padding=1)  # 16 rows per frame
+    check_module(3, (1, 16, 3, 16, 16), 16, 16, 3, dtype=torch.float16, padding=1)
+    assert spy.calls == 0
+
+
+@pytest.mark.parametrize("where", ["x_inf", "x_nan", "weight_nan", "overflow"])
+def test_fused_puts_inf_and_nan_where_torch_does(fused, where):
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 16, 4, 8, 8), torch.randn(16, 16, 3, 3, 3) * 0.1
+    if where == "x_inf":
+        x[1, 3, 1, 2, 5] = float("inf")
+    elif where == "x_nan":
+        x[0, 0, 2, 7, 7] = float("nan")
+    elif where == "weight_nan":  # batch 1: torch's batch-2 conv3d skips padding taps (no 0 * NaN there), im2col not
+        x = x[:1]
+        w[5, 2, 1, 0, 2] = float("nan")
+    else:  # 3e38 - (-3e38) overflows in the input transform; the direct sums stay finite
+        x[1, 2, 1, 4, 4], x[1, 2, 1, 6, 4] = 3e38, -3e38
+        w = w * 1e-3
+    got = _nc(PF.conv3d(_cl(x), _cl(w), padding=1))
+    want = TF.conv3d(x, w, padding=1).numpy()
+    assert fused.calls == 1
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(test(got), test(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4 * np.abs(want[finite]).max())
+
+
+def test_fused_jvp_vmap_and_compile(fused):
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 16, 3, 6, 5), torch.randn(16, 16, 3, 3, 3)
+    tx, tw = torch.randn_like(x), torch.randn_like(w)
+    _, (tangent,) = mx.jvp(lambda a, b: PF.conv3d(a, b, padding=1), [_cl(x), _cl(w)], [_cl(tx), _cl(tw)])
+    _, want = torch.func.jvp(lambda a, b: TF.conv3d(a, b, padding=1), (x, w), (tx, tw))
+    np.testing.assert_allclose(_nc(tangent), want.numpy(), rtol=1e-4, atol=1e-4)
+
+    xs = torch.randn(3, 1, 16, 3, 6, 5)
+    got = mx.vmap(lambda a: PF.conv3d(a, _cl(w), padding=1))(mx.stack([_cl(v) for v in xs]))
+    for v in range(3):
+        np.testing.assert_allclose(_nc(got[v]), TF.conv3d(xs[v], w, padding=1).numpy(), rtol=1e-4, atol=1e-4)
+
+    f = mx.compile(lambda a, b: PF.conv3d(a, b, padding=1))
+    np.testing.assert_allclose(_nc(f(_cl(x), _cl(w))), TF.conv3d(x, w, padding=1).numpy(), rtol=1e-4, atol=1e-4)
+    assert fused.calls >= 1
+
+
+def test_fused_op_checks_its_arguments():
+    module = _native.kernels()
+    x = mx.zeros((1, 4, 6, 6, 16))
+    w = mx.zeros((8, 3, 3, 3, 16))
+    u = module.winograd3d_weight(w, False)
+    with pytest.raises(ValueError, match="block"):
+        module.winograd3d_fused(x, u, w, 1, 1, 1, 4, 6, 6, 0)
+    with pytest.raises(ValueError, match="u must be"):
+        module.winograd3d_fused(x, u[:, :, :8], w, 1, 1, 1, 4, 6, 6, 16)
