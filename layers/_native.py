@@ -360,6 +360,18 @@ WINOGRAD3D_FUSED_MIN_ROWS = 64
 WINOGRAD3D_FUSED_BLOCK = 128
 
 
+# The weight gradient's Winograd-domain GEMMs run blocked too (csrc/conv3d_fused_kernels.h, wino3d_fused_du) when this
+# is on, the forward would be fused, and the transformed input (16 * frames * rows * C_in) is larger than two copies
+# of the transformed weight gradient (each thread sums into its own copy; with few rows and wide channels, as R3D's
+# 512@2x7, the whole-input GEMMs are the smaller and faster).
+WINOGRAD3D_FUSED_GRAD = True
+
+
+def _fused_weight_grad(kd: int, dout: int, step: int, c_in: int, c_out: int) -> bool:
+    return (WINOGRAD3D_FUSED_GRAD and WINOGRAD3D_FUSED and step >= WINOGRAD3D_FUSED_MIN_ROWS
+            and (dout + kd - 1) * step > 2 * kd * c_out and _fused_blas())
+
+
 def _fused_blas() -> bool:
     """Hands the fused 3-d Winograd pass the ``cblas_sgemm`` MLX calls (read from libmlx's GOT, so the optimized BLAS
     Porter bound, or MLX's own) and OpenBLAS's per-thread thread setter when that library has one; False if the
@@ -443,10 +455,14 @@ def _winograd3d_op(lo: tuple, hi: tuple):
         gx = _winograd3d_op(tuple(a - 1 - p for a, p in zip(k, lo)), tuple(a - 1 - p for a, p in zip(k, hi)))(
             cotangent, flipped, u_flipped)
         # weight gradient in the Winograd domain: dU[j][p] = V[p, tap j's rows]^T @ dM[p], then G^T dU G
-        v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
-        dm = module.winograd3d_output_adjoint(cotangent, x, kd, lo[0], lo[1], lo[2])
-        rows = dout * step
-        du = mx.stack([v[:, j * step: j * step + rows].swapaxes(1, 2) @ dm for j in range(kd)])
+        if _fused_weight_grad(kd, dout, step, x.shape[-1], weight.shape[0]):
+            # blocked: no transformed input or output gradient as a whole (see WINOGRAD3D_FUSED_GRAD)
+            du = module.winograd3d_fused_du(x, cotangent, kd, lo[0], lo[1], lo[2], WINOGRAD3D_FUSED_BLOCK)
+        else:
+            v = module.winograd3d_input(x, kd, lo[0], lo[1], lo[2], dout, ho, wo)
+            dm = module.winograd3d_output_adjoint(cotangent, x, kd, lo[0], lo[1], lo[2])
+            rows = dout * step
+            du = mx.stack([v[:, j * step: j * step + rows].swapaxes(1, 2) @ dm for j in range(kd)])
         gw = module.winograd3d_weight_adjoint(du, x, cotangent, lo[0], lo[1], lo[2])
         return gx, gw, mx.zeros_like(u)
 

@@ -146,4 +146,81 @@ inline void wino3d_fused(const float* x, const float* u, const float* w, const W
   }
 }
 
+// The weight gradient's Winograd-domain half without whole-input temporaries: dU[j][p] = sum over rows and output
+// frames o of V[p](frame o + j)^T @ dM[p](frame o), V as in the forward (a ring of kD transformed input frames per row
+// block), dM the output transform's adjoint of gy (wino3d_adjoint_tile) for the block's rows of frame o. Each thread
+// sums into its own (kD, 16, C_in, C_out) copy (thread 0 into du), added up at the end; the caller applies
+// wino3d_weight_adjoint. x (N, D, H, W, C_in), gy (N, D_out, Ho, Wo, C_out) -> du (kD, 16, C_in, C_out).
+inline void wino3d_fused_du(const float* x, const float* gy, const Wino3dGeometry& g, int64_t co, int64_t block,
+                            float* du) {
+  const Wino3dBlas blas = wino3d_blas();
+  const int64_t C = g.ci, kd = g.kd, rows_all = g.n * g.tiles(), tw = g.tw(), T = g.tiles();
+  const int64_t size = kd * 16 * C * co;
+  block = std::clamp<int64_t>(block, 1, rows_all);
+  const int64_t nb = (rows_all + block - 1) / block;
+  block = (rows_all + nb - 1) / nb;
+  const int threads = (blas.set_threads_local != nullptr) ? static_cast<int>(std::min<int64_t>(num_threads(), nb * g.dout)) : 1;
+  const int64_t splits = threads > 1 ? std::clamp<int64_t>((2 * threads + nb - 1) / nb, 1, g.dout) : 1;
+  const int64_t units = nb * splits;
+  const std::vector<float> zeros(static_cast<size_t>(std::max(C, co)), 0.0f);
+  std::vector<std::vector<float>> partial(static_cast<size_t>(threads > 1 ? threads - 1 : 0));
+  auto body = [&](int t) {
+    float* acc = du;
+    if (t > 0) {
+      partial[t - 1].assign(static_cast<size_t>(size), 0.0f);
+      acc = partial[t - 1].data();
+    }
+    thread_local std::vector<float> scratch;
+    const size_t need = static_cast<size_t>(16 * block * (kd * C + co));
+    if (scratch.size() < need) scratch.resize(need);
+    float* ring = scratch.data();
+    float* m = ring + kd * 16 * block * C;
+    const int previous = blas.set_threads_local ? blas.set_threads_local(1) : 0;
+    for (int64_t unit = t; unit < units; unit += threads) {
+      const int64_t b = unit / splits, s = unit % splits;
+      const int64_t r0 = b * block, rows = std::min(block, rows_all - r0);
+      const int64_t o0 = g.dout * s / splits, o1 = g.dout * (s + 1) / splits;
+      for (int64_t o = o0; o < o1; ++o) {
+        for (int64_t f = (o == o0 ? o : o + kd - 1); f < o + kd; ++f) {
+          wino3d_fused_input(x, g, f, r0, rows, block, zeros.data(), ring + (f % kd) * 16 * block * C);
+        }
+        for (int64_t k = 0; k < rows; ++k) {  // dM rows of frame o
+          const int64_t r = r0 + k, n = r / T, i = (r % T) / tw, j = r % tw;
+          const float* src[2][2];
+          for (int a = 0; a < 2; ++a) {
+            for (int c = 0; c < 2; ++c) {
+              const int64_t oy = 2 * i + a, ox = 2 * j + c;
+              src[a][c] = (oy < g.ho && ox < g.wo) ? gy + (((n * g.dout + o) * g.ho + oy) * g.wo + ox) * co
+                                                   : zeros.data();
+            }
+          }
+          float* out = m + k * co;
+          int64_t c = 0;
+          for (; c + 16 <= co; c += 16) wino3d_adjoint_tile<wino::f32x16>(src, c, out, block * co);
+          for (; c < co; ++c) wino3d_adjoint_tile<float>(src, c, out, block * co);
+        }
+        for (int64_t p = 0; p < 16; ++p) {
+          for (int64_t j = 0; j < kd; ++j) {
+            const float* a = ring + ((o + j) % kd) * 16 * block * C + p * block * C;
+            // 112 = transposed: (rows x C_in)^T @ (rows x C_out), accumulated
+            blas.sgemm(101, 112, 111, static_cast<int>(C), static_cast<int>(co), static_cast<int>(rows), 1.0f, a,
+                       static_cast<int>(C), m + p * block * co, static_cast<int>(co), 1.0f, acc + (j * 16 + p) * C * co,
+                       static_cast<int>(co));
+          }
+        }
+      }
+    }
+    if (blas.set_threads_local) blas.set_threads_local(previous);
+  };
+  std::fill(du, du + size, 0.0f);
+  if (threads > 1) {
+    Pool::get().run(threads, body);
+    for (auto& part : partial) {
+      for (int64_t i = 0; i < size; ++i) du[i] += part[i];
+    }
+  } else {
+    body(0);
+  }
+}
+
 }  // namespace porter

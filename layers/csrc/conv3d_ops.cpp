@@ -9,7 +9,7 @@
 
 namespace porter {
 
-enum class Wino3dKind { input, output, output_adjoint, weight_adjoint, weight, fused };
+enum class Wino3dKind { input, output, output_adjoint, weight_adjoint, weight, fused, fused_du };
 
 mx::array wino3d_pass(mx::Stream s, Wino3dKind kind, const Wino3dGeometry& g, std::vector<mx::array> in);
 
@@ -37,6 +37,7 @@ class Winograd3d : public mx::UnaryPrimitive {
           wino3d_fused(a, in[1].template data<float>(), in[2].template data<float>(), g, in[1].shape(-1), g.block,
                        dst);
           break;
+        case Wino3dKind::fused_du: wino3d_fused_du(a, in[1].template data<float>(), g, in[1].shape(-1), g.block, dst); break;
       }
     });
   }
@@ -50,6 +51,7 @@ class Winograd3d : public mx::UnaryPrimitive {
       case Wino3dKind::output_adjoint: return "PorterWinograd3dOutputAdjoint";
       case Wino3dKind::weight: return "PorterWinograd3dWeight";
       case Wino3dKind::fused: return "PorterWinograd3dFused";
+      case Wino3dKind::fused_du: return "PorterWinograd3dFusedWeightGrad";
       default: return "PorterWinograd3dWeightAdjoint";
     }
   }
@@ -104,6 +106,8 @@ class Winograd3d : public mx::UnaryPrimitive {
       case Wino3dKind::output:
         return {static_cast<int>(g.n), static_cast<int>(g.dout), static_cast<int>(g.ho), static_cast<int>(g.wo),
                 in[0].shape(-1)};
+      case Wino3dKind::fused_du:
+        return {static_cast<int>(g.kd), 16, static_cast<int>(g.ci), in[1].shape(-1)};
       case Wino3dKind::fused:
         return {static_cast<int>(g.n), static_cast<int>(g.dout), static_cast<int>(g.ho), static_cast<int>(g.wo),
                 in[1].shape(-1)};
@@ -241,6 +245,20 @@ mx::array winograd3d_fused_op(const mx::array& x, const mx::array& u, const mx::
   return wino3d_pass(s, Wino3dKind::fused, g, {x, u, w});
 }
 
+// x (N, D, H, W, C_in), gy (N, dout, ho, wo, C_out) -> dU (kD, 16, C_in, C_out), the Winograd-domain weight gradient
+// (winograd3d_weight_adjoint's input) in one cache-blocked pass (conv3d_fused_kernels.h).
+mx::array winograd3d_fused_du_op(const mx::array& x, const mx::array& gy, int64_t kd, int64_t lo_d, int64_t lo_h,
+                                 int64_t lo_w, int64_t block) {
+  auto s = cpu_stream("winograd3d_fused_du");
+  if (!wino3d_blas().sgemm) fail("winograd3d_fused_du", "no BLAS: call winograd3d_set_blas first");
+  if (block <= 0) fail("winograd3d_fused_du", "block must be positive");
+  if (gy.ndim() != 5 || gy.shape(0) != x.shape(0)) fail("winograd3d_fused_du", "gy must be (N, D, H, W, C_out)");
+  check_f32(gy, "winograd3d_fused_du", "gy");
+  auto g = wino3d_geometry(x, kd, lo_d, lo_h, lo_w, gy.shape(1), gy.shape(2), gy.shape(3), "winograd3d_fused_du");
+  g.block = block;
+  return wino3d_pass(s, Wino3dKind::fused_du, g, {x, gy});
+}
+
 // The BLAS the fused pass calls: addresses of cblas_sgemm and (0 if none) of a function that sets the calling
 // thread's BLAS threads and returns the previous setting (OpenBLAS's openblas_set_num_threads_local).
 void winograd3d_set_blas(uintptr_t sgemm, uintptr_t set_threads_local) {
@@ -249,6 +267,8 @@ void winograd3d_set_blas(uintptr_t sgemm, uintptr_t set_threads_local) {
 }
 
 void bind_conv3d(nb::module_& m) {
+  m.def("winograd3d_fused_du", &winograd3d_fused_du_op, nb::arg("x"), nb::arg("gy"), nb::arg("kd"), nb::arg("lo_d"),
+        nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("block"));
   m.def("winograd3d_set_blas", &winograd3d_set_blas, nb::arg("sgemm"), nb::arg("set_threads_local"));
   m.def("winograd3d_fused", &winograd3d_fused_op, nb::arg("x"), nb::arg("u"), nb::arg("w"), nb::arg("lo_d"),
         nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"), nb::arg("block"));

@@ -18,18 +18,21 @@ pytestmark = pytest.mark.native_only
 
 
 class _FusedSpy:
-    """Counts calls of the native fused pass (the extension module's ``winograd3d_fused``)."""
+    """Counts calls of the native fused forward (``winograd3d_fused``) and weight-gradient (``winograd3d_fused_du``)
+    passes of the extension module."""
 
     def __init__(self, monkeypatch):
-        self.calls = 0
+        self.calls = self.grad_calls = 0
         module = _native.kernels()
-        real = module.winograd3d_fused
+        for name, counter in (("winograd3d_fused", "calls"), ("winograd3d_fused_du", "grad_calls")):
+            monkeypatch.setattr(module, name, self._counted(getattr(module, name), counter))
 
+    def _counted(self, real, counter):
         def call(*args, **kwargs):
-            self.calls += 1
+            setattr(self, counter, getattr(self, counter) + 1)
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(module, "winograd3d_fused", call)
+        return call
 
 
 @pytest.fixture
@@ -39,6 +42,7 @@ def fused(monkeypatch):
     monkeypatch.setattr(_native, "WINOGRAD3D_FUSED", True)
     monkeypatch.setattr(_native, "WINOGRAD3D_FUSED_MIN_ROWS", 1)
     monkeypatch.setattr(_native, "WINOGRAD3D_FUSED_BLOCK", 5)
+    monkeypatch.setattr(_native, "_fused_weight_grad", lambda *shape: True)  # at any size
     return _FusedSpy(monkeypatch)
 
 
@@ -65,6 +69,19 @@ CASES = [
 def test_fused_matches_torch_with_gradients(fused, x_shape, cin, cout, k, kwargs):
     check_module(3, x_shape, cin, cout, k, **kwargs)
     assert fused.calls >= 2  # the forward and the input gradient's conv
+    assert fused.grad_calls >= 1
+
+
+def test_fused_weight_gradient_on_two_threads(fused):
+    """Each thread sums its own copy of the Winograd-domain gradient; the copies are added up."""
+    before = _native.kernels().num_threads()
+    _native.set_num_threads(2)
+    try:
+        check_module(3, (3, 16, 6, 9, 11), 16, 24, 3, padding=1, seed=4)
+        check_module(3, (2, 16, 5, 8, 8), 16, 16, (1, 3, 3), padding=(0, 1, 1), seed=5)
+    finally:
+        _native.set_num_threads(before)
+    assert fused.grad_calls >= 2
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -111,13 +128,18 @@ def test_fused_puts_inf_and_nan_where_torch_does(fused, where):
     else:  # 3e38 - (-3e38) overflows in the input transform; the direct sums stay finite
         x[1, 2, 1, 4, 4], x[1, 2, 1, 6, 4] = 3e38, -3e38
         w = w * 1e-3
-    got = _nc(PF.conv3d(_cl(x), _cl(w), padding=1))
-    want = TF.conv3d(x, w, padding=1).numpy()
-    assert fused.calls == 1
-    for test in (np.isnan, np.isposinf, np.isneginf):
-        np.testing.assert_array_equal(test(got), test(want))
-    finite = np.isfinite(want)
-    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4 * np.abs(want[finite]).max())
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    y = TF.conv3d(x, w, padding=1)
+    g = torch.rand_like(y) + 0.5  # positive: an inf input gives an inf weight gradient in torch
+    y.backward(g)
+    out, (_, gw) = mx.vjp(lambda a, b: PF.conv3d(a, b, padding=1), [_cl(x), _cl(w)], [_cl(g)])
+    assert fused.calls >= 1 and fused.grad_calls == 1
+    for got, want in ((_nc(out[0]), y.detach().numpy()), (_nc(gw), w.grad.numpy())):
+        for test in (np.isnan, np.isposinf, np.isneginf):
+            np.testing.assert_array_equal(test(got), test(want))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4 * np.abs(want[finite]).max())
 
 
 def test_fused_jvp_vmap_and_compile(fused):
@@ -147,3 +169,7 @@ def test_fused_op_checks_its_arguments():
         module.winograd3d_fused(x, u, w, 1, 1, 1, 4, 6, 6, 0)
     with pytest.raises(ValueError, match="u must be"):
         module.winograd3d_fused(x, u[:, :, :8], w, 1, 1, 1, 4, 6, 6, 16)
+    with pytest.raises(ValueError, match="gy must be"):
+        module.winograd3d_fused_du(x, mx.zeros((2, 4, 6, 6, 8)), 3, 1, 1, 1, 16)
+    with pytest.raises(ValueError, match="block"):
+        module.winograd3d_fused_du(x, mx.zeros((1, 4, 6, 6, 8)), 3, 1, 1, 1, 0)
