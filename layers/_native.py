@@ -354,7 +354,8 @@ WINOGRAD3D_CHUNK_BYTES = 96 << 20
 # GEMMs, its output transform, no whole-input temporaries) when this is on, the BLAS MLX calls can be found, and the
 # conv has at least WINOGRAD3D_FUSED_MIN_ROWS (example, tile) rows per frame (fewer: each frame's GEMMs would re-read
 # the whole transformed weight for a few rows; the unfused GEMMs read it once). WINOGRAD3D_FUSED_BLOCK rows per GEMM.
-# Measured (1 thread, CPU ms, batch 8, in R3D-18: 64@16x56x56 767 -> ..., see docs/BENCHMARKS.md).
+# Measured (1 thread, CPU ms, batch 8, alone): 3x3x3 64@16x56x56 360 -> 190 (850 -> 250 when the temporaries are
+# fresh allocations, as inside a model), 128@8x28x28 204 -> 100, 1x3x3 144@16x56x56 1707 -> 436 (docs/BENCHMARKS.md).
 WINOGRAD3D_FUSED = True
 WINOGRAD3D_FUSED_MIN_ROWS = 64
 WINOGRAD3D_FUSED_BLOCK = 128
