@@ -197,8 +197,15 @@ def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = Fa
 
 
 def relu(x: mx.array) -> mx.array:
-    """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient where the output is positive (torch's)."""
+    """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient ``y <= 0 ? 0 : g`` on the output ``y``
+    (torch's threshold_backward: a NaN output passes it), a native pass too."""
     return kernels().relu(x)
+
+
+def hardtanh(x: mx.array, lo: float, hi: float) -> mx.array:
+    """``x`` clamped to ``[lo, hi]`` (NaN stays NaN) in one multi-threaded pass, computed in float32 (float64 for
+    float64); gradient ``(lo < x < hi) ? g : 0`` (torch's: 0 at the bounds and for NaN), a native pass too."""
+    return kernels().hardtanh(x, lo, hi)
 
 
 def activation(x: mx.array, kind: str) -> mx.array:

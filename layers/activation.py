@@ -46,6 +46,19 @@ def relu(x: mx.array) -> mx.array:
     return _native.relu(x) if _native_ok(x, "relu") else mx.maximum(x, 0)
 
 
+def hardtanh(x: mx.array, min_val: float = -1.0, max_val: float = 1.0) -> mx.array:
+    """``x`` clamped to ``[min_val, max_val]`` elementwise (torch's ``hardtanh``; ``ReLU6`` is ``hardtanh(x, 0, 6)``;
+    NaN stays NaN), gradient where ``min_val < x < max_val`` (torch's ``hardtanh_backward``). Shape: any. Floats take
+    one multi-threaded native pass on the CPU, and so does the gradient (MLX's ``clip`` and its gradient are
+    several single-threaded passes)."""
+    x = _checked(x, "hardtanh")
+    if not float(min_val) <= float(max_val):
+        raise ValueError(f"[hardtanh] 'min_val' cannot be greater than 'max_val' but got {min_val} > {max_val}.")
+    if _native_ok(x, "hardtanh"):
+        return _native.hardtanh(x, float(min_val), float(max_val))
+    return mx.clip(x, min_val, max_val)
+
+
 def exp(x: mx.array) -> mx.array:
     """``e ** x`` elementwise (torch's ``exp``). Shape: any."""
     x = _checked(x, "exp")

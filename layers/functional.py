@@ -5,7 +5,7 @@ norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k
 ``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``).
 """
 
-from .activation import exp, gelu, relu, sigmoid, silu, softmax, tanh
+from .activation import exp, gelu, hardtanh, relu, sigmoid, silu, softmax, tanh
 from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .affine import channel_affine

@@ -18,6 +18,7 @@ from porter.layers.functional import (  # noqa: F401
     exp,
     gelu,
     group_norm,
+    hardtanh,
     in_float32,
     layer_norm,
     linear,

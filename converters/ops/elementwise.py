@@ -25,7 +25,7 @@ def _softplus(x, beta=1.0, threshold=20.0):
 
 
 def _hardtanh(x, min_val=-1.0, max_val=1.0):
-    return mx.clip(x, min_val, max_val)
+    return act.hardtanh(x, min_val, max_val)  # one native pass (and gradient) on the CPU, mx.clip elsewhere
 
 
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cmath>
+#include <mutex>
+#include <vector>
 
 #include "parallel.h"
 #include "windows.h"
@@ -36,6 +38,91 @@ void relu(const T* x, int64_t n, T* out) {
     const int64_t lo = begin * kChunk, hi = std::min(n, end * kChunk);
     for (int64_t i = lo; i < hi; ++i) out[i] = x[i] < T(0) ? T(0) : x[i];
   });
+}
+
+// torch's relu backward (threshold_backward on the output): dx = y <= 0 ? 0 : g, so a NaN output passes the gradient.
+template <typename T>
+void relu_grad(const T* g, const T* y, int64_t n, T* dx) {
+  constexpr int64_t kChunk = 1 << 14;
+  parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t begin, int64_t end) {
+    const int64_t lo = begin * kChunk, hi = std::min(n, end * kChunk);
+    for (int64_t i = lo; i < hi; ++i) dx[i] = y[i] <= T(0) ? T(0) : g[i];
+  });
+}
+
+// torch's hardtanh (clamp to [lo, hi], NaN stays NaN), computed in float32 (double for float64), rounded once.
+template <typename T>
+void hardtanh(const T* x, int64_t n, double lo, double hi, T* out) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const A a = static_cast<A>(lo), b = static_cast<A>(hi);
+  constexpr int64_t kChunk = 1 << 14;
+  parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kChunk, last = std::min(n, end * kChunk);
+    for (int64_t i = first; i < last; ++i) {
+      const A v = static_cast<A>(x[i]);
+      out[i] = static_cast<T>(v < a ? a : (v > b ? b : v));  // NaN fails both tests
+    }
+  });
+}
+
+// torch's hardtanh_backward: dx = (lo < x < hi) ? g : 0 (on the input; a NaN input gets 0, as in torch).
+template <typename T>
+void hardtanh_grad(const T* g, const T* x, int64_t n, double lo, double hi, T* dx) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const A a = static_cast<A>(lo), b = static_cast<A>(hi);
+  constexpr int64_t kChunk = 1 << 14;
+  parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kChunk, last = std::min(n, end * kChunk);
+    for (int64_t i = first; i < last; ++i) {
+      const A v = static_cast<A>(x[i]);
+      dx[i] = (v > a && v < b) ? g[i] : T(0);
+    }
+  });
+}
+
+// The backward of channel_affine (relu off) in one pass over row-major (rows, C) x and g: dx = g * alpha (rounded
+// to T once), dalpha[c] = sum_r g * x, dbeta[c] = sum_r g (float32 results). Each thread's rows sum in blocks of
+// 64 rows in A, then into its double partials, merged under a lock (a handful of merges of C values).
+template <typename T>
+void channel_affine_grad(const T* x, const T* g, int64_t rows, int64_t C, const float* alpha, T* dx, float* dalpha,
+                         float* dbeta) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  std::vector<double> total_a(static_cast<size_t>(C), 0.0), total_b(static_cast<size_t>(C), 0.0);
+  std::mutex merge;
+  parallel_for(rows, 3 * C, [&](int64_t begin, int64_t end) {
+    std::vector<double> part_a(static_cast<size_t>(C), 0.0), part_b(static_cast<size_t>(C), 0.0);
+    std::vector<A> blk_a(static_cast<size_t>(C)), blk_b(static_cast<size_t>(C));
+    constexpr int64_t kBlock = 64;
+    for (int64_t r0 = begin; r0 < end; r0 += kBlock) {
+      std::fill(blk_a.begin(), blk_a.end(), A(0));
+      std::fill(blk_b.begin(), blk_b.end(), A(0));
+      const int64_t r1 = std::min(end, r0 + kBlock);
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * C;
+        const T* gr = g + r * C;
+        T* dr = dx + r * C;
+        for (int64_t c = 0; c < C; ++c) {
+          const A gv = static_cast<A>(gr[c]);
+          dr[c] = static_cast<T>(gv * static_cast<A>(alpha[c]));
+          blk_a[c] += gv * static_cast<A>(xr[c]);
+          blk_b[c] += gv;
+        }
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        part_a[c] += blk_a[c];
+        part_b[c] += blk_b[c];
+      }
+    }
+    std::lock_guard<std::mutex> lock(merge);
+    for (int64_t c = 0; c < C; ++c) {
+      total_a[c] += part_a[c];
+      total_b[c] += part_b[c];
+    }
+  });
+  for (int64_t c = 0; c < C; ++c) {
+    dalpha[c] = static_cast<float>(total_a[c]);
+    dbeta[c] = static_cast<float>(total_b[c]);
+  }
 }
 
 // LP pooling's last stage, torch's `(sign(a) * relu(|a|) * scale) ** inv_p` over n contiguous elements, which is
