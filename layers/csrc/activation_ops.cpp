@@ -79,7 +79,7 @@ class Activation : public mx::UnaryPrimitive {
   Activation(mx::Stream s, Act kind) : mx::UnaryPrimitive(s), kind_(kind) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
-    launch(stream(), inputs, output, [kind = kind_](auto& in, auto& out) {
+    launch_in_place(stream(), inputs, output, [kind = kind_](auto& in, auto& out) {
       dispatch_float(in[0].dtype(), act_name(kind), [&](auto tag) {
         using T = decltype(tag);
         dispatch_act(kind, [&](auto k) {

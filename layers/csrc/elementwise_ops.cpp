@@ -10,7 +10,7 @@ class ChannelAffine : public mx::Primitive {
   ChannelAffine(mx::Stream s, bool relu) : mx::Primitive(s), relu_(relu) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    launch(stream(), inputs, outputs, [relu = relu_](auto& in, auto& out) {
+    launch_in_place(stream(), inputs, outputs[0], [relu = relu_](auto& in, auto& out) {
       const auto& x = in[0];
       const int64_t C = x.ndim() ? x.shape(-1) : 1, rows = C ? x.size() / C : 0;
       dispatch_float(x.dtype(), "channel_affine", [&](auto tag) {
@@ -63,7 +63,7 @@ class Relu : public mx::UnaryPrimitive {
   explicit Relu(mx::Stream s) : mx::UnaryPrimitive(s) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
-    launch(stream(), inputs, output, [](auto& in, auto& out) {
+    launch_in_place(stream(), inputs, output, [](auto& in, auto& out) {
       dispatch_float(in[0].dtype(), "relu", [&](auto tag) {
         using T = decltype(tag);
         relu<T>(in[0].template data<T>(), static_cast<int64_t>(in[0].size()), out[0].template data<T>());
