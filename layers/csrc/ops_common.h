@@ -80,11 +80,10 @@ void dispatch_body(mx::Stream s, const std::vector<mx::array>& inputs, std::vect
   for (auto& o : outputs) bytes += o.nbytes();
   enc.dispatch([ins = std::move(ins), outs = std::move(outs), body = std::move(body)]() mutable { body(ins, outs); });
   // Pacing (issue 15): MLX's eval loop blocks only when more than 10 tasks of 10 dispatches each are queued, and
-  // everything scheduled before that point has its outputs allocated. Every 256 KiB an op writes counts as one more
-  // (empty) dispatch, at most 256, so the loop runs about 25 MiB of native outputs ahead of the compute instead of
-  // tens of whole ops (ResNet-18 b8: MLX's peak 370 -> 230 MB, CPU time unchanged). Its wait is a condition
-  // variable, not a spin.
-  for (size_t i = 0, n = std::min<size_t>(bytes >> 18, 256); i < n; ++i) enc.dispatch([] {});
+  // everything scheduled before that point has its outputs allocated. An op writing N MiB counts as N more
+  // (empty) dispatches, so the loop runs about 100 MiB of native outputs ahead of the compute instead of tens of
+  // whole ops. Its wait is a condition variable, not a spin.
+  for (size_t i = 0, n = std::min<size_t>(bytes >> 20, 64); i < n; ++i) enc.dispatch([] {});
 }
 
 // Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.
