@@ -2,8 +2,8 @@
 live, not live memory plus a cache of freed buffers (``porter/_malloc.py``, ``porter/_runtime.py``).
 
 What was measured on the 2-core CI machine for the model below (a warm-up forward at 40x40 in the baseline, then three
-rounds over three input sizes): peak RSS growth over the baseline 113 MB against MLX's live peak of 100 MB above
-the loaded weights (1.13x) with Porter's default; 259 MB (2.6x) with the previous default, MLX's cache at 1 GiB
+rounds over three input sizes): peak RSS growth over the baseline 89 MB against MLX's live peak of 74 MB above the
+loaded weights (1.21x) with Porter's default; 205 MB (2.8x) with the previous default, MLX's cache at 1 GiB
 (``PORTER_CACHE_LIMIT=1GiB``), which reuses a freed buffer only for a request of nearly its size. The bar, 1.3x the
 live peak plus 16 MB, sits between the two, and the test checks that the previous default still exceeds it (so the
 bar can fail).
