@@ -9,7 +9,7 @@ from ._export import active as exporting
 from ._export import export_mode
 from ._export import note as export_note
 from ._native import status as native_status
-from .activation import GELU, Sigmoid, SiLU, Softmax, Tanh
+from .activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax, Tanh
 from .adaptive_avg import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d
 from .adaptive_max import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d
 from .avg_pool import AvgPool1d, AvgPool2d, AvgPool3d

@@ -202,10 +202,19 @@ def relu(x: mx.array) -> mx.array:
 
 
 def activation(x: mx.array, kind: str) -> mx.array:
-    """``kind`` (``exp``, ``sigmoid``, ``silu``, ``tanh``, ``gelu``, ``gelu_tanh``) elementwise in one vectorized,
+    """``kind`` (``exp``, ``sigmoid``, ``silu``, ``tanh``, ``gelu``, ``gelu_tanh``, ``hardswish``,
+    ``hardsigmoid``) elementwise in one vectorized,
     multi-threaded pass (``csrc/activation_kernels.h``), computed in float32 (float64 for float64) and rounded once;
     torch's gradient formulas, also a native pass; second derivatives through MLX ops."""
     return kernels().activation(x, kind)
+
+
+def bilinear2d(x: mx.array, h_i0: list, h_i1: list, h_l1: list, w_i0: list, w_i1: list, w_l1: list) -> mx.array:
+    """Bilinear resampling of channels-last ``(N, H, W, C)`` to ``(N, len(h_i0), len(w_i0), C)`` in one
+    multi-threaded pass (``csrc/resample_kernels.h``): per axis, output ``o`` reads ``i0[o]`` with weight
+    ``1 - l1[o]`` and ``i1[o]`` with ``l1[o]`` (torch's tables, ``layers/resample.py::linear_taps``), the width taps
+    inside; 16-bit computed in float32. Its gradient (and that one's) is a native pass too; vmap folds into the batch."""
+    return kernels().bilinear2d(x, h_i0, h_i1, h_l1, w_i0, w_i1, w_l1)
 
 
 def softmax(x: mx.array, axis: int) -> mx.array:

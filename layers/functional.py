@@ -5,7 +5,7 @@ norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k
 ``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``).
 """
 
-from .activation import exp, gelu, relu, sigmoid, silu, softmax, tanh
+from .activation import exp, gelu, hardsigmoid, hardswish, relu, sigmoid, silu, softmax, tanh
 from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .affine import channel_affine
@@ -20,4 +20,5 @@ from .linear import linear
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d
 from .max_pool import max_pool1d, max_pool2d, max_pool3d
 from .padding import pad
+from .resample import interpolate_linear
 from .unpool import max_unpool1d, max_unpool2d, max_unpool3d

@@ -37,8 +37,8 @@ UNARY = {
     # transcendental activations: one native vectorized pass each on CPU (porter.layers.activation)
     "sigmoid": act.sigmoid,
     "tanh": act.tanh,
-    "hardswish": lambda x: x * mx.clip(x + 3, 0, 6) / 6,
-    "hardsigmoid": lambda x: mx.clip(x + 3, 0, 6) / 6,
+    "hardswish": act.hardswish,  # one native pass each on CPU, computed in float32 for 16-bit (torch's CPU too)
+    "hardsigmoid": act.hardsigmoid,
     "silu": act.silu,
     "mish": lambda x: x * mx.tanh(_softplus(x)),
     "gelu": act.gelu,
