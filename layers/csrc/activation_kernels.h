@@ -275,7 +275,7 @@ struct ActMath<Act::hardsigmoid> {
   static double f(double x) { return hard_gate(x) / 6.0; }
   template <typename T, typename F>
   static F df(F x, F g) {
-    const F inside = g * (F(1) / F(6));
+    const F inside = g * F(1.0f / 6.0f);  // torch's constant is the float 1/6, for double too
     return (x > F(-3) && x < F(3)) ? inside : F(0);
   }
 };
