@@ -190,10 +190,13 @@ def unpool(values: mx.array, index: mx.array, plane: tuple):
     return out, bad
 
 
-def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False) -> mx.array:
-    """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then ReLU if
-    asked; alpha/beta are taken as float32, the result has x's dtype. Differentiable in all three."""
-    return kernels().channel_affine(x, alpha, beta, relu)
+def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False,
+                   activation: str = "none") -> mx.array:
+    """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then
+    ``activation`` (``"relu"`` or ``"hardswish"``; ``relu=True`` is ``"relu"``) of the value rounded to x's dtype, as
+    torch applies it to the stored output; alpha/beta are taken as float32, the result has x's dtype.
+    Differentiable in all three (torch's activation backward)."""
+    return kernels().channel_affine(x, alpha, beta, "relu" if relu else activation)
 
 
 def relu(x: mx.array) -> mx.array:
