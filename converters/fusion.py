@@ -1,6 +1,6 @@
 """Eval-time fusion in a converted model's runtime (issue 15): a batch norm whose only reader is the next node, a
-ReLU or hardswish, runs as one native pass (``porter.layers.BatchNorm.eval_activation``: the channel affine and the
-activation together, the activation applied to the value rounded as torch stores it).
+ReLU, ReLU6, SiLU or hardswish, runs as one native pass (``porter.layers.BatchNorm.eval_activation``: the channel
+affine and the activation together, the activation applied to the value rounded as torch stores it).
 
 The graph and the module tree are unchanged: :func:`batch_norm_activation_pairs` only lists the candidate pairs, and
 the runtime decides at every call from the layers then at those paths (a layer replaced by the user, a batch norm in
@@ -10,7 +10,14 @@ usual).
 
 from __future__ import annotations
 
-FUSABLE = ("relu", "hardswish")
+FUSABLE = ("relu", "relu6", "silu", "hardswish")
+
+
+def activation_name(fn, attrs) -> "str | None":
+    """The fusable activation a runtime function ``fn`` with arguments ``attrs`` computes, or ``None``."""
+    if fn == "hardtanh" and attrs == {"min_val": 0.0, "max_val": 6.0}:
+        return "relu6"
+    return fn if fn in FUSABLE and fn != "relu6" and not attrs else None
 
 
 def _refs(spec, out: list) -> None:
@@ -22,8 +29,8 @@ def _refs(spec, out: list) -> None:
 
 
 def batch_norm_activation_pairs(graph: dict) -> dict:
-    """``{index of a BatchNorm call_module node: activation}`` where the next node is a ReLU/hardswish (an
-    ``Activation`` layer without arguments, or a ``unary`` kernel) and the only reader of the batch norm's output
+    """``{index of a BatchNorm call_module node: activation}`` where the next node is a fusable activation (an
+    ``Activation`` layer or a ``unary`` kernel: :func:`activation_name`) and the only reader of the batch norm's output
     (no other node, no graph output)."""
     nodes, modules = graph["nodes"], graph.get("modules", {})
     readers: dict = {}
@@ -49,11 +56,10 @@ def batch_norm_activation_pairs(graph: dict) -> dict:
 def activation_of(node: dict, modules: dict):
     """The fusable activation a node computes (from the graph), or ``None``."""
     if node["kernel"] == "unary":
-        fn = node["attrs"].get("fn")
-        return fn if fn in FUSABLE and set(node["attrs"]) == {"fn"} else None
+        attrs = {k: v for k, v in node["attrs"].items() if k != "fn"}
+        return activation_name(node["attrs"].get("fn"), attrs)
     if node["kernel"] == "call_module":
         entry = modules.get(node["attrs"]["module"], {})
-        config = entry.get("config", {})
-        if entry.get("type") == "Activation" and config.get("fn") in FUSABLE and not config.get("attrs"):
-            return config["fn"]
+        if entry.get("type") == "Activation":
+            return activation_name(entry["config"].get("fn"), entry["config"].get("attrs") or {})
     return None

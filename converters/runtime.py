@@ -20,7 +20,7 @@ from . import transforms
 from .guards import InputChecks
 from .limits import check_elements
 from .registry import get_kernel
-from .fusion import batch_norm_activation_pairs
+from .fusion import activation_name, batch_norm_activation_pairs
 from .layer_types import Activation
 from .tree import TreeError, build_tree, resolve
 
@@ -236,7 +236,7 @@ class PortedModel(nn.Module):
         after = nodes[index + 1]
         if after["kernel"] == "call_module":
             layer = resolve(self, keys[after["attrs"]["module"]])
-            if type(layer) is not Activation or layer.fn != activation or layer.attrs:
+            if type(layer) is not Activation or activation_name(layer.fn, layer.attrs) != activation:
                 return None
         norm = resolve(self, keys[nodes[index]["attrs"]["module"]])
         run = getattr(norm, "eval_activation", None)

@@ -193,8 +193,8 @@ def unpool(values: mx.array, index: mx.array, plane: tuple):
 def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False,
                    activation: str = "none") -> mx.array:
     """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then
-    ``activation`` (``"relu"`` or ``"hardswish"``; ``relu=True`` is ``"relu"``) of the value rounded to x's dtype, as
-    torch applies it to the stored output; alpha/beta are taken as float32, the result has x's dtype.
+    ``activation`` (``"relu"``, ``"relu6"`` or an :func:`activation` kind; ``relu=True`` is ``"relu"``) of the value
+    rounded to x's dtype, as torch applies it to the stored output; alpha/beta are taken as float32, the result has x's dtype.
     Differentiable in all three (torch's activation backward)."""
     return kernels().channel_affine(x, alpha, beta, "relu" if relu else activation)
 

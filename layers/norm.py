@@ -19,6 +19,8 @@ import mlx.nn as nn
 from . import _native
 from ._precision import upcast
 
+FUSED_ACTIVATIONS = ("relu", "relu6", "silu", "hardswish")  # BatchNorm.eval_activation
+
 __all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
@@ -94,12 +96,12 @@ class BatchNorm(nn.BatchNorm):
         return y.astype(x.dtype)  # rounded once, as torch's half kernels do
 
     def eval_activation(self, x: mx.array, activation: str):
-        """This layer's eval forward followed by ``activation`` (``"relu"`` or ``"hardswish"``, torch's, applied to
-        the stored output) in one native pass, or ``None`` where that pass does not apply (training, batch
+        """This layer's eval forward followed by ``activation`` (``"relu"``, ``"relu6"``, ``"silu"`` or
+        ``"hardswish"``, torch's, applied to the stored output) in one native pass, or ``None`` where that pass does not apply (training, batch
         statistics, float64, no native kernels, an input the layer refuses): the caller then runs the two layers.
         Used by a converted model's runtime for a batch norm whose only reader is that activation (eval only: the
         module tree and training are unchanged)."""
-        if (self.training or not self.track_running_stats or activation not in ("relu", "hardswish")
+        if (self.training or not self.track_running_stats or activation not in FUSED_ACTIVATIONS
                 or x.ndim < 2 or x.shape[-1] != self.num_features
                 or x.dtype not in (mx.float32, mx.float16, mx.bfloat16)
                 or not _native.active(f"batch norm + {activation}")):

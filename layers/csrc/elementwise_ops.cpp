@@ -24,8 +24,9 @@ class ChannelAffine : public mx::Primitive {
   }
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override { no_gpu("channel_affine"); }
   const char* name() const override {
-    static const char* names[] = {"PorterChannelAffine", "PorterChannelAffineRelu", "PorterChannelAffineHardswish"};
-    return names[static_cast<int>(act_)];
+    static const char* names[] = {"PorterChannelAffine", "PorterChannelAffineRelu", "PorterChannelAffineRelu6",
+                                  "PorterChannelAffineActivation"};
+    return names[static_cast<int>(act_.clamp)];
   }
   bool is_equivalent(const mx::Primitive& other) const override {
     return same_type<ChannelAffine>(*this, other) && static_cast<const ChannelAffine&>(other).act_ == act_;
@@ -44,12 +45,17 @@ class ChannelAffine : public mx::Primitive {
     auto s = stream();
     const auto& x = primals[0];
     mx::array g = mx::astype(cotangents[0], mx::float32, s);
-    if (act_ == AffineAct::relu) {  // torch's relu backward: the gradient where the output is positive
+    if (act_.clamp == AffineAct::relu) {  // torch's relu backward: the gradient where the output is positive
       g = mx::where(mx::greater(outputs[0], mx::array(0.0f), s), g, mx::array(0.0f), s);
-    } else if (act_ == AffineAct::hardswish) {  // torch's hardswish backward at the stored batch-norm output
+    } else if (act_.clamp != AffineAct::none) {  // torch's backward at the stored batch-norm output z
       auto z = mx::add(mx::multiply(mx::astype(x, mx::float32, s), primals[1], s), primals[2], s);
       z = mx::astype(mx::astype(z, x.dtype(), s), mx::float32, s);
-      g = make_activation_grad(s, Act::hardswish, z, g);
+      if (act_.clamp == AffineAct::relu6) {  // hardtanh_backward: 0 where z <= 0 or z >= 6
+        auto inside = mx::logical_and(mx::greater(z, mx::array(0.0f), s), mx::less(z, mx::array(6.0f), s), s);
+        g = mx::where(inside, g, mx::array(0.0f), s);
+      } else {
+        g = make_activation_grad(s, act_.act, z, g);
+      }
     }
     std::vector<int> lead;
     for (int d = 0; d + 1 < static_cast<int>(x.ndim()); ++d) lead.push_back(d);
@@ -153,13 +159,23 @@ mx::array lp_root_op(const mx::array& a, double scale, double inv_p) {
 mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx::array& beta,
                             const std::string& activation) {
   auto s = cpu_stream("channel_affine");
-  AffineAct act = AffineAct::none;
+  AffineAct act;
   if (activation == "relu") {
-    act = AffineAct::relu;
-  } else if (activation == "hardswish") {
-    act = AffineAct::hardswish;
+    act.clamp = AffineAct::relu;
+  } else if (activation == "relu6") {
+    act.clamp = AffineAct::relu6;
   } else if (activation != "none") {
-    fail("channel_affine", "'activation' must be none, relu or hardswish, got '" + activation + "'");
+    static const char* kinds[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh", "hardswish", "hardsigmoid"};
+    act.clamp = AffineAct::kind;
+    int found = -1;
+    for (int i = 0; i < 8; ++i) {
+      if (activation == kinds[i]) found = i;
+    }
+    if (found < 0) {
+      fail("channel_affine", "'activation' must be none, relu, relu6, exp, sigmoid, silu, tanh, gelu, gelu_tanh, "
+                             "hardswish or hardsigmoid, got '" + activation + "'");
+    }
+    act.act = static_cast<Act>(found);
   }
   if (x.ndim() < 1) fail("channel_affine", "x must have a trailing channel axis");
   const int c = x.shape(-1);
