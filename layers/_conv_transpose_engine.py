@@ -109,7 +109,7 @@ def _columns_conv_transpose(x, weight, stride, padding, output_padding, dilation
     one_d = x.ndim == 3
     if one_d:
         x, weight = x[:, None], weight[:, None]
-        stride, padding, output_padding, dilation = ((1, *t) for t in (stride, padding, output_padding, dilation))
+        stride, padding, output_padding, dilation = (1, *stride), (0, *padding), (0, *output_padding), (1, *dilation)
     n, h, w, c_in = x.shape
     c_out, kernel = weight.shape[0], weight.shape[1:-1]
     flipped = _native.flip_conv_weight(weight, 1)  # (C_in, kH, kW, C_out), taps reversed
