@@ -446,3 +446,11 @@ def im2col(image: mx.array, in_size: tuple, kernel: tuple, geometry: tuple) -> m
     zeros where a tap lands outside the image (same ``geometry``)."""
     return kernels().im2col(image, int(in_size[0]), int(in_size[1]), int(kernel[0]), int(kernel[1]),
                             [int(v) for v in geometry])
+
+
+# ---------------------------------------------------------------------------------------------------- concat
+def concat(arrays, axis: int) -> mx.array:
+    """``mx.concatenate(arrays, axis)`` as one multi-threaded copy of whole rows (``csrc/concat_kernels.h``); the
+    arrays share rank and dtype and match in every dim but ``axis`` (else ``ValueError``). Differentiable (the VJP
+    slices), ``mx.vmap`` maps it."""
+    return kernels().concat(list(arrays), int(axis))

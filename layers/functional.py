@@ -2,13 +2,15 @@
 
 Also the per-channel and normalisation helpers the converters' kernels use: ``relu``, ``channel_affine`` (eval batch
 norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k=, eps=)`` and
-``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``).
+``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``), and
+``concatenate(arrays, axis)`` (torch's ``cat``: one multi-threaded native copy on the CPU, ``layers/concat.py``).
 """
 
 from .activation import exp, gelu, relu, sigmoid, silu, softmax, tanh
 from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .affine import channel_affine
+from .concat import concatenate
 from .adaptive_max import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d
 from .avg_pool import avg_pool1d, avg_pool2d, avg_pool3d
 from .conv import conv1d, conv2d, conv3d

@@ -19,6 +19,7 @@ from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import (AXES, AXIS, INT_LIMIT, INT_OR_REF, MAX_LEN, PERM, SIZES, TENSOR, Enum, Float, Int, OneOf, Opt,
                     Ref as RefSpec, Seq)
+from ._layers import concatenate
 
 
 # ---------------------------------------------------------------------------------------------------- kernels
@@ -116,7 +117,7 @@ def k_repeat(x, repeats, *, lead, perm):
 
 @kernel("concat", inputs=[Seq(TENSOR, 0, 1 << 16)], attrs={"axis": AXIS})
 def k_concat(tensors, *, axis):
-    return mx.concatenate(tensors, axis=axis)
+    return concatenate(tensors, axis=axis)  # a native multi-threaded copy on the CPU (layers/concat.py)
 
 
 @kernel("stack", inputs=[Seq(TENSOR, 0, 1 << 16)], attrs={"axis": AXIS})
