@@ -26,8 +26,9 @@ from ._utils import interleave_phases
 # 1-d and 2-d one-group transposed convs with a stride or dilation > 1 run as one GEMM ``x @ w`` into columns (every
 # input pixel's k x C_out contributions) and the native col2im that sums them where they land, when this is on and
 # the columns take at most COLUMNS_MAX_BYTES (torch's CPU path is the same GEMM + col2im). Measured (1 thread, CPU ms,
-# torch in brackets): k3s2 p1 op1 64->32 on (8,28,28,64) 4.8 -> see docs/BENCHMARKS.md; the phase convs copied
-# their im2col single-threaded and interleaved the phases in another pass.
+# phases -> columns, torch in brackets): k3s2 p1 op1 64->32 on (8,28,28,64) 5.1 -> 2.3 (2.7), k3s2 p1 d2 32->16 on
+# (4,28,28,32) 4.1 -> 0.34 (0.53), k4s2 p1 256->128 on (8,16,16,256) 20.0 -> 12.7 (12.3); docs/BENCHMARKS.md. The
+# phase convs copied their im2col single-threaded and interleaved the phases in another pass.
 COLUMNS = True
 COLUMNS_MAX_BYTES = 256 << 20
 
