@@ -152,6 +152,22 @@ def _input_paths(ep) -> list:
         return []
 
 
+def _add_named_sources(guards, sources: dict, names: list, ranks: list) -> None:
+    """Locate guard sources neither the shape env nor the program's signature placed, by torch's placeholder
+    naming (the keys of the source's path joined by ``_``): the inputs of a ``forward(self, *xs)`` are guarded as
+    ``L['xs'][1]`` and named ``xs_1`` in the program, whose own signature is flat."""
+    for guard, _ in guards:
+        for match in _SOURCE.finditer(guard):
+            text = match.group(0).replace(".stride()", ".size()")
+            if text in sources:
+                continue
+            keys = re.findall(r"\[([^\]]*)\]", text[:text.index(".size()")])
+            name = "_".join(key.strip("'\"") for key in keys)
+            axis = int(match.group(2))
+            if name in names and axis < ranks[names.index(name)]:
+                sources[text] = (names.index(name), axis)
+
+
 def _shape_env_sources(ep, symbols: dict) -> dict:
     """Guard source text -> (input, axis), from the shape env of a program exported in this process."""
     try:
@@ -240,6 +256,7 @@ def input_checks(ep, user_inputs: list) -> tuple:
             for axis in range(ranks[i] if i < len(ranks) else 0):
                 sources.setdefault(f"{prefix}.size()[{axis}]", (i, axis))
                 sources.setdefault(f"L['flat_args'][{i}].size()[{axis}]", (i, axis))
+    _add_named_sources(guards, sources, names, ranks)
     static: dict = {}  # (input, axis) or "*" -> the guard that forces it static
     literals = _graph_literals(ep)
     for guard, origin in guards:

@@ -20,6 +20,7 @@ directly.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import signal
@@ -92,9 +93,25 @@ def _dims_for(mode, x) -> list:
     return sorted(set(dims))
 
 
-def _dynamic_shapes(mode, inputs):
+def _dynamic_shapes(mode, inputs, model):
     auto = torch.export.Dim.AUTO
-    return tuple({d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None for x in inputs)
+    specs = tuple({d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None for x in inputs)
+    return _grouped_like_signature(model, specs)
+
+
+def _grouped_like_signature(model, specs):
+    """``specs`` (one per positional input) nested as torch.export binds them to ``model.forward``'s signature:
+    the inputs a ``*args`` parameter takes are one tuple there (``forward(self, x, *rest)`` -> ``(a, (b, c))``)."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # no introspectable signature: torch binds positionally as well
+        return specs
+    for i, param in enumerate(params):
+        if param.kind is param.VAR_POSITIONAL:
+            return specs[:i] + (specs[i:],)
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            break
+    return specs
 
 
 def budget_seconds():
@@ -171,7 +188,8 @@ def _quiet_solver():
 
 def _export(model, inputs, mode, seconds):
     with _quiet_solver(), time_limit(seconds):
-        return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs), strict=False)
+        return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs, model),
+                                    strict=False)
 
 
 def _attempt(model, inputs, mode, seconds, double_batch):

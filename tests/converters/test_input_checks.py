@@ -155,6 +155,34 @@ def test_several_inputs_equal_dims_are_tied():
         ported(mx.array(a.numpy()), mx.array(np.zeros((2, 5, 7), np.float32)))
 
 
+class _StarArgs(nn.Module):
+    """``forward(self, x, *rest)``: torch.export binds ``rest`` as one tuple and guards ``L['rest'][1]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x, *rest):
+        return self.conv(x) * rest[0] + rest[1].mean()
+
+
+@pytest.mark.parametrize("dynamic", ["auto", "static"])
+def test_star_args_forward_converts_and_checks_every_input(dynamic):
+    torch.manual_seed(0)
+    model = _StarArgs().eval()
+    example = (torch.randn(2, 3, 8, 7), torch.randn(2, 1, 6, 5), torch.randn(5))
+    ported = porter.convert(model, example, dynamic=dynamic, io_layout="torch")
+    shapes = [((2, 3, 8, 7), (2, 1, 6, 5), (5,))] + ([((3, 3, 9, 6), (3, 1, 7, 4), (6,))] if dynamic == "auto" else [])
+    for shape in shapes:
+        inputs = [torch.randn(*s) for s in shape]
+        with torch.no_grad():
+            want = model(*inputs).numpy()
+        assert_close(np.array(ported(*[mx.array(t.numpy()) for t in inputs])), want, what=f"at {shape}")
+    bad = [np.zeros(s, np.float32) for s in ((2, 3, 8, 7), (3, 1, 6, 5), (5,))]  # rest[0]'s batch != x's
+    with pytest.raises(ValueError, match=r"input 'rest_0' \(input 1\) has size 3 in dim 0"):
+        ported(*[mx.array(b) for b in bad])
+
+
 # ---------------------------------------------------------------------------------------------------- the twins
 def test_unet_converted_at_odd_size_pads_like_torch_and_refuses_even_sizes():
     torch.manual_seed(0)
