@@ -1,4 +1,4 @@
 """Op families. Importing this package registers every converter and kernel."""
 
-from . import (bitwise, conv, elementwise, fold, linear, misc, mutation, norm, pool, recurrent, reduce, resample,  # noqa: F401
-               sample, scatter, shape, sort)
+from . import (bitwise, conv, elementwise, encode, fold, linear, misc, mutation, norm, pointwise, pool,  # noqa: F401
+               products, recurrent, reduce, resample, sample, scan, scatter, shape, sort)

@@ -19,6 +19,10 @@ from . import _layers as act
 
 
 
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
 def _softplus(x, beta=1.0, threshold=20.0):
     scaled = x * beta
     return mx.where(scaled > threshold, x, mx.logaddexp(scaled, mx.zeros_like(scaled)) / beta)
@@ -30,6 +34,13 @@ def _hardtanh(x, min_val=-1.0, max_val=1.0):
 
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     return scale * mx.where(x > 0, x, alpha * (mx.exp(x * input_scale) - 1))
+
+
+def _celu(x, alpha):
+    """torch: ``elu(x, alpha, scale=1, input_scale=1 / alpha)``."""
+    if alpha == 0:
+        raise ValueError("celu: 'alpha' must not be 0 (torch divides by it)")
+    return _elu(x, alpha, 1.0, 1.0 / alpha)
 
 
 UNARY = {
@@ -45,6 +56,13 @@ UNARY = {
     "hardtanh": _hardtanh,
     "elu": _elu,
     "leaky_relu": lambda x, negative_slope=0.01: mx.where(x > 0, x, x * negative_slope),
+    "celu": lambda x, alpha=1.0: _celu(x, alpha),
+    "selu": lambda x: _elu(x, _SELU_ALPHA, _SELU_SCALE),
+    "log_sigmoid": lambda x: mx.minimum(x, 0) - mx.log1p(mx.exp(-mx.abs(x))),  # no overflow either way
+    # NaN passes through the shrinks and threshold as in torch (its comparisons are false on NaN)
+    "hardshrink": lambda x, lambd=0.5: mx.where((x >= -lambd) & (x <= lambd), mx.zeros_like(x), x),
+    "softshrink": lambda x, lambd=0.5: mx.where(x > lambd, x - lambd, mx.where(x < -lambd, x + lambd, x * 0)),
+    "threshold": lambda x, threshold, value: mx.where(x <= threshold, mx.array(value, x.dtype), x),
     "softplus": _softplus,
     "neg": mx.negative,
     "exp": act.exp,
@@ -127,7 +145,8 @@ def _truth(v):
 _NUMBER = Float(allow_inf=True)
 _UNARY_ATTRS = {"approximate": Enum("none", "tanh"), "min_val": _NUMBER, "max_val": _NUMBER, "alpha": _NUMBER,
                 "scale": _NUMBER, "input_scale": _NUMBER, "negative_slope": _NUMBER, "beta": _NUMBER,
-                "threshold": _NUMBER, "exponent": _NUMBER, "min": Opt(_NUMBER), "max": Opt(_NUMBER)}
+                "threshold": _NUMBER, "exponent": _NUMBER, "min": Opt(_NUMBER), "max": Opt(_NUMBER),
+                "lambd": Float(), "value": _NUMBER}
 
 
 def _check_unary(inputs, attrs):
@@ -265,6 +284,12 @@ register(*_both("aten.hardtanh.default"))(_unary("hardtanh", "min_val", "max_val
 register(*_both("aten.elu.default"))(_unary("elu", "alpha", "scale", "input_scale"))
 register(*_both("aten.leaky_relu.default"))(_unary("leaky_relu", "negative_slope"))
 register("aten.softplus.default")(_unary("softplus", "beta", "threshold"))
+register(*_both("aten.celu.default"))(_unary("celu", "alpha"))
+register(*_both("aten.selu.default"))(_unary("selu"))
+register("aten.log_sigmoid.default")(_unary("log_sigmoid"))
+register("aten.hardshrink.default")(_unary("hardshrink", "lambd"))
+register("aten.softshrink.default")(_unary("softshrink", "lambd"))
+register(*_both("aten.threshold.default"))(_unary("threshold", "threshold", "value"))
 register(*_both("aten.neg.default"))(_unary("neg"))
 register(*_both("aten.exp.default"))(_unary("exp"))
 register(*_both("aten.log.default"))(_unary("log"))
@@ -289,6 +314,24 @@ register("aten.round.default")(_unary("round"))
 register("aten.round.decimals")(_unary("round", "decimals"))
 register("aten.nan_to_num.default")(_unary("nan_to_num", "nan", "posinf", "neginf"))
 register("aten.logit.default")(_unary("logit", "eps"))
+
+
+@register(*_both("aten.rrelu.default"))
+def convert_rrelu(ctx, call):
+    """Eval-mode RReLU is a leaky ReLU with the mean slope ``(lower + upper) / 2``; train mode draws random
+    slopes, which a port cannot reproduce."""
+    if call.arg("training"):
+        call.fail("training", "rrelu in training mode draws random slopes; convert the model in eval mode")
+    call.arg("generator")
+    lower, upper = call.arg("lower"), call.arg("upper")
+    for name, v in (("lower", lower), ("upper", upper)):
+        if isinstance(v, Ref):
+            call.fail(name, "a tensor-valued argument is not supported here")
+    x = call.arg("self")
+    ctx.emit("unary", [ctx.tensor(x)], {"fn": "leaky_relu", "negative_slope": (lower + upper) / 2},
+             perm=ctx.perm(x))
+
+
 # detach keeps the values and cuts the gradient (also what a torch.no_grad() region's outputs go through)
 register("aten.detach.default", "aten.detach_.default")(_unary("stop_gradient"))
 

@@ -1,4 +1,4 @@
-"""Normalisation: batch_norm (eval), layer_norm, group_norm, instance_norm.
+"""Normalisation: batch_norm (eval), layer_norm, rms_norm, group_norm, instance_norm.
 
 batch_norm normalises per channel and runs in any layout (the channel axis is found through the layout);
 layer_norm needs its normalised dims last in the array (true after ConvNeXt's permute to channels-last, which the
@@ -109,6 +109,30 @@ def convert_layer_norm(ctx, call):
     out = ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm, meta=call.meta.items[0],
                    out=ctx.fresh(call.name))
     ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
+
+
+@kernel("rms_norm", inputs=[TENSOR, Opt(TENSOR)], attrs={"k": Int(0, MAX_LEN), "eps": Opt(_EPS)})
+def k_rms_norm(x, weight, *, k, eps):
+    """torch's ``rms_norm`` over the last ``k`` dims: ``x * rsqrt(mean(x^2) + eps)`` in float32 for half inputs
+    (rounded to the input's dtype before the weight multiplies), ``eps=None``: the compute dtype's epsilon."""
+    xf = x.astype(mx.float32) if x.dtype in HALF else x
+    if eps is None:
+        eps = float(mx.finfo(xf.dtype).eps)
+    axes = list(range(x.ndim - k, x.ndim))
+    out = (xf * mx.rsqrt(mx.mean(xf * xf, axis=axes, keepdims=True) + eps)).astype(x.dtype)
+    return out if weight is None else out * weight
+
+
+@register("aten.rms_norm.default")
+def convert_rms_norm(ctx, call):
+    x = call.arg("input")
+    k = len(call.arg("normalized_shape"))
+    perm = ctx.perm(x)
+    rank = len(perm)
+    if perm[rank - k:] != tuple(range(rank - k, rank)):
+        perm = L.identity(rank)  # the normalised dims must be the array's last ones
+    ctx.emit("rms_norm", [ctx.tensor(x, perm), ctx.tensor(call.arg("weight"))], {"k": k, "eps": call.arg("eps")},
+             perm=perm)
 
 
 @register("aten.group_norm.default", channels_last=True)

@@ -25,6 +25,7 @@ from tests.converters import test_frontends as frontends
 from tests.converters import test_layout as layout
 from tests.converters import test_ops_catalog as catalog
 from tests.converters import test_ops as ops
+from tests.converters import test_ops_math as math_ops
 from tests.converters import test_ops_misc as misc
 from tests.converters import test_ops_recurrent as recurrent_ops
 from tests.converters import test_ops_sample as sample_ops
@@ -77,6 +78,17 @@ EXERCISERS["test_ops_recurrent:Stack"] = Exerciser(_case(recurrent_ops.Stack().e
 EXERCISERS["test_ops_recurrent:rnn_tanh"] = Exerciser(
     _case(recurrent_ops.WithStates("rnn", nonlinearity="tanh").eval(), (4, 2, 3), (1, 2, 5), (1, 2, 5)))
 EXERCISERS["test_ops_sample:Sampler"] = Exerciser(lambda: (sample_ops.Sampler().eval(), sample_ops._inputs(2, 6, 8, 5, 4)))
+EXERCISERS["test_ops_math:Activations"] = Exerciser(_case(math_ops.Activations().eval(), (2, 3, 5, 6)))
+EXERCISERS["test_ops_math:Pointwise"] = Exerciser(_case(math_ops.Pointwise().eval(), (2, 3, 5), (2, 3, 5), (2, 3, 5)))
+EXERCISERS["test_ops_math:Statistics"] = Exerciser(_case(math_ops.Statistics().eval(), (2, 3, 7, 6)))
+EXERCISERS["test_ops_math:RMSNorms"] = Exerciser(_case(math_ops.RMSNorms().eval(), (2, 3, 6, 7)))
+EXERCISERS["test_ops_math:Scans"] = Exerciser(lambda: (math_ops.Scans().eval(), math_ops._scan_inputs(2, 4, 5)))
+EXERCISERS["test_ops_math:Products"] = Exerciser(lambda: (math_ops.Products().eval(),
+                                                          math_ops._product_inputs(2, 4, 5)))
+EXERCISERS["test_ops_math:Shuffles"] = Exerciser(_case(math_ops.Shuffles().eval(), (2, 3, 5, 4)))
+EXERCISERS["test_ops_math:OneHot"] = Exerciser(lambda: (math_ops.OneHot().eval(),
+                                                        (torch.randint(0, 5, (3, 4)), torch.randn(2, 6, 7))))
+EXERCISERS["test_ops_math:Cells"] = Exerciser(lambda: (math_ops.Cells().eval(), math_ops._cell_inputs(3)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")
