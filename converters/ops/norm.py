@@ -13,7 +13,7 @@ from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, MAX_LEN, TENSOR, Float, Int, Opt, Seq
-from ._layers import HALF, channel_affine, group_norm, layer_norm, upcast
+from ._layers import HALF, channel_affine, group_norm, layer_norm, rms_norm, upcast
 
 _EPS = Float()
 
@@ -111,16 +111,11 @@ def convert_layer_norm(ctx, call):
     ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
 
 
-@kernel("rms_norm", inputs=[TENSOR, Opt(TENSOR)], attrs={"k": Int(0, MAX_LEN), "eps": Opt(_EPS)})
+@kernel("rms_norm", inputs=[TENSOR, Opt(TENSOR)], attrs={"k": Int(1, MAX_LEN), "eps": Opt(_EPS)})
 def k_rms_norm(x, weight, *, k, eps):
-    """torch's ``rms_norm`` over the last ``k`` dims: ``x * rsqrt(mean(x^2) + eps)`` in float32 for half inputs
-    (rounded to the input's dtype before the weight multiplies), ``eps=None``: the compute dtype's epsilon."""
-    xf = x.astype(mx.float32) if x.dtype in HALF else x
-    if eps is None:
-        eps = float(mx.finfo(xf.dtype).eps)
-    axes = list(range(x.ndim - k, x.ndim))
-    out = (xf * mx.rsqrt(mx.mean(xf * xf, axis=axes, keepdims=True) + eps)).astype(x.dtype)
-    return out if weight is None else out * weight
+    """The last ``k`` dims normalised: ``porter.layers.functional.rms_norm`` (torch's float32 compute for half
+    inputs, ``eps=None``: the compute dtype's epsilon)."""
+    return rms_norm(x, tuple(x.shape[x.ndim - k:]), weight, eps)
 
 
 @register("aten.rms_norm.default")

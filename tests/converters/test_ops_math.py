@@ -159,6 +159,43 @@ def test_rms_norm_matches_torch():
     _assert_input_grads(ported, model, (x,))
 
 
+def test_rms_norm_modules_become_mlx_rms_norm_layers_that_save_and_load(tmp_path):
+    import mlx.nn as mnn
+    from mlx.utils import tree_flatten
+
+    from porter.layers import RMSNorm
+
+    model = RMSNorms().eval()
+    ported = porter.convert(model, torch.randn(2, 3, 6, 7), io_layout="torch")
+    assert isinstance(ported.channels, RMSNorm) and isinstance(ported.channels, mnn.RMSNorm)
+    assert (ported.channels.eps, ported.spatial.eps, ported.spatial.normalized_shape) == (None, 1e-3, (4, 5))
+    assert "weight" not in ported.spatial
+    assert [k for k, _ in tree_flatten(ported.parameters())] == list(model.state_dict())
+    porter.save(ported, tmp_path / "m")
+    loaded = porter.load(tmp_path / "m")
+    assert isinstance(loaded.channels, RMSNorm) and loaded.spatial.eps == 1e-3
+    x = torch.randn(1, 3, 6, 7)  # RMSNorm([4, 5]) fixes the spatial size
+    with torch.no_grad():
+        want = model(x)
+    for got, w in zip(run_ported(loaded, (x,)), want):
+        assert_close(got, w.numpy())
+
+
+def test_rms_norm_layer_validates_its_arguments():
+    from porter.layers import RMSNorm
+    from porter.layers.functional import rms_norm
+
+    for bad in (0, (4, -1), (), True, 2.5):
+        with pytest.raises(ValueError, match="normalized_shape"):
+            RMSNorm(bad)
+    with pytest.raises(ValueError, match="eps"):
+        RMSNorm(4, eps=-1.0)
+    with pytest.raises(ValueError, match="does not end with"):
+        rms_norm(mx.zeros((2, 3)), 4)
+    with pytest.raises(ValueError, match="'weight' must have shape"):
+        rms_norm(mx.zeros((2, 4)), 4, mx.ones((3,)))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_rms_norm_half_precision(dtype):
     model = nn.Sequential(nn.Linear(8, 16), nn.RMSNorm(16)).eval()
