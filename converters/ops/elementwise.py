@@ -74,6 +74,18 @@ UNARY = {
     "erf": mx.erf,
     "sin": mx.sin,
     "cos": mx.cos,
+    "tan": mx.tan,
+    "asin": mx.arcsin,
+    "acos": mx.arccos,
+    "atan": mx.arctan,
+    "sinh": mx.sinh,
+    "cosh": mx.cosh,
+    "asinh": mx.arcsinh,
+    "acosh": mx.arccosh,
+    "atanh": mx.arctanh,
+    "erfc": lambda x: _erfc(x),
+    "exp2": lambda x: mx.power(mx.array(2, x.dtype), x),
+    "signbit": lambda x: _signbit(x),
     "reciprocal": mx.reciprocal,
     "square": mx.square,
     "pow_scalar": lambda x, exponent: x**exponent,
@@ -108,8 +120,11 @@ BINARY = {
     "div_floor": lambda a, b: mx.floor(mx.divide(a, b)),
     "div_trunc": lambda a, b: (lambda q: mx.where(q < 0, mx.ceil(q), mx.floor(q)))(mx.divide(a, b)),
     "floor_divide": mx.floor_divide,
-    "remainder": mx.remainder,
-    "atan2": mx.arctan2,  # Python's sign rule (the divisor's), as torch.remainder and %
+    "remainder": mx.remainder,  # Python's sign rule (the divisor's), as torch.remainder and %
+    "atan2": mx.arctan2,
+    "copysign": lambda a, b: mx.where(_signbit(b), -mx.abs(a), mx.abs(a)),
+    "fmax": lambda a, b: mx.where(mx.isnan(a), b, mx.where(mx.isnan(b), a, mx.maximum(a, b))),  # NaN-ignoring
+    "fmin": lambda a, b: mx.where(mx.isnan(a), b, mx.where(mx.isnan(b), a, mx.minimum(a, b))),
     "pow": mx.power,
     "maximum": mx.maximum,
     "minimum": mx.minimum,
@@ -126,6 +141,31 @@ BINARY = {
     "bitwise_or": mx.bitwise_or,
     "bitwise_xor": mx.bitwise_xor,
 }
+
+
+def _signbit(x):
+    """True where the sign bit is set, -0.0 included (``1 / -0.0 = -inf``)."""
+    if not mx.issubdtype(x.dtype, mx.floating):
+        return x < 0
+    return (x < 0) | ((x == 0) & (mx.reciprocal(x) < 0))
+
+
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+         -0.82215223, 0.17087277)
+
+
+def _erfc(x):
+    """``1 - erf(x)`` without the cancellation of that formula in the tail (``erfc(5) = 1.5e-12``, where
+    ``1 - erf(5)`` is 0 in float32): Chebyshev fit ``t exp(-z^2 + P(t))``, ``t = 1 / (1 + z / 2)``, relative error
+    below 1.2e-7 for every x (Numerical Recipes' erfcc), computed in float32 for half inputs."""
+    xf = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x
+    z = mx.abs(xf)
+    t = 1 / (1 + 0.5 * z)
+    poly = mx.array(_ERFC[-1], xf.dtype)
+    for c in reversed(_ERFC[:-1]):
+        poly = c + t * poly
+    tail = t * mx.exp(-z * z + poly)
+    return mx.where(xf < 0, 2 - tail, tail).astype(x.dtype)
 
 
 def _round(x, decimals=0):
@@ -308,7 +348,7 @@ register(*_both("aten.clamp_min.default"))(_unary("clamp", "min"))
 register(*_both("aten.clamp_max.default"))(_unary("clamp", "max"))
 register("aten.logical_not.default")(_unary("logical_not"))
 for _fn in ("floor", "ceil", "trunc", "frac", "log1p", "expm1", "log2", "log10", "erfinv", "isnan", "isinf",
-            "isfinite"):
+            "isfinite", "signbit"):
     register(f"aten.{_fn}.default")(_unary(_fn))
 register("aten.round.default")(_unary("round"))
 register("aten.round.decimals")(_unary("round", "decimals"))
@@ -369,6 +409,11 @@ register("aten.rsub.Tensor", "aten.rsub.Scalar")(_binary("sub", reverse=True))
 register("aten.floor_divide.default", "aten.floor_divide_.Tensor")(_binary("floor_divide"))  # no floor_divide_.default
 register(*_both("aten.remainder.Tensor", "aten.remainder.Scalar"))(_binary("remainder"))
 register("aten.atan2.default")(_binary("atan2"))
+register(*_both("aten.copysign.Tensor", "aten.copysign.Scalar"))(_binary("copysign"))
+register("aten.fmax.default")(_binary("fmax"))
+register("aten.fmin.default")(_binary("fmin"))
+for _fn in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "exp2"):
+    register(*_both(f"aten.{_fn}.default"))(_unary(_fn))
 register("aten.pow.Tensor_Tensor", "aten.pow_.Tensor")(_binary("pow"))
 register("aten.maximum.default", "aten.max.other")(_binary("maximum"))
 register("aten.minimum.default", "aten.min.other")(_binary("minimum"))

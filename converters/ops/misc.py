@@ -1,6 +1,6 @@
 """Casts, tensor creation and indexing-style ops: to/_to_copy/type_as, *_like, zeros/ones/full/arange,
 masked_fill, flip, roll, index_select, gather, embedding, max/min over a dim, logsumexp, prod, vector
-norm, einsum, tril/triu, pixel_(un)shuffle, channel_shuffle.
+norm, einsum, tril/triu, diagonal, pixel_(un)shuffle, channel_shuffle.
 
 Created tensors take the dtype the example run recorded for them (torch's promotion rules were already applied).
 """
@@ -384,6 +384,26 @@ def _tri(upper):
 
 register("aten.tril.default")(_tri(False))
 register("aten.triu.default")(_tri(True))
+
+
+@kernel("diagonal", inputs=[TENSOR], attrs={"offset": Int(), "axis1": AXIS, "axis2": AXIS})
+def k_diagonal(x, *, offset, axis1, axis2):
+    """Torch layout: the two dims removed, the diagonal appended last (torch's and MLX's order alike)."""
+    if axis1 == axis2:
+        raise ValueError(f"diagonal: the two dims must differ, got {axis1} twice")
+    return mx.diagonal(x, offset, axis1, axis2)
+
+
+@register("aten.diagonal.default")
+def convert_diagonal(ctx, call):
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    dims = [call.arg("dim1") % max(rank, 1), call.arg("dim2") % max(rank, 1)]
+    if isinstance(call.arg("offset"), Ref):
+        call.fail("offset", "a symbolic offset is not supported")
+    ident = L.identity(rank)
+    ctx.emit("diagonal", [ctx.tensor(x, ident)], {"offset": call.arg("offset"), "axis1": dims[0], "axis2": dims[1]},
+             perm=L.identity(rank - 1))
 
 
 def _pixel_shuffle(inverse):

@@ -1,9 +1,12 @@
-"""Products that reduce over one dim: ``cosine_similarity`` and ``bilinear`` (``nn.Bilinear``).
+"""Products and distances that reduce over one dim: ``cosine_similarity``, ``bilinear`` (``nn.Bilinear``),
+``cdist`` and ``dist``.
 
 ``cosine_similarity`` broadcasts its operands, then follows torch's formula: each operand divided by its own 2-norm
 along ``dim`` clamped below at ``eps``, multiplied, summed over ``dim``. ``bilinear`` is
 ``y[..., o] = sum_ij x1[..., i] * weight[o, i, j] * x2[..., j] + bias[o]`` with torch's ``(out, in1, in2)`` weight.
-Both run in torch's layout on the last dims they read; the rest of the layout is kept where it can be.
+``cdist`` is the p-norm of every row difference (computed from the differences, not torch's matmul shortcut for
+large p=2 inputs, so it is at least as accurate); ``dist`` the p-norm of ``a - b`` over every element. They run in
+torch's layout on the last dims they read; the rest of the layout is kept where it can be.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .. import layout as L
+from ..ir import Ref
+from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import AXIS, TENSOR, Float, Opt
+from .misc import k_vector_norm
 
 
 @kernel("cosine_similarity", inputs=[TENSOR, TENSOR], attrs={"axis": AXIS, "eps": Float()})
@@ -62,3 +68,38 @@ def convert_bilinear(ctx, call):
     if bias is not None:
         inputs.append(ctx.tensor(bias))
     ctx.emit("bilinear", inputs, perm=L.identity(call.meta.rank))
+
+
+def _p(call, name="p"):
+    p = call.arg(name)
+    if isinstance(p, Ref) or not isinstance(p, (int, float)) or p < 0:
+        call.fail(name, "must be a non-negative number")
+    return float(p)
+
+
+@kernel("cdist", inputs=[TENSOR, TENSOR], attrs={"p": Float(allow_inf=True)})
+def k_cdist(a, b, *, p):
+    """``(*, P, M)`` and ``(*, R, M)`` -> ``(*, P, R)``: the p-norm of each pair of rows' difference."""
+    if p < 0:
+        raise ValueError(f"cdist: p must be non-negative, got {p}")
+    check_elements([*a.shape[:-1], b.shape[-2], a.shape[-1]], "cdist")
+    return k_vector_norm(a[..., :, None, :] - b[..., None, :, :], ord=p, axes=[-1], keepdims=False)
+
+
+@register("aten._cdist_forward.default")
+def convert_cdist(ctx, call):
+    a, b = call.arg("x1"), call.arg("x2")
+    call.arg("compute_mode")  # the matmul shortcut only changes rounding; differences are computed directly
+    ident = [L.identity(ctx.meta(v).rank) for v in (a, b)]
+    ctx.emit("cdist", [ctx.tensor(a, ident[0]), ctx.tensor(b, ident[1])], {"p": _p(call)},
+             perm=L.identity(call.meta.rank))
+
+
+@register("aten.dist.default")
+def convert_dist(ctx, call):
+    a, b = call.arg("self"), call.arg("other")
+    ranks = (ctx.meta(a).rank, ctx.meta(b).rank)
+    diff = ctx.emit("binary", [ctx.tensor(a, L.identity(ranks[0])), ctx.tensor(b, L.identity(ranks[1]))],
+                    {"fn": "sub"}, perm=L.identity(max(ranks)), out=ctx.fresh(f"{call.name}_diff"))
+    ctx.emit("vector_norm", [{"ref": diff.name}], {"ord": _p(call), "axes": list(range(max(ranks))),
+                                                   "keepdims": False}, perm=())

@@ -1,4 +1,5 @@
-"""Scans along one dim: cumsum, cumprod, logcumsumexp. They run in any layout (the dim is found through it).
+"""Scans along one dim: cumsum, cumprod, logcumsumexp, cummax / cummin (values and indices). They run in any layout
+(the dim is found through it).
 
 Integer and bool inputs accumulate in int64 as torch's do (MLX would keep int32); ``dtype=`` casts first.
 """
@@ -50,3 +51,46 @@ def _scan(fn):
 register("aten.cumsum.default")(_scan("cumsum"))
 register("aten.cumprod.default")(_scan("cumprod"))
 register("aten.logcumsumexp.default")(_scan("logcumsumexp"))
+
+
+@kernel("cumextreme", inputs=[TENSOR], attrs={"axis": AXIS, "fn": Enum("cummax", "cummin")})
+def k_cumextreme(x, *, axis, fn):
+    """``[values, indices]`` of torch's cummax / cummin: a NaN propagates to every later value (its index is the
+    latest NaN's); among equal values the latest index wins (torch compares with ``>=`` / ``<=``)."""
+    if x.ndim == 0:
+        return [x, mx.zeros((), dtype=mx.int64)]
+    scan = mx.cummax if fn == "cummax" else mx.cummin
+    work = x.astype(mx.int32) if x.dtype == mx.bool_ else x
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    position = mx.broadcast_to(mx.arange(x.shape[axis], dtype=mx.int32).reshape(shape), x.shape)
+    if mx.issubdtype(work.dtype, mx.inexact):
+        nan = mx.isnan(work)
+        fill = mx.array(-mx.inf if fn == "cummax" else mx.inf, work.dtype)
+        running = scan(mx.where(nan, fill, work), axis=axis)
+        seen = mx.cummax(nan.astype(mx.int32), axis=axis) > 0
+        at = mx.cummax(mx.where(work == running, position, 0), axis=axis)
+        latest_nan = mx.cummax(mx.where(nan, position, -1), axis=axis)
+        values = mx.where(seen, mx.array(mx.nan, work.dtype), running)
+        index = mx.where(seen, latest_nan, at)
+    else:
+        values = scan(work, axis=axis)
+        index = mx.cummax(mx.where(work == values, position, 0), axis=axis)
+    return [values.astype(x.dtype), mx.stop_gradient(index).astype(mx.int64)]
+
+
+def _cumextreme(fn):
+    def convert_cumextreme(ctx, call):
+        from ..convert import Info
+
+        x = call.arg("self")
+        perm = ctx.perm(x)
+        ctx.emit("cumextreme", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "fn": fn},
+                 items=[Info(m, perm) for m in call.meta.items])
+
+    convert_cumextreme.__name__ = f"convert_{fn}"
+    return convert_cumextreme
+
+
+register("aten.cummax.default")(_cumextreme("cummax"))
+register("aten.cummin.default")(_cumextreme("cummin"))

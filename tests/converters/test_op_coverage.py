@@ -27,6 +27,8 @@ from tests.converters import test_ops_catalog as catalog
 from tests.converters import test_ops as ops
 from tests.converters import test_ops_math as math_ops
 from tests.converters import test_ops_misc as misc
+from tests.converters import test_ops_more as more_ops
+from tests.converters import test_capture_decompose as decompose
 from tests.converters import test_ops_recurrent as recurrent_ops
 from tests.converters import test_ops_sample as sample_ops
 from tests.converters import test_ops_select as select_ops
@@ -89,6 +91,15 @@ EXERCISERS["test_ops_math:Shuffles"] = Exerciser(_case(math_ops.Shuffles().eval(
 EXERCISERS["test_ops_math:OneHot"] = Exerciser(lambda: (math_ops.OneHot().eval(),
                                                         (torch.randint(0, 5, (3, 4)), torch.randn(2, 6, 7))))
 EXERCISERS["test_ops_math:Cells"] = Exerciser(lambda: (math_ops.Cells().eval(), math_ops._cell_inputs(3)))
+EXERCISERS["test_ops_more:Elementwise"] = Exerciser(lambda: (more_ops.Elementwise().eval(),
+                                                            more_ops._elementwise_inputs(2, 3, 5)))
+EXERCISERS["test_ops_more:Diagonals"] = Exerciser(_case(more_ops.Diagonals().eval(), (2, 3, 4, 5)))
+EXERCISERS["test_ops_more:CumExtremes"] = Exerciser(lambda: (more_ops.CumExtremes().eval(), more_ops._cum_inputs(2, 5)))
+EXERCISERS["test_ops_more:Medians"] = Exerciser(lambda: (more_ops.MedianValues().eval(),
+                                                        (more_ops._median_inputs(2, 5),)))
+EXERCISERS["test_ops_more:Searches"] = Exerciser(lambda: (more_ops.Searches().eval(), more_ops._search_inputs(3)))
+EXERCISERS["test_ops_more:Distances"] = Exerciser(lambda: (more_ops.Distances().eval(),
+                                                          more_ops._distance_inputs(2, 30, 27)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")
