@@ -405,6 +405,7 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
     code = _SOURCE.sub(name_of, guard)
     readable = _SOURCE.sub(lambda m: _readable(m, sources, names), guard)
     if origin == "layout":
+        _add_layout_specialisations(code, unknown, dims, ranks, readable, add)
         return
     if unknown:
         static["*"] = guard
@@ -425,6 +426,22 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
             add(lhs, cmp, rhs, readable, _MESSAGES[origin])
 
 
+def _add_layout_specialisations(code, unknown, dims, ranks, readable, add):
+    """Layout guards (strides, contiguity) do not bind a port, except one that pins a dim to a number: torch then
+    replaces that size by the number everywhere after it, so the graph may be built with it (a ``view`` to
+    ``[8, B * heads, 8]``); it is checked like any size the capture fixed."""
+    if unknown:
+        return
+    try:
+        parsed = _Translator(dims, ranks).checks(ast.parse(code, mode="eval"))
+    except (SyntaxError, Untranslatable):
+        return
+    for lhs, cmp, rhs in parsed:
+        pinned = any(isinstance(a, dict) and "dim" in a and type(b) is int for a, b in ((lhs, rhs), (rhs, lhs)))
+        if cmp == "eq" and pinned:
+            add(lhs, cmp, rhs, readable, _MESSAGES["layout"])
+
+
 def _readable(match, sources, names):
     text = match.group(0).replace(".stride()", ".size()")
     if text not in sources:
@@ -434,6 +451,7 @@ def _readable(match, sources, names):
 
 
 _MESSAGES = {
+    "layout": "torch fixed this size while working out a memory layout during capture, and built the graph with it",
     "model": "the model took a shape-dependent path during capture (a branch on a size, or a size-derived "
              "value) that is only right under it",
     "unknown": "torch.export recorded it as a condition of the captured program",

@@ -186,8 +186,31 @@ def _quiet_solver():
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _mask_hints_as_given():
+    """``nn.TransformerEncoder``/``Decoder`` compare an attention mask given without an ``is_causal`` hint against
+    a causal mask, on its values: a capture cannot branch on data, so the export fails. During the capture the hint
+    is taken as given (``None`` -> not causal): the layers then apply the mask itself, which gives the same numbers
+    as the causal path the comparison could choose (that path is a faster route to the same masking)."""
+    from torch.nn.modules import transformer
+
+    original = getattr(transformer, "_detect_is_causal_mask", None)
+    if original is None:
+        yield
+        return
+
+    def as_given(mask, is_causal=None, size=None):
+        return is_causal is True
+
+    transformer._detect_is_causal_mask = as_given
+    try:
+        yield
+    finally:
+        transformer._detect_is_causal_mask = original
+
+
 def _export(model, inputs, mode, seconds):
-    with _quiet_solver(), time_limit(seconds):
+    with _quiet_solver(), _mask_hints_as_given(), time_limit(seconds):
         return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs, model),
                                     strict=False)
 
