@@ -100,6 +100,8 @@ EXERCISERS["test_ops_more:Medians"] = Exerciser(lambda: (more_ops.MedianValues()
 EXERCISERS["test_ops_more:Searches"] = Exerciser(lambda: (more_ops.Searches().eval(), more_ops._search_inputs(3)))
 EXERCISERS["test_ops_more:Distances"] = Exerciser(lambda: (more_ops.Distances().eval(),
                                                           more_ops._distance_inputs(2, 30, 27)))
+EXERCISERS["test_ops_more:Bags"] = Exerciser(lambda: (more_ops.Bags().eval(), more_ops._bag_inputs(7, [0, 2, 2, 5], 2)),
+                                             "dynamic")  # the 2-d input's offsets come from sym_numel
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")

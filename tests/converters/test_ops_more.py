@@ -194,3 +194,67 @@ def test_gradients_of_the_new_ops():
     model = Smooth().eval()
     ported = porter.convert(model, (x, y), io_layout="torch")
     _assert_input_grads(ported, model, (x, y))
+
+
+class Bags(nn.Module):
+    """Every EmbeddingBag form: sum with per-sample weights, mean with a padding index, max, include_last_offset,
+    and the 2-d (fixed-length bags) input."""
+
+    def __init__(self):
+        super().__init__()
+        self.sum = nn.EmbeddingBag(12, 4, mode="sum")
+        self.mean = nn.EmbeddingBag(12, 4, mode="mean", padding_idx=3)
+        self.max = nn.EmbeddingBag(12, 4, mode="max")
+        self.last = nn.EmbeddingBag(12, 4, mode="sum", include_last_offset=True)
+
+    def forward(self, idx, offsets, weights, grid):
+        return (self.sum(idx, offsets, per_sample_weights=weights), self.mean(idx, offsets), self.max(idx, offsets),
+                self.last(idx, torch.cat([offsets, offsets.new_tensor([idx.shape[0]])])), self.mean(grid))
+
+
+def _bag_inputs(n, offsets, rows):
+    idx = torch.randint(0, 12, (n,))
+    idx[1] = 3  # the padding index, skipped by the mean
+    return idx, torch.tensor(offsets), torch.randn(n), torch.randint(0, 12, (rows, 3))
+
+
+def test_embedding_bag_matches_torch_with_empty_bags_at_two_sizes():
+    model = Bags().eval()
+    # torch ties the per-sample weights to the indices by a check the port keeps static: n stays 7
+    check_converted(model, _bag_inputs(7, [0, 2, 2, 5], 2), _bag_inputs(7, [0, 0, 4, 4, 6, 7], 4))
+    ported = porter.convert(model, _bag_inputs(7, [0, 2, 2, 5], 2), io_layout="torch")
+    from tests.converters.test_ops_math import _assert_input_grads
+
+    _assert_input_grads(ported, model, _bag_inputs(7, [0, 3, 3, 6], 2))  # to the per-sample weights
+
+
+@pytest.mark.parametrize("offsets, n, match", [([1, 2], 5, "offsets\\[0\\] must be 0"),
+                                              ([0, 3, 2], 5, "non-decreasing"),
+                                              ([0, 7], 5, "past the end")])
+def test_embedding_bag_refuses_bad_offsets_as_torch_does(offsets, n, match):
+    model = nn.EmbeddingBag(12, 4).eval()
+    ported = porter.convert(model, (torch.randint(0, 12, (5,)), torch.tensor([0, 2])), io_layout="torch")
+    idx, off = torch.randint(0, 12, (n,)), torch.tensor(offsets)
+    if match != "non-decreasing":  # torch's CPU kernel does not check the order itself
+        with pytest.raises(Exception):
+            model(idx, off)
+    with pytest.raises(ValueError, match=match):
+        ported(mx.array(idx.numpy()), mx.array(off.numpy()))
+    with pytest.raises(ValueError, match="out of range"):
+        ported(mx.array(np.array([0, 12, 1, 2, 3])), mx.array(np.array([0, 2])))
+
+
+def test_text_classifier_with_embedding_bag_runs_at_other_lengths_and_bag_counts():
+    # the PyTorch text-classification tutorial's model: a flat token stream and per-text offsets
+    class TextClassifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.EmbeddingBag(30, 8)
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, text, offsets):
+            return self.fc(self.embedding(text, offsets))
+
+    model = TextClassifier().eval()
+    check_converted(model, (torch.randint(0, 30, (10,)), torch.tensor([0, 4, 7])),
+                    (torch.randint(0, 30, (17,)), torch.tensor([0, 1, 1, 9, 12])))
