@@ -98,9 +98,19 @@ def test_unsupported_ops_listed_all_at_once():
     assert {"aten.lgamma.default", "aten.mode.default"} <= set(err.ops)
     assert any("fft" in op for op in err.ops)
     assert "aten.lgamma.default" in str(err)
+    assert "complex tensors and FFTs are not supported yet" in str(err)  # the rfft's line says why
     report = inspect_model(Unsupported().eval(), torch.randn(2, 3, 4))
     assert set(report.unsupported) == set(err.ops)
     assert "UNSUPPORTED" in str(report)
+
+
+def test_random_sampling_in_the_forward_is_refused_with_the_reason():
+    class Sampler(nn.Module):
+        def forward(self, mu):
+            return mu + torch.randn_like(mu)
+
+    with pytest.raises(UnsupportedOpsError, match=r"randn_like.*random sampling in the forward.*as an input"):
+        porter.convert(Sampler().eval(), torch.randn(2, 4))
 
 
 def test_training_mode_module_converts_to_a_port_in_training_mode():
