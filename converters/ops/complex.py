@@ -1,5 +1,5 @@
 """Complex tensors as rotary embeddings use them (Meta's LLaMA ``apply_rotary_emb``): ``view_as_complex``,
-``view_as_real``, ``polar``, ``complex``, ``real``/``imag``; products and sums of complex tensors go through the
+``view_as_real``, ``polar``, ``complex``, ``real``/``imag``, ``angle``, ``conj``; products and sums of complex tensors go through the
 ordinary elementwise ops (MLX's ``complex64``, torch's ``complex64``).
 
 Layout: torch's. ``view_as_complex`` reads a float tensor whose last dim is 2 (real, imaginary) and drops it;
@@ -14,7 +14,7 @@ from .. import layout as L
 from ..registry import kernel, register
 from ..spec import TENSOR, Enum
 
-_COMPLEX_FNS = ("from_pair", "to_pair", "polar", "complex", "real", "imag")
+_COMPLEX_FNS = ("from_pair", "to_pair", "polar", "complex", "real", "imag", "angle", "conj")
 
 
 def _from_pair(x):
@@ -31,6 +31,13 @@ def k_complex(x, *rest, fn):
         return mx.stack([mx.real(x), mx.imag(x)], axis=-1)
     if fn == "real":
         return mx.real(x) if x.dtype == mx.complex64 else x
+    if fn == "conj":
+        return mx.conjugate(x) if x.dtype == mx.complex64 else x
+    if fn == "angle":
+        if x.dtype == mx.complex64:
+            return mx.arctan2(mx.imag(x), mx.real(x))
+        # a real input: 0 or pi by sign, NaN stays NaN (torch)
+        return mx.where(x < 0, mx.array(mx.pi, x.dtype), mx.where(mx.isnan(x), x, mx.zeros_like(x)))
     if fn == "imag":
         if x.dtype != mx.complex64:
             raise ValueError("imag: the input is not complex")
@@ -59,3 +66,5 @@ register("aten.polar.default")(_complex_op("polar", "abs", "angle"))
 register("aten.complex.default")(_complex_op("complex", "real", "imag"))
 register("aten.real.default")(_complex_op("real", "self"))
 register("aten.imag.default")(_complex_op("imag", "self"))
+register("aten.angle.default")(_complex_op("angle", "self"))
+register("aten._conj.default", "aten.conj_physical.default")(_complex_op("conj", "self"))

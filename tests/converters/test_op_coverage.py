@@ -29,6 +29,7 @@ from tests.converters import test_ops_math as math_ops
 from tests.converters import test_ops_misc as misc
 from tests.converters import test_ops_more as more_ops
 from tests.converters import test_ops_complex as complex_ops
+from tests.converters import test_ops_fft as fft_ops
 from tests.converters import test_capture_decompose as decompose
 from tests.converters import test_ops_recurrent as recurrent_ops
 from tests.converters import test_ops_sample as sample_ops
@@ -105,6 +106,8 @@ EXERCISERS["test_ops_more:Bags"] = Exerciser(lambda: (more_ops.Bags().eval(), mo
                                              "dynamic")  # the 2-d input's offsets come from sym_numel
 EXERCISERS["test_ops_complex:RotaryAttention"] = Exerciser(_case(complex_ops.RotaryAttention().eval(), (2, 7, 32)))
 EXERCISERS["test_ops_complex:ComplexOps"] = Exerciser(_case(complex_ops.ComplexOps().eval(), (2, 3), (2, 3)))
+EXERCISERS["test_ops_fft:Transforms"] = Exerciser(_case(fft_ops.Transforms().eval(), (2, 6, 7)))
+EXERCISERS["test_ops_fft:Spectrogram"] = Exerciser(_case(fft_ops.Spectrogram().eval(), (2, 400)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")

@@ -75,7 +75,9 @@ class ComplexOps(nn.Module):
     def forward(self, a, b):
         z = torch.complex(a, b)
         w = torch.polar(a.abs(), b)
-        return torch.view_as_real(z * w + z), (z * w).real, (z - w).imag
+        # angle away from the branch cut's signed zeros (a sum's -0.0 vs +0.0 flips it by 2 pi)
+        return (torch.view_as_real(z * w + z), (z * w).real, (z - w).imag, z.angle(), a.angle(), z.conj().imag + 0,
+                torch.view_as_real(z.conj_physical()))
 
 
 def test_complex_construction_and_parts_match_torch():
