@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from ..ir import Ref
+from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import TENSOR, Int
 from ._layers import export_note, exporting
@@ -17,6 +18,7 @@ from ._layers import export_note, exporting
 
 @kernel("one_hot", inputs=[TENSOR], attrs={"classes": Int(1, 1 << 24)})
 def k_one_hot(index, *, classes):
+    check_elements([*index.shape, classes], "one_hot")  # a hostile class count cannot make the loader allocate
     if index.size and not exporting():
         lo, hi = mx.min(index), mx.max(index)
         mx.eval(lo, hi)

@@ -14,6 +14,7 @@ import math
 import mlx.core as mx
 
 from .. import layout as L
+from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import AXES, INT_OR_REF, TENSOR, Bool, Enum, Int, Opt
 
@@ -49,6 +50,7 @@ def k_fft(x, last_size=None, *, kind, axes, normalization, onesided=True, forwar
     if last_size is None or int(last_size) < 1:
         raise ValueError(f"fft: c2r needs a positive output size, got {last_size}")
     sizes = [x.shape[a] for a in axes[:-1]] + [int(last_size)]
+    check_elements([*(x.shape[a] for a in range(x.ndim) if a not in axes), *sizes], "fft")  # before the transform
     y = mx.fft.irfftn(x.astype(mx.complex64), s=sizes, axes=axes)
     return _scale(y, math.prod(sizes), normalization, True)
 
