@@ -82,6 +82,10 @@ EXERCISERS["test_ops_recurrent:Stack"] = Exerciser(_case(recurrent_ops.Stack().e
 EXERCISERS["test_ops_recurrent:rnn_tanh"] = Exerciser(
     _case(recurrent_ops.WithStates("rnn", nonlinearity="tanh").eval(), (4, 2, 3), (1, 2, 5), (1, 2, 5)))
 EXERCISERS["test_ops_sample:Sampler"] = Exerciser(lambda: (sample_ops.Sampler().eval(), sample_ops._inputs(2, 6, 8, 5, 4)))
+EXERCISERS["test_ops_sample:VolumeSampler"] = Exerciser(lambda: (sample_ops.VolumeSampler().eval(),
+                                                                 sample_ops._volume_inputs(2, 4, 5, 6)))
+EXERCISERS["test_ops_sample:VolumeSampler:core"] = Exerciser(  # core ATen spells it grid_sampler_3d
+    lambda: (sample_ops.VolumeSampler().eval(), sample_ops._volume_inputs(2, 4, 5, 6)), "decomposed")
 EXERCISERS["test_ops_math:Activations"] = Exerciser(_case(math_ops.Activations().eval(), (2, 3, 5, 6)))
 EXERCISERS["test_ops_math:Pointwise"] = Exerciser(_case(math_ops.Pointwise().eval(), (2, 3, 5), (2, 3, 5), (2, 3, 5)))
 EXERCISERS["test_ops_math:Statistics"] = Exerciser(_case(math_ops.Statistics().eval(), (2, 3, 7, 6)))
