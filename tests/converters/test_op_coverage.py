@@ -30,6 +30,7 @@ from tests.converters import test_ops_misc as misc
 from tests.converters import test_ops_more as more_ops
 from tests.converters import test_ops_complex as complex_ops
 from tests.converters import test_ops_fft as fft_ops
+from tests.converters import test_ops_resample_aa as resample_aa
 from tests.converters import test_capture_decompose as decompose
 from tests.converters import test_ops_recurrent as recurrent_ops
 from tests.converters import test_ops_sample as sample_ops
@@ -112,6 +113,7 @@ EXERCISERS["test_ops_complex:RotaryAttention"] = Exerciser(_case(complex_ops.Rot
 EXERCISERS["test_ops_complex:ComplexOps"] = Exerciser(_case(complex_ops.ComplexOps().eval(), (2, 3), (2, 3)))
 EXERCISERS["test_ops_fft:Transforms"] = Exerciser(_case(fft_ops.Transforms().eval(), (2, 6, 7)))
 EXERCISERS["test_ops_fft:Spectrogram"] = Exerciser(_case(fft_ops.Spectrogram().eval(), (2, 400)))
+EXERCISERS["test_ops_resample_aa:Resizes"] = Exerciser(_case(resample_aa.Resizes().eval(), (2, 3, 17, 12)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")
