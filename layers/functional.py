@@ -22,4 +22,5 @@ from .linear import linear
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d
 from .max_pool import max_pool1d, max_pool2d, max_pool3d
 from .padding import pad
+from .rms_norm import rms_norm
 from .unpool import max_unpool1d, max_unpool2d, max_unpool3d

@@ -38,6 +38,11 @@ def k_size(x, *, axis):
     return x.shape[axis]
 
 
+@kernel("numel", inputs=[TENSOR])
+def k_numel(x):
+    return x.size
+
+
 _INT_OPS = {
     "add": _operator.add, "sub": _operator.sub, "mul": _operator.mul, "floordiv": _operator.floordiv,
     "truediv": _operator.truediv, "mod": _operator.mod, "neg": _operator.neg, "pow": _operator.pow,
@@ -279,6 +284,11 @@ def _plan_in_layout(perm, groups):
 def convert_sym_size(ctx, call):
     x = call.arg("self")
     ctx.emit("size", [ctx.tensor(x)], {"axis": L.axis_of(ctx.perm(x), call.arg("dim"))}, meta=ValueMeta("int"))
+
+
+@register("aten.sym_numel.default")
+def convert_numel(ctx, call):
+    ctx.emit("numel", [ctx.tensor(call.arg("self"))], meta=ValueMeta("int"))
 
 
 @register(*(f"operator.{op}" for op in _INT_OPS), *_SYM_CALLS)
