@@ -17,12 +17,12 @@ from .conv import Conv1d, Conv2d, Conv3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .layer_norm import GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm
 from .fractional import FractionalMaxPool2d, FractionalMaxPool3d
-from .layer_norm import GroupNorm, LayerNorm
 from .linear import Linear
 from .lp_pool import LPPool1d, LPPool2d, LPPool3d
 from .max_pool import MaxPool1d, MaxPool2d, MaxPool3d
 from .norm import BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
 from .quantize import QuantizationReport, quantize_model
 from .quantized_conv import QuantizedConv1d, QuantizedConv2d, QuantizedConv3d
+from .rms_norm import RMSNorm
 from .unpool import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
 from .weight_cache import no_weight_cache

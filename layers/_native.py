@@ -441,3 +441,28 @@ def flip_conv_weight(weight: mx.array, groups: int = 1) -> mx.array:
         raise ValueError(f"flip_conv_weight: groups must be a positive int dividing C_out={weight.shape[0]}, "
                          f"got {groups!r}")
     return kernels().flip_conv_weight(weight, groups)
+
+
+# ---------------------------------------------------------------------------------------------------- col2im / im2col
+def col2im(cols: mx.array, out_size: tuple, geometry: tuple) -> mx.array:
+    """Columns -> image, the scatter-add after a transposed conv's GEMM: ``cols`` ``(N, H, W, kH, kW, C)`` ->
+    ``(N, *out_size, C)``, tap ``(a, b)`` of input pixel ``(i, j)`` added at ``(s_h*i + step_h*a + off_h,
+    s_w*j + step_w*b + off_w)``, dropped outside; ``geometry`` = ``(s_h, step_h, off_h, s_w, step_w, off_w)``
+    (``csrc/col2im_kernels.h``: every output pixel summed once, multi-threaded). Float dtypes; differentiable (the
+    VJP is :func:`im2col`), ``mx.vmap`` maps it."""
+    return kernels().col2im(cols, int(out_size[0]), int(out_size[1]), [int(v) for v in geometry])
+
+
+def im2col(image: mx.array, in_size: tuple, kernel: tuple, geometry: tuple) -> mx.array:
+    """Image -> columns, :func:`col2im`'s adjoint: ``image`` ``(N, Ho, Wo, C)`` -> ``(N, *in_size, *kernel, C)``,
+    zeros where a tap lands outside the image (same ``geometry``)."""
+    return kernels().im2col(image, int(in_size[0]), int(in_size[1]), int(kernel[0]), int(kernel[1]),
+                            [int(v) for v in geometry])
+
+
+# ---------------------------------------------------------------------------------------------------- concat
+def concat(arrays, axis: int) -> mx.array:
+    """``mx.concatenate(arrays, axis)`` as one multi-threaded copy of whole rows (``csrc/concat_kernels.h``); the
+    arrays share rank and dtype and match in every dim but ``axis`` (else ``ValueError``). Differentiable (the VJP
+    slices), ``mx.vmap`` maps it."""
+    return kernels().concat(list(arrays), int(axis))

@@ -180,5 +180,7 @@ void bind_conv3d(nb::module_& m);
 void bind_flip_conv_weight(nb::module_& m);
 void bind_linear(nb::module_& m);
 void bind_resample(nb::module_& m);
+void bind_col2im(nb::module_& m);
+void bind_concat(nb::module_& m);
 
 }  // namespace porter
