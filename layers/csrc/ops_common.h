@@ -209,5 +209,8 @@ void bind_winograd(nb::module_& m);
 void bind_conv3d(nb::module_& m);
 void bind_flip_conv_weight(nb::module_& m);
 void bind_linear(nb::module_& m);
+void bind_resample(nb::module_& m);
+void bind_col2im(nb::module_& m);
+void bind_concat(nb::module_& m);
 
 }  // namespace porter
