@@ -190,10 +190,13 @@ def unpool(values: mx.array, index: mx.array, plane: tuple):
     return out, bad
 
 
-def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False) -> mx.array:
-    """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then ReLU if
-    asked; alpha/beta are taken as float32, the result has x's dtype. Differentiable in all three."""
-    return kernels().channel_affine(x, alpha, beta, relu)
+def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False,
+                   activation: str = "none") -> mx.array:
+    """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then
+    ``activation`` (``"relu"``, ``"relu6"`` or an :func:`activation` kind; ``relu=True`` is ``"relu"``) of the value
+    rounded to x's dtype, as torch applies it to the stored output; alpha/beta are taken as float32, the result has x's dtype.
+    Differentiable in all three (torch's activation backward)."""
+    return kernels().channel_affine(x, alpha, beta, "relu" if relu else activation)
 
 
 def relu(x: mx.array) -> mx.array:
@@ -209,10 +212,19 @@ def hardtanh(x: mx.array, lo: float, hi: float) -> mx.array:
 
 
 def activation(x: mx.array, kind: str) -> mx.array:
-    """``kind`` (``exp``, ``sigmoid``, ``silu``, ``tanh``, ``gelu``, ``gelu_tanh``) elementwise in one vectorized,
+    """``kind`` (``exp``, ``sigmoid``, ``silu``, ``tanh``, ``gelu``, ``gelu_tanh``, ``hardswish``,
+    ``hardsigmoid``) elementwise in one vectorized,
     multi-threaded pass (``csrc/activation_kernels.h``), computed in float32 (float64 for float64) and rounded once;
     torch's gradient formulas, also a native pass; second derivatives through MLX ops."""
     return kernels().activation(x, kind)
+
+
+def bilinear2d(x: mx.array, h_i0: list, h_i1: list, h_l1: list, w_i0: list, w_i1: list, w_l1: list) -> mx.array:
+    """Bilinear resampling of channels-last ``(N, H, W, C)`` to ``(N, len(h_i0), len(w_i0), C)`` in one
+    multi-threaded pass (``csrc/resample_kernels.h``): per axis, output ``o`` reads ``i0[o]`` with weight
+    ``1 - l1[o]`` and ``i1[o]`` with ``l1[o]`` (torch's tables, ``layers/resample.py::linear_taps``), the width taps
+    inside; 16-bit computed in float32. Its gradient (and that one's) is a native pass too; vmap folds into the batch."""
+    return kernels().bilinear2d(x, h_i0, h_i1, h_l1, w_i0, w_i1, w_l1)
 
 
 def softmax(x: mx.array, axis: int) -> mx.array:
@@ -453,3 +465,28 @@ def flip_conv_weight(weight: mx.array, groups: int = 1) -> mx.array:
         raise ValueError(f"flip_conv_weight: groups must be a positive int dividing C_out={weight.shape[0]}, "
                          f"got {groups!r}")
     return kernels().flip_conv_weight(weight, groups)
+
+
+# ---------------------------------------------------------------------------------------------------- col2im / im2col
+def col2im(cols: mx.array, out_size: tuple, geometry: tuple) -> mx.array:
+    """Columns -> image, the scatter-add after a transposed conv's GEMM: ``cols`` ``(N, H, W, kH, kW, C)`` ->
+    ``(N, *out_size, C)``, tap ``(a, b)`` of input pixel ``(i, j)`` added at ``(s_h*i + step_h*a + off_h,
+    s_w*j + step_w*b + off_w)``, dropped outside; ``geometry`` = ``(s_h, step_h, off_h, s_w, step_w, off_w)``
+    (``csrc/col2im_kernels.h``: every output pixel summed once, multi-threaded). Float dtypes; differentiable (the
+    VJP is :func:`im2col`), ``mx.vmap`` maps it."""
+    return kernels().col2im(cols, int(out_size[0]), int(out_size[1]), [int(v) for v in geometry])
+
+
+def im2col(image: mx.array, in_size: tuple, kernel: tuple, geometry: tuple) -> mx.array:
+    """Image -> columns, :func:`col2im`'s adjoint: ``image`` ``(N, Ho, Wo, C)`` -> ``(N, *in_size, *kernel, C)``,
+    zeros where a tap lands outside the image (same ``geometry``)."""
+    return kernels().im2col(image, int(in_size[0]), int(in_size[1]), int(kernel[0]), int(kernel[1]),
+                            [int(v) for v in geometry])
+
+
+# ---------------------------------------------------------------------------------------------------- concat
+def concat(arrays, axis: int) -> mx.array:
+    """``mx.concatenate(arrays, axis)`` as one multi-threaded copy of whole rows (``csrc/concat_kernels.h``); the
+    arrays share rank and dtype and match in every dim but ``axis`` (else ``ValueError``). Differentiable (the VJP
+    slices), ``mx.vmap`` maps it."""
+    return kernels().concat(list(arrays), int(axis))

@@ -1,4 +1,4 @@
-"""Transcendental activations and softmax, torch's ``nn`` names, with torch's gradients.
+"""Transcendental activations, hardswish/hardsigmoid and softmax, torch's ``nn`` names, with torch's gradients.
 
 On the CPU with Porter's native kernels built, each is one multi-threaded, vectorized pass
 (``csrc/activation_kernels.h``; MLX's own CPU ops call libm per element on one thread, 15-35x slower than torch), and
@@ -83,6 +83,27 @@ def tanh(x: mx.array) -> mx.array:
     return _native.activation(x, "tanh") if _native_ok(x, "tanh") else _in_float32(mx.tanh, x)
 
 
+def _hard_gate(a: mx.array) -> mx.array:
+    return mx.minimum(mx.maximum(a + 3, 0), 6)
+
+
+def hardswish(x: mx.array) -> mx.array:
+    """``x * min(max(x + 3, 0), 6) / 6`` elementwise (torch's ``hardswish``, its gradient branches included). Shape:
+    any. One native pass on the CPU (MLX's ops take four single-threaded passes)."""
+    x = _checked(x, "hardswish")
+    if _native_ok(x, "hardswish"):
+        return _native.activation(x, "hardswish")
+    return _in_float32(lambda a: a * _hard_gate(a) / 6, x)
+
+
+def hardsigmoid(x: mx.array) -> mx.array:
+    """``min(max(x + 3, 0), 6) / 6`` elementwise (torch's ``hardsigmoid``). Shape: any."""
+    x = _checked(x, "hardsigmoid")
+    if _native_ok(x, "hardsigmoid"):
+        return _native.activation(x, "hardsigmoid")
+    return _in_float32(lambda a: _hard_gate(a) / 6, x)
+
+
 def gelu(x: mx.array, approximate: str = "none") -> mx.array:
     """torch's ``gelu``: ``x * Phi(x)`` (``approximate="none"``, via erf) or its tanh approximation
     ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (``approximate="tanh"``). Shape: any.
@@ -156,6 +177,28 @@ class Tanh(_Elementwise):
     """
 
     fn = staticmethod(tanh)
+
+
+class Hardswish(_Elementwise):
+    """torch's ``nn.Hardswish``. Shape: any.
+
+    Example:
+        >>> Hardswish()(mx.array([-4.0, 0.0, 1.0, 4.0])).tolist()
+        [-0.0, 0.0, 0.6666666865348816, 4.0]
+    """
+
+    fn = staticmethod(hardswish)
+
+
+class Hardsigmoid(_Elementwise):
+    """torch's ``nn.Hardsigmoid``. Shape: any.
+
+    Example:
+        >>> Hardsigmoid()(mx.array([-4.0, 0.0, 4.0])).tolist()
+        [0.0, 0.5, 1.0]
+    """
+
+    fn = staticmethod(hardsigmoid)
 
 
 class GELU(nn.Module):

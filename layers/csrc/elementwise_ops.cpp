@@ -1,10 +1,11 @@
-// Elementwise primitives (elementwise_kernels.h): eval batch norm's channel affine (+ ReLU) and its backward, ReLU
-// and its backward, hardtanh (ReLU6) and its backward, and LP pooling's root; their checked ops.
+// Elementwise primitives (elementwise_kernels.h): eval batch norm's channel affine (+ ReLU, ReLU6 or an activation)
+// and its backward, ReLU and its backward, hardtanh (ReLU6) and its backward, and LP pooling's root; their checked ops.
 #include "ops_common.h"
 #include "elementwise_kernels.h"
 
 namespace porter {
 
+mx::array make_activation_grad(mx::Stream s, Act kind, const mx::array& x, const mx::array& g);  // activation_ops
 mx::array relu_grad_op(const mx::array& g, const mx::array& y, mx::Stream s);
 mx::array hardtanh_grad_arr(const mx::array& g, const mx::array& x, double lo, double hi, mx::Stream s);
 std::vector<mx::array> channel_affine_grad_arr(const mx::array& x, const mx::array& alpha, const mx::array& g,
@@ -189,27 +190,34 @@ std::vector<mx::array> channel_affine_grad_arr(const mx::array& x, const mx::arr
 
 class ChannelAffine : public mx::Primitive {
  public:
-  ChannelAffine(mx::Stream s, bool relu) : mx::Primitive(s), relu_(relu) {}
+  ChannelAffine(mx::Stream s, AffineAct act) : mx::Primitive(s), act_(act) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    launch(stream(), inputs, outputs, [relu = relu_](auto& in, auto& out) {
+    launch_in_place(stream(), inputs, outputs[0], [act = act_](auto& in, auto& out) {
       const auto& x = in[0];
       const int64_t C = x.ndim() ? x.shape(-1) : 1, rows = C ? x.size() / C : 0;
       dispatch_float(x.dtype(), "channel_affine", [&](auto tag) {
         using T = decltype(tag);
         channel_affine<T>(x.template data<T>(), rows, C, in[1].template data<float>(), in[2].template data<float>(),
-                          relu, out[0].template data<T>());
+                          act, out[0].template data<T>());
       });
     });
   }
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override { no_gpu("channel_affine"); }
-  const char* name() const override { return relu_ ? "PorterChannelAffineRelu" : "PorterChannelAffine"; }
+  const char* name() const override {
+    static const char* names[] = {"PorterChannelAffine", "PorterChannelAffineRelu", "PorterChannelAffineRelu6",
+                                  "PorterChannelAffineActivation"};
+    return names[static_cast<int>(act_.clamp)];
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<ChannelAffine>(*this, other) && static_cast<const ChannelAffine&>(other).act_ == act_;
+  }
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
     return vmap_into_batch(stream(), "channel_affine", inputs, axes, {true, false, false},
                            [&](const std::vector<mx::array>& in) {
       return std::vector<mx::array>{mx::array(in[0].shape(), in[0].dtype(),
-                                              std::make_shared<ChannelAffine>(stream(), relu_),
+                                              std::make_shared<ChannelAffine>(stream(), act_),
                                               {mx::contiguous(in[0], false, stream()), in[1], in[2]})};
     });
   }
@@ -219,7 +227,18 @@ class ChannelAffine : public mx::Primitive {
     // the ReLU, torch's relu backward masks the cotangent first (another native pass)
     auto s = stream();
     const auto& x = primals[0];
-    mx::array g = relu_ ? relu_grad_op(cotangents[0], outputs[0], s) : cotangents[0];
+    mx::array g = cotangents[0];
+    if (act_.clamp == AffineAct::relu) {  // torch's relu backward on the output
+      g = relu_grad_op(cotangents[0], outputs[0], s);
+    } else if (act_.clamp != AffineAct::none) {  // torch's backward at the stored batch-norm output z
+      auto z = mx::add(mx::multiply(mx::astype(x, mx::float32, s), primals[1], s), primals[2], s);
+      z = mx::astype(z, x.dtype(), s);
+      if (act_.clamp == AffineAct::relu6) {  // hardtanh_backward: 0 where z <= 0 or z >= 6
+        g = hardtanh_grad_arr(g, z, 0.0, 6.0, s);
+      } else {
+        g = make_activation_grad(s, act_.act, mx::astype(z, mx::float32, s), mx::astype(g, mx::float32, s));
+      }
+    }
     auto outs = channel_affine_grad_arr(x, primals[1], g, s);
     std::vector<mx::array> grads;
     for (int arg : argnums) grads.push_back(outs[arg]);
@@ -227,7 +246,7 @@ class ChannelAffine : public mx::Primitive {
   }
 
  private:
-  bool relu_;
+  AffineAct act_;
 };
 
 class Relu : public mx::UnaryPrimitive {
@@ -235,7 +254,7 @@ class Relu : public mx::UnaryPrimitive {
   explicit Relu(mx::Stream s) : mx::UnaryPrimitive(s) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
-    launch(stream(), inputs, output, [](auto& in, auto& out) {
+    launch_in_place(stream(), inputs, output, [](auto& in, auto& out) {
       dispatch_float(in[0].dtype(), "relu", [&](auto tag) {
         using T = decltype(tag);
         relu<T>(in[0].template data<T>(), static_cast<int64_t>(in[0].size()), out[0].template data<T>());
@@ -307,15 +326,34 @@ mx::array lp_root_op(const mx::array& a, double scale, double inv_p) {
   return mx::array(a.shape(), a.dtype(), std::make_shared<LpRoot>(s, scale, inv_p), {mx::contiguous(a, false, s)});
 }
 
-mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx::array& beta, bool relu) {
+mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx::array& beta,
+                            const std::string& activation) {
   auto s = cpu_stream("channel_affine");
+  AffineAct act;
+  if (activation == "relu") {
+    act.clamp = AffineAct::relu;
+  } else if (activation == "relu6") {
+    act.clamp = AffineAct::relu6;
+  } else if (activation != "none") {
+    static const char* kinds[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh", "hardswish", "hardsigmoid"};
+    act.clamp = AffineAct::kind;
+    int found = -1;
+    for (int i = 0; i < 8; ++i) {
+      if (activation == kinds[i]) found = i;
+    }
+    if (found < 0) {
+      fail("channel_affine", "'activation' must be none, relu, relu6, exp, sigmoid, silu, tanh, gelu, gelu_tanh, "
+                             "hardswish or hardsigmoid, got '" + activation + "'");
+    }
+    act.act = static_cast<Act>(found);
+  }
   if (x.ndim() < 1) fail("channel_affine", "x must have a trailing channel axis");
   const int c = x.shape(-1);
   if (alpha.ndim() != 1 || beta.ndim() != 1 || alpha.shape(0) != c || beta.shape(0) != c) {
     fail("channel_affine", "alpha and beta must be (C,) for x's last axis");
   }
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("channel_affine", "x must be floating point");
-  return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelAffine>(s, relu),
+  return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelAffine>(s, act),
                    {mx::contiguous(x, false, s), mx::contiguous(mx::astype(alpha, mx::float32, s), false, s),
                     mx::contiguous(mx::astype(beta, mx::float32, s), false, s)});
 }
@@ -330,7 +368,7 @@ mx::array hardtanh_op(const mx::array& x, double lo, double hi) {
 void bind_elementwise(nb::module_& m) {
   m.def("hardtanh", &porter::hardtanh_op, nb::arg("x"), nb::arg("lo"), nb::arg("hi"));
   m.def("channel_affine", &porter::channel_affine_op, nb::arg("x"), nb::arg("alpha"), nb::arg("beta"),
-        nb::arg("relu"));
+        nb::arg("activation") = "none");
   m.def("relu", &porter::relu_op, nb::arg("x"));
   m.def("lp_root", &porter::lp_root_op, nb::arg("a"), nb::arg("scale"), nb::arg("inv_p"));
 }
