@@ -43,14 +43,18 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto")
         if mode != "auto":
             raise ValueError(f"dynamic={dynamic!r} cannot be honoured for an ExportedProgram: its dynamic dims were "
                              "chosen when it was exported (torch.export.export(..., dynamic_shapes=...))")
+        from .capture_decompose import decompose_unsupported
+
         source = _exported_class(model)
-        return capture_exported(model, source)
+        return capture_exported(decompose_unsupported(model), source)
     if isinstance(model, torch.nn.Module):
         from .capture_strategy import export_program
 
         inputs = normalise_inputs(example_inputs)
+        from .capture_decompose import decompose_unsupported
+
         ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch)
-        graph = capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}")
+        graph = capture_exported(decompose_unsupported(ep), f"{type(model).__module__}.{type(model).__qualname__}")
         graph.batch_doubled = doubled
         graph.capture_note = note
         graph.capture_mode = graph_mode

@@ -152,6 +152,22 @@ def _input_paths(ep) -> list:
         return []
 
 
+def _add_named_sources(guards, sources: dict, names: list, ranks: list) -> None:
+    """Locate guard sources neither the shape env nor the program's signature placed, by torch's placeholder
+    naming (the keys of the source's path joined by ``_``): the inputs of a ``forward(self, *xs)`` are guarded as
+    ``L['xs'][1]`` and named ``xs_1`` in the program, whose own signature is flat."""
+    for guard, _ in guards:
+        for match in _SOURCE.finditer(guard):
+            text = match.group(0).replace(".stride()", ".size()")
+            if text in sources:
+                continue
+            keys = re.findall(r"\[([^\]]*)\]", text[:text.index(".size()")])
+            name = "_".join(key.strip("'\"") for key in keys)
+            axis = int(match.group(2))
+            if name in names and axis < ranks[names.index(name)]:
+                sources[text] = (names.index(name), axis)
+
+
 def _shape_env_sources(ep, symbols: dict) -> dict:
     """Guard source text -> (input, axis), from the shape env of a program exported in this process."""
     try:
@@ -240,6 +256,7 @@ def input_checks(ep, user_inputs: list) -> tuple:
             for axis in range(ranks[i] if i < len(ranks) else 0):
                 sources.setdefault(f"{prefix}.size()[{axis}]", (i, axis))
                 sources.setdefault(f"L['flat_args'][{i}].size()[{axis}]", (i, axis))
+    _add_named_sources(guards, sources, names, ranks)
     static: dict = {}  # (input, axis) or "*" -> the guard that forces it static
     literals = _graph_literals(ep)
     for guard, origin in guards:
@@ -388,6 +405,7 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
     code = _SOURCE.sub(name_of, guard)
     readable = _SOURCE.sub(lambda m: _readable(m, sources, names), guard)
     if origin == "layout":
+        _add_layout_specialisations(code, unknown, dims, ranks, readable, add)
         return
     if unknown:
         static["*"] = guard
@@ -408,6 +426,22 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
             add(lhs, cmp, rhs, readable, _MESSAGES[origin])
 
 
+def _add_layout_specialisations(code, unknown, dims, ranks, readable, add):
+    """Layout guards (strides, contiguity) do not bind a port, except one that pins a dim to a number: torch then
+    replaces that size by the number everywhere after it, so the graph may be built with it (a ``view`` to
+    ``[8, B * heads, 8]``); it is checked like any size the capture fixed."""
+    if unknown:
+        return
+    try:
+        parsed = _Translator(dims, ranks).checks(ast.parse(code, mode="eval"))
+    except (SyntaxError, Untranslatable):
+        return
+    for lhs, cmp, rhs in parsed:
+        pinned = any(isinstance(a, dict) and "dim" in a and type(b) is int for a, b in ((lhs, rhs), (rhs, lhs)))
+        if cmp == "eq" and pinned:
+            add(lhs, cmp, rhs, readable, _MESSAGES["layout"])
+
+
 def _readable(match, sources, names):
     text = match.group(0).replace(".stride()", ".size()")
     if text not in sources:
@@ -417,6 +451,7 @@ def _readable(match, sources, names):
 
 
 _MESSAGES = {
+    "layout": "torch fixed this size while working out a memory layout during capture, and built the graph with it",
     "model": "the model took a shape-dependent path during capture (a branch on a size, or a size-derived "
              "value) that is only right under it",
     "unknown": "torch.export recorded it as a condition of the captured program",

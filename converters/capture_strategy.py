@@ -20,6 +20,7 @@ directly.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import signal
@@ -92,9 +93,25 @@ def _dims_for(mode, x) -> list:
     return sorted(set(dims))
 
 
-def _dynamic_shapes(mode, inputs):
+def _dynamic_shapes(mode, inputs, model):
     auto = torch.export.Dim.AUTO
-    return tuple({d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None for x in inputs)
+    specs = tuple({d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None for x in inputs)
+    return _grouped_like_signature(model, specs)
+
+
+def _grouped_like_signature(model, specs):
+    """``specs`` (one per positional input) nested as torch.export binds them to ``model.forward``'s signature:
+    the inputs a ``*args`` parameter takes are one tuple there (``forward(self, x, *rest)`` -> ``(a, (b, c))``)."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # no introspectable signature: torch binds positionally as well
+        return specs
+    for i, param in enumerate(params):
+        if param.kind is param.VAR_POSITIONAL:
+            return specs[:i] + (specs[i:],)
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            break
+    return specs
 
 
 def budget_seconds():
@@ -169,9 +186,33 @@ def _quiet_solver():
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _mask_hints_as_given():
+    """``nn.TransformerEncoder``/``Decoder`` compare an attention mask given without an ``is_causal`` hint against
+    a causal mask, on its values: a capture cannot branch on data, so the export fails. During the capture the hint
+    is taken as given (``None`` -> not causal): the layers then apply the mask itself, which gives the same numbers
+    as the causal path the comparison could choose (that path is a faster route to the same masking)."""
+    from torch.nn.modules import transformer
+
+    original = getattr(transformer, "_detect_is_causal_mask", None)
+    if original is None:
+        yield
+        return
+
+    def as_given(mask, is_causal=None, size=None):
+        return is_causal is True
+
+    transformer._detect_is_causal_mask = as_given
+    try:
+        yield
+    finally:
+        transformer._detect_is_causal_mask = original
+
+
 def _export(model, inputs, mode, seconds):
-    with _quiet_solver(), time_limit(seconds):
-        return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs), strict=False)
+    with _quiet_solver(), _mask_hints_as_given(), time_limit(seconds):
+        return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs, model),
+                                    strict=False)
 
 
 def _attempt(model, inputs, mode, seconds, double_batch):

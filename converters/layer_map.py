@@ -162,6 +162,23 @@ def _layer_norm(node, source, info, shapes, module_type):
     return Mapping("LayerNorm", config, 0, slots)
 
 
+@maps("RMSNorm")
+def _rms_norm(node, source, info, shapes, module_type):
+    if node["kernel"] != "rms_norm" or source is None:
+        return None
+    slots = _slots(node, {"weight": (1, "identity", False)})
+    shape = source.args.get("normalized_shape")
+    if slots is None or not isinstance(shape, (list, tuple)) or not all(isinstance(s, int) for s in shape) \
+            or len(shape) != node["attrs"]["k"]:
+        return None
+    eps = node["attrs"].get("eps")
+    if eps is not None and not eps >= 0:
+        return None  # the layer refuses a negative eps: the kernel node stays
+    config = {"normalized_shape": list(shape), "eps": None if eps is None else float(eps),
+              "elementwise_affine": "weight" in slots}
+    return Mapping("RMSNorm", config, 0, slots)
+
+
 @maps("GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d")
 def _group_norm(node, source, info, shapes, module_type):
     if node["kernel"] != "group_norm" or source is None:
@@ -399,7 +416,8 @@ def _map_attention(nodes, params, module_info, modules, readers, values, keep):
 
 
 _CORE = {"PReLU": ("prelu",), "Conv": ("conv",), "ConvTranspose": ("conv_transpose",), "Linear": ("linear",), "Embedding": ("embedding",),
-         "BatchNorm": ("batch_norm",), "LayerNorm": ("layer_norm",), "GroupNorm": ("group_norm",),
+         "BatchNorm": ("batch_norm",), "LayerNorm": ("layer_norm",), "RMSNorm": ("rms_norm",),
+         "GroupNorm": ("group_norm",),
          "InstanceNorm": ("group_norm",)}
 
 

@@ -13,6 +13,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | Embedding | :class:`Embedding` (``mlx.nn.Embedding`` with torch's index check) | ``nn.Embedding`` |
 | BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d`` |
 | LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
+| RMSNorm | ``porter.layers.RMSNorm`` (an ``mlx.nn.RMSNorm``) | ``nn.RMSNorm`` |
 | Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |
 | Activation | :class:`Activation` (one of the runtime's unary functions) | ``nn.ReLU``, ``nn.GELU``, ... |
 """
@@ -268,6 +269,11 @@ LAYER_TYPES = {t.name: t for t in (
               (PL.LayerNorm,),
               lambda m: {"normalized_shape": list(m.dims) if isinstance(m.dims, tuple) else [m.dims], "eps": m.eps,
                          "elementwise_affine": _has(m, "weight"), "bias": _has(m, "bias")}),
+    LayerType("RMSNorm", S.Obj({"normalized_shape": S.Ints(1, S.MAX_LEN, 1, (1 << 31) - 1), "eps": S.Opt(_EPS),
+                                "elementwise_affine": S.Bool()}, ["normalized_shape", "eps", "elementwise_affine"]),
+              lambda c: PL.RMSNorm(tuple(c["normalized_shape"]), c["eps"], c["elementwise_affine"]), (PL.RMSNorm,),
+              lambda m: {"normalized_shape": list(m.normalized_shape), "eps": m.eps,
+                         "elementwise_affine": _has(m, "weight")}),
     LayerType("GroupNorm", S.Obj({"num_groups": _SIZE, "num_channels": _SIZE, "eps": _EPS, "affine": S.Bool()},
                                  ["num_groups", "num_channels", "eps", "affine"]),
               lambda c: PL.GroupNorm(c["num_groups"], c["num_channels"], c["eps"], c["affine"]), (PL.GroupNorm,),

@@ -11,9 +11,9 @@ then follows torch's mixed-precision rules (CPU autocast and torch's half kernel
   an explicit ``.float()``, an attention mask built with ``torch.finfo(torch.float32).min``) never turns the rest
   of the model into float32;
 * statistics and normalising reductions (:data:`FLOAT32_KERNELS`: softmax / log_softmax, logsumexp, mean / sum,
-  var / std, vector norms, cumsum, prod) are computed in float32 and rounded back once to their input's dtype; the
-  norm layers (batch / layer / group / instance norm) do the same in ``porter.layers`` itself
-  (``layers/_precision.py``). Porter converts no ATen loss op (``nll_loss``, ``mse_loss``, ...); a loss written
+  var / std, vector norms, cumsum / cumprod / logcumsumexp, prod) are computed in float32 and rounded back once
+  to their input's dtype; the norm layers (batch / layer / group / instance norm) do the same in
+  ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss op (``nll_loss``, ``mse_loss``, ...); a loss written
   with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
 
 Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does.
@@ -34,7 +34,7 @@ LOWER_PRECISION_KERNELS = frozenset({"conv", "conv_transpose", "linear", "matmul
                                      "einsum"})
 LOWER_PRECISION_LAYERS = frozenset({"Conv", "ConvTranspose", "Linear"})
 # computed in float32 and rounded back once (torch's half kernels accumulate in float32); "reduce" only for these
-FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", "cumsum", "prod", "reduce"})
+FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", "cumsum", "scan", "prod", "reduce"})
 _FLOAT32_REDUCE = ("mean", "sum")
 
 __all__ = ["DTYPES", "HALF_NAMES", "check_dtype", "astype", "dtype_of", "cast_input", "node_policies"]

@@ -27,11 +27,28 @@ class UnsupportedOpsError(NotImplementedError):
         self.locations = {op: sorted(set(paths)) for op, paths in locations.items()}
         self.ops = sorted(self.locations)
         lines = [
-            f"  {op}  (in {', '.join(repr(p) if p else '<root>' for p in self.locations[op])})" for op in self.ops
+            f"  {op}  (in {', '.join(repr(p) if p else '<root>' for p in self.locations[op])}){_why(op)}"
+            for op in self.ops
         ]
         super().__init__(
             f"Porter cannot convert {len(self.ops)} op(s) used by this model:\n" + "\n".join(lines)
         )
+
+
+_RANDOM = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "normal", "bernoulli",
+           "multinomial", "uniform", "exponential", "poisson", "randperm", "native_dropout")
+_COMPLEX = ("istft", "_fft_c2c_backward", "_fft_r2c_backward", "view_as_real_copy", "view_as_complex_copy")
+
+
+def _why(op: str) -> str:
+    """A hint for whole families Porter refuses on purpose or does not have yet."""
+    base = op.split(".")[1] if op.count(".") >= 1 else op
+    if base.rstrip("_") in _RANDOM:
+        return ("  -- random sampling in the forward: a port cannot give torch's numbers for it; sample outside "
+                "the converted forward (e.g. pass the noise in as an input), or convert in eval mode")
+    if base in _COMPLEX:
+        return "  -- this complex-valued op is not supported yet"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from . import transforms
 from .guards import InputChecks
 from .limits import check_elements
 from .registry import get_kernel
+from .fusion import activation_name, batch_norm_activation_pairs
+from .layer_types import Activation
 from .tree import TreeError, build_tree, resolve
 
 CALL_MODULE = "call_module"
@@ -49,6 +51,8 @@ class _Program:
 
             self.compute_dtype = DTYPES[graph["compute_dtype"]]
             self.kernels, self.layer_casts = node_policies(graph, self.kernels)
+        # eval-time batch norm + ReLU/hardswish pairs, decided per call (converters/fusion.py)
+        self.fusable = {} if self.compute_dtype is not None else batch_norm_activation_pairs(graph)
 
 
 def _check_result(result, node) -> None:
@@ -182,8 +186,18 @@ class PortedModel(nn.Module):
             from .precision import cast_input, lower
 
             env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs})
-        for index, (node, fn) in enumerate(zip(self._program.graph["nodes"], self._program.kernels)):
+        nodes, fusable, skip = self._program.graph["nodes"], self._program.fusable, -1
+        for index, (node, fn) in enumerate(zip(nodes, self._program.kernels)):
+            if index == skip:
+                continue
             args = [self._resolve(s, env) for s in node["inputs"]]
+            if record is None and index in fusable:
+                fused = self._fused(index, args[0])
+                if fused is not None:  # the batch norm and its activation in one pass: the activation's output
+                    _check_result(fused, nodes[index + 1])
+                    env[nodes[index + 1]["outputs"][0]] = fused
+                    skip = index + 1
+                    continue
             if fn is None:  # call_module: the layer now at that path (a user may have replaced it)
                 fn = resolve(self, self._program.layer_keys[node["attrs"]["module"]])
                 attrs = {}
@@ -213,6 +227,20 @@ class PortedModel(nn.Module):
         if self._program.graph["output_structure"] == "single":
             return outs[0]
         return outs
+
+    def _fused(self, index: int, x):
+        """Batch norm node ``index`` and its activation (the next node) as one pass, or ``None`` (run both): only
+        when the layers now at those paths are a batch norm with ``eval_activation`` and that activation."""
+        nodes, keys = self._program.graph["nodes"], self._program.layer_keys
+        activation = self._program.fusable[index]
+        after = nodes[index + 1]
+        if after["kernel"] == "call_module":
+            layer = resolve(self, keys[after["attrs"]["module"]])
+            if type(layer) is not Activation or activation_name(layer.fn, layer.attrs) != activation:
+                return None
+        norm = resolve(self, keys[nodes[index]["attrs"]["module"]])
+        run = getattr(norm, "eval_activation", None)
+        return run(x, activation) if run is not None and isinstance(x, mx.array) else None
 
     def __call__(self, *inputs):
         return self._run(inputs, None)

@@ -9,7 +9,7 @@ from ._export import active as exporting
 from ._export import export_mode
 from ._export import note as export_note
 from ._native import status as native_status
-from .activation import GELU, Sigmoid, SiLU, Softmax, Tanh
+from .activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax, Tanh
 from .adaptive_avg import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d
 from .adaptive_max import AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d
 from .avg_pool import AvgPool1d, AvgPool2d, AvgPool3d
@@ -17,12 +17,12 @@ from .conv import Conv1d, Conv2d, Conv3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .layer_norm import GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm
 from .fractional import FractionalMaxPool2d, FractionalMaxPool3d
-from .layer_norm import GroupNorm, LayerNorm
 from .linear import Linear
 from .lp_pool import LPPool1d, LPPool2d, LPPool3d
 from .max_pool import MaxPool1d, MaxPool2d, MaxPool3d
 from .norm import BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
 from .quantize import QuantizationReport, quantize_model
 from .quantized_conv import QuantizedConv1d, QuantizedConv2d, QuantizedConv3d
+from .rms_norm import RMSNorm
 from .unpool import MaxUnpool1d, MaxUnpool2d, MaxUnpool3d
 from .weight_cache import no_weight_cache

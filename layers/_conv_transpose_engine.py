@@ -5,20 +5,32 @@
 conv's layout ``(C_out, *kernel, C_in/groups)`` and per-dim ``stride``, ``padding``, ``output_padding``,
 ``dilation``, and returns ``(N, *out, C_out)`` without the bias. The choice, in order: float64 goes to
 ``layers/_conv_f64.py``; 3-d grouped runs one transposed conv per group (MLX's 3-d conv has no groups); kernel ==
-stride without padding is one matmul and a reshape (:func:`_patch_expand`); without dilation one stride-1 conv per
-output phase (:func:`phase_conv_transpose`); with dilation the zero-stuffed input through the forward engine's
-stride-1 dilated conv (:func:`_stuffed_conv_transpose`). Plain MLX ops throughout: autodiff gives the gradients.
+stride without padding is one matmul and a reshape (:func:`_patch_expand`); 1-d/2-d, one group, strided or dilated,
+on the CPU with the native kernels: one GEMM and the native col2im (:func:`_columns_conv_transpose`, :data:`COLUMNS`);
+without dilation one stride-1 conv per output phase (:func:`phase_conv_transpose`); with dilation the zero-stuffed
+input through the forward engine's stride-1 dilated conv (:func:`_stuffed_conv_transpose`). Autodiff gives the
+gradients (the native col2im carries its own).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import mlx.core as mx
 
-from . import _conv_f64
+from . import _conv_f64, _native
 from ._conv_engine import conv_core
 from ._utils import interleave_phases
+
+# 1-d and 2-d one-group transposed convs with a stride or dilation > 1 run as one GEMM ``x @ w`` into columns (every
+# input pixel's k x C_out contributions) and the native col2im that sums them where they land, when this is on and
+# the columns take at most COLUMNS_MAX_BYTES (torch's CPU path is the same GEMM + col2im). Measured (1 thread, CPU ms,
+# phases -> columns, torch in brackets): k3s2 p1 op1 64->32 on (8,28,28,64) 5.1 -> 2.3 (2.7), k3s2 p1 d2 32->16 on
+# (4,28,28,32) 4.1 -> 0.34 (0.53), k4s2 p1 256->128 on (8,16,16,256) 20.0 -> 12.7 (12.3); docs/BENCHMARKS.md. The
+# phase convs copied their im2col single-threaded and interleaved the phases in another pass.
+COLUMNS = True
+COLUMNS_MAX_BYTES = 256 << 20
 
 
 def base_size(length: int, k: int, s: int, p: int, d: int) -> int:
@@ -54,6 +66,8 @@ def conv_transpose_core(x, weight, stride, padding, output_padding, dilation, gr
     no_overlap = kernel == tuple(stride) and all(d == 1 or k == 1 for k, d in zip(kernel, dilation))
     if groups == 1 and no_overlap and not any(padding) and not any(output_padding):
         return _patch_expand(x, weight)
+    if _columns_pay(x, weight, stride, dilation, groups):
+        return _columns_conv_transpose(x, weight, stride, padding, output_padding, dilation)
     if all(d == 1 for d in dilation):
         return phase_conv_transpose(x, weight, stride, padding, output_padding, groups)
     return _stuffed_conv_transpose(x, weight, stride, padding, output_padding, dilation, groups)
@@ -69,6 +83,43 @@ def _patch_expand(x: mx.array, weight: mx.array) -> mx.array:
     order = [0] + [a for i in range(nd) for a in (1 + i, 2 + nd + i)] + [1 + nd]
     y = y.transpose(order)  # (N, S1, k1, ..., Sn, kn, C_out)
     return y.reshape(x.shape[0], *(s * k for s, k in zip(x.shape[1:-1], kernel)), c_out)
+
+
+def _columns_pay(x, weight, stride, dilation, groups) -> bool:
+    """Whether :func:`_columns_conv_transpose` computes this transposed conv (see :data:`COLUMNS`)."""
+    if not COLUMNS or groups != 1 or x.ndim not in (3, 4) or x.dtype not in _COLUMN_DTYPES:
+        return False
+    if all(s == 1 for s in stride) and all(d == 1 for d in dilation):  # a plain conv: Winograd may take it
+        return False
+    cols = math.prod(x.shape[:-1]) * math.prod(weight.shape[:-1]) * x.itemsize
+    return cols <= COLUMNS_MAX_BYTES and _native.active("col2im")
+
+
+_COLUMN_DTYPES = (mx.float32, mx.float16, mx.bfloat16)
+
+
+def _columns_conv_transpose(x, weight, stride, padding, output_padding, dilation) -> mx.array:
+    """A 1-d/2-d one-group transposed conv as ``cols = x @ w`` and the native col2im.
+
+    ``cols[n, i, j, a, b, :]`` is input pixel ``(i, j)``'s contribution through kernel tap ``(kH-1-a, kW-1-b)``
+    (the natively flipped weight ``(C_in, kH, kW, C_out)``, one contiguous GEMM operand), which lands at output
+    ``s*i + d*(k-1-a) - p`` per dim (``porter.layers._native.col2im``: step ``-d``, offset ``d*(k-1) - p``);
+    positions past the output (padding crops, output_padding adds positions that only some taps reach) are the
+    kernel's bounds. Exactly the kernel's multiply-adds, in one GEMM; a 1-d conv runs as a 2-d one of height 1.
+    """
+    one_d = x.ndim == 3
+    if one_d:
+        x, weight = x[:, None], weight[:, None]
+        stride, padding, output_padding, dilation = (1, *stride), (0, *padding), (0, *output_padding), (1, *dilation)
+    n, h, w, c_in = x.shape
+    c_out, kernel = weight.shape[0], weight.shape[1:-1]
+    flipped = _native.flip_conv_weight(weight, 1)  # (C_in, kH, kW, C_out), taps reversed
+    cols = (x.reshape(-1, c_in) @ flipped.reshape(c_in, -1)).reshape(n, h, w, *kernel, c_out)
+    out = [base_size(size, k, s, p, d) + op
+           for size, k, s, p, d, op in zip((h, w), kernel, stride, padding, dilation, output_padding)]
+    geometry = [v for k, s, p, d in zip(kernel, stride, padding, dilation) for v in (s, -d, d * (k - 1) - p)]
+    y = _native.col2im(cols, out, geometry)
+    return y[:, 0] if one_d else y
 
 
 def _flipped_conv(x, sub, lo, hi, groups) -> mx.array:

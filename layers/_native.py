@@ -190,22 +190,41 @@ def unpool(values: mx.array, index: mx.array, plane: tuple):
     return out, bad
 
 
-def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False) -> mx.array:
-    """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then ReLU if
-    asked; alpha/beta are taken as float32, the result has x's dtype. Differentiable in all three."""
-    return kernels().channel_affine(x, alpha, beta, relu)
+def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = False,
+                   activation: str = "none") -> mx.array:
+    """``x * alpha + beta`` over the last (channel) axis in one multi-threaded pass (eval batch norm), then
+    ``activation`` (``"relu"``, ``"relu6"`` or an :func:`activation` kind; ``relu=True`` is ``"relu"``) of the value
+    rounded to x's dtype, as torch applies it to the stored output; alpha/beta are taken as float32, the result has x's dtype.
+    Differentiable in all three (torch's activation backward)."""
+    return kernels().channel_affine(x, alpha, beta, "relu" if relu else activation)
 
 
 def relu(x: mx.array) -> mx.array:
-    """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient where the output is positive (torch's)."""
+    """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient ``y <= 0 ? 0 : g`` on the output ``y``
+    (torch's threshold_backward: a NaN output passes it), a native pass too."""
     return kernels().relu(x)
 
 
+def hardtanh(x: mx.array, lo: float, hi: float) -> mx.array:
+    """``x`` clamped to ``[lo, hi]`` (NaN stays NaN) in one multi-threaded pass, computed in float32 (float64 for
+    float64); gradient ``(lo < x < hi) ? g : 0`` (torch's: 0 at the bounds and for NaN), a native pass too."""
+    return kernels().hardtanh(x, lo, hi)
+
+
 def activation(x: mx.array, kind: str) -> mx.array:
-    """``kind`` (``exp``, ``sigmoid``, ``silu``, ``tanh``, ``gelu``, ``gelu_tanh``) elementwise in one vectorized,
+    """``kind`` (``exp``, ``sigmoid``, ``silu``, ``tanh``, ``gelu``, ``gelu_tanh``, ``hardswish``,
+    ``hardsigmoid``) elementwise in one vectorized,
     multi-threaded pass (``csrc/activation_kernels.h``), computed in float32 (float64 for float64) and rounded once;
     torch's gradient formulas, also a native pass; second derivatives through MLX ops."""
     return kernels().activation(x, kind)
+
+
+def bilinear2d(x: mx.array, h_i0: list, h_i1: list, h_l1: list, w_i0: list, w_i1: list, w_l1: list) -> mx.array:
+    """Bilinear resampling of channels-last ``(N, H, W, C)`` to ``(N, len(h_i0), len(w_i0), C)`` in one
+    multi-threaded pass (``csrc/resample_kernels.h``): per axis, output ``o`` reads ``i0[o]`` with weight
+    ``1 - l1[o]`` and ``i1[o]`` with ``l1[o]`` (torch's tables, ``layers/resample.py::linear_taps``), the width taps
+    inside; 16-bit computed in float32. Its gradient (and that one's) is a native pass too; vmap folds into the batch."""
+    return kernels().bilinear2d(x, h_i0, h_i1, h_l1, w_i0, w_i1, w_l1)
 
 
 def softmax(x: mx.array, axis: int) -> mx.array:
@@ -233,8 +252,10 @@ def winograd_conv3x3(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.
     transform, 16 GEMMs (``mx.matmul``) and an output transform, 2.25x fewer multiply-adds than a direct conv
     (``csrc/winograd_kernels.h``). The weight's transform ``(16, C_in, C_out)`` is cached while the weight array
     lives (not under ``mx.grad``/``mx.compile`` tracing; ``PORTER_WINOGRAD_CACHE_MB``, :func:`winograd_cache_info`).
-    The input gradient runs as Winograd too (padding <= 2); the weight gradient and vmap are MLX's conv's (jvp:
-    conv's bilinear rule), through ``mx.custom_function``."""
+    The input gradient runs as Winograd too (padding <= 2); the weight gradient in the Winograd domain from
+    :data:`WINOGRAD_WEIGHT_GRAD_MIN_TILES` output tiles on (``V^T @ dM`` and the weight transform's adjoint, the
+    3-d passes with one frame), else MLX's conv's; vmap is MLX's conv's (jvp: conv's bilinear rule), through
+    ``mx.custom_function``."""
     u = mx.stop_gradient(kernels().winograd_weight(weight))  # the custom VJP differentiates `weight` directly
     return _winograd_op(tuple(lo), tuple(hi))(x, weight, u)
 
@@ -271,6 +292,12 @@ def _with_conv_rules(op, conv):
     return op
 
 
+# A Winograd conv's weight gradient runs in the Winograd domain from this many output tiles (N * ceil(Ho/2) *
+# ceil(Wo/2)) on, MLX's conv gradient below: measured (1 thread, CPU ms, batch 8) 64@56 16.6 -> 10.2, 128@28
+# 12.8 -> 7.3, 256@14 9.8 -> 7.2, but 512@7 (128 tiles) 9.4 -> 17.0 (the 16 GEMMs have K = tiles).
+WINOGRAD_WEIGHT_GRAD_MIN_TILES = 256
+
+
 @functools.lru_cache(maxsize=None)
 def _winograd_op(lo: tuple, hi: tuple):
     module = kernels()
@@ -286,7 +313,16 @@ def _winograd_op(lo: tuple, hi: tuple):
         return module.winograd_output(v @ u, x, weight, lo[0], lo[1], ho, wo)
 
     def weight_grad(x, weight, cotangent):
-        return mx.vjp(lambda w: conv(x, w), [weight], [cotangent])[1][0]
+        n, ho, wo = cotangent.shape[:3]
+        if n * ((ho + 1) // 2) * ((wo + 1) // 2) < WINOGRAD_WEIGHT_GRAD_MIN_TILES:
+            return mx.vjp(lambda w: conv(x, w), [weight], [cotangent])[1][0]
+        # in the Winograd domain (the 3-d passes with one frame): dU[p] = V[p]^T @ dM[p], then dw = G^T dU G; MLX's
+        # weight gradient transposes the input and cotangent and copies im2col columns, single-threaded
+        x5, g5 = x[:, None], cotangent[:, None]
+        v = module.winograd_input(x, lo[0], lo[1], ho, wo)
+        dm = module.winograd3d_output_adjoint(g5, x5, 1, 0, lo[0], lo[1])
+        du = (v.swapaxes(1, 2) @ dm)[None]
+        return module.winograd3d_weight_adjoint(du, x5, g5, 0, lo[0], lo[1]).reshape(weight.shape)
 
     @op.vjp
     def op_vjp(primals, cotangent, output):
@@ -481,3 +517,28 @@ def flip_conv_weight(weight: mx.array, groups: int = 1) -> mx.array:
         raise ValueError(f"flip_conv_weight: groups must be a positive int dividing C_out={weight.shape[0]}, "
                          f"got {groups!r}")
     return kernels().flip_conv_weight(weight, groups)
+
+
+# ---------------------------------------------------------------------------------------------------- col2im / im2col
+def col2im(cols: mx.array, out_size: tuple, geometry: tuple) -> mx.array:
+    """Columns -> image, the scatter-add after a transposed conv's GEMM: ``cols`` ``(N, H, W, kH, kW, C)`` ->
+    ``(N, *out_size, C)``, tap ``(a, b)`` of input pixel ``(i, j)`` added at ``(s_h*i + step_h*a + off_h,
+    s_w*j + step_w*b + off_w)``, dropped outside; ``geometry`` = ``(s_h, step_h, off_h, s_w, step_w, off_w)``
+    (``csrc/col2im_kernels.h``: every output pixel summed once, multi-threaded). Float dtypes; differentiable (the
+    VJP is :func:`im2col`), ``mx.vmap`` maps it."""
+    return kernels().col2im(cols, int(out_size[0]), int(out_size[1]), [int(v) for v in geometry])
+
+
+def im2col(image: mx.array, in_size: tuple, kernel: tuple, geometry: tuple) -> mx.array:
+    """Image -> columns, :func:`col2im`'s adjoint: ``image`` ``(N, Ho, Wo, C)`` -> ``(N, *in_size, *kernel, C)``,
+    zeros where a tap lands outside the image (same ``geometry``)."""
+    return kernels().im2col(image, int(in_size[0]), int(in_size[1]), int(kernel[0]), int(kernel[1]),
+                            [int(v) for v in geometry])
+
+
+# ---------------------------------------------------------------------------------------------------- concat
+def concat(arrays, axis: int) -> mx.array:
+    """``mx.concatenate(arrays, axis)`` as one multi-threaded copy of whole rows (``csrc/concat_kernels.h``); the
+    arrays share rank and dtype and match in every dim but ``axis`` (else ``ValueError``). Differentiable (the VJP
+    slices), ``mx.vmap`` maps it."""
+    return kernels().concat(list(arrays), int(axis))

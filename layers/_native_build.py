@@ -44,6 +44,8 @@ SOURCES = (
     "norm_kernels.h", "norm_ops.cpp", "pool_kernels.h", "pool_ops.cpp", "quantize_kernels.h", "quantize_ops.cpp",
     "winograd_kernels.h", "winograd_ops.cpp", "winograd_cache.h", "conv3d_kernels.h", "conv3d_fused_kernels.h", "conv3d_ops.cpp",
     "weight_flip_kernels.h", "weight_flip_ops.cpp", "linear_kernels.h", "linear_ops.cpp",
+    "resample_kernels.h", "resample_ops.cpp",
+    "col2im_kernels.h", "col2im_ops.cpp", "concat_kernels.h", "concat_ops.cpp",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"

@@ -1,4 +1,4 @@
-"""Transcendental activations and softmax, torch's ``nn`` names, with torch's gradients.
+"""Transcendental activations, hardswish/hardsigmoid and softmax, torch's ``nn`` names, with torch's gradients.
 
 On the CPU with Porter's native kernels built, each is one multi-threaded, vectorized pass
 (``csrc/activation_kernels.h``; MLX's own CPU ops call libm per element on one thread, 15-35x slower than torch), and
@@ -46,6 +46,19 @@ def relu(x: mx.array) -> mx.array:
     return _native.relu(x) if _native_ok(x, "relu") else mx.maximum(x, 0)
 
 
+def hardtanh(x: mx.array, min_val: float = -1.0, max_val: float = 1.0) -> mx.array:
+    """``x`` clamped to ``[min_val, max_val]`` elementwise (torch's ``hardtanh``; ``ReLU6`` is ``hardtanh(x, 0, 6)``;
+    NaN stays NaN), gradient where ``min_val < x < max_val`` (torch's ``hardtanh_backward``). Shape: any. Floats take
+    one multi-threaded native pass on the CPU, and so does the gradient (MLX's ``clip`` and its gradient are
+    several single-threaded passes)."""
+    x = _checked(x, "hardtanh")
+    if not float(min_val) <= float(max_val):
+        raise ValueError(f"[hardtanh] 'min_val' cannot be greater than 'max_val' but got {min_val} > {max_val}.")
+    if _native_ok(x, "hardtanh"):
+        return _native.hardtanh(x, float(min_val), float(max_val))
+    return mx.clip(x, min_val, max_val)
+
+
 def exp(x: mx.array) -> mx.array:
     """``e ** x`` elementwise (torch's ``exp``). Shape: any."""
     x = _checked(x, "exp")
@@ -68,6 +81,27 @@ def tanh(x: mx.array) -> mx.array:
     """Hyperbolic tangent elementwise (torch's ``tanh``). Shape: any."""
     x = _checked(x, "tanh")
     return _native.activation(x, "tanh") if _native_ok(x, "tanh") else _in_float32(mx.tanh, x)
+
+
+def _hard_gate(a: mx.array) -> mx.array:
+    return mx.minimum(mx.maximum(a + 3, 0), 6)
+
+
+def hardswish(x: mx.array) -> mx.array:
+    """``x * min(max(x + 3, 0), 6) / 6`` elementwise (torch's ``hardswish``, its gradient branches included). Shape:
+    any. One native pass on the CPU (MLX's ops take four single-threaded passes)."""
+    x = _checked(x, "hardswish")
+    if _native_ok(x, "hardswish"):
+        return _native.activation(x, "hardswish")
+    return _in_float32(lambda a: a * _hard_gate(a) / 6, x)
+
+
+def hardsigmoid(x: mx.array) -> mx.array:
+    """``min(max(x + 3, 0), 6) / 6`` elementwise (torch's ``hardsigmoid``). Shape: any."""
+    x = _checked(x, "hardsigmoid")
+    if _native_ok(x, "hardsigmoid"):
+        return _native.activation(x, "hardsigmoid")
+    return _in_float32(lambda a: _hard_gate(a) / 6, x)
 
 
 def gelu(x: mx.array, approximate: str = "none") -> mx.array:
@@ -143,6 +177,28 @@ class Tanh(_Elementwise):
     """
 
     fn = staticmethod(tanh)
+
+
+class Hardswish(_Elementwise):
+    """torch's ``nn.Hardswish``. Shape: any.
+
+    Example:
+        >>> Hardswish()(mx.array([-4.0, 0.0, 1.0, 4.0])).tolist()
+        [-0.0, 0.0, 0.6666666865348816, 4.0]
+    """
+
+    fn = staticmethod(hardswish)
+
+
+class Hardsigmoid(_Elementwise):
+    """torch's ``nn.Hardsigmoid``. Shape: any.
+
+    Example:
+        >>> Hardsigmoid()(mx.array([-4.0, 0.0, 4.0])).tolist()
+        [0.0, 0.5, 1.0]
+    """
+
+    fn = staticmethod(hardsigmoid)
 
 
 class GELU(nn.Module):

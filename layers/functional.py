@@ -2,13 +2,15 @@
 
 Also the per-channel and normalisation helpers the converters' kernels use: ``relu``, ``channel_affine`` (eval batch
 norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k=, eps=)`` and
-``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``).
+``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``), and
+``concatenate(arrays, axis)`` (torch's ``cat``: one multi-threaded native copy on the CPU, ``layers/concat.py``).
 """
 
-from .activation import exp, gelu, relu, sigmoid, silu, softmax, tanh
+from .activation import exp, gelu, hardsigmoid, hardswish, hardtanh, relu, sigmoid, silu, softmax, tanh
 from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .affine import channel_affine
+from .concat import concatenate
 from .adaptive_max import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d
 from .avg_pool import avg_pool1d, avg_pool2d, avg_pool3d
 from .conv import conv1d, conv2d, conv3d
@@ -20,4 +22,6 @@ from .linear import linear
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d
 from .max_pool import max_pool1d, max_pool2d, max_pool3d
 from .padding import pad
+from .resample import interpolate_linear
+from .rms_norm import rms_norm
 from .unpool import max_unpool1d, max_unpool2d, max_unpool3d

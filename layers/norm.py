@@ -19,6 +19,8 @@ import mlx.nn as nn
 from . import _native
 from ._precision import upcast
 
+FUSED_ACTIVATIONS = ("relu", "relu6", "silu", "hardswish")  # BatchNorm.eval_activation
+
 __all__ = ["BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
 
@@ -93,15 +95,33 @@ class BatchNorm(nn.BatchNorm):
             y = upcast(self.weight) * y + upcast(self.bias)
         return y.astype(x.dtype)  # rounded once, as torch's half kernels do
 
-    def _eval_affine(self, x: mx.array) -> mx.array:
-        # torch's CPU eval kernel: per-channel alpha = weight / sqrt(var + eps), beta = bias - mean * alpha, then one
-        # multiply-add over the activation (one native multi-threaded pass where the kernels are built)
-        # alpha/beta in float32 for 16-bit statistics too (torch's half kernels; eps=1e-5 is subnormal in float16)
+    def eval_activation(self, x: mx.array, activation: str):
+        """This layer's eval forward followed by ``activation`` (``"relu"``, ``"relu6"``, ``"silu"`` or
+        ``"hardswish"``, torch's, applied to the stored output) in one native pass, or ``None`` where that pass does not apply (training, batch
+        statistics, float64, no native kernels, an input the layer refuses): the caller then runs the two layers.
+        Used by a converted model's runtime for a batch norm whose only reader is that activation (eval only: the
+        module tree and training are unchanged)."""
+        if (self.training or not self.track_running_stats or activation not in FUSED_ACTIVATIONS
+                or x.ndim < 2 or x.shape[-1] != self.num_features
+                or x.dtype not in (mx.float32, mx.float16, mx.bfloat16)
+                or not _native.active(f"batch norm + {activation}")):
+            return None
+        alpha, beta = self._alpha_beta()
+        return _native.channel_affine(x, alpha, beta, activation=activation)
+
+    def _alpha_beta(self):
         mean, var = upcast(self.running_mean), upcast(self.running_var)
         alpha = mx.rsqrt(var + self.eps)
         if "weight" in self:
             alpha = alpha * upcast(self.weight)
         beta = upcast(self.bias) - mean * alpha if "bias" in self else -mean * alpha
+        return alpha, beta
+
+    def _eval_affine(self, x: mx.array) -> mx.array:
+        # torch's CPU eval kernel: per-channel alpha = weight / sqrt(var + eps), beta = bias - mean * alpha, then one
+        # multiply-add over the activation (one native multi-threaded pass where the kernels are built)
+        # alpha/beta in float32 for 16-bit statistics too (torch's half kernels; eps=1e-5 is subnormal in float16)
+        alpha, beta = self._alpha_beta()
         # the native pass takes float32 alpha/beta: float64 keeps the MLX ops
         if x.dtype in (mx.float32, mx.float16, mx.bfloat16) and _native.active("batch norm (channel affine)"):
             return _native.channel_affine(x, alpha, beta)

@@ -2,11 +2,14 @@
 
 MLX's CPU allocator keeps freed buffers for reuse only up to its cache limit (32 MiB by default on CPU). Above it,
 every large temporary (a convolution's im2col buffer is tens of MB at batch 8) is a fresh ``mmap`` that page-faults on
-first touch, which costs more than the convolution itself. Porter raises the limit for CPU devices, bounded: the cache
-never holds more than the limit, so memory does not grow without bound.
+first touch, which costs more than the convolution itself. On Linux with glibc, Porter's CPU default sets MLX's cache
+to 0 and lets glibc keep freed blocks instead (``porter/_malloc.py``: no ``mmap``, up to 1 GiB of free heap top kept):
+as fast, and the process's resident size follows MLX's live peak rather than the peak plus a cache of buffers whose
+sizes later requests do not match (issue 15: ResNet-50 batch 8 854 -> 588 MB). Elsewhere (macOS, musl) Porter raises
+MLX's cache limit instead, bounded the same way (1 GiB, at most 1/8 of RAM).
 
-``PORTER_CACHE_LIMIT`` overrides it: a size such as ``512MB``, ``2GiB``, ``1073741824``, or ``mlx`` to keep MLX's own
-default. :func:`set_cache_limit` changes it at run time.
+``PORTER_CACHE_LIMIT`` overrides it: a size such as ``512MB``, ``2GiB``, ``1073741824`` (MLX's cache at that size,
+glibc left as it is), or ``mlx`` to keep MLX's own default. :func:`set_cache_limit` changes MLX's cache at run time.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import platform
 import re
 import sys
 
-from porter import _blas
+from porter import _blas, _malloc
 
 ENV_CACHE = "PORTER_CACHE_LIMIT"
-DEFAULT_CACHE_LIMIT = 1 << 30  # 1 GiB; measured in benchmarks/models.py (ResNet-18 at batch 8 needs >= 512 MB)
+# 1 GiB kept for reuse at most (MLX's cache, or glibc's free heap top); MLX's cache: ResNet-18 b8 needs >= 512 MB
+DEFAULT_CACHE_LIMIT = 1 << 30
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
           "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
 
@@ -42,7 +46,8 @@ def _total_memory() -> int | None:
 
 
 def default_cache_limit() -> int:
-    """1 GiB, or an eighth of physical memory on small machines."""
+    """The most freed memory Porter's CPU default keeps for reuse (MLX's cache limit where glibc cannot keep it, else
+    glibc's trim threshold): 1 GiB, or an eighth of physical memory on small machines."""
     total = _total_memory()
     return DEFAULT_CACHE_LIMIT if total is None else min(DEFAULT_CACHE_LIMIT, total // 8)
 
@@ -97,8 +102,13 @@ def configure_cache(env=None) -> None:
             return
     if mx.default_device() == mx.cpu:
         limit = default_cache_limit()
-        mx.set_cache_limit(limit)
-        _cache.update(limit=limit, how="Porter's CPU default")
+        if _malloc.keep_freed_blocks(limit):
+            mx.set_cache_limit(0)
+            _cache.update(limit=0, how=f"Porter's CPU default: glibc keeps freed blocks, up to {limit >> 20} MiB "
+                                       "of free heap top")
+        else:
+            mx.set_cache_limit(limit)
+            _cache.update(limit=limit, how="Porter's CPU default")
     else:
         _cache.update(limit=get_cache_limit(), how="MLX default (GPU device)")
 
@@ -123,6 +133,7 @@ def runtime_info() -> dict:
         "cache_limit": get_cache_limit(),
         "cache_limit_how": _cache["how"],
         "memory_limit": mx.get_memory_limit(),
+        "malloc_trim": _malloc.kept_trim(),  # bytes of free heap top glibc keeps (None: glibc's own policy)
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_flags": [f for f in _blas.RELEVANT_FLAGS if f in flags],
     }

@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from porter.layers import AvgPool2d, BatchNorm2d, Conv2d, MaxPool2d
+from porter.layers.functional import concatenate
 
 from ._loading import TorchCheckpointMixin
 from .registry import register_model
@@ -44,7 +45,7 @@ class _DenseLayer(nn.Module):
         self.drop_rate = float(drop_rate)
 
     def __call__(self, features: list) -> mx.array:
-        x = mx.concatenate(features, axis=-1)
+        x = concatenate(features, axis=-1)
         out = self.conv2(nn.relu(self.norm2(self.conv1(nn.relu(self.norm1(x))))))
         return self.dropout(out) if self.drop_rate > 0 else out
 
@@ -66,7 +67,7 @@ class _DenseBlock(nn.Module):
         features = [x]
         for i in range(self.num_layers):
             features.append(getattr(self, f"denselayer{i + 1}")(features))
-        return mx.concatenate(features, axis=-1)
+        return concatenate(features, axis=-1)
 
 
 class _Transition(nn.Module):

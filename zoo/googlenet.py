@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from porter.layers import AdaptiveAvgPool2d, MaxPool2d
+from porter.layers.functional import concatenate
 
 from ._common import apply_sequence
 from ._inception_common import BasicConv2d, scaled, transform_input
@@ -45,7 +46,7 @@ class Inception(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         branches = [self.branch1(x)] + [apply_sequence(b, x) for b in (self.branch2, self.branch3, self.branch4)]
-        return mx.concatenate(branches, axis=-1)
+        return concatenate(branches, axis=-1)
 
 
 class InceptionAux(nn.Module):

@@ -18,6 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from porter.layers import AvgPool2d, MaxPool2d
+from porter.layers.functional import concatenate
 
 from ._inception_common import BasicConv2d, scaled, transform_input
 from ._loading import TorchCheckpointMixin
@@ -31,7 +32,7 @@ _max3 = MaxPool2d(3, stride=2)
 
 
 def _cat(branches: list) -> mx.array:
-    return mx.concatenate(branches, axis=-1)
+    return concatenate(branches, axis=-1)
 
 
 class InceptionA(nn.Module):

@@ -18,7 +18,7 @@ from functools import partial
 import mlx.core as mx
 import mlx.nn as nn
 
-from porter.layers import BatchNorm
+from porter.layers import BatchNorm, Hardswish
 
 from ._blocks import SqueezeExcitation, conv_norm_activation
 from ._common import apply_sequence, make_divisible
@@ -58,7 +58,7 @@ class InvertedResidual(nn.Module):
         if cnf.stride not in (1, 2):
             raise ValueError(f"[InvertedResidual] 'stride' must be 1 or 2 but got {cnf.stride}.")
         self.use_res_connect = cnf.stride == 1 and cnf.input_channels == cnf.out_channels
-        act = nn.Hardswish if cnf.use_hs else ReLU
+        act = Hardswish if cnf.use_hs else ReLU
         self.block = []
         if cnf.expanded_channels != cnf.input_channels:
             self.block.append(conv_norm_activation(cnf.input_channels, cnf.expanded_channels, 1, norm_layer=_NORM,
@@ -130,10 +130,10 @@ def mobilenet_v3_features(config: list) -> list:
     if not config:
         raise ValueError("[MobileNetV3] the block configuration must not be empty.")
     features = [conv_norm_activation(3, config[0].input_channels, 3, stride=2, norm_layer=_NORM,
-                                     activation_layer=nn.Hardswish)]
+                                     activation_layer=Hardswish)]
     features += [InvertedResidual(cnf) for cnf in config]
     features.append(conv_norm_activation(config[-1].out_channels, 6 * config[-1].out_channels, 1, norm_layer=_NORM,
-                                         activation_layer=nn.Hardswish))
+                                         activation_layer=Hardswish))
     return features
 
 
@@ -159,7 +159,7 @@ class MobileNetV3(TorchCheckpointMixin, nn.Module):
         super().__init__()
         self.features = mobilenet_v3_features(config)
         head = 6 * config[-1].out_channels
-        self.classifier = [nn.Linear(head, last_channel), nn.Hardswish(), nn.Dropout(dropout),
+        self.classifier = [nn.Linear(head, last_channel), Hardswish(), nn.Dropout(dropout),
                            nn.Linear(last_channel, num_classes)]
 
     def __call__(self, x: mx.array) -> mx.array:

@@ -1,4 +1,5 @@
 """Op families. Importing this package registers every converter and kernel."""
 
-from . import (bitwise, conv, elementwise, fold, linear, misc, mutation, norm, pool, recurrent, reduce, resample,  # noqa: F401
-               sample, scatter, shape, sort)
+from . import (bitwise, complex, conv, elementwise, embedding_bag, encode, fft, fold, linear, misc,  # noqa: F401
+               mutation, norm, pointwise, pool, products, recurrent, reduce, resample, resample_aa, sample, scan,
+               scatter, shape, sort)

@@ -4,7 +4,8 @@ names only: no converter imports a private ``porter.layers._*`` module).
 Every conv/pool/pad kernel calls ``fn("max_pool2d")``: the exact torch semantics of those ops live only in Porter's
 layers. Names come from an artifact, so they are looked up in the explicit table :data:`FUNCTIONS`, never with
 ``getattr`` on the module. The other kernels import what they need from here by name: the activations and softmax,
-``relu``, ``channel_affine`` and ``linear`` (native passes on the CPU, MLX ops elsewhere), ``layer_norm``/``group_norm``, and
+``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate`` and ``linear`` (native passes on the CPU, MLX
+ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``, and
 export mode's ``exporting()``/``export_note()`` for kernels that must build serializable ops while exporting.
 """
 
@@ -15,13 +16,19 @@ from porter.layers import functional as _functional
 from porter.layers.functional import (  # noqa: F401
     HALF,
     channel_affine,
+    concatenate,
     exp,
     gelu,
     group_norm,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
     in_float32,
+    interpolate_linear,
     layer_norm,
     linear,
     relu,
+    rms_norm,
     sigmoid,
     silu,
     softmax,

@@ -19,17 +19,28 @@ from . import _layers as act
 
 
 
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
 def _softplus(x, beta=1.0, threshold=20.0):
     scaled = x * beta
     return mx.where(scaled > threshold, x, mx.logaddexp(scaled, mx.zeros_like(scaled)) / beta)
 
 
 def _hardtanh(x, min_val=-1.0, max_val=1.0):
-    return mx.clip(x, min_val, max_val)
+    return act.hardtanh(x, min_val, max_val)  # one native pass (and gradient) on the CPU, mx.clip elsewhere
 
 
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
     return scale * mx.where(x > 0, x, alpha * (mx.exp(x * input_scale) - 1))
+
+
+def _celu(x, alpha):
+    """torch: ``elu(x, alpha, scale=1, input_scale=1 / alpha)``."""
+    if alpha == 0:
+        raise ValueError("celu: 'alpha' must not be 0 (torch divides by it)")
+    return _elu(x, alpha, 1.0, 1.0 / alpha)
 
 
 UNARY = {
@@ -37,14 +48,21 @@ UNARY = {
     # transcendental activations: one native vectorized pass each on CPU (porter.layers.activation)
     "sigmoid": act.sigmoid,
     "tanh": act.tanh,
-    "hardswish": lambda x: x * mx.clip(x + 3, 0, 6) / 6,
-    "hardsigmoid": lambda x: mx.clip(x + 3, 0, 6) / 6,
+    "hardswish": act.hardswish,  # one native pass each on CPU, computed in float32 for 16-bit (torch's CPU too)
+    "hardsigmoid": act.hardsigmoid,
     "silu": act.silu,
     "mish": lambda x: x * mx.tanh(_softplus(x)),
     "gelu": act.gelu,
     "hardtanh": _hardtanh,
     "elu": _elu,
     "leaky_relu": lambda x, negative_slope=0.01: mx.where(x > 0, x, x * negative_slope),
+    "celu": lambda x, alpha=1.0: _celu(x, alpha),
+    "selu": lambda x: _elu(x, _SELU_ALPHA, _SELU_SCALE),
+    "log_sigmoid": lambda x: mx.minimum(x, 0) - mx.log1p(mx.exp(-mx.abs(x))),  # no overflow either way
+    # NaN passes through the shrinks and threshold as in torch (its comparisons are false on NaN)
+    "hardshrink": lambda x, lambd=0.5: mx.where((x >= -lambd) & (x <= lambd), mx.zeros_like(x), x),
+    "softshrink": lambda x, lambd=0.5: mx.where(x > lambd, x - lambd, mx.where(x < -lambd, x + lambd, x * 0)),
+    "threshold": lambda x, threshold, value: mx.where(x <= threshold, mx.array(value, x.dtype), x),
     "softplus": _softplus,
     "neg": mx.negative,
     "exp": act.exp,
@@ -56,6 +74,18 @@ UNARY = {
     "erf": mx.erf,
     "sin": mx.sin,
     "cos": mx.cos,
+    "tan": mx.tan,
+    "asin": mx.arcsin,
+    "acos": mx.arccos,
+    "atan": mx.arctan,
+    "sinh": mx.sinh,
+    "cosh": mx.cosh,
+    "asinh": mx.arcsinh,
+    "acosh": mx.arccosh,
+    "atanh": mx.arctanh,
+    "erfc": lambda x: _erfc(x),
+    "exp2": lambda x: mx.power(mx.array(2, x.dtype), x),
+    "signbit": lambda x: _signbit(x),
     "reciprocal": mx.reciprocal,
     "square": mx.square,
     "pow_scalar": lambda x, exponent: x**exponent,
@@ -90,8 +120,11 @@ BINARY = {
     "div_floor": lambda a, b: mx.floor(mx.divide(a, b)),
     "div_trunc": lambda a, b: (lambda q: mx.where(q < 0, mx.ceil(q), mx.floor(q)))(mx.divide(a, b)),
     "floor_divide": mx.floor_divide,
-    "remainder": mx.remainder,
-    "atan2": mx.arctan2,  # Python's sign rule (the divisor's), as torch.remainder and %
+    "remainder": mx.remainder,  # Python's sign rule (the divisor's), as torch.remainder and %
+    "atan2": mx.arctan2,
+    "copysign": lambda a, b: mx.where(_signbit(b), -mx.abs(a), mx.abs(a)),
+    "fmax": lambda a, b: mx.where(mx.isnan(a), b, mx.where(mx.isnan(b), a, mx.maximum(a, b))),  # NaN-ignoring
+    "fmin": lambda a, b: mx.where(mx.isnan(a), b, mx.where(mx.isnan(b), a, mx.minimum(a, b))),
     "pow": mx.power,
     "maximum": mx.maximum,
     "minimum": mx.minimum,
@@ -108,6 +141,31 @@ BINARY = {
     "bitwise_or": mx.bitwise_or,
     "bitwise_xor": mx.bitwise_xor,
 }
+
+
+def _signbit(x):
+    """True where the sign bit is set, -0.0 included (``1 / -0.0 = -inf``)."""
+    if not mx.issubdtype(x.dtype, mx.floating):
+        return x < 0
+    return (x < 0) | ((x == 0) & (mx.reciprocal(x) < 0))
+
+
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+         -0.82215223, 0.17087277)
+
+
+def _erfc(x):
+    """``1 - erf(x)`` without the cancellation of that formula in the tail (``erfc(5) = 1.5e-12``, where
+    ``1 - erf(5)`` is 0 in float32): Chebyshev fit ``t exp(-z^2 + P(t))``, ``t = 1 / (1 + z / 2)``, relative error
+    below 1.2e-7 for every x (Numerical Recipes' erfcc), computed in float32 for half inputs."""
+    xf = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x
+    z = mx.abs(xf)
+    t = 1 / (1 + 0.5 * z)
+    poly = mx.array(_ERFC[-1], xf.dtype)
+    for c in reversed(_ERFC[:-1]):
+        poly = c + t * poly
+    tail = t * mx.exp(-z * z + poly)
+    return mx.where(xf < 0, 2 - tail, tail).astype(x.dtype)
 
 
 def _round(x, decimals=0):
@@ -127,7 +185,8 @@ def _truth(v):
 _NUMBER = Float(allow_inf=True)
 _UNARY_ATTRS = {"approximate": Enum("none", "tanh"), "min_val": _NUMBER, "max_val": _NUMBER, "alpha": _NUMBER,
                 "scale": _NUMBER, "input_scale": _NUMBER, "negative_slope": _NUMBER, "beta": _NUMBER,
-                "threshold": _NUMBER, "exponent": _NUMBER, "min": Opt(_NUMBER), "max": Opt(_NUMBER)}
+                "threshold": _NUMBER, "exponent": _NUMBER, "min": Opt(_NUMBER), "max": Opt(_NUMBER),
+                "lambd": Float(), "value": _NUMBER}
 
 
 def _check_unary(inputs, attrs):
@@ -265,6 +324,12 @@ register(*_both("aten.hardtanh.default"))(_unary("hardtanh", "min_val", "max_val
 register(*_both("aten.elu.default"))(_unary("elu", "alpha", "scale", "input_scale"))
 register(*_both("aten.leaky_relu.default"))(_unary("leaky_relu", "negative_slope"))
 register("aten.softplus.default")(_unary("softplus", "beta", "threshold"))
+register(*_both("aten.celu.default"))(_unary("celu", "alpha"))
+register(*_both("aten.selu.default"))(_unary("selu"))
+register("aten.log_sigmoid.default")(_unary("log_sigmoid"))
+register("aten.hardshrink.default")(_unary("hardshrink", "lambd"))
+register("aten.softshrink.default")(_unary("softshrink", "lambd"))
+register(*_both("aten.threshold.default"))(_unary("threshold", "threshold", "value"))
 register(*_both("aten.neg.default"))(_unary("neg"))
 register(*_both("aten.exp.default"))(_unary("exp"))
 register(*_both("aten.log.default"))(_unary("log"))
@@ -283,12 +348,30 @@ register(*_both("aten.clamp_min.default"))(_unary("clamp", "min"))
 register(*_both("aten.clamp_max.default"))(_unary("clamp", "max"))
 register("aten.logical_not.default")(_unary("logical_not"))
 for _fn in ("floor", "ceil", "trunc", "frac", "log1p", "expm1", "log2", "log10", "erfinv", "isnan", "isinf",
-            "isfinite"):
+            "isfinite", "signbit"):
     register(f"aten.{_fn}.default")(_unary(_fn))
 register("aten.round.default")(_unary("round"))
 register("aten.round.decimals")(_unary("round", "decimals"))
 register("aten.nan_to_num.default")(_unary("nan_to_num", "nan", "posinf", "neginf"))
 register("aten.logit.default")(_unary("logit", "eps"))
+
+
+@register(*_both("aten.rrelu.default"))
+def convert_rrelu(ctx, call):
+    """Eval-mode RReLU is a leaky ReLU with the mean slope ``(lower + upper) / 2``; train mode draws random
+    slopes, which a port cannot reproduce."""
+    if call.arg("training"):
+        call.fail("training", "rrelu in training mode draws random slopes; convert the model in eval mode")
+    call.arg("generator")
+    lower, upper = call.arg("lower"), call.arg("upper")
+    for name, v in (("lower", lower), ("upper", upper)):
+        if isinstance(v, Ref):
+            call.fail(name, "a tensor-valued argument is not supported here")
+    x = call.arg("self")
+    ctx.emit("unary", [ctx.tensor(x)], {"fn": "leaky_relu", "negative_slope": (lower + upper) / 2},
+             perm=ctx.perm(x))
+
+
 # detach keeps the values and cuts the gradient (also what a torch.no_grad() region's outputs go through)
 register("aten.detach.default", "aten.detach_.default")(_unary("stop_gradient"))
 
@@ -326,6 +409,11 @@ register("aten.rsub.Tensor", "aten.rsub.Scalar")(_binary("sub", reverse=True))
 register("aten.floor_divide.default", "aten.floor_divide_.Tensor")(_binary("floor_divide"))  # no floor_divide_.default
 register(*_both("aten.remainder.Tensor", "aten.remainder.Scalar"))(_binary("remainder"))
 register("aten.atan2.default")(_binary("atan2"))
+register(*_both("aten.copysign.Tensor", "aten.copysign.Scalar"))(_binary("copysign"))
+register("aten.fmax.default")(_binary("fmax"))
+register("aten.fmin.default")(_binary("fmin"))
+for _fn in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "exp2"):
+    register(*_both(f"aten.{_fn}.default"))(_unary(_fn))
 register("aten.pow.Tensor_Tensor", "aten.pow_.Tensor")(_binary("pow"))
 register("aten.maximum.default", "aten.max.other")(_binary("maximum"))
 register("aten.minimum.default", "aten.min.other")(_binary("minimum"))

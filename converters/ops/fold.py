@@ -1,5 +1,6 @@
 """``F.unfold`` / ``F.fold`` (ATen's im2col / col2im): sliding 2-d blocks of an (N, C, H, W) tensor as columns
-(N, C * kh * kw, L) and their sum back into an image.
+(N, C * kh * kw, L) and their sum back into an image; and ``Tensor.unfold`` (sliding windows along one dim, as
+``stft`` frames a signal).
 
 Column ``c * kh * kw + i * kw + j`` holds input channel ``c`` at kernel tap ``(i, j)``; block ``l`` runs over the
 output positions row-major. Both stay in torch's layout (the columns mix channels and taps), unbatched inputs
@@ -14,7 +15,7 @@ from .. import layout as L
 from ..ir import Ref
 from ..limits import check_elements
 from ..registry import kernel, register
-from ..spec import GEOMETRY, Ints, TENSOR
+from ..spec import AXIS, GEOMETRY, Int, Ints, TENSOR
 
 PAIR = Ints(2, 2, 0, GEOMETRY)
 POSITIVE_PAIR = Ints(2, 2, 1, GEOMETRY)
@@ -108,3 +109,33 @@ def convert_col2im(ctx, call):
         call.fail("output_size", "fold's output size must be known when converting (it is computed from the input)")
     attrs = {name: _pair(call.arg(name)) for name in ("output_size", "kernel_size", "dilation", "padding", "stride")}
     ctx.emit("col2im", [ctx.tensor(x, ident)], attrs, perm=L.identity(call.meta.rank))
+
+
+@kernel("windows", inputs=[TENSOR], attrs={"axis": AXIS, "size": Int(0, 1 << 31), "step": Int(1, 1 << 31)})
+def k_windows(x, *, axis, size, step):
+    """``Tensor.unfold(dim, size, step)`` in torch's layout: ``dim`` becomes the window count and each window's
+    ``size`` entries form a new last dim."""
+    length = x.shape[axis] if x.ndim else 1
+    if size > length:
+        raise ValueError(f"unfold: window size {size} exceeds the dim's size {length}")
+    if x.ndim == 0:
+        return x.reshape(1)
+    count = (length - size) // step + 1
+    check_elements([*x.shape[:axis], count, *x.shape[axis + 1:], size], "unfold")
+    index = mx.arange(count)[:, None] * step + mx.arange(size)[None, :]
+    out = mx.take(x, index.reshape(-1), axis=axis)
+    out = out.reshape(*x.shape[:axis], count, size, *x.shape[axis + 1:])
+    return mx.moveaxis(out, axis + 1, -1)
+
+
+@register("aten.unfold.default")
+def convert_windows(ctx, call):
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    size, step = call.arg("size"), call.arg("step")
+    for name, v in (("size", size), ("step", step)):
+        if not isinstance(v, int):
+            call.fail(name, "a symbolic window size or step is not supported")
+    ctx.emit("windows", [ctx.tensor(x, L.identity(rank))],
+             {"axis": call.arg("dimension") % max(rank, 1), "size": size, "step": step},
+             perm=L.identity(max(rank, 0) + 1))

@@ -1,4 +1,4 @@
-"""Linear algebra and attention: linear, addmm, mm/bmm/matmul, baddbmm, scaled_dot_product_attention.
+"""Linear algebra and attention: linear, addmm/addmv, mm/bmm/matmul/mv/dot, baddbmm, scaled_dot_product_attention.
 
 ``linear`` acts on the last torch dim only, so it runs in any layout that keeps that dim last in the array. The
 matmul family reads operands whose last two dims are merely swapped (``k.transpose(-2, -1)``) without a copy.
@@ -82,18 +82,19 @@ def convert_linear(ctx, call):
     ctx.emit("linear", inputs, perm=perm)
 
 
-@register("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+@register("aten.mm.default", "aten.bmm.default", "aten.matmul.default", "aten.mv.default", "aten.dot.default",
+          "aten.vdot.default")  # vdot conjugates its first operand: a no-op on the real dtypes Porter converts
 def convert_matmul(ctx, call):
     a = call.arg("self")
-    b = call.arg("mat2") if call.has("mat2") else call.arg("other")
+    b = call.arg(next(n for n in ("mat2", "other", "vec", "tensor") if call.has(n)))
     (sa, swap_a), (sb, swap_b) = _matmul_operand(ctx, a), _matmul_operand(ctx, b)
     ctx.emit("matmul", [sa, sb], {"swap_a": swap_a, "swap_b": swap_b}, perm=L.identity(call.meta.rank))
 
 
-@register("aten.addmm.default", "aten.baddbmm.default")
+@register("aten.addmm.default", "aten.baddbmm.default", "aten.addmv.default")
 def convert_addmm(ctx, call):
-    a = call.arg("mat1") if call.has("mat1") else call.arg("batch1")
-    b = call.arg("mat2") if call.has("mat2") else call.arg("batch2")
+    a = call.arg(next(n for n in ("mat1", "batch1", "mat") if call.has(n)))
+    b = call.arg(next(n for n in ("mat2", "batch2", "vec") if call.has(n)))
     c = call.arg("self")
     (sa, swap_a), (sb, swap_b) = _matmul_operand(ctx, a), _matmul_operand(ctx, b)
     rank = call.meta.rank

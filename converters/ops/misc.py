@@ -1,6 +1,6 @@
 """Casts, tensor creation and indexing-style ops: to/_to_copy/type_as, *_like, zeros/ones/full/arange,
-masked_fill, flip, roll, cumsum, index_select, gather, embedding, max/min over a dim, logsumexp, prod, vector
-norm, einsum, tril/triu, pixel_(un)shuffle.
+masked_fill, flip, roll, index_select, gather, embedding, max/min over a dim, logsumexp, prod, vector
+norm, einsum, tril/triu, diagonal, pixel_(un)shuffle, channel_shuffle.
 
 Created tensors take the dtype the example run recorded for them (torch's promotion rules were already applied).
 """
@@ -83,13 +83,6 @@ def k_roll(x, shifts, *, axes):
     if not axes:
         return mx.roll(x.reshape(-1), int(shifts[0])).reshape(x.shape)
     return mx.roll(x, [int(s) for s in shifts], axis=axes)
-
-
-@kernel("cumsum", inputs=[TENSOR], attrs={"axis": AXIS, "dtype": Opt(DTYPE)})
-def k_cumsum(x, *, axis, dtype=None):
-    if dtype is not None:
-        x = x.astype(mx_dtype(dtype))
-    return mx.cumsum(x, axis=axis)
 
 
 def checked_indices(index, size: int, what: str):
@@ -280,16 +273,6 @@ def convert_roll(ctx, call):
     ctx.emit("roll", [ctx.tensor(x), ctx.value(list(call.arg("shifts")))], {"axes": axes}, perm=perm)
 
 
-@register("aten.cumsum.default")
-def convert_cumsum(ctx, call):
-    x = call.arg("self")
-    perm = ctx.perm(x)
-    dtype = call.arg("dtype")
-    if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
-        dtype = "int64"  # torch accumulates bool and narrower integers in int64; MLX would keep int32
-    ctx.emit("cumsum", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "dtype": dtype}, perm=perm)
-
-
 @register("aten.index_select.default")
 def convert_index_select(ctx, call):
     x = call.arg("self")
@@ -403,6 +386,26 @@ register("aten.tril.default")(_tri(False))
 register("aten.triu.default")(_tri(True))
 
 
+@kernel("diagonal", inputs=[TENSOR], attrs={"offset": Int(), "axis1": AXIS, "axis2": AXIS})
+def k_diagonal(x, *, offset, axis1, axis2):
+    """Torch layout: the two dims removed, the diagonal appended last (torch's and MLX's order alike)."""
+    if axis1 == axis2:
+        raise ValueError(f"diagonal: the two dims must differ, got {axis1} twice")
+    return mx.diagonal(x, offset, axis1, axis2)
+
+
+@register("aten.diagonal.default")
+def convert_diagonal(ctx, call):
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    dims = [call.arg("dim1") % max(rank, 1), call.arg("dim2") % max(rank, 1)]
+    if isinstance(call.arg("offset"), Ref):
+        call.fail("offset", "a symbolic offset is not supported")
+    ident = L.identity(rank)
+    ctx.emit("diagonal", [ctx.tensor(x, ident)], {"offset": call.arg("offset"), "axis1": dims[0], "axis2": dims[1]},
+             perm=L.identity(rank - 1))
+
+
 def _pixel_shuffle(inverse):
     def convert_pixel_shuffle(ctx, call):
         x = call.arg("self")
@@ -416,6 +419,29 @@ def _pixel_shuffle(inverse):
 
 register("aten.pixel_shuffle.default")(_pixel_shuffle(False))
 register("aten.pixel_unshuffle.default")(_pixel_shuffle(True))
+
+
+@kernel("channel_shuffle", inputs=[TENSOR], attrs={"axis": AXIS, "groups": Int(1, 1 << 24)})
+def k_channel_shuffle(x, *, axis, groups):
+    """Torch's channel shuffle along array axis ``axis`` (any layout): channel ``g * (C / groups) + i`` moves to
+    ``i * groups + g``."""
+    c = x.shape[axis]
+    if c % groups:
+        raise ValueError(f"channel_shuffle: {c} channels do not split into {groups} groups")
+    split = x.reshape(*x.shape[:axis], groups, c // groups, *x.shape[axis + 1:])
+    return split.swapaxes(axis, axis + 1).reshape(x.shape)
+
+
+@register("aten.channel_shuffle.default")
+def convert_channel_shuffle(ctx, call):
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    if len(perm) < 3:
+        call.fail("self", "channel_shuffle needs (N, C, *) input with at least one spatial dim")
+    groups = call.arg("groups")
+    if isinstance(groups, Ref) or groups < 1:
+        call.fail("groups", "must be a positive int")
+    ctx.emit("channel_shuffle", [ctx.tensor(x)], {"axis": perm.index(1), "groups": groups}, perm=perm)
 
 
 @kernel("index", inputs=[TENSOR, Seq(Opt(TENSOR))])

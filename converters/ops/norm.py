@@ -1,4 +1,4 @@
-"""Normalisation: batch_norm (eval), layer_norm, group_norm, instance_norm.
+"""Normalisation: batch_norm (eval), layer_norm, rms_norm, group_norm, instance_norm.
 
 batch_norm normalises per channel and runs in any layout (the channel axis is found through the layout);
 layer_norm needs its normalised dims last in the array (true after ConvNeXt's permute to channels-last, which the
@@ -13,7 +13,7 @@ from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, MAX_LEN, TENSOR, Float, Int, Opt, Seq
-from ._layers import HALF, channel_affine, group_norm, layer_norm, upcast
+from ._layers import HALF, channel_affine, group_norm, layer_norm, rms_norm, upcast
 
 _EPS = Float()
 
@@ -109,6 +109,25 @@ def convert_layer_norm(ctx, call):
     out = ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm, meta=call.meta.items[0],
                    out=ctx.fresh(call.name))
     ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
+
+
+@kernel("rms_norm", inputs=[TENSOR, Opt(TENSOR)], attrs={"k": Int(1, MAX_LEN), "eps": Opt(_EPS)})
+def k_rms_norm(x, weight, *, k, eps):
+    """The last ``k`` dims normalised: ``porter.layers.functional.rms_norm`` (torch's float32 compute for half
+    inputs, ``eps=None``: the compute dtype's epsilon)."""
+    return rms_norm(x, tuple(x.shape[x.ndim - k:]), weight, eps)
+
+
+@register("aten.rms_norm.default")
+def convert_rms_norm(ctx, call):
+    x = call.arg("input")
+    k = len(call.arg("normalized_shape"))
+    perm = ctx.perm(x)
+    rank = len(perm)
+    if perm[rank - k:] != tuple(range(rank - k, rank)):
+        perm = L.identity(rank)  # the normalised dims must be the array's last ones
+    ctx.emit("rms_norm", [ctx.tensor(x, perm), ctx.tensor(call.arg("weight"))], {"k": k, "eps": call.arg("eps")},
+             perm=perm)
 
 
 @register("aten.group_norm.default", channels_last=True)

@@ -1,5 +1,5 @@
 """Recurrent layers: ATen's lstm / gru / rnn_tanh / rnn_relu (what nn.LSTM, nn.GRU and nn.RNN call), every layer
-and direction, biases or none, LSTM's ``proj_size``.
+and direction, biases or none, LSTM's ``proj_size``; and their one-step cells (nn.LSTMCell, GRUCell, RNNCell).
 
 Layout: the sequence is time-major (T, N, I), or batch-major (N, T, I) with ``batch_first`` (an unbatched call was
 given a batch of one by the module before the op); states are (layers * directions, N, H). Parameters come in
@@ -149,3 +149,44 @@ def convert_rnn(ctx, call):
              {"mode": mode, "num_layers": num_layers, "bidirectional": call.arg("bidirectional"),
               "batch_first": call.arg("batch_first"), "has_biases": call.arg("has_biases")},
              items=[Info(m, L.identity(m.rank)) for m in call.meta.items])
+
+
+@kernel("rnn_cell", inputs=[TENSOR, Seq(TENSOR, 1, 2), Seq(TENSOR, 2, 4)],
+        attrs={"mode": Enum(*GATES), "has_biases": Bool()})
+def k_rnn_cell(x, hx, params, *, mode, has_biases):
+    """One step of nn.LSTMCell / GRUCell / RNNCell: ``x`` (N, I), states (N, H) -> ``h``, or ``[h, c]`` (LSTM)."""
+    if x.ndim != 2:
+        raise ValueError(f"{mode}_cell: expected a 2-d input (N, I), got shape {tuple(x.shape)}")
+    if (mode == "lstm") != (len(hx) == 2):
+        raise ValueError(f"{mode}_cell: expected {'(h, c)' if mode == 'lstm' else 'one state h'}, got {len(hx)}")
+    (group,) = _groups(params, mode, 1, 1, has_biases)
+    hidden, _ = _check(group, mode, x.shape[-1], "the cell")
+    w_ih, w_hh, b_ih, b_hh, _ = group
+    for name, state in zip(("h", "c"), hx):
+        if state.shape != (x.shape[0], hidden):
+            raise ValueError(f"{mode}_cell: {name} has shape {tuple(state.shape)}, expected ({x.shape[0]}, {hidden})")
+    h, c = _step(mode, _linear(x, w_ih, b_ih), hx[0], hx[1] if mode == "lstm" else None, w_hh, b_hh, None)
+    return [h, c] if mode == "lstm" else h
+
+
+@register("aten.lstm_cell.default", "aten.gru_cell.default", "aten.rnn_tanh_cell.default",
+          "aten.rnn_relu_cell.default")
+def convert_rnn_cell(ctx, call):
+    from ..convert import Info
+
+    mode = call.op.split(".")[1][:-len("_cell")]
+    x, hx = call.arg("input"), call.arg("hx")
+    hx = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+    biases = [call.arg(n) for n in ("b_ih", "b_hh")]
+    if (biases[0] is None) != (biases[1] is None):
+        call.fail("b_ih" if biases[0] is None else "b_hh", "give both biases or neither")
+    params = [call.arg("w_ih"), call.arg("w_hh")] + ([] if biases[0] is None else biases)
+
+    def spec(v):
+        return ctx.tensor(v, L.identity(ctx.meta(v).rank))
+
+    attrs = {"mode": mode, "has_biases": biases[0] is not None}
+    inputs = [spec(x), [spec(h) for h in hx], [spec(p) for p in params]]
+    if mode == "lstm":
+        return ctx.emit("rnn_cell", inputs, attrs, items=[Info(m, L.identity(m.rank)) for m in call.meta.items])
+    ctx.emit("rnn_cell", inputs, attrs, perm=L.identity(call.meta.rank))

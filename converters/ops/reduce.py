@@ -34,6 +34,14 @@ def k_variance(x, *, axes, keepdims, correction, std):
     return mx.sqrt(v) if std else v
 
 
+@kernel("variance_mean", inputs=[TENSOR],
+        attrs={"axes": AXES, "keepdims": Bool(), "correction": Float(), "std": Bool()})
+def k_variance_mean(x, *, axes, keepdims, correction, std):
+    """``(var or std, mean)`` as ``torch.var_mean`` / ``torch.std_mean`` return them."""
+    return [k_variance(x, axes=axes, keepdims=keepdims, correction=correction, std=std),
+            mx.mean(x, axis=axes, keepdims=keepdims)]
+
+
 @kernel("softmax", inputs=[TENSOR], attrs={"axis": AXIS, "log": Bool(), "dtype": Opt(DTYPE)})
 def k_softmax(x, *, axis, log=False, dtype=None):
     if dtype is not None:
@@ -77,7 +85,7 @@ register("aten.any.dim", "aten.any.dims", "aten.any.default")(_reduce("any"))
 register("aten.all.dim", "aten.all.dims", "aten.all.default")(_reduce("all"))
 
 
-def _variance(std):
+def _variance(std, with_mean=False):
     def convert_variance(ctx, call):
         x = call.arg("self")
         perm = ctx.perm(x)
@@ -89,15 +97,21 @@ def _variance(std):
         else:
             correction = 1 if call.arg("unbiased") else 0
         out_perm = perm if keepdim else L.remove_dims(perm, dims)
-        ctx.emit("variance", [ctx.tensor(x)], {"axes": [perm.index(d) for d in dims], "keepdims": keepdim,
-                                                "correction": correction, "std": std}, perm=out_perm)
+        attrs = {"axes": [perm.index(d) for d in dims], "keepdims": keepdim, "correction": correction, "std": std}
+        if not with_mean:
+            return ctx.emit("variance", [ctx.tensor(x)], attrs, perm=out_perm)
+        from ..convert import Info
 
-    convert_variance.__name__ = "convert_std" if std else "convert_var"
+        ctx.emit("variance_mean", [ctx.tensor(x)], attrs, items=[Info(m, out_perm) for m in call.meta.items])
+
+    convert_variance.__name__ = ("convert_std" if std else "convert_var") + ("_mean" if with_mean else "")
     return convert_variance
 
 
 register("aten.var.correction", "aten.var.dim", "aten.var.default")(_variance(False))
 register("aten.std.correction", "aten.std.dim", "aten.std.default")(_variance(True))
+register("aten.var_mean.correction", "aten.var_mean.dim")(_variance(False, True))
+register("aten.std_mean.correction", "aten.std_mean.dim")(_variance(True, True))
 
 
 def _softmax(log):

@@ -3,7 +3,8 @@ pad/constant_pad_nd/reflection/replication pads.
 
 Interpolation follows torch's source-index rules (``area_pixel_compute_source_index``): with ``scale_factor`` given
 the scale used for coordinates is ``1/scale_factor``, otherwise ``in/out``; index tables are computed per dim in
-float32 as torch does for float32 input, then applied channels-last with gathers (no loop over positions).
+float32 as torch does for float32 input, then applied channels-last with gathers (no loop over positions); linear
+modes are ``porter.layers.functional.interpolate_linear`` (2-d: one native pass on the CPU).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=Fa
     spatial = x.shape[1:1 + nd]
     outs = _output_sizes(spatial, output_size, scale_factors)
     check_elements([x.shape[0], *outs, x.shape[-1]], "upsample")
+    if mode == "linear":  # porter.layers: torch's taps; 2-d one native pass on CPU
+        return _layers.interpolate_linear(x, outs, align_corners=bool(align_corners), scale_factors=scale_factors)
     for i in range(nd):
         L_in, L_out = spatial[i], outs[i]
         sf = scale_factors[i] if scale_factors else None
@@ -58,23 +61,7 @@ def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=Fa
             src = np.minimum(np.floor((dst + np.float32(0.5)) * scale).astype(np.int64), L_in - 1)
             x = mx.take(x, mx.array(src.astype(np.int32)), axis=axis)
             continue
-        if mode == "cubic":
-            x = _cubic(x, axis, L_in, dst, _scale(L_in, L_out, sf, align_corners), align_corners)
-            continue
-        scale = _scale(L_in, L_out, sf, align_corners)
-        if align_corners:
-            src = dst * scale
-        else:
-            src = np.maximum(scale * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0))
-        i0 = np.minimum(src.astype(np.int64), L_in - 1)
-        i1 = np.minimum(i0 + 1, L_in - 1)
-        lam = (src - i0.astype(np.float32)).astype(np.float32)
-        shape = [1] * x.ndim
-        shape[axis] = L_out
-        w1 = mx.array(lam).reshape(shape).astype(x.dtype)
-        a = mx.take(x, mx.array(i0.astype(np.int32)), axis=axis)
-        b = mx.take(x, mx.array(i1.astype(np.int32)), axis=axis)
-        x = a * (1 - w1) + b * w1
+        x = _cubic(x, axis, L_in, dst, _scale(L_in, L_out, sf, align_corners), align_corners)  # mode "cubic"
     return x
 
 

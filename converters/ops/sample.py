@@ -1,12 +1,13 @@
-"""Spatial sampling: ``F.grid_sample`` (2-d, bilinear or nearest; zeros, border or reflection padding) and
-``F.affine_grid`` (2-d), ATen's grid_sampler / affine_grid_generator.
+"""Spatial sampling: ``F.grid_sample`` (2-d and 3-d; bilinear/trilinear or nearest; zeros, border or reflection
+padding) and ``F.affine_grid`` (2-d and 3-d), ATen's grid_sampler / affine_grid_generator.
 
-Layouts: the image is channels-last (N, H, W, C) inside the port (the output (N, Ho, Wo, C) too); the grid is
-torch's (N, Ho, Wo, 2) with x (width) first, in [-1, 1]. Coordinates follow torch's GridSampler rules: unnormalise
-by ``align_corners``, then clip (border) or reflect (reflection) them, then sample: bilinear weights over the four
-neighbours, each neighbour outside the image contributing zero; nearest rounds half to even (``nearbyint``). A NaN
-coordinate, as in torch: NaN (bilinear) or zero (nearest) under zeros padding, coordinate 0 under border and
-reflection. Gradients flow to the image and to the grid.
+Layouts: the image is channels-last (N, H, W, C) / (N, D, H, W, C) inside the port (the output too); the grid is
+torch's (N, Ho, Wo, 2) / (N, Do, Ho, Wo, 3) with x (width) first, then y (height)[, z (depth)], in [-1, 1].
+Coordinates follow torch's GridSampler rules: unnormalise by ``align_corners``, then clip (border) or reflect
+(reflection) them, then sample: (tri)linear weights over the four / eight neighbours, each neighbour outside the
+image contributing zero; nearest rounds half to even (``nearbyint``). A NaN coordinate, as in torch's kernels: 2-d,
+NaN (bilinear) or zero (nearest) under zeros padding, coordinate 0 under border and reflection; 3-d, zero under zeros
+padding, coordinate ``size - 1`` under border and reflection. Gradients flow to the image and to the grid.
 """
 
 from __future__ import annotations
@@ -39,63 +40,86 @@ def _reflect(coord, twice_low: int, twice_high: int):
     return mx.where(mx.remainder(flips, 2) == 0, extra + low, span - extra + low)
 
 
-def _source(coord, size: int, padding: str, align_corners: bool):
+def _source(coord, size: int, padding: str, align_corners: bool, nan_to: int = 0):
     coord = _unnormalise(coord, size, align_corners)
     if padding == "zeros":
         return coord
     if padding == "reflection":
         coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
-    # torch's clip sends a NaN coordinate to 0 under border and reflection padding
-    return mx.where(mx.isnan(coord), mx.zeros_like(coord), mx.clip(coord, 0, size - 1))
+    # torch's clip sends a NaN coordinate to 0 (2-d kernel) or to size - 1 (3-d kernel) under border and reflection
+    return mx.where(mx.isnan(coord), mx.full(coord.shape, nan_to, coord.dtype), mx.clip(coord, 0, size - 1))
 
 
-def _gather(flat, iy, ix, height: int, width: int):
-    """Pixels (N, P, C) of ``flat`` (N, H * W, C) at integer (iy, ix) (N, P) float arrays, and whether each is
-    inside the image (out-of-range or NaN: index 0, to be weighted out)."""
-    inside = (ix >= 0) & (ix <= width - 1) & (iy >= 0) & (iy <= height - 1)
-    index = mx.where(inside, iy * width + ix, 0).astype(mx.int32)
+def _gather(flat, coords, sizes):
+    """Pixels (N, P, C) of ``flat`` (N, prod(sizes), C) at integer-valued float coordinates ``coords`` (one (N, P)
+    array per spatial axis, outermost first), and whether each is inside the image (out-of-range or NaN: index 0,
+    to be weighted out)."""
+    inside, index = None, None
+    for c, size in zip(coords, sizes):
+        ok = (c >= 0) & (c <= size - 1)
+        inside = ok if inside is None else inside & ok
+        index = c if index is None else index * size + c
+    index = mx.where(inside, index, 0).astype(mx.int32)
     return mx.take_along_axis(flat, mx.stop_gradient(index)[..., None], axis=1), inside
 
 
 @kernel("grid_sample", inputs=[TENSOR, TENSOR],
         attrs={"mode": Enum(*INTERPOLATION), "padding": Enum(*PADDING), "align_corners": Bool()})
 def k_grid_sample(x, grid, *, mode, padding, align_corners):
-    if x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != x.shape[0]:
-        raise ValueError(f"grid_sample: expected an (N, H, W, C) image and an (N, Ho, Wo, 2) grid, got "
-                         f"{tuple(x.shape)} and {tuple(grid.shape)}")
-    n, height, width, channels = x.shape
-    out_h, out_w = grid.shape[1], grid.shape[2]
-    grid = grid.astype(x.dtype).reshape(n, out_h * out_w, 2)
-    gx = _source(grid[..., 0], width, padding, align_corners)
-    gy = _source(grid[..., 1], height, padding, align_corners)
-    flat = x.reshape(n, height * width, channels)
+    """``x`` (N, *S, C) with 2 or 3 spatial dims, ``grid`` (N, *So, len(S)) with the innermost axis's coordinate
+    first (x, y[, z]) -> (N, *So, C)."""
+    nd = x.ndim - 2
+    if nd not in (2, 3) or grid.ndim != x.ndim or grid.shape[-1] != nd or grid.shape[0] != x.shape[0]:
+        raise ValueError(f"grid_sample: expected an (N, *S, C) image with 2 or 3 spatial dims and an (N, *So, "
+                         f"{max(nd, 2)}) grid, got {tuple(x.shape)} and {tuple(grid.shape)}")
+    n, sizes, channels = x.shape[0], list(x.shape[1:-1]), x.shape[-1]
+    out_sizes = list(grid.shape[1:-1])
+    points = 1
+    for s in out_sizes:
+        points *= s
+    grid = grid.astype(x.dtype).reshape(n, points, nd)
+    # grid component k addresses spatial axis nd - 1 - k (x: the innermost, width)
+    g = [_source(grid[..., nd - 1 - a], sizes[a], padding, align_corners, 0 if nd == 2 else sizes[a] - 1)
+         for a in range(nd)]
+    flat = x.reshape(n, -1, channels)
     if mode == "nearest":
-        value, inside = _gather(flat, mx.round(gy), mx.round(gx), height, width)
+        value, inside = _gather(flat, [mx.round(c) for c in g], sizes)
         out = mx.where(inside[..., None], value, mx.zeros_like(value))
     else:
-        x0, y0 = mx.floor(gx), mx.floor(gy)
-        x1, y1 = x0 + 1, y0 + 1
+        low = [mx.floor(c) for c in g]
         out = None
-        for yy, xx, w in ((y0, x0, (x1 - gx) * (y1 - gy)), (y0, x1, (gx - x0) * (y1 - gy)),
-                          (y1, x0, (x1 - gx) * (gy - y0)), (y1, x1, (gx - x0) * (gy - y0))):
-            value, inside = _gather(flat, yy, xx, height, width)
-            term = value * mx.where(inside, w, mx.zeros_like(w))[..., None]
+        for corner in range(1 << nd):
+            # torch's corner weights multiply the innermost axis's factor first: (x) * (y) [* (z)]
+            coords, weight = [], None
+            for a in range(nd):
+                high = (corner >> (nd - 1 - a)) & 1
+                coords.append(low[a] + high)
+            for a in reversed(range(nd)):
+                high = (corner >> (nd - 1 - a)) & 1
+                factor = (g[a] - low[a]) if high else (low[a] + 1 - g[a])
+                weight = factor if weight is None else weight * factor
+            value, inside = _gather(flat, coords, sizes)
+            term = value * mx.where(inside, weight, mx.zeros_like(weight))[..., None]
             out = term if out is None else out + term
-        if padding == "zeros":  # torch's bilinear weights of a NaN coordinate are NaN: so is the sample
-            lost = mx.isnan(gx) | mx.isnan(gy)
+        if padding == "zeros" and nd == 2:  # torch's 2-d weights of a NaN coordinate are NaN: so is the sample
+            # (its 3-d kernel finds every corner out of bounds: the sample is 0, as the weighting above gives)
+            lost = None
+            for c in g:
+                lost = mx.isnan(c) if lost is None else lost | mx.isnan(c)
             out = mx.where(lost[..., None], mx.array(float("nan"), dtype=out.dtype), out)
-    return out.reshape(n, out_h, out_w, channels)
+    return out.reshape(n, *out_sizes, channels)
 
 
 @kernel("affine_grid", inputs=[TENSOR, SIZES], attrs={"align_corners": Bool()})
 def k_affine_grid(theta, size, *, align_corners):
-    """The (N, H, W, 2) sampling grid of 2-d affine matrices ``theta`` (N, 2, 3) for an output of ``size``
-    (N, C, H, W): ``[x, y, 1] @ theta^T`` over torch's base grid."""
+    """The (N, *S, nd) sampling grid of affine matrices ``theta`` (N, nd, nd + 1) for an output of ``size``
+    (N, C, *S), nd = 2 or 3: ``[x, y(, z), 1] @ theta^T`` over torch's base grid."""
     size = [int(s) for s in size]
-    if len(size) != 4 or theta.ndim != 3 or tuple(theta.shape[1:]) != (2, 3) or theta.shape[0] != size[0]:
-        raise ValueError(f"affine_grid: expected theta (N, 2, 3) and a size (N, C, H, W), got {tuple(theta.shape)} "
-                         f"and {size}")
-    height, width = size[2], size[3]
+    nd = len(size) - 2
+    if nd not in (2, 3) or theta.ndim != 3 or tuple(theta.shape[1:]) != (nd, nd + 1) or theta.shape[0] != size[0]:
+        raise ValueError(f"affine_grid: expected theta (N, 2, 3) with a size (N, C, H, W), or (N, 3, 4) with "
+                         f"(N, C, D, H, W), got {tuple(theta.shape)} and {size}")
+    spatial = size[2:]
 
     def steps(count):
         if count <= 1:
@@ -103,25 +127,29 @@ def k_affine_grid(theta, size, *, align_corners):
         line = mx.linspace(-1, 1, count).astype(theta.dtype)
         return line if align_corners else line * ((count - 1) / count)
 
-    xs = mx.broadcast_to(steps(width)[None, :], (height, width))
-    ys = mx.broadcast_to(steps(height)[:, None], (height, width))
-    base = mx.stack([xs, ys, mx.ones_like(xs)], axis=-1).reshape(1, height * width, 3)
-    grid = base @ mx.swapaxes(theta, 1, 2)  # (N, H * W, 2)
-    return grid.reshape(size[0], height, width, 2)
+    axes = []  # x (innermost), y, z: each broadcast over the spatial grid
+    for a in reversed(range(nd)):
+        shape = [1] * nd
+        shape[a] = spatial[a]
+        axes.append(mx.broadcast_to(steps(spatial[a]).reshape(shape), spatial))
+    base = mx.stack([*axes, mx.ones(spatial, dtype=theta.dtype)], axis=-1).reshape(1, -1, nd + 1)
+    grid = base @ mx.swapaxes(theta, 1, 2)  # (N, prod(S), nd)
+    return grid.reshape(size[0], *spatial, nd)
 
 
-@register("aten.grid_sampler.default", "aten.grid_sampler_2d.default")
+@register("aten.grid_sampler.default", "aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default")
 def convert_grid_sampler(ctx, call):
     x, grid = call.arg("input"), call.arg("grid")
-    if ctx.meta(x).rank != 4:
-        call.fail("input", "only 2-d grid_sample (a 4-d input) is supported")
+    rank = ctx.meta(x).rank
+    if rank not in (4, 5):
+        call.fail("input", "grid_sample needs a 4-d (N, C, H, W) or 5-d (N, C, D, H, W) input")
     mode, padding = call.arg("interpolation_mode"), call.arg("padding_mode")
     if mode not in (0, 1):
         call.fail("interpolation_mode", "only bilinear (0) and nearest (1) are supported")
     if padding not in (0, 1, 2):
         call.fail("padding_mode", "expected zeros (0), border (1) or reflection (2)")
-    perm = L.channels_last(4)
-    ctx.emit("grid_sample", [ctx.tensor(x, perm), ctx.tensor(grid, L.identity(4))],
+    perm = L.channels_last(rank)
+    ctx.emit("grid_sample", [ctx.tensor(x, perm), ctx.tensor(grid, L.identity(rank))],
              {"mode": INTERPOLATION[mode], "padding": PADDING[padding], "align_corners": bool(call.arg("align_corners"))},
              perm=perm)
 
@@ -130,7 +158,7 @@ def convert_grid_sampler(ctx, call):
 def convert_affine_grid(ctx, call):
     theta = call.arg("theta")
     size = call.arg("size")
-    if len(size) != 4:
-        call.fail("size", "only 2-d affine grids (a 4-d size) are supported")
+    if len(size) not in (4, 5):
+        call.fail("size", "affine grids are 2-d (a 4-d size) or 3-d (a 5-d size)")
     ctx.emit("affine_grid", [ctx.tensor(theta, L.identity(3)), ctx.value(list(size))],
-             {"align_corners": bool(call.arg("align_corners"))}, perm=L.identity(4))
+             {"align_corners": bool(call.arg("align_corners"))}, perm=L.identity(len(size)))

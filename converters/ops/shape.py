@@ -19,6 +19,7 @@ from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import (AXES, AXIS, INT_LIMIT, INT_OR_REF, MAX_LEN, PERM, SIZES, TENSOR, Enum, Float, Int, OneOf, Opt,
                     Ref as RefSpec, Seq)
+from ._layers import concatenate
 
 
 # ---------------------------------------------------------------------------------------------------- kernels
@@ -35,6 +36,11 @@ def k_transpose(x, *, axes):
 @kernel("size", inputs=[TENSOR], attrs={"axis": AXIS})
 def k_size(x, *, axis):
     return x.shape[axis]
+
+
+@kernel("numel", inputs=[TENSOR])
+def k_numel(x):
+    return x.size
 
 
 _INT_OPS = {
@@ -116,7 +122,7 @@ def k_repeat(x, repeats, *, lead, perm):
 
 @kernel("concat", inputs=[Seq(TENSOR, 0, 1 << 16)], attrs={"axis": AXIS})
 def k_concat(tensors, *, axis):
-    return mx.concatenate(tensors, axis=axis)
+    return concatenate(tensors, axis=axis)  # a native multi-threaded copy on the CPU (layers/concat.py)
 
 
 @kernel("stack", inputs=[Seq(TENSOR, 0, 1 << 16)], attrs={"axis": AXIS})
@@ -278,6 +284,11 @@ def _plan_in_layout(perm, groups):
 def convert_sym_size(ctx, call):
     x = call.arg("self")
     ctx.emit("size", [ctx.tensor(x)], {"axis": L.axis_of(ctx.perm(x), call.arg("dim"))}, meta=ValueMeta("int"))
+
+
+@register("aten.sym_numel.default")
+def convert_numel(ctx, call):
+    ctx.emit("numel", [ctx.tensor(call.arg("self"))], meta=ValueMeta("int"))
 
 
 @register(*(f"operator.{op}" for op in _INT_OPS), *_SYM_CALLS)

@@ -1,11 +1,11 @@
-"""Ordering ops: sort / argsort / msort / topk / kthvalue.
+"""Ordering ops: sort / argsort / msort / topk / kthvalue / median / nanmedian, and searchsorted / bucketize.
 
 Every tensor here stays in torch's layout (indices count positions along torch's dims). Orderings follow torch's
 CPU kernels: NaN ranks above every number (last ascending, first descending), and equal values keep their input
 order (a stable sort, as torch's ``stable=True``; its default CPU sort gives the same). ``topk`` returns its ``k``
 entries in sorted order: torch's own order among tied values (and with ``sorted=False``) is left to its kernel and
 differs between its CPU and CUDA builds, so there the values match torch and the indices name one of the tied
-entries (``kthvalue`` likewise).
+entries (``kthvalue`` and ``median`` likewise).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .. import layout as L
+from ..limits import check_elements
 from ..registry import kernel, register
-from ..spec import AXIS, INT_OR_REF, TENSOR, Bool, Enum
+from ..spec import AXIS, INT_OR_REF, TENSOR, Bool, Enum, Opt
 
 
 def stable_order(x, axis: int, descending: bool):
@@ -126,3 +127,104 @@ for _op, _name in (("aten.sort.default", "sort"), ("aten.sort.stable", "sort"), 
                    ("aten.argsort.stable", "argsort"), ("aten.msort.default", "msort"),
                    ("aten.topk.default", "topk"), ("aten.kthvalue.default", "kthvalue")):
     register(_op)(_ordering(_name))
+
+
+@kernel("median", inputs=[TENSOR], attrs={"axis": Opt(AXIS), "keepdims": Bool(), "ignore_nan": Bool()})
+def k_median(x, *, axis, keepdims, ignore_nan):
+    """torch's lower median along ``axis`` (``None``: of every element, the value only) as ``[values, indices]``.
+    A NaN makes the median NaN (its index the first NaN's); ``ignore_nan`` (nanmedian) takes the lower median of
+    the numbers, NaN where there are none."""
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+        flat = True
+    else:
+        flat = False
+    if x.ndim == 0:
+        return x if flat else [x, mx.zeros((), dtype=mx.int64)]
+    n = x.shape[axis]
+    if n == 0:
+        raise ValueError("median: cannot take the median of an empty dim")
+    order = stable_order(x, axis, False)  # NaN last, ties in input order
+    if mx.issubdtype(x.dtype, mx.inexact):
+        missing = mx.sum(mx.isnan(x), axis=axis, keepdims=True).astype(mx.int32)
+        if ignore_nan:
+            k = mx.maximum((n - missing - 1) // 2, 0)
+        else:  # the first NaN of the sorted order (the input's first NaN: the sort is stable)
+            k = mx.where(missing > 0, n - missing, (n - 1) // 2)
+    else:
+        shape = list(x.shape)
+        shape[axis] = 1
+        k = mx.full(shape, (n - 1) // 2, dtype=mx.int32)
+    index = mx.stop_gradient(mx.take_along_axis(order, k, axis=axis))  # the values carry the gradient
+    values = mx.take_along_axis(x, index, axis=axis)
+    if flat:
+        return values.reshape(())
+    if not keepdims:
+        values, index = mx.squeeze(values, axis), mx.squeeze(index, axis)
+    return [values, index.astype(mx.int64)]
+
+
+def _median(ignore_nan):
+    def convert_median(ctx, call):
+        from ..convert import Info
+
+        x = call.arg("self")
+        rank = ctx.meta(x).rank
+        ident = L.identity(rank)
+        if not call.has("dim"):  # median of every element: the value only
+            return ctx.emit("median", [ctx.tensor(x, ident)], {"axis": None, "keepdims": False,
+                                                               "ignore_nan": ignore_nan}, perm=())
+        keep = call.arg("keepdim")
+        out = ident if keep else L.identity(max(rank - 1, 0))
+        ctx.emit("median", [ctx.tensor(x, ident)], {"axis": call.arg("dim") % max(rank, 1), "keepdims": keep,
+                                                    "ignore_nan": ignore_nan},
+                 items=[Info(m, out) for m in call.meta.items])
+
+    convert_median.__name__ = "convert_nanmedian" if ignore_nan else "convert_median"
+    return convert_median
+
+
+register("aten.median.dim", "aten.median.default")(_median(False))
+register("aten.nanmedian.dim", "aten.nanmedian.default")(_median(True))
+
+
+@kernel("searchsorted", inputs=[TENSOR, TENSOR], attrs={"right": Bool(), "int32": Bool()})
+def k_searchsorted(seq, values, *, right, int32):
+    """torch's searchsorted: for each value, how many entries of the sorted innermost rows of ``seq`` lie below it
+    (``right``: at or below); a NaN value goes after every entry. ``seq`` 1-d, or with ``values``' leading dims."""
+    if seq.ndim == 0:
+        raise ValueError("searchsorted: the sorted sequence must have at least one dim")
+    if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(values.shape[:-1]):
+        raise ValueError(f"searchsorted: the leading dims of the sequence {tuple(seq.shape)} and the values "
+                         f"{tuple(values.shape)} differ")
+    check_elements([values.size, seq.shape[-1]], "searchsorted")
+    if seq.ndim == 1:
+        v, s = values[..., None], seq
+    else:
+        v, s = values[..., :, None], seq[..., None, :]
+    below = (s <= v) if right else (s < v)
+    count = mx.sum(below.astype(mx.int32), axis=-1)
+    if mx.issubdtype(values.dtype, mx.inexact):
+        count = mx.where(mx.isnan(values), seq.shape[-1], count)
+    return count.astype(mx.int32 if int32 else mx.int64)
+
+
+@register("aten.searchsorted.Tensor", "aten.bucketize.Tensor")
+def convert_searchsorted(ctx, call):
+    bucketize = call.op.startswith("aten.bucketize")
+    seq, values = (call.arg("boundaries"), call.arg("self")) if bucketize else (call.arg("sorted_sequence"),
+                                                                             call.arg("self"))
+    if bucketize and ctx.meta(seq).rank != 1:
+        call.fail("boundaries", "must be 1-d")
+    right = bool(call.arg("right"))
+    if not bucketize:
+        side = call.arg("side")
+        if side is not None:
+            if side not in ("left", "right") or (call.arg("right") and side == "left"):
+                call.fail("side", "must be 'left' or 'right', and agree with right=")
+            right = side == "right"
+        if call.arg("sorter") is not None:
+            call.fail("sorter", "a sorter permutation is not supported (sort the sequence first)")
+    ident = [L.identity(ctx.meta(v).rank) for v in (seq, values)]
+    ctx.emit("searchsorted", [ctx.tensor(seq, ident[0]), ctx.tensor(values, ident[1])],
+             {"right": right, "int32": bool(call.arg("out_int32"))}, perm=ident[1])

@@ -19,7 +19,7 @@
 
 namespace porter {
 
-enum class Act : int { exp = 0, sigmoid, silu, tanh, gelu, gelu_tanh };
+enum class Act : int { exp = 0, sigmoid, silu, tanh, gelu, gelu_tanh, hardswish, hardsigmoid };
 
 // ------------------------------------------------------------------------------------------------ float32 pieces
 // e^x: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes's degree-6 polynomial, 2^n applied as two normal powers of two so
@@ -244,6 +244,42 @@ struct ActMath<Act::gelu_tanh> {
   }
 };
 
+// Hardswish / hardsigmoid: torch's CPU arithmetic (x * min(max(x + 3, 0), 6) / 6 and min(max(x + 3, 0), 6) / 6;
+// NaN stays NaN) and its backward's branches as torch 2.13's vectorized CPU kernel takes them (hardswish: 0 at or
+// below -3, g at or above 3, g (x / 3 + 1/2) between, NaN for NaN; hardsigmoid: g / 6 strictly inside (-3, 3),
+// else 0, NaN included).
+template <typename F>
+inline F hard_gate(F x) {  // min(max(x + 3, 0), 6) with NaN propagated (torch's vectorized maximum/minimum do)
+  const F t = x + F(3);
+  F c = t < F(0) ? F(0) : t;
+  c = c > F(6) ? F(6) : c;
+  return c;
+}
+
+template <>
+struct ActMath<Act::hardswish> {
+  static float f(float x) { return x * hard_gate(x) / 6.0f; }
+  static double f(double x) { return x * hard_gate(x) / 6.0; }
+  template <typename T, typename F>
+  static F df(F x, F g) {
+    const F mid = g * (x / F(3) + F(0.5));  // torch 2.13's vectorized kernel: NaN in, NaN out
+    F r = x >= F(3) ? g : mid;
+    r = x <= F(-3) ? F(0) : r;
+    return r;
+  }
+};
+
+template <>
+struct ActMath<Act::hardsigmoid> {
+  static float f(float x) { return hard_gate(x) / 6.0f; }
+  static double f(double x) { return hard_gate(x) / 6.0; }
+  template <typename T, typename F>
+  static F df(F x, F g) {
+    const F inside = g * F(1.0f / 6.0f);  // torch's constant is the float 1/6, for double too
+    return (x > F(-3) && x < F(3)) ? inside : F(0);
+  }
+};
+
 template <typename F>
 void dispatch_act(Act kind, F&& f) {
   switch (kind) {
@@ -253,6 +289,8 @@ void dispatch_act(Act kind, F&& f) {
     case Act::tanh: f(std::integral_constant<Act, Act::tanh>{}); break;
     case Act::gelu: f(std::integral_constant<Act, Act::gelu>{}); break;
     case Act::gelu_tanh: f(std::integral_constant<Act, Act::gelu_tanh>{}); break;
+    case Act::hardswish: f(std::integral_constant<Act, Act::hardswish>{}); break;
+    case Act::hardsigmoid: f(std::integral_constant<Act, Act::hardsigmoid>{}); break;
   }
 }
 

@@ -14,7 +14,7 @@ namespace porter {
 // (ActivationGrad), each one multi-threaded pass; the gradient's own VJP uses f'' built from MLX ops, so second
 // derivatives work.
 const char* act_name(Act kind) {
-  static const char* names[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh"};
+  static const char* names[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh", "hardswish", "hardsigmoid"};
   return names[static_cast<int>(kind)];
 }
 
@@ -53,6 +53,10 @@ mx::array activation_second(Act kind, const mx::array& x, mx::Stream s) {
       auto tail = mx::subtract(ddu, mx::multiply(mx::multiply(c(2), t, s), mx::square(du, s), s), s);
       return mx::add(mx::multiply(sech2, du, s), mx::multiply(mx::multiply(mx::multiply(c(0.5), x, s), sech2, s), tail, s), s);
     }
+    case Act::hardswish:  // torch's double backward: 1/3 strictly inside (-3, 3), else 0
+      return mx::where(mx::logical_and(mx::greater(x, c(-3), s), mx::less(x, c(3), s), s), c(1.0 / 3.0), c(0), s);
+    case Act::hardsigmoid:
+      return mx::zeros_like(x, s);
   }
   throw std::logic_error("unknown activation");
 }
@@ -79,7 +83,7 @@ class Activation : public mx::UnaryPrimitive {
   Activation(mx::Stream s, Act kind) : mx::UnaryPrimitive(s), kind_(kind) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
-    launch(stream(), inputs, output, [kind = kind_](auto& in, auto& out) {
+    launch_in_place(stream(), inputs, output, [kind = kind_](auto& in, auto& out) {
       dispatch_float(in[0].dtype(), act_name(kind), [&](auto tag) {
         using T = decltype(tag);
         dispatch_act(kind, [&](auto k) {
@@ -178,11 +182,11 @@ mx::array make_activation_grad(mx::Stream s, Act kind, const mx::array& x, const
 }
 
 Act parse_act(const std::string& name) {
-  static const char* names[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh"};
-  for (int i = 0; i < 6; ++i) {
+  static const char* names[] = {"exp", "sigmoid", "silu", "tanh", "gelu", "gelu_tanh", "hardswish", "hardsigmoid"};
+  for (int i = 0; i < 8; ++i) {
     if (name == names[i]) return static_cast<Act>(i);
   }
-  fail("activation", "'kind' must be one of exp, sigmoid, silu, tanh, gelu, gelu_tanh, got '" + name + "'");
+  fail("activation", "'kind' must be one of exp, sigmoid, silu, tanh, gelu, gelu_tanh, hardswish, hardsigmoid, got '" + name + "'");
 }
 
 mx::array activation_op(const mx::array& x, const std::string& kind) {

@@ -20,6 +20,9 @@ NB_MODULE(_porter_kernels, m) {
   porter::bind_conv3d(m);
   porter::bind_flip_conv_weight(m);
   porter::bind_linear(m);
+  porter::bind_resample(m);
+  porter::bind_col2im(m);
+  porter::bind_concat(m);
   m.def("num_threads", &porter::num_threads);
   m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
 }

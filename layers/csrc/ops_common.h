@@ -63,10 +63,9 @@ inline void check_batched(const mx::array& x, const char* what, const char* arg)
   }
 }
 
-// Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.
+// Runs `body(inputs, outputs)` on the stream's CPU thread (the outputs' buffers already set).
 template <typename Body>
-void launch(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs, Body body) {
-  for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+void dispatch_body(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs, Body body) {
   auto& enc = mx::cpu::get_command_encoder(s);
   std::vector<mx::array> ins, outs;
   for (auto& i : inputs) {
@@ -77,7 +76,21 @@ void launch(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::
     enc.set_output_array(o);
     outs.push_back(mx::array::unsafe_weak_copy(o));
   }
+  size_t bytes = 0;
+  for (auto& o : outputs) bytes += o.nbytes();
   enc.dispatch([ins = std::move(ins), outs = std::move(outs), body = std::move(body)]() mutable { body(ins, outs); });
+  // Pacing (issue 15): MLX's eval loop blocks only when more than 10 tasks of 10 dispatches each are queued, and
+  // everything scheduled before that point has its outputs allocated. An op writing N MiB counts as N more
+  // (empty) dispatches, so the loop runs about 100 MiB of native outputs ahead of the compute instead of tens of
+  // whole ops. Its wait is a condition variable, not a spin.
+  for (size_t i = 0, n = std::min<size_t>(bytes >> 20, 64); i < n; ++i) enc.dispatch([] {});
+}
+
+// Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.
+template <typename Body>
+void launch(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs, Body body) {
+  for (auto& o : outputs) o.set_data(mx::allocator::malloc(o.nbytes()));
+  dispatch_body(s, inputs, outputs, std::move(body));
 }
 
 // The same for a primitive with one output (mx::UnaryPrimitive::eval_cpu).
@@ -85,6 +98,23 @@ template <typename Body>
 void launch(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& output, Body body) {
   std::vector<mx::array> outputs{output};
   launch(s, inputs, outputs, std::move(body));
+}
+
+// The same for an elementwise kernel whose output has its first input's shape and dtype and which reads each element
+// before writing the same index: the output takes that input's buffer when nothing else holds it (MLX's own unary
+// ops do the same). MLX's CPU eval loop allocates outputs up to ~10 tasks before they are computed, so every buffer
+// an op does not allocate is one fewer held live during that run-ahead (issue 15: run-time memory).
+template <typename Body>
+void launch_in_place(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& output, Body body) {
+  const mx::array& x = inputs[0];
+  std::vector<mx::array> outputs{output};
+  if (x.is_donatable() && x.flags().row_contiguous && x.data_size() == x.size() && x.dtype() == output.dtype() &&
+      x.size() == output.size()) {
+    outputs[0].copy_shared_buffer(x);
+  } else {
+    outputs[0].set_data(mx::allocator::malloc(output.nbytes()));
+  }
+  dispatch_body(s, inputs, outputs, std::move(body));
 }
 
 // Every primitive's eval_gpu: the kernels are CPU code (the layers keep their pure-MLX path on GPUs).
@@ -179,5 +209,8 @@ void bind_winograd(nb::module_& m);
 void bind_conv3d(nb::module_& m);
 void bind_flip_conv_weight(nb::module_& m);
 void bind_linear(nb::module_& m);
+void bind_resample(nb::module_& m);
+void bind_col2im(nb::module_& m);
+void bind_concat(nb::module_& m);
 
 }  // namespace porter

@@ -48,7 +48,7 @@ class NeedsUnsupported(nn.Module):
 
     def forward(self, x):
         y = self.conv(x)
-        return torch.fft.fft2(y).real + torch.special.erfcx(y)
+        return torch.lgamma(y.abs() + 1) + torch.special.erfcx(y)
 
 
 class TwoInputs(nn.Module):

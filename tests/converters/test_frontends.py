@@ -85,9 +85,9 @@ def test_dynamic_batch_from_batch_one_example():
 
 class Unsupported(nn.Module):
     def forward(self, x):
-        y = torch.cummax(x, dim=1).values
-        z = torch.median(x, dim=-1, keepdim=True).values
-        return torch.fft.rfft(y + z).real
+        y = torch.lgamma(x)
+        z = torch.mode(x, dim=-1, keepdim=True).values
+        return torch.special.zeta(y + z, 2.0)
 
 
 def test_unsupported_ops_listed_all_at_once():
@@ -95,12 +95,21 @@ def test_unsupported_ops_listed_all_at_once():
         porter.convert(Unsupported().eval(), torch.randn(2, 3, 4))
     err = info.value
     assert isinstance(err, NotImplementedError)
-    assert {"aten.cummax.default", "aten.median.dim"} <= set(err.ops)
-    assert any("fft" in op for op in err.ops)
-    assert "aten.cummax.default" in str(err)
+    assert {"aten.lgamma.default", "aten.mode.default"} <= set(err.ops)
+    assert any("zeta" in op for op in err.ops)
+    assert "aten.lgamma.default" in str(err)
     report = inspect_model(Unsupported().eval(), torch.randn(2, 3, 4))
     assert set(report.unsupported) == set(err.ops)
     assert "UNSUPPORTED" in str(report)
+
+
+def test_random_sampling_in_the_forward_is_refused_with_the_reason():
+    class Sampler(nn.Module):
+        def forward(self, mu):
+            return mu + torch.randn_like(mu)
+
+    with pytest.raises(UnsupportedOpsError, match=r"randn_like.*random sampling in the forward.*as an input"):
+        porter.convert(Sampler().eval(), torch.randn(2, 4))
 
 
 def test_training_mode_module_converts_to_a_port_in_training_mode():

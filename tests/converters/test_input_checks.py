@@ -155,6 +155,34 @@ def test_several_inputs_equal_dims_are_tied():
         ported(mx.array(a.numpy()), mx.array(np.zeros((2, 5, 7), np.float32)))
 
 
+class _StarArgs(nn.Module):
+    """``forward(self, x, *rest)``: torch.export binds ``rest`` as one tuple and guards ``L['rest'][1]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x, *rest):
+        return self.conv(x) * rest[0] + rest[1].mean()
+
+
+@pytest.mark.parametrize("dynamic", ["auto", "static"])
+def test_star_args_forward_converts_and_checks_every_input(dynamic):
+    torch.manual_seed(0)
+    model = _StarArgs().eval()
+    example = (torch.randn(2, 3, 8, 7), torch.randn(2, 1, 6, 5), torch.randn(5))
+    ported = porter.convert(model, example, dynamic=dynamic, io_layout="torch")
+    shapes = [((2, 3, 8, 7), (2, 1, 6, 5), (5,))] + ([((3, 3, 9, 6), (3, 1, 7, 4), (6,))] if dynamic == "auto" else [])
+    for shape in shapes:
+        inputs = [torch.randn(*s) for s in shape]
+        with torch.no_grad():
+            want = model(*inputs).numpy()
+        assert_close(np.array(ported(*[mx.array(t.numpy()) for t in inputs])), want, what=f"at {shape}")
+    bad = [np.zeros(s, np.float32) for s in ((2, 3, 8, 7), (3, 1, 6, 5), (5,))]  # rest[0]'s batch != x's
+    with pytest.raises(ValueError, match=r"input 'rest_0' \(input 1\) has size 3 in dim 0"):
+        ported(*[mx.array(b) for b in bad])
+
+
 # ---------------------------------------------------------------------------------------------------- the twins
 def test_unet_converted_at_odd_size_pads_like_torch_and_refuses_even_sizes():
     torch.manual_seed(0)
@@ -287,3 +315,43 @@ def test_a_size_fixed_inside_an_op_binds_the_port_only_when_the_graph_bakes_size
     baked = porter.convert(PoolThenView(True), torch.randn(2, 3, 9), io_layout="torch")
     _assert_torch_numbers(baked, PoolThenView(True), (2, 3, 9), exact=True)
     _assert_refused(baked, (2, 3, 12), "size 12 in dim 2", "x.size(2) == 9")
+
+
+class _CausalText(nn.Module):
+    """CLIP-style text encoder: nn.TransformerEncoder given a causal mask buffer without an is_causal hint (torch
+    compares the mask's values against a causal one, which a capture cannot do), sliced to the sequence length."""
+
+    def __init__(self, length=8):
+        super().__init__()
+        self.tok = nn.Embedding(40, 16)
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, norm_first=True),
+                                         2, enable_nested_tensor=False)
+        self.register_buffer("mask", torch.full((length, length), float("-inf")).triu(1))
+
+    def forward(self, text):
+        n = text.shape[1]
+        return self.enc(self.tok(text), mask=self.mask[:n, :n])
+
+
+def test_transformer_with_an_unhinted_causal_mask_converts():
+    torch.manual_seed(0)
+    model = _CausalText(length=12).eval()
+    text = torch.randint(0, 40, (2, 7))
+    ported = porter.convert(model, text, io_layout="torch")
+    for t in (text, torch.randint(0, 40, (3, 7))):
+        with torch.no_grad():
+            want = model(t).numpy()
+        assert_close(np.array(ported(mx.array(t.numpy()))), want, what=f"at {tuple(t.shape)}")
+
+
+def test_a_size_pinned_by_a_layout_guard_is_refused_not_crashed():
+    # the sequence length equals the mask buffer's: torch pins it to 8 while working out a view's layout and bakes
+    # 8 into the attention's reshapes; another length must be refused by name (it crashed inside a reshape before)
+    torch.manual_seed(0)
+    model = _CausalText(length=8).eval()
+    ported = porter.convert(model, torch.randint(0, 40, (2, 8)), io_layout="torch")
+    t = torch.randint(0, 40, (3, 8))
+    with torch.no_grad():
+        assert_close(np.array(ported(mx.array(t.numpy()))), model(t).numpy(), what="batch 3")
+    with pytest.raises(ValueError, match=r"input 'text' \(input 0\) has size 5 in dim 1.*text.size\(1\) == 8"):
+        ported(mx.array(torch.randint(0, 40, (3, 5)).numpy()))

@@ -25,7 +25,13 @@ from tests.converters import test_frontends as frontends
 from tests.converters import test_layout as layout
 from tests.converters import test_ops_catalog as catalog
 from tests.converters import test_ops as ops
+from tests.converters import test_ops_math as math_ops
 from tests.converters import test_ops_misc as misc
+from tests.converters import test_ops_more as more_ops
+from tests.converters import test_ops_complex as complex_ops
+from tests.converters import test_ops_fft as fft_ops
+from tests.converters import test_ops_resample_aa as resample_aa
+from tests.converters import test_capture_decompose as decompose
 from tests.converters import test_ops_recurrent as recurrent_ops
 from tests.converters import test_ops_sample as sample_ops
 from tests.converters import test_ops_select as select_ops
@@ -77,6 +83,37 @@ EXERCISERS["test_ops_recurrent:Stack"] = Exerciser(_case(recurrent_ops.Stack().e
 EXERCISERS["test_ops_recurrent:rnn_tanh"] = Exerciser(
     _case(recurrent_ops.WithStates("rnn", nonlinearity="tanh").eval(), (4, 2, 3), (1, 2, 5), (1, 2, 5)))
 EXERCISERS["test_ops_sample:Sampler"] = Exerciser(lambda: (sample_ops.Sampler().eval(), sample_ops._inputs(2, 6, 8, 5, 4)))
+EXERCISERS["test_ops_sample:VolumeSampler"] = Exerciser(lambda: (sample_ops.VolumeSampler().eval(),
+                                                                 sample_ops._volume_inputs(2, 4, 5, 6)))
+EXERCISERS["test_ops_sample:VolumeSampler:core"] = Exerciser(  # core ATen spells it grid_sampler_3d
+    lambda: (sample_ops.VolumeSampler().eval(), sample_ops._volume_inputs(2, 4, 5, 6)), "decomposed")
+EXERCISERS["test_ops_math:Activations"] = Exerciser(_case(math_ops.Activations().eval(), (2, 3, 5, 6)))
+EXERCISERS["test_ops_math:Pointwise"] = Exerciser(_case(math_ops.Pointwise().eval(), (2, 3, 5), (2, 3, 5), (2, 3, 5)))
+EXERCISERS["test_ops_math:Statistics"] = Exerciser(_case(math_ops.Statistics().eval(), (2, 3, 7, 6)))
+EXERCISERS["test_ops_math:RMSNorms"] = Exerciser(_case(math_ops.RMSNorms().eval(), (2, 3, 6, 7)))
+EXERCISERS["test_ops_math:Scans"] = Exerciser(lambda: (math_ops.Scans().eval(), math_ops._scan_inputs(2, 4, 5)))
+EXERCISERS["test_ops_math:Products"] = Exerciser(lambda: (math_ops.Products().eval(),
+                                                          math_ops._product_inputs(2, 4, 5)))
+EXERCISERS["test_ops_math:Shuffles"] = Exerciser(_case(math_ops.Shuffles().eval(), (2, 3, 5, 4)))
+EXERCISERS["test_ops_math:OneHot"] = Exerciser(lambda: (math_ops.OneHot().eval(),
+                                                        (torch.randint(0, 5, (3, 4)), torch.randn(2, 6, 7))))
+EXERCISERS["test_ops_math:Cells"] = Exerciser(lambda: (math_ops.Cells().eval(), math_ops._cell_inputs(3)))
+EXERCISERS["test_ops_more:Elementwise"] = Exerciser(lambda: (more_ops.Elementwise().eval(),
+                                                            more_ops._elementwise_inputs(2, 3, 5)))
+EXERCISERS["test_ops_more:Diagonals"] = Exerciser(_case(more_ops.Diagonals().eval(), (2, 3, 4, 5)))
+EXERCISERS["test_ops_more:CumExtremes"] = Exerciser(lambda: (more_ops.CumExtremes().eval(), more_ops._cum_inputs(2, 5)))
+EXERCISERS["test_ops_more:Medians"] = Exerciser(lambda: (more_ops.MedianValues().eval(),
+                                                        (more_ops._median_inputs(2, 5),)))
+EXERCISERS["test_ops_more:Searches"] = Exerciser(lambda: (more_ops.Searches().eval(), more_ops._search_inputs(3)))
+EXERCISERS["test_ops_more:Distances"] = Exerciser(lambda: (more_ops.Distances().eval(),
+                                                          more_ops._distance_inputs(2, 30, 27)))
+EXERCISERS["test_ops_more:Bags"] = Exerciser(lambda: (more_ops.Bags().eval(), more_ops._bag_inputs(7, [0, 2, 2, 5], 2)),
+                                             "dynamic")  # the 2-d input's offsets come from sym_numel
+EXERCISERS["test_ops_complex:RotaryAttention"] = Exerciser(_case(complex_ops.RotaryAttention().eval(), (2, 7, 32)))
+EXERCISERS["test_ops_complex:ComplexOps"] = Exerciser(_case(complex_ops.ComplexOps().eval(), (2, 3), (2, 3)))
+EXERCISERS["test_ops_fft:Transforms"] = Exerciser(_case(fft_ops.Transforms().eval(), (2, 6, 7)))
+EXERCISERS["test_ops_fft:Spectrogram"] = Exerciser(_case(fft_ops.Spectrogram().eval(), (2, 400)))
+EXERCISERS["test_ops_resample_aa:Resizes"] = Exerciser(_case(resample_aa.Resizes().eval(), (2, 3, 17, 12)))
 EXERCISERS["test_ops_misc:SymbolicSizes"] = Exerciser(_case(misc.SymbolicSizes().eval(), (2, 3, 8, 9)), "dynamic")
 EXERCISERS["test_ops_misc:AdvancedIndex"] = Exerciser(_case(misc.AdvancedIndex().eval(), (2, 3, 4, 5)))
 EXERCISERS["test_frontends:net_script"] = Exerciser(_case(frontends.net(), (2, 3, 8, 8)), "script")

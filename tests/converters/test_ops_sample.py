@@ -115,3 +115,64 @@ def test_refused_forms_name_the_argument():
                       align_corners=False)
     with pytest.raises(ValueError, match="affine_grid: expected"):
         k_affine_grid(mx.zeros((2, 2, 3)), [1, 3, 4, 4], align_corners=False)
+
+
+class VolumeSampler(nn.Module):
+    """3-d: a Conv3d (channels-last inside the port) resampled through a 3-d affine grid and through a dense
+    displacement field added to an identity grid (VoxelMorph's spatial transformer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(2, 3, 3, padding=1)
+
+    def forward(self, x, theta, flow):
+        y = self.conv(x)
+        outs = []
+        for ac in (False, True):
+            affine = F.affine_grid(theta, (x.shape[0], 3, 4, 5, 3), align_corners=ac)
+            identity = F.affine_grid(torch.eye(3, 4).expand(x.shape[0], 3, 4), list(y.shape), align_corners=ac)
+            warped = identity + flow.permute(0, 2, 3, 4, 1)
+            outs.append(affine)
+            for mode, padding, _ in MODES[::2]:
+                outs.append(F.grid_sample(y, affine, mode=mode, padding_mode=padding, align_corners=ac))
+                outs.append(F.grid_sample(y, warped, mode=mode, padding_mode=padding, align_corners=ac))
+        return outs
+
+
+def _volume_inputs(n, d, h, w):
+    flow = torch.randn(n, 3, d, h, w) * 0.4
+    flow[0, 0, 0, 0, 0] = float("nan")
+    return torch.randn(n, 2, d, h, w), torch.randn(n, 3, 4) * 0.8, flow
+
+
+def test_3d_grid_sample_and_affine_grid_match_torch_at_two_sizes():
+    model = VolumeSampler().eval()
+    sets = [_volume_inputs(2, 4, 5, 6), _volume_inputs(3, 4, 5, 6)]  # torch pins the field's spatial size
+    ported = porter.convert(model, sets[0], io_layout="torch")
+    for inputs in sets:
+        with torch.no_grad():
+            expected = [t.numpy() for t in model(*inputs)]
+        actual = run_ported(ported, inputs)
+        assert len(actual) == len(expected) == 26
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert a.shape == e.shape and a.dtype == e.dtype, f"output {i}"
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(e), err_msg=f"output {i}: NaN positions")
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=2e-6, err_msg=f"output {i}")
+
+
+def test_3d_gradients_to_volume_and_grid():
+    from porter.converters.ops.sample import k_grid_sample
+
+    x = torch.randn(2, 3, 4, 5, 6)
+    grid = torch.rand(2, 3, 4, 2, 3) * 2.4 - 1.2
+    weight = torch.randn(2, 3, 3, 4, 2)
+    xt, gt = x.clone().requires_grad_(), grid.clone().requires_grad_()
+    (F.grid_sample(xt, gt, padding_mode="border", align_corners=True) * weight).sum().backward()
+    w = mx.array(weight.permute(0, 2, 3, 4, 1).numpy())
+
+    def loss(xm, gm):
+        return (k_grid_sample(xm, gm, mode="bilinear", padding="border", align_corners=True) * w).sum()
+
+    dx, dg = mx.grad(loss, argnums=(0, 1))(mx.array(x.permute(0, 2, 3, 4, 1).numpy()), mx.array(grid.numpy()))
+    np.testing.assert_allclose(np.array(dx).transpose(0, 4, 1, 2, 3), xt.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(dg), gt.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -38,6 +38,9 @@ HUGE = {
                             _append(g, "full", [[1, 10 ** 5], 1.0], {"dtype": "float32"}, "b"),
                             _append(g, "binary", [{"ref": "a"}, {"ref": "b"}], {"fn": "add"}, "h")),
     "int pow": lambda g: _append(g, "int_op", [10, 10 ** 10], {"op": "pow"}, "h"),
+    "one_hot classes": lambda g: _append(g, "one_hot", [_x(g)], {"classes": 1 << 24}, "h"),
+    "irfft length": lambda g: _append(g, "fft", [_x(g), 10 ** 9], {"kind": "c2r", "axes": [3], "normalization": 0},
+                                      "h"),
 }
 
 

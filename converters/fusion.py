@@ -1,0 +1,65 @@
+"""Eval-time fusion in a converted model's runtime (issue 15): a batch norm whose only reader is the next node, a
+ReLU, ReLU6, SiLU or hardswish, runs as one native pass (``porter.layers.BatchNorm.eval_activation``: the channel
+affine and the activation together, the activation applied to the value rounded as torch stores it).
+
+The graph and the module tree are unchanged: :func:`batch_norm_activation_pairs` only lists the candidate pairs, and
+the runtime decides at every call from the layers then at those paths (a layer replaced by the user, a batch norm in
+training mode, float64, a traced call that records module outputs, or no native kernels: the two nodes run as
+usual).
+"""
+
+from __future__ import annotations
+
+FUSABLE = ("relu", "relu6", "silu", "hardswish")
+
+
+def activation_name(fn, attrs) -> "str | None":
+    """The fusable activation a runtime function ``fn`` with arguments ``attrs`` computes, or ``None``."""
+    if fn == "hardtanh" and attrs == {"min_val": 0.0, "max_val": 6.0}:
+        return "relu6"
+    return fn if fn in FUSABLE and fn != "relu6" and not attrs else None
+
+
+def _refs(spec, out: list) -> None:
+    if isinstance(spec, dict) and set(spec) == {"ref"}:
+        out.append(spec["ref"])
+    elif isinstance(spec, list):
+        for item in spec:
+            _refs(item, out)
+
+
+def batch_norm_activation_pairs(graph: dict) -> dict:
+    """``{index of a BatchNorm call_module node: activation}`` where the next node is a fusable activation (an
+    ``Activation`` layer or a ``unary`` kernel: :func:`activation_name`) and the only reader of the batch norm's output
+    (no other node, no graph output)."""
+    nodes, modules = graph["nodes"], graph.get("modules", {})
+    readers: dict = {}
+    for spec in [n["inputs"] for n in nodes] + [[o["value"] for o in graph["outputs"]]]:
+        found: list = []
+        _refs(spec, found)
+        for name in found:
+            readers[name] = readers.get(name, 0) + 1
+    pairs = {}
+    for i in range(len(nodes) - 1):
+        node, nxt = nodes[i], nodes[i + 1]
+        if node["kernel"] != "call_module" or modules.get(node["attrs"]["module"], {}).get("type") != "BatchNorm":
+            continue
+        (name,) = node["outputs"]
+        if readers.get(name) != 1 or nxt["inputs"] != [{"ref": name}]:
+            continue
+        fn = activation_of(nxt, modules)
+        if fn is not None:
+            pairs[i] = fn
+    return pairs
+
+
+def activation_of(node: dict, modules: dict):
+    """The fusable activation a node computes (from the graph), or ``None``."""
+    if node["kernel"] == "unary":
+        attrs = {k: v for k, v in node["attrs"].items() if k != "fn"}
+        return activation_name(node["attrs"].get("fn"), attrs)
+    if node["kernel"] == "call_module":
+        entry = modules.get(node["attrs"]["module"], {})
+        if entry.get("type") == "Activation":
+            return activation_name(entry["config"].get("fn"), entry["config"].get("attrs") or {})
+    return None
