@@ -361,11 +361,15 @@ def benchmark_isolated(spec: dict, *, env: dict | None = None, timeout: float = 
     update), ``profile`` (MLX: per-op attribution, :func:`op_profile`).
 
     ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``). A torch child gets
-    ``PORTER_BLAS=none`` unless ``env`` sets it: then nothing but torch's own BLAS is loaded in it.
+    ``PORTER_BLAS=none`` and ``PORTER_CACHE_LIMIT=mlx`` unless ``env`` sets them: then nothing but torch's own BLAS
+    is loaded in it, and glibc's allocator keeps its own policy (the worker imports ``porter.bench``, and Porter's
+    CPU default otherwise tunes glibc for the whole process, which makes torch's large allocations faster than in a
+    torch process as users run it: the baseline would move).
     """
     child_env = dict(os.environ)
     if spec.get("framework") == "torch":
         child_env["PORTER_BLAS"] = "none"  # torch's own BLAS only, unless env says otherwise
+        child_env["PORTER_CACHE_LIMIT"] = "mlx"  # torch's own allocator policy (glibc untouched)
     child_env.update(env or {})
     proc = subprocess.run([sys.executable, "-m", "porter.bench", json.dumps(spec)], capture_output=True, text=True,
                           env=child_env, timeout=timeout)

@@ -205,3 +205,27 @@ def test_models_main_end_to_end(tmp_path, monkeypatch):
     assert saved["summary"][0] == f"Forward, batch 1: geometric mean of MLX/torch over 1 models {rows[0]['ratio']:.2f}" \
                                   f" (CPU time {rows[0]['cpu_ratio']:.2f})."
     assert saved["summary"] == lines[-len(saved["summary"]):]
+
+
+def test_torch_worker_runs_with_torchs_own_blas_and_allocator(monkeypatch):
+    # the worker imports porter.bench; Porter's CPU defaults (its BLAS, glibc tuned to keep freed blocks) would
+    # change how fast torch runs there, so the torch baseline is measured with both left as torch has them
+    seen = {}
+
+    class Done:
+        returncode, stdout, stderr = 0, '{"ok": 1}', ""
+
+    def fake_run(cmd, env=None, **kwargs):
+        seen.update(env)
+        return Done()
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.delenv("PORTER_CACHE_LIMIT", raising=False)
+    bench.benchmark_isolated({"framework": "torch"})
+    assert seen["PORTER_BLAS"] == "none" and seen["PORTER_CACHE_LIMIT"] == "mlx"
+    seen.clear()
+    bench.benchmark_isolated({"framework": "loaded"})
+    assert "PORTER_CACHE_LIMIT" not in seen  # the MLX side keeps Porter's defaults
+    seen.clear()
+    bench.benchmark_isolated({"framework": "torch"}, env={"PORTER_CACHE_LIMIT": "512MB"})
+    assert seen["PORTER_CACHE_LIMIT"] == "512MB"  # an explicit setting wins
