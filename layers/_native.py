@@ -425,7 +425,10 @@ def _fused_blas() -> bool:
             where = _bind.library_of(slots[0]) if slots else None
             if where:
                 lib = ctypes.CDLL(where, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-                local = getattr(lib, "openblas_set_num_threads_local", None)
+                from porter import _blas
+
+                local = next((getattr(lib, p + "openblas_set_num_threads_local") for p in _blas.SYMBOL_PREFIXES
+                              if hasattr(lib, p + "openblas_set_num_threads_local")), None)
                 local = ctypes.cast(local, ctypes.c_void_p).value if local is not None else 0
                 kernels().winograd3d_set_blas(slots[0], local or 0)
                 _state["blas"] = True

@@ -123,10 +123,11 @@ def _writable(lo: int, hi: int):
     return restore, libc
 
 
-def rebind(path: str, provider_handle, provider_path: str, owners: Iterable[str]) -> int:
+def rebind(path: str, provider_handle, provider_path: str, owners: Iterable[str], prefix: str = "") -> int:
     """Write the provider's address of every function that ``path`` imports from one of ``owners`` (loaded library
     paths) into ``path``'s GOT slots, where the provider (``provider_handle``, loaded from ``provider_path``) defines
-    it; returns how many functions were rebound. ``path`` must be loaded."""
+    it as ``prefix + name`` (scipy-openblas: ``scipy_cblas_sgemm``); returns how many functions were rebound.
+    ``path`` must be loaded."""
     base = load_base(path)
     if base is None:
         raise OSError(f"{path} is not loaded")
@@ -135,7 +136,7 @@ def rebind(path: str, provider_handle, provider_path: str, owners: Iterable[str]
     for symbol, offsets in _elf.got_slots(path).items():
         if not any(_defined_in(h, o, symbol) for h, o in owners):
             continue
-        target = _defined_in(provider_handle, provider_path, symbol)
+        target = _defined_in(provider_handle, provider_path, prefix + symbol)
         if target:
             plan += [(base + off, target) for off in offsets]
     if not plan:

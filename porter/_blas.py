@@ -13,9 +13,12 @@ Candidates, in this order (the first that is present, safe on this CPU and loads
    disables everything below (silently).
 2. The system's OpenBLAS (Debian/Ubuntu ``libopenblas0-pthread`` and friends, Fedora ``openblas``): an install the
    machine's owner chose, built for every x86-64 CPU (``DYNAMIC_ARCH``) and for any thread count.
-3. ``cmeel-openblas`` installed by pip in this environment (``pip install 'porter-mlx[fast-cpu]'``): the pip-only
-   fast path (an AVX-512 build, at most 4 threads).
-4. MKL installed by pip or conda in this environment (``libmkl_rt``).
+3. ``cmeel-openblas`` installed by pip in this environment (``pip install 'porter-mlx[fast-cpu]'``): an AVX-512
+   build (at most 4 threads), the fastest pip build on CPUs that have AVX-512.
+4. ``scipy-openblas32`` installed by pip (also in the ``fast-cpu`` extra): the OpenBLAS NumPy and SciPy ship, built
+   for every CPU of its architecture (``DYNAMIC_ARCH``: AVX2 x86-64 such as AMD Zen, older Intel, aarch64). Its
+   symbols carry a ``scipy_`` prefix (``scipy_cblas_sgemm``); MLX's calls are bound to the prefixed names.
+5. MKL installed by pip or conda in this environment (``libmkl_rt``).
 
 "Safe on this CPU": an OpenBLAS built for one CPU family (not ``DYNAMIC_ARCH``) is loaded only if ``/proc/cpuinfo``
 has the instruction sets that family needs; an AVX-512 build on a CPU without ``avx512f`` would die with SIGILL on
@@ -63,6 +66,8 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
 # Targets that run on any CPU of their architecture.
 BASELINE_TARGETS = ("GENERIC", "PRESCOTT", "CORE2", "PENRYN", "NEHALEM", "ATOM", "BARCELONA", "BOBCAT", "OPTERON",
                     "ARMV8", "CORTEXA53", "CORTEXA57", "CORTEXA72", "CORTEXA73", "NEOVERSEN1", "THUNDERX")
+# Symbol prefixes a BLAS may export its functions under ("" = the standard names; scipy-openblas: "scipy_").
+SYMBOL_PREFIXES = ("", "scipy_")
 # Flags shown by `porter doctor`.
 RELEVANT_FLAGS = ("sse4_2", "avx", "fma", "avx2") + _AVX512 + ("avx512_bf16", "avx512_vnni", "amx_tile", "asimd", "sve")
 
@@ -72,7 +77,8 @@ class Candidate:
     """One BLAS library that may be loaded.
 
     Args:
-        source (str): where it comes from: ``"PORTER_BLAS"``, ``"cmeel-openblas"``, ``"system-openblas"``, ``"mkl"``.
+        source (str): where it comes from: ``"PORTER_BLAS"``, ``"system-openblas"``, ``"cmeel-openblas"``,
+            ``"scipy-openblas"``, ``"mkl"``.
         path (str): the shared library.
     """
 
@@ -89,6 +95,7 @@ class BlasChoice:
     reason: str = "not configured yet"
     config: str | None = None  # e.g. OpenBLAS's own build description
     threads: int | None = None
+    prefix: str = ""  # the prefix of the library's symbol names ("scipy_" for scipy-openblas)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (source, path, why)
     hint: str | None = None
 
@@ -99,6 +106,7 @@ class BlasChoice:
             "reason": self.reason,
             "config": self.config,
             "threads": self.threads,
+            "symbol_prefix": self.prefix,
             "skipped": [{"source": s, "path": p, "why": w} for s, p, w in self.skipped],
             "hint": self.hint,
         }
@@ -243,6 +251,10 @@ def find_candidates(
     for site in site_dirs:
         found.append(Candidate("cmeel-openblas", os.path.join(site, "cmeel.prefix", "lib", "libopenblas.so.0")))
 
+    for site in site_dirs:
+        for path in sorted(glob.glob(os.path.join(site, "scipy_openblas32", "lib", "libscipy_openblas*.so*"))):
+            found.append(Candidate("scipy-openblas", path))
+
     for prefix in prefixes:
         for rel in ("lib/libmkl_rt.so.2", "lib/libmkl_rt.so"):
             found.append(Candidate("mkl", os.path.join(prefix, rel)))
@@ -270,8 +282,18 @@ def _load_local(path: str) -> ctypes.CDLL:
     return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
 
 
-def bind_mlx(lib, path: str) -> str | None:
-    """Point MLX's BLAS/LAPACK calls at the loaded library ``lib`` (file ``path``); returns why not, or None."""
+def symbol_prefix(lib) -> str | None:
+    """The prefix under which the loaded library ``lib`` exports the standard BLAS names (one of
+    :data:`SYMBOL_PREFIXES`, judged by ``cblas_sgemm``), or None if it exports them under none."""
+    for prefix in SYMBOL_PREFIXES:
+        if hasattr(lib, prefix + "cblas_sgemm"):
+            return prefix
+    return None
+
+
+def bind_mlx(lib, path: str, prefix: str = "") -> str | None:
+    """Point MLX's BLAS/LAPACK calls at the loaded library ``lib`` (file ``path``, exporting each function as
+    ``prefix + name``); returns why not, or None."""
     import mlx.core  # noqa: F401  (loads libmlx.so and the BLAS it bundles)
 
     from porter import _bind
@@ -282,7 +304,7 @@ def bind_mlx(lib, path: str) -> str | None:
     owners = _bind.bundled_blas(mlx_lib)
     if not owners:
         return "libmlx.so links no BLAS library that Porter can replace"
-    if _bind.rebind(mlx_lib, lib, path, owners) == 0:
+    if _bind.rebind(mlx_lib, lib, path, owners, prefix=prefix) == 0:
         return "provides none of the BLAS functions MLX calls"
     return None
 
@@ -345,13 +367,14 @@ def load_candidate(candidate: Candidate, load: Callable[[str], object] = _load_l
         return load(candidate.path)
 
 
-def _describe(lib) -> tuple[str | None, int | None]:
+def _describe(lib, prefix: str = "") -> tuple[str | None, int | None]:
     """OpenBLAS's build string and thread count, or MKL's thread count, where the library tells."""
     config = threads = None
     try:
-        lib.openblas_get_config.restype = ctypes.c_char_p
-        config = lib.openblas_get_config().decode(errors="replace")
-        threads = int(lib.openblas_get_num_threads())
+        get_config = getattr(lib, prefix + "openblas_get_config")
+        get_config.restype = ctypes.c_char_p
+        config = get_config().decode(errors="replace")
+        threads = int(getattr(lib, prefix + "openblas_get_num_threads")())
     except (AttributeError, TypeError):
         try:
             threads = int(lib.MKL_Get_Max_Threads())
@@ -361,7 +384,7 @@ def _describe(lib) -> tuple[str | None, int | None]:
     return config, threads
 
 
-def _set_threads(lib, env: Mapping[str, str]) -> None:
+def _set_threads(lib, env: Mapping[str, str], prefix: str = "") -> None:
     """Use every core this process may run on, unless the user set a thread count (the BLAS's own variables, read by
     the library at load time, or PORTER_BLAS_THREADS)."""
     wanted = env.get(ENV_THREADS, "").strip()
@@ -376,7 +399,7 @@ def _set_threads(lib, env: Mapping[str, str]) -> None:
     else:
         n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     n = max(1, n)
-    for setter in ("openblas_set_num_threads", "MKL_Set_Num_Threads"):
+    for setter in (prefix + "openblas_set_num_threads", "MKL_Set_Num_Threads"):
         fn = getattr(lib, setter, None)
         if fn is not None:
             fn(ctypes.c_int(n))
@@ -391,7 +414,7 @@ def choose(
     flags: frozenset[str] | None = None,
     candidates: Iterable[Candidate] | None = None,
     load: Callable[[str], object] = _load_local,
-    bind: Callable[[object, str], str | None] = bind_mlx,
+    bind: Callable[[object, str, str], str | None] = bind_mlx,
 ) -> BlasChoice:
     """Decide (and load) the BLAS for MLX. Every input is injectable so the logic is testable without side effects.
 
@@ -403,8 +426,9 @@ def choose(
         flags (frozenset, optional): CPU flags. Default: from ``/proc/cpuinfo``.
         candidates (Iterable[Candidate], optional): Default: :func:`find_candidates`.
         load (callable, optional): loads a library (locally); raises OSError on failure.
-        bind (callable, optional): ``bind(lib, path)`` points MLX's BLAS calls at the loaded library; returns why
-            it could not, or None. Default: :func:`bind_mlx`.
+        bind (callable, optional): ``bind(lib, path, prefix)`` points MLX's BLAS calls at the loaded library
+            (whose functions are named ``prefix + name``); returns why it could not, or None. Default:
+            :func:`bind_mlx`.
     """
     env = os.environ if env is None else env
     system = platform.system() if system is None else system
@@ -432,16 +456,18 @@ def choose(
             except OSError as err:
                 why = f"failed to load: {err}"
             else:
-                if not hasattr(lib, "cblas_sgemm"):  # e.g. scipy-openblas32, whose symbols are prefixed
-                    why = "loaded, but exports no cblas_sgemm, so MLX would not use it"
+                prefix = symbol_prefix(lib)
+                if prefix is None:
+                    names = " or ".join(p + "cblas_sgemm" for p in SYMBOL_PREFIXES)
+                    why = f"loaded, but exports no {names}, so MLX would not use it"
                 else:
-                    why = bind(lib, c.path)
+                    why = bind(lib, c.path, prefix)
             if why is None:
-                _set_threads(lib, env)
-                config, threads = _describe(lib)
+                _set_threads(lib, env, prefix)
+                config, threads = _describe(lib, prefix)
                 how = f"{ENV_BLAS}={setting}" if c.source == ENV_BLAS else "first safe candidate found"
                 return BlasChoice(library=c.path, source=c.source, reason=how, config=config, threads=threads,
-                                  skipped=skipped)
+                                  prefix=prefix, skipped=skipped)
         skipped.append((c.source, c.path, why))
         if c.source == ENV_BLAS:
             warnings.warn(f"porter: {ENV_BLAS}={c.path} not used ({why}); looking for another BLAS", stacklevel=3)

@@ -40,7 +40,8 @@ def fake_lib(path, *, target=None, dynamic=False, openblas=True):
 
 
 class FakeLoader:
-    """Records what would be loaded; fails for paths in `broken`."""
+    """Records what would be loaded; fails for paths in `broken`. A loaded library exports `cblas_sgemm`, under the
+    prefix `scipy_` if it is a scipy-openblas file, under a prefix Porter does not know for paths in `prefixed`."""
 
     def __init__(self, broken=(), prefixed=()):
         self.loaded, self.broken, self.prefixed = [], set(broken), set(prefixed)
@@ -50,8 +51,8 @@ class FakeLoader:
             raise OSError(f"{path}: cannot open shared object file")
         self.loaded.append(path)
         lib = type("Lib", (), {})()  # no openblas_* functions: threads/config stay None
-        if path not in self.prefixed:
-            lib.cblas_sgemm = lambda *args: None
+        prefix = "other_" if path in self.prefixed else "scipy_" if "libscipy_openblas" in path else ""
+        setattr(lib, prefix + "cblas_sgemm", lambda *args: None)
         return lib
 
 
@@ -127,6 +128,7 @@ def test_other_targets(tmp_path):
 def make_tree(tmp_path):
     site = tmp_path / "site"
     cmeel = fake_lib(site / "cmeel.prefix/lib/libopenblas.so.0", target="SKYLAKEX")
+    scipy = fake_lib(site / "scipy_openblas32/lib/libscipy_openblas.so", dynamic=True)
     root = tmp_path / "root"
     lib_dir = root / f"usr/lib/{_blas._multiarch()}"
     pthread = fake_lib(lib_dir / "openblas-pthread/libopenblas.so.0", dynamic=True)
@@ -135,7 +137,7 @@ def make_tree(tmp_path):
     prefix = tmp_path / "env"
     mkl = fake_lib(prefix / "lib/libmkl_rt.so.2", openblas=False)
     return dict(site_dirs=[str(site), str(tmp_path / "empty")], root=str(root), prefixes=[str(prefix)]), \
-        dict(cmeel=cmeel, system=str(lib_dir / "libopenblas.so.0"), serial=serial, mkl=mkl)
+        dict(cmeel=cmeel, scipy=scipy, system=str(lib_dir / "libopenblas.so.0"), serial=serial, mkl=mkl)
 
 
 def test_candidate_order(tmp_path):
@@ -146,6 +148,7 @@ def test_candidate_order(tmp_path):
         ("system-openblas", libs["system"]),
         ("system-openblas", libs["serial"]),
         ("cmeel-openblas", libs["cmeel"]),
+        ("scipy-openblas", libs["scipy"]),
         ("mkl", libs["mkl"]),
     ]
     for disabled in ("none", "NONE", "off", "auto", ""):
@@ -161,7 +164,7 @@ def choose(tmp_path, env=None, flags=AVX512_FLAGS, loader=None, tree=None, **kwa
     loader = loader or FakeLoader()
     kwargs.setdefault("system", "Linux")
     kwargs.setdefault("preloaded", False)
-    kwargs.setdefault("bind", lambda lib, path: None)
+    kwargs.setdefault("bind", lambda lib, path, prefix: None)
     choice = _blas.choose(env or {}, flags=flags, candidates=_blas.find_candidates(env or {}, **where),
                           load=loader, **kwargs)
     return choice, loader, libs
@@ -187,9 +190,25 @@ def test_avx512_guard_skips_the_pip_build(tmp_path):
     broken = FakeLoader(broken={libs["system"], libs["serial"]})
     choice, loader, _ = choose(tmp_path, flags=AVX2_FLAGS, loader=broken, tree=tree)
     assert libs["cmeel"] not in loader.loaded  # the AVX-512 build was never loaded
-    assert choice.source == "mkl"
+    assert choice.source == "scipy-openblas"  # the DYNAMIC_ARCH pip build runs on any x86-64
     skipped = {s[0]: s for s in choice.skipped}
     assert skipped["cmeel-openblas"][1] == libs["cmeel"] and "avx512f" in skipped["cmeel-openblas"][2]
+
+
+def test_prefixed_symbols_are_bound_under_their_prefix(tmp_path):
+    """scipy-openblas exports `scipy_cblas_sgemm`: MLX's `cblas_sgemm` slot is bound to it, and the choice says so."""
+    tree = make_tree(tmp_path)
+    libs = tree[1]
+    bound = []
+    broken = FakeLoader(broken={libs["system"], libs["serial"]})
+    choice, loader, _ = choose(tmp_path, flags=AVX2_FLAGS, loader=broken, tree=tree,
+                               bind=lambda lib, path, prefix: bound.append((path, prefix)))
+    assert bound == [(libs["scipy"], "scipy_")]
+    assert (choice.library, choice.prefix, choice.to_dict()["symbol_prefix"]) == (libs["scipy"], "scipy_", "scipy_")
+    # without it, MKL is next
+    broken = FakeLoader(broken={libs["system"], libs["serial"], libs["scipy"]})
+    choice, _, _ = choose(tmp_path, flags=AVX2_FLAGS, loader=broken, tree=tree)
+    assert (choice.source, choice.prefix) == ("mkl", "")
 
 
 def test_load_failure_falls_through(tmp_path):
@@ -208,7 +227,7 @@ def test_library_without_standard_symbols_is_skipped(tmp_path):
     choice, loader, _ = choose(tmp_path, loader=FakeLoader(prefixed={libs["system"]}), tree=tree)
     assert choice.source == "system-openblas" and choice.library == libs["serial"]
     assert choice.skipped == [("system-openblas", libs["system"],
-                               "loaded, but exports no cblas_sgemm, so MLX would not use it")]
+                               "loaded, but exports no cblas_sgemm or scipy_cblas_sgemm, so MLX would not use it")]
 
 
 def test_env_override(tmp_path):
@@ -270,7 +289,7 @@ def test_bind_failure_falls_through(tmp_path):
     tree = make_tree(tmp_path)
     libs = tree[1]
     refuse = {libs["system"]: "provides none of the BLAS functions MLX calls"}
-    choice, loader, _ = choose(tmp_path, tree=tree, bind=lambda lib, path: refuse.get(path))
+    choice, loader, _ = choose(tmp_path, tree=tree, bind=lambda lib, path, prefix: refuse.get(path))
     assert choice.source == "system-openblas" and choice.library == libs["serial"]
     assert choice.skipped == [("system-openblas", libs["system"], refuse[libs["system"]])]
 
@@ -416,6 +435,22 @@ def test_mlx_imported_before_porter_subprocess():
     assert os.path.realpath(info["blas_symbol_provider"]) == os.path.realpath(safe[0].path)
 
 
+
+def test_scipy_openblas_prefixed_build_is_bound_and_correct():
+    """The `scipy_`-prefixed DYNAMIC_ARCH build (fast-cpu extra, any x86-64/aarch64 CPU), named explicitly so this runs
+    on machines where an earlier candidate would win: MLX's matmul/conv agree with numpy/torch, and what MLX's
+    `cblas_sgemm` slot calls is that library."""
+    paths = [c.path for c in _blas.find_candidates({}) if c.source == "scipy-openblas"]
+    if not paths:
+        pytest.fail("scipy-openblas32 is part of the fast-cpu extra that scripts/setup.sh installs; it is missing")
+    proc = run_python(CORRECTNESS.format(first="import porter", torch=True), PORTER_BLAS=paths[0])
+    info = json.loads(proc.stdout)
+    assert info["blas"]["library"] == paths[0] and info["blas"]["symbol_prefix"] == "scipy_"
+    assert os.path.realpath(info["blas_symbol_provider"]) == os.path.realpath(paths[0])
+    assert "DYNAMIC_ARCH" in info["blas"]["config"] and info["blas"]["threads"] >= 1
+    assert "porter:" not in proc.stderr
+
+
 TORCH_BLAS = """
     import hashlib, json, sys
     order = {order!r}
@@ -445,9 +480,16 @@ def test_porter_does_not_change_torchs_blas():
     safe = [c for c in _blas.find_candidates({}) if _blas.unsafe_reason(c, _blas.cpu_flags()) is None]
     if not safe:
         pytest.skip("no optimized BLAS installed for this CPU: nothing Porter could hand to torch")
+    # The control needs a library exporting the standard names; a `scipy_`-prefixed build cannot take torch's
+    # `sgemm_` at all (checked here instead).
+    standard = [c for c in safe if c.source != "scipy-openblas"]
+    orders = ("torch_only", "porter_first", "torch_first") + (("global_preload",) if standard else ())
+    if not standard:
+        lib = _blas.load_candidate(safe[0])
+        assert not hasattr(lib, "sgemm_") and hasattr(lib, "scipy_sgemm_")
     results = {}
-    for order in ("torch_only", "porter_first", "torch_first", "global_preload"):
-        code = TORCH_BLAS.format(order=order, library=safe[0].path)
+    for order in orders:
+        code = TORCH_BLAS.format(order=order, library=(standard or safe)[0].path)
         env = {"PORTER_BLAS": "none"} if order == "torch_only" else {}  # the reference: Porter loads no BLAS
         results[order] = json.loads(run_python(code, **env).stdout)
     torch_lib = results["torch_only"]["sgemm_"]
@@ -455,7 +497,8 @@ def test_porter_does_not_change_torchs_blas():
     for order in ("porter_first", "torch_first"):
         assert results[order]["sgemm_"] == torch_lib, order
         assert results[order]["digest"] == results["torch_only"]["digest"], order
-    assert os.path.realpath(results["global_preload"]["sgemm_"]) == os.path.realpath(safe[0].path)
+    if standard:
+        assert os.path.realpath(results["global_preload"]["sgemm_"]) == os.path.realpath(standard[0].path)
 
 
 def test_porter_doctor_command():
