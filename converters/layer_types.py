@@ -97,6 +97,33 @@ class MultiheadAttention(nn.Module):
         return f"{self.embed_dim}, num_heads={self.num_heads}, batch_first={self.batch_first}"
 
     def __call__(self, query: mx.array, key: mx.array = None, value: mx.array = None) -> mx.array:
+        if not MHA_PACKED:
+            return self._unpacked(query, key, value)
+        e, h = self.embed_dim, self.num_heads
+        w, b = self.in_proj_weight, self.get("in_proj_bias")
+        # the arrays' own (N, L) or (L, N) order is kept: the projections act on rows, so no transposed view is
+        # handed to a GEMM (MLX would copy it first) and the heads are gathered by one copy
+        heads_order = (0, 2, 1, 3) if self.batch_first else (1, 2, 0, 3)  # (., ., H, D) -> (N, H, L, D)
+        if key is None and value is None:  # self-attention: one GEMM with the packed weight, one copy into heads
+            qkv = _rows(query, w, b).reshape(*query.shape[:2], 3, h, e // h)
+            qkv = PL.functional.contiguous(qkv.transpose((2,) + tuple(i + (i > 1) for i in heads_order)))
+            q, k, v = qkv[0], qkv[1], qkv[2]
+        else:
+            key = query if key is None else key
+            value = key if value is None else value
+
+            def project(x, i):
+                y = _rows(x, w[i * e:(i + 1) * e], None if b is None else b[i * e:(i + 1) * e])
+                return y.reshape(*x.shape[:2], h, e // h).transpose(heads_order)
+
+            q, k, v = project(query, 0), project(key, 1), project(value, 2)
+        out = _attention(q, k, v, self.dropout if self.training else 0.0)  # (N, H, L, D)
+        lead = query.shape[:2]
+        out = out.transpose((0, 2, 1, 3) if self.batch_first else (2, 0, 1, 3)).reshape(-1, e)
+        return self.out_proj(out).reshape(*lead, e)
+
+    def _unpacked(self, query: mx.array, key: mx.array = None, value: mx.array = None) -> mx.array:
+        """The previous computation (``MHA_PACKED = False``): three projections of a transposed view."""
         from .ops.linear import k_sdpa
 
         key = query if key is None else key
@@ -124,6 +151,28 @@ class MultiheadAttention(nn.Module):
         n, length = out.shape[0], out.shape[2]
         out = self.out_proj(out.transpose(0, 2, 1, 3).reshape(n, length, e))
         return out if self.batch_first else out.swapaxes(0, 1)
+
+
+# Switch (benchmarks/attention.py flips it): MultiheadAttention as one packed in-projection GEMM over the arrays'
+# own row order, one copy into heads and Porter's native softmax, against three projections of a transposed view
+# and MLX's softmax.
+MHA_PACKED = True
+
+
+def _rows(x: mx.array, weight: mx.array, bias) -> mx.array:
+    """``x @ weight.T + bias`` over the last axis, as one 2-d GEMM (bias added by the GEMM: ``mx.addmm``)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 @ weight.T if bias is None else mx.addmm(bias, x2, weight.T)
+
+
+def _attention(q: mx.array, k: mx.array, v: mx.array, dropout: float) -> mx.array:
+    """``softmax(q @ k^T / sqrt(D)) @ v`` over ``(N, H, L, D)``; with ``dropout`` > 0 (training) the attention weights
+    are dropped as torch's (survivors scaled by ``1 / (1 - p)``). Porter's softmax: one native pass on the CPU."""
+    scores = (q * (q.shape[-1] ** -0.5)) @ k.swapaxes(-1, -2)
+    probs = PL.functional.softmax(scores, axis=-1)
+    if dropout > 0:
+        probs = nn.Dropout(dropout)(probs)
+    return probs @ v
 
 
 class Activation(nn.Module):

@@ -18,7 +18,9 @@ Candidates, in this order (the first that is present, safe on this CPU and loads
 4. ``scipy-openblas32`` installed by pip (also in the ``fast-cpu`` extra): the OpenBLAS NumPy and SciPy ship, built
    for every CPU of its architecture (``DYNAMIC_ARCH``: AVX2 x86-64 such as AMD Zen, older Intel, aarch64). Its
    symbols carry a ``scipy_`` prefix (``scipy_cblas_sgemm``); MLX's calls are bound to the prefixed names.
-5. MKL installed by pip or conda in this environment (``libmkl_rt``).
+5. MKL installed by pip or conda in this environment (``libmkl_rt``). Last on purpose: on an AMD Zen 3 (AVX2) the
+   pip ``mkl==2026.2.0`` ran the sgemm shapes of ViT/ResNet-50/ConvNeXt 1.1-2x slower than scipy-openblas
+   (``benchmarks/gemm.py``, 1 thread), and torch's own MKL is linked statically, out of Porter's reach.
 
 "Safe on this CPU": an OpenBLAS built for one CPU family (not ``DYNAMIC_ARCH``) is loaded only if ``/proc/cpuinfo``
 has the instruction sets that family needs; an AVX-512 build on a CPU without ``avx512f`` would die with SIGILL on
@@ -256,7 +258,7 @@ def find_candidates(
             found.append(Candidate("scipy-openblas", path))
 
     for prefix in prefixes:
-        for rel in ("lib/libmkl_rt.so.2", "lib/libmkl_rt.so"):
+        for rel in ("lib/libmkl_rt.so.3", "lib/libmkl_rt.so.2", "lib/libmkl_rt.so"):  # .so.3: mkl >= 2025.3 wheels
             found.append(Candidate("mkl", os.path.join(prefix, rel)))
 
     seen: set[str] = set()

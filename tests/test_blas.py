@@ -156,6 +156,15 @@ def test_candidate_order(tmp_path):
     assert _blas.find_candidates({}, site_dirs=[], root=str(tmp_path / "nothing"), prefixes=[]) == []
 
 
+def test_mkl_wheels_soname_3_is_found(tmp_path):
+    """mkl >= 2025.3 from pip ships libmkl_rt.so.3 (no .so.2): still a candidate, last."""
+    prefix = tmp_path / "env"
+    mkl = fake_lib(prefix / "lib/libmkl_rt.so.3", openblas=False)
+    found = _blas.find_candidates({}, site_dirs=[], root=str(tmp_path / "nothing"), prefixes=[str(prefix)])
+    assert [(c.source, c.path) for c in found] == [("mkl", mkl)]
+    assert _blas.unsafe_reason(found[0], frozenset()) is None
+
+
 # --------------------------------------------------------------------------- the decision
 
 

@@ -52,7 +52,7 @@ def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False):
         scores = mx.where(causal, scores, -mx.inf)
     if mask is not None:
         scores = mx.where(mask, scores, -mx.inf) if mask.dtype == mx.bool_ else scores + mask
-    probs = mx.softmax(scores, axis=-1, precise=True)
+    probs = _layers.softmax(scores, -1)  # one native pass on the CPU (MLX's runs libm per element, one thread)
     if mask is not None:
         # torch's safe softmax: a query whose every key is masked out attends to nothing (zeros, not NaN)
         probs = mx.where(mx.all(scores == -mx.inf, axis=-1, keepdims=True), mx.zeros_like(probs), probs)
@@ -131,7 +131,7 @@ def k_native_mha(q, k, v, qkv_weight, qkv_bias, proj_weight, proj_bias, *, num_h
 
     qh, kh, vh = heads(q, w_q, b_q), heads(k, w_k, b_k), heads(v, w_v, b_v)
     scores = (qh * (1.0 / math.sqrt(e // num_head))) @ kh.swapaxes(-1, -2)
-    attn = mx.softmax(scores, axis=-1, precise=True)
+    attn = _layers.softmax(scores, -1)
     out = (attn @ vh).transpose(0, 2, 1, 3).reshape(q.shape[0], q.shape[1], e)
     out = out @ proj_weight.T + proj_bias
     if not need_weights:
