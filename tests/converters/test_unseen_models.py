@@ -156,7 +156,7 @@ def test_dinov2_resizes_its_positions_for_any_grid_and_refuses_the_unresized_pat
 
 # ---------------------------------------------------------------------------------------------------- layouts
 @pytest.mark.parametrize("name, layouts", [
-    ("espcn", (["NCHW->NHWC"], ["NCHW->NHWC"])),
+    ("espcn", (["NCHW->NHWC"], ["NCHW->NHWC"])),  # PixelShuffle channels-last (it gave 'as-is' NCHW before)
     pytest.param("whisper_encoder", (["NCL->NLC"], ["as-is"]), marks=pytest.mark.slow),
 ])
 def test_channels_last_io(name, layouts):
@@ -402,3 +402,70 @@ def test_validate_compares_a_shared_module_at_each_place_it_runs():
         model[1].conv.weight.mul_(1.01)
     report = porter.validate(model, ported, [(x,)], rtol=RTOL, atol=0.0)
     assert not report.ok and report.first_divergence["name"] == "1.conv", str(report)
+
+
+class GroupNormNet(nn.Module):
+    """diffusers' ResNet block's norm: conv -> GroupNorm -> SiLU (core ATen: ``native_group_norm``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.norm = nn.GroupNorm(4, 8)
+        self.act = nn.SiLU()
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.normal_(0, 0.2)
+
+    def forward(self, x):
+        return self.act(self.norm(self.conv(x)))
+
+
+def test_core_aten_group_norm_of_a_decomposed_program():
+    """A program after ``run_decompositions()`` (what a ``.pt2`` saved from one holds) spells GroupNorm
+    ``native_group_norm``: converted, at other sizes too."""
+    model = GroupNormNet().eval()
+    x = torch.randn(2, 3, 9, 7)
+    auto = torch.export.Dim.AUTO
+    ep = torch.export.export(model, (x,), dynamic_shapes=({0: auto, 2: auto, 3: auto},)).run_decompositions()
+    assert any("native_group_norm" in str(n.target) for n in ep.graph.nodes)
+    ported = porter.convert(ep, io_layout="torch")
+    for shape in ((2, 3, 9, 7), (1, 3, 6, 11)):
+        assert_matches(ported, model, (torch.randn(shape),))
+
+
+@pytest.mark.slow
+def test_decomposed_unet2d():
+    spec = UNSEEN["unet2d"]
+    model = spec.builder()
+    ep = torch.export.export(model, make_inputs(spec.inputs)).run_decompositions()
+    assert_matches(porter.convert(ep, io_layout="torch"), model, make_inputs(spec.inputs, seed=1))
+
+
+class SubPixel(nn.Module):
+    """Real-ESRGAN x2's ``pixel_unshuffle`` in front, ESPCN's ``PixelShuffle`` behind, convs around both."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv_first = nn.Conv2d(12, 8, 3, padding=1)
+        self.conv_up = nn.Conv2d(8, 3 * 9, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(3)
+
+    def forward(self, x):
+        return self.shuffle(self.conv_up(self.conv_first(F.pixel_unshuffle(x, 2))))
+
+
+@pytest.mark.parametrize("io_layout", ["mlx", "torch"])
+def test_pixel_shuffle_runs_channels_last(io_layout):
+    """A channels-last input is (un)shuffled channels-last: no transposes around it, and with ``io_layout="mlx"``
+    the image comes out channels-last (it came out NCHW, 'as-is', before). With torch's I/O layout the input is
+    unshuffled as given (NCHW) and only the shuffle after the conv runs channels-last."""
+    model = SubPixel().eval()
+    ported = porter.convert(model, torch.randn(2, 3, 8, 10), io_layout=io_layout)
+    if io_layout == "mlx":
+        assert list(ported.output_layouts) == ["NCHW->NHWC"] and ported.num_transposes == 0
+    kinds = [n["attrs"]["channels_last"] for n in ported._program.graph["nodes"] if n["kernel"] == "pixel_shuffle"]
+    assert kinds == ([True, True] if io_layout == "mlx" else [False, True])
+    for shape in ((2, 3, 8, 10), (1, 3, 6, 4)):
+        assert_matches(ported, model, (torch.randn(shape),))
+    unbatched = porter.convert(model, torch.randn(3, 8, 10), io_layout=io_layout)
+    assert_matches(unbatched, model, (torch.randn(3, 6, 4),))
