@@ -11,7 +11,7 @@ from .. import layout as L
 from .. import transforms
 from ..ir import Ref
 from ..registry import kernel, register
-from ..spec import GEOMETRY, TENSOR, Bool, Enum, Int, Ints, Obj, OneOf, Opt, PERM
+from ..spec import GEOMETRY, INT_OR_REF, TENSOR, Bool, Enum, Int, Ints, Obj, OneOf, Opt, PERM
 from . import _layers
 
 _GEOM = Ints(1, 3, 0, GEOMETRY)
@@ -58,6 +58,38 @@ def k_conv_transpose(x, weight, bias=None, *, nd, stride, padding, output_paddin
     return batched(conv)(x, weight, bias, stride, padding, output_padding, groups, dilation, unbatched=unbatched)
 
 
+# A group count the capture kept symbolic (StyleGAN2's grouped-conv trick, ``groups=batch``) is an input read at run
+# time; the conv-transpose weight, whose regrouping needs that count, comes in torch's layout and is regrouped then.
+RUNTIME_GROUPS_ATTRS = {k: v for k, v in CONV_ATTRS.items() if k != "groups"}
+
+
+def _runtime_groups(groups, op: str) -> int:
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"[{op}] 'groups' must be a positive int at run time but got {groups!r}")
+    return groups
+
+
+@kernel("conv_runtime_groups", inputs=[TENSOR, TENSOR, INT_OR_REF, Opt(TENSOR)], attrs=RUNTIME_GROUPS_ATTRS)
+def k_conv_runtime_groups(x, weight, groups, bias=None, *, nd, stride, padding, dilation, unbatched=False):
+    groups = _runtime_groups(groups, f"conv{nd}d")
+    return k_conv(x, weight, bias, nd=nd, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                  unbatched=unbatched)
+
+
+@kernel("conv_transpose_runtime_groups", inputs=[TENSOR, TENSOR, INT_OR_REF, Opt(TENSOR)],
+        attrs={**RUNTIME_GROUPS_ATTRS, "output_padding": _GEOM})
+def k_conv_transpose_runtime_groups(x, weight, groups, bias=None, *, nd, stride, padding, output_padding, dilation,
+                                    unbatched=False):
+    """``weight`` in torch's layout ``(C_in, C_out/groups, *k)``."""
+    op = f"conv_transpose{nd}d"
+    groups = _runtime_groups(groups, op)
+    if weight.shape[0] % groups:
+        raise ValueError(f"[{op}] weight's {weight.shape[0]} input channels are not divisible by 'groups'={groups}")
+    forward, _ = transforms.get("conv_transpose_weight")
+    return k_conv_transpose(x, forward(weight, groups=groups), bias, nd=nd, stride=stride, padding=padding,
+                            output_padding=output_padding, groups=groups, dilation=dilation, unbatched=unbatched)
+
+
 def _check_transform(inputs, attrs):
     TRANSFORM_ATTRS[attrs["name"]].check(attrs.get("attrs", {}), None)
 
@@ -84,16 +116,24 @@ def _conv_common(ctx, call, nd, transposed):
     rank = ctx.meta(x).rank
     perm = spatial_layout(rank, nd, call.op)
     groups = call.arg("groups")
-    if isinstance(groups, Ref):
-        call.fail("groups", "groups must be a constant")
-    if transposed:
-        weight = _weight(ctx, w, "conv_transpose_weight", groups=groups)
+    if isinstance(groups, Ref):  # read at run time: the *_runtime_groups kernels
+        weight = ctx.tensor(w, L.identity(ctx.meta(w).rank)) if transposed else _weight(ctx, w, "conv_weight")
+        inputs = [ctx.tensor(x, perm), weight, ctx.value(groups)]
+    elif transposed:
+        inputs = [ctx.tensor(x, perm), _weight(ctx, w, "conv_transpose_weight", groups=groups)]
     else:
-        weight = _weight(ctx, w, "conv_weight")
-    inputs = [ctx.tensor(x, perm), weight]
+        inputs = [ctx.tensor(x, perm), _weight(ctx, w, "conv_weight")]
     if b is not None:
         inputs.append(ctx.tensor(b))
     return inputs, perm, groups, rank == nd + 1
+
+
+def _emit(ctx, kind, inputs, attrs, perm):
+    """``kind`` ("conv" or "conv_transpose"), or its runtime-groups form when ``groups`` is symbolic."""
+    if isinstance(attrs["groups"], Ref):
+        attrs = {k: v for k, v in attrs.items() if k != "groups"}
+        return ctx.emit(f"{kind}_runtime_groups", inputs, attrs, perm=perm)
+    return ctx.emit(kind, inputs, attrs, perm=perm)
 
 
 def _conv(nd):
@@ -101,7 +141,7 @@ def _conv(nd):
         inputs, perm, groups, unbatched = _conv_common(ctx, call, nd, False)
         attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
                  "dilation": call.arg("dilation"), "groups": groups, "unbatched": unbatched}
-        ctx.emit("conv", inputs, attrs, perm=perm)
+        _emit(ctx, "conv", inputs, attrs, perm)
 
     convert_conv.__name__ = f"convert_conv{nd}d"
     return convert_conv
@@ -113,7 +153,7 @@ def _conv_transpose(nd):
         attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
                  "output_padding": call.arg("output_padding"), "groups": groups, "dilation": call.arg("dilation"),
                  "unbatched": unbatched}
-        ctx.emit("conv_transpose", inputs, attrs, perm=perm)
+        _emit(ctx, "conv_transpose", inputs, attrs, perm)
 
     convert_conv_transpose.__name__ = f"convert_conv_transpose{nd}d"
     return convert_conv_transpose
@@ -140,11 +180,11 @@ def convert_convolution(ctx, call):
         attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
                  "output_padding": call.arg("output_padding"), "groups": groups, "dilation": call.arg("dilation"),
                  "unbatched": unbatched}
-        return ctx.emit("conv_transpose", inputs, attrs, perm=perm)
+        return _emit(ctx, "conv_transpose", inputs, attrs, perm)
     output_padding = call.arg("output_padding")
     if any(output_padding or []):
         call.fail("output_padding", "output_padding only applies to transposed convolutions")
     inputs, perm, groups, unbatched = _conv_common(ctx, call, nd, False)
     attrs = {"nd": nd, "stride": call.arg("stride"), "padding": call.arg("padding"),
              "dilation": call.arg("dilation"), "groups": groups, "unbatched": unbatched}
-    ctx.emit("conv", inputs, attrs, perm=perm)
+    _emit(ctx, "conv", inputs, attrs, perm)

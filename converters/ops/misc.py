@@ -159,11 +159,23 @@ def k_tri(x, *, upper, diagonal):
     return (mx.triu(x, diagonal) if upper else mx.tril(x, diagonal)).astype(x.dtype)
 
 
-@kernel("pixel_shuffle", inputs=[TENSOR], attrs={"factor": Int(1, GEOMETRY), "inverse": Bool()})
-def k_pixel_shuffle(x, *, factor, inverse):
-    """Torch layout ``(*, C, H, W)``."""
-    *lead, c, h, w = x.shape
+@kernel("pixel_shuffle", inputs=[TENSOR], attrs={"factor": Int(1, GEOMETRY), "inverse": Bool(),
+                                                  "channels_last": Bool()})
+def k_pixel_shuffle(x, *, factor, inverse, channels_last=False):
+    """Torch layout ``(*, C, H, W)``, or channels-last ``(*, H, W, C)``: channel ``c * r * r + i * r + j`` of
+    pixel ``(h, w)`` is channel ``c`` of pixel ``(h * r + i, w * r + j)``."""
     r = factor
+    if channels_last:
+        *lead, h, w, c = x.shape
+        n = len(lead)
+        if not inverse:
+            x = x.reshape(*lead, h, w, c // (r * r), r, r)
+            x = x.transpose(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+            return x.reshape(*lead, h * r, w * r, c // (r * r))
+        x = x.reshape(*lead, h // r, r, w // r, r, c)
+        x = x.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+        return x.reshape(*lead, h // r, w // r, c * r * r)
+    *lead, c, h, w = x.shape
     if not inverse:
         x = x.reshape(*lead, c // (r * r), r, r, h, w)
         n = len(lead)
@@ -409,16 +421,22 @@ def convert_diagonal(ctx, call):
 def _pixel_shuffle(inverse):
     def convert_pixel_shuffle(ctx, call):
         x = call.arg("self")
-        ident = L.identity(ctx.meta(x).rank)
+        rank = ctx.meta(x).rank
         factor = call.arg("downscale_factor" if inverse else "upscale_factor")
-        ctx.emit("pixel_shuffle", [ctx.tensor(x, ident)], {"factor": factor, "inverse": inverse}, perm=ident)
+        # an (N, C, H, W) or (C, H, W) input already channels-last stays so (a super-resolution net's last conv):
+        # no transpose before, and a channels-last image out
+        perm = ctx.perm(x)
+        if perm not in ((L.channels_last(4),) if rank == 4 else (L.channels_last_unbatched(3),) if rank == 3 else ()):
+            perm = L.identity(rank)
+        ctx.emit("pixel_shuffle", [ctx.tensor(x, perm)],
+                 {"factor": factor, "inverse": inverse, "channels_last": perm != L.identity(rank)}, perm=perm)
 
     convert_pixel_shuffle.__name__ = "convert_pixel_unshuffle" if inverse else "convert_pixel_shuffle"
     return convert_pixel_shuffle
 
 
-register("aten.pixel_shuffle.default")(_pixel_shuffle(False))
-register("aten.pixel_unshuffle.default")(_pixel_shuffle(True))
+register("aten.pixel_shuffle.default", channels_last=True)(_pixel_shuffle(False))
+register("aten.pixel_unshuffle.default", channels_last=True)(_pixel_shuffle(True))
 
 
 @kernel("channel_shuffle", inputs=[TENSOR], attrs={"axis": AXIS, "groups": Int(1, 1 << 24)})

@@ -7,6 +7,8 @@ layout pass turns into no transpose at all); group_norm runs channels-last.
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 
 from .. import layout as L
@@ -140,6 +142,31 @@ def convert_group_norm(ctx, call):
     perm = L.channels_last(rank)
     inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
     ctx.emit("group_norm", inputs, {"groups": call.arg("num_groups"), "eps": call.arg("eps")}, perm=perm)
+
+
+@register("aten.native_group_norm.default", channels_last=True)
+def convert_native_group_norm(ctx, call):
+    """Core ATen's group norm (an ExportedProgram after ``run_decompositions()``, a ``.pt2`` saved from one):
+    ``(out, mean, rstd)`` of ``input`` viewed as ``(N, C, HxW)``; decomposed inference graphs read only ``out``."""
+    x = call.arg("input")
+    shape = ctx.meta(x).shape
+    if len(shape) < 2:
+        call.fail("input", "native_group_norm needs (N, C, ...) input")
+    sizes = {"N": shape[0], "C": shape[1], "HxW": math.prod(shape[2:]) if all(isinstance(s, int) for s in shape[2:])
+             else None}
+    for name, expected in sizes.items():
+        given = call.arg(name)  # the input's own sizes (symbolic where the input's are): checked where known
+        if isinstance(given, int) and isinstance(expected, int) and given != expected:
+            call.fail(name, f"{name}={given} does not match the input's shape {list(shape)}")
+    if ctx.used_items(call.name) - {0}:
+        call.fail("input", "native_group_norm's mean/rstd outputs are not supported")
+    from ..convert import Info
+
+    perm = L.channels_last(len(shape))
+    inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
+    out = ctx.emit("group_norm", inputs, {"groups": call.arg("group"), "eps": call.arg("eps")}, perm=perm,
+                   meta=call.meta.items[0], out=ctx.fresh(call.name))
+    ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
 
 
 @register("aten.instance_norm.default", channels_last=True)

@@ -38,6 +38,7 @@ from tests.converters import test_ops_select as select_ops
 from tests.converters import test_ops_pool_options as pool_options
 from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
+from tests.converters import test_unseen_models as unseen
 from tests.converter_check import assert_matches
 from tests.models import REGISTRY, make_inputs
 from porter.converters import supported_ops
@@ -143,6 +144,8 @@ EXERCISERS["test_ops_real:Rounding"] = Exerciser(_case(real.Rounding().eval(), (
 EXERCISERS["test_ops_real:Transcendental"] = Exerciser(_case(real.Transcendental().eval(), (2, 3, 7), (2, 3, 7)))
 for _name, _spec in REGISTRY.items():
     EXERCISERS[f"models:{_name}"] = Exerciser(lambda spec=_spec: (spec.builder(), make_inputs(spec.inputs)))
+EXERCISERS["test_unseen_models:GroupNormNet"] = Exerciser(_case(unseen.GroupNormNet().eval(), (2, 3, 9, 7)),
+                                                       "decomposed")  # core ATen's native_group_norm
 EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
     lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
 
