@@ -3,6 +3,9 @@ model's own shapes, MLX (through Porter) against torch, summed by layer type.
 
     python benchmarks/train_profile.py --models resnet18,mobilenet_v2 --batch 8 --threads 1 [--repeat 5] [--nodes]
 
+Any model of ``benchmarks/model_list.py`` (``convnext_tiny``, ``r3d_18``: the zoo tests' twins), at its own input
+shape unless ``--size`` sets the spatial size.
+
 Each node of the converted program (``PortedModel._program``) runs on the inputs it gets in the model's forward:
 ``mx.vjp`` of the node with respect to its floating inputs and its layer's trainable parameters (not the model's
 input image, which needs no gradient in a training step), against a random cotangent; torch runs the module of the
