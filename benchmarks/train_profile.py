@@ -3,6 +3,9 @@ model's own shapes, MLX (through Porter) against torch, summed by layer type.
 
     python benchmarks/train_profile.py --models resnet18,mobilenet_v2 --batch 8 --threads 1 [--repeat 5] [--nodes]
 
+Any model of ``benchmarks/model_list.py`` (``convnext_tiny``, ``r3d_18``: the zoo tests' twins), at its own input
+shape unless ``--size`` sets the spatial size.
+
 Each node of the converted program (``PortedModel._program``) runs on the inputs it gets in the model's forward:
 ``mx.vjp`` of the node with respect to its floating inputs and its layer's trainable parameters (not the model's
 input image, which needs no gradient in a training step), against a random cotangent; torch runs the module of the
@@ -20,12 +23,16 @@ import os
 import sys
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # benchmarks.model_list, and tests.zoo.twins for the twins it builds
+
 
 def _parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="resnet18,mobilenet_v2")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--size", type=int, default=None,
+                        help="spatial size (default: the model's own input in benchmarks/model_list.py)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--nodes", action="store_true", help="also print every node's row")
@@ -143,11 +150,17 @@ def profile(name, batch, size, repeat, show_nodes):
     import porter
     from porter.bench import _torch_model, _train_step_mlx, _train_step_torch
 
-    model = _torch_model(dict(builder=f"porter.examples:{name}"))
-    x = np.random.default_rng(0).standard_normal((batch, 3, size, size)).astype(np.float32)
+    from benchmarks.model_list import MODELS
+
+    if name not in MODELS:
+        raise SystemExit(f"--models: {name!r} is not in benchmarks/model_list.py; models: {', '.join(MODELS)}")
+    entry = MODELS[name]
+    chw = entry["chw"] if size is None else entry["chw"][:-2] + (size, size)
+    model = _torch_model(dict(builder=entry["builder"], builder_kwargs=entry["builder_kwargs"]))
+    x = np.random.default_rng(0).standard_normal((batch, *chw)).astype(np.float32)
     xt = torch.from_numpy(x)
     ported = porter.convert(model, xt)
-    xm = mx.array(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    xm = mx.array(np.ascontiguousarray(np.moveaxis(x, 1, -1)))
     step_mlx = _timed(_train_step_mlx(ported, xm), repeat)
     step_torch = _timed(_train_step_torch(model, xt), repeat)
     mrows = _mlx_rows(ported, xm, repeat)
@@ -167,7 +180,7 @@ def profile(name, batch, size, repeat, show_nodes):
             tb = t["both"] if t else (float("nan"),) * 2
             print(f"  {r['module'] or '-':<28} {r['kind']:<22} {str(r['shape']):<22} mlx fwd+bwd wall {r['both'][0]:7.2f} "
                   f"cpu {r['both'][1]:7.2f} | torch wall {tb[0]:7.2f} cpu {tb[1]:7.2f}")
-    print(f"\n{name} batch {batch} {size}x{size}, threads {os.environ.get('PORTER_NUM_THREADS')}: whole step "
+    print(f"\n{name} batch {batch} {'x'.join(map(str, chw[1:]))}, threads {os.environ.get('PORTER_NUM_THREADS')}: whole step "
           f"MLX wall {step_mlx[0]:.1f} cpu {step_mlx[1]:.1f} ms, torch wall {step_torch[0]:.1f} cpu {step_torch[1]:.1f} "
           f"ms (min of {repeat})")
     print("| layer kind | n | MLX fwd wall / cpu | MLX fwd+bwd wall / cpu | torch fwd+bwd wall / cpu | ratio wall / cpu |")

@@ -123,6 +123,16 @@ def test_strided_gradients(x_shape, c_out, k, stride, padding):
     _check(x_shape, c_out, k, stride=stride, padding=padding)
 
 
+@pytest.mark.parametrize("examples_per_chunk", [1, 2])
+def test_strided_weight_gradient_in_chunks(monkeypatch, examples_per_chunk):
+    """The weight gradient's im2col over chunks of examples (one each; two, with a remainder of one at batch 3),
+    accumulated: the stem's 7x7/s2 on 3 channels and a 3x3/s2 with trailing input no output reads."""
+    per_example = {(3, 7): 12 * 11 * 7 * 7 * 3 * 4, (16, 3): 4 * 5 * 3 * 3 * 16 * 4}
+    for (c_in, k), x_shape, padding in [((3, 7), (3, 3, 23, 21), 3), ((16, 3), (3, 16, 10, 12), 0)]:
+        monkeypatch.setattr(_conv_grads, "WEIGHT_GRAD_COLS_BYTES", examples_per_chunk * per_example[c_in, k])
+        _check(x_shape, 8, k, stride=2, padding=padding, seed=examples_per_chunk)
+
+
 def test_strided_gradient_with_nan():
     _check((1, 8, 9, 9), 8, 3, stride=2, padding=1, nan_at=(0, 3, 4, 4))
 

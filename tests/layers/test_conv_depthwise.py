@@ -39,6 +39,7 @@ CASES_2D = [
     ((2, 4, 7, 8), 4, 4, 3, dict(padding=1, stride=2)),
     ((2, 4, 7, 8), 4, 8, (3, 5), dict(padding=(1, 2))),
     ((2, 16, 9, 10), 16, 16, 3, dict(padding=1)),  # whole vectors of channels
+    ((2, 24, 9, 11), 24, 24, 7, dict(padding=3)),  # ConvNeXt's 7x7: whole AVX2 vectors, not AVX-512 ones
     ((2, 32, 8, 7), 32, 32, 3, dict(stride=2, padding=1)),
     ((2, 17, 9, 8), 17, 17, 3, dict(padding=1)),  # a vector plus a remainder
     ((1, 70, 6, 7), 70, 70, (3, 2), dict(stride=(2, 1), padding=(1, 0))),  # 4 vectors + 6
