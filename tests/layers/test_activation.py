@@ -86,14 +86,16 @@ def test_activation_matches_torch(kind, dtype, n, backend):
     ref = exact.astype(np.float32 if dtype == "float32" else np.float16 if dtype == "float16" else np.float32)
     ref = ref.astype(np.float64) if dtype != "bfloat16" else _torch_np(torch.from_numpy(exact).to(tdt))
     # Specials: exactly where an exact computation puts them. torch agrees, except that its vectorized float32 and
-    # bfloat16 GELU gives NaN at +inf (its scalar path, float64 and float16 give inf, as here). MLX's own float32
+    # bfloat16 GELU gives NaN at +inf on AVX-512 CPUs (its AVX2 path, scalar path, float64 and float16 give inf, as
+    # here). MLX's own float32
     # ops (the pure path) overflow a little early: e^88.72 is inf there.
     xs = x.float().numpy()
     near = (np.abs(xs) > 88) & np.isfinite(xs) if backend == "mlx" else np.zeros(n, bool)
     _same_specials(got[~near], ref[~near], f"{kind} {dtype}")
     mask = np.isfinite(theirs) & np.isfinite(ref) & np.isfinite(got)
     if kind == "gelu" and dtype in ("float32", "bfloat16"):
-        assert np.all(np.isnan(theirs[np.isposinf(ref)]))
+        at_inf = theirs[np.isposinf(ref)]
+        assert np.all(np.isnan(at_inf) | np.isposinf(at_inf))
     else:
         keep = np.isfinite(ref) | ~np.isfinite(theirs)
         _same_specials(theirs[keep], ref[keep], "torch itself")
