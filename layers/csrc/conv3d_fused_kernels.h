@@ -59,7 +59,7 @@ inline void wino3d_fused_input(const float* x, const Wino3dGeometry& g, int64_t 
     }
     float* out = slot + k * C;
     int64_t c = 0;
-    for (; c + 16 <= C; c += 16) wino::input_tile<wino::f32x16>(px, c, out, block * C);
+    for (; c + wino::kLanes <= C; c += wino::kLanes) wino::input_tile<wino::f32v>(px, c, out, block * C);
     for (; c < C; ++c) wino::input_tile<float>(px, c, out, block * C);
   }
 }
@@ -86,8 +86,8 @@ inline void wino3d_fused_output(const float* m, const float* x, const float* w, 
       }
     };
     int64_t c = 0;
-    for (; c + 16 <= co; c += 16) {
-      if (!wino::output_tile<wino::f32x16>(src, block * co, c, dst)) redo(c, c + 16);
+    for (; c + wino::kLanes <= co; c += wino::kLanes) {
+      if (!wino::output_tile<wino::f32v>(src, block * co, c, dst)) redo(c, c + wino::kLanes);
     }
     for (; c < co; ++c) {
       if (!wino::output_tile<float>(src, block * co, c, dst)) redo(c, c + 1);

@@ -65,7 +65,7 @@ inline void wino3d_input(const float* x, const Wino3dGeometry& g, float* v) {
       }
       float* out = v + t * C;
       int64_t c = 0;
-      for (; c + 16 <= C; c += 16) wino::input_tile<wino::f32x16>(rows, c, out, R * C);
+      for (; c + wino::kLanes <= C; c += wino::kLanes) wino::input_tile<wino::f32v>(rows, c, out, R * C);
       for (; c < C; ++c) wino::input_tile<float>(rows, c, out, R * C);
     }
   });
@@ -121,8 +121,8 @@ inline void wino3d_output(const float* m, const float* x, const float* w, const 
         }
       };
       int64_t c = 0;
-      for (; c + 16 <= co; c += 16) {
-        if (!wino::output_tile<wino::f32x16>(src, R * co, c, dst)) redo(c, c + 16);
+      for (; c + wino::kLanes <= co; c += wino::kLanes) {
+        if (!wino::output_tile<wino::f32v>(src, R * co, c, dst)) redo(c, c + wino::kLanes);
       }
       for (; c < co; ++c) {
         if (!wino::output_tile<float>(src, R * co, c, dst)) redo(c, c + 1);

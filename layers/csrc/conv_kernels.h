@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "parallel.h"
+#include "simd.h"
 
 namespace porter {
 
@@ -90,22 +91,15 @@ std::vector<T> transpose_weight(const T* w, const DwGeometry& g) {
 }
 
 // ------------------------------------------------------------------------------------------------ row dot products
-// One vector is the build CPU's register width (the kernels are compiled with -march=native). A GCC vector type wider
-// than the hardware's is kept on the stack and moved through integer registers on every `acc += a * b` (measured on
-// AMD Zen 3 / AVX2 with 64-byte vectors: the forward of (8, 56, 56, 144) 3x3 took 15 ms of CPU against torch's 5).
-#if defined(__AVX512F__)
-inline constexpr int kDwVecBytes = 64;
-#elif defined(__AVX__)
-inline constexpr int kDwVecBytes = 32;
-#else
-inline constexpr int kDwVecBytes = 16;
-#endif
-
+// One vector is the build CPU's register width (kVectorBytes, simd.h; the kernels are compiled with -march=native). A
+// GCC vector type wider than the hardware's is kept on the stack and moved through integer registers on every
+// `acc += a * b` (measured on AMD Zen 3 / AVX2 with 64-byte vectors: the forward of (8, 56, 56, 144) 3x3 took 15 ms
+// of CPU against torch's 5).
 template <typename T>
 struct Lanes {
-  typedef T vec __attribute__((vector_size(kDwVecBytes)));
-  typedef T half_vec __attribute__((vector_size(kDwVecBytes / 2)));
-  static constexpr int64_t n = kDwVecBytes / sizeof(T);
+  typedef T vec __attribute__((vector_size(kVectorBytes)));
+  typedef T half_vec __attribute__((vector_size(kVectorBytes / 2)));
+  static constexpr int64_t n = kVectorBytes / sizeof(T);
 };
 
 // res[c] (+)= sum_p a[p][aoff + c] * b[p][boff + c] for the K*lanes channels at c, in K vector registers.
@@ -208,6 +202,55 @@ inline void dw_forward_tile(const T* const* xr, const T* const* wq, int64_t rows
   for (int r = 0; r < R; ++r) std::memcpy(y + r * C + c0, &acc[r], sizeof(V));
 }
 
+// The same for R outputs of a last dim with stride 1, dilation 1 and K2 taps: the K2 weights of a row stay in
+// registers and each of the R + K2 - 1 input pixels the outputs read is loaded once, instead of once per tap (K2
+// times): half the loads of dw_forward_tile for 3x3 and R independent sums. Output r still adds its taps in order
+// (rows outer, t2 ascending), so the results are those of dw_forward_tile bit for bit.
+template <typename T, int R, int K2>
+inline void dw_forward_tile_s1(const T* const* xr, const T* const* wq, int64_t rows, const DwGeometry& g, int64_t i2,
+                               int64_t c0, T* y) {
+  using V = typename Lanes<T>::vec;
+  const int64_t C = g.c;
+  V acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = V{};
+  for (int64_t q = 0; q < rows; ++q) {
+    V wv[K2];
+#pragma GCC unroll 8
+    for (int t = 0; t < K2; ++t) std::memcpy(&wv[t], wq[q] + t * C + c0, sizeof(V));
+    const T* xp = xr[q] + (i2 - g.lo[2]) * C + c0;
+#pragma GCC unroll 16
+    for (int p = 0; p < R + K2 - 1; ++p) {
+      V xv;
+      std::memcpy(&xv, xp + p * C, sizeof(V));
+#pragma GCC unroll 8
+      for (int t = 0; t < K2; ++t) {
+        if (p - t >= 0 && p - t < R) acc[p - t] += xv * wv[t];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(y + r * C + c0, &acc[r], sizeof(V));
+}
+
+// Outputs per dw_forward_tile_s1: as many sums as the registers left after the K2 weights and an input vector hold
+// (8 at most: 16 vector registers with AVX2/NEON, 32 with AVX-512).
+template <int K2>
+constexpr int dw_s1_outputs() {
+  return std::min(8, kVectorRegisters - K2 - 2);
+}
+
+// Runs dw_forward_tile_s1 over the outputs [i2, to) of one row in tiles of its width, for the whole vectors of
+// channels [0, cv); returns where it stopped.
+template <typename T, int K2>
+inline int64_t dw_forward_row_s1(const T* const* xr, const T* const* wq, int64_t rows, const DwGeometry& g, int64_t i2,
+                                 int64_t to, int64_t cv, T* yr) {
+  constexpr int R = dw_s1_outputs<K2>();
+  const int64_t C = g.c;
+  for (; i2 + R <= to; i2 += R) {
+    for (int64_t c0 = 0; c0 < cv; c0 += Lanes<T>::n) dw_forward_tile_s1<T, R, K2>(xr, wq, rows, g, i2, c0, yr + i2 * C);
+  }
+  return i2;
+}
+
 // y[n, o, c*m + j] = sum over the real taps t of x[n, o*s - lo + t*d, c] * w[c*m + j, t]. Split over output rows.
 template <typename T>
 void depthwise_forward(const T* x, const T* w, const DwGeometry& g, T* y) {
@@ -224,9 +267,11 @@ void depthwise_forward(const T* x, const T* w, const DwGeometry& g, T* y) {
       inner_to = i2 + 1;
     }
   }
-  const bool tiles = m == 1 && C % Lanes<T>::n == 0 && inner_to - inner_from >= 4;
+  // tiles cover the whole vectors of channels [0, cv); the rest (C = 116: 14 vectors of 8 and 4) per output
+  const int64_t cv = C - C % Lanes<T>::n;
+  const bool tiles = m == 1 && cv > 0 && inner_to - inner_from >= 4;
   parallel_for(rows, g.O[2] * mc * taps, [&](int64_t begin, int64_t end) {
-    std::vector<const T*> a(taps), b(taps);
+    std::vector<const T*> a(taps), b(taps), pa(cv < C ? taps : 0), pb(cv < C ? taps : 0);
     std::vector<T> tmp(m > 1 ? C : 0);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / (g.O[0] * g.O[1]), i0 = (row / g.O[1]) % g.O[0], i1 = row % g.O[1];
@@ -244,15 +289,34 @@ void depthwise_forward(const T* x, const T* w, const DwGeometry& g, T* y) {
         from = inner_from, to = inner_to;
         T* yr = y + row * g.O[2] * mc;
         int64_t i2 = from;
+        if (g.s[2] == 1 && g.d[2] == 1) {
+          switch (g.k[2]) {
+            case 3: i2 = dw_forward_row_s1<T, 3>(a.data(), b.data(), q, g, i2, to, cv, yr); break;
+            case 5: i2 = dw_forward_row_s1<T, 5>(a.data(), b.data(), q, g, i2, to, cv, yr); break;
+            case 7: i2 = dw_forward_row_s1<T, 7>(a.data(), b.data(), q, g, i2, to, cv, yr); break;
+            default: break;
+          }
+        }
         for (; i2 + 4 <= to; i2 += 4) {
-          for (int64_t c0 = 0; c0 < C; c0 += Lanes<T>::n) {
+          for (int64_t c0 = 0; c0 < cv; c0 += Lanes<T>::n) {
             dw_forward_tile<T, 4>(a.data(), b.data(), q, g, i2, c0, yr + i2 * C);
           }
         }
         for (; i2 < to; ++i2) {
-          for (int64_t c0 = 0; c0 < C; c0 += Lanes<T>::n) {
+          for (int64_t c0 = 0; c0 < cv; c0 += Lanes<T>::n) {
             dw_forward_tile<T, 1>(a.data(), b.data(), q, g, i2, c0, yr + i2 * C);
           }
+        }
+        for (i2 = from; cv < C && i2 < to; ++i2) {  // the channels past the last whole vector, in the same order
+          int64_t pairs = 0;
+          for (int64_t r = 0; r < q; ++r) {
+            for (int64_t t2 = 0; t2 < g.k[2]; ++t2) {
+              pa[pairs] = a[r] + (i2 * g.s[2] - g.lo[2] + t2 * g.d[2]) * C;
+              pb[pairs] = b[r] + t2 * mc;
+              ++pairs;
+            }
+          }
+          dot_rows<T, false>(pa.data(), pb.data(), pairs, cv, cv, C - cv, yr + i2 * C + cv);
         }
       }
       for (int64_t i2 = 0; i2 < g.O[2]; ++i2) {

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "parallel.h"
+#include "simd.h"
 #include "windows.h"
 
 namespace porter {
@@ -43,54 +44,59 @@ inline int64_t channel_block(int64_t n, int64_t c) {
 }
 
 // ------------------------------------------------------------------------------------------------ window max
-// Window reductions of K * 16 float32 channels with the running values in K vector registers (GCC/Clang vector
-// types: SSE/AVX/AVX-512 or NEON), used for contiguous channels in multiples of 16: measured 2x faster than a
-// whole-row accumulator in memory on a global average pool of (8, 56, 56, 256). Taps still go in scan order per
-// channel, so results are those of the generic loops bit for bit.
+// Window reductions of K * 16 float32 channels with the running values in vector registers (GCC/Clang vector
+// types of the CPU's width, simd.h: SSE/AVX/AVX-512 or NEON), used for contiguous channels in multiples of 16:
+// measured 2x faster than a whole-row accumulator in memory on a global average pool of (8, 56, 56, 256). Taps still
+// go in scan order per channel, so results are those of the generic loops bit for bit. kMaxVectors blocks of 16
+// channels at once: 16 with AVX-512 (16 of its 32 registers), 6 with AVX2 and 3 with SSE/NEON (12 of 16 registers:
+// wider tiles spill the running values to the stack).
 #if defined(__GNUC__) || defined(__clang__)
 constexpr bool kHaveVectors = true;
-constexpr int64_t kMaxVectors = 16;
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef int32_t i32x16 __attribute__((vector_size(64)));
+constexpr int64_t kPoolLanes = kVectorBytes / sizeof(float);
+constexpr int64_t kBlockVectors = 16 / kPoolLanes;  // registers per block of 16 channels
+constexpr int64_t kMaxVectors = kVectorBytes == 64 ? 16 : 12 / kBlockVectors;
+typedef float f32v __attribute__((vector_size(kVectorBytes)));
+typedef int32_t i32v __attribute__((vector_size(kVectorBytes)));
 
 struct SumOp {
-  static f32x16 init() { return f32x16{}; }
-  static f32x16 step(f32x16 acc, f32x16 v) { return acc + v; }
+  static f32v init() { return f32v{}; }
+  static f32v step(f32v acc, f32v v) { return acc + v; }
 };
 
 struct MaxOp {  // torch's scan: replace when greater or NaN
-  static f32x16 init() {
-    f32x16 r;
-    for (int i = 0; i < 16; ++i) r[i] = -std::numeric_limits<float>::infinity();
+  static f32v init() {
+    f32v r;
+    for (int i = 0; i < kPoolLanes; ++i) r[i] = -std::numeric_limits<float>::infinity();
     return r;
   }
-  static f32x16 step(f32x16 acc, f32x16 v) {
-    const i32x16 take = (v > acc) | (v != v);
-    return (f32x16)(((i32x16)v & take) | ((i32x16)acc & ~take));
+  static f32v step(f32v acc, f32v v) {
+    const i32v take = (v > acc) | (v != v);
+    return (f32v)(((i32v)v & take) | ((i32v)acc & ~take));
   }
 };
 
 template <typename Op, int K>
 inline void reduce_registers_k(const float* xn, const Geometry& g, const std::vector<Axis>& ax, int64_t i0,
                                int64_t i1, int64_t i2, float* out) {
-  f32x16 acc[K];
-  for (int k = 0; k < K; ++k) acc[k] = Op::init();
+  constexpr int R = K * kBlockVectors;
+  f32v acc[R];
+  for (int k = 0; k < R; ++k) acc[k] = Op::init();
   for (int64_t a = ax[0].first[i0]; a < ax[0].end[i0]; a += ax[0].step) {
     for (int64_t b = ax[1].first[i1]; b < ax[1].end[i1]; b += ax[1].step) {
       for (int64_t w = ax[2].first[i2]; w < ax[2].end[i2]; w += ax[2].step) {
         const float* p = xn + a * g.stride[0] + b * g.stride[1] + w * g.stride[2];
-        for (int k = 0; k < K; ++k) {
-          f32x16 v;
-          std::memcpy(&v, p + 16 * k, sizeof(v));
+        for (int k = 0; k < R; ++k) {
+          f32v v;
+          std::memcpy(&v, p + kPoolLanes * k, sizeof(v));
           acc[k] = Op::step(acc[k], v);
         }
       }
     }
   }
-  for (int k = 0; k < K; ++k) std::memcpy(out + 16 * k, &acc[k], sizeof(f32x16));
+  for (int k = 0; k < R; ++k) std::memcpy(out + kPoolLanes * k, &acc[k], sizeof(f32v));
 }
 
-// Reduces channels [0, C) of one window of xn (channel-contiguous, C a multiple of 16) into out, 256 at a time.
+// Reduces channels [0, C) of one window of xn (channel-contiguous, C a multiple of 16) into out, 16 * kMaxVectors at a time.
 template <typename Op>
 inline void reduce_in_registers(const float* xn, const Geometry& g, const std::vector<Axis>& ax, int64_t i0,
                                 int64_t i1, int64_t i2, int64_t C, float* out) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "parallel.h"
+#include "simd.h"
 
 namespace porter {
 
@@ -36,6 +37,10 @@ struct WinoGeometry {
 namespace wino {
 
 typedef float f32x16 __attribute__((vector_size(64)));
+// The transforms' register tiles (16 vectors in input_tile) in the CPU's own vectors: a 64-byte type on an AVX2 CPU
+// keeps them on the stack (simd.h).
+typedef float f32v __attribute__((vector_size(kVectorBytes)));
+constexpr int64_t kLanes = kVectorBytes / sizeof(float);
 
 template <typename V>
 inline V load(const float* p) {
@@ -120,7 +125,7 @@ inline void winograd_input(const float* x, const WinoGeometry& g, float* v) {
       }
       float* out = v + t * C;
       int64_t c = 0;
-      for (; c + 16 <= C; c += 16) wino::input_tile<wino::f32x16>(rows, c, out, T * C);
+      for (; c + wino::kLanes <= C; c += wino::kLanes) wino::input_tile<wino::f32v>(rows, c, out, T * C);
       for (; c < C; ++c) wino::input_tile<float>(rows, c, out, T * C);
     }
   });
@@ -171,8 +176,8 @@ inline void winograd_output(const float* m, const float* x, const float* w, cons
         }
       };
       int64_t c = 0;
-      for (; c + 16 <= co; c += 16) {
-        if (!wino::output_tile<wino::f32x16>(src, T * co, c, dst)) redo(c, c + 16);
+      for (; c + wino::kLanes <= co; c += wino::kLanes) {
+        if (!wino::output_tile<wino::f32v>(src, T * co, c, dst)) redo(c, c + wino::kLanes);
       }
       for (; c < co; ++c) {
         if (!wino::output_tile<float>(src, T * co, c, dst)) redo(c, c + 1);

@@ -57,6 +57,20 @@ CASES_2D = [
     ((2, 3, 1, 1), 3, 3, 1, {}),
     ((2, 16, 5, 1), 16, 16, (3, 1), dict(padding=(1, 3), stride=(1, 8))),  # a dim that reads only padding
     ((1, 32, 6, 23), 32, 32, (3, 5), dict(padding=(1, 2), stride=(1, 2))),  # tiles of 4 and single outputs
+    # the vector width follows the CPU (8 float32 lanes with AVX2, 16 with AVX-512): channel counts that are whole
+    # vectors on one and not on the other, and a half vector of 4 (AVX2) plus a remainder
+    ((1, 24, 5, 13), 24, 24, 3, dict(padding=1)),
+    ((2, 40, 4, 11), 40, 40, (3, 5), dict(padding=(1, 2))),
+    ((1, 12, 4, 9), 12, 12, 3, dict(padding=1)),
+    ((1, 56, 3, 10), 56, 56, (1, 7), dict(padding=(0, 3))),
+    # stride-1 rows of 3/5/7 taps in register tiles of 8 (7 with 7 taps on AVX2) outputs, then 4, then 1, with
+    # channel counts past the last whole vector (58 = 7 x 8 + 2, 116 = 14 x 8 + 4 = 7 x 16 + 4)
+    ((1, 16, 5, 29), 16, 16, 3, dict(padding=1)),
+    ((1, 24, 4, 30), 24, 24, 5, dict(padding=2)),
+    ((1, 40, 9, 31), 40, 40, 7, dict(padding=3)),
+    ((2, 58, 5, 20), 58, 58, 3, dict(padding=1)),
+    ((1, 116, 4, 14), 116, 116, 3, dict(padding=1)),
+    ((1, 13, 3, 17), 13, 13, (3, 7), dict(padding=(1, 3))),
     ((1, 16, 5, 30), 16, 16, (2, 3), dict(padding=1, stride=(1, 3), dilation=(1, 2))),
     ((1, 16, 4, 21), 16, 16, (1, 9), dict(padding=(0, 4))),  # more taps along W than the tiled weight gradient
     ((2, 3, 1, 1), 3, 6, 3, dict(padding=1)),
@@ -120,7 +134,7 @@ def test_depthwise_conv_functional(nd, x_shape, w_shape, bias, args):
     check_functional(nd, x_shape, w_shape, bias, args)
 
 
-@pytest.mark.parametrize("channels, mult", [(6, 2), (16, 1)])
+@pytest.mark.parametrize("channels, mult", [(6, 2), (16, 1), (10, 1), (12, 1)])
 def test_depthwise_conv_float64_matches_torch_closely(channels, mult):
     # float64 runs in float64 on the native path (MLX CPU computes float64 elementwise ops too)
     torch.manual_seed(3)
@@ -138,6 +152,21 @@ def test_depthwise_conv_float64_matches_torch_closely(channels, mult):
     for a, t in zip(got, (y, x.grad, w.grad)):
         assert a.dtype == np.float64
         np.testing.assert_allclose(a, t.detach().movedim(1, -1).numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("channels, k", [(16, 3), (58, 3), (40, 7), (24, 5)])
+def test_depthwise_conv_non_finite_inputs_land_where_torch_puts_them(channels, k):
+    # NaN and inf inside the register tiles (and their channel tails): each reaches exactly the outputs that read it
+    torch.manual_seed(4)
+    x = torch.randn(1, channels, 6, 27)
+    x[0, 1, 2, 9] = float("nan")
+    x[0, -1, 3, 20] = float("inf")
+    x[0, channels // 2, 0, 4] = -float("inf")
+    w = torch.randn(channels, 1, k, k)
+    y = F.conv2d(x, w, None, 1, k // 2, 1, channels)
+    got = PF.conv2d(mx.array(x.movedim(1, -1).numpy()), mx.array(w.movedim(1, -1).numpy()), None, 1, k // 2, 1,
+                    channels)
+    np.testing.assert_allclose(np.array(got), y.movedim(1, -1).numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 # ---------------------------------------------------------------------------------------------------- layouts
