@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import struct
 
 from .runtime import PortedModel
@@ -204,19 +203,11 @@ def load(source, *, revision=None, local_files_only=False) -> PortedModel:
 
 
 def _open_regular(path: str, limit: int):
-    """Open ``path`` for reading only when it is a regular file of at most ``limit`` bytes (a FIFO would hang)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise ArtifactError(path, "the file", "", f"cannot be opened ({e.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise ArtifactError(path, "the file", "", "is not a regular file (a FIFO, device or socket)")
-    if info.st_size > limit:
-        os.close(fd)
-        raise ArtifactError(path, "the file", "", f"is {info.st_size} bytes, more than the {limit} bytes allowed")
-    return os.fdopen(fd, "rb"), info.st_size
+    """Open the artifact file ``path`` when it is (or links, within the policy of ``converters/artifact_files.py``,
+    to) a regular file of at most ``limit`` bytes (a FIFO would hang, a device never end)."""
+    from .artifact_files import open_member
+
+    return open_member(path, limit)
 
 
 def read_graph(path: str):

@@ -264,6 +264,6 @@ def _load_file(path: str, header: dict) -> dict:
     """The arrays of one safetensors file, read a tensor at a time from its checked ``header`` (every dtype,
     float64 and bfloat16 included: ``converters/weights_io.py``)."""
     try:
-        return read_tensors(path, header)
+        return read_tensors(path, header, opener=lambda p: _open_regular(p, 1 << 62)[0])
     except OSError as e:  # the file changed or shrank since its header was checked
         raise ArtifactError(path, "the file", "", f"cannot be read ({e})") from None
