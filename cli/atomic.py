@@ -118,3 +118,36 @@ def remove_created(created) -> None:
             os.rmdir(path)
         except OSError:
             pass
+
+
+def check_file_destination(path: str, option: str) -> None:
+    """Refuse early an output file ``option`` names that cannot be written: a directory, or a missing or read-only
+    folder (an existing regular file is replaced, as a report is)."""
+    if os.path.isdir(path):
+        raise InputError(f"{option} '{path}' is a directory.", f"Give a file path for {option}.")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"{option} '{path}': the folder '{folder}' does not exist.", "Create it, or choose another "
+                         "path.")
+    try:  # permission bits do not tell the whole story (root, read-only mounts): try it
+        os.remove(_probe(folder))
+    except OSError as exc:
+        raise InputError(f"{option} '{path}': cannot write in the folder '{folder}' ({exc.strerror}).",
+                         "Choose a writable location.")
+
+
+def _probe(folder: str) -> str:
+    handle, probe = tempfile.mkstemp(prefix=".porter-probe-", dir=folder)
+    os.close(handle)
+    return probe
+
+
+def write_text_file(path: str, text: str, option: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary sibling renamed over it: never a half-written file, and
+    a link at ``path`` is replaced rather than written through)."""
+    from porter.converters.files import write_temporary_text
+
+    try:
+        os.replace(write_temporary_text(path, text), path)
+    except OSError as exc:
+        raise InputError(f"Cannot write {option} '{path}': {exc.strerror or exc}.", "Choose a writable path.")

@@ -159,10 +159,13 @@ def parse_dynamic(text):
     if text in ("auto", "all", "batch", "static"):
         return text
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        dims = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
+        dims = []
+    if not dims:
         raise InputError(f"--dynamic '{text}' is neither a mode nor a list of dims.",
-                         "Use auto, all, batch, static, or torch dims such as 0,2,3.") from None
+                         "Use auto, all, batch, static (no dynamic dim), or torch dims such as 0,2,3.") from None
+    return dims
 
 
 def default_output(file: str) -> str:

@@ -48,8 +48,8 @@ def zoo_info(ui, name):
 @click.option("--arch", required=True, help="The zoo architecture the checkpoint is for (see `porter zoo list`).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="The .safetensors file to write (torchvision's names and layout; load_checkpoint reads it).")
-@click.option("--num-classes", type=int, default=None,
-              help="Classifier outputs of the checkpoint, when not the architecture's default.")
+@click.option("--num-classes", type=click.IntRange(1, 100_000), default=None,
+              help="Classifier outputs of the checkpoint, when not the architecture's default (1 to 100000).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @common_options()
 def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
@@ -69,6 +69,9 @@ def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
         raise InputError(f"Output '{output}' must end in .safetensors.", "Choose another name with -o.")
     if os.path.lexists(output) and not force:
         raise InputError(f"Output '{output}' already exists.", "Pass --force to replace it.")
+    from .atomic import check_file_destination
+
+    check_file_destination(output, "-o")  # a missing or read-only folder: before reading the checkpoint
     try:
         state = load_state_dict(checkpoint)
     except (OSError, ValueError) as exc:  # CheckpointFormatError is a ValueError
