@@ -26,6 +26,7 @@ import mlx.core as mx
 from .schema import ArtifactError
 from .serialize import WEIGHTS_FILE, _check_weights, _open_regular, _read_header
 from .files import remove_quietly, write_temporary_text
+from .limits import check_weight_bytes
 from .weights_io import read_tensors, write_temporary
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -164,6 +165,7 @@ def read_weights(directory: str, params: dict) -> dict:
         _check_unlisted(directory, {WEIGHTS_FILE}, path)
         header = _read_header(path)
         _check_weights(header, params, path)
+        check_weight_bytes(sum(_nbytes(e) for e in header.values()), directory)
         return _load_file(path, header)
     weight_map, total_size = _read_index(index_path)
     files = sorted(set(weight_map.values()))
@@ -197,6 +199,7 @@ def read_weights(directory: str, params: dict) -> dict:
     if total_size is not None and total_size != total:
         raise ArtifactError(index_path, "metadata", "total_size",
                             f"is {total_size}, but the shards hold {total} bytes of tensors")
+    check_weight_bytes(total, directory)
     weights = {}
     for file in files:
         weights.update(_load_file(os.path.join(directory, file), headers[file]))
