@@ -302,24 +302,40 @@ def _read_legacy(path: str) -> Any:
             raw = bytearray(f.read(nbytes))
             storage._read = lambda raw=raw: raw
             storage.ready = True
-        return _realize(result)
+        return _realize(result, path)
 
 
 def _refuse_storage(path: str, what: str):
     raise CheckpointFormatError(f"'{path}': a storage appears in the legacy header ({what}).")
 
 
-def _realize(value):
-    """Legacy files hold the bytes after the pickle: view the tensors left pending (containers rebuilt)."""
+_MAX_NESTING = 64  # containers inside containers: a state dict is a few levels deep
+
+
+def _realize(value, path: str = "", memo=None, depth: int = 0):
+    """Legacy files hold the bytes after the pickle: view the tensors left pending (containers rebuilt). Each
+    container is rebuilt once however often the pickle refers to it (a 500-byte pickle of lists sharing lists
+    ``x = [x, x]`` sixty times over is 2**60 paths, and took forever walked as a tree), and nesting is bounded."""
+    memo = {} if memo is None else memo
     if isinstance(value, _Pending):
         return _view(*value.args)
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    if id(value) in memo:
+        return memo[id(value)]
+    if depth > _MAX_NESTING:
+        raise CheckpointFormatError(f"'{path}': containers nested more than {_MAX_NESTING} levels deep; a weight "
+                                    "file is a few levels deep.")
     if isinstance(value, dict):
         rebuilt = type(value)() if isinstance(value, collections.OrderedDict) else {}
-        rebuilt.update((k, _realize(v)) for k, v in value.items())
-        return rebuilt
-    if isinstance(value, (list, tuple)):
-        return type(value)(_realize(v) for v in value)
-    return value
+        memo[id(value)] = rebuilt
+        rebuilt.update((k, _realize(v, path, memo, depth + 1)) for k, v in value.items())
+    elif isinstance(value, list):
+        rebuilt = memo[id(value)] = []
+        rebuilt.extend(_realize(v, path, memo, depth + 1) for v in value)
+    else:
+        rebuilt = memo[id(value)] = type(value)(_realize(v, path, memo, depth + 1) for v in value)
+    return rebuilt
 
 
 def read_torch_file(path: str) -> Any:
