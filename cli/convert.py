@@ -183,7 +183,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
     hub = {"repo_id": os.path.basename(os.path.abspath(output)), **(hub or {})}  # written into a temp folder
     quantize = hub.pop("quantize", None)
     fmt = detect_format(file)  # fail fast on a bad file, before anything slow (and only once)
-    check_destination(output, force)
+    check_destination(output, force, [file])
     labels = ["loading checkpoint", "converting", "writing weights", "validating against torch"]
     if not validate:
         labels.remove("validating against torch")
@@ -209,7 +209,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
                     _raise_if_failed(report, file)
                 quantization = _quantize(ui, ported, quantize)
                 metadata["quantization"] = quantization
-            with atomic_directory(output, force) as tmp:
+            with atomic_directory(output, force, [file]) as tmp:
                 with progress.step("writing weights"):
                     porter.save(ported, tmp, metadata=metadata, **hub)
                     reloaded = _reload(porter, tmp)
@@ -405,7 +405,7 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
         raise InputError(f"Example checkpoint '{checkpoint}' already exists.",
                          "Pass --force to overwrite it (and the output directory), or choose another place "
                          "with -o DIR.")
-    check_destination(output, force)
+    check_destination(output, force, [checkpoint])
     created = make_parents(os.path.dirname(os.path.abspath(checkpoint)))
     try:
         _save_example_checkpoint(builders[name], checkpoint)
