@@ -43,6 +43,11 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
     from .layouts import torch_to_ported
 
     batches = parse_batches(batch)
+    unused = [name for name, value in (("--model", model_spec), ("--arch", arch), ("--model-kwargs", model_kwargs),
+                                       ("--trust-pickle", trust_pickle)) if value]
+    if unused and not against:
+        raise InputError(f"{', '.join(unused)} given without --against: they describe the torch checkpoint to time "
+                         "against.", "Add --against FILE, or drop them.")
     if warmup < 0 or repeat < 1:
         raise InputError("--warmup must be >= 0 and --repeat >= 1.", "For example --warmup 3 --repeat 10.")
     ported = load_ported(directory)

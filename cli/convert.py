@@ -95,6 +95,9 @@ def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trus
     on the Hugging Face Hub) is written atomically: nothing is left behind if anything fails, and an existing
     directory is only replaced with --force.
     """
+    if grads and no_validate:
+        raise click.UsageError("--grads compares gradients while validating: it cannot be combined with "
+                               "--no-validate.")
     hub = hub_options(max_shard_size, base_model, repo_id)
     hub["quantize"] = quantize_options(quantize, q_bits, q_group_size)
     dtype = parse_dtype(dtype)

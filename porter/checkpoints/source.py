@@ -87,6 +87,10 @@ def open_model(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=F
         raise CheckpointError("--model and --arch both given.", "Use one: --arch NAME for a known architecture, or "
                               "--model package.module:factory for your own.")
     kwargs = parse_model_kwargs(model_kwargs)
+    if model_kwargs is not None and not (model or arch):
+        raise CheckpointError("--model-kwargs given without --model or --arch: they are the arguments of the "
+                              "factory --model/--arch names.", "Give --model package.module:factory (or --arch NAME) "
+                              "with them, or drop --model-kwargs.")
     shapes = parse_input_shapes(input_shapes, "--input-shape" if shapes_from == "from --input-shape" else
                                 shapes_from)
     ckpt = load_checkpoint(path, trust_pickle=trust_pickle, format=format)
@@ -102,8 +106,9 @@ def open_model(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=F
         torch_model = build_model(spec, kwargs, "--model" if model else "--arch")
         load_state_dict_strict(torch_model, ckpt.state_dict, path, spec)
     else:
-        if model or arch:
-            raise CheckpointError(f"--model/--arch given, but '{path}' is a {describe_format(ckpt.format)} that "
+        if model or arch or model_kwargs is not None:
+            raise CheckpointError(f"--model/--arch/--model-kwargs given, but '{path}' is a "
+                                  f"{describe_format(ckpt.format)} that "
                                   "already contains the model.", "Drop --model/--arch (they are for state_dict "
                                   "checkpoints).")
         torch_model = ckpt.model

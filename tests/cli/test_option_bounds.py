@@ -54,6 +54,13 @@ CASES = {
     "zoo output in a missing folder": (["zoo", "convert", "{w}", "--arch", "resnet18", "-o",
                                         "{dir}/nowhere/z.safetensors"], ["-o", "does not exist"]),
     "convert empty dims list": (["convert", "{w}", *MODEL, "--dynamic", ",,", "-o", "{dir}/out"], ["--dynamic"]),
+    # an option the command would have dropped silently
+    "convert --grads with --no-validate": (["convert", "{w}", *MODEL, "--no-validate", "--grads", "-o",
+                                            "{dir}/out"], ["--grads", "--no-validate"]),
+    "convert --model-kwargs without a factory": (["convert", "{w}", "--model-kwargs", '{{"num_classes": 5}}',
+                                                  "-o", "{dir}/out"], ["--model-kwargs", "without --model"]),
+    "bench --model without --against": (["bench", "{art}", *MODEL], ["--model", "without --against"]),
+    "bench --trust-pickle without --against": (["bench", "{art}", "--trust-pickle"], ["--trust-pickle"]),
 }
 
 
@@ -105,3 +112,12 @@ def test_zoo_convert_bad_checkpoints(tmp_path):
                                            str(tmp_path / "out.safetensors")])
         assert_input_error(result, [name])
         assert not marker.exists() and not (tmp_path / "out.safetensors").exists()
+
+
+def test_architecture_options_for_a_file_holding_the_model(tmp_path):
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(tinynets.seeded(), (torch.randn(1, 3, 16, 16),)), path)
+    for extra in (MODEL, ["--model-kwargs", "{}", "--arch", "resnet18"]):
+        result = CliRunner().invoke(main, ["convert", str(path), *extra, "--no-validate", "-o", str(tmp_path / "o")])
+        assert_input_error(result, ["m.pt2", "already contains the model"])
+    assert sorted(os.listdir(tmp_path)) == ["m.pt2"]
