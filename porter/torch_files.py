@@ -253,6 +253,9 @@ def _read_zip(path: str) -> Any:
                 raise CheckpointFormatError(f"'{path}': storage '{key}' is used with two element types.")
             return storages[key]
 
+        if archive.getinfo(pickles[0]).compress_type != zipfile.ZIP_STORED:  # inflating it could take any memory
+            raise CheckpointFormatError(f"'{path}': '{pickles[0]}' is compressed, which torch never writes; refusing "
+                                        "to inflate it.")
         try:
             data = archive.read(pickles[0])
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
@@ -383,6 +386,23 @@ def _unwrap(obj: Any, path: str) -> dict:
     return dict(obj)
 
 
+_MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own bound
+
+
+def _check_safetensors_header(path: str) -> None:
+    """Refuse, before MLX parses it, a header longer than the file or than the safetensors library allows (MLX
+    would hold a JSON document of any declared size in memory)."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        size = os.fstat(fh.fileno()).st_size
+    if len(head) < 8:
+        raise CheckpointFormatError(f"'{path}' is too short to be a safetensors file.")
+    length = int.from_bytes(head, "little")
+    if length > min(size - 8, _MAX_SAFETENSORS_HEADER):
+        raise CheckpointFormatError(f"'{path}': its safetensors header declares {length} bytes, more than the file "
+                                    f"holds or the {_MAX_SAFETENSORS_HEADER} bytes a header may have.")
+
+
 def load_state_dict(path: str) -> dict:
     """A state dict (name -> array in torch's layout) from ``.safetensors``, ``.pth``, ``.pt`` or ``.bin``.
 
@@ -398,6 +418,7 @@ def load_state_dict(path: str) -> dict:
     if path.endswith(".safetensors"):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"[porter] checkpoint '{path}' does not exist or is not a file.")
+        _check_safetensors_header(path)
         try:
             return mx.load(path)
         except (RuntimeError, ValueError) as exc:

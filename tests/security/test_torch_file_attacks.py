@@ -71,3 +71,24 @@ def test_shared_tensors_keep_sharing(tmp_path):
                _use_new_zipfile_serialization=False)
     state = load_state_dict(str(path))
     assert (state["a.weight"] == w.numpy()).all() and (state["b.weight"] == w.numpy()).all()
+
+
+def test_compressed_pickle_refused_before_inflating(tmp_path):
+    import zipfile
+
+    path = tmp_path / "bomb.pth"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bomb/data.pkl", b"(" * (64 << 20))  # 64 MiB from ~64 KiB
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(CheckpointFormatError, match="bomb.pth.*compressed"):
+        load_state_dict(str(path))
+
+
+def test_safetensors_header_bounded_before_mlx_parses_it(tmp_path):
+    path = tmp_path / "big.safetensors"
+    path.write_bytes((200 << 20).to_bytes(8, "little") + b"{" + b" " * 1000)
+    with pytest.raises(CheckpointFormatError, match="big.safetensors.*header declares"):
+        load_state_dict(str(path))
+    path.write_bytes(b"\x01")
+    with pytest.raises(CheckpointFormatError, match="too short"):
+        load_state_dict(str(path))
