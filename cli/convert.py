@@ -6,6 +6,8 @@ import click
 
 from porter.checkpoints import EXPORT, describe_format, detect_format, open_model
 
+from porter.converters.files import umask
+
 from .atomic import atomic_directory, check_destination, make_parents, remove_created
 from .errors import InputError, ValidationFailed, first_line
 from .ui import common_options
@@ -434,12 +436,18 @@ def _save_example_checkpoint(builder, checkpoint):
 
     torch.manual_seed(0)
     model = builder()
-    tmp = checkpoint + ".tmp"
-    try:
+    import tempfile
+
+    tmp = None
+    try:  # mkstemp: an unpredictable name created O_EXCL, so no planted link at "<name>.tmp" is written through
+        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(checkpoint)}.tmp-",
+                                       dir=os.path.dirname(os.path.abspath(checkpoint)))
+        os.close(handle)
         torch.save(model.state_dict(), tmp)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, checkpoint)
     except BaseException as exc:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
         if isinstance(exc, OSError):
             raise InputError(f"Cannot write the example checkpoint '{checkpoint}': {exc.strerror}.",

@@ -85,10 +85,21 @@ def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
     except ValueError as exc:
         raise InputError(f"Checkpoint '{checkpoint}' does not match --arch '{arch}': {exc}",
                          "Check --arch (and --num-classes for a fine-tuned classifier).")
-    # mx.save_safetensors appends .safetensors to other names: the temporary file keeps the suffix
-    tmp = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.tmp-{os.getpid()}.safetensors")
+    # mx.save_safetensors appends .safetensors to other names: the temporary file keeps the suffix. mkstemp makes
+    # it (O_EXCL, an unpredictable name): a link planted under a guessable name in a shared folder is never followed
+    import tempfile
+
+    try:
+        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.tmp-", suffix=".safetensors",
+                                       dir=os.path.dirname(os.path.abspath(output)))
+        os.close(handle)
+    except OSError as exc:
+        raise InputError(f"Cannot write '{output}' ({exc.strerror}).", "Choose another output with -o.")
     try:
         mx.save_safetensors(tmp, {k: v if isinstance(v, mx.array) else mx.array(v) for k, v in state.items()})
+        from porter.converters.files import umask
+
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600 -> a normal file
         os.replace(tmp, output)
     except (OSError, RuntimeError) as exc:
         raise InputError(f"Cannot write '{output}' ({getattr(exc, 'strerror', None) or exc}).", "Choose another output with -o.")
