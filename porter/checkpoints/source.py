@@ -48,8 +48,12 @@ class Source:
         return self.model
 
     def metadata(self) -> dict:
-        """What ``porter validate``/``bench`` need to rebuild the torch side later (stored in graph.json)."""
-        return {"file": self.path, "format": self.format, "kind": self.kind, "model": self.model_spec,
+        """What ``porter validate``/``bench`` need to rebuild the torch side later (stored in graph.json). The file
+        by its name only: the folder is meant to be published, and the checkpoint's path would show the user's
+        directories (``/home/alice/...``) in the model card."""
+        import os
+
+        return {"file": os.path.basename(self.path), "format": self.format, "kind": self.kind, "model": self.model_spec,
                 "model_kwargs": self.model_kwargs,
                 "input_shapes": [list(t.shape) for t in self.example_inputs]}
 

@@ -121,3 +121,13 @@ def test_architecture_options_for_a_file_holding_the_model(tmp_path):
         result = CliRunner().invoke(main, ["convert", str(path), *extra, "--no-validate", "-o", str(tmp_path / "o")])
         assert_input_error(result, ["m.pt2", "already contains the model"])
     assert sorted(os.listdir(tmp_path)) == ["m.pt2"]
+
+
+def test_published_files_do_not_hold_local_paths(files, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", str(files / "w.pt"), *MODEL, "--input-shape", "1,3,16,16",
+                                       "--no-validate", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    for name in ("README.md", "graph.json", "config.json"):
+        assert str(files) not in (out / name).read_text(), name  # the checkpoint by its name, not its path
+    assert "w.pt" in (out / "README.md").read_text()
