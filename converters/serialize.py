@@ -135,11 +135,20 @@ def _no_literal(name):
     raise ValueError(f"{name} is not JSON (Porter writes non-finite numbers as {{\"{NONFINITE}\": \"inf\"}})")
 
 
+def _finite(text):
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 is Infinity spelled as a number
+        raise ValueError(f"{text[:40]} does not fit a float (Porter writes non-finite numbers as "
+                         f"{{\"{NONFINITE}\": \"inf\"}})")
+    return value
+
+
 def parse_json(data: bytes, path: str, where: str = "the file"):
     """Strict JSON of an artifact file: UTF-8, no repeated keys, no ``NaN``/``Infinity`` literals (non-finite
     numbers as ``{"$float": ...}``), bounded nesting; any problem is one :class:`ArtifactError` naming ``path``."""
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_object, parse_constant=_no_literal)
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_object, parse_constant=_no_literal,
+                          parse_float=_finite)
     except _Duplicate as e:
         raise ArtifactError(path, where, "", f"names the key {str(e)[:80]!r} twice in one object") from None
     except RecursionError:
