@@ -14,8 +14,13 @@ from porter.converters.files import umask
 from .errors import InputError
 
 
-def check_destination(directory: str, force: bool) -> None:
-    """Refuse early (before any slow work) an output Porter may not or cannot write."""
+def check_destination(directory: str, force: bool, inputs=()) -> None:
+    """Refuse early (before any slow work) an output Porter may not or cannot write.
+
+    ``--force`` replaces a folder whole, so it is refused for a folder that is not a converted model Porter wrote
+    (not empty and no ``graph.json``), that holds one of the command's ``inputs`` or the current directory, or is
+    the home folder: ``-o . --force`` used to delete the working directory, the checkpoint included.
+    """
     if os.path.lexists(directory):
         if not os.path.isdir(directory) or os.path.islink(directory):
             raise InputError(f"Output '{directory}' exists and is not a directory.",
@@ -23,6 +28,7 @@ def check_destination(directory: str, force: bool) -> None:
         if not force:
             raise InputError(f"Output directory '{directory}' already exists.",
                              "Pass --force to replace it, or choose another output with -o DIR.")
+        _check_replaceable(directory, inputs)
     parent = _existing_ancestor(os.path.dirname(os.path.abspath(directory)))
     if not os.path.isdir(parent):
         raise InputError(f"Cannot create output directory '{directory}': '{parent}' is not a directory.",
@@ -37,6 +43,25 @@ def check_destination(directory: str, force: bool) -> None:
                          f"({exc.strerror}).", "Choose a writable location with -o DIR.")
 
 
+def _check_replaceable(directory: str, inputs) -> None:
+    """``--force`` on an existing ``directory``: only a converted model folder (or an empty one), never one that
+    holds the input, the current directory or the home folder."""
+    real = os.path.realpath(directory)
+    guarded = [(os.getcwd(), "the current directory"), (os.path.expanduser("~"), "your home folder")]
+    guarded += [(path, f"the input '{path}'") for path in inputs if path]
+    for path, what in guarded:
+        inside = os.path.realpath(path)
+        if inside == real or os.path.commonpath([inside, real]) == real:
+            raise InputError(f"Output directory '{directory}' is or holds {what}: --force would delete it with the "
+                             "folder.",
+                             "Choose a new folder with -o DIR.")
+    entries = os.listdir(directory)
+    if entries and "graph.json" not in entries:
+        raise InputError(f"Output directory '{directory}' is not a converted model (it holds {len(entries)} "
+                         "entries and no graph.json): --force only replaces a folder Porter wrote.",
+                         "Choose a new folder with -o DIR, or empty that one first.")
+
+
 def _existing_ancestor(path: str) -> str:
     while not os.path.exists(path):
         parent = os.path.dirname(path)
@@ -47,14 +72,15 @@ def _existing_ancestor(path: str) -> str:
 
 
 @contextmanager
-def atomic_directory(directory: str, force: bool = False):
+def atomic_directory(directory: str, force: bool = False, inputs=()):
     """Yield a temporary directory; on normal exit it becomes ``directory``, on any exception it disappears.
 
     Args:
         directory (str): the final output directory.
-        force (bool): replace an existing ``directory``. Default: ``False``.
+        force (bool): replace an existing ``directory`` (a converted model folder only). Default: ``False``.
+        inputs (list of str): files the command reads, which ``directory`` must not hold. Default: none.
     """
-    check_destination(directory, force)
+    check_destination(directory, force, inputs)
     final = os.path.abspath(directory)
     parent = os.path.dirname(final)
     created = make_parents(parent)
@@ -118,3 +144,36 @@ def remove_created(created) -> None:
             os.rmdir(path)
         except OSError:
             pass
+
+
+def check_file_destination(path: str, option: str) -> None:
+    """Refuse early an output file ``option`` names that cannot be written: a directory, or a missing or read-only
+    folder (an existing regular file is replaced, as a report is)."""
+    if os.path.isdir(path):
+        raise InputError(f"{option} '{path}' is a directory.", f"Give a file path for {option}.")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"{option} '{path}': the folder '{folder}' does not exist.", "Create it, or choose another "
+                         "path.")
+    try:  # permission bits do not tell the whole story (root, read-only mounts): try it
+        os.remove(_probe(folder))
+    except OSError as exc:
+        raise InputError(f"{option} '{path}': cannot write in the folder '{folder}' ({exc.strerror}).",
+                         "Choose a writable location.")
+
+
+def _probe(folder: str) -> str:
+    handle, probe = tempfile.mkstemp(prefix=".porter-probe-", dir=folder)
+    os.close(handle)
+    return probe
+
+
+def write_text_file(path: str, text: str, option: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary sibling renamed over it: never a half-written file, and
+    a link at ``path`` is replaced rather than written through)."""
+    from porter.converters.files import write_temporary_text
+
+    try:
+        os.replace(write_temporary_text(path, text), path)
+    except OSError as exc:
+        raise InputError(f"Cannot write {option} '{path}': {exc.strerror or exc}.", "Choose a writable path.")

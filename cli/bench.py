@@ -26,8 +26,8 @@ def parse_batches(text):
 @click.argument("directory", metavar="DIR")
 @click.option("--against", metavar="FILE", help="Also time the torch checkpoint FILE on the same inputs.")
 @click.option("--batch", "batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")
-@click.option("--warmup", type=int, default=3, show_default=True, help="Untimed runs before timing.")
-@click.option("--repeat", type=int, default=10, show_default=True, help="Timed runs (the median is reported).")
+@click.option("--warmup", type=click.IntRange(0, 10000), default=3, show_default=True, help="Untimed runs before timing.")
+@click.option("--repeat", type=click.IntRange(1, 100000), default=10, show_default=True, help="Timed runs (the median is reported).")
 @architecture_options
 @common_options()
 def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwargs, arch, input_shapes,
@@ -43,6 +43,11 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
     from .layouts import torch_to_ported
 
     batches = parse_batches(batch)
+    unused = [name for name, value in (("--model", model_spec), ("--arch", arch), ("--model-kwargs", model_kwargs),
+                                       ("--trust-pickle", trust_pickle)) if value]
+    if unused and not against:
+        raise InputError(f"{', '.join(unused)} given without --against: they describe the torch checkpoint to time "
+                         "against.", "Add --against FILE, or drop them.")
     if warmup < 0 or repeat < 1:
         raise InputError("--warmup must be >= 0 and --repeat >= 1.", "For example --warmup 3 --repeat 10.")
     ported = load_ported(directory)

@@ -6,6 +6,8 @@ import click
 
 from porter.checkpoints import EXPORT, describe_format, detect_format, open_model
 
+from porter.converters.files import umask
+
 from .atomic import atomic_directory, check_destination, make_parents, remove_created
 from .errors import InputError, ValidationFailed, first_line
 from .ui import common_options
@@ -95,6 +97,9 @@ def convert(ui, file, output, model_spec, model_kwargs, arch, input_shapes, trus
     on the Hugging Face Hub) is written atomically: nothing is left behind if anything fails, and an existing
     directory is only replaced with --force.
     """
+    if grads and no_validate:
+        raise click.UsageError("--grads compares gradients while validating: it cannot be combined with "
+                               "--no-validate.")
     hub = hub_options(max_shard_size, base_model, repo_id)
     hub["quantize"] = quantize_options(quantize, q_bits, q_group_size)
     dtype = parse_dtype(dtype)
@@ -159,10 +164,13 @@ def parse_dynamic(text):
     if text in ("auto", "all", "batch", "static"):
         return text
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        dims = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
+        dims = []
+    if not dims:
         raise InputError(f"--dynamic '{text}' is neither a mode nor a list of dims.",
-                         "Use auto, all, batch, static, or torch dims such as 0,2,3.") from None
+                         "Use auto, all, batch, static (no dynamic dim), or torch dims such as 0,2,3.") from None
+    return dims
 
 
 def default_output(file: str) -> str:
@@ -180,7 +188,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
     hub = {"repo_id": os.path.basename(os.path.abspath(output)), **(hub or {})}  # written into a temp folder
     quantize = hub.pop("quantize", None)
     fmt = detect_format(file)  # fail fast on a bad file, before anything slow (and only once)
-    check_destination(output, force)
+    check_destination(output, force, [file])
     labels = ["loading checkpoint", "converting", "writing weights", "validating against torch"]
     if not validate:
         labels.remove("validating against torch")
@@ -206,7 +214,7 @@ def run_convert(ui, file, output=None, *, model_spec=None, model_kwargs=None, ar
                     _raise_if_failed(report, file)
                 quantization = _quantize(ui, ported, quantize)
                 metadata["quantization"] = quantization
-            with atomic_directory(output, force) as tmp:
+            with atomic_directory(output, force, [file]) as tmp:
                 with progress.step("writing weights"):
                     porter.save(ported, tmp, metadata=metadata, **hub)
                     reloaded = _reload(porter, tmp)
@@ -402,7 +410,7 @@ def convert_example(ui, name, output, input_shapes, io_layout, no_validate, grad
         raise InputError(f"Example checkpoint '{checkpoint}' already exists.",
                          "Pass --force to overwrite it (and the output directory), or choose another place "
                          "with -o DIR.")
-    check_destination(output, force)
+    check_destination(output, force, [checkpoint])
     created = make_parents(os.path.dirname(os.path.abspath(checkpoint)))
     try:
         _save_example_checkpoint(builders[name], checkpoint)
@@ -428,12 +436,18 @@ def _save_example_checkpoint(builder, checkpoint):
 
     torch.manual_seed(0)
     model = builder()
-    tmp = checkpoint + ".tmp"
-    try:
+    import tempfile
+
+    tmp = None
+    try:  # mkstemp: an unpredictable name created O_EXCL, so no planted link at "<name>.tmp" is written through
+        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(checkpoint)}.tmp-",
+                                       dir=os.path.dirname(os.path.abspath(checkpoint)))
+        os.close(handle)
         torch.save(model.state_dict(), tmp)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, checkpoint)
     except BaseException as exc:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
         if isinstance(exc, OSError):
             raise InputError(f"Cannot write the example checkpoint '{checkpoint}': {exc.strerror}.",

@@ -10,7 +10,7 @@ from .bench import parse_batches
 from porter.checkpoints.budget import check_input_shapes
 from .errors import InputError
 from porter.checkpoints.inputs import parse_input_shapes
-from .ui import common_options
+from .ui import SEED, common_options
 
 SUFFIX = ".mlxfn"
 
@@ -89,7 +89,7 @@ def call_arrays(ported, torch_shapes, seed: int):
               help="Trace at each of these batch sizes (dim 0 of every input) into the one file, which then runs at "
                    "exactly those sizes. Not with --shapeless.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random example inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random example inputs.")
 @common_options()
 def export(ui, directory, output, input_shapes, shapeless, probe_shapes, batch, force, seed):
     """Export the converted model in DIR as an .mlxfn file that mx.import_function loads (Python, C++ or Swift),

@@ -117,6 +117,27 @@ class Progress:
                            f"({elapsed:.1f} s)", err=True, nl=False)
 
 
+#: ``--seed``: any non-negative int (numpy's and torch's generators refuse negative seeds).
+SEED = click.IntRange(0, (1 << 63) - 1)
+
+
+class Tolerance(click.ParamType):
+    """``--rtol``/``--atol``: a finite number >= 0 (``nan`` would fail every comparison, ``inf`` pass every one)."""
+
+    name = "tolerance"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number (e.g. 1e-4).", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value!r} must be a finite number >= 0 (e.g. 1e-4).", param, ctx)
+        return number
+
+
 def common_options(json_flag=True, quiet_short=True):
     """--quiet (also -q unless ``quiet_short`` is False: convert's -q is --quantize, as in mlx-lm's convert), --json
     (a flag; validate defines its own --json PATH) and --debug, passed as ``ui``."""

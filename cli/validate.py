@@ -7,7 +7,8 @@ from porter.checkpoints import open_model
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options, validate_source
 from .errors import InputError, ValidationFailed, first_line
-from .ui import common_options
+from .atomic import check_file_destination, write_text_file
+from .ui import SEED, Tolerance, common_options
 
 
 @click.command(short_help="Compare a converted model with its torch checkpoint.", epilog="\b\nExit status: 0 within tolerance, 1 not within tolerance, 2 usage or input error, "
@@ -17,9 +18,9 @@ from .ui import common_options
               help="The torch checkpoint to compare with (any format `porter convert` reads).")
 @architecture_options
 @click.option("--grads", is_flag=True, help="Also compare gradients w.r.t. inputs and parameters.")
-@click.option("--rtol", type=float, default=1e-4, show_default=True, help="Relative tolerance.")
-@click.option("--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random test inputs.")
+@click.option("--rtol", type=Tolerance(), default=1e-4, show_default=True, help="Relative tolerance.")
+@click.option("--atol", type=Tolerance(), default=1e-4, show_default=True, help="Absolute tolerance.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random test inputs.")
 @click.option("--json", "json_report", metavar="PATH",
               help="Also write the full report as JSON to PATH ('-' for stdout instead of the table).")
 @common_options(json_flag=False)
@@ -32,6 +33,8 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
     state_dict checkpoint give the architecture (--model/--arch, --model-kwargs): code recorded in DIR is never
     imported (it is shown as a hint), except Porter's own built-in architectures.
     """
+    if json_report and json_report != "-":
+        check_file_destination(json_report, "--json")  # before the slow part, not after it
     ported = load_ported(directory)  # the whole artifact is checked before anything from it is used
     meta = recorded_source(ported)
     if not (model_spec or arch) and meta.get("model"):
@@ -52,11 +55,7 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
                 raise InputError(f"Cannot compare '{directory}' with '{against}': {first_line(exc)}.",
                                  "Check that DIR was converted from this checkpoint.")
     if json_report and json_report != "-":
-        try:
-            report.to_json(json_report)
-        except OSError as exc:
-            raise InputError(f"Cannot write the JSON report '{json_report}': {exc.strerror}.",
-                             "Choose a writable path for --json.")
+        write_text_file(json_report, report.to_json() + "\n", "--json")
     if json_report == "-":
         ui.json = True
         ui.emit_json(report.to_dict())

@@ -48,8 +48,8 @@ def zoo_info(ui, name):
 @click.option("--arch", required=True, help="The zoo architecture the checkpoint is for (see `porter zoo list`).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="The .safetensors file to write (torchvision's names and layout; load_checkpoint reads it).")
-@click.option("--num-classes", type=int, default=None,
-              help="Classifier outputs of the checkpoint, when not the architecture's default.")
+@click.option("--num-classes", type=click.IntRange(1, 100_000), default=None,
+              help="Classifier outputs of the checkpoint, when not the architecture's default (1 to 100000).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @common_options()
 def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
@@ -69,6 +69,9 @@ def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
         raise InputError(f"Output '{output}' must end in .safetensors.", "Choose another name with -o.")
     if os.path.lexists(output) and not force:
         raise InputError(f"Output '{output}' already exists.", "Pass --force to replace it.")
+    from .atomic import check_file_destination
+
+    check_file_destination(output, "-o")  # a missing or read-only folder: before reading the checkpoint
     try:
         state = load_state_dict(checkpoint)
     except (OSError, ValueError) as exc:  # CheckpointFormatError is a ValueError
@@ -82,10 +85,21 @@ def zoo_convert(ui, checkpoint, arch, output, num_classes, force):
     except ValueError as exc:
         raise InputError(f"Checkpoint '{checkpoint}' does not match --arch '{arch}': {exc}",
                          "Check --arch (and --num-classes for a fine-tuned classifier).")
-    # mx.save_safetensors appends .safetensors to other names: the temporary file keeps the suffix
-    tmp = os.path.join(os.path.dirname(output), f".{os.path.basename(output)}.tmp-{os.getpid()}.safetensors")
+    # mx.save_safetensors appends .safetensors to other names: the temporary file keeps the suffix. mkstemp makes
+    # it (O_EXCL, an unpredictable name): a link planted under a guessable name in a shared folder is never followed
+    import tempfile
+
+    try:
+        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.tmp-", suffix=".safetensors",
+                                       dir=os.path.dirname(os.path.abspath(output)))
+        os.close(handle)
+    except OSError as exc:
+        raise InputError(f"Cannot write '{output}' ({exc.strerror}).", "Choose another output with -o.")
     try:
         mx.save_safetensors(tmp, {k: v if isinstance(v, mx.array) else mx.array(v) for k, v in state.items()})
+        from porter.converters.files import umask
+
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600 -> a normal file
         os.replace(tmp, output)
     except (OSError, RuntimeError) as exc:
         raise InputError(f"Cannot write '{output}' ({getattr(exc, 'strerror', None) or exc}).", "Choose another output with -o.")

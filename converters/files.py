@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 
 def umask() -> int:
@@ -18,3 +19,19 @@ def remove_quietly(path: str) -> None:
         os.remove(path)
     except OSError:
         pass
+
+
+def write_temporary_text(path: str, text: str) -> str:
+    """Write ``text`` (UTF-8) under a temporary name beside ``path`` (``.<name>.tmp-*``) and return that name, for
+    the caller to ``os.replace`` into place: renaming replaces a symbolic link planted at ``path`` instead of
+    writing through it, and a reader never sees a half-written file. On any error the temporary file is removed."""
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp's 0600 -> a normal file
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return tmp

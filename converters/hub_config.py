@@ -27,7 +27,7 @@ import os
 from . import layout as L
 from .model_card import CARD_FILE, model_card
 from .schema import FORMAT_VERSION, ArtifactError
-from .serialize import _open_regular
+from .serialize import _open_regular, parse_json
 
 CONFIG_FILE = "config.json"
 MAX_CONFIG_BYTES = 16 << 20
@@ -188,12 +188,7 @@ def read_config(directory: str, graph: dict) -> dict | None:
     fh, _ = _open_regular(path, MAX_CONFIG_BYTES)
     with fh:
         data = fh.read(MAX_CONFIG_BYTES + 1)
-    try:
-        config = json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise ArtifactError(path, "the file", "", "JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ArtifactError(path, "the file", "", f"is not valid JSON ({str(e)[:200]})") from None
+    config = parse_json(data, path)
     if not isinstance(config, dict):
         raise ArtifactError(path, "the file", "", "is not a JSON object")
     version = config.get("porter_format_version", FORMAT_VERSION)

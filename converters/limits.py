@@ -8,6 +8,11 @@ known before memory is allocated).
 
 The limit defaults to 2**31 elements (8 GiB of float32); ``PORTER_MAX_ELEMENTS`` or :func:`set_max_elements`
 raise it.
+
+Loading weights is bounded too (:func:`check_weight_bytes`): ``porter.load`` refuses, before reading a byte of
+tensor data, weights larger than the memory available now (RAM the kernel can hand out plus free swap). A sparse
+file in a downloaded archive can declare terabytes on no disk space; read, it would fill memory until the kernel
+kills the process.
 """
 
 from __future__ import annotations
@@ -59,3 +64,32 @@ def check_elements(shape, what: str) -> None:
         raise ResourceLimitError(
             f"{what}: an array of shape {list(shape)} ({count} elements) exceeds the limit of {limit} elements; "
             f"raise it with porter.set_max_elements(n) or {ENV} if this model really needs it")
+
+
+def available_memory() -> int:
+    """Bytes of memory the process could get now: ``MemAvailable`` plus ``SwapFree`` on Linux, physical memory
+    elsewhere (no limit known: 2**62)."""
+    try:
+        fields = {}
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("MemAvailable", "SwapFree"):
+                    fields[key] = int(rest.split()[0]) * 1024
+        if "MemAvailable" in fields:
+            return fields["MemAvailable"] + fields.get("SwapFree", 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return 1 << 62
+
+
+def check_weight_bytes(total: int, where: str) -> None:
+    """Refuse to read ``total`` bytes of weights (of the artifact ``where``) that cannot fit in memory now."""
+    free = available_memory()
+    if total > free:
+        raise ResourceLimitError(f"porter.load: the weights of {where!r} take {total / (1 << 30):.2f} GiB, more than "
+                                 f"the {free / (1 << 30):.2f} GiB of memory available now (a sparse or crafted file "
+                                 "can declare any size); free memory, or load it on a larger machine")

@@ -8,8 +8,8 @@ is built, and raises :class:`~converters.schema.ArtifactError` naming the file, 
 from __future__ import annotations
 
 import json
+import math
 import os
-import stat
 import struct
 
 from .runtime import PortedModel
@@ -61,25 +61,100 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     graph["metadata"] = metadata if metadata is not None else {}
     graph["input_layouts"] = ported.input_layouts
     graph["output_layouts"] = ported.output_layouts
-    text = json.dumps(graph, indent=1, allow_nan=False)
-    check_graph(json.loads(text), os.path.join(directory, GRAPH_FILE))
+    text = json.dumps(encode_floats(graph), indent=1, allow_nan=False)
+    check_graph(parse_json(text.encode("utf-8"), os.path.join(directory, GRAPH_FILE)),
+                os.path.join(directory, GRAPH_FILE))
+    from .files import remove_quietly, write_temporary_text
     from .hub_config import hub_files
-    from .shards import DEFAULT_MAX_SHARD_SIZE, parse_size, write_weights
+    from .shards import DEFAULT_MAX_SHARD_SIZE, commit_weights, discard, parse_size, stage_weights
 
     limit = parse_size(DEFAULT_MAX_SHARD_SIZE if max_shard_size is None else max_shard_size)
     extra = hub_files(graph, metadata, quantization=quantization, base_model=base_model,
                       name=repo_id or os.path.basename(os.path.abspath(directory)))
     os.makedirs(directory, exist_ok=True)
     weights_path = os.path.join(directory, WEIGHTS_FILE)
+    graph_path = os.path.join(directory, GRAPH_FILE)
+    # Every file is staged under a temporary name first (a link planted in the folder is replaced, never written
+    # through). graph.json is the commit record: the old one goes before any file is replaced and the new one comes
+    # last, so an interrupted save leaves either the old artifact whole or a folder without graph.json, which
+    # porter.load refuses, never old and new files mixed.
     try:
-        write_weights(directory, weights, limit)  # streamed, a tensor at a time (converters/weights_io.py)
+        staged = stage_weights(directory, weights, limit)  # streamed, a tensor at a time (converters/weights_io.py)
     except (OSError, RuntimeError) as e:  # a failed write (disk full, EFBIG); no partial weights file is left
         raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
-    with open(os.path.join(directory, GRAPH_FILE), "w") as f:
-        f.write(text)
-    for name, content in extra.items():
-        with open(os.path.join(directory, name), "w") as f:
-            f.write(content)
+    texts = []
+    try:
+        for name, content in extra.items():
+            texts.append((write_temporary_text(os.path.join(directory, name), content), name))
+        texts.append((write_temporary_text(graph_path, text), GRAPH_FILE))
+        if os.path.lexists(graph_path):
+            os.remove(graph_path)
+        commit_weights(directory, staged)
+        for tmp, name in texts:  # graph.json last
+            os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        discard(staged)
+        for tmp, _ in texts:
+            remove_quietly(tmp)
+        raise
+
+
+NONFINITE = "$float"  # graph.json's spelling of a non-finite number: {"$float": "inf" | "-inf" | "nan"}
+_NONFINITE_NAMES = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+
+
+def encode_floats(value):
+    """``value`` with every non-finite float written as ``{"$float": "inf" | "-inf" | "nan"}``: strict JSON has no
+    literal for them (a ``masked_fill(-inf)`` constant, a clamp bound), and Porter writes strict JSON only."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {NONFINITE: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if isinstance(value, dict):
+        return {k: encode_floats(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_floats(v) for v in value]
+    return value
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _object(pairs):
+    """A JSON object from its key/value pairs: a repeated key is refused (two readers could each take another
+    value), and ``{"$float": name}`` is the non-finite number it names."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise _Duplicate(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    if len(out) == 1 and NONFINITE in out and out[NONFINITE] in _NONFINITE_NAMES:
+        return _NONFINITE_NAMES[out[NONFINITE]]
+    return out
+
+
+def _no_literal(name):
+    raise ValueError(f"{name} is not JSON (Porter writes non-finite numbers as {{\"{NONFINITE}\": \"inf\"}})")
+
+
+def _finite(text):
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 is Infinity spelled as a number
+        raise ValueError(f"{text[:40]} does not fit a float (Porter writes non-finite numbers as "
+                         f"{{\"{NONFINITE}\": \"inf\"}})")
+    return value
+
+
+def parse_json(data: bytes, path: str, where: str = "the file"):
+    """Strict JSON of an artifact file: UTF-8, no repeated keys, no ``NaN``/``Infinity`` literals (non-finite
+    numbers as ``{"$float": ...}``), bounded nesting; any problem is one :class:`ArtifactError` naming ``path``."""
+    try:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_object, parse_constant=_no_literal,
+                          parse_float=_finite)
+    except _Duplicate as e:
+        raise ArtifactError(path, where, "", f"names the key {str(e)[:80]!r} twice in one object") from None
+    except RecursionError:
+        raise ArtifactError(path, where, "", "JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, huge int literals, bad UTF-8
+        raise ArtifactError(path, where, "", f"is not valid JSON ({str(e)[:200]})") from None
 
 
 def _live_modules(ported: PortedModel) -> dict:
@@ -204,32 +279,20 @@ def load(source, *, revision=None, local_files_only=False) -> PortedModel:
 
 
 def _open_regular(path: str, limit: int):
-    """Open ``path`` for reading only when it is a regular file of at most ``limit`` bytes (a FIFO would hang)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise ArtifactError(path, "the file", "", f"cannot be opened ({e.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise ArtifactError(path, "the file", "", "is not a regular file (a FIFO, device or socket)")
-    if info.st_size > limit:
-        os.close(fd)
-        raise ArtifactError(path, "the file", "", f"is {info.st_size} bytes, more than the {limit} bytes allowed")
-    return os.fdopen(fd, "rb"), info.st_size
+    """Open the artifact file ``path`` when it is (or links, within the policy of ``converters/artifact_files.py``,
+    to) a regular file of at most ``limit`` bytes (a FIFO would hang, a device never end)."""
+    from .artifact_files import open_member
+
+    return open_member(path, limit)
 
 
 def read_graph(path: str):
-    """Parse ``graph.json`` (a regular file, bounded in size); not yet checked against the schema."""
+    """Parse ``graph.json`` (a regular file, bounded in size, strict JSON: :func:`parse_json`); not yet checked
+    against the schema."""
     fh, _ = _open_regular(path, MAX_GRAPH_BYTES)
     with fh:
         data = fh.read(MAX_GRAPH_BYTES + 1)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise ArtifactError(path, "the file", "", "JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, huge int literals, bad UTF-8
-        raise ArtifactError(path, "the file", "", f"is not valid JSON ({str(e)[:200]})") from None
+    return parse_json(data, path)
 
 
 def _read_header(path: str) -> dict:
@@ -242,10 +305,7 @@ def _read_header(path: str) -> dict:
         if length > min(size - 8, MAX_HEADER_BYTES):
             raise ArtifactError(path, "the header", "", f"declares {length} bytes, more than the file holds")
         raw = fh.read(length)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (RecursionError, ValueError, UnicodeDecodeError):
-        raise ArtifactError(path, "the header", "", "is not valid JSON") from None
+    header = parse_json(raw, path, "the header")
     if not isinstance(header, dict):
         raise ArtifactError(path, "the header", "", "is not a JSON object")
     from .shards import check_layout_tag

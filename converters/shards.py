@@ -25,7 +25,8 @@ import mlx.core as mx
 
 from .schema import ArtifactError
 from .serialize import WEIGHTS_FILE, _check_weights, _open_regular, _read_header
-from .files import remove_quietly
+from .files import remove_quietly, write_temporary_text
+from .limits import check_weight_bytes
 from .weights_io import read_tensors, write_temporary
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -39,6 +40,7 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
 __all__ = ["INDEX_FILE", "DEFAULT_MAX_SHARD_SIZE", "LAYOUT_TAG", "parse_size", "plan_shards", "write_weights",
+           "stage_weights", "commit_weights", "discard",
            "read_weights", "weight_files"]
 
 
@@ -81,6 +83,13 @@ def weight_files(directory: str) -> list:
 def write_weights(directory: str, weights: dict, max_shard_size=DEFAULT_MAX_SHARD_SIZE) -> list:
     """Write ``weights`` (MLX arrays in MLX layouts) as ``model.safetensors``, or as shards plus the index when they
     exceed ``max_shard_size`` (bytes or a size string). Returns the files written."""
+    return commit_weights(directory, stage_weights(directory, weights, max_shard_size))
+
+
+def stage_weights(directory: str, weights: dict, max_shard_size=DEFAULT_MAX_SHARD_SIZE) -> list:
+    """Stream every weights file (and the index, for shards) under a temporary name in ``directory``; nothing of the
+    folder is replaced yet. Returns ``[(temporary, final name), ...]`` for :func:`commit_weights`; on any error the
+    temporaries written so far are removed."""
     limit = parse_size(max_shard_size)
     shards = plan_shards({name: a.nbytes for name, a in weights.items()}, limit)
     if len(shards) > MAX_SHARDS:
@@ -90,27 +99,35 @@ def write_weights(directory: str, weights: dict, max_shard_size=DEFAULT_MAX_SHAR
         files = {WEIGHTS_FILE: shards[0]}
     else:
         files = {f"model-{i:05d}-of-{len(shards):05d}.safetensors": names for i, names in enumerate(shards, 1)}
-    # every file is streamed under a temporary name first; the folder's old weights go only once all are complete
-    written = []
+    staged = []
     try:
         for file, names in files.items():
-            written.append((write_temporary(os.path.join(directory, file), {n: weights[n] for n in names},
-                                            dict(_FILE_METADATA)), file))
+            staged.append((write_temporary(os.path.join(directory, file), {n: weights[n] for n in names},
+                                           dict(_FILE_METADATA)), file))
+        if len(shards) > 1:
+            weight_map = {n: file for file, names in files.items() for n in names}
+            index = {"metadata": {"total_size": sum(a.nbytes for a in weights.values())}, "weight_map": weight_map}
+            staged.append((write_temporary_text(os.path.join(directory, INDEX_FILE), json.dumps(index, indent=1)),
+                           INDEX_FILE))
     except BaseException:
-        for tmp, _ in written:
-            remove_quietly(tmp)
+        discard(staged)
         raise
+    return staged
+
+
+def commit_weights(directory: str, staged: list) -> list:
+    """Replace the folder's weights files (every old shard, index or single file goes) by the ``staged`` ones."""
     for name in weight_files(directory):
         os.remove(os.path.join(directory, name))
-    for tmp, file in written:
+    for tmp, file in staged:
         os.replace(tmp, os.path.join(directory, file))
-    if len(shards) == 1:
-        return [WEIGHTS_FILE]
-    weight_map = {n: file for file, names in files.items() for n in names}
-    index = {"metadata": {"total_size": sum(a.nbytes for a in weights.values())}, "weight_map": weight_map}
-    with open(os.path.join(directory, INDEX_FILE), "w") as f:
-        json.dump(index, f, indent=1)
-    return list(files) + [INDEX_FILE]
+    return [file for _, file in staged]
+
+
+def discard(staged: list) -> None:
+    """Remove staged temporary files (a save that failed before its commit)."""
+    for tmp, _ in staged:
+        remove_quietly(tmp)
 
 
 def check_layout_tag(metadata, path: str) -> None:
@@ -148,6 +165,7 @@ def read_weights(directory: str, params: dict) -> dict:
         _check_unlisted(directory, {WEIGHTS_FILE}, path)
         header = _read_header(path)
         _check_weights(header, params, path)
+        check_weight_bytes(sum(_nbytes(e) for e in header.values()), directory)
         return _load_file(path, header)
     weight_map, total_size = _read_index(index_path)
     files = sorted(set(weight_map.values()))
@@ -181,6 +199,7 @@ def read_weights(directory: str, params: dict) -> dict:
     if total_size is not None and total_size != total:
         raise ArtifactError(index_path, "metadata", "total_size",
                             f"is {total_size}, but the shards hold {total} bytes of tensors")
+    check_weight_bytes(total, directory)
     weights = {}
     for file in files:
         weights.update(_load_file(os.path.join(directory, file), headers[file]))
@@ -264,6 +283,6 @@ def _load_file(path: str, header: dict) -> dict:
     """The arrays of one safetensors file, read a tensor at a time from its checked ``header`` (every dtype,
     float64 and bfloat16 included: ``converters/weights_io.py``)."""
     try:
-        return read_tensors(path, header)
+        return read_tensors(path, header, opener=lambda p: _open_regular(p, 1 << 62)[0])
     except OSError as e:  # the file changed or shrank since its header was checked
         raise ArtifactError(path, "the file", "", f"cannot be read ({e})") from None

@@ -108,14 +108,16 @@ def write_temporary(path: str, arrays: dict, metadata=None) -> str:
     return tmp
 
 
-def read_tensors(path: str, header: dict) -> dict:
+def read_tensors(path: str, header: dict, opener=None) -> dict:
     """The tensors of the safetensors file ``path`` as MLX arrays, from its ``header`` already checked (by
     ``serialize._read_header``: offsets inside the file, byte counts matching dtype and shape; no ``__metadata__``).
+    ``opener(path)`` opens it (default ``open(path, "rb")``; ``porter.load`` passes its checked opener, so the file
+    read is one its link policy allows, ``converters/artifact_files.py``).
 
     Raises:
         OSError: the file cannot be read, or is shorter than the header says (it changed since the check).
     """
-    with open(path, "rb") as fh:
+    with (opener or (lambda p: open(p, "rb")))(path) as fh:
         (length,) = struct.unpack("<Q", fh.read(8))
         start = 8 + length
         out = {}

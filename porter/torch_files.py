@@ -253,6 +253,9 @@ def _read_zip(path: str) -> Any:
                 raise CheckpointFormatError(f"'{path}': storage '{key}' is used with two element types.")
             return storages[key]
 
+        if archive.getinfo(pickles[0]).compress_type != zipfile.ZIP_STORED:  # inflating it could take any memory
+            raise CheckpointFormatError(f"'{path}': '{pickles[0]}' is compressed, which torch never writes; refusing "
+                                        "to inflate it.")
         try:
             data = archive.read(pickles[0])
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
@@ -302,24 +305,40 @@ def _read_legacy(path: str) -> Any:
             raw = bytearray(f.read(nbytes))
             storage._read = lambda raw=raw: raw
             storage.ready = True
-        return _realize(result)
+        return _realize(result, path)
 
 
 def _refuse_storage(path: str, what: str):
     raise CheckpointFormatError(f"'{path}': a storage appears in the legacy header ({what}).")
 
 
-def _realize(value):
-    """Legacy files hold the bytes after the pickle: view the tensors left pending (containers rebuilt)."""
+_MAX_NESTING = 64  # containers inside containers: a state dict is a few levels deep
+
+
+def _realize(value, path: str = "", memo=None, depth: int = 0):
+    """Legacy files hold the bytes after the pickle: view the tensors left pending (containers rebuilt). Each
+    container is rebuilt once however often the pickle refers to it (a 500-byte pickle of lists sharing lists
+    ``x = [x, x]`` sixty times over is 2**60 paths, and took forever walked as a tree), and nesting is bounded."""
+    memo = {} if memo is None else memo
     if isinstance(value, _Pending):
         return _view(*value.args)
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    if id(value) in memo:
+        return memo[id(value)]
+    if depth > _MAX_NESTING:
+        raise CheckpointFormatError(f"'{path}': containers nested more than {_MAX_NESTING} levels deep; a weight "
+                                    "file is a few levels deep.")
     if isinstance(value, dict):
         rebuilt = type(value)() if isinstance(value, collections.OrderedDict) else {}
-        rebuilt.update((k, _realize(v)) for k, v in value.items())
-        return rebuilt
-    if isinstance(value, (list, tuple)):
-        return type(value)(_realize(v) for v in value)
-    return value
+        memo[id(value)] = rebuilt
+        rebuilt.update((k, _realize(v, path, memo, depth + 1)) for k, v in value.items())
+    elif isinstance(value, list):
+        rebuilt = memo[id(value)] = []
+        rebuilt.extend(_realize(v, path, memo, depth + 1) for v in value)
+    else:
+        rebuilt = memo[id(value)] = type(value)(_realize(v, path, memo, depth + 1) for v in value)
+    return rebuilt
 
 
 def read_torch_file(path: str) -> Any:
@@ -367,6 +386,23 @@ def _unwrap(obj: Any, path: str) -> dict:
     return dict(obj)
 
 
+_MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own bound
+
+
+def _check_safetensors_header(path: str) -> None:
+    """Refuse, before MLX parses it, a header longer than the file or than the safetensors library allows (MLX
+    would hold a JSON document of any declared size in memory)."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        size = os.fstat(fh.fileno()).st_size
+    if len(head) < 8:
+        raise CheckpointFormatError(f"'{path}' is too short to be a safetensors file.")
+    length = int.from_bytes(head, "little")
+    if length > min(size - 8, _MAX_SAFETENSORS_HEADER):
+        raise CheckpointFormatError(f"'{path}': its safetensors header declares {length} bytes, more than the file "
+                                    f"holds or the {_MAX_SAFETENSORS_HEADER} bytes a header may have.")
+
+
 def load_state_dict(path: str) -> dict:
     """A state dict (name -> array in torch's layout) from ``.safetensors``, ``.pth``, ``.pt`` or ``.bin``.
 
@@ -382,6 +418,7 @@ def load_state_dict(path: str) -> dict:
     if path.endswith(".safetensors"):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"[porter] checkpoint '{path}' does not exist or is not a file.")
+        _check_safetensors_header(path)
         try:
             return mx.load(path)
         except (RuntimeError, ValueError) as exc:

@@ -8,7 +8,9 @@ Formats (the values of :func:`detect_format`):
 
 Refused here, before anything reads the content: missing, empty, unreadable or non-regular files (FIFOs, devices,
 sockets), directories, zip bombs (torch stores its archives uncompressed), archives failing their checksums,
-AOTInductor packages and unknown formats.
+archives whose entry names collide (duplicates, or names equal but for case: torch's reader, miniz, finds entries
+case-insensitively and need not pick the entry Python's ``zipfile`` reads, so what Porter checks could differ from
+what torch loads), AOTInductor packages and unknown formats.
 """
 
 import os
@@ -87,12 +89,15 @@ def detect_format(path: str) -> str:
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
+                check_zip_names(path, names)
                 unpacked = sum(info.file_size for info in archive.infolist())
                 if unpacked > _MAX_ZIP_RATIO * size + (1 << 20):  # torch stores entries uncompressed
                     raise CheckpointError(f"Input file '{path}' unpacks to {unpacked} bytes from {size}: a zip "
                                           "bomb, not a PyTorch checkpoint (torch stores its archives uncompressed).",
                                           "Save the checkpoint again with torch.")
                 bad = archive.testzip()
+        except CheckpointError:
+            raise
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"Input file '{path}' is a truncated or corrupted zip archive ({first_line(exc)}).",
                                   "It was probably cut short while saving or copying; save or copy it again.")
@@ -107,6 +112,22 @@ def detect_format(path: str) -> str:
     raise CheckpointError(f"Input file '{path}' is not a checkpoint format Porter recognises.",
                           f"Porter reads {_KNOWN}. If this is an ONNX/TF/other file, export the model from PyTorch "
                           "first.")
+
+
+def check_zip_names(path: str, names) -> None:
+    """Refuse an archive two of whose entries share a name, ignoring case: ``zipfile`` reads the last of duplicates,
+    torch's reader (miniz, case-insensitive lookup) one of its own choosing, so a check on one could pass a payload
+    in the other."""
+    seen = {}
+    for name in names:
+        key = name.lower()
+        if key in seen:
+            pair = (f"two entries named '{name[:120]}'" if seen[key] == name else
+                    f"the entries '{seen[key][:120]}' and '{name[:120]}', one name to torch's reader (it ignores case)")
+            raise CheckpointError(f"Input file '{path}' is a zip archive holding {pair}: torch could load another "
+                                  "entry than the one Porter checks, so the file is refused.", "torch.save and "
+                                  "torch.export.save never write such archives; save the checkpoint again with torch.")
+        seen[key] = name
 
 
 def _zip_format(path: str, names) -> str:

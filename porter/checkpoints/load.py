@@ -8,12 +8,13 @@ run their own TorchScript code in torch's interpreter: treat them as the author'
 """
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .budget import check_checkpoint_size
 from .detect import EXPORT, SAFETENSORS, TORCH_SAVE, TORCHSCRIPT, check_readable, detect_format
 from .errors import CheckpointError, first_line
-from .pt2 import refuse_pickled_entries
+from .pt2 import no_unpickling, refuse_pickled_entries
 from .unwrap import WRAPPER_KEYS, unwrap_state_dict
 
 # Checkpoint.kind: a model ready to convert, or weights that need an architecture.
@@ -102,7 +103,8 @@ def _load_export(path: str, trust_pickle: bool = False) -> Checkpoint:
     if not trust_pickle:
         refuse_pickled_entries(path)
     try:
-        program = torch.export.load(path)
+        with no_unpickling(path) if not trust_pickle else _nothing():
+            program = torch.export.load(path)
     except CheckpointError:
         raise
     except Exception as exc:
@@ -118,6 +120,11 @@ def _load_export(path: str, trust_pickle: bool = False) -> Checkpoint:
                                   "Export a wrapper module whose forward takes the tensors positionally.")
         example = tuple(args)
     return Checkpoint(path, EXPORT, MODULE, model=program, example_inputs=example)
+
+
+@contextmanager
+def _nothing():
+    yield
 
 
 def _load_safetensors(path: str) -> Checkpoint:

@@ -48,8 +48,12 @@ class Source:
         return self.model
 
     def metadata(self) -> dict:
-        """What ``porter validate``/``bench`` need to rebuild the torch side later (stored in graph.json)."""
-        return {"file": self.path, "format": self.format, "kind": self.kind, "model": self.model_spec,
+        """What ``porter validate``/``bench`` need to rebuild the torch side later (stored in graph.json). The file
+        by its name only: the folder is meant to be published, and the checkpoint's path would show the user's
+        directories (``/home/alice/...``) in the model card."""
+        import os
+
+        return {"file": os.path.basename(self.path), "format": self.format, "kind": self.kind, "model": self.model_spec,
                 "model_kwargs": self.model_kwargs,
                 "input_shapes": [list(t.shape) for t in self.example_inputs]}
 
@@ -87,6 +91,10 @@ def open_model(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=F
         raise CheckpointError("--model and --arch both given.", "Use one: --arch NAME for a known architecture, or "
                               "--model package.module:factory for your own.")
     kwargs = parse_model_kwargs(model_kwargs)
+    if model_kwargs is not None and not (model or arch):
+        raise CheckpointError("--model-kwargs given without --model or --arch: they are the arguments of the "
+                              "factory --model/--arch names.", "Give --model package.module:factory (or --arch NAME) "
+                              "with them, or drop --model-kwargs.")
     shapes = parse_input_shapes(input_shapes, "--input-shape" if shapes_from == "from --input-shape" else
                                 shapes_from)
     ckpt = load_checkpoint(path, trust_pickle=trust_pickle, format=format)
@@ -102,8 +110,9 @@ def open_model(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=F
         torch_model = build_model(spec, kwargs, "--model" if model else "--arch")
         load_state_dict_strict(torch_model, ckpt.state_dict, path, spec)
     else:
-        if model or arch:
-            raise CheckpointError(f"--model/--arch given, but '{path}' is a {describe_format(ckpt.format)} that "
+        if model or arch or model_kwargs is not None:
+            raise CheckpointError(f"--model/--arch/--model-kwargs given, but '{path}' is a "
+                                  f"{describe_format(ckpt.format)} that "
                                   "already contains the model.", "Drop --model/--arch (they are for state_dict "
                                   "checkpoints).")
         torch_model = ckpt.model

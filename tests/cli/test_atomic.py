@@ -56,15 +56,15 @@ def test_existing_directory_needs_force(tmp_path):
 def test_force_keeps_old_directory_until_new_one_is_complete(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    _write(str(out), "old.txt", "old")
+    _write(str(out), "graph.json", "old")  # --force replaces a converted model's folder only
     with pytest.raises(RuntimeError):
         with atomic_directory(str(out), force=True) as tmp:
             _write(tmp, "new.txt", "new")
             raise RuntimeError("conversion failed")
-    assert listing(tmp_path) == ["out", "out/old.txt"]  # a failed --force run keeps the old result
+    assert listing(tmp_path) == ["out", "out/graph.json"]  # a failed --force run keeps the old result
     with atomic_directory(str(out), force=True) as tmp:
         _write(tmp, "new.txt", "new")
-        assert (out / "old.txt").exists()
+        assert (out / "graph.json").exists()
     assert listing(tmp_path) == ["out", "out/new.txt"]  # replaced whole, no backup left
 
 

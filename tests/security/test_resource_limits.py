@@ -90,3 +90,22 @@ def test_well_formed_but_wrong_graph_raises_value_error(tampered):
         with pytest.raises((ValueError, TypeError)) as info:
             model(mx.zeros((1, 16, 16, 3)))
         assert "Segmentation" not in str(info.value)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_weights_larger_than_memory_refused_before_reading(sharded, tiny_artifact, tmp_path, monkeypatch):
+    """A sparse file can declare terabytes on no disk: the total is checked against free memory before any tensor
+    data is read (here the machine is made to look small)."""
+    import porter
+    from porter.converters import limits, shards
+    from porter.converters.limits import ResourceLimitError
+
+    directory = tmp_path / "art"
+    porter.save(porter.load(tiny_artifact[0]), directory, max_shard_size=1000 if sharded else None)
+    monkeypatch.setattr(limits, "available_memory", lambda: 1000)
+    monkeypatch.setattr(shards, "read_tensors", lambda *a, **k: pytest.fail("tensor data read"))
+    with pytest.raises(ResourceLimitError, match="weights of .*art.* more than the 0.00 GiB of memory available"):
+        porter.load(directory)
+    monkeypatch.undo()
+    porter.load(directory)
+    assert limits.available_memory() > 1 << 20
