@@ -51,7 +51,11 @@ def test_s3d_features_train_mode_matches_torch():
             torch_err = np.abs(transform(table[torch.float32][key]) - exact).max()
             scale = max(float(np.abs(exact).max()), 1e-6)
             err = np.abs(np.array(ours[path]).astype(np.float64) - exact).max()
-            assert err <= 4 * torch_err + 1e-3 * scale, (key, err, torch_err, scale)
+            # Batch-norm bias gradients here are sums over every position of gradients that mostly cancel (scale
+            # 0.2 from terms of order 10): float32 rounding decides them. With MLX's reference BLAS the worst key is
+            # 3.3x torch's own float32 error, with OpenBLAS's Haswell kernels (AMD Zen 3) 4.6x: the BLAS's blocking
+            # changes the rounding. A wrong gradient is off by the order of `scale`.
+            assert err <= 6 * torch_err + 2e-3 * scale, (key, err, torch_err, scale)
 
 
 @pytest.mark.parametrize("name", ["r3d_18", "s3d"])
