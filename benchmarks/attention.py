@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
+import sys
 
 os.environ.setdefault("PORTER_BLAS_THREADS", "1")
 os.environ.setdefault("PORTER_NUM_THREADS", "1")
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.cpu_time import cpu_per_call  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
@@ -26,14 +29,6 @@ from porter.converters import layer_types  # noqa: E402
 
 # name: (embed_dim, heads, tokens); batch_first as torchvision's ViT
 CASES = {"vit_b_16": (768, 12, 197), "vit_l_16": (1024, 16, 197), "small": (64, 4, 50)}
-
-
-def _cpu_per_call(fn, reps: int) -> float:
-    fn()
-    t = time.process_time()
-    for _ in range(reps):
-        fn()
-    return (time.process_time() - t) / reps
 
 
 def main(argv=None) -> int:
@@ -78,13 +73,13 @@ def main(argv=None) -> int:
                     results[packed] = np.swapaxes(y, 0, 1) if seq_first else y
                 expected = run_torch().numpy()
                 err = max(float(np.abs(results[p] - expected).max()) for p in results)
-                reps = max(1, int(args.min_seconds / max(_cpu_per_call(run_torch, 1), 1e-5)))
+                reps = max(1, int(args.min_seconds / max(cpu_per_call(run_torch, 1), 1e-5)))
                 best = {"torch": float("inf"), False: float("inf"), True: float("inf")}
                 for _ in range(args.rounds):
-                    best["torch"] = min(best["torch"], _cpu_per_call(run_torch, reps))
+                    best["torch"] = min(best["torch"], cpu_per_call(run_torch, reps))
                     for packed in (False, True):
                         layer_types.MHA_PACKED = packed
-                        best[packed] = min(best[packed], _cpu_per_call(run_port, reps))
+                        best[packed] = min(best[packed], cpu_per_call(run_port, reps))
                 layer_types.MHA_PACKED = True
                 t, old, new = best["torch"], best[False], best[True]
                 print(f"{f'{name} {layout} b{batch}':<34}{t * 1e3:>9.2f}{old * 1e3:>9.2f}{new * 1e3:>9.2f}"

@@ -18,9 +18,11 @@ import ctypes
 import json
 import os
 import sys
-import time
 
 os.environ.setdefault("PORTER_BLAS_THREADS", "1")
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.cpu_time import cpu_per_call  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
@@ -74,14 +76,6 @@ def _use(blas, threads: int):
     _blas._set_threads(lib, {_blas.ENV_THREADS: str(threads)}, prefix)
 
 
-def _cpu_per_call(fn, reps: int) -> float:
-    fn()
-    t = time.process_time()
-    for _ in range(reps):
-        fn()
-    return (time.process_time() - t) / reps
-
-
 def _cases(model: str, batch: int):
     rng = np.random.default_rng(0)
     for row in SHAPES[model]:
@@ -129,14 +123,14 @@ def main(argv=None) -> int:
     for model in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             for label, flops, mlx_fn, torch_fn in _cases(model, batch):
-                probe = _cpu_per_call(torch_fn, 1)
+                probe = cpu_per_call(torch_fn, 1)
                 reps = max(1, int(args.min_seconds / max(probe, 1e-5)))
                 best = {n: float("inf") for n in names + ["torch"]}
                 for _ in range(args.rounds):
                     for blas in blases:
                         _use(blas, args.threads)
-                        best[blas[0]] = min(best[blas[0]], _cpu_per_call(mlx_fn, reps))
-                    best["torch"] = min(best["torch"], _cpu_per_call(torch_fn, reps))
+                        best[blas[0]] = min(best[blas[0]], cpu_per_call(mlx_fn, reps))
+                    best["torch"] = min(best["torch"], cpu_per_call(torch_fn, reps))
                 for n in best:
                     totals[n] += best[n]
                 rows.append({"model": model, "batch": batch, "case": label, "gflop": flops / 1e9,

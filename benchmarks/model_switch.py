@@ -14,7 +14,6 @@ import argparse
 import importlib
 import os
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -26,14 +25,8 @@ import mlx.core as mx  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import model_list  # noqa: E402
+from benchmarks.cpu_time import cpu_per_call  # noqa: E402
 from porter.bench import load_spec  # noqa: E402
-
-
-def _cpu(fn, reps: int) -> float:
-    t = time.process_time()
-    for _ in range(reps):
-        fn()
-    return (time.process_time() - t) / reps
 
 
 def main(argv=None) -> int:
@@ -68,9 +61,9 @@ def main(argv=None) -> int:
             fn()
         best = {"torch": float("inf"), False: float("inf"), True: float("inf")}
         for _ in range(args.rounds):
-            best["torch"] = min(best["torch"], _cpu(run_torch, args.reps))
+            best["torch"] = min(best["torch"], cpu_per_call(run_torch, args.reps, warmup=False))
             for value in (False, True):
-                best[value] = min(best[value], _cpu(lambda: run_port(value), args.reps))
+                best[value] = min(best[value], cpu_per_call(lambda: run_port(value), args.reps, warmup=False))
         setattr(module, attr, True)
         t = best["torch"]
         print(f"{args.model} b{batch}: torch {t * 1e3:.0f} ms, {attr}=False {best[False] * 1e3:.0f} ms "
