@@ -22,7 +22,7 @@ from .limits import check_elements
 from .registry import get_kernel
 from .fusion import activation_name, batch_norm_activation_pairs
 from .layer_types import Activation
-from .tree import TreeError, build_tree, resolve
+from .tree import TorchNamed, TreeError, build_tree, resolve
 
 CALL_MODULE = "call_module"
 
@@ -63,7 +63,7 @@ def _check_result(result, node) -> None:
             check_elements(item.shape, f"kernel {node['kernel']!r}{where}")
 
 
-class PortedModel(nn.Module):
+class PortedModel(TorchNamed):
     """A converted torch model.
 
     Call it with mx arrays (``ported(x)``). With ``io_layout="mlx"`` image-like inputs/outputs are channels-last

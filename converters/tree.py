@@ -27,7 +27,38 @@ from .layer_types import LAYER_TYPES
 MAX_LIST = 1 << 16  # a Sequential/ModuleList longer than this (or with big gaps) is kept as a keyed container
 
 
-class Submodule(nn.Module):
+# Keys MLX's own ``Module.__setattr__`` assigns non-array values to (``train()``/``eval()`` set ``_training``), which
+# drops a dict entry of the same name: a torch name equal to one of them cannot be held in a container.
+RESERVED_KEYS = frozenset({"_training", "_no_grad"})
+ROOT_RESERVED_KEYS = frozenset({"_program"})  # the ported model's own plain attribute
+
+
+class TorchNamed(nn.Module):
+    """A container whose keys are torch's names, leading underscore included.
+
+    MLX treats a key starting with ``_`` as private: ``parameters()``, ``trainable_parameters()``, ``freeze()`` and
+    ``apply()`` skip it. Torch does not (``_conv_stem.weight`` is an ordinary ``state_dict`` name, e.g. in the
+    widely used EfficientNet-PyTorch), so a port holding such a child would neither train, cast, nor save it. In
+    Porter's containers every dict entry is a torch name (a parameter, buffer, child module or module list; Porter's
+    own state is held in plain attributes), so the filters below keep underscore keys here; MLX layers nested inside
+    keep MLX's rule for their own keys.
+    """
+
+    @staticmethod
+    def valid_parameter_filter(module, key, value):
+        return isinstance(value, (dict, list, mx.array)) and (
+            not key.startswith("_") or isinstance(module, TorchNamed))
+
+    @staticmethod
+    def trainable_parameter_filter(module, key, value):
+        return TorchNamed.valid_parameter_filter(module, key, value) and key not in module._no_grad
+
+    def apply(self, map_fn, filter_fn=None):
+        """``nn.Module.apply`` whose default filter keeps torch's underscore names (MLX's default skips them)."""
+        return super().apply(map_fn, filter_fn or self.valid_parameter_filter)
+
+
+class Submodule(TorchNamed):
     """A torch submodule that Porter has no layer class for: its parameters and buffers, by torch's names.
 
     Attributes:
@@ -59,6 +90,12 @@ def _as_index(key: str):
     return int(key) if key.isdigit() and (key == "0" or not key.startswith("0")) else None
 
 
+def _check_key(key: str, segments: list) -> None:
+    if key in RESERVED_KEYS or (len(segments) == 1 and key in ROOT_RESERVED_KEYS):
+        raise TreeError(f"the name {'.'.join(segments)[:120]!r} uses {key!r}, which MLX's Module (or the ported "
+                        "model) keeps for its own state; rename that attribute in the torch model")
+
+
 def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types: dict) -> tuple:
     """Populate ``root`` (a fresh ``nn.Module``); return ``({torch name: key path}, {layer path: key path})``, the
     key paths (dict keys and list indices) that reach every array and every mapped layer from ``root``.
@@ -81,6 +118,7 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         for depth, seg in enumerate(segments):
             if seg == "":
                 raise TreeError(f"the name {'.'.join(segments)[:120]!r} has an empty segment")
+            _check_key(seg, segments[:depth + 1])
             if seg in node["arrays"]:
                 raise TreeError(f"{'.'.join(segments[:depth + 1])[:120]!r} is both an array and a module")
             node = node["children"].setdefault(seg, {"children": {}, "arrays": {}, "path": ".".join(segments[:depth + 1])})
@@ -93,6 +131,7 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         if not segments or any(s == "" for s in segments):
             raise TreeError(f"the parameter name {name[:120]!r} has an empty segment")
         owner = node_at(segments[:-1])
+        _check_key(segments[-1], segments)
         if segments[-1] in owner["children"]:
             raise TreeError(f"{name[:120]!r} is both an array and a module")
         owner["arrays"][segments[-1]] = name
