@@ -12,6 +12,10 @@ policy, applied to each file before a byte of it is read:
   (``/etc/passwd``, ``~/.ssh/id_rsa``, another model's weights) is refused, naming the link and its target;
 * the file is opened (non-blocking, so a FIFO swapped in cannot hang the open), and the opened file must be the
   target that was checked (same device and inode) and a regular file of at most the caller's size limit;
+* a file with more hard links than the folder itself holds names for (``st_nlink``) is refused: its other name
+  may be anywhere on the filesystem (an archive extracted with its hard-link entries, a folder prepared by someone
+  else), and what looks like a weight file could be another file of the user's, read and republished by ``porter
+  export``. Hard links between the folder's own files (a deduplicated copy) are fine;
 * the caller then reads at most that many bytes.
 
 Writing is the other half (``converters/serialize.py``): every file of an artifact is written under a temporary
@@ -60,6 +64,27 @@ def allowed_target(folder: str, target: str) -> bool:
                                    and _SHARD_PREFIX.fullmatch(os.path.basename(where)) is not None)
 
 
+def _check_hard_links(path: str, real: str, info: os.stat_result) -> None:
+    """Refuse the file ``path`` (real path ``real``) if its hard links are not all names in the real file's folder
+    (an artifact folder or a Hub blob folder: few files)."""
+    here = 0
+    try:
+        with os.scandir(os.path.dirname(os.path.abspath(real))) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                here += (st.st_dev, st.st_ino) == (info.st_dev, info.st_ino)
+    except OSError:
+        pass
+    if info.st_nlink > here:
+        raise ArtifactError(path, "the file", "", f"has {info.st_nlink} hard links, {info.st_nlink - here} of them "
+                            "outside the model's folder: it may be another file of this machine under a model file's "
+                            "name; Porter reads only files whose every name is in the folder (copy the file if you "
+                            "trust it)")
+
+
 def open_member(path: str, limit: int):
     """Open the artifact file ``path`` (a direct child of its folder) for reading under the policy above; returns
     ``(binary file, size)``.
@@ -94,6 +119,8 @@ def open_member(path: str, limit: int):
             raise ArtifactError(path, "the file", "", "is a directory, not a file")
         if not stat.S_ISREG(info.st_mode):
             raise ArtifactError(path, "the file", "", "is not a regular file (a FIFO, device or socket)")
+        if info.st_nlink > 1:
+            _check_hard_links(path, target or path, info)
         if info.st_size > limit:
             raise ArtifactError(path, "the file", "", f"is {info.st_size} bytes, more than the {limit} bytes allowed")
     except BaseException:

@@ -136,3 +136,23 @@ def test_cli_reports_the_link(tampered, tmp_path):
     _relink(directory, "model.safetensors", "/etc/hostname")
     result = CliRunner().invoke(main, ["bench", str(directory), "--batch", "1", "--repeat", "1", "--warmup", "0"])
     assert_input_error(result, ["model.safetensors", "symbolic link", "/etc/hostname"])
+
+
+# ---------------------------------------------------------------------------------------------------- hard links
+@pytest.mark.parametrize("name", FILES)
+def test_hard_link_to_a_file_outside_the_folder_refused(name, tiny_artifact, tampered, tmp_path):
+    directory = tampered()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    os.replace(directory / name, outside / name)  # the user's own file, elsewhere; the folder's name links to it
+    os.link(outside / name, directory / name)
+    with pytest.raises(ArtifactError, match="2 hard links, 1 of them outside the model's folder") as info:
+        porter.load(directory)
+    assert str(directory / name) in str(info.value)
+
+
+def test_hard_links_within_the_folder_followed(tiny_artifact, tampered):
+    directory = tampered()
+    os.replace(directory / "model.safetensors", directory / "copy.bin")  # a deduplicated folder: two names, one file
+    os.link(directory / "copy.bin", directory / "model.safetensors")
+    _same_outputs(directory, tiny_artifact[1])
