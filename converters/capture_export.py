@@ -153,12 +153,18 @@ def host_view(t: "torch.Tensor"):
     return view
 
 
+def _identity(t) -> tuple:
+    """What makes two state_dict entries one tensor: same memory, shape, strides and dtype."""
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
 def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
     from torch.export.graph_signature import InputKind, OutputKind
 
     sig = ep.graph_signature
     placeholder_target = {}
     params, param_values, trainable, param_dtypes = {}, {}, set(), {}
+    first_name, aliases = {}, {}  # tensor identity -> its first state_dict name; tied name -> that name
     user_inputs = []
     for spec in sig.input_specs:
         name = spec.arg.name
@@ -172,9 +178,14 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             tensor = ep.constants[target]
         else:
             raise NotImplementedError(f"unsupported exported input kind {spec.kind} for {name}")
+        t = tensor.detach()
+        shared = first_name.setdefault(_identity(t), target) if t.numel() else target
+        if shared != target:  # a tied weight (one tensor under two names): read through its first name
+            aliases[target] = shared
+            param_values[name] = placeholder_target[name] = shared
+            continue
         if spec.kind == InputKind.PARAMETER:
             trainable.add(target)
-        t = tensor.detach()
         params[target] = host_view(t)
         param_dtypes[target] = _dtype_name(t.dtype)
         param_values[name] = target
@@ -223,6 +234,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         source_class=source_class,
         frontend="torch.export",
         param_dtypes=param_dtypes,
+        aliases=aliases,
     )
     graph.output_structure = _output_structure(ep, len(outputs))
     graph.input_checks, graph.dynamic_dims = input_checks(ep, user_inputs)

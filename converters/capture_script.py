@@ -81,6 +81,20 @@ def _hierarchy(node) -> list:
     return scopes
 
 
+
+def _tied_names(module, interp) -> dict:
+    """``{name: first name}`` for every further state_dict name of a tensor the graph reads (tied weights)."""
+    tied = {}
+    for named, first in ((module.named_parameters, interp.param_names), (module.named_buffers, interp.buffer_names)):
+        try:
+            entries = list(named(remove_duplicate=False))
+        except TypeError:  # a ScriptModule's accessors without the keyword: no way to see the other names
+            entries = []
+        for name, tensor in entries:
+            if first.get(id(tensor), name) != name and first[id(tensor)] in interp.params:
+                tied[name] = first[id(tensor)]
+    return tied
+
 class _Interpreter:
     def __init__(self, module, inputs):
         self.module = module
@@ -404,4 +418,5 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         frontend="torchscript",
         output_structure=structure,
         param_dtypes=interp.param_dtypes,
+        aliases=_tied_names(module, interp),
     )

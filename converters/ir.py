@@ -113,6 +113,9 @@ class Graph:
     capture_mode: object = None  # the dims the capture kept dynamic: "all", "batch", "static" or a list of dims
     # module path -> attributes read from the torch module itself (``momentum``), when the model was an nn.Module
     module_attrs: Optional[dict] = None
+    # tied weights: state_dict name -> the name of the tensor it is (torch's ``named_parameters()`` keeps the first
+    # name of a shared tensor; the graph reads only that one, so a port trains it as one array, as torch does)
+    aliases: dict = field(default_factory=dict)
 
     def users(self) -> dict:
         uses: dict = {}

@@ -119,6 +119,13 @@ class PortedModel(TorchNamed):
         return [L.describe(tuple(o["perm"])) if o["perm"] is not None else "as-is" for o in self._program.graph["outputs"]]
 
     @property
+    def tied_weights(self) -> dict:
+        """Torch names of tied weights, ``{name: the parameter it is}`` (``lm_head.weight`` -> ``embed.weight``):
+        torch holds one tensor under both names; the port holds it once, under the name torch's
+        ``named_parameters()`` gives it, so training updates it once, as torch does."""
+        return dict(self._program.graph.get("tied_weights", {}))
+
+    @property
     def dynamic_dims(self) -> list:
         """The input dims the port keeps symbolic, ``[{"input": i, "axis": torch dim}, ...]``; every other dim
         is checked against the example's size on each call (see :attr:`input_checks`)."""

@@ -40,7 +40,7 @@ _EXPR_OPS = ("add", "sub", "mul", "floordiv", "mod", "max", "min")
 _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structure", "nodes", "params",
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
-             "dynamic_dims", "modules", "module_types", "compute_dtype")
+             "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights")
 _CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
@@ -119,6 +119,8 @@ class _Checker:
             self.depth(g["metadata"], "metadata")
         self.check_params(g["params"])
         self.check_modules(g.get("modules", {}), g.get("module_types", {}))
+        if "tied_weights" in g:
+            self.check_tied_weights(g["tied_weights"])
         self.check_inputs(g["inputs"])
         self.check_nodes(g["nodes"])
         self.check_outputs(g["outputs"], g["output_structure"])
@@ -195,6 +197,19 @@ class _Checker:
         for name in self.params:  # a name both an array and a layer cannot form a tree
             if name in self.modules:
                 self.fail(f"modules[{name[:80]!r}]", "", "is also the name of a parameter")
+
+    def check_tied_weights(self, tied):
+        """``{state_dict name: the recorded parameter it is}``: names torch gives a tensor already in ``params``."""
+        if not isinstance(tied, dict) or len(tied) > MAX_NODES:
+            self.fail("the file", "tied_weights", f"expected an object of at most {MAX_NODES} entries")
+        for alias, name in tied.items():
+            where = f"tied_weights[{alias[:80]!r}]"
+            self.match(_NAME, alias, where, "")
+            self.match(_NAME, name, where, "")
+            if alias in self.params or alias in self.modules:
+                self.fail(where, "", "is also the name of a parameter or layer")
+            if name not in self.params:
+                self.fail(where, "", f"names {name[:80]!r}, which 'params' does not record")
 
     # ------------------------------------------------------------------------------------------------ inputs
     def meta(self, value, where, field, level=0):
