@@ -4,10 +4,12 @@ import click
 
 from porter.bench import time_fn
 from porter.checkpoints import check_input_shapes, parse_input_shapes
+from porter.checkpoints.inputs import INPUT_DTYPES
 
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options
 from .errors import InputError, first_line
+from .layouts import input_dtypes
 from .ui import common_options
 
 
@@ -52,8 +54,10 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
         raise InputError("--warmup must be >= 0 and --repeat >= 1.", "For example --warmup 3 --repeat 10.")
     ported = load_ported(directory)
     meta = recorded_source(ported)
+    dtypes = input_dtypes(ported)
     shapes = parse_input_shapes(input_shapes) or parse_input_shapes(
-        [",".join(map(str, s)) for s in meta.get("input_shapes") or []], f"input shape recorded in {directory}")
+        [",".join(map(str, s)) + (f":{dtypes[i]}" if i < len(dtypes) and dtypes[i] in INPUT_DTYPES else "")
+         for i, s in enumerate(meta.get("input_shapes") or [])], f"input shape recorded in {directory}")
     check_input_shapes([(b,) + tuple(s[1:]) for b in batches for s in shapes], "--batch with the input shape")
     if not shapes:
         raise InputError(f"'{directory}' does not record its input shape.",
@@ -74,7 +78,8 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
     with ui.progress([f"batch {b}" for b in batches]) as progress:
         for b in batches:
             with progress.step(f"batch {b}"):
-                arrays = [rng.standard_normal((b,) + tuple(s[1:])).astype(np.float32) for s in shapes]
+                arrays = [_array(rng, (b,) + tuple(s[1:]), dtypes[i] if i < len(dtypes) else "float32")
+                          for i, s in enumerate(shapes)]
                 mx_inputs = [mx.array(torch_to_ported(a, layouts[i] if i < len(layouts) else None))
                              for i, a in enumerate(arrays)]
 
@@ -109,3 +114,15 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
             line += f" {row['torch_ms']:>10.2f} {row['ratio']:>9.2f}x"
         ui.echo(line)
     ui.emit_json({"ok": True, "directory": directory, "warmup": warmup, "repeat": repeat, "results": rows})
+
+
+def _array(rng, shape, dtype: str):
+    """A timing input of the recorded dtype: standard-normal floats; zeros for integer and bool inputs (token ids,
+    indices: 0 is valid for any table)."""
+    import numpy as np
+
+    if dtype in ("float64",):
+        return rng.standard_normal(shape)
+    if dtype in ("bool", "uint8", "int8", "int16", "int32", "int64"):
+        return np.zeros(shape, dtype=np.bool_ if dtype == "bool" else np.dtype(dtype))
+    return rng.standard_normal(shape).astype(np.float32)

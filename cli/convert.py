@@ -41,7 +41,8 @@ def architecture_options(func):
                         help="Allow unpickling a whole model saved with torch.save(model). Unpickling runs "
                              "arbitrary code: only for files you trust.")(func)
     func = click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
-                        help="Torch-layout shape of the example input (repeat for several inputs). Default: "
+                        help="Torch-layout shape of the example input (repeat for several inputs); a dtype "
+                             "after a colon for other than float32 inputs: 1,32:int64 for token ids. Default: "
                              "recorded in a .pt2 file, else guessed from the first weight.")(func)
     func = click.option("--arch", metavar="NAME",
                         help="A known architecture for a state_dict: a built-in example such as resnet18, or a zoo model "
@@ -331,6 +332,7 @@ def _result(file, output, source, ported, report):
         "output": output,
         "files": sorted(os.listdir(output)),
         "input_shapes": [list(t.shape) for t in source.example_inputs],
+        "input_dtypes": [str(t.dtype).replace("torch.", "") for t in source.example_inputs],
         "io_layout": getattr(ported, "io_layout", None),
         "dtype": getattr(ported, "dtype", None),
         "input_layouts": list(getattr(ported, "input_layouts", []) or []),
@@ -349,7 +351,10 @@ def _print_result(ui, result, report):
         what += f", architecture {result['model']}"
     ui.echo(f"Converted {result['input']} ({what})")
     ui.echo(f"  -> {result['output']}{os.sep} ({', '.join(result['files'])})")
-    shapes = ", ".join("(" + ",".join(map(str, s)) + ")" for s in result["input_shapes"])
+    dtypes = result.get("input_dtypes") or []
+    shapes = ", ".join("(" + ",".join(map(str, s)) + ")" + (f" {dtypes[i]}" if i < len(dtypes) and dtypes[i] !=
+                                                             "float32" else "")
+                       for i, s in enumerate(result["input_shapes"]))
     layouts = ", ".join(result["input_layouts"]) or "as-is"
     ui.echo(f"  example input {shapes} [torch layout]; model input layout {layouts}; "
             f"{result['num_transposes']} layout transposes")
@@ -364,7 +369,7 @@ def _print_result(ui, result, report):
     else:
         ui.echo("  validation skipped (--no-validate)")
     ui.echo("")
-    ui.echo(load_hint(result["output"], result["input_shapes"], result["input_layouts"]))
+    ui.echo(load_hint(result["output"], result["input_shapes"], result["input_layouts"], dtypes))
 
 
 def describe_dynamic(dynamic_dims, num_inputs):
@@ -378,13 +383,18 @@ def describe_dynamic(dynamic_dims, num_inputs):
             " (every other dim is checked against the example's size on each call)")
 
 
-def load_hint(output, input_shapes, input_layouts):
+def load_hint(output, input_shapes, input_layouts, input_dtypes=()):
     from .layouts import ported_shape
 
     args = []
     for i, shape in enumerate(input_shapes):
         layout = input_layouts[i] if i < len(input_layouts) else None
-        args.append(f"mx.random.normal({tuple(ported_shape(shape, layout))})")
+        dtype = input_dtypes[i] if i < len(input_dtypes) else "float32"
+        shape = tuple(ported_shape(shape, layout))
+        if dtype in ("float32", "float16", "bfloat16", "float64"):
+            args.append(f"mx.random.normal({shape})" + (f".astype(mx.{dtype})" if dtype != "float32" else ""))
+        else:  # token ids / indices: 0 is valid for any table
+            args.append(f"mx.zeros({shape}, dtype=mx.{'bool_' if dtype == 'bool' else dtype})")
     layout_note = "  # channels-last input" if any("->" in (l or "") for l in input_layouts) else ""
     return ("Load it (no torch needed):\n"
             "  import mlx.core as mx, porter\n"

@@ -10,6 +10,7 @@ from .bench import parse_batches
 from porter.checkpoints.budget import check_input_shapes
 from .errors import InputError
 from porter.checkpoints.inputs import parse_input_shapes
+from .layouts import input_dtypes
 from .ui import SEED, common_options
 
 SUFFIX = ".mlxfn"
@@ -34,14 +35,6 @@ def check_output(output: str, force: bool) -> None:
     except OSError as exc:
         raise InputError(f"-o '{output}': cannot write in the folder '{folder}' ({exc.strerror}).",
                          "Choose a writable location.")
-
-
-def input_dtypes(ported) -> list:
-    """The dtype name of each input recorded in the artifact (``"float32"`` where it records none)."""
-    try:
-        return [str(spec["meta"].get("dtype") or "float32") for spec in ported.graph["inputs"]]
-    except (AttributeError, KeyError, TypeError):
-        return []
 
 
 def call_arrays(ported, torch_shapes, seed: int):

@@ -33,3 +33,11 @@ def ported_shape(shape, layout):
     """The shape a ported model expects for a torch-layout input of ``shape``."""
     perm = _perm(layout, len(shape))
     return tuple(shape) if perm is None else tuple(shape[p] for p in perm)
+
+
+def input_dtypes(ported) -> list:
+    """The dtype name of each input recorded in the artifact (``"float32"`` where it records none)."""
+    try:
+        return [str(spec["meta"].get("dtype") or "float32") for spec in ported.graph["inputs"]]
+    except (AttributeError, KeyError, TypeError):
+        return []

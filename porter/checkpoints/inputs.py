@@ -10,6 +10,20 @@ from .errors import CheckpointError, torch_error_line
 
 # Input sizes used when no shape is given, by the rank of the first weight (conv1d/2d/3d; linear takes (1, in)).
 GUESS_SPATIAL = {3: (128,), 4: (224, 224), 5: (16, 112, 112)}
+GUESS_TOKENS = 32  # sequence length guessed for a model whose first weight is an embedding table
+
+# dtypes an input may be given (``--input-shape 1,32:int64``); integer inputs are token ids / indices
+INPUT_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")
+
+
+class InputShape(tuple):
+    """A torch-layout input shape (a tuple of ints, usable wherever a shape is) and its input's dtype name
+    (``"float32"`` unless given: ``"1,32:int64"`` is a batch of 32 token ids)."""
+
+    def __new__(cls, dims, dtype: str = "float32"):
+        shape = super().__new__(cls, dims)
+        shape.dtype = dtype
+        return shape
 
 
 def parse_input_shapes(values, option: str = "--input-shape") -> list:
@@ -23,19 +37,26 @@ def parse_input_shapes(values, option: str = "--input-shape") -> list:
     """
     shapes = []
     for value in values or ():
+        dtype = getattr(value, "dtype", "float32")
         if isinstance(value, (tuple, list)):
             shape = tuple(value) if all(isinstance(d, int) and not isinstance(d, bool) for d in value) else ()
         else:
             text = str(value)
+            dims, _, dtype = text.partition(":")
+            dtype = dtype.strip() or "float32"
+            if dtype not in INPUT_DTYPES:
+                raise CheckpointError(f"{option} '{text[:200]}' names the dtype {dtype[:40]!r}, which Porter does "
+                                      "not make inputs of.", f"Use one of {', '.join(INPUT_DTYPES)} after the "
+                                      "shape, e.g. --input-shape 1,32:int64 for token ids.")
             try:
-                shape = tuple(int(part) for part in text.split(",")) if len(text) <= 200 else ()
+                shape = tuple(int(part) for part in dims.split(",")) if len(text) <= 200 else ()
             except ValueError:
                 shape = ()
         if not shape or any(d <= 0 for d in shape):
             raise CheckpointError(f"{option} '{_text(value)}' is not a list of positive integers.",
                                   "Give the torch-layout shape of one input, e.g. --input-shape 1,3,224,224 (repeat "
-                                  "the option for a model with several inputs).")
-        shapes.append(shape)
+                                  "the option for a model with several inputs; 1,32:int64 for token ids).")
+        shapes.append(InputShape(shape, dtype))
     check_input_shapes(shapes, option)
     return shapes
 
@@ -48,27 +69,62 @@ def infer_input_shape(module, source: str = "the model"):
     """A batch-of-one input shape for ``module`` (torch layout), from its first parameter, and that parameter's name.
 
     A conv weight of rank 3/4/5 gives ``(1, C_in) + GUESS_SPATIAL[rank]`` (e.g. ``(1, 3, 224, 224)``); a linear
-    weight ``(1, in_features)``. ``source`` names the model in the error.
+    weight ``(1, in_features)``; an ``nn.Embedding`` table ``(1, GUESS_TOKENS)`` token ids (dtype ``int64``).
+    ``source`` names the model in the error.
 
     Raises:
         CheckpointError: the first parameter is of neither kind (or there is none): give the shape instead.
     """
+    import torch
+
     for name, param in module.named_parameters():
+        owner = _owner(module, name)
+        if isinstance(owner, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+            return InputShape((1, GUESS_TOKENS), "int64"), name
         if param.dim() in GUESS_SPATIAL:
-            return (1, param.shape[1]) + GUESS_SPATIAL[param.dim()], name
+            return InputShape((1, param.shape[1]) + GUESS_SPATIAL[param.dim()]), name
         if param.dim() == 2:
-            return (1, param.shape[1]), name
+            return InputShape((1, param.shape[1])), name
         break
     raise CheckpointError(f"Porter cannot guess the input shape of the model in '{source}'.",
                           "Pass it with --input-shape, e.g. --input-shape 1,3,224,224 (torch layout; repeat the "
                           "option for several inputs).")
 
 
+def _owner(module, name: str):
+    try:
+        return module.get_submodule(name.rpartition(".")[0])
+    except Exception:  # noqa: BLE001 - a ScriptModule has no get_submodule (RuntimeError), a bad path AttributeError
+        return None
+
+
+def _index_bound(module) -> int:
+    """Integer inputs are drawn from ``[0, bound)``: the smallest embedding table's size (token ids valid for every
+    table), else 2 (0/1: valid indices for any non-empty dim)."""
+    import torch
+
+    sizes = [m.num_embeddings for m in module.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
+    return max(1, min(sizes)) if sizes else 2
+
+
+def _random_input(shape, generator, bound: int):
+    import torch
+
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+             "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}[getattr(shape, "dtype", "float32")]
+    if dtype == torch.bool:
+        return torch.randint(0, 2, tuple(shape), generator=generator).bool()
+    if not dtype.is_floating_point:
+        return torch.randint(0, bound, tuple(shape), generator=generator).to(dtype)
+    return torch.randn(tuple(shape), generator=generator).to(dtype)
+
+
 def example_inputs(module, shapes, recorded=None, *, seed: int = 0, source: str = "the model",
                    shapes_from: str = "from --input-shape"):
     """Inputs ``module`` was checked to accept, and a note when the shape was inferred.
 
-    Seeded ``randn`` of ``shapes`` when given, else the ``recorded`` inputs, else one input of
+    Seeded inputs of ``shapes`` when given (``randn`` floats; integer inputs drawn from ``[0, smallest embedding
+    table)``, else 0/1), else the ``recorded`` inputs, else one input of
     :func:`infer_input_shape`. ``shapes_from`` says where ``shapes`` came from, in errors.
 
     Returns:
@@ -80,14 +136,15 @@ def example_inputs(module, shapes, recorded=None, *, seed: int = 0, source: str 
 
     guessed_from = note = None
     if shapes:
-        generator = torch.Generator().manual_seed(seed)
-        inputs = tuple(torch.randn(shape, generator=generator) for shape in shapes)
+        generator, bound = torch.Generator().manual_seed(seed), _index_bound(module)
+        inputs = tuple(_random_input(shape, generator, bound) for shape in shapes)
     elif recorded:
         inputs = tuple(recorded)
     else:
         shape, guessed_from = infer_input_shape(module, source)
-        inputs = (torch.randn(shape, generator=torch.Generator().manual_seed(seed)),)
-        note = f"input shape {_fmt(shape)} guessed from '{guessed_from}'; set it with --input-shape"
+        inputs = (_random_input(shape, torch.Generator().manual_seed(seed), _index_bound(module)),)
+        kind = f" of {shape.dtype} token ids" if getattr(shape, "dtype", "float32") != "float32" else ""
+        note = f"input shape {_fmt(shape)}{kind} guessed from '{guessed_from}'; set it with --input-shape"
     try:
         with torch.no_grad():
             module(*inputs)
@@ -98,7 +155,7 @@ def example_inputs(module, shapes, recorded=None, *, seed: int = 0, source: str 
         raise CheckpointError(f"The model in '{source}' cannot take input of shape {given} ({origin}): torch "
                               f"raised {torch_error_line(exc)}.",
                               "Pass the torch-layout shape the model expects with --input-shape, e.g. --input-shape "
-                              "1,3,224,224 (repeat it for several inputs).")
+                              "1,3,224,224 (repeat it for several inputs; 1,32:int64 for token ids).")
     return inputs, note
 
 
