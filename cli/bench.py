@@ -4,12 +4,11 @@ import click
 
 from porter.bench import time_fn
 from porter.checkpoints import check_input_shapes, parse_input_shapes
-from porter.checkpoints.inputs import INPUT_DTYPES
 
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options
 from .errors import InputError, first_line
-from .layouts import input_dtypes
+from .layouts import input_dtypes, recorded_input_shapes
 from .ui import common_options
 
 
@@ -55,9 +54,8 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
     ported = load_ported(directory)
     meta = recorded_source(ported)
     dtypes = input_dtypes(ported)
-    shapes = parse_input_shapes(input_shapes) or parse_input_shapes(
-        [",".join(map(str, s)) + (f":{dtypes[i]}" if i < len(dtypes) and dtypes[i] in INPUT_DTYPES else "")
-         for i, s in enumerate(meta.get("input_shapes") or [])], f"input shape recorded in {directory}")
+    shapes = parse_input_shapes(input_shapes) or parse_input_shapes(recorded_input_shapes(ported, meta),
+                                                                     f"input shape recorded in {directory}")
     check_input_shapes([(b,) + tuple(s[1:]) for b in batches for s in shapes], "--batch with the input shape")
     if not shapes:
         raise InputError(f"'{directory}' does not record its input shape.",

@@ -41,3 +41,15 @@ def input_dtypes(ported) -> list:
         return [str(spec["meta"].get("dtype") or "float32") for spec in ported.graph["inputs"]]
     except (AttributeError, KeyError, TypeError):
         return []
+
+
+def recorded_input_shapes(ported, meta: dict) -> list:
+    """The conversion example's shapes recorded in an artifact's metadata, as ``--input-shape`` text with each
+    input's recorded dtype (``"2,9:int64"``), so a token model's ids stay integers."""
+    dtypes = input_dtypes(ported)
+    shapes = []
+    for i, shape in enumerate(meta.get("input_shapes") or []):
+        dtype = dtypes[i] if i < len(dtypes) else "float32"
+        shapes.append(",".join(map(str, shape)) + (f":{dtype}" if dtype in ("float16", "bfloat16", "float64", "int64",
+                                                                              "int32", "bool") else ""))
+    return shapes

@@ -7,6 +7,7 @@ from porter.checkpoints import open_model
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options, validate_source
 from .errors import InputError, ValidationFailed, first_line
+from .layouts import recorded_input_shapes
 from .atomic import check_file_destination, write_text_file
 from .ui import SEED, Tolerance, common_options
 
@@ -41,7 +42,7 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
         model_spec = recorded_model(directory, against, meta, "validate")
     shapes_from = "from --input-shape"
     if not input_shapes and meta.get("input_shapes"):
-        input_shapes = tuple(",".join(map(str, s)) for s in meta["input_shapes"])
+        input_shapes = tuple(recorded_input_shapes(ported, meta))
         shapes_from = f"recorded in {directory}"
     with ui.progress(["loading", "validating against torch"]) as progress:
         with progress.step("loading"):

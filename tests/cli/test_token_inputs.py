@@ -56,6 +56,8 @@ def test_token_input_given(runner, checkpoint, tmp_path):
     assert report["input_shapes"] == [[2, 9]] and report["input_dtypes"] == ["int64"]
     _logits_match(out, model, (2, 9))
 
+    result = runner.invoke(main, ["validate", str(out), "--against", path, *MODEL], catch_exceptions=False)
+    assert result.exit_code == 0 and "PASS" in result.output, result.output  # the recorded shape keeps its dtype
     result = runner.invoke(main, ["bench", str(out), "--against", path, *MODEL, "--warmup", "0", "--repeat", "1"],
                            catch_exceptions=False)
     assert result.exit_code == 0, result.output
