@@ -17,6 +17,7 @@ import torch
 from .capture_guards import input_checks
 from .capture_regions import Inliner
 from .ir import Graph, Node, Ref, ValueMeta, iter_refs
+from . import output_tree
 
 
 def _dtype_name(dtype) -> str:
@@ -237,6 +238,10 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         aliases=aliases,
     )
     graph.output_structure = _output_structure(ep, len(outputs))
+    try:
+        graph.output_tree = output_tree.from_spec(ep.call_spec.out_spec) if ep.call_spec.out_spec else None
+    except (output_tree.OutputTreeError, AttributeError) as e:
+        graph.capture_note = f"the outputs are returned as a flat tuple ({e})"
     graph.input_checks, graph.dynamic_dims = input_checks(ep, user_inputs)
     return graph
 

@@ -102,6 +102,7 @@ class Graph:
     source_class: str = ""
     frontend: str = ""
     output_structure: str = "tuple"  # "single" when the model returns one tensor
+    output_tree: Optional[dict] = None  # how the outputs nest (dicts, lists, named tuples): converters/output_tree.py
     # torch dtype name per parameter (bfloat16, which numpy cannot hold, arrives as its bits: uint16)
     param_dtypes: dict = field(default_factory=dict)
     batch_doubled: bool = False  # a batch-of-one example was captured at batch two

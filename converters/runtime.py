@@ -16,6 +16,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import layout as L
+from . import output_tree
 from . import transforms
 from .guards import InputChecks
 from .limits import check_elements
@@ -233,6 +234,8 @@ class PortedModel(TorchNamed):
         outs = tuple(self._resolve(o["value"], env) for o in self._program.graph["outputs"])
         if self._program.graph["output_structure"] == "single":
             return outs[0]
+        if "output_tree" in self._program.graph:
+            return output_tree.build(self._program.graph["output_tree"], outs)
         return outs
 
     def _fused(self, index: int, x):
@@ -282,8 +285,13 @@ class PortedModel(TorchNamed):
         return {n: a for n, a in self.named_arrays().items() if not spec[n]["trainable"]}
 
     def torch_parameters(self) -> dict:
-        """Every parameter and buffer by torch state_dict name, in torch layout."""
-        return {name: self._to_torch(name, array) for name, array in self.named_arrays().items()}
+        """Every parameter and buffer by torch state_dict name, in torch layout; a tied weight under each of its
+        names (what ``model.load_state_dict`` expects)."""
+        out = {name: self._to_torch(name, array) for name, array in self.named_arrays().items()}
+        for alias, name in self.tied_weights.items():
+            if name in out:
+                out[alias] = out[name]
+        return out
 
     def torch_parameter_grads(self, grads_tree) -> dict:
         """Turn ``mx.grad``/``nn.value_and_grad`` gradients w.r.t. ``trainable_parameters()`` (a tree, or a flat

@@ -40,7 +40,7 @@ _EXPR_OPS = ("add", "sub", "mul", "floordiv", "mod", "max", "min")
 _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structure", "nodes", "params",
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
-             "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights")
+             "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights", "output_tree")
 _CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
@@ -125,6 +125,15 @@ class _Checker:
         self.check_nodes(g["nodes"])
         self.check_outputs(g["outputs"], g["output_structure"])
         self.check_module_outputs(g["module_outputs"])
+        if "output_tree" in g:
+            from .output_tree import OutputTreeError, check as check_tree
+
+            if g["output_structure"] != "tuple":
+                self.fail("the file", "output_tree", "is only recorded with output_structure 'tuple'")
+            try:
+                check_tree(g["output_tree"], len(g["outputs"]))
+            except OutputTreeError as e:
+                self.fail("the file", "output_tree", str(e))
         if "input_checks" in g:
             self.check_input_checks(g["input_checks"])
         if "dynamic_dims" in g:

@@ -94,6 +94,9 @@ def test_training_updates_the_tied_weight_as_torch_does(case, tmp_path):
     params = dict(tree_flatten(port.parameters()))
     for name, p in model.named_parameters():
         np.testing.assert_allclose(np.array(params[name]), p.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+    restored = type(model)()  # the port's weights load back into a fresh torch model, tie included
+    restored.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in port.torch_parameters().items()})
+    assert restored.state_dict().keys() == model.state_dict().keys()
     y = make_input(7)
     np.testing.assert_allclose(np.array(port(mx.array(y.numpy()))), model(y).detach().numpy(), rtol=1e-4, atol=1e-5)
 
