@@ -254,11 +254,14 @@ def convert_view(ctx, call, x: Ref, size_values: list, out_meta: ValueMeta):
 
 def _grouped_layout(perm, groups) -> tuple:
     """``perm`` itself when every group's dims sit adjacent and in order in the array; otherwise the closest
-    layout where they do (groups kept in their array order), so one transpose fixes just those dims (a channel
-    shuffle swaps two sub-axes of C and stays channels-last)."""
+    layout where they do, so one transpose fixes just those dims (a channel shuffle swaps two sub-axes of C and
+    stays channels-last). Groups are ordered by their innermost array axis: the group holding the array's last
+    axis stays last, so the copy moves contiguous runs and a feature dim that was innermost stays innermost
+    (attention's ``(B, heads, N, hd)`` transposed to ``(B, N, heads, hd)`` and merged to ``(B, N, C)`` comes out in
+    torch's layout, ready for the projection, not as ``(B, C, N)`` needing a second transpose)."""
     if _plan_in_layout(perm, groups) is not None:
         return perm
-    ordered = sorted(groups, key=lambda g: min(perm.index(d) for d in g[0]))
+    ordered = sorted(groups, key=lambda g: max(perm.index(d) for d in g[0]))
     return tuple(d for gi, _ in ordered for d in gi)
 
 

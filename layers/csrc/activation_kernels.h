@@ -5,7 +5,8 @@
 // float function is branch-free arithmetic (Cephes-style range reduction and polynomials, selects for inf/NaN), so
 // GCC/Clang vectorize the loops at -O3 -march=native -fno-trapping-math (checked with -fopt-info-vec: std::floor and
 // some nested selects stop GCC 12, hence the forms used below). Accuracy, float32: exp ~1 ulp (Cephes expf), tanh <= ~3 ulp,
-// GELU's erfc Numerical-Recipes form (relative error ~1.2e-7, also in the tails, where torch's 1 + erf cancels);
+// GELU's erfc Numerical-Recipes form with one exponential (<= ~8 ulp, also in the tails, where torch's 1 + erf
+// cancels);
 // float16/bfloat16 are computed in float32 and rounded once (torch's CPU kernels do the same); float64 uses libm.
 #pragma once
 
@@ -72,68 +73,59 @@ inline double exp_dd(double a) {
   return static_cast<double>(exp_f(hi)) * (1.0 + (a - static_cast<double>(hi)));
 }
 
-// erfc(z) (Numerical Recipes' erfcc: fractional error < 1.2e-7 everywhere), the fit evaluated in double so that
-// only its own error remains (z too: rounding x / sqrt2 to float would cost z^2 * 2^-24, ~5 ulp at z = 2).
-inline double erfc_dd(double z) {
-  const double a = std::fabs(z);
-  const double t = 1.0 / (1.0 + 0.5 * a);
-  double p = 0.17087277;
-  p = p * t - 0.82215223;
-  p = p * t + 1.48851587;
-  p = p * t - 1.13520398;
-  p = p * t + 0.27886807;
-  p = p * t - 0.18628806;
-  p = p * t + 0.09678418;
-  p = p * t + 0.37409196;
-  p = p * t + 1.00002368;
-  p = p * t - 1.26551223;
-  const double ans = t * exp_dd(p - a * a);
-  return z < 0.0 ? 2.0 - ans : ans;
+// e^s for GELU's exponent s <= 0, as exp_f but without its overflow and NaN selects (GELU multiplies the result
+// by x, which carries a NaN through): a NaN s is taken as -104 (never cast to int), below -103.97 the result is 0.
+inline float exp_nonpos_f(float s) {
+  const float sc = s > -104.0f ? s : -104.0f;
+  const float n = (sc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = sc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * z + r + 1.0f;
+  const int ni = static_cast<int>(n);
+  const int n1 = ni >> 1, n2 = ni - n1;  // two normal powers of two: subnormal results round once
+  const float y = p * std::bit_cast<float>((n1 + 127) << 23) * std::bit_cast<float>((n2 + 127) << 23);
+  return s > -103.97208f ? y : 0.0f;
 }
 
-// erf(z) for |z| <= 0.5 (Cephes erff's odd polynomial, ~1 ulp): 1 + erf(z) there has no cancellation, and it is
-// more accurate than 2 - erfc near 0.
-inline float erf_small_f(float z) {
-  const float s = z * z;
-  float p = 7.853861353153693e-5f;
-  p = p * s - 8.010193625184903e-4f;
-  p = p * s + 5.188327685732524e-3f;
-  p = p * s - 2.685381193529856e-2f;
-  p = p * s + 1.128358514861418e-1f;
-  p = p * s - 3.761262582423300e-1f;
-  p = p * s + 1.128379165726710f;
-  return z * p;
+// erfc(a / sqrt2) for a = |x| (Numerical Recipes' erfcc, fractional error < 1.2e-7), in float with one
+// exponential: erfcc = t e^s with s = p(t) - a^2/2. s is carried as sh + sl: a^2 = hi + lo exactly (an FMA gives
+// the rounding error; -hi/2 is exact), and TwoSum adds p, so rounding s to float (|s| up to ~800, hundreds of ulp of
+// e^s) costs nothing; e^{sh + sl} = e^sh (1 + sl) to float accuracy since |sl| <= ulp(sh). Rounding z = a/sqrt2 to
+// float costs nothing either (it would cost z^2 * 2^-24 relative, ~8 ulp at z = 2). a is at most 40 (beyond,
+// the tail is 0 in float anyway), so a^2 stays finite; NaN stays NaN.
+inline float erfc_scaled_f(float a) {
+  a = a < 40.0f ? a : 40.0f;
+  const float t = 1.0f / (1.0f + 0.35355339059327376f * a);  // 1 / (1 + z / 2)
+  // the fit's degree-9 polynomial by Estrin's scheme: a quarter of Horner's dependency chain, which (with the
+  // exponential's) kept the loop latency-bound
+  const float t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
+  const float q01 = 1.00002368f * t - 1.26551223f, q23 = 0.09678418f * t + 0.37409196f;
+  const float q45 = 0.27886807f * t - 0.18628806f, q67 = 1.48851587f * t - 1.13520398f;
+  const float q89 = 0.17087277f * t - 0.82215223f;
+  const float p = ((q23 * t2 + q01) + (q67 * t2 + q45) * t4) + q89 * t8;
+  const float hi = a * a;
+  const float lo = std::fma(a, a, -hi);  // a^2 = hi + lo exactly
+  const float u = -0.5f * hi;            // exact
+  const float sh = u + p;                // TwoSum: sh + e = u + p exactly (no fast-math: the order is kept)
+  const float pb = sh - u;
+  const float ub = sh - pb;
+  const float sl = ((u - ub) + (p - pb)) - 0.5f * lo;
+  return t * (exp_nonpos_f(sh) * (1.0f + sl));
 }
 
-// erfc(-x / sqrt2) for x <= -0.5 sqrt2 (Numerical Recipes' erfcc, fractional error < 1.2e-7), in float: the
-// exponent's -z^2 = -x^2/2 is carried exactly as hi + lo (an FMA gives x^2's rounding error), so rounding z = x/sqrt2
-// to float costs nothing (it would cost z^2 * 2^-24 relative, ~8 ulp at z = 2), and e^{-hi} e^{p(t) - lo} has
-// two ~1 ulp exponentials.
-inline float erfc_neg_f(float x) {
-  const float a = std::fabs(x) * 0.70710678118654752f;
-  const float t = 1.0f / (1.0f + 0.5f * a);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  const float hi = x * x;
-  const float lo = std::fma(x, x, -hi);  // x^2 = hi + lo exactly
-  return t * exp_f(-0.5f * hi) * exp_f(p - 0.5f * lo);
-}
-
-// 2 * Phi(x) = 1 + erf(x / sqrt2) = erfc(-x / sqrt2), accurate relative to its value for every x.
+// 2 * Phi(x) = 1 + erf(x / sqrt2) = erfc(-x / sqrt2), accurate relative to its value for every x: the tail
+// erfc(|x| / sqrt2) for x < 0, 2 minus it for x >= 0 (no cancellation: the tail is <= 1 there). NaN for a NaN x is
+// not promised (callers multiply by x).
 inline float two_cdf_f(float x) {
-  const float z = x * 0.70710678118654752f;
-  const float xc = x < -40.0f ? -40.0f : (x > 40.0f ? 40.0f : x);  // 2 Phi(+-40) is 2 / 0: x^2 stays finite
-  const float tail = erfc_neg_f(xc);  // erfc(|z|) for the |x|
-  const float far = xc < 0.0f ? tail : 2.0f - tail;
-  return std::fabs(z) <= 0.5f ? 1.0f + erf_small_f(z) : far;
+  const float tail = erfc_scaled_f(std::fabs(x));
+  return x < 0.0f ? tail : 2.0f - tail;
 }
 
 constexpr float kSqrtHalf = 0.70710678118654752f;

@@ -73,6 +73,22 @@ class ChannelShuffle(nn.Module):
         return x.view(n, -1, h, w)
 
 
+class HeadMerge(nn.Module):
+    """Attention's head merge: ``(attn @ v).transpose(1, 2).reshape(B, N, C)`` into the output projection."""
+
+    def __init__(self, dim=12, heads=3):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        attn = (q @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
 class ConvNeXtBlock(nn.Module):
     """Depthwise conv, permute to channels-last, LayerNorm + MLP + layer scale, permute back, residual."""
 
@@ -168,6 +184,13 @@ def test_channel_shuffle():
     # the shuffle swaps two sub-axes of C: one transpose, and the result stays channels-last
     assert ported.num_transposes == 1
     assert ported.output_layouts == ["NCHW->NHWC"]
+
+
+def test_head_merge_lands_in_torch_layout():
+    ported = check_converted(HeadMerge().eval(), *inputs((2, 7, 12), (1, 10, 12)), io_layout="mlx")
+    # q, k and v to the matmuls' batch order (3), and (B, heads, N, hd) -> (B, N, heads, hd) for the merge (1): the
+    # merged (B, N, C) is then the projection's layout as is (innermost axis kept innermost), not (B, C, N)
+    assert ported.num_transposes == 4
 
 
 def test_convnext_permute_layernorm_needs_no_transpose():

@@ -38,7 +38,8 @@ KINDS = {
 DTYPES = {"float32": (mx.float32, torch.float32), "float16": (mx.float16, torch.float16),
           "bfloat16": (mx.bfloat16, torch.bfloat16)}
 SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 1e-8, 0.6249, 0.625, -0.625, 0.63, 9.0, -9.0, 20.0, -20.0, 50.0, -50.0,
-           -87.3, 88.72, 88.73, -103.9, -104.5, 1e4, -1e4, math.inf, -math.inf, math.nan]
+           -87.3, 88.72, 88.73, -103.9, -104.5, 1e4, -1e4, math.inf, -math.inf, math.nan,
+           1e-40, -1e-40, -13.3, -14.1, -14.3, 39.9, -39.9, 40.5, -40.5]  # subnormal in and (GELU) out
 
 
 def sample(n: int, seed: int = 0) -> np.ndarray:
