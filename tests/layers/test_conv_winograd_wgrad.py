@@ -121,3 +121,27 @@ def test_non_finite_values_reach_the_weight_gradient_torch_gives_them(where, mon
         np.testing.assert_array_equal(test(pw), test(tw))
     finite = np.isfinite(tw)
     np.testing.assert_allclose(pw[finite], tw[finite], rtol=1e-4, atol=1e-4 * np.abs(tw[finite]).max())
+
+
+@pytest.mark.parametrize("padding", [1, (0, 2)])
+def test_second_derivative_through_the_winograd_weight_gradient_matches_torch(padding, monkeypatch):
+    """A penalty on the weight gradient (its own gradient w.r.t. the input and the weight) differentiates the
+    Winograd-domain weight gradient: its passes have no VJP, so its custom VJP is that of MLX's weight gradient."""
+    spy = _Spy(monkeypatch)
+    torch.manual_seed(2)
+    x = torch.randn(2, 16, 9, 7, requires_grad=True)
+    w = (torch.randn(24, 16, 3, 3) * 0.2).requires_grad_(True)
+    cot = torch.randn(TF.conv2d(x, w, padding=padding).shape)
+    (gw,) = torch.autograd.grad((TF.conv2d(x, w, padding=padding) * cot).sum(), w, create_graph=True)
+    tx, tw = torch.autograd.grad(gw.pow(2).sum() + (gw * w).sum(), (x, w))
+
+    def penalty(a, b):
+        g = mx.grad(lambda b_: (PF.conv2d(a, b_, padding=padding) * _nhwc(cot)).sum())(b)
+        return (g ** 2).sum() + (g * b).sum()
+
+    px, pw = mx.grad(penalty, argnums=(0, 1))(_nhwc(x), _w(w))
+    assert spy.calls > 0
+    np.testing.assert_allclose(np.moveaxis(np.array(px), -1, 1), tx.numpy(), rtol=1e-3,
+                               atol=1e-4 * np.abs(tx.numpy()).max())
+    np.testing.assert_allclose(np.array(pw).transpose(0, 3, 1, 2), tw.numpy(), rtol=1e-3,
+                               atol=1e-4 * np.abs(tw.numpy()).max())
