@@ -324,7 +324,10 @@ def _winograd_op(lo: tuple, hi: tuple):
         v = module.winograd_input(x, lo[0], lo[1], ho, wo)
         dm = module.winograd3d_output_adjoint(g5, x5, 1, 0, lo[0], lo[1])
         du = (v.swapaxes(1, 2) @ dm)[None]
-        return module.winograd3d_weight_adjoint(du, x5, g5, 0, lo[0], lo[1]).reshape(weight.shape)
+        # a non-finite result is redone as a direct sum whose padding taps add nothing, as torch's 2-d kernels:
+        # an inf in the cotangent at a border output stays inf there (torch's 3-d im2col, and MLX, give NaN)
+        return module.winograd3d_weight_adjoint(du, x5, g5, 0, lo[0], lo[1],
+                                                padding_products=False).reshape(weight.shape)
 
     @winograd_weight_grad.vjp
     def winograd_weight_grad_vjp(primals, cotangent, output):

@@ -98,11 +98,12 @@ def test_default_threshold_takes_the_path_for_resnet_sized_maps_only(monkeypatch
         assert spy.calls == calls
 
 
-@pytest.mark.parametrize("where", ["x_nan", "x_inf", "cot_inf", "cot_nan"])
+@pytest.mark.parametrize("where", ["x_nan", "x_inf", "cot_inf", "cot_nan", "cot_inf_corner", "cot_inf_edge"])
 def test_non_finite_values_reach_the_weight_gradient_torch_gives_them(where, monkeypatch):
-    """A weight gradient that is not finite is redone as a direct sum: torch's NaN/inf pattern per weight entry.
-    Not covered (a known difference, MLX's conv gradient has it too): an inf in the cotangent at an output whose
-    window reads padding gives NaN (inf * padding zero) for those taps where torch's 2-d kernel gives -inf/inf."""
+    """A weight gradient that is not finite is redone as a direct sum: torch's NaN/inf pattern per weight entry. An
+    inf in the cotangent at an output whose window reads padding stays inf for the taps on real input and leaves
+    the padding taps finite, as torch's 2-d kernels (no inf * padding zero = NaN: MLX's own conv gradient, and the
+    weight gradient below WINOGRAD_WEIGHT_GRAD_MIN_TILES, still give NaN there)."""
     spy = _Spy(monkeypatch)
     torch.manual_seed(1)
     x, w = torch.randn(2, 20, 10, 9), torch.randn(24, 20, 3, 3)
@@ -113,6 +114,10 @@ def test_non_finite_values_reach_the_weight_gradient_torch_gives_them(where, mon
         x[1, 19, 0, 8] = float("inf")
     elif where == "cot_inf":
         cot[0, 5, 4, 4] = float("-inf")  # an interior output (see the note below for one at the border)
+    elif where == "cot_inf_corner":
+        cot[0, 5, 0, 0] = float("inf")
+    elif where == "cot_inf_edge":
+        cot[1, 23, 9, 4] = float("-inf")  # the last row: its window's third row is padding
     else:
         cot[1, 0, 2, 3] = float("nan")
     (_, tw), (_, pw) = _grads(x, w, 1, cot)
