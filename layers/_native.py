@@ -312,17 +312,36 @@ def _winograd_op(lo: tuple, hi: tuple):
         v = module.winograd_input(x, lo[0], lo[1], ho, wo)
         return module.winograd_output(v @ u, x, weight, lo[0], lo[1], ho, wo)
 
-    def weight_grad(x, weight, cotangent):
-        n, ho, wo = cotangent.shape[:3]
-        if n * ((ho + 1) // 2) * ((wo + 1) // 2) < WINOGRAD_WEIGHT_GRAD_MIN_TILES:
-            return mx.vjp(lambda w: conv(x, w), [weight], [cotangent])[1][0]
+    def mlx_weight_grad(x, weight, cotangent):
+        return mx.vjp(lambda w: conv(x, w), [weight], [cotangent])[1][0]
+
+    @mx.custom_function
+    def winograd_weight_grad(x, weight, cotangent):
         # in the Winograd domain (the 3-d passes with one frame): dU[p] = V[p]^T @ dM[p], then dw = G^T dU G; MLX's
         # weight gradient transposes the input and cotangent and copies im2col columns, single-threaded
+        ho, wo = cotangent.shape[1:3]
         x5, g5 = x[:, None], cotangent[:, None]
         v = module.winograd_input(x, lo[0], lo[1], ho, wo)
         dm = module.winograd3d_output_adjoint(g5, x5, 1, 0, lo[0], lo[1])
         du = (v.swapaxes(1, 2) @ dm)[None]
-        return module.winograd3d_weight_adjoint(du, x5, g5, 0, lo[0], lo[1]).reshape(weight.shape)
+        # a non-finite result is redone as a direct sum whose padding taps add nothing, as torch's 2-d kernels:
+        # an inf in the cotangent at a border output stays inf there (torch's 3-d im2col, and MLX, give NaN)
+        return module.winograd3d_weight_adjoint(du, x5, g5, 0, lo[0], lo[1],
+                                                padding_products=False).reshape(weight.shape)
+
+    @winograd_weight_grad.vjp
+    def winograd_weight_grad_vjp(primals, cotangent, output):
+        # the passes have no VJP of their own: a second derivative (a gradient penalty, a Hessian-vector product)
+        # differentiates MLX's weight gradient instead, the same bilinear map of (x, cotangent)
+        x, weight, g = primals
+        _, (dx, dg) = mx.vjp(lambda x, g: mlx_weight_grad(x, weight, g), [x, g], [cotangent])
+        return dx, mx.zeros_like(weight), dg
+
+    def weight_grad(x, weight, cotangent):
+        n, ho, wo = cotangent.shape[:3]
+        if n * ((ho + 1) // 2) * ((wo + 1) // 2) < WINOGRAD_WEIGHT_GRAD_MIN_TILES:
+            return mlx_weight_grad(x, weight, cotangent)
+        return winograd_weight_grad(x, weight, cotangent)
 
     @op.vjp
     def op_vjp(primals, cotangent, output):

@@ -35,6 +35,9 @@ struct Wino3dGeometry {
   int64_t lo_d = 0, lo_h = 0, lo_w = 0;        // zero padding before the first frame / row / column
   int64_t dout = 0, ho = 0, wo = 0;            // output frames / rows / columns
   int64_t block = 0;                           // the fused pass's rows per GEMM (conv3d_fused_kernels.h)
+  // The direct weight-gradient redo adds gy * 0 for the taps on the zero padding, as torch's 3-d im2col does (an
+  // inf there gives NaN); false: those taps add nothing, as torch's 2-d kernels (an inf stays inf).
+  bool padding_products = true;
   int64_t th() const { return (ho + 1) / 2; }
   int64_t tw() const { return (wo + 1) / 2; }
   int64_t tiles() const { return th() * tw(); }          // per frame
@@ -195,7 +198,7 @@ inline void wino3d_weight_grad_direct(const float* x, const float* gy, const Win
               const int64_t ix = ox - g.lo_w + kw;
               const float gv = gy[(((n * g.dout + o) * g.ho + oy) * g.wo + ox) * co + o_ch];
               if (iz < 0 || iz >= g.d || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
-                if (!std::isfinite(gv)) {  // gv * a padding zero, as torch's im2col computes it
+                if (g.padding_products && !std::isfinite(gv)) {  // gv * a padding zero, as torch's 3-d im2col
                   for (int64_t c = 0; c < C; ++c) acc[c] += gv * 0.0f;
                 }
                 continue;

@@ -194,9 +194,10 @@ mx::array winograd3d_output_adjoint_op(const mx::array& gy, const mx::array& x, 
 }
 
 // dU (kD, 16, C_in, C_out) -> dw (C_out, kD, 3, 3, C_in); x (N, D, H, W, C_in) and gy (N, dout, ho, wo, C_out) for
-// the direct redo when the result is not finite.
+// the direct redo when the result is not finite; padding_products: whether that redo adds gy * 0 on the padding taps
+// (torch's 3-d conv: an inf there gives NaN) or nothing (torch's 2-d conv, the 2-d Winograd's weight gradient).
 mx::array winograd3d_weight_adjoint_op(const mx::array& du, const mx::array& x, const mx::array& gy, int64_t lo_d,
-                                       int64_t lo_h, int64_t lo_w) {
+                                       int64_t lo_h, int64_t lo_w, bool padding_products) {
   auto s = cpu_stream("winograd3d_weight_adjoint");
   if (du.ndim() != 4 || du.shape(1) != 16) fail("winograd3d_weight_adjoint", "du must be (kD, 16, C_in, C_out)");
   if (gy.ndim() != 5 || gy.shape(-1) != du.shape(3) || gy.shape(0) != x.shape(0)) {
@@ -207,6 +208,7 @@ mx::array winograd3d_weight_adjoint_op(const mx::array& du, const mx::array& x, 
   auto g = wino3d_geometry(x, du.shape(0), lo_d, lo_h, lo_w, gy.shape(1), gy.shape(2), gy.shape(3),
                            "winograd3d_weight_adjoint");
   if (du.shape(2) != g.ci) fail("winograd3d_weight_adjoint", "du's C_in does not match x");
+  g.padding_products = padding_products;
   return wino3d_pass(s, Wino3dKind::weight_adjoint, g, {du, x, gy});
 }
 
@@ -280,7 +282,7 @@ void bind_conv3d(nb::module_& m) {
   m.def("winograd3d_output_adjoint", &winograd3d_output_adjoint_op, nb::arg("gy"), nb::arg("x"), nb::arg("kd"),
         nb::arg("lo_d"), nb::arg("lo_h"), nb::arg("lo_w"));
   m.def("winograd3d_weight_adjoint", &winograd3d_weight_adjoint_op, nb::arg("du"), nb::arg("x"), nb::arg("gy"),
-        nb::arg("lo_d"), nb::arg("lo_h"), nb::arg("lo_w"));
+        nb::arg("lo_d"), nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("padding_products") = true);
 }
 
 }  // namespace porter

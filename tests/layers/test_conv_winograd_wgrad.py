@@ -98,11 +98,12 @@ def test_default_threshold_takes_the_path_for_resnet_sized_maps_only(monkeypatch
         assert spy.calls == calls
 
 
-@pytest.mark.parametrize("where", ["x_nan", "x_inf", "cot_inf", "cot_nan"])
+@pytest.mark.parametrize("where", ["x_nan", "x_inf", "cot_inf", "cot_nan", "cot_inf_corner", "cot_inf_edge"])
 def test_non_finite_values_reach_the_weight_gradient_torch_gives_them(where, monkeypatch):
-    """A weight gradient that is not finite is redone as a direct sum: torch's NaN/inf pattern per weight entry.
-    Not covered (a known difference, MLX's conv gradient has it too): an inf in the cotangent at an output whose
-    window reads padding gives NaN (inf * padding zero) for those taps where torch's 2-d kernel gives -inf/inf."""
+    """A weight gradient that is not finite is redone as a direct sum: torch's NaN/inf pattern per weight entry. An
+    inf in the cotangent at an output whose window reads padding stays inf for the taps on real input and leaves
+    the padding taps finite, as torch's 2-d kernels (no inf * padding zero = NaN: MLX's own conv gradient, and the
+    weight gradient below WINOGRAD_WEIGHT_GRAD_MIN_TILES, still give NaN there)."""
     spy = _Spy(monkeypatch)
     torch.manual_seed(1)
     x, w = torch.randn(2, 20, 10, 9), torch.randn(24, 20, 3, 3)
@@ -113,6 +114,10 @@ def test_non_finite_values_reach_the_weight_gradient_torch_gives_them(where, mon
         x[1, 19, 0, 8] = float("inf")
     elif where == "cot_inf":
         cot[0, 5, 4, 4] = float("-inf")  # an interior output (see the note below for one at the border)
+    elif where == "cot_inf_corner":
+        cot[0, 5, 0, 0] = float("inf")
+    elif where == "cot_inf_edge":
+        cot[1, 23, 9, 4] = float("-inf")  # the last row: its window's third row is padding
     else:
         cot[1, 0, 2, 3] = float("nan")
     (_, tw), (_, pw) = _grads(x, w, 1, cot)
@@ -121,3 +126,27 @@ def test_non_finite_values_reach_the_weight_gradient_torch_gives_them(where, mon
         np.testing.assert_array_equal(test(pw), test(tw))
     finite = np.isfinite(tw)
     np.testing.assert_allclose(pw[finite], tw[finite], rtol=1e-4, atol=1e-4 * np.abs(tw[finite]).max())
+
+
+@pytest.mark.parametrize("padding", [1, (0, 2)])
+def test_second_derivative_through_the_winograd_weight_gradient_matches_torch(padding, monkeypatch):
+    """A penalty on the weight gradient (its own gradient w.r.t. the input and the weight) differentiates the
+    Winograd-domain weight gradient: its passes have no VJP, so its custom VJP is that of MLX's weight gradient."""
+    spy = _Spy(monkeypatch)
+    torch.manual_seed(2)
+    x = torch.randn(2, 16, 9, 7, requires_grad=True)
+    w = (torch.randn(24, 16, 3, 3) * 0.2).requires_grad_(True)
+    cot = torch.randn(TF.conv2d(x, w, padding=padding).shape)
+    (gw,) = torch.autograd.grad((TF.conv2d(x, w, padding=padding) * cot).sum(), w, create_graph=True)
+    tx, tw = torch.autograd.grad(gw.pow(2).sum() + (gw * w).sum(), (x, w))
+
+    def penalty(a, b):
+        g = mx.grad(lambda b_: (PF.conv2d(a, b_, padding=padding) * _nhwc(cot)).sum())(b)
+        return (g ** 2).sum() + (g * b).sum()
+
+    px, pw = mx.grad(penalty, argnums=(0, 1))(_nhwc(x), _w(w))
+    assert spy.calls > 0
+    np.testing.assert_allclose(np.moveaxis(np.array(px), -1, 1), tx.numpy(), rtol=1e-3,
+                               atol=1e-4 * np.abs(tx.numpy()).max())
+    np.testing.assert_allclose(np.array(pw).transpose(0, 3, 1, 2), tw.numpy(), rtol=1e-3,
+                               atol=1e-4 * np.abs(tw.numpy()).max())
