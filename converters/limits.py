@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from porter import _meminfo
+
 ENV = "PORTER_MAX_ELEMENTS"
 DEFAULT = 1 << 31
 _state = {"limit": None}
@@ -69,21 +71,7 @@ def check_elements(shape, what: str) -> None:
 def available_memory() -> int:
     """Bytes of memory the process could get now: ``MemAvailable`` plus ``SwapFree`` on Linux, physical memory
     elsewhere (no limit known: 2**62)."""
-    try:
-        fields = {}
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("MemAvailable", "SwapFree"):
-                    fields[key] = int(rest.split()[0]) * 1024
-        if "MemAvailable" in fields:
-            return fields["MemAvailable"] + fields.get("SwapFree", 0)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (OSError, ValueError, AttributeError):
-        return 1 << 62
+    return _meminfo.available_memory(swap=True, unknown=1 << 62)
 
 
 def check_weight_bytes(total: int, where: str) -> None:

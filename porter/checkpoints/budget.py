@@ -8,6 +8,8 @@ memory available now. Any single input above ``porter.max_elements()`` elements 
 
 import os
 
+from porter import _meminfo
+
 from .errors import CheckpointError
 
 ACTIVATION_FACTOR = 8
@@ -15,18 +17,8 @@ MAX_RANK = 8
 
 
 def available_bytes() -> int:
-    """Memory available now (``MemAvailable`` on Linux; physical memory elsewhere)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (OSError, ValueError, AttributeError):
-        return 1 << 40
+    """Memory available now (``MemAvailable`` on Linux, swap left out; physical memory elsewhere; 2**40 if unknown)."""
+    return _meminfo.available_memory(swap=False, unknown=1 << 40)
 
 
 def _gib(n: int) -> str:
