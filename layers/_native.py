@@ -564,3 +564,10 @@ def concat(arrays, axis: int) -> mx.array:
     arrays share rank and dtype and match in every dim but ``axis`` (else ``ValueError``). Differentiable (the VJP
     slices), ``mx.vmap`` maps it."""
     return kernels().concat(list(arrays), int(axis))
+
+
+# ---------------------------------------------------------------------------------------------------- shuffle
+def channel_shuffle(x: mx.array, groups: int) -> mx.array:
+    """The last axis of ``x`` ``(*, C)`` read as ``groups`` groups of ``C / groups`` and written as ``C / groups``
+    groups of ``groups`` (``csrc/shuffle_kernels.h``; any dtype of 1-8 bytes). Differentiable, ``mx.vmap`` maps it."""
+    return kernels().channel_shuffle(x, int(groups))

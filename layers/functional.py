@@ -3,7 +3,8 @@
 Also the per-channel and normalisation helpers the converters' kernels use: ``relu``, ``channel_affine`` (eval batch
 norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k=, eps=)`` and
 ``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``), and
-``concatenate(arrays, axis)`` (torch's ``cat``: one multi-threaded native copy on the CPU, ``layers/concat.py``).
+``concatenate(arrays, axis)`` (torch's ``cat``: one multi-threaded native copy on the CPU, ``layers/concat.py``) and
+``channel_shuffle(x, groups)`` (torch's, along the last axis: a native copy on the CPU, ``layers/shuffle.py``).
 """
 
 from .activation import exp, gelu, hardsigmoid, hardswish, hardtanh, relu, sigmoid, silu, softmax, tanh
@@ -24,4 +25,5 @@ from .max_pool import max_pool1d, max_pool2d, max_pool3d
 from .padding import pad
 from .resample import interpolate_linear
 from .rms_norm import rms_norm
+from .shuffle import channel_shuffle
 from .unpool import max_unpool1d, max_unpool2d, max_unpool3d

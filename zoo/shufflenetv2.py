@@ -2,7 +2,7 @@
 
 Names are torchvision's: ``conv1.0/1`` (stem), ``stage2``-``stage4`` (``<i>.branch1.<j>``, ``<i>.branch2.<j>``),
 ``conv5.0/1``, ``fc``. Channels-last makes torch's channel split a slice of the last axis and its channel shuffle a
-reshape-transpose of it. Example::
+shuffle of that axis (one native copy on the CPU). Example::
 
     >>> model = zoo.create("shufflenet_v2_x1_0", num_classes=10)
     >>> model(mx.zeros((1, 64, 64, 3))).shape
@@ -17,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from porter.layers import BatchNorm2d, Conv2d, MaxPool2d
+from porter.layers.functional import channel_shuffle as shuffle_last_axis
 
 from ._common import apply_sequence
 from ._loading import TorchCheckpointMixin
@@ -26,9 +27,8 @@ from .registry import register_model
 
 def channel_shuffle(x: mx.array, groups: int) -> mx.array:
     """torchvision's ``channel_shuffle`` on ``(N, H, W, C)``: channel ``g * (C / groups) + i`` moves to
-    ``i * groups + g``."""
-    n, h, w, c = x.shape
-    return x.reshape(n, h, w, groups, c // groups).swapaxes(3, 4).reshape(n, h, w, c)
+    ``i * groups + g`` (``porter.layers.functional.channel_shuffle``: a native copy on the CPU)."""
+    return shuffle_last_axis(x, groups)
 
 
 def _depthwise(channels: int, stride: int) -> Conv2d:

@@ -4,7 +4,7 @@ names only: no converter imports a private ``porter.layers._*`` module).
 Every conv/pool/pad kernel calls ``fn("max_pool2d")``: the exact torch semantics of those ops live only in Porter's
 layers. Names come from an artifact, so they are looked up in the explicit table :data:`FUNCTIONS`, never with
 ``getattr`` on the module. The other kernels import what they need from here by name: the activations and softmax,
-``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate`` and ``linear`` (native passes on the CPU, MLX
+``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle`` and ``linear`` (native passes on the CPU, MLX
 ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``, and
 export mode's ``exporting()``/``export_note()`` for kernels that must build serializable ops while exporting.
 """
@@ -16,6 +16,7 @@ from porter.layers import functional as _functional
 from porter.layers.functional import (  # noqa: F401
     HALF,
     channel_affine,
+    channel_shuffle,
     concatenate,
     exp,
     gelu,

@@ -15,7 +15,7 @@ from ..registry import kernel, register
 from ..limits import check_elements
 from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq, Str,
                     DTYPES)
-from ._layers import export_note, exporting
+from ._layers import channel_shuffle, export_note, exporting
 from .elementwise import aligned_inputs
 from .shape import _dims
 
@@ -446,6 +446,8 @@ def k_channel_shuffle(x, *, axis, groups):
     c = x.shape[axis]
     if c % groups:
         raise ValueError(f"channel_shuffle: {c} channels do not split into {groups} groups")
+    if axis == x.ndim - 1:  # channels-last: the native copy on the CPU (layers/shuffle.py)
+        return channel_shuffle(x, groups)
     split = x.reshape(*x.shape[:axis], groups, c // groups, *x.shape[axis + 1:])
     return split.swapaxes(axis, axis + 1).reshape(x.shape)
 

@@ -19,7 +19,7 @@ from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import (AXES, AXIS, INT_LIMIT, INT_OR_REF, MAX_LEN, PERM, SIZES, TENSOR, Enum, Float, Int, OneOf, Opt,
                     Ref as RefSpec, Seq)
-from ._layers import concatenate
+from ._layers import channel_shuffle, concatenate
 
 
 # ---------------------------------------------------------------------------------------------------- kernels
@@ -31,6 +31,15 @@ def k_identity(x):
 @kernel("transpose", inputs=[TENSOR], attrs={"axes": PERM})
 def k_transpose(x, *, axes):
     return x.transpose(axes)
+
+
+@kernel("swap_last_axes", inputs=[TENSOR])
+def k_swap_last_axes(x):
+    """``x.swapaxes(-1, -2)``, materialized: a channel shuffle of the merged last two axes (native on the CPU)."""
+    if x.ndim < 2:
+        raise ValueError(f"swap_last_axes: the input needs at least 2 dims but has shape {tuple(x.shape)}")
+    *lead, a, b = x.shape
+    return channel_shuffle(x.reshape(*lead, a * b), a).reshape(*lead, b, a)
 
 
 @kernel("size", inputs=[TENSOR], attrs={"axis": AXIS})
@@ -248,8 +257,20 @@ def convert_view(ctx, call, x: Ref, size_values: list, out_meta: ValueMeta):
     source = _grouped_layout(perm, groups)
     new_perm, merge = _plan_in_layout(source, groups)
     sizes = [size_values[d] for d in new_perm]
-    return ctx.emit("reshape", [ctx.tensor(x, source), ctx.value(sizes)], {"merge": merge}, perm=new_perm,
-                    meta=out_meta)
+    return ctx.emit("reshape", [_view_source(ctx, x, perm, source, groups), ctx.value(sizes)], {"merge": merge},
+                    perm=new_perm, meta=out_meta)
+
+
+def _view_source(ctx, x: Ref, perm: tuple, source: tuple, groups) -> dict:
+    """``x`` in layout ``source`` for a view. A view that merges the last two array axes in swapped order (a channel
+    shuffle: ``view(N, G, C/G, H, W).transpose(1, 2).reshape(N, C, H, W)`` in channels-last) copies anyway; there
+    the swap is one native shuffle of the last axis (``swap_last_axes``) instead of MLX's strided transpose copy."""
+    swapped = perm[:-2] + (perm[-1], perm[-2])
+    if len(perm) >= 2 and source == swapped and any(sorted(gi) == sorted(perm[-2:]) for gi, _ in groups):
+        name = ctx.fresh(f"{x.name}_swapped")
+        ctx.emit("swap_last_axes", [ctx.tensor(x)], out=name, perm=source, meta=ctx.meta(x))
+        return {"ref": name}
+    return ctx.tensor(x, source)
 
 
 def _grouped_layout(perm, groups) -> tuple:

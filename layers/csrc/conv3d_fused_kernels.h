@@ -196,7 +196,7 @@ inline void wino3d_fused_du(const float* x, const float* gy, const Wino3dGeometr
           }
           float* out = m + k * co;
           int64_t c = 0;
-          for (; c + 16 <= co; c += 16) wino3d_adjoint_tile<wino::f32x16>(src, c, out, block * co);
+          for (; c + wino::kLanes <= co; c += wino::kLanes) wino3d_adjoint_tile<wino::f32v>(src, c, out, block * co);
           for (; c < co; ++c) wino3d_adjoint_tile<float>(src, c, out, block * co);
         }
         for (int64_t p = 0; p < 16; ++p) {

@@ -174,7 +174,7 @@ inline void wino3d_output_adjoint(const float* gy, const Wino3dGeometry& g, int6
       }
       float* out = dm + t * co;
       int64_t c = 0;
-      for (; c + 16 <= co; c += 16) wino3d_adjoint_tile<wino::f32x16>(src, c, out, R * co);
+      for (; c + wino::kLanes <= co; c += wino::kLanes) wino3d_adjoint_tile<wino::f32v>(src, c, out, R * co);
       for (; c < co; ++c) wino3d_adjoint_tile<float>(src, c, out, R * co);
     }
   });

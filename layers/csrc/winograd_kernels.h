@@ -36,7 +36,6 @@ struct WinoGeometry {
 
 namespace wino {
 
-typedef float f32x16 __attribute__((vector_size(64)));
 // The transforms' register tiles (16 vectors in input_tile) in the CPU's own vectors: a 64-byte type on an AVX2 CPU
 // keeps them on the stack (simd.h).
 typedef float f32v __attribute__((vector_size(kVectorBytes)));

@@ -1,12 +1,14 @@
 """Layout-pass tricks, each against torch at two input sizes and in both io layouts."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import porter
 from porter.compare import assert_close
-from tests.converter_check import check_converted
+from tests.converter_check import check_converted, run_ported
 
 torch.manual_seed(0)
 
@@ -181,8 +183,9 @@ def test_concat_on_channel_dim(io_layout):
 
 def test_channel_shuffle():
     ported = check_converted(ChannelShuffle(3).eval(), *inputs((2, 4, 5, 5), (1, 4, 8, 3)), io_layout="mlx")
-    # the shuffle swaps two sub-axes of C: one transpose, and the result stays channels-last
-    assert ported.num_transposes == 1
+    # the shuffle swaps two sub-axes of C: one native shuffle of the last axis (no transpose), still channels-last
+    assert ported.num_transposes == 0
+    assert [n["kernel"] for n in ported._program.graph["nodes"]].count("swap_last_axes") == 1
     assert ported.output_layouts == ["NCHW->NHWC"]
 
 
@@ -191,6 +194,26 @@ def test_head_merge_lands_in_torch_layout():
     # q, k and v to the matmuls' batch order (3), and (B, heads, N, hd) -> (B, N, heads, hd) for the merge (1): the
     # merged (B, N, C) is then the projection's layout as is (innermost axis kept innermost), not (B, C, N)
     assert ported.num_transposes == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32])
+def test_channel_shuffle_view_pattern_is_exact(dtype):
+    """torchvision's view-transpose-view shuffle (ShuffleNetV2, groups 2) after a channel concat, on a second input
+    size and dtypes whose bits the native shuffle copies: exactly torch's values."""
+
+    class CatShuffle(nn.Module):
+        def forward(self, a, b):
+            x = torch.cat((a, b * 2), dim=1)
+            n, c, h, w = x.size()
+            return x.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, -1, h, w)
+
+    model = CatShuffle().eval()
+    make = (lambda *s: torch.randn(*s).to(dtype)) if dtype.is_floating_point else \
+        (lambda *s: torch.randint(-50, 50, s, dtype=dtype))
+    ported = porter.convert(model, (make(2, 58, 9, 9), make(2, 58, 9, 9)), io_layout="torch")
+    for shape in ((2, 58, 9, 9), (3, 58, 4, 7)):
+        a, b = make(*shape), make(*shape)
+        np.testing.assert_array_equal(run_ported(ported, (a, b))[0], model(a, b).numpy())
 
 
 def test_convnext_permute_layernorm_needs_no_transpose():
@@ -237,3 +260,16 @@ def test_unbatched_conv_input(io_layout):
     ported = check_converted(model, *inputs((3, 8, 8), (3, 6, 10)), io_layout=io_layout)
     if io_layout == "mlx":
         assert ported.graph["inputs"][0]["perm"] == [1, 2, 0] and ported.num_transposes == 0
+
+
+def test_swap_last_axes_kernel_checks_its_input():
+    """The kernel an artifact names: a value with fewer than 2 dims (a hostile or mistaken graph) is refused by name;
+    on real input it is the materialized swap of the last two axes."""
+    import mlx.core as mx
+
+    from porter.converters.ops.shape import k_swap_last_axes
+
+    with pytest.raises(ValueError, match=r"swap_last_axes: the input needs at least 2 dims"):
+        k_swap_last_axes(mx.zeros((5,)))
+    x = mx.arange(2 * 3 * 4 * 6).reshape(2, 3, 4, 6)
+    np.testing.assert_array_equal(np.array(k_swap_last_axes(x)), np.array(x).swapaxes(-1, -2))

@@ -47,6 +47,28 @@ def test_grouped_conv3d_module(x_shape, cin, cout, k, kwargs):
     check_module(3, x_shape, cin, cout, k, **kwargs)
 
 
+# Channels per group torchvision uses (ResNeXt-50 32x4d: 4, 8, 16, 32; RegNet-X/Y: 8, 16, 24, 40, 56, 64) and odd
+# ones (3, 5, 12): the native kernel tiles a group in vectors of the CPU's width (16 float32 = two AVX2 registers,
+# one AVX-512), padding a partial vector, and blocks up to 6 interior positions: 9 columns give a run of 6, one
+# of 1 and two border columns; stride 2 a run of 3.
+GROUP_WIDTHS = [3, 4, 5, 8, 12, 16, 24, 32, 40, 56, 64]
+
+
+@pytest.mark.parametrize("width", GROUP_WIDTHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_grouped_conv2d_group_widths(width, dtype):
+    groups, stride = (2, 1) if width % 2 == 0 else (3, 2)
+    c = groups * width
+    check_module(2, (2, c, 7, 9), c, c, 3, dtype=dtype, groups=groups, stride=stride, padding=1)
+
+
+@pytest.mark.parametrize("cin, cout, groups", [(32, 48, 2), (48, 16, 2), (36, 60, 3), (128, 64, 2)])
+def test_grouped_conv2d_in_and_out_widths_differ(cin, cout, groups):
+    """Output groups wider or narrower than input groups (the forward tiles the outputs, the input gradient the
+    inputs), up to 64 outputs per group (eight AVX2 float32 vectors)."""
+    check_module(2, (1, cin, 6, 8), cin, cout, 3, groups=groups, padding=1)
+
+
 def test_grouped_conv_functional_second_size():
     check_functional(2, (2, 12, 8, 7), (18, 4, 3, 3), True, dict(groups=3, stride=2, padding=1))
     check_functional(2, (1, 12, 5, 13), (18, 4, 3, 3), False, dict(groups=3, padding=(1, 0)))
