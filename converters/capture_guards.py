@@ -366,7 +366,10 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
     """Whether a guard constrains the port. Porter converts each ATen op whole, with kernels exact at any size
     the op accepts, so torch's reasoning inside an op (strides; a C++ kernel fixing a size while computing its
     own output's shape) does not bind it; size limits (``>=``) do, and so does a size fixed to a value that
-    appears as a literal in the graph (it may have been baked into a view or an expand)."""
+    appears as a literal in the graph (it may have been baked into a view or an expand). An equality of two
+    size expressions inside an op's shape rule is a requirement of the op (``cat`` of a skip and an upsampled
+    map: ``ceil(H / 16) == 2 * ceil(H / 32)``): the port's op would fail on it too, deep inside the graph, so it
+    is checked up front, where the error can name the input and the sizes that pass."""
     if origin in ("model", "unknown"):
         return True
     if origin == "layout":
@@ -378,8 +381,16 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
     if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int) and ("param", b) in literals
                                                   for a, b in ((lhs, rhs), (rhs, lhs))):
         return True  # an input dim a parameter's shape fixes (channels of a conv or norm weight)
+    if origin == "kernel" and cmp == "eq" and not isinstance(lhs, int) and not isinstance(rhs, int):
+        return True  # two sizes an op's shape rule needs equal (cat's other dims, a broadcast): torch fails too
     constants = [e for e in (lhs, rhs) if isinstance(e, int)]
     return any(c > 1 and c in literals for c in constants)
+
+
+def _message(origin, cmp, lhs, rhs) -> str:
+    if origin == "kernel" and cmp == "eq" and not isinstance(lhs, int) and not isinstance(rhs, int):
+        return _MESSAGES["kernel-equal"]
+    return _MESSAGES[origin]
 
 
 def _needed_untranslated(origin, node, literals) -> bool:
@@ -428,7 +439,7 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
         return
     for lhs, cmp, rhs in parsed:
         if _needed(origin, cmp, lhs, rhs, literals):
-            add(lhs, cmp, rhs, readable, _MESSAGES[origin])
+            add(lhs, cmp, rhs, readable, _message(origin, cmp, lhs, rhs))
 
 
 def _add_layout_specialisations(code, unknown, dims, ranks, readable, add):
@@ -462,6 +473,8 @@ _MESSAGES = {
     "unknown": "torch.export recorded it as a condition of the captured program",
     "kernel": "torch fixed this size while capturing an op, and the graph may depend on it",
     "kernel-call": "torch fixed this size while capturing an op, and the graph may depend on it",
+    "kernel-equal": "an op's shape rule needs these sizes equal (e.g. the tensors a concatenation joins; torch's own "
+                    "forward fails at this size too)",
 }
 
 

@@ -127,17 +127,19 @@ def test_crnn_runs_other_widths():
 
 
 @pytest.mark.slow
-def test_yolov8_refuses_a_size_its_concats_cannot_take():
-    """300 is not a multiple of 32: torch's own forward fails at the first skip concatenation, and so does the
-    port's, naming the op and the module (the capture's size equality is inside ``cat``'s shape rule, which the
-    port's concat checks itself, so no input check refuses it earlier)."""
+def test_yolov8_refuses_a_size_its_concats_cannot_take_up_front():
+    """300 is not a size YOLOv8's skip concatenations take (ceil(300 / 16) = 19 rows against 2 * ceil(300 / 32) =
+    20): torch's own forward fails at the first one; the port refuses before running anything, naming the input,
+    the condition and the nearest heights that pass. 313 (not a multiple of 32) passes both concats: torch and
+    the port run it."""
     model, ported = _converted("yolov8")
     x = torch.randn(1, 3, 300, 320)
     with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
         model(x)
-    with pytest.raises(ValueError, match=r"\[porter.concat\] arrays must match in every dim but the axis "
-                                         r"\(while running aten.cat.default in module 'model.11'\)"):
+    with pytest.raises(ValueError, match=r"input 'x' \(input 0\) has size 300 in dim 2 .*shape rule needs these "
+                                         r"sizes equal.*Nearest sizes of dim 2 that pass the checks on it: 288 and 313"):
         ported(mx.array(x.numpy()))
+    assert_matches(ported, model, (torch.randn(1, 3, 313, 320),))
 
 
 @pytest.mark.slow
@@ -157,6 +159,11 @@ def test_dinov2_resizes_its_positions_for_any_grid_and_refuses_the_unresized_pat
 @pytest.mark.parametrize("name, layouts", [
     ("espcn", (["NCHW->NHWC"], ["NCHW->NHWC"])),  # PixelShuffle channels-last (it gave 'as-is' NCHW before)
     pytest.param("whisper_encoder", (["NCL->NLC"], ["as-is"]), marks=pytest.mark.slow),
+    # The output keeps the layout its last op computed it in: StyleGAN2's image is the sum of the skip path's
+    # upfirdn2d upsampling (reshapes that fold the channels into the batch, (N, C, H, W) -> (N * C, H, W, 1):
+    # torch layout) and the to_rgb conv's output reshaped back from its runtime-groups form, so it is NCHW
+    # ('as-is'); a transpose is never added only to change an output's layout.
+    pytest.param("stylegan2", (["as-is"] * 4, ["as-is"]), marks=pytest.mark.slow),
 ])
 def test_channels_last_io(name, layouts):
     spec = UNSEEN[name]
@@ -339,6 +346,40 @@ def test_stride_ordering_guard_does_not_refuse_a_one_row_map():
     ported = porter.convert(model, torch.randn(2, 4, 16, 16), io_layout="torch")
     for shape in ((1, 4, 4, 20), (2, 4, 8, 4), (1, 4, 12, 12)):  # 1x5, 2x1 and 3x3 reduced maps
         assert_matches(ported, model, (torch.randn(shape),))
+
+
+class SkipConcat(nn.Module):
+    """A U-Net/FPN step: two stride-2 convs down, nearest upsampling back, the skip concatenated (torch.cat needs
+    ceil(H / 2) == 2 * ceil(H / 4))."""
+
+    def __init__(self):
+        super().__init__()
+        self.down1 = nn.Conv2d(3, 4, 3, 2, 1)
+        self.down2 = nn.Conv2d(4, 4, 3, 2, 1)
+        self.up = nn.Upsample(scale_factor=2.0)
+        self.fuse = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        skip = self.down1(x)
+        return self.fuse(torch.cat([self.up(self.down2(skip)), skip], 1))
+
+
+def test_concat_size_requirement_is_checked_up_front_with_the_sizes_that_pass():
+    model = SkipConcat().eval()
+    ported = porter.convert(model, torch.randn(2, 3, 16, 12), io_layout="torch")
+    for h in range(5, 21):  # exactly the heights torch's forward takes pass; the others are refused up front
+        x = torch.randn(1, 3, h, 12)
+        try:
+            with torch.no_grad():
+                model(x)
+        except RuntimeError:
+            with pytest.raises(ValueError, match=rf"has size {h} in dim 2 .*shape rule needs these sizes equal"):
+                ported(mx.array(x.numpy()))
+            continue
+        assert_matches(ported, model, (x,))
+    with pytest.raises(ValueError, match=r"Nearest sizes of dim 3 that pass the checks on it: 8 and 11"):
+        ported(mx.array(torch.randn(1, 3, 16, 9).numpy()))
+    assert ported.input_checks.refusal([(1, 3, 16, 11)]) is None
 
 
 class ResidualAndSkip(nn.Module):
