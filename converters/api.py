@@ -70,7 +70,17 @@ def _convert_eval(model, example_inputs, io_layout, dynamic):
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
     ported.capture_note = graph.capture_note or first_note
+    _record_scalar_inputs(ported, model, normalise_inputs(example_inputs))
     return ported
+
+
+def _record_scalar_inputs(ported, model, inputs) -> None:
+    """Mark the 1-d inputs torch shows may also come 0-d (``scalar_inputs.py``); the runtime repeats them."""
+    from .scalar_inputs import scalar_sizes
+
+    graph = ported._program.graph
+    for i, size in scalar_sizes(model, tuple(inputs), graph).items():
+        graph["inputs"][i]["scalar_size"] = size
 
 
 def _eval_modes(model) -> list:

@@ -98,6 +98,23 @@ class InputChecks:
             self.checks.append((compile_expr(entry["lhs"]), CMPS[cmp], compile_expr(entry["rhs"]), entry))
         self._passed: set = set()
 
+    def repeat_scalar(self, x, size_expr, inputs, name: str):
+        """A 0-d input repeated to the 1-d length ``size_expr`` (an int, or other inputs' torch-layout dims)
+        gives: the port of a 1-d input that torch showed, at conversion, takes a 0-d value as that value repeated
+        (``scalar_inputs.py``)."""
+        import mlx.core as mx
+
+        sizes = [[tuple(x_.shape)[a] for a in axes] if axes is not None and len(getattr(x_, "shape", ())) == len(axes)
+                 else [] for x_, axes in zip(inputs, self.axes)]
+        try:
+            n = compile_expr(size_expr)(sizes)
+        except (IndexError, ZeroDivisionError):
+            n = None
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"input {name!r} was given 0-d, and the other inputs' shapes {[list(s) for s in sizes]} "
+                             f"give no length ({to_text(size_expr, self.names)}) to repeat it to")
+        return mx.broadcast_to(mx.reshape(x, (1,)), (n,))
+
     def __len__(self) -> int:
         return len(self.checks)
 

@@ -143,6 +143,15 @@ def test_yolov8_refuses_a_size_its_concats_cannot_take_up_front():
 
 
 @pytest.mark.slow
+def test_unet2d_takes_a_0d_timestep():
+    """Converted with a (B,) timestep; diffusers' pipelines pass a 0-d one, which the model broadcasts to the
+    batch: the port takes it too (torch checked at conversion that it means the value repeated)."""
+    model, ported = _converted("unet2d")
+    for batch in (2, 1):
+        assert_matches(ported, model, (torch.randn(batch, 3, 24, 20), torch.tensor(17.0)))
+
+
+@pytest.mark.slow
 def test_dinov2_resizes_its_positions_for_any_grid_and_refuses_the_unresized_path():
     """Converted at 24x20 (6x5 patches, resized positions): other grids, non-square and beyond the pretraining
     grid, and sizes that leave pixels over, match torch; the pretraining size itself takes torch's other branch
@@ -380,6 +389,56 @@ def test_concat_size_requirement_is_checked_up_front_with_the_sizes_that_pass():
     with pytest.raises(ValueError, match=r"Nearest sizes of dim 3 that pass the checks on it: 8 and 11"):
         ported(mx.array(torch.randn(1, 3, 16, 9).numpy()))
     assert ported.input_checks.refusal([(1, 3, 16, 11)]) is None
+
+
+class TimestepNet(nn.Module):
+    """diffusers' timestep handling: a 0-d timestep becomes ``t[None]``, then every timestep is broadcast to the
+    batch; ``scale_scalar`` makes the 0-d path differ (so a port must not take 0-d values)."""
+
+    def __init__(self, scale_scalar=1.0):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.proj = nn.Linear(1, 4)
+        self.scale_scalar = scale_scalar
+
+    def forward(self, sample, timestep):
+        if timestep.ndim == 0:
+            timestep = timestep[None] * self.scale_scalar
+        timestep = timestep * torch.ones(sample.shape[0], dtype=timestep.dtype)
+        return self.conv(sample) + self.proj(timestep[:, None])[:, :, None, None]
+
+
+def test_a_0d_timestep_runs_a_port_captured_with_a_1d_one(tmp_path):
+    model = TimestepNet().eval()
+    ported = porter.convert(model, (torch.randn(2, 3, 6, 5), torch.randn(2)), io_layout="torch")
+    assert ported._program.graph["inputs"][1]["scalar_size"] == {"dim": [0, 0]}
+    porter.save(ported, tmp_path / "t")
+    loaded = porter.load(tmp_path / "t")
+    for port in (ported, loaded):
+        for batch in (1, 3):
+            assert_matches(port, model, (torch.randn(batch, 3, 7, 4), torch.tensor(0.7)))
+            assert_matches(port, model, (torch.randn(batch, 3, 7, 4), torch.randn(batch)))
+
+
+def test_a_0d_input_is_refused_where_torch_treats_it_otherwise():
+    model = TimestepNet(scale_scalar=2.0).eval()
+    ported = porter.convert(model, (torch.randn(2, 3, 6, 5), torch.randn(2)), io_layout="torch")
+    assert "scalar_size" not in ported._program.graph["inputs"][1]
+    with pytest.raises(ValueError, match=r"input 'timestep' must have 1 dims"):
+        ported(mx.zeros((2, 3, 6, 5)), mx.array(0.5))
+
+
+def test_scalar_size_of_a_file_is_checked(tmp_path):
+    import json
+
+    model = TimestepNet().eval()
+    porter.save(porter.convert(model, (torch.randn(2, 3, 6, 5), torch.randn(2)), io_layout="torch"), tmp_path / "t")
+    path = tmp_path / "t" / "graph.json"
+    graph = json.loads(path.read_text())
+    graph["inputs"][1]["scalar_size"] = {"dim": [5, 0]}
+    path.write_text(json.dumps(graph))
+    with pytest.raises(porter.ArtifactError, match=r"scalar_size.*5 is not the index of a tensor input"):
+        porter.load(tmp_path / "t")
 
 
 class ResidualAndSkip(nn.Module):
