@@ -325,12 +325,27 @@ def _origin(guard) -> str:
     if re.search(r"contiguous|stride|non_overlapping|memory_format|channels_last|collapse_view|reshape_view|"
                  r"should_swap", function):  # strides, and whether a reshape can be a view (else a copy)
         return "layout"
+    if _deciding_memory_format(path, getattr(loc, "lineno", None)):
+        # a statement choosing the output's memory format (the fake conv's ``_conv_determine_backend_memory_format``
+        # guarded ``ceil(H / 32) > 1`` on SegFormer's last stage, refusing a one-row map torch runs)
+        return "layout"
     if rel == "_prims_common/__init__.py" and function == "__lt__":
         # the (size, stride) key ``_is_non_overlapping_and_dense_or_false`` sorts a tensor's dims by: a stride
         # comparison (SegFormer's ``reshape(b, c, -1).permute(0, 2, 1)`` of its reduced keys guarded ``w < h * w``
         # through it, so a one-row map was refused)
         return "layout"
     return "kernel" if rel.startswith(_KERNEL_CODE) else "model"
+
+
+def _deciding_memory_format(path: str, lineno) -> bool:
+    """Whether the statement at ``path:lineno`` (the guard's line and the two before it, where a call that spans
+    lines starts) decides a memory format."""
+    import linecache
+
+    if not isinstance(lineno, int):
+        return False
+    text = "".join(linecache.getline(path, n) for n in range(max(lineno - 2, 1), lineno + 1))
+    return "memory_format" in text
 
 
 _SIZE_OPS = ("view", "reshape", "_unsafe_view", "expand", "repeat", "new_zeros", "new_ones", "new_empty",

@@ -152,6 +152,20 @@ def test_unet2d_takes_a_0d_timestep():
 
 
 @pytest.mark.slow
+def test_segformer_one_row_maps_match_torch():
+    """Heights 29-32 give the last stage a one-row map (torch runs them; a memory-format guard refused them); at
+    H <= 28 the first stage's 8x8 reduction conv has fewer than 8 rows: torch refuses, and so does the port."""
+    model, ported = _converted("segformer")
+    for shape in ((1, 3, 32, 40), (2, 3, 29, 64), (1, 3, 64, 30)):
+        assert_matches(ported, model, (torch.randn(shape),))
+    x = torch.randn(1, 3, 28, 64)
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input size"):
+        model(x)
+    with pytest.raises(ValueError, match=r"has size 28 in dim 2"):
+        ported(mx.array(x.numpy()))
+
+
+@pytest.mark.slow
 def test_dinov2_resizes_its_positions_for_any_grid_and_refuses_the_unresized_path():
     """Converted at 24x20 (6x5 patches, resized positions): other grids, non-square and beyond the pretraining
     grid, and sizes that leave pixels over, match torch; the pretraining size itself takes torch's other branch
@@ -439,6 +453,32 @@ def test_scalar_size_of_a_file_is_checked(tmp_path):
     path.write_text(json.dumps(graph))
     with pytest.raises(porter.ArtifactError, match=r"scalar_size.*5 is not the index of a tensor input"):
         porter.load(tmp_path / "t")
+
+
+class DownThenDepthwise(nn.Module):
+    """SegFormer's last stage: strided convs down to a small map, tokens, then Mix-FFN's depthwise 3x3 on the
+    tokens viewed back as an image (channels-last strides). torch's
+    fake conv guards ``rows > 1`` while choosing its output's memory format (channels-last or not): a layout
+    decision, which refused a one-row map torch runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.Conv2d(8, 8, 3, 2, 1))
+        self.norm = nn.LayerNorm(8)
+        self.dwconv = nn.Conv2d(8, 8, 3, 1, 1, groups=8)
+
+    def forward(self, x):
+        x = self.down(x)
+        b, c, h, w = x.shape
+        tokens = self.norm(x.flatten(2).transpose(1, 2))  # (B, H * W, C)
+        return self.dwconv(tokens.transpose(1, 2).view(b, c, h, w))  # a channels-last-strided NCHW view
+
+
+def test_memory_format_guard_does_not_refuse_a_one_row_map():
+    model = DownThenDepthwise().eval()
+    ported = porter.convert(model, torch.randn(2, 3, 16, 12), io_layout="torch")
+    for shape in ((1, 3, 4, 12), (2, 3, 3, 9), (1, 3, 16, 2), (1, 3, 1, 1)):  # one-row / one-column maps
+        assert_matches(ported, model, (torch.randn(shape),))
 
 
 class ResidualAndSkip(nn.Module):
