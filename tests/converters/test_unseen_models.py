@@ -97,6 +97,9 @@ def test_twins_keep_their_reference_names():
                    "conv_up2.weight", "conv_hr.bias", "conv_last.weight"],
         "espcn": ["first_part.0.weight", "first_part.2.bias", "last_part.0.weight"],
         "dcgan": ["main.0.weight", "main.1.running_mean", "main.12.weight"],
+        "mobilevit": ["stem.conv.weight", "stages.1.conv_kxk.conv.weight", "stages.1.conv_1x1.weight",
+                      "stages.1.transformer.0.attn.qkv.weight", "stages.1.transformer.1.mlp.fc2.bias",
+                      "stages.1.norm.weight", "stages.1.conv_fusion.bn.running_var", "head.weight"],
     }
     assert set(expected) == set(UNSEEN)
     for name, keys in expected.items():
@@ -221,7 +224,7 @@ def test_save_load_round_trip(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["esrgan", "stylegan2", "yolov8", "dinov2", "segformer"])
+@pytest.mark.parametrize("name", ["esrgan", "stylegan2", "yolov8", "dinov2", "segformer", "mobilevit"])
 def test_save_load_round_trip_slow(name, tmp_path):
     _round_trip(name, tmp_path)
 
@@ -369,6 +372,33 @@ def test_stride_ordering_guard_does_not_refuse_a_one_row_map():
     ported = porter.convert(model, torch.randn(2, 4, 16, 16), io_layout="torch")
     for shape in ((1, 4, 4, 20), (2, 4, 8, 4), (1, 4, 12, 12)):  # 1x5, 2x1 and 3x3 reduced maps
         assert_matches(ported, model, (torch.randn(shape),))
+
+
+def _pixelcnn():
+    from tests.models._common import randomize_
+    from tests.models.vision_more import mask_pixelcnn, pixelcnn_small
+
+    model = randomize_(pixelcnn_small(), 0)
+    with torch.no_grad():
+        mask_pixelcnn(model)
+    return model
+
+
+def test_pixelcnn_masks_its_weight_in_place_so_export_fails_and_a_trace_converts(tmp_path):
+    """jzbontar/pixelcnn-pytorch's ``MaskedConv2d`` writes ``self.weight.data *= self.mask`` in its forward:
+    torch.export cannot capture that (a fake tensor lands in the program's constants), and porter.convert says
+    so; a ``torch.jit.trace`` of it converts, matches at two sizes and survives a save/load round trip."""
+    model = _pixelcnn()
+    x = torch.randn(2, 1, 12, 12)
+    with pytest.raises(porter.CaptureError, match=r"lifted_tensor"):
+        porter.convert(model, (x,), io_layout="torch")
+    ported = porter.convert(torch.jit.trace(model, x), (x,), io_layout="torch")
+    porter.save(ported, tmp_path / "pixelcnn")
+    loaded = porter.load(tmp_path / "pixelcnn")
+    assert {"net.0.weight", "net.3.weight", "net.12.bias"} <= set(model.state_dict())
+    for port in (ported, loaded):
+        for shape in ((2, 1, 12, 12), (1, 1, 9, 14)):
+            assert_matches(port, model, (torch.randn(shape),))
 
 
 class SkipConcat(nn.Module):
