@@ -100,6 +100,7 @@ def test_twins_keep_their_reference_names():
         "mobilevit": ["stem.conv.weight", "stages.1.conv_kxk.conv.weight", "stages.1.conv_1x1.weight",
                       "stages.1.transformer.0.attn.qkv.weight", "stages.1.transformer.1.mlp.fc2.bias",
                       "stages.1.norm.weight", "stages.1.conv_fusion.bn.running_var", "head.weight"],
+        "convlstm": ["cell_list.0.conv.weight", "cell_list.1.conv.bias"],
     }
     assert set(expected) == set(UNSEEN)
     for name, keys in expected.items():
@@ -372,6 +373,19 @@ def test_stride_ordering_guard_does_not_refuse_a_one_row_map():
     ported = porter.convert(model, torch.randn(2, 4, 16, 16), io_layout="torch")
     for shape in ((1, 4, 4, 20), (2, 4, 8, 4), (1, 4, 12, 12)):  # 1x5, 2x1 and 3x3 reduced maps
         assert_matches(ported, model, (torch.randn(shape),))
+
+
+def test_convlstm_unrolls_its_time_loop_and_refuses_another_length(tmp_path):
+    """ndrplz's ConvLSTM loops over time in Python: the capture unrolls it for the example's T = 4, the port runs
+    other batches and image sizes (also after save/load) and refuses another length by name."""
+    model, ported = _converted("convlstm")
+    porter.save(ported, tmp_path / "convlstm")
+    loaded = porter.load(tmp_path / "convlstm")
+    for port in (ported, loaded):
+        for shape in ((3, 4, 2, 9, 5), (1, 4, 2, 5, 5)):
+            assert_matches(port, model, (torch.randn(shape),))
+    with pytest.raises(ValueError, match=r"has size 5 in dim 1.*input_tensor.size\(1\) == 4"):
+        ported(mx.array(torch.randn(2, 5, 2, 6, 7).numpy()))
 
 
 def _pixelcnn():

@@ -21,7 +21,7 @@ from .detection import yolov8_small
 from .diffusion import unet2d_small
 from .generative import dcgan_small, esrgan_small, espcn_small, stylegan2_small
 from .sequence import crnn_small, pointnet_small, sinusoids, tcn_small, wavenet_small, whisper_encoder_small
-from .vision_more import mobilevit_small
+from .vision_more import convlstm_small, mobilevit_small
 
 
 def _seeded(make: Callable[[], nn.Module], fix: Callable[[nn.Module], None] = None) -> Callable[..., nn.Module]:
@@ -70,4 +70,6 @@ UNSEEN = {
     # that branch: a 9x11 map is refused by name). Batch 2 and 3: at batch 1 a guard of the unfold's reshape
     # refuses the port though torch runs it (docs/BENCHMARKS.md "unseen twins: what still fails").
     "mobilevit": ModelSpec(_seeded(mobilevit_small), ((2, 3, 32, 32),), ((3, 3, 48, 40),)),
+    # (B, T, C, H, W): the Python loop over time is unrolled for T = 4 (another length is refused; tested).
+    "convlstm": ModelSpec(_seeded(convlstm_small), ((2, 4, 2, 6, 7),), ((3, 4, 2, 9, 5),)),
 }

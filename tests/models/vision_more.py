@@ -172,3 +172,63 @@ class MobileViT(nn.Module):
 
 def mobilevit_small():
     return MobileViT()
+
+
+# ------------------------------------------------------------------------------------------------- ConvLSTM
+class ConvLSTMCell(nn.Module):
+    """``ndrplz/ConvLSTM_pytorch``'s cell: one conv over ``cat([x, h])`` gives the four gates."""
+
+    def __init__(self, input_dim, hidden_dim, kernel_size, bias):
+        super().__init__()
+        self.input_dim, self.hidden_dim = input_dim, hidden_dim
+        self.padding = kernel_size[0] // 2, kernel_size[1] // 2
+        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, kernel_size, padding=self.padding, bias=bias)
+
+    def forward(self, input_tensor, cur_state):
+        h_cur, c_cur = cur_state
+        combined_conv = self.conv(torch.cat([input_tensor, h_cur], dim=1))
+        cc_i, cc_f, cc_o, cc_g = torch.split(combined_conv, self.hidden_dim, dim=1)
+        i, f, o, g = torch.sigmoid(cc_i), torch.sigmoid(cc_f), torch.sigmoid(cc_o), torch.tanh(cc_g)
+        c_next = f * c_cur + i * g
+        return o * torch.tanh(c_next), c_next
+
+    def init_hidden(self, batch_size, image_size):
+        height, width = image_size
+        return (torch.zeros(batch_size, self.hidden_dim, height, width, device=self.conv.weight.device),
+                torch.zeros(batch_size, self.hidden_dim, height, width, device=self.conv.weight.device))
+
+
+class ConvLSTM(nn.Module):
+    """``ndrplz/ConvLSTM_pytorch``'s ``ConvLSTM`` (batch_first, every layer's outputs, last states): a Python loop
+    over time, so a capture unrolls it for the example's length."""
+
+    def __init__(self, input_dim=2, hidden_dim=(4, 3), kernel_size=(3, 3), num_layers=2, batch_first=True):
+        super().__init__()
+        self.num_layers, self.batch_first = num_layers, batch_first
+        self.cell_list = nn.ModuleList(
+            ConvLSTMCell(input_dim if i == 0 else hidden_dim[i - 1], hidden_dim[i], kernel_size, True)
+            for i in range(num_layers))
+
+    def forward(self, input_tensor):
+        if not self.batch_first:
+            input_tensor = input_tensor.permute(1, 0, 2, 3, 4)
+        b, _, _, h, w = input_tensor.size()
+        hidden_state = [cell.init_hidden(b, (h, w)) for cell in self.cell_list]
+        seq_len = input_tensor.size(1)
+        cur_layer_input = input_tensor
+        layer_output_list, last_state_list = [], []
+        for layer_idx in range(self.num_layers):
+            h, c = hidden_state[layer_idx]
+            output_inner = []
+            for t in range(seq_len):
+                h, c = self.cell_list[layer_idx](cur_layer_input[:, t, :, :, :], [h, c])
+                output_inner.append(h)
+            layer_output = torch.stack(output_inner, dim=1)
+            cur_layer_input = layer_output
+            layer_output_list.append(layer_output)
+            last_state_list.append([h, c])
+        return layer_output_list, last_state_list
+
+
+def convlstm_small():
+    return ConvLSTM()
