@@ -391,6 +391,8 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
         return False
     if cmp in ("lt", "le", "gt", "ge"):
         return True
+    if origin == "kernel-call" and cmp == "ne":
+        return False  # a C++ kernel's path choice (view or copy, broadcast or not): it pins no size to bake in
     if origin == "kernel-call" and "sizes" in literals:
         return True  # a C++ kernel fixed a size and the graph builds shapes from literals: it may be baked in
     if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int) and ("param", b) in literals
@@ -413,6 +415,8 @@ def _needed_untranslated(origin, node, literals) -> bool:
     if origin not in ("kernel", "kernel-call") or not (isinstance(node, ast.Compare) and len(node.ops) == 1
                                   and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
         return True
+    if origin == "kernel-call" and isinstance(node.ops[0], ast.NotEq):
+        return False  # as in _needed: an excluded value pins no size
     if origin == "kernel-call" and "sizes" in literals:
         return True
     constants = [c.value for c in (node.left, node.comparators[0])

@@ -11,6 +11,7 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import mlx.core as mx
@@ -386,6 +387,35 @@ def test_convlstm_unrolls_its_time_loop_and_refuses_another_length(tmp_path):
             assert_matches(port, model, (torch.randn(shape),))
     with pytest.raises(ValueError, match=r"has size 5 in dim 1.*input_tensor.size\(1\) == 4"):
         ported(mx.array(torch.randn(2, 5, 2, 6, 7).numpy()))
+
+
+class UnfoldPatches(nn.Module):
+    """MobileViT's unfold and fold (timm ``MobileVitBlock``): the map into 2x2 patches by reshapes and transposes,
+    a linear over each patch position's tokens, and back."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, 2, 1)
+        self.mix = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.conv(x)
+        B, C, H, W = x.shape
+        nh, nw = math.ceil(H / 2), math.ceil(W / 2)  # timm's count (it resizes an odd map first; not done here)
+        x = x.reshape(B * C * nh, 2, nw, 2).transpose(1, 2)
+        x = x.reshape(B, C, nh * nw, 4).transpose(1, 3).reshape(B * 4, nh * nw, -1)
+        x = self.mix(x)
+        x = x.contiguous().view(B, 4, nh * nw, -1).transpose(1, 3).reshape(B * C * nh, nw, 2, 2)
+        return x.transpose(1, 2).reshape(B, C, nh * 2, nw * 2)
+
+
+def test_a_cpp_kernels_not_equal_guard_does_not_refuse_batch_one():
+    """The unfold's reshapes left ``4 * B != (H' // ceil(H' / 2)) * (W' // ceil(W' / 2))`` (a C++ kernel's view
+    reasoning: it excludes one value and pins no size), which refused batch 1; torch runs it, and so does the port."""
+    model = UnfoldPatches().eval()
+    ported = porter.convert(model, torch.randn(2, 3, 16, 12), io_layout="torch")
+    for shape in ((1, 3, 16, 12), (1, 3, 8, 8), (3, 3, 12, 20)):
+        assert_matches(ported, model, (torch.randn(shape),))
 
 
 def _pixelcnn():
