@@ -325,12 +325,27 @@ def _origin(guard) -> str:
     if re.search(r"contiguous|stride|non_overlapping|memory_format|channels_last|collapse_view|reshape_view|"
                  r"should_swap", function):  # strides, and whether a reshape can be a view (else a copy)
         return "layout"
+    if _deciding_memory_format(path, getattr(loc, "lineno", None)):
+        # a statement choosing the output's memory format (the fake conv's ``_conv_determine_backend_memory_format``
+        # guarded ``ceil(H / 32) > 1`` on SegFormer's last stage, refusing a one-row map torch runs)
+        return "layout"
     if rel == "_prims_common/__init__.py" and function == "__lt__":
         # the (size, stride) key ``_is_non_overlapping_and_dense_or_false`` sorts a tensor's dims by: a stride
         # comparison (SegFormer's ``reshape(b, c, -1).permute(0, 2, 1)`` of its reduced keys guarded ``w < h * w``
         # through it, so a one-row map was refused)
         return "layout"
     return "kernel" if rel.startswith(_KERNEL_CODE) else "model"
+
+
+def _deciding_memory_format(path: str, lineno) -> bool:
+    """Whether the statement at ``path:lineno`` (the guard's line and the two before it, where a call that spans
+    lines starts) decides a memory format."""
+    import linecache
+
+    if not isinstance(lineno, int):
+        return False
+    text = "".join(linecache.getline(path, n) for n in range(max(lineno - 2, 1), lineno + 1))
+    return "memory_format" in text
 
 
 _SIZE_OPS = ("view", "reshape", "_unsafe_view", "expand", "repeat", "new_zeros", "new_ones", "new_empty",
@@ -366,20 +381,33 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
     """Whether a guard constrains the port. Porter converts each ATen op whole, with kernels exact at any size
     the op accepts, so torch's reasoning inside an op (strides; a C++ kernel fixing a size while computing its
     own output's shape) does not bind it; size limits (``>=``) do, and so does a size fixed to a value that
-    appears as a literal in the graph (it may have been baked into a view or an expand)."""
+    appears as a literal in the graph (it may have been baked into a view or an expand). An equality of two
+    size expressions inside an op's shape rule is a requirement of the op (``cat`` of a skip and an upsampled
+    map: ``ceil(H / 16) == 2 * ceil(H / 32)``): the port's op would fail on it too, deep inside the graph, so it
+    is checked up front, where the error can name the input and the sizes that pass."""
     if origin in ("model", "unknown"):
         return True
     if origin == "layout":
         return False
     if cmp in ("lt", "le", "gt", "ge"):
         return True
+    if origin == "kernel-call" and cmp == "ne":
+        return False  # a C++ kernel's path choice (view or copy, broadcast or not): it pins no size to bake in
     if origin == "kernel-call" and "sizes" in literals:
         return True  # a C++ kernel fixed a size and the graph builds shapes from literals: it may be baked in
     if origin == "kernel" and cmp == "eq" and any(isinstance(a, dict) and "dim" in a and isinstance(b, int) and ("param", b) in literals
                                                   for a, b in ((lhs, rhs), (rhs, lhs))):
         return True  # an input dim a parameter's shape fixes (channels of a conv or norm weight)
+    if origin == "kernel" and cmp == "eq" and not isinstance(lhs, int) and not isinstance(rhs, int):
+        return True  # two sizes an op's shape rule needs equal (cat's other dims, a broadcast): torch fails too
     constants = [e for e in (lhs, rhs) if isinstance(e, int)]
     return any(c > 1 and c in literals for c in constants)
+
+
+def _message(origin, cmp, lhs, rhs) -> str:
+    if origin == "kernel" and cmp == "eq" and not isinstance(lhs, int) and not isinstance(rhs, int):
+        return _MESSAGES["kernel-equal"]
+    return _MESSAGES[origin]
 
 
 def _needed_untranslated(origin, node, literals) -> bool:
@@ -387,6 +415,8 @@ def _needed_untranslated(origin, node, literals) -> bool:
     if origin not in ("kernel", "kernel-call") or not (isinstance(node, ast.Compare) and len(node.ops) == 1
                                   and isinstance(node.ops[0], (ast.Eq, ast.NotEq))):
         return True
+    if origin == "kernel-call" and isinstance(node.ops[0], ast.NotEq):
+        return False  # as in _needed: an excluded value pins no size
     if origin == "kernel-call" and "sizes" in literals:
         return True
     constants = [c.value for c in (node.left, node.comparators[0])
@@ -428,7 +458,7 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
         return
     for lhs, cmp, rhs in parsed:
         if _needed(origin, cmp, lhs, rhs, literals):
-            add(lhs, cmp, rhs, readable, _MESSAGES[origin])
+            add(lhs, cmp, rhs, readable, _message(origin, cmp, lhs, rhs))
 
 
 def _add_layout_specialisations(code, unknown, dims, ranks, readable, add):
@@ -462,6 +492,8 @@ _MESSAGES = {
     "unknown": "torch.export recorded it as a condition of the captured program",
     "kernel": "torch fixed this size while capturing an op, and the graph may depend on it",
     "kernel-call": "torch fixed this size while capturing an op, and the graph may depend on it",
+    "kernel-equal": "an op's shape rule needs these sizes equal (e.g. the tensors a concatenation joins; torch's own "
+                    "forward fails at this size too)",
 }
 
 

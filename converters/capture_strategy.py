@@ -30,6 +30,7 @@ import warnings
 
 import torch
 
+from .capture_rnn import symbolic_recurrent_shapes
 from .errors import CaptureError
 
 MODES = ("auto", "all", "batch", "static")
@@ -210,7 +211,7 @@ def _mask_hints_as_given():
 
 
 def _export(model, inputs, mode, seconds):
-    with _quiet_solver(), _mask_hints_as_given(), time_limit(seconds):
+    with _quiet_solver(), _mask_hints_as_given(), symbolic_recurrent_shapes(), time_limit(seconds):
         return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs, model),
                                     strict=False)
 

@@ -28,6 +28,7 @@ OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv"
 OP_TEXT = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 MAX_DEPTH = 32
 _CACHE_SIZE = 64  # input shapes already checked (a model is usually called at a handful of sizes)
+_SEARCH = 256  # how far a refusal looks for the nearest sizes that pass
 
 
 def dims_of(expr) -> list:
@@ -97,6 +98,23 @@ class InputChecks:
             self.checks.append((compile_expr(entry["lhs"]), CMPS[cmp], compile_expr(entry["rhs"]), entry))
         self._passed: set = set()
 
+    def repeat_scalar(self, x, size_expr, inputs, name: str):
+        """A 0-d input repeated to the 1-d length ``size_expr`` (an int, or other inputs' torch-layout dims)
+        gives: the port of a 1-d input that torch showed, at conversion, takes a 0-d value as that value repeated
+        (``scalar_inputs.py``)."""
+        import mlx.core as mx
+
+        sizes = [[tuple(x_.shape)[a] for a in axes] if axes is not None and len(getattr(x_, "shape", ())) == len(axes)
+                 else [] for x_, axes in zip(inputs, self.axes)]
+        try:
+            n = compile_expr(size_expr)(sizes)
+        except (IndexError, ZeroDivisionError):
+            n = None
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"input {name!r} was given 0-d, and the other inputs' shapes {[list(s) for s in sizes]} "
+                             f"give no length ({to_text(size_expr, self.names)}) to repeat it to")
+        return mx.broadcast_to(mx.reshape(x, (1,)), (n,))
+
     def __len__(self) -> int:
         return len(self.checks)
 
@@ -145,10 +163,44 @@ class InputChecks:
             else ""
         return (
             f"{where}, which breaks the condition {condition}{guard} that this port was built under: "
-            f"{entry['message']}. Running anyway could give wrong numbers, so the port refuses. To run at this "
-            f"size, convert the model again with an example input of this size (a separate port for sizes that "
-            f"break the condition)."
+            f"{entry['message']}.{self._accepted(dims, sizes)} Running anyway could give wrong numbers, so the port "
+            f"refuses. To run at this size, convert the model again with an example input of this size (a separate "
+            f"port for sizes that break the condition)."
         )
+
+    def _accepted(self, dims, sizes) -> str:
+        """For a broken check on one dim: the nearest sizes of that dim, below and above, that pass every check
+        reading it (the other dims as given), searched up to ``_SEARCH`` away; '' when the check reads several."""
+        if len(dims) != 1:
+            return ""
+        i, axis = dims[0]
+        given = sizes[i][axis]
+        found = []
+        for step in (-1, 1):
+            for distance in range(1, _SEARCH + 1):
+                size = given + step * distance
+                if size < 1:
+                    break
+                trial = [list(s) for s in sizes]
+                trial[i][axis] = size
+                if self._passes(trial, [i, axis]):
+                    found.append(size)
+                    break
+        if not found:
+            return f" No size of dim {axis} within {_SEARCH} of {given} passes the checks on it."
+        return f" Nearest sizes of dim {axis} that pass the checks on it: {' and '.join(map(str, found))}."
+
+    def _passes(self, sizes, dim) -> bool:
+        """Whether every check that reads ``dim`` holds (the others may fail for other dims)."""
+        for lhs, cmp, rhs, entry in self.checks:
+            if dim not in dims_of(entry["lhs"]) and dim not in dims_of(entry["rhs"]):
+                continue
+            try:
+                if not cmp(lhs(sizes), rhs(sizes)):
+                    return False
+            except (ZeroDivisionError, IndexError):
+                return False
+        return True
 
 def static_checks(names, shapes, message: str) -> list:
     """Checks pinning every dim of every tensor input to its example size (``shapes[i]``: None for a non-tensor)."""

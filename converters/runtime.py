@@ -182,6 +182,8 @@ class PortedModel(TorchNamed):
             if spec["meta"]["kind"] == "tensor":
                 if not isinstance(x, mx.array):
                     x = _mx_array(x) if spec["meta"].get("dtype") == "float64" else mx.array(np.asarray(x))
+                if x.ndim == 0 and "scalar_size" in spec:
+                    x = self._program.input_checks.repeat_scalar(x, spec["scalar_size"], inputs, spec["name"])
                 if x.ndim != len(spec["perm"]):
                     raise ValueError(
                         f"input {spec['name']!r} must have {len(spec['perm'])} dims "

@@ -232,7 +232,8 @@ class _Checker:
             self.meta(item, where, f"{field}.items[{i}]", level + 1)
 
     def check_inputs(self, inputs):
-        entry = S.Obj({"name": _NAME, "perm": _LAYOUT, "meta": _ANY}, ["name", "perm", "meta"])
+        entry = S.Obj({"name": _NAME, "perm": _LAYOUT, "meta": _ANY, "scalar_size": _AnyValue(2 * MAX_DEPTH + 2)},
+                      ["name", "perm", "meta"])
         self.match(S.Seq(entry, 0, 1 << 10), inputs, "the file", "inputs")
         for i, entry in enumerate(inputs):
             where = f"input {i} ({entry['name'][:80]!r})"
@@ -257,6 +258,12 @@ class _Checker:
             else:
                 self.ranks.append(None)
             self.defined.add(entry["name"])
+        for i, entry in enumerate(inputs):  # after every rank is known: the length may read any input's dims
+            if "scalar_size" in entry:
+                where = f"input {i} ({entry['name'][:80]!r})"
+                if entry["perm"] != [0]:
+                    self.fail(where, "scalar_size", "only a 1-d input may be given 0-d")
+                self.expr(entry["scalar_size"], where, "scalar_size")
 
     # ------------------------------------------------------------------------------------------------ nodes
     def check_nodes(self, nodes):

@@ -48,17 +48,18 @@ def _close(actual, expected, rtol=1e-5, atol=1e-6):
         np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"output {i}")
 
 
-def test_recurrent_stack_matches_torch_at_two_batch_sizes():
+def test_recurrent_stack_matches_torch_at_other_batch_sizes_and_lengths():
+    """torch's capture would fix the sequence length (its fake LSTM runs the steps in a Python loop); the capture
+    states the recurrent ops' shapes instead (``converters/capture_rnn.py``), so the port runs any length."""
     model = _randomise(Stack()).eval()
-    sets = [torch.randn(2, 7, 4), torch.randn(3, 7, 4)]
+    sets = [torch.randn(2, 7, 4), torch.randn(3, 7, 4), torch.randn(2, 5, 4), torch.randn(1, 12, 4),
+            torch.randn(3, 1, 4)]
     ported = porter.convert(model, (sets[0],), io_layout="torch", dynamic="auto")
+    assert {"input": 0, "axis": 1} in ported.dynamic_dims
     for x in sets:
         with torch.no_grad():
             expected = model(x)
         _close(run_ported(ported, (x,)), expected)
-    # torch's capture fixes the sequence length (its LSTM runs step by step): another length is refused, by name
-    with pytest.raises(ValueError, match=r"x.size\(1\) == 7"):
-        ported(mx.array(torch.randn(2, 5, 4).numpy()))
     # the port keeps torch's names for the recurrent weights
     names = {name for name, _ in tree_flatten(ported.parameters())}
     assert {"lstm.weight_ih_l0", "lstm.weight_hr_l1_reverse", "gru.bias_hh_l0", "rnn.weight_hh_l0"} <= names
@@ -88,6 +89,40 @@ def test_given_states_each_mode(mode, kw):
     with torch.no_grad():
         expected = torch.utils._pytree.tree_leaves(model(*inputs))
     _close(run_ported(ported, inputs), expected)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn"])
+def test_given_states_at_another_length_and_batch_through_save(mode, tmp_path):
+    """Time-major, given states: the batch and the length both stay free, also after a save/load round trip."""
+    model = _randomise(WithStates(mode, num_layers=2, bidirectional=True)).eval()
+
+    def inputs(t, n):
+        return torch.randn(t, n, 3), torch.randn(4, n, 5), torch.randn(4, n, 5)
+
+    ported = porter.convert(model, inputs(6, 2), io_layout="torch")
+    porter.save(ported, tmp_path / mode)
+    loaded = porter.load(tmp_path / mode)
+    for t, n in ((6, 2), (9, 3), (2, 1)):
+        xs = inputs(t, n)
+        with torch.no_grad():
+            expected = torch.utils._pytree.tree_leaves(model(*xs))
+        _close(run_ported(ported, xs), expected)
+        _close(run_ported(loaded, xs), expected)
+
+
+def test_capture_restores_torchs_recurrent_kernels():
+    """The shape-only kernels live for one capture: afterwards torch's own LSTM runs (and exports as before)."""
+    from porter.converters.capture_rnn import recurrent_ops
+
+    before = [dict(op.py_kernels) for op in recurrent_ops()]
+    model = _randomise(nn.LSTM(3, 4)).eval()
+    porter.convert(model, (torch.randn(5, 2, 3),), io_layout="torch")
+    assert [dict(op.py_kernels) for op in recurrent_ops()] == before
+    x = torch.randn(4, 2, 3)
+    with torch.no_grad():
+        expected, _ = model(x)
+        got, _ = torch.export.export(model, (x,)).module()(x)
+    torch.testing.assert_close(got, expected)
 
 
 def test_unbatched_and_float64():

@@ -21,6 +21,7 @@ from .detection import yolov8_small
 from .diffusion import unet2d_small
 from .generative import dcgan_small, esrgan_small, espcn_small, stylegan2_small
 from .sequence import crnn_small, pointnet_small, sinusoids, tcn_small, wavenet_small, whisper_encoder_small
+from .vision_more import convlstm_small, mobilevit_small
 
 
 def _seeded(make: Callable[[], nn.Module], fix: Callable[[nn.Module], None] = None) -> Callable[..., nn.Module]:
@@ -54,9 +55,8 @@ UNSEEN = {
     "dinov2": ModelSpec(_seeded(dinov2_small), ((2, 3, 24, 20),), ((1, 3, 28, 16),)),
     "segformer": ModelSpec(_seeded(segformer_small), ((2, 3, 64, 64),), ((1, 3, 48, 80),)),
     "whisper_encoder": ModelSpec(_seeded(whisper_encoder_small, _real_positions), ((2, 8, 40),), ((1, 8, 57),)),
-    # torch's capture fixes the LSTM's sequence length (T = W / 4 + 1): the second input differs in batch only
-    # (another width is refused; tested).
-    "crnn": ModelSpec(_seeded(crnn_small), ((2, 1, 32, 40),), ((3, 1, 32, 40),)),
+    # The LSTM's sequence length is T = W / 4 + 1: the second width gives another length.
+    "crnn": ModelSpec(_seeded(crnn_small), ((2, 1, 32, 40),), ((3, 1, 32, 57),)),
     "tcn": ModelSpec(_seeded(tcn_small), ((2, 3, 30),), ((1, 3, 17),)),
     "wavenet": ModelSpec(_seeded(wavenet_small), ((2, 1, 40),), ((1, 1, 23),)),
     "pointnet": ModelSpec(_seeded(pointnet_small), ((2, 3, 50),), ((3, 3, 37),)),
@@ -66,4 +66,9 @@ UNSEEN = {
     "espcn": ModelSpec(_seeded(espcn_small), ((2, 1, 12, 12),), ((1, 1, 10, 7),)),
     # torch.export specializes a size-1 dim: the latent's 1x1 map is static (a 2x2 latent is refused; tested).
     "dcgan": ModelSpec(_seeded(dcgan_small), ((2, 8, 1, 1),), ((3, 8, 1, 1),)),
+    # timm's MobileViT block: maps that are a multiple of the 2x2 patch skip its resize branch (the capture took
+    # that branch: a 9x11 map is refused by name).
+    "mobilevit": ModelSpec(_seeded(mobilevit_small), ((2, 3, 32, 32),), ((1, 3, 48, 40),)),
+    # (B, T, C, H, W): the Python loop over time is unrolled for T = 4 (another length is refused; tested).
+    "convlstm": ModelSpec(_seeded(convlstm_small), ((2, 4, 2, 6, 7),), ((3, 4, 2, 9, 5),)),
 }
