@@ -54,9 +54,7 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
 
 
 def _convert_eval(model, example_inputs, io_layout, dynamic):
-    import torch
-
-    from .capture import capture, normalise_inputs, reproduces
+    from .capture import capture, is_module, normalise_inputs, reproduces
 
     graph = capture(model, example_inputs, dynamic=dynamic)
     graph.module_attrs = _module_attrs(model)
@@ -72,14 +70,14 @@ def _convert_eval(model, example_inputs, io_layout, dynamic):
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
     ported.capture_note = graph.capture_note or first_note
-    if example_inputs is not None and isinstance(model, torch.nn.Module):  # a program has no forward to ask
+    if example_inputs is not None and is_module(model):  # a program has no forward to ask
         _record_scalar_inputs(ported, model, normalise_inputs(example_inputs))
     return ported
 
 
 def _record_scalar_inputs(ported, model, inputs) -> None:
-    """Mark the 1-d inputs torch shows may also come 0-d (``scalar_inputs.py``); the runtime repeats them."""
-    from .scalar_inputs import scalar_sizes
+    """Mark the 1-d inputs torch shows may also come 0-d (``capture_scalars.py``); the runtime repeats them."""
+    from .capture_scalars import scalar_sizes
 
     graph = ported._program.graph
     for i, size in scalar_sizes(model, tuple(inputs), graph).items():

@@ -18,6 +18,11 @@ def normalise_inputs(example_inputs) -> tuple:
     raise TypeError(f"example_inputs must be a torch.Tensor or a tuple of them, but got {type(example_inputs).__name__}")
 
 
+def is_module(model) -> bool:
+    """Whether ``model`` is an eager ``nn.Module`` (not an ExportedProgram; a ScriptModule counts, as torch says)."""
+    return isinstance(model, torch.nn.Module)
+
+
 def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto") -> Graph:
     """Capture ``model``'s forward as an IR graph (the model's current train/eval mode is respected).
 
@@ -96,10 +101,12 @@ def reproduces(ported, model, inputs) -> bool:
         return False
     finally:
         mx.clear_cache()  # the forward's freed buffers go back: conversion leaves the weights, not activations
-    outs = out if isinstance(out, tuple) else (out,)
+    from .output_tree import leaves
+
+    outs = leaves(out, ported.output_layouts)  # nested as the model's (output_tree.py), in tree_leaves order
     if len(outs) != len(expected):
         return False
-    for got, layout, want in zip(outs, ported.output_layouts, expected):
+    for (got, layout), want in zip(outs, expected):
         if not isinstance(want, torch.Tensor):
             continue
         try:

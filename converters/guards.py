@@ -101,7 +101,7 @@ class InputChecks:
     def repeat_scalar(self, x, size_expr, inputs, name: str):
         """A 0-d input repeated to the 1-d length ``size_expr`` (an int, or other inputs' torch-layout dims)
         gives: the port of a 1-d input that torch showed, at conversion, takes a 0-d value as that value repeated
-        (``scalar_inputs.py``)."""
+        (``capture_scalars.py``)."""
         import mlx.core as mx
 
         sizes = [[tuple(x_.shape)[a] for a in axes] if axes is not None and len(getattr(x_, "shape", ())) == len(axes)

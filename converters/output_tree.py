@@ -132,6 +132,24 @@ def build(tree, flat: tuple):
     return _named(tuple(tree["namedtuple"]))(*(build(c, flat) for c in tree["items"]))
 
 
+def leaves(out, layouts=None) -> list:
+    """A port's (nested) output flattened as torch's ``tree_leaves`` flattens the model's: dicts by insertion,
+    lists and tuples in order, ``None`` no leaf. With ``layouts`` (one per graph output: ``ported.output_layouts``),
+    ``[(array, layout), ...]``: the nesting visits the graph outputs in order, so they pair up before ``None`` drops."""
+    def walk(node):
+        if isinstance(node, dict):
+            return [leaf for v in node.values() for leaf in walk(v)]
+        if isinstance(node, (list, tuple)):
+            return [leaf for v in node for leaf in walk(v)]
+        return [node]
+
+    flat = walk(out)
+    if layouts is None:
+        return [v for v in flat if v is not None]
+    layouts = list(layouts) + [None] * (len(flat) - len(layouts))
+    return [(v, lay) for v, lay in zip(flat, layouts) if v is not None]
+
+
 _NAMED: dict = {}
 
 

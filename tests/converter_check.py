@@ -13,25 +13,17 @@ import numpy as np
 import torch
 
 import porter
+from porter.converters.output_tree import leaves
 from porter.compare import RTOL, assert_close, declared_layouts, mlx_to_numpy, port_inputs, to_torch_layout
-
-
-def _leaves(out) -> list:
-    """The port's nested output in torch's ``tree_leaves`` order (dicts by insertion; ``None`` is no leaf)."""
-    if isinstance(out, dict):
-        return [leaf for v in out.values() for leaf in _leaves(v)]
-    if isinstance(out, (list, tuple)):
-        return [leaf for v in out for leaf in _leaves(v)]
-    return [] if out is None else [out]
 
 
 def run_ported(ported, inputs):
     """The port's outputs on torch-layout ``inputs``, in torch's layout, in their own dtypes (numpy)."""
     args, _ = port_inputs(ported, inputs)
-    outs = _leaves(ported(*args))
-    layouts = declared_layouts(ported, "output_layouts", len(outs))
-    return [to_torch_layout(mlx_to_numpy(o, widen=False), lay) if isinstance(o, mx.array) else o
-            for o, lay in zip(outs, layouts)]
+    out = ported(*args)
+    count = len(ported.graph["outputs"]) if hasattr(ported, "graph") else len(leaves(out))
+    pairs = leaves(out, declared_layouts(ported, "output_layouts", count))  # torch's tree_leaves order
+    return [to_torch_layout(mlx_to_numpy(o, widen=False), lay) if isinstance(o, mx.array) else o for o, lay in pairs]
 
 
 def assert_matches(ported, model, inputs, rel=RTOL):
