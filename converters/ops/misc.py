@@ -443,6 +443,9 @@ register("aten.pixel_unshuffle.default", channels_last=True)(_pixel_shuffle(True
 def k_channel_shuffle(x, *, axis, groups):
     """Torch's channel shuffle along array axis ``axis`` (any layout): channel ``g * (C / groups) + i`` moves to
     ``i * groups + g``."""
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"channel_shuffle: axis {axis} is out of range for a {x.ndim}-d array")
+    axis %= x.ndim  # a negative axis (an artifact may record one) counts from the end
     c = x.shape[axis]
     if c % groups:
         raise ValueError(f"channel_shuffle: {c} channels do not split into {groups} groups")

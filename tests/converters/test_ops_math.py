@@ -362,3 +362,17 @@ def _assert_input_grads(ported, model, inputs, skip_outputs=()):
     grads = grads if isinstance(grads, (tuple, list)) else (grads,)
     for i, g in zip(floating, grads):
         assert_close(np.array(g), leaves[i].grad.numpy(), rtol=1e-4, what=f"gradient to input {i}")
+
+
+@pytest.mark.parametrize("axis", [1, -3, 3, -1])
+def test_channel_shuffle_kernel_takes_a_negative_axis(axis):
+    """An artifact may record the shuffle's axis counted from the end: same permutation as torch's, on either path
+    (the native copy for the last axis, reshape-swap otherwise); an axis out of range is a ValueError."""
+    from porter.converters.ops.misc import k_channel_shuffle
+
+    x = torch.randn(2, 6, 5, 6)
+    dim = axis % 4
+    want = F.channel_shuffle(x.movedim(dim, 1), 3).movedim(1, dim)
+    np.testing.assert_array_equal(np.array(k_channel_shuffle(mx.array(x.numpy()), axis=axis, groups=3)), want.numpy())
+    with pytest.raises(ValueError, match="out of range"):
+        k_channel_shuffle(mx.array(x.numpy()), axis=4 if axis > 0 else -5, groups=3)
