@@ -6,7 +6,7 @@ one size must either give torch's numbers at another size or refuse it clearly (
   ``SwinTransformerBlock`` with ``norm1, attn (qkv, proj, relative_position_bias_table, relative_position_index),
   norm2, mlp``) and its ``shifted_window_attention``: pad to a multiple of the window, drop the shift when the window covers the map,
   cyclic roll, attention mask built by slice assignment, unpad.
-- ``MobileViTSmall``: a MobileViT block as in timm / Hugging Face (``conv_kxk, conv_1x1, transformer,
+- ``MobileViTSmall``: timm's MobileViT block (tests/models/vision_more.py; ``conv_kxk, conv_1x1, transformer,
   conv_proj, conv_fusion``): unfold into 2x2 patches, interpolating first when the map is not a multiple of the
   patch size (``if new_h != h or new_w != w``), fold back, interpolate back.
 - ``BasicUNetSmall``: MONAI ``BasicUNet``'s names (``conv_0``, ``down_1``, ``upcat_1``, ``final_conv``) and its
@@ -25,6 +25,8 @@ from torch import nn
 
 from tests.zoo.twins.convnext import Permute
 from tests.zoo.twins.swin import ShiftedWindowAttention, SwinTransformerBlock
+
+from .vision_more import MobileVitBlock
 
 
 class OddWidth(nn.Module):
@@ -64,71 +66,11 @@ class SwinSmall(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------- MobileViT
-class TransformerLayer(nn.Module):
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.layernorm_before = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.layernorm_after = nn.LayerNorm(dim)
-        self.intermediate = nn.Linear(dim, 2 * dim)
-        self.output = nn.Linear(2 * dim, dim)
-
-    def forward(self, x):
-        b, n, c = x.shape
-        q, k, v = self.qkv(self.layernorm_before(x)).reshape(b, n, 3, self.heads, c // self.heads).permute(
-            2, 0, 3, 1, 4)
-        attn = F.softmax(q @ k.transpose(-2, -1) * (c // self.heads) ** -0.5, dim=-1)
-        x = x + self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
-        return x + self.output(F.silu(self.intermediate(self.layernorm_after(x))))
-
-
-class MobileViTBlock(nn.Module):
-    def __init__(self, channels: int, dim: int, patch: int = 2, heads: int = 2):
-        super().__init__()
-        self.patch_size = patch
-        self.conv_kxk = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-                                      nn.BatchNorm2d(channels), nn.SiLU())
-        self.conv_1x1 = nn.Conv2d(channels, dim, 1, bias=False)
-        self.transformer = nn.Sequential(TransformerLayer(dim, heads))
-        self.norm = nn.LayerNorm(dim)
-        self.conv_proj = nn.Sequential(nn.Conv2d(dim, channels, 1, bias=False), nn.BatchNorm2d(channels), nn.SiLU())
-        self.conv_fusion = nn.Sequential(nn.Conv2d(2 * channels, channels, 3, padding=1, bias=False),
-                                         nn.BatchNorm2d(channels), nn.SiLU())
-
-    def forward(self, x):
-        shortcut = x
-        x = self.conv_1x1(self.conv_kxk(x))
-        patch_h = patch_w = self.patch_size
-        patch_area = patch_h * patch_w
-        B, C, H, W = x.shape
-        new_h, new_w = math.ceil(H / patch_h) * patch_h, math.ceil(W / patch_w) * patch_w
-        num_patch_h, num_patch_w = new_h // patch_h, new_w // patch_w
-        num_patches = num_patch_h * num_patch_w
-        interpolate = False
-        if new_h != H or new_w != W:
-            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=False)
-            interpolate = True
-        # unfold (B, C, H, W) -> (B * patch_area, num_patches, C), as timm's MobileVitBlock
-        x = x.reshape(B * C * num_patch_h, patch_h, num_patch_w, patch_w).transpose(1, 2)
-        x = x.reshape(B, C, num_patches, patch_area).transpose(1, 3).reshape(B * patch_area, num_patches, -1)
-        x = self.norm(self.transformer(x))
-        # fold back
-        x = x.contiguous().view(B, patch_area, num_patches, -1)
-        x = x.transpose(1, 3).reshape(B * C * num_patch_h, num_patch_w, patch_h, patch_w)
-        x = x.transpose(1, 2).reshape(B, C, num_patch_h * patch_h, num_patch_w * patch_w)
-        if interpolate:
-            x = F.interpolate(x, size=(H, W), mode="bilinear", align_corners=False)
-        x = self.conv_proj(x)
-        return self.conv_fusion(torch.cat((shortcut, x), dim=1))
-
-
 class MobileViTSmall(nn.Module):
     def __init__(self, channels: int = 8, dim: int = 16, num_classes: int = 5):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, 2, 1, bias=False), nn.BatchNorm2d(channels), nn.SiLU())
-        self.block = MobileViTBlock(channels, dim)
+        self.block = MobileVitBlock(channels, channels, dim, depth=1)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(channels, num_classes))
 
     def forward(self, x):
@@ -229,5 +171,4 @@ class TFEfficientNetLiteSmall(nn.Module):
 
 odd_width = OddWidth
 swin_small = partial(SwinSmall)
-mobilevit_small = partial(MobileViTSmall)
 basic_unet_small = partial(BasicUNetSmall)

@@ -175,8 +175,14 @@ class NewGELUActivation(nn.Module):
 
 
 class GPT2Attention(nn.Module):
-    def __init__(self, hidden: int, heads: int, max_positions: int):
+    """``mask="where"`` masks as transformers' eager path does (``torch.where`` against the dtype's minimum);
+    ``mask="fill"`` uses ``masked_fill(-inf)`` instead, so both ops stay covered."""
+
+    def __init__(self, hidden: int, heads: int, max_positions: int, mask: str = "where"):
         super().__init__()
+        if mask not in ("where", "fill"):
+            raise ValueError(f"mask must be 'where' or 'fill', got {mask!r}")
+        self.mask = mask
         self.register_buffer("bias", torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool))
                              .view(1, 1, max_positions, max_positions), persistent=False)
         self.num_heads = heads
@@ -195,7 +201,10 @@ class GPT2Attention(nn.Module):
         weights = torch.matmul(query, key.transpose(-1, -2)) / (value.size(-1) ** 0.5)
         q_len, k_len = query.size(-2), key.size(-2)
         causal = self.bias[:, :, k_len - q_len:k_len, :k_len]
-        weights = weights.masked_fill(~causal, float("-inf"))
+        if self.mask == "fill":
+            weights = weights.masked_fill(~causal, float("-inf"))
+        else:
+            weights = torch.where(causal, weights, torch.full([], torch.finfo(weights.dtype).min, dtype=weights.dtype))
         weights = self.attn_dropout(nn.functional.softmax(weights, dim=-1))
         out = torch.matmul(weights, value).permute(0, 2, 1, 3).contiguous()
         out = out.view(out.size()[:-2] + (self.num_heads * self.head_dim,))
@@ -215,10 +224,10 @@ class GPT2MLP(nn.Module):
 
 
 class GPT2Block(nn.Module):
-    def __init__(self, hidden: int, heads: int, max_positions: int):
+    def __init__(self, hidden: int, heads: int, max_positions: int, mask: str = "where"):
         super().__init__()
         self.ln_1 = nn.LayerNorm(hidden, eps=1e-5)
-        self.attn = GPT2Attention(hidden, heads, max_positions)
+        self.attn = GPT2Attention(hidden, heads, max_positions, mask)
         self.ln_2 = nn.LayerNorm(hidden, eps=1e-5)
         self.mlp = GPT2MLP(4 * hidden, hidden)
 
@@ -234,7 +243,7 @@ class GPT2Model(nn.Module):
         super().__init__()
         self.wpe = nn.Embedding(max_positions, hidden)
         self.drop = nn.Dropout(0.1)
-        self.h = nn.ModuleList([GPT2Block(hidden, heads, max_positions) for _ in range(layers)])
+        self.h = nn.ModuleList([GPT2Block(hidden, heads, max_positions, mask="fill") for _ in range(layers)])
         self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
 
     def forward(self, inputs_embeds):
