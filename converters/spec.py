@@ -237,6 +237,21 @@ def Ints(min_len: int = 0, max_len: int = MAX_LEN, lo: int = -INT_LIMIT, hi: int
     return Seq(Int(lo, hi), min_len, max_len)
 
 
+class Perm(Seq):
+    """A permutation of ``0 .. len - 1`` (a layout, a transpose's axes): each axis exactly once."""
+
+    def __init__(self):
+        super().__init__(Int(0, MAX_LEN - 1), 0, MAX_LEN)
+
+    def check(self, value, on_ref):
+        super().check(value, on_ref)
+        if sorted(value) != list(range(len(value))):
+            raise SpecError(f"expected a permutation of 0..{len(value) - 1} but got {value}", "")
+
+    def describe(self):
+        return "a permutation of 0..n-1 (each axis once)"
+
+
 DTYPE = Enum(*DTYPES)
 TENSOR = Ref()
 INT = Int()
@@ -245,7 +260,7 @@ INT_OR_REF = OneOf(Int(), Ref())
 SIZES = OneOf(Ref(), Seq(Opt(OneOf(Int(), Ref()))))
 AXIS = Int(-MAX_LEN, MAX_LEN)
 AXES = Ints(0, MAX_LEN, -MAX_LEN, MAX_LEN)
-PERM = Ints(0, MAX_LEN, 0, MAX_LEN - 1)
+PERM = Perm()
 # conv/pool geometry: generous, but bounded so no layer precomputes a table of absurd length
 GEOMETRY = 1 << 16
 

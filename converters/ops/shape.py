@@ -18,7 +18,7 @@ from ..ir import Ref, ValueMeta
 from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import (AXES, AXIS, INT_LIMIT, INT_OR_REF, MAX_LEN, PERM, SIZES, TENSOR, Enum, Float, Int, OneOf, Opt,
-                    Ref as RefSpec, Seq)
+                    Ref as RefSpec, Seq, SpecError)
 from ._layers import channel_shuffle, concatenate
 
 
@@ -139,7 +139,17 @@ def k_stack(tensors, *, axis):
     return mx.stack(tensors, axis=axis)
 
 
-@kernel("split", inputs=[TENSOR, OneOf(INT_OR_REF, SIZES)], attrs={"axis": AXIS, "mode": Enum("size", "sizes", "chunks")})
+def _check_split(inputs, attrs):
+    """Mode "sizes" takes a list of sizes; "size" and "chunks" one int (or a reference to one)."""
+    if isinstance(inputs[1], dict):  # a reference: its value is checked when it runs
+        return
+    if (attrs.get("mode") == "sizes") != isinstance(inputs[1], list):
+        want = "a list of sizes" if attrs.get("mode") == "sizes" else "one int"
+        raise SpecError(f"mode {attrs.get('mode')!r} takes {want} as inputs[1]", ".mode")
+
+
+@kernel("split", inputs=[TENSOR, OneOf(INT_OR_REF, SIZES)],
+        attrs={"axis": AXIS, "mode": Enum("size", "sizes", "chunks")}, check=_check_split)
 def k_split(x, size, *, axis, mode):
     """torch split/chunk along ``axis``: mode "size" (pieces of ``size``), "sizes" (a list), "chunks"."""
     length = x.shape[axis]

@@ -131,6 +131,16 @@ TAMPERING = {
     "negative recorded input size": (lambda g: g["inputs"][0]["meta"].update(shape=[1, 3, -16, 16]), "meta.shape"),
     "absurd recorded example": (lambda g: g["inputs"][0]["meta"].update(hint=[10 ** 6] * 4), "meta.hint"),
     "input layout not a permutation": (lambda g: g["inputs"][0].update(perm=[0, 0, 1, 2]), "perm"),
+    # found by fuzzing graph.json (session 10): these loaded and failed, or passed, only when the model ran
+    "output layout not a permutation": (lambda g: g["outputs"][0].update(perm=[3, 1]), "outputs"),
+    "node layout not a permutation": (lambda g: next(n for n in g["nodes"] if n.get("layout")).update(
+        layout=[0, 2, 3, 3]), "layout"),
+    "module output layout not a permutation": (lambda g: g["module_outputs"][0].update(perm=[1, 1, 0, 2]),
+                                               "module_outputs"),
+    "split by chunks given a list": (lambda g: _append(g, "split", [{"ref": _last_value(g)}, [2 ** 40, 1]],
+                                                       {"axis": 1, "mode": "chunks"}), "attrs.mode"),
+    "split by sizes given one int": (lambda g: _append(g, "split", [{"ref": _last_value(g)}, 3],
+                                                       {"axis": 1, "mode": "sizes"}), "attrs.mode"),
     "param transform unknown": (lambda g: next(iter(g["params"].values())).update(transform="eval"), "transform"),
     "param shape absurd": (lambda g: g["params"]["conv1.weight"].update(torch_shape=[8, 3, -3, 3]), "torch_shape"),
     "param dtype unknown": (lambda g: g["params"]["conv1.weight"].update(dtype="object"), "dtype"),
