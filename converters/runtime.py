@@ -230,6 +230,9 @@ class PortedModel(TorchNamed):
             if record is not None and name in self._program.module_outputs:
                 for entry in self._program.module_outputs[name]:
                     perm = tuple(entry["perm"])
+                    if len(perm) != result.ndim:  # a crafted graph.json: the schema cannot know the rank
+                        raise ValueError(f"module_outputs: the layout {list(perm)} recorded for module "
+                                         f"{entry['module']!r} does not fit its {result.ndim}-d output {name!r}")
                     torch_value = result.transpose(L.to_layout_axes(perm, L.identity(len(perm))))
                     record.pop(entry["module"], None)  # a module called again moves to its last call's position
                     record[entry["module"]] = torch_value

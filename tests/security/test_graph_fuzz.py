@@ -4,7 +4,7 @@ outputs, captured with dynamic sizes so it carries size guards) replaced by host
 
 Each mutated artifact must either load and run, or fail with Porter's errors: :class:`ArtifactError` at load (the
 file, place and field named), or at run a ``ValueError``/``TypeError`` naming the op or the input it came from.
-Never a ``KeyError``/``IndexError``/``AttributeError``/``RecursionError`` from inside Porter, never a hang. (A
+Never a ``KeyError``/``IndexError``/``AttributeError``/``RecursionError`` from inside Porter, never a hang; the same for ``trace`` (each module's output, what ``validate`` compares). (A
 tampered artifact can still compute other numbers: publishing wrong weights needs no tampering; the claim here is
 that loading and running a hostile file fails cleanly.)
 """
@@ -117,13 +117,29 @@ def test_mutated_graph_fails_cleanly(artifact, tmp_path, seed):
         model = porter.load(directory)
         for x in inputs:
             mx.eval(model(x))
+        mx.eval(list(model.trace(inputs[0])[1].values()))  # per-module outputs (validate): the module_outputs path
     except ArtifactError as e:
         assert "graph.json" in str(e) or "safetensors" in str(e) or "config.json" in str(e), (mutations, str(e))
     except (ValueError, TypeError) as e:  # at run: names the op or the input
         message = str(e)
-        assert "while running" in message or "input '" in message, (mutations, message)
+        assert any(s in message for s in ("while running", "input '", "module_outputs")), (mutations, message)
     except _Hang:
         pytest.fail(f"load or run hung after {mutations}")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_module_output_layout_of_the_wrong_rank_is_named(artifact, tmp_path):
+    """The schema cannot know a value's rank, so ``trace`` checks the recorded layout against the output."""
+    directory = tmp_path / "m-mlx"
+    shutil.copytree(artifact, directory)
+    graph = json.loads((directory / "graph.json").read_text())
+    entry = next(e for e in graph["module_outputs"] if len(e["perm"]) == 4)
+    entry["perm"] = [1, 0]
+    (directory / "graph.json").write_text(json.dumps(graph))
+    model = porter.load(directory)
+    mx.eval(model(mx.random.normal((1, 20, 20, 3))))  # the forward never reads it
+    with pytest.raises(ValueError, match=f"module_outputs: the layout \\[1, 0\\] recorded for module "
+                                         f"'{entry['module']}' does not fit its 4-d output"):
+        model.trace(mx.random.normal((1, 20, 20, 3)))
