@@ -316,7 +316,7 @@ def _read_header(path: str) -> dict:
         where = f"tensor {name[:80]!r}"
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
             raise ArtifactError(path, where, "", "expected dtype, shape and data_offsets")
-        if entry["dtype"] not in _ST_SIZES:
+        if not isinstance(entry["dtype"], str) or entry["dtype"] not in _ST_SIZES:
             raise ArtifactError(path, where, "dtype", f"unknown dtype {str(entry['dtype'])[:20]!r}")
         shape, offsets = entry["shape"], entry["data_offsets"]
         if not isinstance(shape, list) or len(shape) > 64 or not all(
@@ -332,7 +332,18 @@ def _read_header(path: str) -> dict:
         if not 0 <= begin <= end <= data_size or end - begin != count * _ST_SIZES[entry["dtype"]]:
             raise ArtifactError(path, where, "data_offsets", f"{offsets} do not hold a {entry['dtype']} tensor of "
                                 f"shape {shape} inside the file's {data_size} data bytes")
+    _check_disjoint(header, path)
     return header
+
+
+def _check_disjoint(header: dict, path: str) -> None:
+    """No two tensors read the same bytes (the safetensors format lays them end to end): an overlap would let a
+    crafted file make one tensor an alias of another's data."""
+    spans = sorted((e["data_offsets"][0], e["data_offsets"][1], name) for name, e in header.items())
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+        if begin < end:
+            raise ArtifactError(path, f"tensor {second[:80]!r}", "data_offsets",
+                                f"overlaps the bytes of tensor {first[:80]!r}")
 
 
 def _check_weights(header: dict, params: dict, path: str) -> None:

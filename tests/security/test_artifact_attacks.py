@@ -228,6 +228,10 @@ WEIGHT_CASES = {
                                   p), "shape"),
     "wrong dtype": (lambda h, p: (dict(h, **{"fc.bias": dict(h["fc.bias"], dtype="I32")}), p), "dtype"),
     "unknown dtype": (lambda h, p: (dict(h, **{"fc.bias": dict(h["fc.bias"], dtype="PY_OBJECT")}), p), "dtype"),
+    # found by fuzzing the header (session 10): a list dtype was a bare TypeError; overlapping tensors loaded
+    "dtype not a string": (lambda h, p: (dict(h, **{"fc.bias": dict(h["fc.bias"], dtype=[4, 2])}), p), "dtype"),
+    "two tensors share bytes": (lambda h, p: (dict(h, **{"fc.bias": dict(h["fc.bias"], data_offsets=[
+        h["fc.bias"]["data_offsets"][0] - 4, h["fc.bias"]["data_offsets"][1] - 4])}), p), "overlaps the bytes"),
 }
 
 
