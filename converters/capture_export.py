@@ -218,11 +218,16 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
                         inliner.check_readable(ref.name, "the model's output")
                     outputs.append(literal(value, resolve))
                 elif spec.kind == OutputKind.BUFFER_MUTATION:
-                    continue  # running statistics updates (training-mode batch norm): not part of the output
+                    if not _is_norm_statistic(spec.target):  # a state the next call would read: not dropped
+                        raise NotImplementedError(_state_message(spec.target))
+                    continue  # running statistics of a program exported in training mode: the port's norm layers
                 else:
                     raise NotImplementedError(f"unsupported exported output kind {spec.kind}")
         else:
             raise NotImplementedError(f"unsupported exported node kind {fx_node.op} ({fx_node.name})")
+    for name, target in placeholder_target.items():  # an in-place write (copy_, add_, x[i] = ...) into a buffer
+        if name in inliner.written and not _is_norm_statistic(target):
+            raise NotImplementedError(_state_message(target))
 
     graph = Graph(
         inputs=user_inputs,
@@ -244,6 +249,20 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         graph.capture_note = f"the outputs are returned as a flat tuple ({e})"
     graph.input_checks, graph.dynamic_dims = input_checks(ep, user_inputs)
     return graph
+
+
+_NORM_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def _is_norm_statistic(buffer: str) -> bool:
+    return buffer.rsplit(".", 1)[-1] in _NORM_STATISTICS
+
+
+def _state_message(buffer: str) -> str:
+    return (f"the forward writes {buffer!r} in place, a buffer or weight the next call reads (state carried from "
+            f"one call to the next: a streaming cache, a counter): a port runs without state between calls, so its "
+            f"second call would differ from torch's. Pass the state as an input and return the new state as an "
+            f"output instead")
 
 
 def _output_structure(ep, count: int) -> str:

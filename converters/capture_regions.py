@@ -117,6 +117,7 @@ class Inliner:
         self.multi_views: set = set()  # values that are tuples of views (split, chunk, unbind)
         self.latest: dict = {}  # a base written through a view -> its value after the write
         self.stale: set = set()  # views whose base was written in place after they were taken
+        self.written: set = set()  # value names written in place (directly or through a view)
 
     # ------------------------------------------------------------------------------------------------ walking
     def call(self, fx_node, owner, env: dict, prefix: str = "", state: RegionState = RegionState()) -> None:
@@ -154,6 +155,7 @@ class Inliner:
                 renames.update(self._write_back(old, node))
             else:  # views taken of the written tensor before the write would see it in torch
                 self.stale.update(v for v in self.views if self._root(v) == old)
+            self.written.update(renames)
             for key, value in list(env.items()):
                 if value in renames:
                     env[key] = renames[value]

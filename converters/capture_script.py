@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from .capture_export import _dtype_name, _in_place, host_view
+from .capture_export import _dtype_name, _in_place, _is_norm_statistic, _state_message, host_view
 from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 from .guards import static_checks
 from .registry import UnsupportedOpsError
@@ -337,6 +337,9 @@ class _Interpreter:
             # in-place: later readers of the written value see the result, under every name it has (a chain
             # k.add_(1).mul_(2) writes k through the first op's output)
             old = ins[0][0]
+            written = self.param_values.get(old.name)
+            if written is not None and not _is_norm_statistic(written):  # a weight or buffer kept between calls
+                raise NotImplementedError(_state_message(written))
             for key, (ir, value) in list(self.env.items()):
                 if ir == old:
                     self.env[key] = (ref, concrete)
