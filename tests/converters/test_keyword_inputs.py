@@ -327,3 +327,28 @@ def _set_bert_graph():
     global _BERT_GRAPH
     _BERT_GRAPH = _bert_graph()
     return _BERT_GRAPH
+
+
+# ---------------------------------------------------------------------------------------------------- tools
+def test_validate_bench_and_export_on_a_keyword_port(tmp_path):
+    from click.testing import CliRunner
+
+    from porter.cli.main import main
+    from porter.export import ExportError, export_function
+
+    model = bert_tokens_small()
+    ids, tt = _ids(2, 6), _types(2, 6)
+    ported = porter.convert(model, (ids,), example_kwargs={"token_type_ids": tt})
+    torch.manual_seed(0)
+    report = porter.validate(model, ported, [(ids, tt), (_ids(3, 9), _types(3, 9))])  # the port's input order
+    assert report.ok, str(report)
+    with pytest.raises(ExportError, match="keyword inputs"):
+        export_function(ported, str(tmp_path / "bert.mlxfn"), [_mx(ids), _mx(tt)])
+    porter.save(ported, tmp_path / "bert")
+    result = CliRunner().invoke(main, ["bench", str(tmp_path / "bert"), "--batch", "1,2", "--input-shape",
+                                       "2,6:int64", "--input-shape", "2,6:int64", "--repeat", "1", "--warmup", "0"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["export", str(tmp_path / "bert"), "-o", str(tmp_path / "b.mlxfn"),
+                                       "--input-shape", "2,6:int64", "--input-shape", "2,6:int64"])
+    assert result.exit_code != 0 and "keyword inputs" in result.output, result.output
