@@ -183,13 +183,13 @@ class InspectReport:
         return "\n".join(lines)
 
 
-def inspect_model(model, example_inputs=None) -> InspectReport:
-    """Capture ``model`` and report per op the converter it maps to, parameter counts, unsupported ops (all of
-    them) and the transposes the layout pass will insert."""
+def inspect_model(model, example_inputs=None, *, example_kwargs=None) -> InspectReport:
+    """Capture ``model`` (keyword inputs ``example_kwargs`` as :func:`convert`) and report per op the converter it
+    maps to, parameter counts, unsupported ops (all of them) and the transposes the layout pass will insert."""
     from .capture import capture
     from .ir import dead_code_elimination
 
-    graph = capture(model, example_inputs)
+    graph = capture(model, example_inputs, example_kwargs=example_kwargs)
     dead_code_elimination(graph)
     report = InspectReport()
     counted = set()
