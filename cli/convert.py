@@ -303,7 +303,9 @@ def validate_source(source, ported, **kwargs):
     if source.format == EXPORT:
         # An exported program is specialised to its example shapes: test there, on fresh seeded inputs.
         generator = torch.Generator().manual_seed(kwargs.get("seed", 0))
-        inputs = [tuple(torch.randn(t.shape, generator=generator).to(t.dtype) for t in source.example_inputs)]
+        # integer inputs (token ids, indices) keep the program's own example values: random ones need not be valid
+        inputs = [tuple(torch.randn(t.shape, generator=generator).to(t.dtype) if t.dtype.is_floating_point
+                        else t.clone() for t in source.example_inputs)]
     report = porter.validate(model, ported, inputs, example_inputs=source.example_inputs,
                              compare_modules=per_module, **kwargs)
     if not per_module:

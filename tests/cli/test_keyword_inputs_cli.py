@@ -49,3 +49,15 @@ def test_bad_keyword_input_names_are_refused(runner, tmp_path):
     result = runner.invoke(main, ["convert", path, "--model", MODEL, "-o", str(tmp_path / "o"), "--input-shape",
                                   "1,7:int64", "--input-shape", "a=1,7:int64", "--input-shape", "a=1,7:int64"])
     assert result.exit_code == 2 and "twice" in result.output, result.output
+
+
+def test_a_pt2_exported_with_keyword_inputs_converts(runner, tmp_path):
+    model = tinynets.token_net().eval()
+    ids, tt = torch.randint(1, 20, (2, 5)), torch.randint(0, 2, (2, 5))
+    path = str(tmp_path / "tokens.pt2")
+    torch.export.save(torch.export.export(model, (ids,), {"token_type_ids": tt}, strict=False), path)
+    out = str(tmp_path / "tokens-mlx")
+    result = _run(runner, ["convert", path, "-o", out])  # validated against the program, keyword input by name
+    assert result.exit_code == 0, result.output
+    graph = json.loads((tmp_path / "tokens-mlx" / "graph.json").read_text())
+    assert [e["param"] for e in graph["signature"]["inputs"]] == ["input_ids", "token_type_ids"]

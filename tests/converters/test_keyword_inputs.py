@@ -352,3 +352,21 @@ def test_validate_bench_and_export_on_a_keyword_port(tmp_path):
     result = CliRunner().invoke(main, ["export", str(tmp_path / "bert"), "-o", str(tmp_path / "b.mlxfn"),
                                        "--input-shape", "2,6:int64", "--input-shape", "2,6:int64"])
     assert result.exit_code != 0 and "keyword inputs" in result.output, result.output
+
+
+def test_a_graph_without_signature_takes_its_inputs_positionally():
+    # an artifact written before the signature was recorded (or a program without in_spec) still loads and runs
+    torch.manual_seed(0)
+    model = Defaults().eval()
+    x = torch.randn(2, 4)
+    ported = porter.convert(model, (x,))
+    graph = copy.deepcopy(ported.graph)
+    del graph["signature"]
+    check_graph(graph)
+    old = type(ported)(graph, ported.named_arrays())
+    np.testing.assert_allclose(np.array(old(_mx(x))), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert old.call_signature == "(input0, /)" and old.split_inputs([1]) == ([1], {})
+    with pytest.raises(TypeError, match="keyword argument 'x'.*positionally"):
+        old(x=_mx(x))
+    with pytest.raises(TypeError, match="expects 1 input"):
+        old(_mx(x), _mx(x))
