@@ -2,6 +2,8 @@
 float token embeddings (``inputs_embeds``) so the coverage test's normal inputs drive them:
 
 * ``BertModel``: attention mask ``(mask > -1) & ~(mask > 1.5)``, HF's extended additive mask, GELU, pooler;
+  ``BertTokenModel``: the same with transformers' forward signature (``input_ids``, ``attention_mask``,
+  ``token_type_ids``, ``position_ids``, ``inputs_embeds``, all but the ids optional) for the keyword-input tests;
 * ``GPT2Model``-style causal attention: bool ``tril`` buffer, ``masked_fill``, softmax, HF ``Conv1D`` (addmm),
   tanh GELU;
 * ``T5Stack``: relative position buckets (log, abs, min, where, integer ops; bidirectional encoder and causal
