@@ -112,7 +112,7 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
         ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch,
                                                        kwargs=kwargs)
         graph = capture_exported(decompose_unsupported(ep), f"{type(model).__module__}.{type(model).__qualname__}")
-        _record_signature(graph, model)
+        _record_signature(graph, model, strict=bool(kwargs))
         graph.batch_doubled = doubled
         graph.capture_note = note
         graph.capture_mode = graph_mode
@@ -140,9 +140,10 @@ def _check_binds(model, args, kwargs) -> None:
         raise TypeError(f"the example inputs do not fit {type(model).__name__}.forward{signature}: {e}") from None
 
 
-def _record_signature(graph, model) -> None:
+def _record_signature(graph, model, strict: bool = False) -> None:
     """``graph.signature`` from the forward's parameters (a program's: from its inputs), when the frontend knows
-    where each input came from."""
+    where each input came from. A signature Porter cannot record (a forward whose ``inspect`` signature is not the
+    one torch bound) leaves the port positional, as before; ``strict`` (keyword inputs given) raises instead."""
     from .capture_signature import forward_params, program_params, signature_record
 
     if graph.input_locations is None or any(loc is None for loc in graph.input_locations):
@@ -156,10 +157,11 @@ def _record_signature(graph, model) -> None:
         return
     try:
         graph.signature = signature_record(params, graph.input_locations, graph.input_constants, len(graph.inputs))
-    except ValueError:
-        if model is not None:
-            raise
-        # a program's placeholder names that cannot be parameter names: the port then takes its inputs by position
+    except ValueError as e:
+        if strict:
+            raise TypeError(f"the keyword example inputs cannot be recorded for {type(model).__name__}.forward: "
+                            f"{e}") from None
+        # the port then takes its inputs by position (a program's placeholder names that are no parameter names)
 
 
 def _exported_class(ep) -> str:

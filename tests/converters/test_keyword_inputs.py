@@ -342,6 +342,7 @@ def test_validate_bench_and_export_on_a_keyword_port(tmp_path):
     torch.manual_seed(0)
     report = porter.validate(model, ported, [(ids, tt), (_ids(3, 9), _types(3, 9))])  # the port's input order
     assert report.ok, str(report)
+    assert porter.validate(model, ported).ok  # default inputs: from the port's recorded inputs, a second size
     with pytest.raises(ExportError, match="keyword inputs"):
         export_function(ported, str(tmp_path / "bert.mlxfn"), [_mx(ids), _mx(tt)])
     porter.save(ported, tmp_path / "bert")
