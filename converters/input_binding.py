@@ -179,7 +179,9 @@ class Binding:
 
     def split(self, values: list) -> tuple:
         """``(args, kwargs)`` that bind to ``values`` (the graph inputs, in order): the call a tool that builds
-        inputs from ``graph["inputs"]`` (validation, benchmarks) makes; constants are passed as baked in."""
+        inputs from ``graph["inputs"]`` (validation, benchmarks) makes. Inputs go positionally while they are the
+        forward's leading parameters in order (``args`` is then a prefix of ``values``), the rest by keyword;
+        constants are passed as baked in."""
         if self.signature is None:
             return list(values), {}
         if len(values) != self.num_inputs:
@@ -197,7 +199,7 @@ class Binding:
         else:
             count = 1 + max((i for i, (n, p) in enumerate(positional) if p["kind"] == "positional_only"
                              and value_of(n) is not LEFT_OUT), default=-1)
-        args, kwargs = [], {}
+        args, kwargs, by_keyword = [], {}, False
         for i, (name, p) in enumerate(positional):
             value = value_of(name)
             if i < count:
@@ -207,8 +209,12 @@ class Binding:
                                         "conversion, precedes positional inputs and has no recorded default")
                     value = p["default"]["value"]
                 args.append(value)
-            elif value is not LEFT_OUT:
-                kwargs[name] = value
+            elif not by_keyword and self.inputs_of.get(name) == len(args):
+                args.append(value)  # positionally while the inputs run in the forward's order: args = a prefix
+            else:
+                by_keyword = True
+                if value is not LEFT_OUT:
+                    kwargs[name] = value
         for name, p in self.params.items():
             if p["kind"] == "var_positional":
                 args.extend(values[i] for i in self.var_inputs.get(name, []))
