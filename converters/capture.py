@@ -67,8 +67,9 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
     """Capture ``model``'s forward as an IR graph (the model's current train/eval mode is respected).
 
     ``example_kwargs`` are keyword example inputs (an nn.Module's only); ``graph.signature`` records the forward's
-    signature and each input's argument (``capture_signature.py``). ``dynamic`` chooses the input dims kept dynamic (see ``capture_strategy.py``); ``graph.batch_doubled`` tells
-    whether a batch-of-one example was captured at batch two, ``graph.capture_note`` whether the capture fell back.
+    signature and each input's argument (``capture_signature.py``). ``dynamic`` chooses the input dims kept
+    dynamic (see ``capture_strategy.py``); ``graph.batch_doubled`` tells whether a batch-of-one example was
+    captured at batch two, ``graph.capture_note`` whether the capture fell back.
     """
     from .capture_strategy import normalise_dynamic
 
