@@ -46,13 +46,10 @@ def input_dtypes(ported) -> list:
 def keyword_names(ported) -> dict:
     """``{input index: keyword}`` for the inputs a port takes by keyword (``porter.convert(...,
     example_kwargs=...)``, ``--input-shape name=...``); the others go positionally, in order."""
-    split, graph = getattr(ported, "split_inputs", None), getattr(ported, "graph", None)
-    if split is None or not isinstance(graph, dict):
+    try:
+        return dict(ported.input_keywords)
+    except AttributeError:  # not a PortedModel
         return {}
-    slots = [object() for _ in graph["inputs"]]
-    _, kwargs = split(slots)
-    index = {id(s): i for i, s in enumerate(slots)}
-    return {index[id(v)]: k for k, v in kwargs.items() if id(v) in index}
 
 
 def recorded_input_shapes(ported, meta: dict) -> list:

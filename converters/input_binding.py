@@ -226,6 +226,17 @@ class Binding:
                 kwargs.update({key: v for (n, key), v in self.constants.items() if n == name})
         return args, kwargs
 
+    def keywords(self) -> dict:
+        """``{input index: keyword}`` for the inputs :meth:`split` passes by keyword (the others go positionally,
+        in order, before them)."""
+        slots = [object() for _ in range(self.num_inputs)]
+        try:
+            _, kwargs = self.split(slots)
+        except TypeError:  # a left-out positional-only parameter without a recorded default: no single call
+            return {}
+        index = {id(s): i for i, s in enumerate(slots)}
+        return {index[id(v)]: k for k, v in kwargs.items() if id(v) in index}
+
     # ------------------------------------------------------------------------------------------------ helpers
     def _check_constant_or_left_out(self, name, param, value, key=None):
         spelled = repr(name) if key is None else f"{key!r} (in **{name})"

@@ -279,6 +279,11 @@ class PortedModel(TorchNamed):
         return self._program.binding.split(list(inputs))
 
     @property
+    def input_keywords(self) -> dict:
+        """``{input index: keyword}`` for the inputs :meth:`split_inputs` passes by keyword."""
+        return self._program.binding.keywords()
+
+    @property
     def input_arguments(self) -> list:
         """The argument each input (in :attr:`input_layouts` order) binds to: ``"input_ids"``, ``"args[0]"``."""
         return self._program.binding.names()
