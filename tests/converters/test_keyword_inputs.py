@@ -374,3 +374,18 @@ def test_a_graph_without_signature_takes_its_inputs_positionally():
         old(x=_mx(x))
     with pytest.raises(TypeError, match="expects 1 input"):
         old(_mx(x), _mx(x))
+
+
+def test_keyword_inputs_follow_dynamic_modes_and_dtype():
+    model = bert_tokens_small()
+    ids, tt = _ids(2, 6), _types(2, 6)
+    batch_only = porter.convert(model, (ids,), example_kwargs={"token_type_ids": tt}, dynamic="batch")
+    assert sorted((d["input"], d["axis"]) for d in batch_only.dynamic_dims) == [(0, 0), (1, 0)]
+    assert_matches(batch_only, model, (_ids(4, 6),), kwargs={"token_type_ids": _types(4, 6)})
+    with pytest.raises(ValueError, match="token_type_ids|input_ids"):
+        batch_only(_mx(_ids(2, 9)), token_type_ids=_mx(_types(2, 9)))  # the sequence length was made static
+    half = porter.convert(model, (ids,), example_kwargs={"token_type_ids": tt}, dtype="float16")
+    with torch.no_grad():
+        want = model(ids, token_type_ids=tt)[0].numpy()
+    got = np.array(half(_mx(ids), token_type_ids=_mx(tt))[0].astype(mx.float32))
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
