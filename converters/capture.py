@@ -125,16 +125,18 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
 
 
 def _check_binds(model, args, kwargs) -> None:
-    """The example binds to the forward as a call would: an argument given twice, an unknown keyword or a missing
-    required one is the caller's ``TypeError``, named, before any capture."""
+    """With keyword inputs, the example binds to the forward as a call would: an argument given twice, an unknown
+    keyword or a missing required one is the caller's ``TypeError``, named, before any capture (positional-only
+    examples are left to torch, as before: a decorated forward's ``inspect`` signature need not be the real one)."""
     import inspect
+
+    if not kwargs:
+        return
 
     try:
         signature = inspect.signature(model.forward)
     except (TypeError, ValueError):
-        if kwargs:
-            raise TypeError("example_kwargs need a forward whose signature Python can read") from None
-        return
+        raise TypeError("example_kwargs need a forward whose signature Python can read") from None
     try:
         signature.bind(*args, **kwargs)
     except TypeError as e:
