@@ -81,8 +81,10 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                 mx_inputs = [mx.array(torch_to_ported(a, layouts[i] if i < len(layouts) else None))
                              for i, a in enumerate(arrays)]
 
+                mx_args, mx_kwargs = ported.split_inputs(mx_inputs)  # keyword inputs by name
+
                 def run_mlx():
-                    out = ported(*mx_inputs)
+                    out = ported(*mx_args, **mx_kwargs)
                     mx.eval(out)
 
                 try:
@@ -94,11 +96,11 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                 if torch_model is not None:
                     import torch
 
-                    t_inputs = [torch.from_numpy(a) for a in arrays]
+                    t_args, t_kwargs = ported.split_inputs([torch.from_numpy(a) for a in arrays])
 
                     def run_torch():
                         with torch.inference_mode():
-                            torch_model(*t_inputs)
+                            torch_model(*t_args, **t_kwargs)
 
                     row["torch_ms"] = time_fn(run_torch, warmup=warmup, repeat=repeat)["median_ms"]
                     row["ratio"] = row["mlx_ms"] / row["torch_ms"]

@@ -42,7 +42,8 @@ def architecture_options(func):
                              "arbitrary code: only for files you trust.")(func)
     func = click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
                         help="Torch-layout shape of the example input (repeat for several inputs); a dtype "
-                             "after a colon for other than float32 inputs: 1,32:int64 for token ids. Default: "
+                             "after a colon for other than float32 inputs: 1,32:int64 for token ids; a name before "
+                             "'=' gives it by keyword: token_type_ids=1,32:int64 (positional ones first). Default: "
                              "recorded in a .pt2 file, else guessed from the first weight.")(func)
     func = click.option("--arch", metavar="NAME",
                         help="A known architecture for a state_dict: a built-in example such as resnet18, or a zoo model "
@@ -267,13 +268,21 @@ def _quantize(ui, ported, options):
 
 def _convert(porter, source, io_layout, dynamic="auto", dtype=None):
     try:
-        return porter.convert(source.model, source.example_inputs, io_layout=io_layout, dynamic=dynamic,
-                              dtype=dtype)
+        example = source.example_inputs  # positional ones, then --input-shape name=... given by keyword
+        kwargs = getattr(example, "kwargs", None) if source.format != EXPORT else None  # a program has its own
+        return porter.convert(source.model, example.args if kwargs else tuple(example), example_kwargs=kwargs or None,
+                              io_layout=io_layout, dynamic=dynamic, dtype=dtype)
     except ValueError as exc:
         if "dynamic" not in str(exc):
             raise
         raise InputError(f"--dynamic cannot be honoured for '{source.path}': {first_line(exc)}.",
                          "Choose another --dynamic value (auto works for every format).") from exc
+    except TypeError as exc:
+        if "example_kwargs" not in str(exc):
+            raise
+        raise InputError(f"Porter cannot take keyword inputs for '{source.path}': {first_line(exc)}.",
+                         "Give that model's inputs without names (--input-shape 1,32:int64), in its forward's "
+                         "order.") from exc
     except NotImplementedError as exc:
         if type(exc).__name__ == "UnsupportedOpsError":
             raise  # listed op by op by the error handler
@@ -294,7 +303,9 @@ def validate_source(source, ported, **kwargs):
     if source.format == EXPORT:
         # An exported program is specialised to its example shapes: test there, on fresh seeded inputs.
         generator = torch.Generator().manual_seed(kwargs.get("seed", 0))
-        inputs = [tuple(torch.randn(t.shape, generator=generator).to(t.dtype) for t in source.example_inputs)]
+        # integer inputs (token ids, indices) keep the program's own example values: random ones need not be valid
+        inputs = [tuple(torch.randn(t.shape, generator=generator).to(t.dtype) if t.dtype.is_floating_point
+                        else t.clone() for t in source.example_inputs)]
     report = porter.validate(model, ported, inputs, example_inputs=source.example_inputs,
                              compare_modules=per_module, **kwargs)
     if not per_module:
@@ -333,6 +344,7 @@ def _result(file, output, source, ported, report):
         "files": sorted(os.listdir(output)),
         "input_shapes": [list(t.shape) for t in source.example_inputs],
         "input_dtypes": [str(t.dtype).replace("torch.", "") for t in source.example_inputs],
+        "input_names": list(getattr(source.example_inputs, "names", [None] * len(source.example_inputs))),
         "io_layout": getattr(ported, "io_layout", None),
         "dtype": getattr(ported, "dtype", None),
         "input_layouts": list(getattr(ported, "input_layouts", []) or []),
@@ -369,7 +381,8 @@ def _print_result(ui, result, report):
     else:
         ui.echo("  validation skipped (--no-validate)")
     ui.echo("")
-    ui.echo(load_hint(result["output"], result["input_shapes"], result["input_layouts"], dtypes))
+    ui.echo(load_hint(result["output"], result["input_shapes"], result["input_layouts"], dtypes,
+                      result.get("input_names") or ()))
 
 
 def describe_dynamic(dynamic_dims, num_inputs):
@@ -383,7 +396,7 @@ def describe_dynamic(dynamic_dims, num_inputs):
             " (every other dim is checked against the example's size on each call)")
 
 
-def load_hint(output, input_shapes, input_layouts, input_dtypes=()):
+def load_hint(output, input_shapes, input_layouts, input_dtypes=(), input_names=()):
     from .layouts import ported_shape
 
     args = []
@@ -395,6 +408,8 @@ def load_hint(output, input_shapes, input_layouts, input_dtypes=()):
             args.append(f"mx.random.normal({shape})" + (f".astype(mx.{dtype})" if dtype != "float32" else ""))
         else:  # token ids / indices: 0 is valid for any table
             args.append(f"mx.zeros({shape}, dtype=mx.{'bool_' if dtype == 'bool' else dtype})")
+        if i < len(input_names) and input_names[i]:  # a keyword input (--input-shape name=...)
+            args[-1] = f"{input_names[i]}={args[-1]}"
     layout_note = "  # channels-last input" if any("->" in (l or "") for l in input_layouts) else ""
     return ("Load it (no torch needed):\n"
             "  import mlx.core as mx, porter\n"

@@ -25,7 +25,10 @@ def inspect(ui, file, model_spec, model_kwargs, arch, input_shapes, trust_pickle
             source = open_model(file, model=model_spec, model_kwargs=model_kwargs, arch=arch,
                                 trust_pickle=trust_pickle, input_shapes=input_shapes)
         with progress.step("capturing the graph"):
-            report = inspect_model(source.model, source.example_inputs)
+            example = source.example_inputs  # --input-shape name=... given by keyword
+            kwargs = getattr(example, "kwargs", None) if not hasattr(source.model, "graph_signature") else None
+            report = inspect_model(source.model, example.args if kwargs else tuple(example),
+                                   example_kwargs=kwargs or None)
     for note in source.notes:
         ui.info(f"note: {note}")
     unsupported = list(report.unsupported)

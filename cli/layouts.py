@@ -43,13 +43,23 @@ def input_dtypes(ported) -> list:
         return []
 
 
+def keyword_names(ported) -> dict:
+    """``{input index: keyword}`` for the inputs a port takes by keyword (``porter.convert(...,
+    example_kwargs=...)``, ``--input-shape name=...``); the others go positionally, in order."""
+    try:
+        return dict(ported.input_keywords)
+    except AttributeError:  # not a PortedModel
+        return {}
+
+
 def recorded_input_shapes(ported, meta: dict) -> list:
     """The conversion example's shapes recorded in an artifact's metadata, as ``--input-shape`` text with each
-    input's recorded dtype (``"2,9:int64"``), so a token model's ids stay integers."""
-    dtypes = input_dtypes(ported)
+    input's recorded dtype (``"2,9:int64"``), so a token model's ids stay integers, and a keyword input's name
+    (``"token_type_ids=2,9:int64"``)."""
+    dtypes, names = input_dtypes(ported), keyword_names(ported)
     shapes = []
     for i, shape in enumerate(meta.get("input_shapes") or []):
         dtype = dtypes[i] if i < len(dtypes) else "float32"
-        shapes.append(",".join(map(str, shape)) + (f":{dtype}" if dtype in ("float16", "bfloat16", "float64", "int64",
+        shapes.append((f"{names[i]}=" if names.get(i) else "") + ",".join(map(str, shape)) + (f":{dtype}" if dtype in ("float16", "bfloat16", "float64", "int64",
                                                                               "int32", "bool") else ""))
     return shapes

@@ -9,14 +9,20 @@ from .registry import UnsupportedOpsError, get_converter, has_converter
 from .runtime import PortedModel
 
 
-def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto", dtype=None) -> PortedModel:
+def convert(model, example_inputs=None, *, example_kwargs=None, io_layout: str = "mlx", dynamic="auto",
+            dtype=None) -> PortedModel:
     """Convert a torch model to a :class:`PortedModel` (an ``mlx.nn.Module``).
 
     Args:
         model: a ``torch.nn.Module`` (its current train/eval mode is respected: convert in eval mode), a
             ``torch.export.ExportedProgram`` or a TorchScript ``torch.jit.ScriptModule``.
-        example_inputs (Tensor or tuple of Tensors): example inputs in torch's layout; not needed for an
-            ExportedProgram.
+        example_inputs (Tensor or tuple of Tensors): positional example inputs in torch's layout; not needed for
+            an ExportedProgram.
+        example_kwargs (dict, optional): keyword example inputs, as ``torch.export.export``'s ``kwargs``
+            (``{"token_type_ids": tt}``; an nn.Module only): tensors become inputs the port takes by that name;
+            ``None``/bool/int/float/str values are baked in (the port accepts that value only). Arguments given
+            neither way take the forward's defaults and the port refuses them (``ported.call_signature``).
+            Default: ``None``.
         io_layout (str, optional): ``"mlx"``: image-like inputs/outputs channels-last ``(N, H, W, C)``;
             ``"torch"``: torch's layout exactly. Default: ``"mlx"``.
         dynamic (str or list of int, optional): which input dims stay dynamic (the port runs at other sizes of
@@ -36,6 +42,8 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
     Example:
         >>> ported = porter.convert(model.eval(), torch.randn(1, 3, 224, 224), io_layout="torch")
         >>> y = ported(mx.array(x.numpy()))
+        >>> ported = porter.convert(bert.eval(), (ids,), example_kwargs={"token_type_ids": tt})
+        >>> y = ported(mx.array(ids.numpy()), token_type_ids=mx.array(tt.numpy()))
     """
     if io_layout not in ("mlx", "torch"):
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
@@ -45,7 +53,7 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
         dtype = check_dtype(dtype)  # before the (slow) capture
     training = _eval_modes(model)
     try:
-        ported = _convert_eval(model, example_inputs, io_layout, dynamic)
+        ported = _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic)
     finally:
         _restore_modes(training)
     if training and training[0][1]:
@@ -53,34 +61,36 @@ def convert(model, example_inputs=None, *, io_layout: str = "mlx", dynamic="auto
     return ported if dtype is None else ported.astype(dtype)
 
 
-def _convert_eval(model, example_inputs, io_layout, dynamic):
-    from .capture import capture, is_module, normalise_inputs, reproduces
+def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic):
+    from .capture import capture, is_module, normalise_inputs, normalise_kwargs, reproduces
 
-    graph = capture(model, example_inputs, dynamic=dynamic)
+    graph = capture(model, example_inputs, dynamic=dynamic, example_kwargs=example_kwargs)
+    kwargs = normalise_kwargs(example_kwargs)
     graph.module_attrs = _module_attrs(model)
     result = convert_graph(graph, io_layout)
     ported = PortedModel(result["graph"], result["weights"])
     first_note = graph.capture_note
-    if graph.batch_doubled and not reproduces(ported, model, normalise_inputs(example_inputs)):
+    if graph.batch_doubled and not reproduces(ported, model, normalise_inputs(example_inputs), kwargs):
         # the graph captured at batch two differs at batch one (e.g. x.squeeze(0)): keep the example's batch
         # (with the dims that capture managed: the fallbacks need not be tried again)
         ported = result = None  # the first port's weights go before the second is built
-        graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic)
+        graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic,
+                        example_kwargs=kwargs)
         graph.module_attrs = _module_attrs(model)
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
     ported.capture_note = graph.capture_note or first_note
-    if example_inputs is not None and is_module(model):  # a program has no forward to ask
-        _record_scalar_inputs(ported, model, normalise_inputs(example_inputs))
+    if (example_inputs is not None or kwargs) and is_module(model):  # a program has no forward to ask
+        _record_scalar_inputs(ported, model, normalise_inputs(example_inputs), kwargs)
     return ported
 
 
-def _record_scalar_inputs(ported, model, inputs) -> None:
+def _record_scalar_inputs(ported, model, inputs, kwargs) -> None:
     """Mark the 1-d inputs torch shows may also come 0-d (``capture_scalars.py``); the runtime repeats them."""
     from .capture_scalars import scalar_sizes
 
     graph = ported._program.graph
-    for i, size in scalar_sizes(model, tuple(inputs), graph).items():
+    for i, size in scalar_sizes(model, tuple(inputs), graph, kwargs).items():
         graph["inputs"][i]["scalar_size"] = size
 
 
@@ -173,13 +183,13 @@ class InspectReport:
         return "\n".join(lines)
 
 
-def inspect_model(model, example_inputs=None) -> InspectReport:
-    """Capture ``model`` and report per op the converter it maps to, parameter counts, unsupported ops (all of
-    them) and the transposes the layout pass will insert."""
+def inspect_model(model, example_inputs=None, *, example_kwargs=None) -> InspectReport:
+    """Capture ``model`` (keyword inputs ``example_kwargs`` as :func:`convert`) and report per op the converter it
+    maps to, parameter counts, unsupported ops (all of them) and the transposes the layout pass will insert."""
     from .capture import capture
     from .ir import dead_code_elimination
 
-    graph = capture(model, example_inputs)
+    graph = capture(model, example_inputs, example_kwargs=example_kwargs)
     dead_code_elimination(graph)
     report = InspectReport()
     counted = set()

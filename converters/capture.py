@@ -8,6 +8,11 @@ from .ir import Graph
 
 
 def normalise_inputs(example_inputs) -> tuple:
+    if example_inputs is None:
+        return ()
+    if isinstance(example_inputs, dict):
+        raise TypeError("example_inputs must be a torch.Tensor or a tuple of them; give keyword inputs as "
+                        "example_kwargs={name: tensor} (torch.export.export's kwargs)")
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs,)
     if isinstance(example_inputs, (list, tuple)):
@@ -18,20 +23,64 @@ def normalise_inputs(example_inputs) -> tuple:
     raise TypeError(f"example_inputs must be a torch.Tensor or a tuple of them, but got {type(example_inputs).__name__}")
 
 
+def normalise_kwargs(example_kwargs) -> dict:
+    """``example_kwargs`` as a dict ``{parameter name: Tensor, or None/bool/int/float/str baked into the port}``;
+    ``TypeError`` naming the entry otherwise."""
+    from .input_binding import check_name, is_scalar
+
+    if example_kwargs is None:
+        return {}
+    if not isinstance(example_kwargs, dict):
+        raise TypeError(f"example_kwargs must be a dict of keyword example inputs, but got "
+                        f"{type(example_kwargs).__name__}")
+    for key, value in example_kwargs.items():
+        try:
+            check_name(key, "an example_kwargs key")
+        except ValueError as e:
+            raise TypeError(str(e)) from None
+        if not isinstance(value, torch.Tensor) and not is_scalar(value):
+            raise TypeError(f"example_kwargs[{key!r}] must be a torch.Tensor, or None/bool/int/float/str (baked "
+                            f"into the port), but got {type(value).__name__}")
+    return dict(example_kwargs)
+
+
+def example_tensors(args: tuple, kwargs: dict) -> list:
+    """The example's tensors in the port's input order (torch.export's flattening: positional, then keywords in
+    the order given)."""
+    return [x for x in list(args) + list(kwargs.values()) if isinstance(x, torch.Tensor)]
+
+
+def with_tensors(args: tuple, kwargs: dict, values: list) -> tuple:
+    """``(args, kwargs)`` with their tensors replaced by ``values`` (in :func:`example_tensors` order)."""
+    it = iter(values)
+    args = tuple(next(it) if isinstance(x, torch.Tensor) else x for x in args)
+    kwargs = {k: next(it) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def is_module(model) -> bool:
     """Whether ``model`` is an eager ``nn.Module`` (not an ExportedProgram; a ScriptModule counts, as torch says)."""
     return isinstance(model, torch.nn.Module)
 
 
-def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto") -> Graph:
+def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto", example_kwargs=None) -> Graph:
     """Capture ``model``'s forward as an IR graph (the model's current train/eval mode is respected).
 
-    ``dynamic`` chooses the input dims kept dynamic (see ``capture_strategy.py``); ``graph.batch_doubled`` tells
-    whether a batch-of-one example was captured at batch two, ``graph.capture_note`` whether the capture fell back.
+    ``example_kwargs`` are keyword example inputs (an nn.Module's only); ``graph.signature`` records the forward's
+    signature and each input's argument (``capture_signature.py``). ``dynamic`` chooses the input dims kept
+    dynamic (see ``capture_strategy.py``); ``graph.batch_doubled`` tells whether a batch-of-one example was
+    captured at batch two, ``graph.capture_note`` whether the capture fell back.
     """
     from .capture_strategy import normalise_dynamic
 
     mode = normalise_dynamic(dynamic)
+    kwargs = normalise_kwargs(example_kwargs)
+    if kwargs and (isinstance(model, torch.jit.ScriptModule) or not isinstance(model, torch.nn.Module)):
+        frontend = "TorchScript" if isinstance(model, torch.jit.ScriptModule) else type(model).__name__
+        raise TypeError(f"example_kwargs cannot be honoured for a {frontend} model: that frontend takes its "
+                        "inputs positionally (give them as example_inputs, in the forward's order)"
+                        + ("; an ExportedProgram has its keyword inputs already" if frontend == "ExportedProgram"
+                           else ""))
     if isinstance(model, torch.jit.ScriptModule):
         from .capture_script import capture_script
 
@@ -51,15 +100,20 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto")
         from .capture_decompose import decompose_unsupported
 
         source = _exported_class(model)
-        return capture_exported(decompose_unsupported(model), source)
+        graph = capture_exported(decompose_unsupported(model), source)
+        _record_signature(graph, None)
+        return graph
     if isinstance(model, torch.nn.Module):
         from .capture_strategy import export_program
 
         inputs = normalise_inputs(example_inputs)
         from .capture_decompose import decompose_unsupported
 
-        ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch)
+        _check_binds(model, inputs, kwargs)
+        ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch,
+                                                       kwargs=kwargs)
         graph = capture_exported(decompose_unsupported(ep), f"{type(model).__module__}.{type(model).__qualname__}")
+        _record_signature(graph, model, strict=bool(kwargs))
         graph.batch_doubled = doubled
         graph.capture_note = note
         graph.capture_mode = graph_mode
@@ -68,6 +122,49 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto")
         "model must be a torch.nn.Module, a torch.export.ExportedProgram or a torch.jit.ScriptModule, "
         f"but got {type(model).__name__}"
     )
+
+
+def _check_binds(model, args, kwargs) -> None:
+    """With keyword inputs, the example binds to the forward as a call would: an argument given twice, an unknown
+    keyword or a missing required one is the caller's ``TypeError``, named, before any capture (positional-only
+    examples are left to torch, as before: a decorated forward's ``inspect`` signature need not be the real one)."""
+    import inspect
+
+    if not kwargs:
+        return
+
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        raise TypeError("example_kwargs need a forward whose signature Python can read") from None
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"the example inputs do not fit {type(model).__name__}.forward{signature}: {e}") from None
+
+
+def _record_signature(graph, model, strict: bool = False) -> None:
+    """``graph.signature`` from the forward's parameters (a program's: from its inputs), when the frontend knows
+    where each input came from. A signature Porter cannot record (a forward whose ``inspect`` signature is not the
+    one torch bound) leaves the port positional, as before; ``strict`` (keyword inputs given) raises instead."""
+    from .capture_signature import forward_params, program_params, signature_record
+
+    if graph.input_locations is None or any(loc is None for loc in graph.input_locations):
+        return
+    if model is None:
+        params = program_params(graph.input_locations + [loc for loc, _ in graph.input_constants],
+                                graph.inputs + [None] * len(graph.input_constants))
+    else:
+        params = forward_params(model.forward)
+    if params is None:
+        return
+    try:
+        graph.signature = signature_record(params, graph.input_locations, graph.input_constants, len(graph.inputs))
+    except ValueError as e:
+        if strict:
+            raise TypeError(f"the keyword example inputs cannot be recorded for {type(model).__name__}.forward: "
+                            f"{e}") from None
+        # the port then takes its inputs by position (a program's placeholder names that are no parameter names)
 
 
 def _exported_class(ep) -> str:
@@ -82,20 +179,23 @@ def _exported_class(ep) -> str:
     return "ExportedProgram"
 
 
-def reproduces(ported, model, inputs) -> bool:
+def reproduces(ported, model, inputs, kwargs=None) -> bool:
     """Whether ``ported`` gives the model's output shapes and (loosely: ``porter.compare.REPRODUCES_RTOL``) values
-    on the example."""
+    on the example (``kwargs``: its keyword inputs, passed to both by name)."""
     from porter.compare import REPRODUCES_RTOL, mlx_to_numpy, port_inputs, to_torch_layout, torch_to_numpy, within_bar
 
     import mlx.core as mx
 
     from porter.layers import no_weight_cache
 
+    kwargs = kwargs or {}
     with torch.no_grad():
-        expected = torch.utils._pytree.tree_leaves(model(*inputs))
+        expected = torch.utils._pytree.tree_leaves(model(*inputs, **kwargs))
     try:
+        arrays = port_inputs(ported, example_tensors(inputs, kwargs))[0]
+        args, kw = with_tensors(inputs, kwargs, arrays)
         with no_weight_cache():  # a one-off forward: activations only, no cached 16/9 copy of the 3x3 weights
-            out = ported(*port_inputs(ported, inputs)[0])
+            out = ported(*args, **kw)
             mx.eval(out)
     except Exception:  # noqa: BLE001  (failing on the example is not reproducing it)
         return False

@@ -159,18 +159,52 @@ def _identity(t) -> tuple:
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
+def leaf_locations(ep) -> "tuple | None":
+    """Where each flat user input of ``ep`` came from, ``("arg", i)`` or ``("kw", key)``, and the keyword inputs
+    given as ``None`` (no leaf in torch's flattening); None when an input nests (a tuple or dict of tensors)."""
+    spec = getattr(getattr(ep, "call_spec", None), "in_spec", None)
+    if spec is None:
+        return None
+    try:
+        args, kwargs = torch.utils._pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+        return None
+    locations, nones = [None] * spec.num_leaves, []
+    for where, items in (("arg", enumerate(args)), ("kw", kwargs.items())):
+        for what, leaf in items:
+            if leaf is None and where == "kw":
+                nones.append(("kw", what))
+            elif isinstance(leaf, int) and not isinstance(leaf, bool):
+                locations[leaf] = (where, what)
+            else:
+                return None
+    return locations, nones
+
+
 def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
-    from torch.export.graph_signature import InputKind, OutputKind
+    from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
     sig = ep.graph_signature
     placeholder_target = {}
     params, param_values, trainable, param_dtypes = {}, {}, set(), {}
     first_name, aliases = {}, {}  # tensor identity -> its first state_dict name; tied name -> that name
-    user_inputs = []
+    user_inputs, constants = [], []
+    found = leaf_locations(ep)
+    locations = found[0] if found else None
+    input_locations = [] if found else None  # per graph input: ("arg", i) or ("kw", key)
+    unused = {n.name for n in ep.graph.nodes if n.op == "placeholder" and not n.users}
     for spec in sig.input_specs:
         name = spec.arg.name
         if spec.kind == InputKind.USER_INPUT:
+            location = locations[len(user_inputs) + len(constants)] if locations else None
+            if location is not None and isinstance(spec.arg, ConstantArgument) and name in unused:
+                constants.append((location, spec.arg.value))  # a non-tensor example argument: baked in
+                continue
             user_inputs.append(name)
+            if input_locations is not None:
+                input_locations.append(location)
             continue
         target = spec.target
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
@@ -248,6 +282,8 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     except (output_tree.OutputTreeError, AttributeError) as e:
         graph.capture_note = f"the outputs are returned as a flat tuple ({e})"
     graph.input_checks, graph.dynamic_dims = input_checks(ep, user_inputs)
+    if found is not None:
+        graph.input_locations, graph.input_constants = input_locations, constants + [(n, None) for n in found[1]]
     return graph
 
 

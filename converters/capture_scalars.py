@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .capture import example_tensors, with_tensors
 from .guards import dims_of
 
 
@@ -44,22 +45,30 @@ def _same(a, b) -> bool:
     return True
 
 
-def scalar_sizes(model, inputs: tuple, graph: dict) -> dict:
-    """``{input index: E}`` for the 1-d inputs the port may take 0-d (see the module docstring)."""
+def scalar_sizes(model, inputs: tuple, graph: dict, kwargs=None) -> dict:
+    """``{input index: E}`` for the 1-d inputs the port may take 0-d (see the module docstring); ``kwargs``: the
+    keyword example inputs (graph inputs after the positional ones, as torch.export flattens them)."""
     out = {}
+    kwargs = kwargs or {}
     checks = graph.get("input_checks") or []
-    for i, (spec, x) in enumerate(zip(graph["inputs"], inputs)):
+    flat = tuple(example_tensors(inputs, kwargs))
+
+    def run(values):
+        args, kw = with_tensors(inputs, kwargs, list(values))
+        return model(*args, **kw)
+
+    for i, (spec, x) in enumerate(zip(graph["inputs"], flat)):
         if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.numel() < 1 or spec["perm"] != [0]:
             continue
         tie = _tie(checks, i)
         if tie is None:
             continue
         first = x[0].clone()
-        as_scalar = inputs[:i] + (first,) + inputs[i + 1:]
-        repeated = inputs[:i] + (first.expand(x.shape[0]).clone(),) + inputs[i + 1:]
+        as_scalar = flat[:i] + (first,) + flat[i + 1:]
+        repeated = flat[:i] + (first.expand(x.shape[0]).clone(),) + flat[i + 1:]
         try:
             with torch.no_grad():
-                same = _same(model(*as_scalar), model(*repeated))
+                same = _same(run(as_scalar), run(repeated))
         except Exception:  # noqa: BLE001  (the model refuses a 0-d value: so does the port)
             continue
         if same:

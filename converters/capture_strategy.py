@@ -45,10 +45,10 @@ class CaptureTimeout(BaseException):
     ``except Exception`` handlers do not swallow it)."""
 
 
-def _static(model, inputs):
+def _static(model, inputs, kwargs=None):
     """The static-shape capture: the last resort, so its failure is the conversion's, in words."""
     try:
-        return _export(model, inputs, "static", None)
+        return _export(model, inputs, "static", None, kwargs)
     except CaptureTimeout:
         raise
     except Exception as e:  # noqa: BLE001  (torch raises TypeError, RuntimeError, UserError, ... here)
@@ -94,10 +94,21 @@ def _dims_for(mode, x) -> list:
     return sorted(set(dims))
 
 
-def _dynamic_shapes(mode, inputs, model):
+def _dynamic_shapes(mode, inputs, model, kwargs=None):
     auto = torch.export.Dim.AUTO
-    specs = tuple({d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None for x in inputs)
-    return _grouped_like_signature(model, specs)
+
+    def spec(x):
+        return {d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None
+
+    if kwargs:  # keyed by the forward's parameter names, as torch binds them (*args a tuple, **kwargs a dict)
+        bound = inspect.signature(model.forward).bind(*inputs, **kwargs).arguments
+        specs = {name: tuple(spec(v) for v in value) if isinstance(value, tuple)
+                 else {k: spec(v) for k, v in value.items()} if isinstance(value, dict) else spec(value)
+                 for name, value in bound.items()}
+        # torch 2.13 refuses any dynamic_shapes (even all None) for a forward whose **kwargs receive entries
+        # ("Must provide a tree_name"): static shapes are then passed as None, and dynamic attempts fall back
+        return specs if any(torch.utils._pytree.tree_leaves(specs)) else None
+    return _grouped_like_signature(model, tuple(spec(x) for x in inputs))
 
 
 def _grouped_like_signature(model, specs):
@@ -210,58 +221,65 @@ def _mask_hints_as_given():
         transformer._detect_is_causal_mask = original
 
 
-def _export(model, inputs, mode, seconds):
+def _export(model, inputs, mode, seconds, kwargs=None):
+    extra = {"kwargs": kwargs} if kwargs else {}  # keyword example inputs (a dict of them: torch's ``kwargs``)
     with _quiet_solver(), _mask_hints_as_given(), symbolic_recurrent_shapes(), time_limit(seconds):
-        return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs, model),
-                                    strict=False)
+        return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs, model, kwargs),
+                                    strict=False, **extra)
 
 
-def _attempt(model, inputs, mode, seconds, double_batch):
+def _doubled(x):
+    return torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 else x
+
+
+def _attempt(model, inputs, mode, seconds, double_batch, kwargs=None):
     """Export with ``mode``'s dims dynamic; a batch-of-one example whose batch dim is dynamic is captured at
-    batch two first (export specialises size-1 dims). Returns ``(program, doubled)``."""
-    batch_dynamic = any(0 in _dims_for(mode, x) for x in inputs)
+    batch two first (export specialises size-1 dims), keyword inputs too. Returns ``(program, doubled)``."""
+    kwargs = kwargs or {}
+    tensors = list(inputs) + list(kwargs.values())
+    batch_dynamic = any(0 in _dims_for(mode, x) for x in tensors)
     if double_batch and batch_dynamic and any(
-            isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 for x in inputs):
-        doubled = tuple(torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1
-                        else x for x in inputs)
+            isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 for x in tensors):
+        doubled = tuple(_doubled(x) for x in inputs)
         start = time.process_time()
         try:
-            return _export(model, doubled, mode, seconds), True
+            return _export(model, doubled, mode, seconds, {k: _doubled(v) for k, v in kwargs.items()}), True
         except CaptureTimeout:
             raise
         except Exception:  # noqa: BLE001  (the model may insist on its example batch: capture it as given)
             if seconds is not None:
                 seconds = max(seconds - (time.process_time() - start), 0.5)
-    return _export(model, inputs, mode, seconds), False
+    return _export(model, inputs, mode, seconds, kwargs), False
 
 
-def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool = True):
+def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool = True, kwargs=None):
     """Capture ``model`` (in its current mode) with ``torch.export``; returns ``(program, doubled, note, mode)``.
 
-    ``note`` says, when the capture fell back, what was tried and why (also issued as a warning); ``mode`` is
+    ``kwargs``: keyword example inputs (torch.export's ``kwargs``; their dims follow ``dynamic`` as positional
+    ones do). ``note`` says, when the capture fell back, what was tried and why (also issued as a warning); ``mode`` is
     the dims that were kept dynamic ("all", "batch", "static" or the user's list).
     """
     mode = normalise_dynamic(dynamic)
-    for x in inputs:
+    for x in list(inputs) + list((kwargs or {}).values()):
         _dims_for(mode, x)  # a dim out of range is the caller's error, not a reason to fall back
     if mode == "static":
-        return _static(model, inputs), False, None, "static"
+        return _static(model, inputs, kwargs), False, None, "static"
     if mode == "all":
-        ep, doubled = _attempt(model, inputs, "all", None, double_batch)
+        ep, doubled = _attempt(model, inputs, "all", None, double_batch, kwargs)
         return ep, doubled, None, "all"
     failures = []
     if mode != "auto":  # dims the user chose; static shapes if torch cannot keep them
         start = time.monotonic()
         try:
-            ep, doubled = _attempt(model, inputs, mode, None, double_batch)
+            ep, doubled = _attempt(model, inputs, mode, None, double_batch, kwargs)
             return ep, doubled, None, mode
         except Exception as e:  # noqa: BLE001
             failures.append(_failed(mode, start, e))
-        return _fallback(_static(model, inputs), failures, "static")
+        return _fallback(_static(model, inputs, kwargs), failures, "static")
     # "auto": the static capture first (fast, and the fallback); its time scales the dynamic attempts' budgets,
     # all in this process's CPU time, so that a loaded machine does not turn a normal capture into a timeout
     start = time.process_time()
-    static = _static(model, inputs)
+    static = _static(model, inputs, kwargs)
     static_s = time.process_time() - start
     cap = budget_seconds()
     if cap is None:  # PORTER_CAPTURE_BUDGET=off: each attempt runs to completion
@@ -278,7 +296,7 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
                 continue
         start = time.monotonic()
         try:
-            ep, doubled = _attempt(model, inputs, attempt, seconds, double_batch)
+            ep, doubled = _attempt(model, inputs, attempt, seconds, double_batch, kwargs)
         except CaptureTimeout:
             failures.append(f"{_describe(attempt)} capture ran past its budget of {seconds:.1f} CPU s")
             continue

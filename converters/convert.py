@@ -410,6 +410,8 @@ def convert_graph(graph: Graph, io_layout: str = "mlx", *, weights: bool = True)
     runtime_graph.update(_input_checks(graph))
     if graph.output_tree is not None:
         runtime_graph["output_tree"] = graph.output_tree
+    if graph.signature is not None:
+        runtime_graph["signature"] = graph.signature
     if graph.aliases:
         runtime_graph["tied_weights"] = {alias: name for alias, name in graph.aliases.items() if name in params}
     return {"graph": runtime_graph, "weights": weights}

@@ -8,6 +8,7 @@ Written by ``porter.save`` from the graph; ``graph.json`` stays the one file the
      "inputs": [{"name": "x", "kind": "tensor", "dtype": "float32", "layout": "NCHW->NHWC",
                  "shape": [1, 224, 224, 3], "dynamic_axes": [0, 1, 2],         # as the port takes it (MLX layout)
                  "torch_shape": [1, 3, 224, 224], "torch_dynamic_dims": [0, 2, 3]}],
+                                            # + "keyword": "token_type_ids" for an input passed by keyword
      "outputs": [{"layout": "as-is"}],
      "quantization": {"group_size": 64, "bits": 4, "mode": "affine",       # only for a quantized model:
                       "layer1.0.conv1": {"group_size": 32, "bits": 8},      # mlx-lm's per-layer overrides,
@@ -102,7 +103,18 @@ def read_quantization(config) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------ writing
+def _keywords(graph: dict) -> dict:
+    """``{input index: keyword}`` for the inputs the port takes by keyword (``input_binding.py``)."""
+    from .input_binding import Binding
+
+    try:
+        return Binding(graph.get("signature"), len(graph["inputs"])).keywords()
+    except ValueError:  # checked on save and load: an unchecked hand-built graph only
+        return {}
+
+
 def _inputs(graph: dict) -> list:
+    keywords = _keywords(graph)
     dynamic = {}
     for entry in graph.get("dynamic_dims", []):
         dynamic.setdefault(entry["input"], []).append(entry["axis"])
@@ -110,6 +122,8 @@ def _inputs(graph: dict) -> list:
     for i, spec in enumerate(graph["inputs"]):
         meta = spec["meta"]
         row = {"name": spec["name"], "kind": meta.get("kind")}
+        if i in keywords:
+            row["keyword"] = keywords[i]  # passed by that name: model(ids, token_type_ids=...)
         if meta.get("kind") == "tensor":
             perm = spec["perm"]
             torch_shape = list(meta.get("hint") or [d if isinstance(d, int) else None for d in meta["shape"]])

@@ -117,6 +117,11 @@ class Graph:
     # tied weights: state_dict name -> the name of the tensor it is (torch's ``named_parameters()`` keeps the first
     # name of a shared tensor; the graph reads only that one, so a port trains it as one array, as torch does)
     aliases: dict = field(default_factory=dict)
+    # where each input came from, ("arg", i) or ("kw", key), and the non-tensor example arguments baked in
+    # ([(location, value)]); None when the frontend does not know (capture_signature.py)
+    input_locations: Optional[list] = None
+    input_constants: list = field(default_factory=list)
+    signature: Optional[dict] = None  # graph["signature"] (input_binding.py)
 
     def users(self) -> dict:
         uses: dict = {}

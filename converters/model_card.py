@@ -82,6 +82,8 @@ def _usage(config: dict, name: str) -> list:
             args.append(f"mx.random.normal({tuple(spec['shape'])})")
         else:  # no recorded example (or not a tensor): the user supplies it
             args.append(f"input{i}")
+        if spec.get("keyword"):  # a keyword input (porter.convert(..., example_kwargs=...))
+            args[-1] = f"{spec['keyword']}={args[-1]}"
     return ["## Use with Porter", "", "```bash", "pip install 'porter-mlx[hub]'  # mlx, numpy, safetensors and "
             "huggingface_hub: no torch", "```", "", "```python", "import mlx.core as mx", "import porter", "",
             f"model = porter.load({json.dumps(name).replace('`', '')})  # a Hub repo id or a local folder",

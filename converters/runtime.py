@@ -19,6 +19,7 @@ from . import layout as L
 from . import output_tree
 from . import transforms
 from .guards import InputChecks
+from .input_binding import Binding
 from .limits import check_elements
 from .registry import get_kernel
 from .fusion import activation_name, batch_norm_activation_pairs
@@ -42,6 +43,7 @@ class _Program:
         self.keys: dict = {}  # torch name -> key path in the tree (set by PortedModel)
         self.layer_keys: dict = {}  # mapped layer path -> key path
         self.input_checks = InputChecks(graph)
+        self.binding = Binding(graph.get("signature"), len(graph["inputs"]))  # the call's arguments -> inputs
         self.module_outputs: dict = {}
         for entry in graph["module_outputs"]:
             self.module_outputs.setdefault(entry["value"], []).append(entry)
@@ -257,14 +259,37 @@ class PortedModel(TorchNamed):
         run = getattr(norm, "eval_activation", None)
         return run(x, activation) if run is not None and isinstance(x, mx.array) else None
 
-    def __call__(self, *inputs):
-        return self._run(inputs, None)
+    def __call__(self, /, *args, **kwargs):
+        """Run the forward; arguments bind as they do to the torch forward (``input_binding.py``):
+        ``ported(input_ids, token_type_ids=tt)``."""
+        return self._run(self._program.binding.bind(args, kwargs), None)
 
-    def trace(self, *inputs):
+    def trace(self, /, *args, **kwargs):
         """Run the forward and also return every torch submodule's output (torch layout) by qualified name."""
         record: dict = {}
-        outputs = self._run(inputs, record)
+        outputs = self._run(self._program.binding.bind(args, kwargs), record)
         return outputs, record
+
+    @property
+    def call_signature(self) -> str:
+        """The call the port takes, as the torch forward's (``(input_ids, token_type_ids, attention_mask=<left
+        out>)``: an argument left out at conversion may only be left out, or given as its default)."""
+        return self._program.binding.describe()
+
+    def split_inputs(self, inputs) -> tuple:
+        """``(args, kwargs)`` for inputs in the port's input order (:attr:`input_layouts`, ``graph["inputs"]``):
+        ``ported(*args, **kwargs)`` runs them; also how the torch model takes the same values."""
+        return self._program.binding.split(list(inputs))
+
+    @property
+    def input_keywords(self) -> dict:
+        """``{input index: keyword}`` for the inputs :meth:`split_inputs` passes by keyword."""
+        return self._program.binding.keywords()
+
+    @property
+    def input_arguments(self) -> list:
+        """The argument each input (in :attr:`input_layouts` order) binds to: ``"input_ids"``, ``"args[0]"``."""
+        return self._program.binding.names()
 
     # ------------------------------------------------------------------------------------------------ torch view
     def _to_torch(self, name, array):

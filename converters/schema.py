@@ -10,7 +10,8 @@ a parameter, an input) and the field. What is checked:
   a graph input or an earlier node's output (so no cycles) or a recorded parameter, its output name is new;
 * graph inputs (names, layouts, recorded shapes/dtypes, bounded), outputs, ``module_outputs``;
 * ``params``: transform name and attributes from an allow-list, shapes and dtypes;
-* optional ``input_checks`` (per-call input shape checks), ``dynamic_dims`` and ``compute_dtype`` (``float16`` or
+* optional ``signature`` (the forward's parameters and each input's argument: ``input_binding.py``; names are
+  identifiers, distinct, in Python's order), ``input_checks`` (per-call input shape checks), ``dynamic_dims`` and ``compute_dtype`` (``float16`` or
   ``bfloat16``: a half-precision model, ``converters/precision.py``);
 * sizes: nesting depth, counts and string lengths are bounded; the file size is bounded by the loader.
 
@@ -40,7 +41,7 @@ _EXPR_OPS = ("add", "sub", "mul", "floordiv", "mod", "max", "min")
 _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structure", "nodes", "params",
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
-             "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights", "output_tree")
+             "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights", "output_tree", "signature")
 _CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
@@ -134,6 +135,14 @@ class _Checker:
                 check_tree(g["output_tree"], len(g["outputs"]))
             except OutputTreeError as e:
                 self.fail("the file", "output_tree", str(e))
+        if "signature" in g:  # the forward's parameters and each input's argument (input_binding.py)
+            from .input_binding import compile_signature
+
+            self.match(_ANY, g["signature"], "the file", "signature")
+            try:
+                compile_signature(g["signature"], len(g["inputs"]))
+            except ValueError as e:
+                self.fail("the file", "signature", str(e))
         if "input_checks" in g:
             self.check_input_checks(g["input_checks"])
         if "dynamic_dims" in g:

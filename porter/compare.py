@@ -189,6 +189,13 @@ def mlx_to_numpy(a, widen: bool = True) -> np.ndarray:
     return np.array(a)
 
 
+def split_call(ported, values) -> Tuple[list, dict]:
+    """``(args, kwargs)`` calling the port (or the torch model, with torch values) on ``values`` given in the
+    port's input order: keyword inputs by name (``PortedModel.split_inputs``); a callable without it positionally."""
+    split = getattr(ported, "split_inputs", None)
+    return split(list(values)) if split is not None else (list(values), {})
+
+
 def port_inputs(ported, xs) -> Tuple[list, list]:
     """Torch-layout tensors as the port takes them (its declared ``input_layouts``, dtypes kept, float64 too);
     also returns each input's permutation."""

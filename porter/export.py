@@ -260,6 +260,20 @@ def write_mlxfn(fn, path: str, input_sets: list, shapeless: bool) -> dict:
     return mode.replacements
 
 
+def _check_positional(model) -> None:
+    """An ``.mlxfn`` takes its inputs positionally: a port whose inputs are not its forward's leading positional
+    arguments (keyword inputs, ``porter.convert(..., example_kwargs=...)``) is refused, naming them."""
+    split, graph = getattr(model, "split_inputs", None), getattr(model, "graph", None)
+    if split is None or not isinstance(graph, dict):
+        return
+    slots = list(range(len(graph["inputs"])))
+    args, kwargs = split(slots)
+    if kwargs or args != slots:
+        raise ExportError(f"[export_function] the port takes keyword inputs ({', '.join(model.input_arguments)} as "
+                          f"{model.call_signature}); an .mlxfn file takes its inputs positionally: convert with "
+                          "them as positional example_inputs, in the forward's order, to export it")
+
+
 def export_function(model, path, example_inputs, *, shapeless: bool = False, probe_inputs=None,
                     more_examples=None, rtol: float = 1e-4, atol: float = 1e-4) -> ExportReport:
     """Write ``model`` as an ``.mlxfn`` file that ``mx.import_function`` runs without torch or Porter.
@@ -296,6 +310,7 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         raise ExportError(f"[export_function] 'model' must be callable (a ported model), got {type(model).__name__}")
     if not isinstance(shapeless, bool):
         raise ExportError(f"[export_function] 'shapeless' must be a bool, got {shapeless!r}")
+    _check_positional(model)
     if probe_inputs is not None and not shapeless:
         raise ExportError("[export_function] 'probe_inputs' is only used with shapeless=True")
     if more_examples is not None and shapeless:

@@ -17,20 +17,25 @@ from porter.converters.output_tree import leaves
 from porter.compare import RTOL, assert_close, declared_layouts, mlx_to_numpy, port_inputs, to_torch_layout
 
 
-def run_ported(ported, inputs):
-    """The port's outputs on torch-layout ``inputs``, in torch's layout, in their own dtypes (numpy)."""
-    args, _ = port_inputs(ported, inputs)
-    out = ported(*args)
+def run_ported(ported, inputs, kwargs=None):
+    """The port's outputs on torch-layout ``inputs`` (and keyword inputs ``kwargs``, passed by name as to torch),
+    in torch's layout, in their own dtypes (numpy)."""
+    from porter.converters.capture import example_tensors, with_tensors
+
+    kwargs = kwargs or {}
+    arrays, _ = port_inputs(ported, example_tensors(tuple(inputs), kwargs))
+    args, kw = with_tensors(tuple(inputs), kwargs, arrays)
+    out = ported(*args, **kw)
     count = len(ported.graph["outputs"]) if hasattr(ported, "graph") else len(leaves(out))
     pairs = leaves(out, declared_layouts(ported, "output_layouts", count))  # torch's tree_leaves order
     return [to_torch_layout(mlx_to_numpy(o, widen=False), lay) if isinstance(o, mx.array) else o for o, lay in pairs]
 
 
-def assert_matches(ported, model, inputs, rel=RTOL):
+def assert_matches(ported, model, inputs, rel=RTOL, kwargs=None):
     with torch.no_grad():
-        expected = model(*inputs)
+        expected = model(*inputs, **(kwargs or {}))
     expected = torch.utils._pytree.tree_leaves(expected)  # tuples, lists and dicts ({"out": ...}) in order
-    actual = run_ported(ported, inputs)
+    actual = run_ported(ported, inputs, kwargs)
     assert len(actual) == len(expected), f"porter returned {len(actual)} outputs, torch {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
         if not isinstance(e, torch.Tensor):

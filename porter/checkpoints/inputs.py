@@ -5,6 +5,8 @@ Shapes are torch's layout (``(N, C, H, W)``) and are refused before anything is 
 in memory (:mod:`.budget`).
 """
 
+import keyword
+
 from .budget import check_input_shapes
 from .errors import CheckpointError, torch_error_line
 
@@ -17,13 +19,37 @@ INPUT_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "
 
 
 class InputShape(tuple):
-    """A torch-layout input shape (a tuple of ints, usable wherever a shape is) and its input's dtype name
-    (``"float32"`` unless given: ``"1,32:int64"`` is a batch of 32 token ids)."""
+    """A torch-layout input shape (a tuple of ints, usable wherever a shape is), its input's dtype name
+    (``"float32"`` unless given: ``"1,32:int64"`` is a batch of 32 token ids) and the keyword it is given as
+    (``None``: positional; ``"token_type_ids=1,32:int64"``)."""
 
-    def __new__(cls, dims, dtype: str = "float32"):
+    def __new__(cls, dims, dtype: str = "float32", name=None):
         shape = super().__new__(cls, dims)
         shape.dtype = dtype
+        shape.name = name
         return shape
+
+
+class ExampleInputs(tuple):
+    """Example tensors in a port's input order: the positional ones, then the keyword ones in the order given
+    (torch.export's flattening), with the keyword each is given as (``names``; ``None``: positional). ``args`` and
+    ``kwargs`` are the call (``model(*ex.args, **ex.kwargs)``; ``porter.convert(model, ex.args,
+    example_kwargs=ex.kwargs)``)."""
+
+    def __new__(cls, tensors, names=None):
+        names = list(names) if names is not None else [None] * len(tensors)
+        pairs = [p for p in zip(tensors, names) if p[1] is None] + [p for p in zip(tensors, names) if p[1] is not None]
+        self = super().__new__(cls, [t for t, _ in pairs])
+        self.names = [n for _, n in pairs]
+        return self
+
+    @property
+    def args(self) -> tuple:
+        return tuple(t for t, n in zip(self, self.names) if n is None)
+
+    @property
+    def kwargs(self) -> dict:
+        return {n: t for t, n in zip(self, self.names) if n is not None}
 
 
 def parse_input_shapes(values, option: str = "--input-shape") -> list:
@@ -35,13 +61,23 @@ def parse_input_shapes(values, option: str = "--input-shape") -> list:
     Raises:
         CheckpointError: a shape that is not positive integers, or inputs that would not fit in memory.
     """
-    shapes = []
+    shapes, names = [], set()
     for value in values or ():
-        dtype = getattr(value, "dtype", "float32")
+        dtype, name = getattr(value, "dtype", "float32"), getattr(value, "name", None)
         if isinstance(value, (tuple, list)):
             shape = tuple(value) if all(isinstance(d, int) and not isinstance(d, bool) for d in value) else ()
         else:
             text = str(value)
+            if "=" in text:  # a keyword input: name=1,32:int64
+                name, _, text = text.partition("=")
+                name = name.strip()
+                if not name.isidentifier() or keyword.iskeyword(name) or len(name) > 128:
+                    raise CheckpointError(f"{option} '{str(value)[:200]}' names the input {name[:80]!r}, which is "
+                                          "not a Python identifier.", "Use the forward's parameter name, e.g. "
+                                          "--input-shape token_type_ids=1,32:int64.")
+                if name in names:
+                    raise CheckpointError(f"{option} gives the input {name!r} twice.", "Give each keyword input once.")
+                names.add(name)
             dims, _, dtype = text.partition(":")
             dtype = dtype.strip() or "float32"
             if dtype not in INPUT_DTYPES:
@@ -56,7 +92,7 @@ def parse_input_shapes(values, option: str = "--input-shape") -> list:
             raise CheckpointError(f"{option} '{_text(value)}' is not a list of positive integers.",
                                   "Give the torch-layout shape of one input, e.g. --input-shape 1,3,224,224 (repeat "
                                   "the option for a model with several inputs; 1,32:int64 for token ids).")
-        shapes.append(InputShape(shape, dtype))
+        shapes.append(InputShape(shape, dtype, name))
     check_input_shapes(shapes, option)
     return shapes
 
@@ -128,7 +164,8 @@ def example_inputs(module, shapes, recorded=None, *, seed: int = 0, source: str 
     :func:`infer_input_shape`. ``shapes_from`` says where ``shapes`` came from, in errors.
 
     Returns:
-        (tuple of torch.Tensor, str or None): the inputs and a note for the user (set when the shape was guessed).
+        (ExampleInputs, str or None): the inputs (a tuple in the port's input order; ``.args``/``.kwargs``: the call,
+        shapes named ``name=...`` given by keyword) and a note for the user (set when the shape was guessed).
     Raises:
         CheckpointError: the model raises on the inputs; the message quotes torch's error and the shapes tried.
     """
@@ -137,17 +174,18 @@ def example_inputs(module, shapes, recorded=None, *, seed: int = 0, source: str 
     guessed_from = note = None
     if shapes:
         generator, bound = torch.Generator().manual_seed(seed), _index_bound(module)
-        inputs = tuple(_random_input(shape, generator, bound) for shape in shapes)
+        inputs = ExampleInputs([_random_input(shape, generator, bound) for shape in shapes],
+                               [getattr(shape, "name", None) for shape in shapes])
     elif recorded:
-        inputs = tuple(recorded)
+        inputs = recorded if isinstance(recorded, ExampleInputs) else ExampleInputs(recorded)
     else:
         shape, guessed_from = infer_input_shape(module, source)
-        inputs = (_random_input(shape, torch.Generator().manual_seed(seed), _index_bound(module)),)
+        inputs = ExampleInputs([_random_input(shape, torch.Generator().manual_seed(seed), _index_bound(module))])
         kind = f" of {shape.dtype} token ids" if getattr(shape, "dtype", "float32") != "float32" else ""
         note = f"input shape {_fmt(shape)}{kind} guessed from '{guessed_from}'; set it with --input-shape"
     try:
         with torch.no_grad():
-            module(*inputs)
+            module(*inputs.args, **inputs.kwargs)
     except Exception as exc:
         given = ", ".join(_fmt(t.shape) for t in inputs)
         origin = (f"guessed from the first weight '{guessed_from}'" if guessed_from else

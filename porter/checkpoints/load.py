@@ -113,12 +113,11 @@ def _load_export(path: str, trust_pickle: bool = False) -> Checkpoint:
                               " args), 'model.pt2')` using torch 2.13.")
     example = None
     if program.example_inputs is not None:
+        from .inputs import ExampleInputs
+
         args, kwargs = program.example_inputs
-        if kwargs:
-            raise CheckpointError(f"The torch.export program in '{path}' takes keyword inputs "
-                                  f"({', '.join(sorted(kwargs))}); Porter converts positional tensor inputs only.",
-                                  "Export a wrapper module whose forward takes the tensors positionally.")
-        example = tuple(args)
+        kwargs = {k: v for k, v in (kwargs or {}).items() if isinstance(v, torch.Tensor)}  # None/constants: baked in
+        example = ExampleInputs(list(args) + list(kwargs.values()), [None] * len(args) + list(kwargs))
     return Checkpoint(path, EXPORT, MODULE, model=program, example_inputs=example)
 
 

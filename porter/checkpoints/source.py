@@ -55,7 +55,8 @@ class Source:
 
         return {"file": os.path.basename(self.path), "format": self.format, "kind": self.kind, "model": self.model_spec,
                 "model_kwargs": self.model_kwargs,
-                "input_shapes": [list(t.shape) for t in self.example_inputs]}
+                "input_shapes": [list(t.shape) for t in self.example_inputs],
+                "input_names": list(getattr(self.example_inputs, "names", [None] * len(self.example_inputs)))}
 
 
 def open_model(path, *, model=None, model_kwargs=None, arch=None, trust_pickle=False, input_shapes=(), seed=0,

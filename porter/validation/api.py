@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
-from porter.compare import ATOL, RTOL, compare, leaves, port_inputs, port_outputs, torch_to_numpy
+from porter.compare import ATOL, RTOL, compare, leaves, port_inputs, port_outputs, split_call, torch_to_numpy
 
 from .grads import grad_parity
 from .hooks import derived, module_rows, torch_module_outputs
@@ -26,24 +26,26 @@ def _run_once(model, ported, xs, per_module: bool, rtol: float, atol: float, hal
     import torch
 
     xs_mx, _ = port_inputs(ported, xs)
+    p_args, p_kwargs = split_call(ported, xs_mx)  # keyword inputs by name, to both models
+    t_args, t_kwargs = split_call(ported, xs)
     if per_module:
-        t_out, t_modules = torch_module_outputs(model, xs)
-        p_out, p_modules = ported.trace(*xs_mx)
+        t_out, t_modules = torch_module_outputs(model, t_args, t_kwargs)
+        p_out, p_modules = ported.trace(*p_args, **p_kwargs)
     else:
         with torch.no_grad():
-            t_out = model(*xs)
-        p_out, t_modules, p_modules = ported(*xs_mx), {}, {}
+            t_out = model(*t_args, **t_kwargs)
+        p_out, t_modules, p_modules = ported(*p_args, **p_kwargs), {}, {}
     h_leaves, h_modules = [], {}
     if half is not None and half["model"] is not None:
         from porter.validate_half import inputs_in_dtype
 
-        xs_h = inputs_in_dtype(xs, half["dtype"])
+        h_args, h_kwargs = split_call(ported, inputs_in_dtype(xs, half["dtype"]))
         try:
             if per_module:
-                h_out, h_modules = torch_module_outputs(half["model"], xs_h)
+                h_out, h_modules = torch_module_outputs(half["model"], h_args, h_kwargs)
             else:
                 with torch.no_grad():
-                    h_out = half["model"](*xs_h)
+                    h_out = half["model"](*h_args, **h_kwargs)
             h_leaves = leaves(h_out)
         except Exception as exc:  # noqa: BLE001  (an op without a half CPU kernel: the fallback bar, said why)
             half["model"] = None

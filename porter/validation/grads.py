@@ -9,7 +9,7 @@ from typing import Any, Dict
 import numpy as np
 
 from porter.compare import (compare, declared_layouts, inverse_permutation, leaves, mlx_to_numpy, parse_layout,
-                            port_inputs)
+                            port_inputs, split_call)
 
 
 def grad_parity(model, ported, xs, rtol: float, atol: float, seed: int) -> Dict[str, Any]:
@@ -21,7 +21,8 @@ def grad_parity(model, ported, xs, rtol: float, atol: float, seed: int) -> Dict[
     xs_t = tuple(x.detach().clone().requires_grad_(x.dtype.is_floating_point) for x in xs)
     params_before = {n: p.grad for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
-    t_leaves = leaves(model(*xs_t))
+    t_args, t_kwargs = split_call(ported, xs_t)  # keyword inputs by name (the port's input order otherwise)
+    t_leaves = leaves(model(*t_args, **t_kwargs))
     weights = [gen.standard_normal(tuple(t.shape)).astype(np.float32) if t.dtype.is_floating_point else None
                for t in t_leaves]
     loss = sum((t.float() * torch.from_numpy(w)).sum() for t, w in zip(t_leaves, weights) if w is not None)
@@ -43,7 +44,8 @@ def grad_parity(model, ported, xs, rtol: float, atol: float, seed: int) -> Dict[
         args = list(xs_mx)
         for i, v in zip(float_idx, float_inputs):
             args[i] = v
-        outs = leaves(ported(*args))
+        p_args, p_kwargs = split_call(ported, args)
+        outs = leaves(ported(*p_args, **p_kwargs))
         if out_layouts is None:
             out_layouts = declared_layouts(ported, "output_layouts", len(outs))
         total = mx.array(0.0)

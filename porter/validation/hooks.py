@@ -20,7 +20,7 @@ class ModuleRecord(dict):
         self.order: Dict[str, int] = {}
 
 
-def torch_module_outputs(model, inputs):
+def torch_module_outputs(model, inputs, kwargs=None):
     """Run ``model`` with forward hooks on every submodule; return (outputs, {name: (type, output)}) with a
     module called several times keeping its last call, in the order the calls finished (a
     :class:`ModuleRecord`)."""
@@ -63,7 +63,7 @@ def torch_module_outputs(model, inputs):
             handles.append(module.register_forward_hook(make_hook(name, len(aliases) > 1)))
     try:
         with torch.no_grad():
-            outputs = model(*inputs)
+            outputs = model(*inputs, **(kwargs or {}))
     finally:
         for h in handles:
             h.remove()

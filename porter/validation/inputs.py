@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+from porter.compare import split_call
+
 
 def _example_specs(ported, example_inputs) -> List[Tuple[Tuple[int, ...], str]]:
     """(shape, dtype name) of each example input, from ``example_inputs`` or the port's recorded graph."""
@@ -93,7 +95,8 @@ def default_input_sets(model, ported, example_inputs, seed: int):
             trial = _random_inputs(specs, shapes, seed + 1)
             try:
                 with torch.no_grad():
-                    model(*trial)
+                    args, kwargs = split_call(ported, trial)
+                    model(*args, **kwargs)
             except Exception as exc:  # the torch model's own limits decide what is "allowed"
                 notes.append(f"torch rejects input shapes {shapes}: {type(exc).__name__}")
                 continue

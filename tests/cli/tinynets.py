@@ -61,3 +61,27 @@ class TwoInputs(nn.Module):
 
     def forward(self, x, y):
         return torch.relu(self.a(x) + self.b(y))
+
+
+class TokenNet(nn.Module):
+    """transformers-style keyword inputs: ``input_ids`` ``(N, L)``, optional ``attention_mask`` and
+    ``token_type_ids`` (for ``--input-shape token_type_ids=1,7:int64``)."""
+
+    def __init__(self, vocab: int = 20):
+        super().__init__()
+        self.word = nn.Embedding(vocab, 8)
+        self.types = nn.Embedding(2, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        h = self.word(input_ids)
+        if token_type_ids is not None:
+            h = h + self.types(token_type_ids)
+        if attention_mask is not None:
+            h = h * attention_mask[..., None]
+        return self.out(torch.tanh(h))
+
+
+def token_net() -> TokenNet:
+    torch.manual_seed(0)
+    return TokenNet()

@@ -2,6 +2,8 @@
 float token embeddings (``inputs_embeds``) so the coverage test's normal inputs drive them:
 
 * ``BertModel``: attention mask ``(mask > -1) & ~(mask > 1.5)``, HF's extended additive mask, GELU, pooler;
+  ``BertTokenModel``: the same with transformers' forward signature (``input_ids``, ``attention_mask``,
+  ``token_type_ids``, ``position_ids``, ``inputs_embeds``, all but the ids optional) for the keyword-input tests;
 * ``GPT2Model``-style causal attention: bool ``tril`` buffer, ``masked_fill``, softmax, HF ``Conv1D`` (addmm),
   tanh GELU;
 * ``T5Stack``: relative position buckets (log, abs, min, where, integer ops; bidirectional encoder and causal
@@ -150,6 +152,53 @@ class BertModel(nn.Module):
 
 def bert_small() -> nn.Module:
     return BertModel()
+
+
+class BertTokenEmbeddings(BertEmbeddings):
+    """transformers' ``BertEmbeddings``: word, token type and position embeddings (``token_type_ids`` ``None``:
+    the zeros buffer, as transformers)."""
+
+    def __init__(self, vocab: int, hidden: int, max_positions: int = 64, type_vocab: int = 2):
+        super().__init__(hidden, max_positions, type_vocab)
+        self.word_embeddings = nn.Embedding(vocab, hidden, padding_idx=0)
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        batch, length = inputs_embeds.shape[:2]
+        if token_type_ids is None:
+            token_type_ids = self.token_type_ids[:, :length].expand(batch, length)
+        if position_ids is None:
+            position_ids = self.position_ids[:, :length]
+        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+class BertTokenModel(BertModel):
+    """``BertModel`` with transformers' forward signature: ``input_ids`` ``(N, L)`` int64, ``attention_mask``
+    ``(N, L)`` 1 = keep, 0 = masked (``None``: all kept), ``token_type_ids`` ``(N, L)`` in ``{0, 1}`` (``None``:
+    zeros), ``position_ids``, ``inputs_embeds`` instead of ``input_ids``; returns ``(sequence_output,
+    pooled_output)``. For the keyword-input tests (``tests/converters/test_keyword_inputs.py``)."""
+
+    def __init__(self, vocab: int = 30, hidden: int = 16, heads: int = 2, intermediate: int = 32, layers: int = 2):
+        super().__init__(hidden, heads, intermediate, layers)
+        self.embeddings = BertTokenEmbeddings(vocab, hidden)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None):
+        shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:2]
+        hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        if attention_mask is None:
+            attention_mask = torch.ones(shape, device=hidden.device)
+        dtype = hidden.dtype
+        extended = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        sequence_output = self.encoder(hidden, extended)
+        return sequence_output, self.pooler(sequence_output)
+
+
+def bert_tokens_small() -> nn.Module:
+    torch.manual_seed(0)
+    return BertTokenModel().eval()
 
 
 # ---------------------------------------------------------------------------------------------------- GPT-2
