@@ -403,3 +403,22 @@ def test_repo_id_loads_offline_without_torch_in_a_fresh_process(model, ported, t
     with torch.no_grad():
         expected = model(x).numpy()
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_model_card_usage_snippet_runs_on_token_ids(tmp_path, monkeypatch):
+    """An int64 token-id input gets an integer example (a float sample raised in the embedding lookup)."""
+    from tests.models.gpt2 import gpt2_small
+
+    model = gpt2_small(seed=1).eval()
+    ids = torch.randint(0, 97, (1, 9))
+    porter.save(porter.convert(model, ids), tmp_path / "gpt2-mlx")
+    card = (tmp_path / "gpt2-mlx" / "README.md").read_text()
+    (snippet,) = re.findall(r"```python\n(.*?)```", card, re.S)
+    assert "dtype=mx.int64" in snippet, snippet
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)
+    shape = json.loads((tmp_path / "gpt2-mlx" / "config.json").read_text())["inputs"][0]["torch_shape"]
+    with torch.no_grad():
+        want = model(torch.zeros(*shape, dtype=torch.int64)).numpy()
+    np.testing.assert_allclose(np.array(namespace["y"]), want, rtol=1e-4, atol=1e-4)
