@@ -1,5 +1,5 @@
 """Writes into tensors, as values: ``fill``/``fill_``, ``copy``/``copy_``, ``index_put`` with a boolean mask
-(``y[mask] = v``), and ``select_scatter``/``slice_scatter``, the ops that write a modified view back into its base.
+(``y[mask] = v``) or integer index tensors (``y[:, idx] = v``, ``y.index_put_((i, j), v, accumulate=True)``), and ``select_scatter``/``slice_scatter``, the ops that write a modified view back into its base.
 
 The capture (``converters/capture_regions.py``) turns an in-place write into a view (``y[:, 0] = 1``,
 ``y[..., 1:] = x``) into the write on the view followed by these scatters up to the base, so every later reader of
@@ -12,7 +12,8 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..registry import kernel, register
-from ..spec import AXIS, INT_OR_REF, TENSOR, Opt
+from ..spec import AXIS, INT_OR_REF, TENSOR, Bool, Opt, Seq
+from .misc import checked_indices
 from .shape import _sizes_of, slice_bounds
 
 
@@ -84,15 +85,49 @@ def convert_copy_into(ctx, call):
     ctx.emit("cast", [{"ref": out.name}], {"dtype": ctx.meta(x).dtype}, perm=L.identity(rank))
 
 
+@kernel("index_put", inputs=[TENSOR, Seq(Opt(TENSOR)), TENSOR], attrs={"accumulate": Bool()})
+def k_index_put(x, indices, values, *, accumulate):
+    """``x`` with ``x[indices] = values`` (numpy-style advanced indexing by integer tensors, None = whole dim;
+    ``values`` broadcast to the indexed shape), or ``+=`` with every repeated index summed when ``accumulate``.
+    Indices are checked on the host (MLX's scatters do not bound-check) and negative ones count from the end."""
+    if len(indices) > x.ndim:
+        raise IndexError(f"index_put: {len(indices)} indices for a tensor of {x.ndim} dims")
+    key = []
+    for d, index in enumerate(indices):
+        if index is None:
+            key.append(slice(None))
+            continue
+        if not mx.issubdtype(index.dtype, mx.integer):
+            raise IndexError(f"index_put: index {d} must be an integer tensor, not {index.dtype}")
+        size = x.shape[d]
+        index = checked_indices(index, size, "index_put").astype(mx.int32)
+        key.append(mx.where(index < 0, index + size, index))
+    key, values = tuple(key), values.astype(x.dtype)
+    if accumulate:
+        return x.at[key].add(values)
+    out = mx.array(x)  # a copy: x may be read elsewhere
+    out[key] = values
+    return out
+
+
 @register("aten.index_put.default", "aten.index_put_.default")
 def convert_index_put(ctx, call):
-    """``y[mask] = v`` with one boolean mask over ``y``'s leading dims and a single value: a ``where``."""
+    """``y[mask] = v`` with one boolean mask over ``y``'s leading dims and a single value: a ``where``; integer
+    index tensors: the ``index_put`` kernel (a scatter, or a scatter-add with ``accumulate``)."""
     x, indices, values = call.arg("self"), call.arg("indices"), call.arg("values")
-    if call.arg("accumulate"):
-        call.fail("accumulate", "accumulating writes are not supported")
-    masks = [i for i in indices if i is not None]
+    accumulate = call.arg("accumulate")
+    given = [i for i in indices if i is not None]
+    if given and all(ctx.meta(i).dtype != "bool" for i in given):
+        ident = L.identity(ctx.meta(x).rank)
+        specs = [None if i is None else _ident(ctx, i) for i in indices]
+        ctx.emit("index_put", [ctx.tensor(x, ident), specs, _ident(ctx, values)], {"accumulate": bool(accumulate)},
+                 perm=ident)
+        return
+    if accumulate:
+        call.fail("accumulate", "accumulating writes through a boolean mask are not supported")
+    masks = given
     if len(indices) != 1 or len(masks) != 1 or ctx.meta(masks[0]).dtype != "bool":
-        call.fail("indices", "only a single boolean mask (y[mask] = v) is supported; integer indices are not")
+        call.fail("indices", "a boolean mask must be the only index (y[mask] = v); it cannot be mixed with others")
     mask = masks[0]
     rank, mask_rank = ctx.meta(x).rank, ctx.meta(mask).rank
     shape = ctx.meta(values).shape
