@@ -120,7 +120,7 @@ def k_embedding_renorm(weight, indices, *, max_norm, norm_type):
     return (weight.astype(mx.float32) * scale[:, None]).astype(weight.dtype)
 
 
-@register("aten.embedding_renorm_.default", "aten.embedding_renorm.default")
+@register("aten.embedding_renorm_.default")
 def convert_embedding_renorm(ctx, call):
     """``nn.Embedding(max_norm=...)``: the capture writes the renormalised weight back into the parameter
     (``capture_regions``), so the lookup after it reads the scaled rows with the weight's own gradient."""
