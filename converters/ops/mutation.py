@@ -13,6 +13,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXIS, INT_OR_REF, TENSOR, Bool, Opt, Seq
+from ._layers import export_note, exporting
 from .misc import checked_indices
 from .shape import _sizes_of, slice_bounds
 
@@ -145,3 +146,33 @@ def convert_index_put(ctx, call):
     value = {"ref": ctx.emit("cast", [value], {"dtype": ctx.meta(x).dtype}, perm=(),
                              out=ctx.fresh(f"{call.name}_typed"), meta=ctx.meta(values)).name}
     ctx.emit("where", [mask_spec, value, ctx.tensor(x, ident)], perm=ident)
+
+
+@kernel("masked_scatter", inputs=[TENSOR, TENSOR, TENSOR])
+def k_masked_scatter(x, mask, source):
+    """torch ``x.masked_scatter(mask, source)``: the positions where ``mask`` (broadcast to ``x``) is True, in
+    row-major order, take ``source``'s elements in order (a LLaVA-style model writes image features into its token
+    embeddings so). The output has ``x``'s shape; ``source`` must hold at least as many elements as ``mask`` has
+    True entries (checked on the host, as torch checks it)."""
+    mask = mx.broadcast_to(mask, x.shape).reshape(-1)
+    flat = source.reshape(-1).astype(x.dtype)
+    count = mx.sum(mask.astype(mx.int32))
+    if not exporting():
+        mx.eval(count)
+        if count.item() > flat.size:
+            raise ValueError(f"masked_scatter: mask has {count.item()} True entries but source has only "
+                             f"{flat.size} elements")
+    else:
+        export_note("masked_scatter's host-side source size check -> a short source repeats its last element")
+    position = mx.clip(mx.cumsum(mask.astype(mx.int32)) - 1, 0, max(flat.size - 1, 0))
+    taken = mx.take(flat, position) if flat.size else mx.zeros_like(x.reshape(-1))
+    return mx.where(mask, taken, x.reshape(-1)).reshape(x.shape)
+
+
+@register("aten.masked_scatter.default", "aten.masked_scatter_.default")
+def convert_masked_scatter(ctx, call):
+    x, mask, source = call.arg("self"), call.arg("mask"), call.arg("source")
+    rank = ctx.meta(x).rank
+    if ctx.meta(mask).rank > rank:
+        call.fail("mask", "a mask with more dims than self is not supported")
+    ctx.emit("masked_scatter", [_ident(ctx, x), _ident(ctx, mask), _ident(ctx, source)], perm=L.identity(rank))

@@ -443,3 +443,23 @@ def test_tensor_split():
     ported = check_converted(TensorSplits(), r(2, 5, 7), r(1, 6, 10), r(1, 4, 4))
     with pytest.raises(ValueError, match=r"% 3\) <= 1"):
         run_ported(ported, (r(1, 5, 8),))
+
+
+class FeatureScatter(nn.Module):
+    """LLaVA's merge: image features written over the image-token positions of the text embeddings."""
+
+    def forward(self, embeds, features, ids):
+        mask = (ids == 3).unsqueeze(-1).expand_as(embeds)
+        return embeds.masked_scatter(mask, features) * 2
+
+
+def test_masked_scatter():
+    """``masked_scatter`` (was refused): its output has ``self``'s shape, the True positions take ``source`` in
+    order; gradients to both; a source shorter than the mask's count is refused as torch refuses it."""
+    r = torch.randn
+    inputs = (r(2, 6, 4), r(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]]))
+    ported = check_converted(FeatureScatter(), inputs, (r(1, 5, 4), r(2, 4), torch.tensor([[1, 3, 2, 3, 0]])))
+    result = grad_parity(FeatureScatter(), ported, inputs, rtol=1e-5, atol=0.0, seed=0)
+    assert result["ok"], result
+    with pytest.raises(ValueError, match="masked_scatter: mask has 8 True entries but source has only 4"):
+        run_ported(ported, (r(1, 5, 4), r(1, 4), torch.tensor([[3, 3, 0, 0, 1]])))
