@@ -152,6 +152,9 @@ EXERCISERS["test_unseen_models_more:MaxNormEmbedding"] = Exerciser(
 EXERCISERS["test_unseen_models_more:TensorSplits"] = Exerciser(_case(unseen_more.TensorSplits().eval(), (2, 5, 7)))
 EXERCISERS["test_unseen_models_more:FeatureScatter"] = Exerciser(lambda: (unseen_more.FeatureScatter().eval(), (
     torch.randn(2, 6, 4), torch.randn(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]]))))
+EXERCISERS["test_unseen_models_more:FeatureScatterInPlace"] = Exerciser(lambda: (
+    unseen_more.FeatureScatterInPlace().eval(),
+    (torch.randn(2, 6, 4), torch.randn(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]]))))
 EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
     lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
 

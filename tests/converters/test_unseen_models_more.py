@@ -453,6 +453,21 @@ class FeatureScatter(nn.Module):
         return embeds.masked_scatter(mask, features) * 2
 
 
+class FeatureScatterInPlace(nn.Module):
+    """The same merge written in place on a copy (``masked_scatter_``)."""
+
+    def forward(self, embeds, features, ids):
+        out = embeds.clone()
+        out.masked_scatter_((ids == 3).unsqueeze(-1).expand_as(out), features)
+        return out * 2
+
+
+def test_masked_scatter_in_place():
+    r = torch.randn
+    check_converted(FeatureScatterInPlace(), (r(2, 6, 4), r(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]])),
+                    (r(1, 5, 4), r(2, 4), torch.tensor([[1, 3, 2, 3, 0]])))
+
+
 def test_masked_scatter():
     """``masked_scatter`` (was refused): its output has ``self``'s shape, the True positions take ``source`` in
     order; gradients to both; a source shorter than the mask's count is refused as torch refuses it."""
