@@ -189,6 +189,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     sig = ep.graph_signature
     placeholder_target = {}
     params, param_values, trainable, param_dtypes = {}, {}, set(), {}
+    not_in_state_dict = set()  # non-persistent buffers and lifted constants: absent from torch's state_dict()
     first_name, aliases = {}, {}  # tensor identity -> its first state_dict name; tied name -> that name
     user_inputs, constants = [], []
     found = leaf_locations(ep)
@@ -221,6 +222,8 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             continue
         if spec.kind == InputKind.PARAMETER:
             trainable.add(target)
+        elif spec.kind == InputKind.CONSTANT_TENSOR or not spec.persistent:
+            not_in_state_dict.add(target)
         params[target] = host_view(t)
         param_dtypes[target] = _dtype_name(t.dtype)
         param_values[name] = target
@@ -274,6 +277,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         source_class=source_class,
         frontend="torch.export",
         param_dtypes=param_dtypes,
+        not_in_state_dict=not_in_state_dict,
         aliases=aliases,
     )
     graph.output_structure = _output_structure(ep, len(outputs))

@@ -10,8 +10,11 @@ What torch.export specialised on, and where it records it (torch 2.13):
 - ``ep.range_constraints``: the range of each symbol (a lower bound of 2 is torch's 0/1 specialisation, which
   torch itself does not check: a size-1 dim runs the size-oblivious graph; Porter follows torch).
 
-Every one becomes a declarative check (see ``guards.py`` for the format). A guard that cannot be written in that
-format (an ``or``, a true division) makes every dim it reads static-checked at the example's size: never dropped.
+Every one becomes a declarative check (see ``guards.py`` for the format). An ``or`` (einsum's broadcast guard
+``a.size(0) == 1 or a.size(0) == b.size(0)``) is checked as its first alternative that is in the format and holds
+at the example: a stronger condition, so every size that passes it satisfies torch's guard. A guard that cannot be
+written in that format (no such alternative, a true division) makes every dim it reads static-checked at the
+example's size: never dropped.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import re
 
 import torch
 
-from .guards import MAX_DEPTH
+from .guards import MAX_DEPTH, CMPS, compile_expr
 
 _SOURCE = re.compile(r"L(?:\[[^\]]*\])+\.(size|stride)\(\)\[(\d+)\]")
 _CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
@@ -52,9 +55,10 @@ def _depth(e) -> int:
 class _Translator:
     """Python guard text (sources replaced by names ``d_<input>_<axis>``) -> list of checks."""
 
-    def __init__(self, dims: dict, ranks: list):
+    def __init__(self, dims: dict, ranks: list, hints: dict = None):
         self.dims = dims  # "d_i_k" -> (i, k)
         self.ranks = ranks
+        self.hints = hints or {}  # (i, k) -> the example's size, or None where unknown
 
     def expr(self, node):
         if isinstance(node, ast.Constant) and type(node.value) is int:
@@ -92,6 +96,22 @@ class _Translator:
                 return self.rounded(name, node.args[0])
         raise Untranslatable(ast.unparse(node))
 
+    def alternative(self, node, negate) -> list:
+        """The checks of the first alternative of ``a or b`` that is in the format and holds at the example sizes:
+        every size passing them passes the guard (the port may refuse sizes torch would take, never the reverse)."""
+        sizes: dict = {}
+        for (i, k), size in self.hints.items():
+            sizes.setdefault(i, {})[k] = size
+        for value in node.values:
+            try:
+                checks = self.checks(value, negate)
+                holds = all(CMPS[cmp](compile_expr(lhs)(sizes), compile_expr(rhs)(sizes)) for lhs, cmp, rhs in checks)
+            except (Untranslatable, KeyError, TypeError):  # outside the format, or a size the example lacks
+                continue
+            if holds:
+                return checks
+        raise Untranslatable(ast.unparse(node))
+
     def rounded(self, name, arg):
         if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Div):
             a, b = self.expr(arg.left), self.expr(arg.right)
@@ -116,6 +136,8 @@ class _Translator:
             return self.checks(node.body, negate)
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) and not negate:
             return [c for v in node.values for c in self.checks(v)]
+        if isinstance(node, ast.BoolOp):  # an or (or a negated and): one alternative that held at the example
+            return self.alternative(node, negate)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return self.checks(node.operand, not negate)
         if isinstance(node, ast.Compare):
@@ -260,7 +282,7 @@ def input_checks(ep, user_inputs: list) -> tuple:
     static: dict = {}  # (input, axis) or "*" -> the guard that forces it static
     literals = _graph_literals(ep)
     for guard, origin in guards:
-        _translate_guard(guard, origin, literals, sources, names, ranks, add, static)
+        _translate_guard(guard, origin, literals, sources, names, ranks, add, static, hints)
     if "*" in static:  # a guard on a dim Porter cannot locate: nothing stays dynamic
         static = {key: static["*"] for key in hints}
     for (i, axis), why in sorted(static.items()):
@@ -424,7 +446,7 @@ def _needed_untranslated(origin, node, literals) -> bool:
     return any(c > 1 and c in literals for c in constants)
 
 
-def _translate_guard(guard, origin, literals, sources, names, ranks, add, static):
+def _translate_guard(guard, origin, literals, sources, names, ranks, add, static, hints=None):
     dims, unknown = {}, []
 
     def name_of(match):
@@ -447,7 +469,7 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
         return
     try:
         tree = ast.parse(code, mode="eval")
-        parsed = _Translator(dims, ranks).checks(tree)
+        parsed = _Translator(dims, ranks, hints).checks(tree)
     except SyntaxError:
         static.update({key: readable for key in dims.values()})
         return

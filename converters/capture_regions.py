@@ -159,6 +159,8 @@ class Inliner:
             for key, value in list(env.items()):
                 if value in renames:
                     env[key] = renames[value]
+            for old, new in renames.items():  # a written placeholder (a parameter) reads under its own name
+                env.setdefault(old, new)
             env[first.name] = node.name
 
     def _write_back(self, view: str, written: Node) -> dict:
@@ -213,6 +215,8 @@ class Inliner:
             new = ("aten.slice_scatter.default",
                    {"self": Ref(base), "src": Ref(source), "dim": args["dim"], "start": args["start"],
                     "end": args["end"], "step": args["step"]})
+        elif op == "aten.detach.default":
+            return self._write_through_detach(base, source, written, name)
         elif op in _RESHAPES:
             new = ("aten.reshape_as.default", {"self": Ref(source), "other": Ref(base)})
         elif op == "aten.permute.default":
@@ -227,6 +231,19 @@ class Inliner:
         meta = self.metas[base]
         self._append(Node(name, new[0], new[1], list(new[1]), meta, written.module, written.module_type,
                           written.scopes))
+        return name
+
+    def _write_through_detach(self, base: str, source: str, written: Node, name: str) -> str:
+        """A write into ``base.detach()`` changes ``base``'s values where autograd does not see it (``nn.Embedding
+        (max_norm=...)`` renormalises its weight so): ``base + detach(written - base)``, the written values with
+        ``base``'s gradient passing through unchanged, as torch's later readers of ``base`` have it."""
+        meta = self.metas[base]
+        nodes = [(f"{name}_delta", "aten.sub.Tensor", {"self": Ref(source), "other": Ref(base)}),
+                 (f"{name}_frozen", "aten.detach.default", {"self": Ref(f"{name}_delta")}),
+                 (name, "aten.add.Tensor", {"self": Ref(base), "other": Ref(f"{name}_frozen")})]
+        for node_name, op, args in nodes:
+            self._append(Node(node_name, op, args, list(args), meta, written.module, written.module_type,
+                              written.scopes))
         return name
 
     def _append(self, node: Node) -> None:

@@ -23,6 +23,7 @@ import contextlib
 import inspect
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -40,6 +41,9 @@ DEFAULT_BUDGET_S = 25.0  # the most the dynamic attempts may take together, what
 DYNAMIC_FACTOR, BATCH_FACTOR, DYNAMIC_MARGIN_S = 16.0, 4.0, 2.0
 
 
+_CAUSED_BY = re.compile(r"Caused by: \(([^)\n]{1,300})\)")
+
+
 class CaptureTimeout(BaseException):
     """Raised inside torch.export when an attempt runs past its budget (a BaseException, so that torch's own
     ``except Exception`` handlers do not swallow it)."""
@@ -53,11 +57,14 @@ def _static(model, inputs, kwargs=None):
         raise
     except Exception as e:  # noqa: BLE001  (torch raises TypeError, RuntimeError, UserError, ... here)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        where = _CAUSED_BY.search(str(e))  # torch names the model's line for a data-dependent guard
+        at = f" at {where.group(1)}" if where else ""
         raise CaptureError(
-            f"torch.export could not capture the model's forward ({type(e).__name__}: {first}). Porter converts "
-            "what torch.export captures: Python control flow on tensor values, PackedSequence inputs and Python "
-            "objects torch cannot trace are the usual causes; run torch.export.export(model, inputs) to see the "
-            "line, or pass a torch.jit.script module") from e
+            f"torch.export could not capture the model's forward{at} ({type(e).__name__}: {first}). Porter "
+            "converts what torch.export captures: Python control flow on tensor values, sizes read from tensor "
+            "values (.item(), int(tensor)), PackedSequence inputs and Python objects torch cannot trace are the "
+            "usual causes; run torch.export.export(model, inputs) to see the line, or pass a torch.jit.script "
+            "module") from e
 
 
 def normalise_dynamic(dynamic):

@@ -90,6 +90,8 @@ class Graph:
     ``params``: state_dict name -> read-only numpy view of the torch tensor's memory (torch layout; no copy;
     bfloat16 as its bits, ``uint16``) for every parameter, buffer and lifted constant the graph reads; ``param_values`` maps the graph value name that holds each of them to its state_dict name.
     ``trainable``: the state_dict names that are parameters (the rest are buffers/constants).
+    ``not_in_state_dict``: names the graph reads that torch's ``state_dict()`` leaves out (non-persistent buffers,
+    lifted constant tensors), so ``PortedModel.torch_parameters()`` leaves them out too.
     """
 
     inputs: list  # value names
@@ -105,6 +107,7 @@ class Graph:
     output_tree: Optional[dict] = None  # how the outputs nest (dicts, lists, named tuples): converters/output_tree.py
     # torch dtype name per parameter (bfloat16, which numpy cannot hold, arrives as its bits: uint16)
     param_dtypes: dict = field(default_factory=dict)
+    not_in_state_dict: set = field(default_factory=set)
     batch_doubled: bool = False  # a batch-of-one example was captured at batch two
     # shape conditions the port checks on every call, and the dims it keeps symbolic (format: guards.py);
     # None: the frontend records none (every dim is then checked as static)

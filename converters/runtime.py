@@ -316,8 +316,11 @@ class PortedModel(TorchNamed):
 
     def torch_parameters(self) -> dict:
         """Every parameter and buffer by torch state_dict name, in torch layout; a tied weight under each of its
-        names (what ``model.load_state_dict`` expects)."""
-        out = {name: self._to_torch(name, array) for name, array in self.named_arrays().items()}
+        names (what ``model.load_state_dict`` expects). Non-persistent buffers and lifted constants, which torch's
+        ``state_dict()`` leaves out, are left out (``load_state_dict(strict=True)`` would refuse them)."""
+        spec = self._program.graph["params"]
+        out = {name: self._to_torch(name, array) for name, array in self.named_arrays().items()
+               if spec.get(name, {}).get("state_dict", True)}
         for alias, name in self.tied_weights.items():
             if name in out:
                 out[alias] = out[name]

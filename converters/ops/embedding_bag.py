@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..registry import kernel, register
-from ..spec import TENSOR, Bool, Enum, Int, Opt
+from ..spec import TENSOR, Bool, Enum, Float, Int, Opt
 from ._layers import export_note, exporting
 from .misc import checked_indices
 
@@ -98,3 +98,35 @@ def convert_embedding_bag(ctx, call):
              "padding_idx": -1 if padding is None else int(padding)}
     out = ctx.emit("embedding_bag", inputs, attrs, perm=(0, 1), meta=call.meta.items[0], out=ctx.fresh(call.name))
     ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], (0, 1))])
+
+
+@kernel("embedding_renorm", inputs=[TENSOR, TENSOR], attrs={"max_norm": Float(), "norm_type": Float()})
+def k_embedding_renorm(weight, indices, *, max_norm, norm_type):
+    """``weight`` with every row that ``indices`` names and whose ``norm_type``-norm exceeds ``max_norm`` scaled
+    to ``max_norm / (norm + 1e-7)`` (torch's ``embedding_renorm_``, as ``nn.Embedding(max_norm=...)`` runs it
+    before the lookup); a repeated index scales its row once."""
+    if weight.ndim != 2:
+        raise ValueError(f"embedding_renorm: weight must be 2-d, got {weight.ndim} dims")
+    rows = checked_indices(indices.reshape(-1), weight.shape[0], "embedding_renorm").astype(mx.int32)
+    rows = mx.where(rows < 0, rows + weight.shape[0], rows)
+    picked = mx.take(weight, rows, axis=0).astype(mx.float32)
+    if norm_type == float("inf"):
+        norms = mx.max(mx.abs(picked), axis=-1)
+    else:
+        norms = mx.power(mx.sum(mx.power(mx.abs(picked), norm_type), axis=-1), 1.0 / norm_type)
+    factor = mx.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    scale = mx.ones((weight.shape[0],), dtype=mx.float32)
+    scale[rows] = factor
+    return (weight.astype(mx.float32) * scale[:, None]).astype(weight.dtype)
+
+
+@register("aten.embedding_renorm_.default")
+def convert_embedding_renorm(ctx, call):
+    """``nn.Embedding(max_norm=...)``: the capture writes the renormalised weight back into the parameter
+    (``capture_regions``), so the lookup after it reads the scaled rows with the weight's own gradient."""
+    weight, indices = call.arg("self"), call.arg("indices")
+    max_norm, norm_type = call.arg("max_norm"), call.arg("norm_type")
+    if not isinstance(max_norm, (int, float)) or not isinstance(norm_type, (int, float)) or not norm_type > 0:
+        call.fail("norm_type", "max_norm and a positive norm_type must be constants")
+    ctx.emit("embedding_renorm", [ctx.tensor(weight, L.identity(2)), ctx.tensor(indices, L.identity(ctx.meta(indices).rank))],
+             {"max_norm": float(max_norm), "norm_type": float(norm_type)}, perm=L.identity(2))

@@ -15,7 +15,7 @@ from .. import layout as L
 from ..ir import Ref
 from ..limits import check_elements
 from ..registry import kernel, register
-from ..spec import AXIS, GEOMETRY, Int, Ints, TENSOR
+from ..spec import AXIS, GEOMETRY, SIZES, TENSOR, Int, Ints, Opt
 
 PAIR = Ints(2, 2, 0, GEOMETRY)
 POSITIVE_PAIR = Ints(2, 2, 1, GEOMETRY)
@@ -64,9 +64,18 @@ def k_im2col(x, *, kernel_size, dilation, padding, stride):
     return cols.reshape(n, c * taps, counts[0] * counts[1])
 
 
-@kernel("col2im", inputs=[TENSOR], attrs={"output_size": POSITIVE_PAIR, "kernel_size": POSITIVE_PAIR,
-                                          "dilation": POSITIVE_PAIR, "padding": PAIR, "stride": POSITIVE_PAIR})
-def k_col2im(cols, *, output_size, kernel_size, dilation, padding, stride):
+@kernel("col2im", inputs=[TENSOR, Opt(SIZES)], attrs={
+    "output_size": Opt(POSITIVE_PAIR), "kernel_size": POSITIVE_PAIR, "dilation": POSITIVE_PAIR, "padding": PAIR,
+    "stride": POSITIVE_PAIR})
+def k_col2im(cols, sizes=None, *, output_size=None, kernel_size, dilation, padding, stride):
+    """``F.fold``; the output size is the ``output_size`` attribute, or the ``sizes`` input where it is computed
+    from the input's shape (``F.fold(cols, x.shape[-2:], ...)``), checked here as torch checks the argument."""
+    if (sizes is None) == (output_size is None):
+        raise ValueError("fold: exactly one of the output size input and the 'output_size' attribute is needed")
+    if sizes is not None:
+        if len(sizes) != 2 or not all(isinstance(v, int) and 1 <= v <= GEOMETRY for v in sizes):
+            raise ValueError(f"fold: output_size must be two sizes in [1, {GEOMETRY}], got {list(sizes)}")
+        output_size = [int(v) for v in sizes]
     if cols.ndim == 2:
         return k_col2im(cols[None], output_size=output_size, kernel_size=kernel_size, dilation=dilation,
                         padding=padding, stride=stride)[0]
@@ -105,9 +114,13 @@ def convert_im2col(ctx, call):
 def convert_col2im(ctx, call):
     x = call.arg("self")
     ident = L.identity(ctx.meta(x).rank)
-    if any(isinstance(v, Ref) for v in call.arg("output_size")):
-        call.fail("output_size", "fold's output size must be known when converting (it is computed from the input)")
-    attrs = {name: _pair(call.arg(name)) for name in ("output_size", "kernel_size", "dilation", "padding", "stride")}
+    attrs = {name: _pair(call.arg(name)) for name in ("kernel_size", "dilation", "padding", "stride")}
+    output_size = list(call.arg("output_size"))
+    if any(isinstance(v, Ref) for v in output_size):  # computed from an input's shape: read at run time
+        sizes = ctx.value(output_size if len(output_size) == 2 else output_size * 2)
+        ctx.emit("col2im", [ctx.tensor(x, ident), sizes], attrs, perm=L.identity(call.meta.rank))
+        return
+    attrs["output_size"] = _pair(output_size)
     ctx.emit("col2im", [ctx.tensor(x, ident)], attrs, perm=L.identity(call.meta.rank))
 
 

@@ -1,5 +1,5 @@
 """Writes into tensors, as values: ``fill``/``fill_``, ``copy``/``copy_``, ``index_put`` with a boolean mask
-(``y[mask] = v``), and ``select_scatter``/``slice_scatter``, the ops that write a modified view back into its base.
+(``y[mask] = v``) or integer index tensors (``y[:, idx] = v``, ``y.index_put_((i, j), v, accumulate=True)``), and ``select_scatter``/``slice_scatter``, the ops that write a modified view back into its base.
 
 The capture (``converters/capture_regions.py``) turns an in-place write into a view (``y[:, 0] = 1``,
 ``y[..., 1:] = x``) into the write on the view followed by these scatters up to the base, so every later reader of
@@ -12,7 +12,9 @@ import mlx.core as mx
 
 from .. import layout as L
 from ..registry import kernel, register
-from ..spec import AXIS, INT_OR_REF, TENSOR, Opt
+from ..spec import AXIS, INT_OR_REF, TENSOR, Bool, Opt, Seq
+from ._layers import export_note, exporting
+from .misc import checked_indices
 from .shape import _sizes_of, slice_bounds
 
 
@@ -84,15 +86,49 @@ def convert_copy_into(ctx, call):
     ctx.emit("cast", [{"ref": out.name}], {"dtype": ctx.meta(x).dtype}, perm=L.identity(rank))
 
 
+@kernel("index_put", inputs=[TENSOR, Seq(Opt(TENSOR)), TENSOR], attrs={"accumulate": Bool()})
+def k_index_put(x, indices, values, *, accumulate):
+    """``x`` with ``x[indices] = values`` (numpy-style advanced indexing by integer tensors, None = whole dim;
+    ``values`` broadcast to the indexed shape), or ``+=`` with every repeated index summed when ``accumulate``.
+    Indices are checked on the host (MLX's scatters do not bound-check) and negative ones count from the end."""
+    if len(indices) > x.ndim:
+        raise IndexError(f"index_put: {len(indices)} indices for a tensor of {x.ndim} dims")
+    key = []
+    for d, index in enumerate(indices):
+        if index is None:
+            key.append(slice(None))
+            continue
+        if not mx.issubdtype(index.dtype, mx.integer):
+            raise IndexError(f"index_put: index {d} must be an integer tensor, not {index.dtype}")
+        size = x.shape[d]
+        index = checked_indices(index, size, "index_put").astype(mx.int32)
+        key.append(mx.where(index < 0, index + size, index))
+    key, values = tuple(key), values.astype(x.dtype)
+    if accumulate:
+        return x.at[key].add(values)
+    out = mx.array(x)  # a copy: x may be read elsewhere
+    out[key] = values
+    return out
+
+
 @register("aten.index_put.default", "aten.index_put_.default")
 def convert_index_put(ctx, call):
-    """``y[mask] = v`` with one boolean mask over ``y``'s leading dims and a single value: a ``where``."""
+    """``y[mask] = v`` with one boolean mask over ``y``'s leading dims and a single value: a ``where``; integer
+    index tensors: the ``index_put`` kernel (a scatter, or a scatter-add with ``accumulate``)."""
     x, indices, values = call.arg("self"), call.arg("indices"), call.arg("values")
-    if call.arg("accumulate"):
-        call.fail("accumulate", "accumulating writes are not supported")
-    masks = [i for i in indices if i is not None]
+    accumulate = call.arg("accumulate")
+    given = [i for i in indices if i is not None]
+    if given and all(ctx.meta(i).dtype != "bool" for i in given):
+        ident = L.identity(ctx.meta(x).rank)
+        specs = [None if i is None else _ident(ctx, i) for i in indices]
+        ctx.emit("index_put", [ctx.tensor(x, ident), specs, _ident(ctx, values)], {"accumulate": bool(accumulate)},
+                 perm=ident)
+        return
+    if accumulate:
+        call.fail("accumulate", "accumulating writes through a boolean mask are not supported")
+    masks = given
     if len(indices) != 1 or len(masks) != 1 or ctx.meta(masks[0]).dtype != "bool":
-        call.fail("indices", "only a single boolean mask (y[mask] = v) is supported; integer indices are not")
+        call.fail("indices", "a boolean mask must be the only index (y[mask] = v); it cannot be mixed with others")
     mask = masks[0]
     rank, mask_rank = ctx.meta(x).rank, ctx.meta(mask).rank
     shape = ctx.meta(values).shape
@@ -110,3 +146,33 @@ def convert_index_put(ctx, call):
     value = {"ref": ctx.emit("cast", [value], {"dtype": ctx.meta(x).dtype}, perm=(),
                              out=ctx.fresh(f"{call.name}_typed"), meta=ctx.meta(values)).name}
     ctx.emit("where", [mask_spec, value, ctx.tensor(x, ident)], perm=ident)
+
+
+@kernel("masked_scatter", inputs=[TENSOR, TENSOR, TENSOR])
+def k_masked_scatter(x, mask, source):
+    """torch ``x.masked_scatter(mask, source)``: the positions where ``mask`` (broadcast to ``x``) is True, in
+    row-major order, take ``source``'s elements in order (a LLaVA-style model writes image features into its token
+    embeddings so). The output has ``x``'s shape; ``source`` must hold at least as many elements as ``mask`` has
+    True entries (checked on the host, as torch checks it)."""
+    mask = mx.broadcast_to(mask, x.shape).reshape(-1)
+    flat = source.reshape(-1).astype(x.dtype)
+    count = mx.sum(mask.astype(mx.int32))
+    if not exporting():
+        mx.eval(count)
+        if count.item() > flat.size:
+            raise ValueError(f"masked_scatter: mask has {count.item()} True entries but source has only "
+                             f"{flat.size} elements")
+    else:
+        export_note("masked_scatter's host-side source size check -> a short source repeats its last element")
+    position = mx.clip(mx.cumsum(mask.astype(mx.int32)) - 1, 0, max(flat.size - 1, 0))
+    taken = mx.take(flat, position) if flat.size else mx.zeros_like(x.reshape(-1))
+    return mx.where(mask, taken, x.reshape(-1)).reshape(x.shape)
+
+
+@register("aten.masked_scatter.default", "aten.masked_scatter_.default")
+def convert_masked_scatter(ctx, call):
+    x, mask, source = call.arg("self"), call.arg("mask"), call.arg("source")
+    rank = ctx.meta(x).rank
+    if ctx.meta(mask).rank > rank:
+        call.fail("mask", "a mask with more dims than self is not supported")
+    ctx.emit("masked_scatter", [_ident(ctx, x), _ident(ctx, mask), _ident(ctx, source)], perm=L.identity(rank))

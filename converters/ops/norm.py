@@ -171,16 +171,22 @@ def convert_native_group_norm(ctx, call):
 
 @register("aten.instance_norm.default", channels_last=True)
 def convert_instance_norm(ctx, call):
-    """Instance norm with input statistics = group norm with one group per channel."""
+    """Instance norm with input statistics = group norm with one group per channel; with running statistics
+    (``track_running_stats=True`` in eval: ``use_input_stats=False``) it normalises per channel by the stored
+    mean and variance, i.e. eval batch norm."""
     x = call.arg("input")
-    call.arg("momentum")
+    call.arg("momentum")  # only updates running statistics in training mode
     call.arg("cudnn_enabled")
-    if not call.arg("use_input_stats"):
-        call.fail("use_input_stats", "instance norm with running statistics is not supported yet")
-    call.arg("running_mean")
-    call.arg("running_var")
+    mean, var = call.arg("running_mean"), call.arg("running_var")
     rank = ctx.meta(x).rank
     perm = L.channels_last(rank)
+    if not call.arg("use_input_stats"):
+        if mean is None or var is None:
+            call.fail("use_input_stats", "instance norm without input statistics needs running_mean and running_var")
+        inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias")),
+                  ctx.tensor(mean), ctx.tensor(var)]
+        ctx.emit("batch_norm", inputs, {"axis": rank - 1, "eps": call.arg("eps")}, perm=perm)
+        return
     channels = ctx.meta(x).shape[1]
     if not isinstance(channels, int):
         call.fail("input", "the channel count must be static")

@@ -139,20 +139,41 @@ def k_stack(tensors, *, axis):
     return mx.stack(tensors, axis=axis)
 
 
+_LIST_MODES = ("sizes", "indices")
+
+
 def _check_split(inputs, attrs):
-    """Mode "sizes" takes a list of sizes; "size" and "chunks" one int (or a reference to one)."""
+    """Modes "sizes" and "indices" take a list; "size", "chunks" and "sections" one int (or a reference)."""
     if isinstance(inputs[1], dict):  # a reference: its value is checked when it runs
         return
-    if (attrs.get("mode") == "sizes") != isinstance(inputs[1], list):
-        want = "a list of sizes" if attrs.get("mode") == "sizes" else "one int"
+    if (attrs.get("mode") in _LIST_MODES) != isinstance(inputs[1], list):
+        want = "a list" if attrs.get("mode") in _LIST_MODES else "one int"
         raise SpecError(f"mode {attrs.get('mode')!r} takes {want} as inputs[1]", ".mode")
 
 
 @kernel("split", inputs=[TENSOR, OneOf(INT_OR_REF, SIZES)],
-        attrs={"axis": AXIS, "mode": Enum("size", "sizes", "chunks")}, check=_check_split)
+        attrs={"axis": AXIS, "mode": Enum("size", "sizes", "chunks", "sections", "indices")}, check=_check_split)
 def k_split(x, size, *, axis, mode):
-    """torch split/chunk along ``axis``: mode "size" (pieces of ``size``), "sizes" (a list), "chunks"."""
+    """torch split/chunk along ``axis``: mode "size" (pieces of ``size``), "sizes" (a list), "chunks";
+    ``tensor_split``: "sections" (``n`` pieces, the first ``length % n`` one longer) and "indices" (the pieces
+    between the given positions, each cut as a Python slice: negative positions count from the end, a piece may be
+    empty)."""
     length = x.shape[axis]
+    if mode == "indices":
+        cuts = [0] + [int(i) for i in size] + [length]
+        pieces = []
+        for start, stop in zip(cuts[:-1], cuts[1:]):
+            key = [slice(None)] * x.ndim
+            kept = range(length)[start:stop]  # Python's slice rules: clamped, negative from the end
+            key[axis] = slice(kept.start, kept.start + len(kept))
+            pieces.append(x[tuple(key)])
+        return pieces
+    if mode == "sections":
+        n = int(size)
+        if n < 1:
+            raise ValueError(f"tensor_split: number of sections must be at least 1, got {n}")
+        return mx.split(x, [(length // n + 1) * i if i <= length % n else length % n + (length // n) * i
+                            for i in range(1, n)], axis=axis)
     if mode == "sizes":
         sizes = [int(s) for s in size]
     else:
@@ -484,6 +505,14 @@ def convert_split(ctx, call):
 def convert_split_sizes(ctx, call):
     sizes = call.arg("split_sizes") if call.has("split_sizes") else call.arg("split_size")
     _emit_split(ctx, call, call.arg("self"), list(sizes), call.arg("dim"), "sizes")
+
+
+@register("aten.tensor_split.sections", "aten.tensor_split.indices")
+def convert_tensor_split(ctx, call):
+    if call.has("sections"):
+        _emit_split(ctx, call, call.arg("self"), call.arg("sections"), call.arg("dim"), "sections")
+    else:
+        _emit_split(ctx, call, call.arg("self"), list(call.arg("indices")), call.arg("dim"), "indices")
 
 
 @register("aten.chunk.default")

@@ -39,6 +39,7 @@ from tests.converters import test_ops_pool_options as pool_options
 from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
 from tests.converters import test_unseen_models as unseen
+from tests.converters import test_unseen_models_more as unseen_more
 from tests.converter_check import assert_matches
 from tests.models import REGISTRY, make_inputs
 from porter.converters import supported_ops
@@ -146,6 +147,14 @@ for _name, _spec in REGISTRY.items():
     EXERCISERS[f"models:{_name}"] = Exerciser(lambda spec=_spec: (spec.builder(), make_inputs(spec.inputs)))
 EXERCISERS["test_unseen_models:GroupNormNet"] = Exerciser(_case(unseen.GroupNormNet().eval(), (2, 3, 9, 7)),
                                                        "decomposed")  # core ATen's native_group_norm
+EXERCISERS["test_unseen_models_more:MaxNormEmbedding"] = Exerciser(
+    lambda: (unseen_more.MaxNormEmbedding().eval(), (torch.tensor([[1, 2, 2, 5], [0, 9, 1, 3]]),)))
+EXERCISERS["test_unseen_models_more:TensorSplits"] = Exerciser(_case(unseen_more.TensorSplits().eval(), (2, 5, 7)))
+EXERCISERS["test_unseen_models_more:FeatureScatter"] = Exerciser(lambda: (unseen_more.FeatureScatter().eval(), (
+    torch.randn(2, 6, 4), torch.randn(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]]))))
+EXERCISERS["test_unseen_models_more:FeatureScatterInPlace"] = Exerciser(lambda: (
+    unseen_more.FeatureScatterInPlace().eval(),
+    (torch.randn(2, 6, 4), torch.randn(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]]))))
 EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
     lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
 
