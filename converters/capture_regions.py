@@ -97,6 +97,11 @@ def _pad_kernel(mode, dims: int) -> str:
     return {"reflect": f"reflection_pad{dims}d", "replicate": f"replication_pad{dims}d"}.get(mode, "pad")
 
 
+# in-place writes that leave the same values on every call (renormalising rows to at most max_norm: a second
+# call finds them within the bound), so a port that redoes the write each call matches torch's later calls too
+_SAME_EVERY_CALL = ("embedding_renorm_",)
+
+
 class Inliner:
     """Walks an exported graph (and the bodies of its regions) emitting IR nodes.
 
@@ -155,7 +160,8 @@ class Inliner:
                 renames.update(self._write_back(old, node))
             else:  # views taken of the written tensor before the write would see it in torch
                 self.stale.update(v for v in self.views if self._root(v) == old)
-            self.written.update(renames)
+            if op_base not in _SAME_EVERY_CALL:
+                self.written.update(renames)
             for key, value in list(env.items()):
                 if value in renames:
                     env[key] = renames[value]

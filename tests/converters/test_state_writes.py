@@ -131,3 +131,20 @@ def test_training_mode_batch_norm_still_converts():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
     ported = porter.convert(model, torch.randn(2, 3, 8, 8), io_layout="torch")
     assert ported.training
+
+
+def test_embedding_max_norm_writes_its_weight_but_every_call_matches_torch():
+    """``nn.Embedding(max_norm=...)`` renormalises the rows it looks up in place; a second call finds them within
+    the bound, so the stateless port (which renormalises on every call) matches torch's later calls too."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4, max_norm=1.0), nn.Linear(4, 3)).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(3.0)  # most rows above the bound
+    ids = torch.tensor([[1, 2, 3, 2], [4, 5, 1, 9]])
+    ported = porter.convert(model, ids.clone())
+    for call in range(3):
+        x = ids if call < 2 else torch.tensor([[0, 6, 7, 8], [1, 1, 2, 3]])
+        with torch.no_grad():
+            want = model(x).numpy()
+        np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), want, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"call {call}")
