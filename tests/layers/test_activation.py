@@ -103,8 +103,8 @@ def test_activation_matches_torch(kind, dtype, n, backend):
     ulp = _spacing(ref[mask], dtype)
     # flush-to-zero of subnormal results (MLX's float32 sigmoid flushes its subnormal intermediates)
     tiny = {"float32": 1e-37, "float16": 6e-8, "bfloat16": 1e-37}[dtype] * (10 if backend == "mlx" else 1)
-    # Never further from the exact value than torch is, plus a little. GELU's erfc (Numerical Recipes' fit, relative
-    # error 1.2e-7 before float rounding) costs up to ~6 ulp for x in [-2, -1.3], where torch's erf is ~1 ulp.
+    # Never further from the exact value than torch is, plus a little. GELU's erfc (native: a fitted t Q(t) e^{-x^2/2},
+    # up to ~6 ulp near 0 and in [-2, -1.5], where torch's erf is ~1 ulp; test_native_gelu_accuracy_dense_sweep).
     gelu = kind in ("gelu", "gelu_tanh")
     slack = (6 if gelu else 3) * ulp + tiny if dtype == "float32" else ulp + tiny
     if backend == "mlx" and dtype == "float32":
