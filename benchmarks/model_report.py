@@ -32,7 +32,13 @@ def make_row(name: str, batch: int, mode: str, torch_rows: list, mlx_rows: list,
                 max_rel_err=max(r["max_rel_err"] for r in mlx_rows),
                 torch_train_params=torch_rows[-1].get("train_params"), mlx_train_params=last.get("train_params"),
                 convert_s=(convert or {}).get("convert_s"), load_s=last.get("load_s"), profile=last.get("profile"),
-                error=None)
+                native=last.get("native"), pure_mlx=any(_pure_mlx(r) for r in mlx_rows), error=None)
+
+
+def _pure_mlx(mlx_row: dict) -> bool:
+    """An MLX worker whose layers wanted Porter's native kernels and found no build (``porter.bench.native_kernels``)."""
+    native = mlx_row.get("native") or {}
+    return bool(native.get("needed")) and not native.get("available")
 
 
 def error_row(name: str, batch, mode: str, message: str) -> dict:
@@ -50,7 +56,8 @@ def format_row(row: dict) -> str:
     return (f"| {row['model']} | {row['batch']} | {row['mode']} | {row['torch_ms']:.1f} | {row['mlx_ms']:.1f} | "
             f"{row['ratio']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) | {row['cpu_ratio']:.2f} | "
             f"{row['torch_rss_mb']:.0f} MB | {row['mlx_rss_mb']:.0f} / {row['mlx_peak_mb']:.0f} MB | "
-            f"{'yes' if row['torch_free'] else 'no'} | {row['blas']} ({row['threads']}) | {row['path']} | {err} |")
+            f"{'yes' if row['torch_free'] else 'no'} | {row['blas']} ({row['threads']}) | {row['path']}"
+            f"{' [PURE MLX: no native build]' if row.get('pure_mlx') else ''} | {err} |")
 
 
 def geometric_mean(values: list) -> float:
@@ -71,6 +78,13 @@ def summary(rows: list) -> list:
     lines.append(f"Above {FORWARD_TARGET} (forward) / {TRAIN_TARGET} (train): "
                  + (", ".join(f"{r['model']} b{r['batch']} {r['mode']} {r['ratio']:.2f} (CPU {r['cpu_ratio']:.2f})"
                               for r in over) or "none") + ".")
+    pure = [r for r in done if r.get("pure_mlx")]
+    if pure:
+        lines.append("Pure-MLX layers (no native build for the sources): "
+                     + ", ".join(f"{r['model']} b{r['batch']} {r['mode']}" for r in pure) + ".")
+    builds = sorted({r["native"]["directory"] for r in done if r.get("native") and r["native"].get("available")})
+    if len(builds) > 1:
+        lines.append(f"The native build changed during the run ({len(builds)} builds: {', '.join(builds)}).")
     failed = [r for r in rows if r.get("error")]
     if failed:
         lines.append("Failed: " + ", ".join(f"{r['model']} b{r['batch']} {r['mode']}" for r in failed) + ".")

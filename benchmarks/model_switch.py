@@ -1,4 +1,5 @@
-"""One model's forward with a Porter switch off and on, and torch's, alternately in one process (1-thread CPU time).
+"""Models' forwards with a Porter switch off and on (or, without ``--switch``, the port alone) and torch's,
+alternately in one process (1-thread CPU time).
 
 A switch is a module attribute read while the MLX graph is built (``porter.converters.layer_types:MHA_PACKED``,
 ``porter.layers._conv_engine:MATMUL_1X1``): each round runs torch, the port with the switch False, then True, and the
@@ -6,6 +7,7 @@ minimum process CPU time per forward over rounds is kept (the machine is shared:
 
     python benchmarks/model_switch.py --model vit_b_16 --batches 1,8 \
         --switch porter.converters.layer_types:MHA_PACKED
+    python benchmarks/model_switch.py --model swin_t,resnet50 --batches 1,8   # port vs torch only
 """
 
 from __future__ import annotations
@@ -26,21 +28,33 @@ import torch  # noqa: E402
 
 from benchmarks import model_list  # noqa: E402
 from benchmarks.cpu_time import cpu_per_call  # noqa: E402
-from porter.bench import load_spec  # noqa: E402
+from porter.bench import load_spec, native_kernels, native_problem  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", required=True, help="model names (benchmarks/model_list.py), comma-separated")
     parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--switch", required=True, help="module:attribute (a bool)")
+    parser.add_argument("--switch", help="module:attribute (a bool); without it the port runs as it is")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=2, help="forwards per timing")
     args = parser.parse_args(argv)
+    problem = native_problem(native_kernels())
+    if problem:  # the port would time the pure-MLX fallback
+        parser.exit(2, f"{parser.prog}: refusing to time: {problem}\n")
     torch.set_num_threads(1)
-    module_name, attr = args.switch.split(":")
-    module = importlib.import_module(module_name)
-    entry = model_list.MODELS[args.model]
+    for name in args.model.split(","):
+        _run_model(name, args)
+    return 0
+
+
+def _run_model(name: str, args) -> None:
+    module, attr = None, None
+    if args.switch:
+        module_name, attr = args.switch.split(":")
+        module = importlib.import_module(module_name)
+    values = (False, True) if module is not None else (None,)
+    entry = model_list.MODELS[name]
     shape = entry["chw"]
     torch.manual_seed(0)
     model = load_spec(entry["builder"])(**entry["builder_kwargs"]).eval()
@@ -54,21 +68,26 @@ def main(argv=None) -> int:
                 model(x)
 
         def run_port(value):
-            setattr(module, attr, value)
+            if module is not None:
+                setattr(module, attr, value)
             mx.eval(ported(xm))
 
-        for fn in (run_torch, lambda: run_port(False), lambda: run_port(True)):
-            fn()
-        best = {"torch": float("inf"), False: float("inf"), True: float("inf")}
+        run_torch()
+        for value in values:
+            run_port(value)
+        best = {"torch": float("inf"), **{value: float("inf") for value in values}}
         for _ in range(args.rounds):
             best["torch"] = min(best["torch"], cpu_per_call(run_torch, args.reps, warmup=False))
-            for value in (False, True):
+            for value in values:
                 best[value] = min(best[value], cpu_per_call(lambda: run_port(value), args.reps, warmup=False))
-        setattr(module, attr, True)
         t = best["torch"]
-        print(f"{args.model} b{batch}: torch {t * 1e3:.0f} ms, {attr}=False {best[False] * 1e3:.0f} ms "
+        if module is None:
+            print(f"{name} b{batch}: torch {t * 1e3:.0f} ms, port {best[None] * 1e3:.0f} ms ({best[None] / t:.2f})",
+                  flush=True)
+            continue
+        setattr(module, attr, True)
+        print(f"{name} b{batch}: torch {t * 1e3:.0f} ms, {attr}=False {best[False] * 1e3:.0f} ms "
               f"({best[False] / t:.2f}), True {best[True] * 1e3:.0f} ms ({best[True] / t:.2f})", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ A training step is forward, backward of the mean squared output and an SGD updat
 frozen: the converted graph is the eval graph); the row notes it when the two sides train a different number of
 parameters. ``--profile`` adds the MLX side's per-op time attribution (``porter.bench.op_profile``).
 
+The MLX side must run Porter's native CPU kernels built for the current ``layers/csrc`` sources (``porter
+build-kernels``): without that build the layers would silently fall back to pure-MLX ops, so the run is refused
+before anything is converted, and an MLX worker that finds no build later (a source edited mid-run) fails its row.
+``--allow-pure-mlx`` times the fallback on purpose (warned, marked in the MLX path column, ``native`` in the JSON);
+``--env PORTER_NATIVE=0`` is the explicit pure-MLX comparison and needs no flag.
+
 Per model, one converter process (holding torch) converts it with ``porter.convert``, saves it with ``porter.save``
 and saves torch's output for each batch. Each round then starts a fresh torch process and a fresh MLX process that
 only loads the artifact (``porter.load``) and runs it: the MLX process never imports torch (checked: column
@@ -42,7 +48,7 @@ sys.path.insert(0, ROOT)
 from benchmarks.model_list import MODELS, register, select  # noqa: E402,F401  (register: for scripts adding models)
 from benchmarks.model_report import (FORWARD_TARGET, HEADER, TRAIN_TARGET, error_row, format_row, make_row,  # noqa: E402
                                      profile_lines, summary)
-from porter.bench import benchmark_isolated  # noqa: E402
+from porter.bench import benchmark_isolated, native_problem  # noqa: E402
 
 
 def _zoo_forward(name: str, model, x=None):
@@ -67,7 +73,8 @@ def run_case(name: str, batch: int, mode: str, args, env: dict, convert: dict | 
     entry = MODELS[name]
     spec = dict(builder=entry["builder"], builder_kwargs=entry["builder_kwargs"], shape=[batch, *entry["chw"]],
                 repeat=args.repeat, warmup=args.warmup, sys_path=[ROOT], compile=args.compile,
-                threads=args.threads or None, mode=mode, max_seconds=args.max_seconds)
+                threads=args.threads or None, mode=mode, max_seconds=args.max_seconds,
+                require_native=not args.allow_pure_mlx)
     if convert is None:  # --path zoo: convert in the timed process
         mlx_spec = dict(spec, framework="mlx", converter=f"benchmarks.models:zoo_{entry['zoo']}")
     else:
@@ -112,6 +119,11 @@ def main(argv=None, out=print) -> list:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment for the MLX processes (e.g. PORTER_BLAS=none)")
     parser.add_argument("--json", metavar="PATH", help="write every row (and the summary) to PATH as JSON")
+    parser.add_argument("--allow-pure-mlx", action="store_true",
+                        help="time the MLX side even when Porter's native CPU kernels for the current layers/csrc "
+                             "are not built (its layers then run pure-MLX ops): warned on stderr, marked in each "
+                             "row's MLX path and recorded in the JSON. Without it such a run is refused, and a row "
+                             "whose worker finds no build (a source edited mid-run) fails")
     args = parser.parse_args(argv)
     try:
         names = select(args.models)
@@ -129,6 +141,15 @@ def main(argv=None, out=print) -> list:
     bad = [m for m in modes if m not in ("forward", "train")]
     if bad:
         parser.error(f"--modes: expected forward and/or train but got {', '.join(bad)}")
+
+    native = benchmark_isolated(dict(framework="native"), env=env)
+    problem = native_problem(native)
+    if problem and not args.allow_pure_mlx:
+        parser.exit(2, f"{parser.prog}: refusing to time the MLX side: {problem} Or pass --allow-pure-mlx to time "
+                       "the pure-MLX layers on purpose.\n")
+    if problem:
+        print(f"WARNING: {problem} --allow-pure-mlx: every MLX row below times pure-MLX layers, not Porter's "
+              "native kernels.", file=sys.stderr, flush=True)
 
     out(HEADER)
     out("|---" * (HEADER.count("|") - 1) + "|")
@@ -166,8 +187,8 @@ def main(argv=None, out=print) -> list:
                 out(line)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows, "summary": lines}, f,
-                      indent=1)
+            json.dump({"argv": sys.argv[1:] if argv is None else list(argv), "native": native, "rows": rows,
+                       "summary": lines}, f, indent=1)
     return rows
 
 

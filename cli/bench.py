@@ -2,7 +2,7 @@
 
 import click
 
-from porter.bench import time_fn
+from porter.bench import BUILD_COMMAND, native_kernels, native_problem, time_fn
 from porter.checkpoints import check_input_shapes, parse_input_shapes
 
 from .artifact import load_ported, recorded_model, recorded_source
@@ -29,14 +29,19 @@ def parse_batches(text):
 @click.option("--batch", "batch", default="1,8", show_default=True, help="Batch sizes, comma-separated.")
 @click.option("--warmup", type=click.IntRange(0, 10000), default=3, show_default=True, help="Untimed runs before timing.")
 @click.option("--repeat", type=click.IntRange(1, 100000), default=10, show_default=True, help="Timed runs (the median is reported).")
+@click.option("--allow-pure-mlx", is_flag=True,
+              help="Time the model even when Porter's native CPU kernels for the current sources are not built (its "
+                   "layers then run slower pure-MLX ops; noted, and recorded as \"native\" in --json).")
 @architecture_options
 @common_options()
-def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwargs, arch, input_shapes,
-          trust_pickle):
+def bench(ui, directory, against, batch, warmup, repeat, allow_pure_mlx, model_spec, model_kwargs, arch,
+          input_shapes, trust_pickle):
     """Time the converted model in DIR (median of repeated runs after warm-up), and torch with --against.
 
     Inputs are seeded random tensors of the shape recorded at conversion (or --input-shape), with the batch
-    dimension replaced by each --batch size. The ratio is MLX time / torch time (below 1: MLX is faster).
+    dimension replaced by each --batch size. The ratio is MLX time / torch time (below 1: MLX is faster). On the
+    CPU the native kernels must be built for the installed sources (`porter build-kernels`), or --allow-pure-mlx
+    given: a timing of the pure-MLX fallback is not what a user with the build runs.
     """
     import mlx.core as mx
     import numpy as np
@@ -51,6 +56,13 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                          "against.", "Add --against FILE, or drop them.")
     if warmup < 0 or repeat < 1:
         raise InputError("--warmup must be >= 0 and --repeat >= 1.", "For example --warmup 3 --repeat 10.")
+    native = native_kernels()
+    problem = native_problem(native)
+    if problem and not allow_pure_mlx:
+        raise InputError(f"Refusing to time '{directory}': {problem}",
+                         f"Run `{BUILD_COMMAND}`, or pass --allow-pure-mlx to time the pure-MLX layers on purpose.")
+    if problem:
+        ui.info(f"Warning: {problem} --allow-pure-mlx: timing the pure-MLX layers.")
     ported = load_ported(directory)
     meta = recorded_source(ported)
     dtypes = input_dtypes(ported)
@@ -105,7 +117,8 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
                     row["torch_ms"] = time_fn(run_torch, warmup=warmup, repeat=repeat)["median_ms"]
                     row["ratio"] = row["mlx_ms"] / row["torch_ms"]
                 rows.append(row)
-    ui.echo(f"{directory}: median of {repeat} runs after {warmup} warm-up runs")
+    ui.echo(f"{directory}: median of {repeat} runs after {warmup} warm-up runs"
+            + (" (PURE MLX: no native kernel build)" if problem else ""))
     header = f"{'batch':>6} {'mlx ms':>10}" + (f" {'torch ms':>10} {'mlx/torch':>10}" if torch_model else "")
     ui.echo(header)
     for row in rows:
@@ -113,7 +126,8 @@ def bench(ui, directory, against, batch, warmup, repeat, model_spec, model_kwarg
         if "torch_ms" in row:
             line += f" {row['torch_ms']:>10.2f} {row['ratio']:>9.2f}x"
         ui.echo(line)
-    ui.emit_json({"ok": True, "directory": directory, "warmup": warmup, "repeat": repeat, "results": rows})
+    ui.emit_json({"ok": True, "directory": directory, "warmup": warmup, "repeat": repeat, "native": native,
+                  "results": rows})
 
 
 def _array(rng, shape, dtype: str):

@@ -71,6 +71,34 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+BUILD_COMMAND = "porter build-kernels"
+
+
+def native_kernels() -> dict:
+    """Whether this process's layers run Porter's native CPU kernels: ``{"needed", "available", "directory",
+    "reason"}``. ``needed``: the default device is the CPU and neither ``PORTER_NATIVE=0`` nor ``use_native(False)``
+    switched them off (an explicit choice to time pure MLX); ``directory``: where the build for the current
+    ``layers/csrc`` sources, MLX and CPU must be (``layers/_native_build.py``: an edited source is a new folder, so a
+    stale build is a missing one)."""
+    import mlx.core as mx
+
+    from porter.layers import native_status
+
+    info = native_status()
+    return dict(needed=bool(info["enabled"]) and mx.default_device() == mx.cpu, available=bool(info["available"]),
+                directory=info["directory"], reason=info["reason"])
+
+
+def native_problem(state: dict) -> str | None:
+    """The sentence saying why a timing with ``state`` (:func:`native_kernels`) would not time what users run (the
+    layers would fall back to pure-MLX ops), or ``None`` when the native kernels are there or not wanted."""
+    if not state.get("needed") or state.get("available"):
+        return None
+    return (f"Porter's native CPU kernels are not built for the current sources ({state.get('reason')}; expected in "
+            f"{state.get('directory')}): the layers would silently run on slower pure-MLX ops. Build them with "
+            f"`{BUILD_COMMAND}` (again after any layers/csrc edit).")
+
+
 def load_spec(spec: str):
     """``"package.module:attribute"`` -> the attribute."""
     module, _, attr = spec.partition(":")
@@ -129,6 +157,7 @@ def run_mlx(spec: dict) -> dict:
     import numpy as np
     import torch
 
+    native = _check_native(spec)
     model = _torch_model(spec)
     x = _input(spec)
     xt = torch.from_numpy(x)
@@ -150,7 +179,7 @@ def run_mlx(spec: dict) -> dict:
     profile = op_profile(forward, xm) if spec.get("profile") and hasattr(forward, "_program") else None
     return dict(timing, **_mlx_info(), framework="mlx", mode=spec.get("mode", "forward"), profile=profile,
                 mlx_peak_mb=mx.get_peak_memory() / 2**20, peak_rss_mb=peak_rss_bytes() / 2**20,
-                rss_before_mb=base / 2**20, max_rel_err=rel_err, torch_free=False,
+                rss_before_mb=base / 2**20, max_rel_err=rel_err, torch_free=False, native=native,
                 path=(spec.get("converter") or "porter.convert") + (" + mx.compile" if spec.get("compile") else ""))
 
 
@@ -211,6 +240,7 @@ def run_loaded(spec: dict) -> dict:
 
     from porter.converters import layout
 
+    native = _check_native(spec)
     start = time.perf_counter()
     model = porter.load(spec["artifact"])
     load_s = time.perf_counter() - start
@@ -240,8 +270,18 @@ def run_loaded(spec: dict) -> dict:
     return dict(timing, **_mlx_info(), framework="mlx", mode=spec.get("mode", "forward"), profile=profile,
                 mlx_peak_mb=mx.get_peak_memory() / 2**20, peak_rss_mb=peak_rss_bytes() / 2**20,
                 rss_before_mb=base / 2**20, max_rel_err=rel_err, torch_free="torch" not in sys.modules,
-                load_s=load_s, train_params=train_params,
+                native=native, load_s=load_s, train_params=train_params,
                 path="porter.load" + (" + mx.compile" if spec.get("compile") else ""))
+
+
+def _check_native(spec: dict) -> dict:
+    """:func:`native_kernels` in an MLX worker; with ``spec["require_native"]`` a missing or stale build is an error
+    (the row would time pure-MLX layers), otherwise the state goes into the row for the caller to show."""
+    state = native_kernels()
+    problem = native_problem(state)
+    if problem and spec.get("require_native"):
+        raise RuntimeError(f"[porter.bench] {problem}")
+    return state
 
 
 def _time_mlx(forward, xm, spec: dict) -> dict:
@@ -358,7 +398,9 @@ def benchmark_isolated(spec: dict, *, env: dict | None = None, timeout: float = 
     ``chw``, ``batches``, ``out``) or "loaded" (:func:`run_loaded`: ``artifact``, ``ref``; no torch). The rest:
     ``builder``, ``shape``, optional ``builder_kwargs``, ``converter``, ``repeat``, ``warmup``, ``seed``,
     ``threads``, ``compile``, ``mode`` "forward" or "train" (forward, backward of the mean squared output, SGD
-    update), ``profile`` (MLX: per-op attribution, :func:`op_profile`).
+    update), ``profile`` (MLX: per-op attribution, :func:`op_profile`), ``require_native`` (MLX: fail rather than
+    time pure-MLX layers when the native kernels for the current sources are not built; every MLX row records
+    ``native``, :func:`native_kernels`). "native" returns the child's :func:`native_kernels` (a check before a run).
 
     ``env`` adds environment variables for the child (e.g. ``{"PORTER_BLAS": "none"}``). A torch child gets
     ``PORTER_BLAS=none`` and ``PORTER_CACHE_LIMIT=mlx`` unless ``env`` sets them: then nothing but torch's own BLAS
@@ -394,7 +436,8 @@ def _main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     for path in spec.get("sys_path", []):
         sys.path.insert(0, path)
-    runner = {"torch": run_torch, "mlx": run_mlx, "convert": run_convert, "loaded": run_loaded}[spec["framework"]]
+    runner = {"torch": run_torch, "mlx": run_mlx, "convert": run_convert, "loaded": run_loaded,
+              "native": lambda _spec: native_kernels()}[spec["framework"]]
     print(json.dumps(runner(spec)))
 
 

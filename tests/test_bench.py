@@ -229,3 +229,89 @@ def test_torch_worker_runs_with_torchs_own_blas_and_allocator(monkeypatch):
     seen.clear()
     bench.benchmark_isolated({"framework": "torch"}, env={"PORTER_CACHE_LIMIT": "512MB"})
     assert seen["PORTER_CACHE_LIMIT"] == "512MB"  # an explicit setting wins
+
+
+# ---------------------------------------------------------------- a missing or stale native build is never timed silently
+@pytest.fixture(scope="module")
+def no_build(tmp_path_factory):
+    """What a fresh interpreter finds when no native build exists for the current sources (an empty kernel root, as
+    after a ``layers/csrc`` edit: the build tag hashes the sources, so a stale build is simply not found)."""
+    root = str(tmp_path_factory.mktemp("no-kernels"))
+    return root, bench.benchmark_isolated({"framework": "native"}, env={"PORTER_KERNEL_DIR": root})
+
+
+def test_native_state_of_a_missing_build(no_build):
+    root, state = no_build
+    assert state["needed"] is True and state["available"] is False and state["directory"].startswith(root)
+    problem = bench.native_problem(state)
+    assert "not built for the current sources" in problem and state["directory"] in problem
+    assert "porter build-kernels" in problem
+    assert bench.native_problem(dict(state, available=True)) is None
+    assert bench.native_problem(dict(state, needed=False)) is None  # PORTER_NATIVE=0 / a GPU: pure MLX on purpose
+    off = bench.benchmark_isolated({"framework": "native"}, env={"PORTER_KERNEL_DIR": root, "PORTER_NATIVE": "0"})
+    assert off["needed"] is False and bench.native_problem(off) is None
+
+
+def test_mlx_worker_refuses_a_missing_build_when_required(no_build):
+    """require_native: the worker fails naming the missing build and the command; without it the row records it."""
+    root, _ = no_build
+    spec = dict(builder="torch.nn:Conv2d", builder_kwargs=dict(in_channels=3, out_channels=4, kernel_size=3, padding=1),
+                shape=[1, 3, 6, 5], repeat=1, warmup=0, converter="tests.test_bench:conv_to_mlx", sys_path=[REPO_ROOT],
+                framework="mlx")
+    env = {"PORTER_KERNEL_DIR": root}
+    with pytest.raises(RuntimeError, match=r"not built for the current sources(.|\n)*porter build-kernels"):
+        bench.benchmark_isolated(dict(spec, require_native=True), env=env)
+    row = bench.benchmark_isolated(spec, env=env)
+    assert row["native"]["available"] is False and row["native"]["needed"] is True
+    assert bench.benchmark_isolated(dict(spec, require_native=True))["native"]["available"] is True  # the real build
+
+
+def test_models_main_refuses_without_a_build(no_build, tmp_path, monkeypatch, capsys):
+    """benchmarks/models.py exits before converting anything, naming the build folder and the command."""
+    from benchmarks import models
+
+    root, state = no_build
+    monkeypatch.setenv("PORTER_KERNEL_DIR", root)
+    with pytest.raises(SystemExit) as exc:
+        models.main(["--models", "resnet18", "--batches", "1", "--rounds", "1", "--json", str(tmp_path / "r.json")],
+                    out=lambda line: None)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "refusing to time the MLX side" in err and state["directory"] in err and "porter build-kernels" in err
+    assert "--allow-pure-mlx" in err and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+def test_models_main_allow_pure_mlx_warns_and_records(no_build, tmp_path, monkeypatch, capsys):
+    import json
+
+    from benchmarks import model_list, models
+
+    root, _ = no_build
+    monkeypatch.setenv("PORTER_KERNEL_DIR", root)
+    monkeypatch.setitem(model_list.MODELS, "tiny", dict(builder="tests.test_bench:tiny_net", builder_kwargs={},
+                                                        chw=(3, 12, 10), group="classification", zoo=None))
+    lines = []
+    rows = models.main(["--models", "tiny", "--batches", "1", "--rounds", "1", "--repeat", "1", "--warmup", "0",
+                        "--allow-pure-mlx", "--json", str(tmp_path / "rows.json")], out=lines.append)
+    assert "WARNING" in capsys.readouterr().err
+    saved = json.loads((tmp_path / "rows.json").read_text())
+    assert saved["native"]["available"] is False and rows[0]["pure_mlx"] is True and rows[0]["error"] is None
+    assert "[PURE MLX: no native build]" in lines[2] and any(line.startswith("Pure-MLX layers") for line in lines)
+
+
+def test_row_of_a_worker_without_the_build_is_marked():
+    from benchmarks.model_report import format_row, make_row, summary
+
+    timing = dict(times_ms=[1.0], median_ms=1.0, cpu_median_ms=1.0, peak_rss_mb=1.0, max_rel_err=0.0)
+    torch_row = dict(timing)
+    mlx_row = dict(timing, mlx_peak_mb=1.0, blas="b", threads=1, path="porter.load", torch_free=True,
+                   native=dict(needed=True, available=False, directory="/k/x", reason="not built"))
+    row = make_row("m", 1, "forward", [torch_row], [mlx_row], None)
+    assert row["pure_mlx"] and "[PURE MLX" in format_row(row)
+    assert any(line.startswith("Pure-MLX layers (no native build for the sources): m b1 forward") for line in summary([row]))
+    ok = dict(mlx_row, native=dict(needed=True, available=True, directory="/k/a", reason=None))
+    rows = [make_row("m", b, "forward", [torch_row], [dict(ok, native=dict(ok["native"], directory=d))], None)
+            for b, d in ((1, "/k/a"), (8, "/k/b"))]
+    assert not rows[0]["pure_mlx"] and "[PURE" not in format_row(rows[0])
+    assert any("native build changed during the run (2 builds" in line for line in summary(rows))

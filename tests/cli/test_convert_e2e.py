@@ -225,3 +225,26 @@ def test_several_inputs(runner, tmp_path):
                                              torch_to_ported(y.numpy(), doc["input_layouts"][1])], tmp_path)
     with torch.no_grad():
         assert_matches_torch(ported_to_torch(ours, doc["output_layouts"][0]), model(x, y))
+
+
+def test_bench_refuses_without_a_native_build(runner, tmp_path, monkeypatch):
+    """`porter bench` on the CPU without the native kernels for the current sources: refused naming the build and the
+    command; --allow-pure-mlx times it and records the state in --json."""
+    import importlib
+
+    from porter import bench as bench_lib
+
+    cli_bench = importlib.import_module("porter.cli.bench")
+    missing = bench_lib.benchmark_isolated({"framework": "native"}, env={"PORTER_KERNEL_DIR": str(tmp_path / "none")})
+    assert missing["available"] is False
+    monkeypatch.setattr(cli_bench, "native_kernels", lambda: missing)
+    path, _ = write_checkpoint("traced", tmp_path)
+    assert runner.invoke(main, ["convert", path, "--no-validate"]).exit_code == 0
+    args = ["bench", str(tmp_path / "traced-mlx"), "--batch", "1", "--warmup", "0", "--repeat", "1"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2
+    assert "not built for the current sources" in result.output and "porter build-kernels" in result.output
+    assert "--allow-pure-mlx" in result.output and missing["directory"] in result.output.replace("\n", "")
+    result = runner.invoke(main, args + ["--allow-pure-mlx", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["native"]["available"] is False
