@@ -88,6 +88,11 @@ DILATED_TAPS_MAX_SHARE = 0.6
 COLUMNS = True
 COLUMNS_MIN_CHANNELS = 16
 COLUMNS_MAX_BYTES = 256 << 20
+# Strided one-group float32 3-d convs (forward only: their VJP is the strided op's) run as native im2col + GEMM over
+# blocks of output rows (layers/csrc/conv3d_columns_kernels.h) when this is on: MLX's conv_general gathers the whole
+# batch's columns in one buffer, allocated when the op is scheduled (R3D-18's 3x7x7 stem: 88 MB per clip, 700 MB at
+# batch 8; its first 3x3x3/s2 conv 350 MB), so the torch-free process peaked at 1385 MB against torch's 936.
+COLUMNS_3D = True
 
 
 def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
@@ -263,6 +268,12 @@ def _columns_pay(x, weight, stride, lo, hi, dilation, groups) -> bool:
     return min(out) > 0 and cols <= COLUMNS_MAX_BYTES and _native.active("im2col")
 
 
+def _columns3d_pay(x, weight, groups) -> bool:
+    """Whether a strided 3-d conv's forward runs as the native blocked columns (see :data:`COLUMNS_3D`)."""
+    return (COLUMNS_3D and groups == 1 and x.ndim == 5 and x.dtype == mx.float32 and weight.dtype == mx.float32
+            and _native.conv3d_columns_available())
+
+
 def _columns_conv(x, weight, stride, lo, hi, dilation) -> mx.array:
     """A one-group 2-d conv as ``im2col(x) @ weight^T``: the native gather ``(N, H_out, W_out, kH, kW, C_in)`` (tap
     ``(a, b)`` of output ``(i, j)`` reads ``x[s*i + d*a - lo, ...]``, zero outside: the padding, ``hi`` included, is
@@ -314,6 +325,9 @@ def _strided_conv_op(stride, lo, hi, groups):
     def op(x, weight):
         if _columns_pay(x, weight, stride, lo, hi, (1,) * len(stride), groups):
             return _columns_conv(x, weight, stride, lo, hi, (1,) * len(stride))
+        if _columns3d_pay(x, weight, groups):
+            out = _conv_out_sizes(x, weight, stride, lo, hi, (1,) * 3)
+            return _native.conv3d_columns(x, weight, stride, lo, out)
         return mx.conv_general(x, weight, stride=list(stride), padding=(list(lo), list(hi)), groups=groups)
 
     @op.vjp

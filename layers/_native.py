@@ -403,6 +403,29 @@ def winograd_conv3d(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.a
 _FLIP16 = [4 * (3 - a if a in (0, 3) else a) + (3 - b if b in (0, 3) else b) for a in range(4) for b in range(4)]
 
 
+# Output rows per GEMM of conv3d_columns: a block's columns take about this many bytes (one scratch per thread), and
+# at least CONV3D_COLUMNS_MIN_ROWS rows, so that a wide weight (R3D's 256->512: 7 MB) is re-read for enough rows
+# (75 rows per 2 MB block: 120 ms against MLX's 82 at batch 8)
+CONV3D_COLUMNS_BLOCK_BYTES = 8 << 20
+CONV3D_COLUMNS_MIN_ROWS = 256
+
+
+def conv3d_columns_available() -> bool:
+    """Whether :func:`conv3d_columns` can run (kernels loaded, the BLAS MLX calls found)."""
+    return active("3-d conv columns") and _fused_blas()
+
+
+def conv3d_columns(x: mx.array, weight: mx.array, stride: tuple, lo: tuple, out: tuple) -> mx.array:
+    """A one-group, undilated 3-d conv (float32, channels-last ``x`` ``(N, D, H, W, C_in)``, ``weight`` ``(C_out, kD,
+    kH, kW, C_in)``, padding ``lo`` before, output size ``out``) as im2col + GEMM over blocks of output rows
+    (``csrc/conv3d_columns_kernels.h``): the columns of one block at a time, never of the whole batch. Forward only
+    (no VJP); call :func:`conv3d_columns_available` first."""
+    k = weight.shape[1] * weight.shape[2] * weight.shape[3] * weight.shape[4]
+    block = max(CONV3D_COLUMNS_MIN_ROWS, CONV3D_COLUMNS_BLOCK_BYTES // (4 * k))
+    return kernels().conv3d_columns(x, weight, [int(v) for v in stride], [int(v) for v in lo], int(out[0]),
+                                    int(out[1]), int(out[2]), int(block))
+
+
 # bytes of transformed input one forward chunk of examples may hold (see _winograd3d_op)
 WINOGRAD3D_CHUNK_BYTES = 96 << 20
 # The forward runs as one cache-blocked native pass (csrc/conv3d_fused_kernels.h: a block of tiles transformed, its

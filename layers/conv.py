@@ -17,7 +17,7 @@ import numbers
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _conv_engine
+from . import _conv_engine, _conv_nonfinite
 from ._utils import ntuple
 from .padding import pad
 
@@ -151,6 +151,8 @@ def conv_nd(input, weight, bias, stride, padding, dilation, groups, *, nd: int, 
         y = mx.zeros((x.shape[0], *out_spatial, c_out), dtype=x.dtype)
     else:  # the strategy (float64, native, Winograd, MLX's conv...) is the engine's choice
         y = _conv_engine.conv(x, weight, stride, lo, hi, dilation, groups)
+        if _conv_nonfinite.multiplies_padding(x.dtype, nd, dilation, groups, c_in):  # torch's NaN at the borders
+            y = _conv_nonfinite.with_padding_products(y, weight, spatial, stride, lo, dilation)
     if bias is not None:
         y = y + bias
     return y if batched else y[0]

@@ -6,6 +6,7 @@
 #include "winograd_kernels.h"
 #include "conv3d_kernels.h"
 #include "conv3d_fused_kernels.h"
+#include "conv3d_columns_kernels.h"
 
 namespace porter {
 
@@ -268,7 +269,81 @@ void winograd3d_set_blas(uintptr_t sgemm, uintptr_t set_threads_local) {
   wino3d_blas().set_threads_local = reinterpret_cast<BlasThreadsFn>(set_threads_local);
 }
 
+// A one-group 3-d conv as im2col + GEMM over blocks of output rows (conv3d_columns_kernels.h). Forward only: the
+// engine's strided conv gives its VJP (layers/_conv_engine.py, _strided_conv_op).
+class Conv3dColumns : public mx::UnaryPrimitive {
+ public:
+  Conv3dColumns(mx::Stream s, Cols3dGeometry g) : mx::UnaryPrimitive(s), g_(g) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [g = g_](auto& in, auto& out) {
+      Cols3dGeometry batch = g;
+      batch.n = in[0].shape(0);  // a vmap folds its axis into the batch
+      cols3d_conv(in[0].template data<float>(), in[1].template data<float>(), batch, in[1].shape(0),
+                  out[0].template data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("conv3d_columns"); }
+  const char* name() const override { return "PorterConv3dColumns"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<Conv3dColumns>(*this, other)) return false;
+    const auto& o = static_cast<const Conv3dColumns&>(other).g_;
+    return g_.kd == o.kd && g_.kh == o.kh && g_.kw == o.kw && g_.sd == o.sd && g_.sh == o.sh && g_.sw == o.sw &&
+           g_.lo_d == o.lo_d && g_.lo_h == o.lo_h && g_.lo_w == o.lo_w && g_.dout == o.dout && g_.ho == o.ho &&
+           g_.wo == o.wo && g_.block == o.block;
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>&, const std::vector<int>&,
+                             const std::vector<mx::array>&) override {
+    throw std::invalid_argument(
+        "[porter.conv3d_columns] forward only: differentiate the conv through porter.layers (its custom VJP)");
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "conv3d_columns", inputs, axes, {true, false},
+                           [&](const std::vector<mx::array>& in) {
+                             mx::Shape shape{in[0].shape(0), static_cast<int>(g_.dout), static_cast<int>(g_.ho),
+                                             static_cast<int>(g_.wo), in[1].shape(0)};
+                             auto p = std::make_shared<Conv3dColumns>(stream(), g_);
+                             return std::vector<mx::array>{mx::array(std::move(shape), mx::float32, std::move(p),
+                                                                     {mx::contiguous(in[0], false, stream()), in[1]})};
+                           });
+  }
+
+ private:
+  Cols3dGeometry g_;
+};
+
+// x (N, D, H, W, C_in), w (C_out, kD, kH, kW, C_in), float32 -> y (N, dout, ho, wo, C_out); stride and lo (padding
+// before) per spatial dim; `block` output rows per GEMM. Needs the BLAS handed over by winograd3d_set_blas.
+mx::array conv3d_columns_op(const mx::array& x, const mx::array& w, const Ints& stride, const Ints& lo, int64_t dout,
+                            int64_t ho, int64_t wo, int64_t block) {
+  const char* what = "conv3d_columns";
+  auto s = cpu_stream(what);
+  if (!wino3d_blas().sgemm) fail(what, "no BLAS: call winograd3d_set_blas first");
+  if (x.ndim() != 5) fail(what, "x must be (N, D, H, W, C_in)");
+  if (w.ndim() != 5 || w.shape(4) != x.shape(4)) fail(what, "w must be (C_out, kD, kH, kW, C_in) with x's C_in");
+  check_f32(x, what, "x");
+  check_f32(w, what, "w");
+  if (stride.size() != 3 || lo.size() != 3) fail(what, "stride and lo must have 3 entries");
+  if (block <= 0) fail(what, "block must be positive");
+  Cols3dGeometry g;
+  g.n = x.shape(0), g.d = x.shape(1), g.h = x.shape(2), g.w = x.shape(3), g.ci = x.shape(4);
+  g.kd = w.shape(1), g.kh = w.shape(2), g.kw = w.shape(3);
+  g.sd = stride[0], g.sh = stride[1], g.sw = stride[2];
+  g.lo_d = lo[0], g.lo_h = lo[1], g.lo_w = lo[2];
+  g.dout = dout, g.ho = ho, g.wo = wo, g.block = block;
+  if (g.sd <= 0 || g.sh <= 0 || g.sw <= 0) fail(what, "strides must be positive");
+  if (g.lo_d < 0 || g.lo_h < 0 || g.lo_w < 0) fail(what, "lo must be non-negative");
+  if (dout <= 0 || ho <= 0 || wo <= 0) fail(what, "the output size must be positive");
+  mx::Shape shape{x.shape(0), static_cast<int>(dout), static_cast<int>(ho), static_cast<int>(wo), w.shape(0)};
+  auto p = std::make_shared<Conv3dColumns>(s, g);
+  return mx::array(std::move(shape), mx::float32, std::move(p),
+                   {mx::contiguous(x, false, s), mx::contiguous(w, false, s)});
+}
+
 void bind_conv3d(nb::module_& m) {
+  m.def("conv3d_columns", &conv3d_columns_op, nb::arg("x"), nb::arg("w"), nb::arg("stride"), nb::arg("lo"),
+        nb::arg("dout"), nb::arg("ho"), nb::arg("wo"), nb::arg("block"));
   m.def("winograd3d_fused_du", &winograd3d_fused_du_op, nb::arg("x"), nb::arg("gy"), nb::arg("kd"), nb::arg("lo_d"),
         nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("block"));
   m.def("winograd3d_set_blas", &winograd3d_set_blas, nb::arg("sgemm"), nb::arg("set_threads_local"));
