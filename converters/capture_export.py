@@ -166,6 +166,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     placeholder_target = {}
     params, param_values, trainable, param_dtypes = {}, {}, set(), {}
     first_name, aliases = {}, {}  # tensor identity -> its first state_dict name; tied name -> that name
+    not_in_state_dict = set()
     user_inputs = []
     for spec in sig.input_specs:
         name = spec.arg.name
@@ -187,6 +188,8 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             continue
         if spec.kind == InputKind.PARAMETER:
             trainable.add(target)
+        if target not in ep.state_dict:  # a non-persistent buffer or a lifted constant
+            not_in_state_dict.add(target)
         params[target] = host_view(t)
         param_dtypes[target] = _dtype_name(t.dtype)
         param_values[name] = target
@@ -236,6 +239,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         frontend="torch.export",
         param_dtypes=param_dtypes,
         aliases=aliases,
+        not_in_state_dict=not_in_state_dict,
     )
     graph.output_structure = _output_structure(ep, len(outputs))
     try:

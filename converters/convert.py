@@ -380,6 +380,8 @@ def convert_graph(graph: Graph, io_layout: str = "mlx", *, weights: bool = True)
             "torch_shape": record.torch_shape,
             "dtype": dtype,
         }
+        if torch_name in graph.not_in_state_dict:  # non-persistent buffer, lifted constant: no state_dict key
+            params[torch_name]["state_dict"] = False
 
     keep = {r.name for r in iter_refs(graph.outputs)} | {name for o in outputs for name in spec_names(o["value"])}
     nodes, modules = map_layers(ctx.nodes, ctx.sources, params, graph.module_attrs or {}, ctx.values, keep)

@@ -117,6 +117,9 @@ class Graph:
     # tied weights: state_dict name -> the name of the tensor it is (torch's ``named_parameters()`` keeps the first
     # name of a shared tensor; the graph reads only that one, so a port trains it as one array, as torch does)
     aliases: dict = field(default_factory=dict)
+    # names the graph reads that torch's ``state_dict()`` does not hold (non-persistent buffers, lifted constants):
+    # a later ``load_torch_state_dict`` does not expect them (converters/weights_update.py)
+    not_in_state_dict: set = field(default_factory=set)
 
     def users(self) -> dict:
         uses: dict = {}

@@ -158,7 +158,7 @@ class _Checker:
             self.fail("the file", "params", f"expected an object of at most {MAX_NODES} entries")
         record = S.Obj({"transform": S.Enum(*TRANSFORM_ATTRS), "attrs": S.Obj({"perm": S.PERM, "groups": S.Int()}),
                         "trainable": S.Bool(), "torch_shape": S.Ints(0, S.MAX_LEN, 0, S.INT_LIMIT),
-                        "dtype": S.DTYPE}, ["transform", "attrs", "trainable", "torch_shape"])
+                        "dtype": S.DTYPE, "state_dict": S.Bool()}, ["transform", "attrs", "trainable", "torch_shape"])
         for name, entry in params.items():
             where = f"params[{name[:80]!r}]"
             self.match(_NAME, name, where, "")
