@@ -29,8 +29,13 @@ def _written_by_save(name: str) -> bool:
               help="Load the keys that match and list the rest, instead of refusing missing or unexpected keys.")
 @click.option("--trust-pickle", is_flag=True,
               help="Let CHECKPOINT unpickle Python objects (runs code it names: only for files you trust).")
+@click.option("--max-shard-size", metavar="SIZE", default="5GiB", show_default=True,
+              help="Split the weights into model-0000i-of-0000N.safetensors + an index past this size.")
+@click.option("--base-model", metavar="OWNER/NAME", help="Hub repo id of the original model, for the model card.")
+@click.option("--repo-id", metavar="OWNER/NAME",
+              help="Hub repo id for the model card's usage snippet. Default: the output folder's name.")
 @common_options()
-def update(ui, directory, checkpoint, output, force, no_strict, trust_pickle):
+def update(ui, directory, checkpoint, output, force, no_strict, trust_pickle, max_shard_size, base_model, repo_id):
     """Load the weights in CHECKPOINT (a state_dict, safetensors, TorchScript or torch.export file of the same
     architecture, e.g. the model trained further) into the converted model in DIR.
 
@@ -41,6 +46,9 @@ def update(ui, directory, checkpoint, output, force, no_strict, trust_pickle):
     """
     from porter.checkpoints import detect_format
 
+    from .convert import hub_options
+
+    hub = hub_options(max_shard_size, base_model, repo_id)
     detect_format(checkpoint)  # a bad file fails fast, before the model is loaded
     in_place = output is None
     target = directory if in_place else output
@@ -73,7 +81,7 @@ def update(ui, directory, checkpoint, output, force, no_strict, trust_pickle):
         with progress.step("writing"):
             with atomic_directory(target, force or in_place, inputs) as tmp:
                 porter.save(ported, tmp, metadata=metadata,
-                            repo_id=os.path.basename(os.path.abspath(target)))
+                            **{"repo_id": os.path.basename(os.path.abspath(target)), **hub})
                 if in_place:
                     _carry_over(directory, tmp)
                 porter.load(tmp)  # what was written loads back

@@ -49,6 +49,22 @@ def test_update_in_place(setup, runner):
     assert sorted(os.listdir(tmp_path)) == ["new.pt", "tiny-mlx"]  # no temporary folder left
 
 
+def test_sharded_output_with_base_model(setup, runner):
+    directory, newer, tmp_path = setup
+    out = tmp_path / "sharded"
+    result = runner.invoke(main, ["update", str(directory), str(tmp_path / "new.pt"), "-o", str(out),
+                                  "--max-shard-size", "1000", "--base-model", "me/tiny"])
+    assert result.exit_code == 0, result.output
+    assert (out / "model.safetensors.index.json").exists() and not (out / "model.safetensors").exists()
+    assert 'base_model: "me/tiny"' in (out / "README.md").read_text()
+    assert_matches(porter.load(out), newer, (torch.randn(1, 3, 16, 16),))
+    # in place back to one file: the old shards and index go, nothing stale is carried over
+    result = runner.invoke(main, ["update", str(out), str(tmp_path / "new.pt")])
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(out)) == ["README.md", "config.json", "graph.json", "model.safetensors"]
+    assert_matches(porter.load(out), newer, (torch.randn(1, 3, 16, 16),))
+
+
 def test_update_to_new_folder_and_force(setup, runner):
     directory, newer, tmp_path = setup
     before = _snapshot(directory)
@@ -125,6 +141,8 @@ def test_pickled_objects_refused(setup, runner):
     (["{dir}", "{ckpt}", "--force"], "--force is only used with -o"),
     (["{dir}", "{ckpt}", "-o", "{dir}", "--force"], "holds the input"),
     (["{tmp}", "{ckpt}", "-o", "{tmp}/x"], "not a converted Porter model"),
+    (["{dir}", "{ckpt}", "--max-shard-size", "lots"], "--max-shard-size 'lots' is not valid"),
+    (["{dir}", "{ckpt}", "--base-model", "../x"], "--base-model '../x' is not valid"),
 ])
 def test_bad_arguments(setup, runner, args, message):
     directory, _, tmp_path = setup

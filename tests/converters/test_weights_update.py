@@ -175,6 +175,26 @@ def test_port_keeps_its_dtype(dtype):
         assert_matches(port, model, x)
 
 
+def test_bfloat16_and_strided_tensors_load_exactly():
+    """bfloat16 torch tensors (numpy has no bfloat16) into a bfloat16 port, and non-contiguous tensors."""
+    torch.manual_seed(18)
+    model = GroupedNet().eval().to(torch.bfloat16)
+    x = (torch.randn(2, 4, 7, 8, dtype=torch.bfloat16),)
+    port = porter.convert(model, x)
+    assert port.named_arrays()["grouped.weight"].dtype == mx.bfloat16
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    state = {k: v.transpose(0, 1).contiguous().transpose(0, 1) if v.ndim > 1 else v
+             for k, v in model.state_dict().items()}
+    assert not state["grouped.weight"].is_contiguous()
+    port.load_torch_state_dict(state)
+    got, want = _arrays(port), _arrays(porter.convert(model, x))
+    for name in want:
+        assert port.named_arrays()[name].dtype == mx.bfloat16, name
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
 def test_float16_port_takes_full_precision_after_astype():
     torch.manual_seed(3)
     model = ConvBN().eval()
