@@ -86,6 +86,13 @@ class Rotary(nn.Module):
         return self.proj(x) * self.scale
 
 
+class RotaryConstant(Rotary):
+    """And a lifted constant (a tensor built in the forward), which torch's state_dict lacks too."""
+
+    def forward(self, x):
+        return super().forward(x) + torch.tensor([0.0, 1.0, 0.0, -1.0])
+
+
 def _images(n):
     return (torch.randn(2, 3, n, n),)
 
@@ -302,12 +309,14 @@ def test_shape_mismatch_names_key_and_shapes_and_changes_nothing(strict):
     assert_matches(port, model, _images(16))
 
 
-def test_non_persistent_buffers_stay(tmp_path):
+def test_non_persistent_buffers_and_constants_stay(tmp_path):
     torch.manual_seed(10)
-    model = Rotary().eval()
+    model = RotaryConstant().eval()
     x = (torch.randn(3, 4),)
     port = porter.convert(model, x)
     assert port.graph["params"]["scale"]["state_dict"] is False
+    constants = [n for n, r in port.graph["params"].items() if n not in ("scale", "proj.weight", "proj.bias")]
+    assert len(constants) == 1 and port.graph["params"][constants[0]]["state_dict"] is False
     assert "scale" not in model.state_dict()
     with torch.no_grad():
         model.proj.weight.normal_()
