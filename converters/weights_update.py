@@ -19,8 +19,8 @@ Rules (torch's where torch has one):
 * A shape that differs from the converted one (a 10-class head for a 1000-class one) is an error naming the key
   and both shapes, with ``strict=False`` too (as in torch). Everything is checked before anything is assigned: an
   error leaves the port as it was.
-* The port keeps its own dtypes: a float16 port stays float16 (values rounded to nearest even, as torch's
-  ``.half()``), a float64 port float64, ``num_batches_tracked`` int64. For another dtype, change the port first
+* The port keeps its own dtypes: a float16 port stays float16 (bit for bit what converting the new weights with
+  ``dtype="float16"`` gives), a float64 port float64, ``num_batches_tracked`` int64. For another dtype, change the port first
   (``ported.astype("float32").load_torch_state_dict(sd)``: the copy then takes the new weights at full precision).
 * Tied weights (one tensor under two names, :attr:`PortedModel.tied_weights`): either name loads the shared
   array; both names with different values is an error.

@@ -246,6 +246,32 @@ def test_tied_names_with_different_values_are_refused_and_nothing_changes():
         np.testing.assert_array_equal(after[name], before[name], err_msg=name)
 
 
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(11, 8)
+        self.lm_head = nn.Linear(8, 11, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, ids):
+        return self.lm_head(torch.tanh(self.wte(ids)))
+
+
+def test_non_finite_weights_load_and_propagate_as_in_torch():
+    torch.manual_seed(19)
+    model = TinyLM().eval()
+    port = porter.convert(model, (torch.randint(0, 11, (2, 5)),))
+    with torch.no_grad():
+        model.wte.weight[3, 2] = float("nan")
+        model.wte.weight[5, 1] = float("inf")
+    state = model.state_dict()  # both tied names, NaN in both: the same value
+    assert state["lm_head.weight"].isnan().any()
+    assert port.load_torch_state_dict(state) == LoadResult([], [])
+    ids = torch.tensor([[3, 5, 0, 1], [2, 3, 4, 5]])
+    assert np.isnan(run_ported(port, (ids,))[0]).any()
+    assert_matches(port, model, (ids,))
+
+
 def test_neither_tied_name_is_reported_missing_under_both_names():
     model = gpt2_small(seed=6).eval()
     port = porter.convert(model, (torch.randint(0, 97, (2, 9)),))
