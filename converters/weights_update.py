@@ -155,6 +155,10 @@ def _stage(ported, name: str, record: dict, entries: list) -> mx.array:
     if array.dtype != current.dtype:
         array = array.astype(current.dtype)  # the port keeps its dtype
     if array.shape != current.shape:
+        if array.size != current.size:
+            raise WeightsUpdateError(f"load_torch_state_dict: the port holds {name!r} as shape {current.shape}, "
+                                     f"which {tuple(array.shape)} from the state_dict does not fill (the layer "
+                                     "was changed since conversion?); nothing was loaded")
         array = array.reshape(current.shape)  # a 0-d weight held as (1,): same elements
     return array
 

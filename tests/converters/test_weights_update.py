@@ -425,6 +425,34 @@ def test_update_weights_reads_checkpoint_files(tmp_path):
     assert_matches(port, model, _images(16))
 
 
+@pytest.mark.parametrize("fmt", ["torchscript", "export"])
+def test_update_weights_reads_model_files_state_dict(tmp_path, fmt):
+    torch.manual_seed(20)
+    model = ConvBN().eval()
+    port = porter.convert(model, _images(16))
+    _train(model, _images, 16)
+    path = tmp_path / "model.bin"  # the format comes from the bytes, not the name
+    if fmt == "torchscript":
+        torch.jit.save(torch.jit.trace(model, _images(16)), path)
+    else:
+        torch.export.save(torch.export.export(model, _images(16)), path)
+    result = porter.update_weights(port, path)
+    assert (result.missing_keys, result.unexpected_keys) == ([], [])
+    assert any("state_dict" in note for note in result.notes)
+    assert_matches(port, model, _images(20))
+
+
+def test_a_replaced_layer_is_refused_by_name():
+    torch.manual_seed(21)
+    model = ConvBN().eval()
+    port = porter.convert(model, _images(16))
+    import mlx.nn as mnn
+
+    port.fc = mnn.Identity()
+    with pytest.raises(WeightsUpdateError, match="no longer holds an array for 'fc.(weight|bias)'"):
+        port.load_torch_state_dict(model.state_dict())
+
+
 def test_quantized_port_is_refused():
     from porter.layers import quantize_model
 
