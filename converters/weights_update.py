@@ -194,15 +194,20 @@ def _as_numpy(key: str, value) -> np.ndarray:
     """A state_dict value as numpy, torch layout (a torch tensor without a copy where numpy can view it; 16-bit
     and narrower floats numpy lacks as float32, which holds them exactly)."""
     if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, (np.generic, bool, int, float)):
-        return np.asarray(value)
-    if isinstance(value, mx.array):
-        return np.array(value.astype(mx.float32) if value.dtype == mx.bfloat16 else value)
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
-        return _torch_numpy(key, value)
-    raise WeightsUpdateError(f"load_torch_state_dict: {key!r} is a {type(value).__name__}, not a tensor or array "
-                             "(nothing was loaded)")
+        array = value
+    elif isinstance(value, (np.generic, bool, int, float)):
+        array = np.asarray(value)
+    elif isinstance(value, mx.array):
+        array = np.array(value.astype(mx.float32) if value.dtype == mx.bfloat16 else value)
+    elif type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
+        array = _torch_numpy(key, value)
+    else:
+        raise WeightsUpdateError(f"load_torch_state_dict: {key!r} is a {type(value).__name__}, not a tensor or "
+                                 "array (nothing was loaded)")
+    if array.dtype.kind not in "biufc":  # object, string, datetime arrays hold no weights
+        raise WeightsUpdateError(f"load_torch_state_dict: {key!r} is an array of {array.dtype}, not numbers "
+                                 "(nothing was loaded)")
+    return array
 
 
 def _torch_numpy(key: str, tensor) -> np.ndarray:

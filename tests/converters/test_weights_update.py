@@ -470,6 +470,8 @@ def test_quantized_port_is_refused():
 
 @pytest.mark.parametrize("value, message", [
     ("text", "is a str, not a tensor"),
+    (np.array([["a"] * 16] * 5), "is an array of <U1, not numbers"),
+    (np.empty((5, 16), dtype=object), "is an array of object, not numbers"),
     (torch.zeros(5, 16).to_sparse(), "is a sparse tensor"),
     (torch.empty(5, 16, device="meta"), "is a meta tensor"),
 ])
