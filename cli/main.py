@@ -10,6 +10,7 @@ from .doctor import doctor
 from .export import export
 from .inspect import inspect
 from .kernels import build_kernels
+from .update import update
 from .validate import validate
 from .zoo import zoo
 
@@ -23,7 +24,7 @@ Exit status: 0 success, 1 validation failed, 2 usage or input error, 3 internal 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="porter")
 def main() -> None:
-    """Port PyTorch models to MLX: convert, validate, inspect, benchmark, export."""
+    """Port PyTorch models to MLX: convert, validate, inspect, benchmark, export, update weights."""
 
 
 main.add_command(convert)
@@ -31,6 +32,7 @@ main.add_command(validate)
 main.add_command(inspect)
 main.add_command(bench)
 main.add_command(export)
+main.add_command(update)
 main.add_command(zoo)
 main.add_command(doctor)
 main.add_command(build_kernels)

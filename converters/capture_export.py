@@ -222,7 +222,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             continue
         if spec.kind == InputKind.PARAMETER:
             trainable.add(target)
-        elif spec.kind == InputKind.CONSTANT_TENSOR or not spec.persistent:
+        elif spec.kind == InputKind.CONSTANT_TENSOR or not spec.persistent or target not in ep.state_dict:
             not_in_state_dict.add(target)
         params[target] = host_view(t)
         param_dtypes[target] = _dtype_name(t.dtype)

@@ -82,6 +82,15 @@ def _hierarchy(node) -> list:
 
 
 
+def _not_in_state_dict(module, interp) -> set:
+    """The names read that ``module.state_dict()`` lacks: non-persistent buffers, ``_ts_constant``s."""
+    try:
+        keys = set(module.state_dict())
+    except Exception:  # noqa: BLE001  (a ScriptModule that cannot list its state: expect every name)
+        return set()
+    return {name for name in interp.params if name not in keys}
+
+
 def _tied_names(module, interp) -> dict:
     """``{name: first name}`` for every further state_dict name of a tensor the graph reads (tied weights)."""
     tied = {}
@@ -422,4 +431,5 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         output_structure=structure,
         param_dtypes=interp.param_dtypes,
         aliases=_tied_names(module, interp),
+        not_in_state_dict=_not_in_state_dict(module, interp),
     )

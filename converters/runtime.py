@@ -326,6 +326,28 @@ class PortedModel(TorchNamed):
                 out[alias] = out[name]
         return out
 
+    def load_torch_state_dict(self, state_dict, strict: bool = True):
+        """Load a torch ``state_dict`` (torch layouts and names, e.g. the model trained further) into this port, as
+        ``torch_model.load_state_dict`` would: each weight through the transform conversion recorded for its op.
+
+        The port keeps its own dtypes (a float16 port stays float16; ``self.astype("float32")`` first for
+        another); non-persistent buffers stay; either name of a tied weight loads it. A shape mismatch, two
+        different values for one tied tensor, a quantized port or (``strict=True``) any missing or unexpected
+        key raises ``WeightsUpdateError`` (a ``ValueError``) and changes nothing.
+
+        Returns:
+            LoadResult: ``(missing_keys, unexpected_keys)``, as torch's ``load_state_dict``.
+
+        Example:
+            >>> ported = porter.convert(model, x)
+            >>> train(model)                                    # more torch training
+            >>> ported.load_torch_state_dict(model.state_dict())
+            LoadResult(missing_keys=[], unexpected_keys=[])
+        """
+        from .weights_update import load_torch_state_dict
+
+        return load_torch_state_dict(self, state_dict, strict=strict)
+
     def torch_parameter_grads(self, grads_tree) -> dict:
         """Turn ``mx.grad``/``nn.value_and_grad`` gradients w.r.t. ``trainable_parameters()`` (a tree, or a flat
         dict by torch name) into ``{torch name: np.ndarray in torch layout}``."""
