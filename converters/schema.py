@@ -26,7 +26,8 @@ import inspect
 from . import spec as S
 from .limits import max_elements
 
-FORMAT_VERSION = 2  # 2: the module tree ("modules", "module_types", call_module nodes); 1 still loads
+FORMAT_VERSION = 3  # 2: the module tree ("modules", "module_types", call_module nodes); 3: the forward's
+# "signature" (keyword inputs), params' "state_dict" flag, new kernels and split modes; 1 and 2 still load
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32

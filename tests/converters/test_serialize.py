@@ -150,3 +150,31 @@ def test_no_pickle_in_artifact(model, tmp_path):
     header_len = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + header_len])
     assert {k for k in header if k != "__metadata__"} == set(model.state_dict())
+
+
+def test_a_version_2_artifact_still_loads(model, tmp_path):
+    """Folders written before format version 3 have no ``signature`` (keyword inputs) and no params'
+    ``state_dict`` flag: they load, run positionally and give the same numbers."""
+    x = torch.randn(2, 3, 8, 8)
+    porter.save(porter.convert(model, x, io_layout="torch"), tmp_path / "out")
+    for name in ("graph.json", "config.json"):
+        data = json.loads((tmp_path / "out" / name).read_text())
+        if name == "graph.json":
+            data["format_version"] = 2
+            data.pop("signature", None)
+            for record in data["params"].values():
+                record.pop("state_dict", None)
+        else:
+            data["porter_format_version"] = 2
+        (tmp_path / "out" / name).write_text(json.dumps(data))
+    loaded = porter.load(tmp_path / "out")
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x)]
+    got = loaded(mx.array(x.numpy()))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.array(g), w, rtol=1e-5, atol=1e-5)
+    newer = json.loads((tmp_path / "out" / "graph.json").read_text())
+    newer["format_version"] = porter.converters.serialize.FORMAT_VERSION + 1
+    (tmp_path / "out" / "graph.json").write_text(json.dumps(newer))
+    with pytest.raises(porter.converters.serialize.ArtifactError, match="upgrade Porter"):
+        porter.load(tmp_path / "out")

@@ -69,7 +69,10 @@ def test_repeated_keys_refused(artifact):
     directory, _ = artifact
     graph = directory / "graph.json"
     original = graph.read_text()
-    _edit_text(graph, '"format_version": 2', '"format_version": 2, "format_version": 2')
+    from porter.converters.schema import FORMAT_VERSION
+
+    key = f'"format_version": {FORMAT_VERSION}'
+    _edit_text(graph, key, f"{key}, {key}")
     with pytest.raises(ArtifactError, match="graph.json.*'format_version' twice"):
         porter.load(directory)
     graph.write_text(original)
