@@ -5,8 +5,8 @@
 // float function is branch-free arithmetic (Cephes-style range reduction and polynomials, selects for inf/NaN), so
 // GCC/Clang vectorize the loops at -O3 -march=native -fno-trapping-math (checked with -fopt-info-vec: std::floor and
 // some nested selects stop GCC 12, hence the forms used below). Accuracy, float32: exp ~1 ulp (Cephes expf), tanh <= ~3 ulp,
-// GELU's erfc as t Q(t) e^{-x^2/2} with a fitted degree-9 Q and t's rounding corrected (<= ~6 ulp over [-15, 8],
-// also in the negative tail, where torch's 1 + erf cancels);
+// GELU's erfc Numerical-Recipes form with one exponential (<= ~8 ulp, also in the tails, where torch's 1 + erf
+// cancels);
 // float16/bfloat16 are computed in float32 and rounded once (torch's CPU kernels do the same); float64 uses libm.
 #pragma once
 
@@ -23,17 +23,15 @@ namespace porter {
 enum class Act : int { exp = 0, sigmoid, silu, tanh, gelu, gelu_tanh, hardswish, hardsigmoid };
 
 // ------------------------------------------------------------------------------------------------ float32 pieces
-// The one range reduction and polynomial behind every float exponential here: e^{v - w} = p * 2^n with n =
-// exp_round(v') for a v' near v - w (|v - w - n ln2| <= ~ln2/2 + a few ulp), r = v - n ln2 - w (ln2 in Cephes's two
-// parts: n * 0.693359375 is exact for |n| <= 2^15), e^r by Cephes's degree-6 polynomial (~1 ulp). v finite; w is
-// the exponent's low part, or 0 (then the compiler drops it: x - 0 is x). Returns p.
-inline float exp_round(float v) {
-  return (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // + 1.5 * 2^23: std::floor would block vectorizing
-}
-
-inline float exp_poly(float v, float w, float n) {
-  float r = v - n * 0.693359375f;
-  r = (r - n * -2.12194440e-4f) - w;
+// e^x: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes's degree-6 polynomial, 2^n applied as two normal powers of two so
+// results in the subnormal range round once; overflow -> inf, underflow -> 0, NaN stays NaN.
+inline float exp_f(float x) {
+  float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
+  xc = x != x ? 0.0f : xc;
+  // round to nearest by adding and subtracting 1.5 * 2^23 (|n| <= 150): std::floor would block vectorization
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
   const float z = r * r;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -41,16 +39,7 @@ inline float exp_poly(float v, float w, float n) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  return p * z + r + 1.0f;
-}
-
-// e^x: 2^n applied as two normal powers of two so results in the subnormal range round once; overflow -> inf,
-// underflow -> 0, NaN stays NaN.
-inline float exp_f(float x) {
-  float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
-  xc = x != x ? 0.0f : xc;
-  const float n = exp_round(xc);
-  const float p = exp_poly(xc, 0.0f, n);
+  p = p * z + r + 1.0f;
   const int ni = static_cast<int>(n);
   const int n1 = ni >> 1, n2 = ni - n1;
   const float s1 = std::bit_cast<float>((n1 + 127) << 23), s2 = std::bit_cast<float>((n2 + 127) << 23);
@@ -84,39 +73,51 @@ inline double exp_dd(double a) {
   return static_cast<double>(exp_f(hi)) * (1.0 + (a - static_cast<double>(hi)));
 }
 
-// erfc(a / sqrt2) for a = |x| >= 0 as t Q(t) e^{-a^2/2} with t = 1 / (1 + a / (2 sqrt2)) and Q a degree-9
-// polynomial fitted (Lawson, float coefficients) to erfcx(z) / t over t in [0.16, 1] (a <= 14.9: beyond, the tail
-// is below float's range): relative error <= 3.7e-8 before float rounding. The exponential's argument depends on a
-// alone, so its dependency chain runs beside the division and Q's instead of after them (the loop was latency-bound
-// with Numerical Recipes' t e^{P(t) - z^2}); a^2 = hi + lo exactly (an FMA gives lo) and -hi/2 is exact, so the
-// reduction takes -a^2/2 unrounded (|a^2/2| up to ~111: rounding it to float would cost up to ~6 ulp of e^-a^2/2).
-// 2^n is applied as 2^(n + 48) (normal for every n here) times 2^-48, so a subnormal tail rounds once and a tail
-// below float's range is 0. NaN becomes a = 14.9 here (callers multiply by x, which carries the NaN).
+// e^s for GELU's exponent s <= 0, as exp_f but without its overflow and NaN selects (GELU multiplies the result
+// by x, which carries a NaN through): a NaN s is taken as -104 (never cast to int), below -103.97 the result is 0.
+inline float exp_nonpos_f(float s) {
+  const float sc = s > -104.0f ? s : -104.0f;
+  const float n = (sc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = sc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * z + r + 1.0f;
+  const int ni = static_cast<int>(n);
+  const int n1 = ni >> 1, n2 = ni - n1;  // two normal powers of two: subnormal results round once
+  const float y = p * std::bit_cast<float>((n1 + 127) << 23) * std::bit_cast<float>((n2 + 127) << 23);
+  return s > -103.97208f ? y : 0.0f;
+}
+
+// erfc(a / sqrt2) for a = |x| (Numerical Recipes' erfcc, fractional error < 1.2e-7), in float with one
+// exponential: erfcc = t e^s with s = p(t) - a^2/2. s is carried as sh + sl: a^2 = hi + lo exactly (an FMA gives
+// the rounding error; -hi/2 is exact), and TwoSum adds p, so rounding s to float (|s| up to ~800, hundreds of ulp of
+// e^s) costs nothing; e^{sh + sl} = e^sh (1 + sl) to float accuracy since |sl| <= ulp(sh). Rounding z = a/sqrt2 to
+// float costs nothing either (it would cost z^2 * 2^-24 relative, ~8 ulp at z = 2). a is at most 40 (beyond,
+// the tail is 0 in float anyway), so a^2 stays finite; NaN stays NaN.
 inline float erfc_scaled_f(float a) {
-  a = a < 14.9f ? a : 14.9f;
-  constexpr float kC = 0.35355339059327376f;  // 1 / (2 sqrt2)
-  const float d = std::fma(kC, a, 1.0f);
-  const float t = 1.0f / d;
-  // t's two roundings (d's and the division's, ~1.2e-7 together) move t Q(t) k(t) = 1 + t Q'/Q times as much
-  // (k from 1.2 to 2.3 here, 0.98 + 1.355 t within 0.08): ~6 ulp near x = 0. The exact residuals give t's relative
-  // error delta (1 - c a - d is exact, the FMAs give the rest), and t Q is corrected by 1 + k delta.
-  const float d_lo = std::fma(kC, a, 1.0f - d);                    // d + d_lo = 1 + c a
-  const float delta = std::fma(-t, d_lo, std::fma(-t, d, 1.0f));   // 1 / (d + d_lo) = t (1 + delta)
-  const float k_delta = std::fma(1.355f, t, 0.98f) * delta;
-  // Estrin's scheme: a quarter of Horner's dependency chain
+  a = a < 40.0f ? a : 40.0f;
+  const float t = 1.0f / (1.0f + 0.35355339059327376f * a);  // 1 / (1 + z / 2)
+  // the fit's degree-9 polynomial by Estrin's scheme: a quarter of Horner's dependency chain, which (with the
+  // exponential's) kept the loop latency-bound
   const float t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
-  const float q01 = 0.28278714418411255f * t + 0.28206780552864075f;
-  const float q23 = 0.22244367003440857f * t + 0.239268958568573f;
-  const float q45 = 0.40286365151405334f * t - 0.08886991441249847f;
-  const float q67 = 0.4111086130142212f * t - 0.6470223069190979f;
-  const float q89 = 0.01081408653408289f * t - 0.11546174436807632f;
-  const float q = ((q23 * t2 + q01) + (q67 * t2 + q45) * t4) + q89 * t8;
+  const float q01 = 1.00002368f * t - 1.26551223f, q23 = 0.09678418f * t + 0.37409196f;
+  const float q45 = 0.27886807f * t - 0.18628806f, q67 = 1.48851587f * t - 1.13520398f;
+  const float q89 = 0.17087277f * t - 0.82215223f;
+  const float p = ((q23 * t2 + q01) + (q67 * t2 + q45) * t4) + q89 * t8;
   const float hi = a * a;
-  const float u = -0.5f * hi;  // exact
-  const float n = exp_round(u);
-  const float e = exp_poly(u, 0.5f * std::fma(a, a, -hi), n);  // e^{u - lo/2}, a^2 = hi + lo
-  const float tq = t * q;
-  return std::fma(tq, k_delta, tq) * e * std::bit_cast<float>((static_cast<int>(n) + 127 + 48) << 23) * 0x1p-48f;
+  const float lo = std::fma(a, a, -hi);  // a^2 = hi + lo exactly
+  const float u = -0.5f * hi;            // exact
+  const float sh = u + p;                // TwoSum: sh + e = u + p exactly (no fast-math: the order is kept)
+  const float pb = sh - u;
+  const float ub = sh - pb;
+  const float sl = ((u - ub) + (p - pb)) - 0.5f * lo;
+  return t * (exp_nonpos_f(sh) * (1.0f + sl));
 }
 
 // 2 * Phi(x) = 1 + erf(x / sqrt2) = erfc(-x / sqrt2), accurate relative to its value for every x: the tail

@@ -119,7 +119,7 @@ def test_activation_matches_torch(kind, dtype, n, backend):
 
 
 def test_native_gelu_accuracy_dense_sweep():
-    """The native float32 GELU (erfc as t Q(t) e^{-x^2/2}, t's rounding corrected) within 6.5 ulp of the exact value
+    """The native float32 GELU (Numerical Recipes' erfc with one exponential) within 8 ulp of the exact value
     over a dense sweep of [-15, 9] (the negative tail included, down to subnormal results, where torch's 1 + erf
     cancels) and exactly torch's specials; float16/bfloat16 round the float32 result once, so within one ulp there."""
     if not _native.available():
@@ -133,7 +133,7 @@ def test_native_gelu_accuracy_dense_sweep():
     exact = 0.5 * d * _erfc(-d / math.sqrt(2))
     keep = np.abs(exact) > 1.2e-38  # normal results (a subnormal one is allowed its double rounding)
     ulps = np.abs(got[keep] - exact[keep]) / _spacing(exact[keep], "float32")
-    assert ulps.max() <= 6.5, (ulps.max(), x[keep][ulps.argmax()])
+    assert ulps.max() <= 8, (ulps.max(), x[keep][ulps.argmax()])
     assert np.all(np.abs(got[~keep]) <= 2e-38)
     specials = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 20.0, -20.0, -40.0], np.float32)
     with _native.use_native(True):
