@@ -217,8 +217,8 @@ class ResBlock(nn.Module):
         return x + self.drop_path(self.ls2 * self.mlp_channels(self.norm2(x)))
 
 
-class Stem(nn.Module):
-    """timm ``layers/patch_embed.py::PatchEmbed`` (flattened to tokens)."""
+class TokenPatchEmbed(nn.Module):
+    """timm ``layers/patch_embed.py::PatchEmbed`` (flattened to tokens): ResMLP's ``stem``, BEiT's ``patch_embed``."""
 
     def __init__(self, patch: int, dim: int):
         super().__init__()
@@ -232,7 +232,7 @@ class Stem(nn.Module):
 class ResMLP(nn.Module):
     def __init__(self, img: int = 16, patch: int = 4, dim: int = 16, depth: int = 2, num_classes: int = 10):
         super().__init__()
-        self.stem = Stem(patch, dim)
+        self.stem = TokenPatchEmbed(patch, dim)
         self.blocks = nn.Sequential(*[ResBlock(dim, (img // patch) ** 2) for _ in range(depth)])
         self.norm = Affine(dim)
         self.head_drop = nn.Dropout(0.0)
@@ -318,22 +318,12 @@ class BeitBlock(nn.Module):
         return x + self.drop_path2(self.gamma_2 * self.mlp(self.norm2(x)))
 
 
-class BeitPatchEmbed(nn.Module):
-    def __init__(self, patch: int, dim: int):
-        super().__init__()
-        self.proj = nn.Conv2d(3, dim, patch, stride=patch)
-        self.norm = nn.Identity()
-
-    def forward(self, x):
-        return self.norm(self.proj(x).flatten(2).transpose(1, 2))
-
-
 class Beit(nn.Module):
     def __init__(self, img: int = 16, patch: int = 4, dim: int = 16, depth: int = 2, heads: int = 2,
                  num_classes: int = 10):
         super().__init__()
         window = (img // patch, img // patch)
-        self.patch_embed = BeitPatchEmbed(patch, dim)
+        self.patch_embed = TokenPatchEmbed(patch, dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_drop = nn.Dropout(0.0)
         self.blocks = nn.ModuleList([BeitBlock(dim, heads, window) for _ in range(depth)])
