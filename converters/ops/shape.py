@@ -428,6 +428,39 @@ def convert_t(ctx, call):
     ctx.emit("identity", [ctx.tensor(x)], perm=L.permute_perm(ctx.perm(x), dims))
 
 
+@register("aten.mT.default", "aten.mH.default", "aten.adjoint.default")
+def convert_matrix_transpose(ctx, call):
+    """``x.mT`` (and ``mH``/``adjoint``: the same for real tensors; complex ones never reach a port's graph): the
+    last two dims swapped."""
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    if rank < 2:
+        call.fail("self", f"needs at least 2 dims but has {rank}")
+    dims = list(range(rank))
+    dims[-2], dims[-1] = dims[-1], dims[-2]
+    ctx.emit("identity", [ctx.tensor(x)], perm=L.permute_perm(ctx.perm(x), tuple(dims)))
+
+
+@register("aten.movedim.int", "aten.movedim.intlist", "aten.moveaxis.int", "aten.moveaxis.intlist")
+def convert_movedim(ctx, call):
+    """``x.movedim(source, destination)``: each source dim lands at its destination, the rest keep their order."""
+    x, source, destination = call.arg("self"), call.arg("source"), call.arg("destination")
+    rank = ctx.meta(x).rank
+    source = [source] if isinstance(source, int) else list(source)
+    destination = [destination] if isinstance(destination, int) else list(destination)
+    if len(source) != len(destination):
+        call.fail("destination", f"has {len(destination)} dims but source has {len(source)}")
+    for name, dims in (("source", source), ("destination", destination)):
+        if any(not -rank <= d < rank for d in dims) or len({d % rank for d in dims}) != len(dims):
+            call.fail(name, f"must be distinct dims of a {rank}-d tensor, got {dims}")
+    order = [None] * rank
+    for s, d in zip(source, destination):
+        order[d % rank] = s % rank
+    rest = iter(d for d in range(rank) if d not in {s % rank for s in source})
+    order = tuple(next(rest) if o is None else o for o in order)
+    ctx.emit("identity", [ctx.tensor(x)], perm=L.permute_perm(ctx.perm(x), order))
+
+
 @register("aten.contiguous.default", "aten.clone.default")
 def convert_copy(ctx, call):
     call.arg("memory_format")  # a memory-format request changes strides, never values
@@ -558,6 +591,26 @@ def convert_slice(ctx, call):
     x, dim = call.arg("self"), call.arg("dim")
     perm = ctx.perm(x)
     ctx.emit("slice", [ctx.tensor(x), *slice_bounds(ctx, call)], {"axis": L.axis_of(perm, dim)}, perm=perm)
+
+
+@register("aten.narrow.default")
+def convert_narrow(ctx, call):
+    """``x.narrow(dim, start, length)``: ``length`` elements from ``start`` (negative counts from the end); the
+    size checks torch makes are guards export records on the input sizes."""
+    x, dim, start, length = call.arg("self"), call.arg("dim"), call.arg("start"), call.arg("length")
+    if isinstance(length, int) and length < 0:
+        call.fail("length", f"must be non-negative, got {length}")
+    if isinstance(start, int) and isinstance(length, int):
+        end = start + length
+        end = None if start < 0 and end == 0 else end  # narrow(-3, 3) runs to the end
+    elif isinstance(start, int) and start < 0:
+        call.fail("start", "a negative start with a length known only at run time is not supported")
+    else:
+        end = ctx.emit("int_op", [ctx.value(start), ctx.value(length)], {"op": "add"}, meta=ValueMeta("int"),
+                       out=ctx.fresh(f"{call.name}_end"))
+    perm = ctx.perm(x)
+    ctx.emit("slice", [ctx.tensor(x), ctx.value(start), ctx.value(end), ctx.value(1)],
+             {"axis": L.axis_of(perm, dim)}, perm=perm)
 
 
 @register("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")

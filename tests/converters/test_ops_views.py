@@ -1,0 +1,82 @@
+"""View ops torch.export keeps as single calls: ``narrow`` (static, negative and size-derived starts), ``movedim`` /
+``moveaxis`` (one dim and lists), ``mT`` / ``mH`` / ``adjoint``. Against torch on the same data at two input sizes
+(the second not seen at conversion), through a channels-last producer so each op reads torch's dims through the
+port's layout; values are moved, never computed, so they compare exactly; gradients too."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import porter
+from tests.converter_check import run_ported
+
+torch.manual_seed(0)
+
+
+class Views(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(1)  # exact, and channels-last inside the port
+
+    def forward(self, x):
+        y = self.pool(x)
+        a = y.narrow(2, 1, 3)
+        b = y.narrow(-1, -2, 2)  # the last two columns
+        c = y.narrow(3, y.shape[3] // 2, 2)  # a start read from the input's size
+        d = y.movedim(1, -1)
+        e = torch.movedim(y, (0, 1), (3, 2))
+        f = torch.moveaxis(y, 2, 0)
+        g = y.mT
+        h = y.mH + y.adjoint()
+        i = torch.moveaxis(y, [0, 1], [2, 3])
+        return a, b, c, d, e, f, g, h, i
+
+
+@pytest.fixture(scope="module")
+def ported():
+    return Views().eval(), porter.convert(Views().eval(), torch.randn(2, 3, 6, 7), io_layout="torch")
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 6, 7), (3, 2, 5, 9)])
+def test_views_match_torch_exactly(ported, shape):
+    model, port = ported
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(x)]
+    actual = run_ported(port, (x,))
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert a.shape == e.shape, (i, a.shape, e.shape)
+        np.testing.assert_array_equal(a, e, err_msg=f"output {i}")
+
+
+def test_views_gradient_matches_torch(ported):
+    model, port = ported
+    x = torch.randn(2, 3, 6, 7, requires_grad=True)
+    weights = [torch.randn_like(t) for t in model(x)]
+    sum(map(lambda t, w: (t * w).sum(), model(x), weights)).backward()
+    ws = [mx.array(w.numpy()) for w in weights]
+
+    def loss(inp):
+        return sum((o * w).sum() for o, w in zip(port(inp), ws))
+
+    grad = mx.grad(loss)(mx.array(x.detach().numpy()))
+    np.testing.assert_allclose(np.array(grad), x.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_past_the_end_is_refused_at_a_smaller_size(ported):
+    """narrow(2, 1, 3) needs at least 4 rows: torch raises; the port refuses the size instead of a shorter slice."""
+    _, port = ported
+    with pytest.raises(ValueError, match="dim 2 .*breaks the condition"):
+        port(mx.random.normal((1, 3, 3, 7)))
+
+
+def test_movedim_bad_arguments_are_named():
+    class Bad(nn.Module):
+        def forward(self, x):
+            return torch.ops.aten.movedim.intlist(x, [0, 0], [1, 2])
+
+    with pytest.raises(Exception, match="repeated dim"):
+        porter.convert(Bad(), torch.randn(2, 3, 4))
