@@ -16,6 +16,7 @@ import torch
 
 from .capture_guards import input_checks
 from .capture_regions import Inliner
+from .errors import CaptureError
 from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 from . import output_tree
 
@@ -213,7 +214,10 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         elif spec.kind in (InputKind.CONSTANT_TENSOR,):
             tensor = ep.constants[target]
         else:
-            raise NotImplementedError(f"unsupported exported input kind {spec.kind} for {name}")
+            raise CaptureError(
+                f"the forward uses a Python object torch.export lifts as an input of kind {spec.kind.name} "
+                f"({name!r}: a torch.Generator passed to a random op, or a TorchScript class object); Porter converts "
+                "tensors, parameters and constants only: create random numbers outside the forward and pass them in")
         t = tensor.detach()
         shared = first_name.setdefault(_identity(t), target) if t.numel() else target
         if shared != target:  # a tied weight (one tensor under two names): read through its first name

@@ -37,6 +37,8 @@ class UnsupportedOpsError(NotImplementedError):
 
 _RANDOM = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "normal", "bernoulli",
            "multinomial", "uniform", "exponential", "poisson", "randperm", "native_dropout")
+_DATA_SIZED = ("nonzero", "nonzero_static", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
+               "unique_consecutive", "bincount", "argwhere", "repeat_interleave", "histc", "_ctc_loss")
 _COMPLEX = ("istft", "_fft_c2c_backward", "_fft_r2c_backward", "view_as_real_copy", "view_as_complex_copy")
 
 
@@ -46,6 +48,9 @@ def _why(op: str) -> str:
     if base.rstrip("_") in _RANDOM:
         return ("  -- random sampling in the forward: a port cannot give torch's numbers for it; sample outside "
                 "the converted forward (e.g. pass the noise in as an input), or convert in eval mode")
+    if base in _DATA_SIZED:
+        return ("  -- its output's size depends on the tensor's values, which a converted graph cannot express; "
+                "keep it outside the converted forward (mask with torch.where, or index with sizes known up front)")
     if base in _COMPLEX:
         return "  -- this complex-valued op is not supported yet"
     return ""

@@ -140,7 +140,21 @@ BINARY = {
     "bitwise_and": mx.bitwise_and,
     "bitwise_or": mx.bitwise_or,
     "bitwise_xor": mx.bitwise_xor,
+    "left_shift": lambda a, b: _shift(a, b, mx.left_shift),
+    "right_shift": lambda a, b: _shift(a, b, mx.right_shift),
 }
+
+
+def _shift(a, b, fn):
+    """``a << b`` / ``a >> b`` on integers as torch's: a count outside ``[0, bits)`` shifts every bit out (0, or
+    the sign for a right shift of a negative value) where MLX would take it modulo the width; ``>>`` is arithmetic on
+    signed types."""
+    dtype = mx.result_type(a, b) if isinstance(b, mx.array) else a.dtype  # a Python count keeps the tensor's type
+    a, b = a.astype(dtype), mx.array(b)
+    bits = 8 * dtype.size
+    out_of_range = (b < 0) | (b >= bits)
+    spilled = mx.where(a < 0, -1, 0).astype(dtype) if fn is mx.right_shift else mx.zeros_like(a)
+    return mx.where(out_of_range, spilled, fn(a, mx.clip(b, 0, bits - 1).astype(dtype)))
 
 
 def _signbit(x):

@@ -42,8 +42,31 @@ def k_addmm(c, a, b, *, beta=1, alpha=1, swap_a=False, swap_b=False):
     return y + (c if beta == 1 else c * beta)
 
 
-@kernel("sdpa", inputs=[TENSOR, TENSOR, TENSOR, Opt(TENSOR)], attrs={"scale": Opt(Float()), "is_causal": Bool()})
-def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False):
+@kernel("addbmm", inputs=[SCALAR, TENSOR, TENSOR], attrs={"beta": Float(), "alpha": Float()})
+def k_addbmm(c, a, b, *, beta=1, alpha=1):
+    """``beta * c + alpha * sum_i(a[i] @ b[i])``: ``a`` ``(B, N, M)``, ``b`` ``(B, M, P)``, ``c`` broadcast to
+    ``(N, P)``; with ``beta == 0`` ``c`` is not read (NaN in it does not propagate), as torch's."""
+    if a.ndim != 3 or b.ndim != 3:
+        raise ValueError(f"addbmm: batch1 and batch2 must be 3-d but have shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    y = (a @ b).sum(axis=0)
+    if alpha != 1:
+        y = y * alpha
+    if beta == 0:
+        return y
+    return y + (c if beta == 1 else c * beta)
+
+
+@kernel("sdpa", inputs=[TENSOR, TENSOR, TENSOR, Opt(TENSOR)], attrs={"scale": Opt(Float()), "is_causal": Bool(),
+                                                                      "gqa": Opt(Bool())})
+def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False, gqa=None):
+    """``(..., H, L, E)`` query, ``(..., H_kv, S, E)`` key and value; with ``gqa`` each key/value head serves
+    ``H / H_kv`` consecutive query heads (torch's ``enable_gqa``)."""
+    if gqa and k.shape[-3] != q.shape[-3]:
+        if k.shape[-3] != v.shape[-3] or q.shape[-3] % k.shape[-3]:
+            raise ValueError(f"sdpa: with enable_gqa the query's {q.shape[-3]} heads must be a multiple of the key's "
+                             f"{k.shape[-3]} and value's {v.shape[-3]}")
+        groups = q.shape[-3] // k.shape[-3]
+        k, v = mx.repeat(k, groups, axis=-3), mx.repeat(v, groups, axis=-3)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q * scale) @ k.swapaxes(-1, -2)
     if is_causal:
@@ -107,14 +130,21 @@ def convert_addmm(ctx, call):
 def convert_sdpa(ctx, call):
     if call.arg("dropout_p") not in (0, 0.0):
         call.fail("dropout_p", "attention dropout is random; convert in eval mode or pass dropout_p=0")
-    if call.arg("enable_gqa"):
-        call.fail("enable_gqa", "grouped-query attention is not supported yet")
     q, k, v, mask = call.arg("query"), call.arg("key"), call.arg("value"), call.arg("attn_mask")
     inputs = [ctx.tensor(t, L.identity(ctx.meta(t).rank)) for t in (q, k, v)]
     if mask is not None:
         inputs.append(ctx.tensor(mask, L.identity(ctx.meta(mask).rank)))
-    ctx.emit("sdpa", inputs, {"scale": call.arg("scale"), "is_causal": call.arg("is_causal")},
-             perm=L.identity(call.meta.rank))
+    attrs = {"scale": call.arg("scale"), "is_causal": call.arg("is_causal")}
+    if call.arg("enable_gqa"):
+        attrs["gqa"] = True  # only then: an artifact without it loads in a Porter that predates the attribute
+    ctx.emit("sdpa", inputs, attrs, perm=L.identity(call.meta.rank))
+
+
+@register("aten.addbmm.default")  # addbmm_ is recorded as addbmm (functionalized)
+def convert_addbmm(ctx, call):
+    a, b, c = call.arg("batch1"), call.arg("batch2"), call.arg("self")
+    specs = [ctx.tensor(t, L.identity(ctx.meta(t).rank)) for t in (c, a, b)]
+    ctx.emit("addbmm", specs, {"beta": call.arg("beta"), "alpha": call.arg("alpha")}, perm=L.identity(2))
 
 
 @kernel("native_mha", inputs=[TENSOR] * 7, attrs={"num_head": Int(1, GEOMETRY), "need_weights": Bool(),

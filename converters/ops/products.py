@@ -12,6 +12,7 @@ torch's layout on the last dims they read; the rest of the layout is kept where 
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 from .. import layout as L
 from ..ir import Ref
@@ -93,6 +94,23 @@ def convert_cdist(ctx, call):
     ident = [L.identity(ctx.meta(v).rank) for v in (a, b)]
     ctx.emit("cdist", [ctx.tensor(a, ident[0]), ctx.tensor(b, ident[1])], {"p": _p(call)},
              perm=L.identity(call.meta.rank))
+
+
+@kernel("pdist", inputs=[TENSOR], attrs={"p": Float(allow_inf=True)})
+def k_pdist(x, *, p):
+    """``(N, M)`` -> ``(N (N - 1) / 2,)``: the p-norm of ``x[i] - x[j]`` for every ``i < j``, row by row."""
+    if x.ndim != 2:
+        raise ValueError(f"pdist: the input must be 2-d but has shape {tuple(x.shape)}")
+    n = x.shape[0]
+    check_elements([n * (n - 1) // 2, x.shape[1]], "pdist")
+    i, j = np.triu_indices(n, 1)
+    return k_vector_norm(x[mx.array(i)] - x[mx.array(j)], ord=p, axes=[-1], keepdims=False)
+
+
+@register("aten._pdist_forward.default")
+def convert_pdist(ctx, call):
+    x = call.arg("self")
+    ctx.emit("pdist", [ctx.tensor(x, L.identity(ctx.meta(x).rank))], {"p": _p(call)}, perm=L.identity(1))
 
 
 @register("aten.dist.default")

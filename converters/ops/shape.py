@@ -370,11 +370,12 @@ def convert_reshape(ctx, call):
     convert_view(ctx, call, x, list(sizes), call.meta)
 
 
-@register("aten.flatten.using_ints")
+@register("aten.flatten.using_ints", "aten.ravel.default")
 def convert_flatten(ctx, call):
+    """``x.flatten(start_dim, end_dim)``; ``x.ravel()`` is the whole of it."""
     x = call.arg("self")
     rank = ctx.meta(x).rank
-    start, end = call.arg("start_dim"), call.arg("end_dim")
+    start, end = (call.arg("start_dim"), call.arg("end_dim")) if call.has("start_dim") else (0, -1)
     if rank == 0:
         return ctx.emit("reshape", [ctx.tensor(x), [1]], perm=(0,))
     start, end = start % rank, end % rank
@@ -546,6 +547,54 @@ def convert_tensor_split(ctx, call):
         _emit_split(ctx, call, call.arg("self"), call.arg("sections"), call.arg("dim"), "sections")
     else:
         _emit_split(ctx, call, call.arg("self"), list(call.arg("indices")), call.arg("dim"), "indices")
+
+
+_SPLIT_DIMS = {"hsplit": (1, 1), "vsplit": (0, 2), "dsplit": (2, 3)}  # op -> (dim, least rank); hsplit of 1-d: dim 0
+
+
+def _directional_split(op):
+    def convert(ctx, call):
+        x = call.arg("self")
+        rank = ctx.meta(x).rank
+        dim, least = _SPLIT_DIMS[op]
+        if op == "hsplit" and rank == 1:
+            dim = 0
+        elif rank < least:
+            call.fail("self", f"{op} needs at least {least} dims but the tensor has {rank}")
+        if call.has("sections"):
+            sections = call.arg("sections")
+            size = ctx.meta(x).shape[dim]
+            if not isinstance(sections, int) or sections <= 0 or not isinstance(size, int) or size % sections:
+                call.fail("sections", f"must divide dim {dim} (size {size}) into equal parts, got {sections}")
+            _emit_split(ctx, call, x, sections, dim, "sections")
+        else:
+            _emit_split(ctx, call, x, list(call.arg("indices")), dim, "indices")
+
+    convert.__name__ = f"convert_{op}"
+    return convert
+
+
+for _op in _SPLIT_DIMS:
+    register(f"aten.{_op}.int", f"aten.{_op}.array")(_directional_split(_op))
+
+
+@register("aten.atleast_1d.default", "aten.atleast_2d.default", "aten.atleast_3d.default")
+def convert_atleast(ctx, call):
+    """``torch.atleast_nd``: 0-d -> all ones; 1-d ``(N)`` -> ``(1, N)`` / ``(1, N, 1)``; 2-d -> ``(M, N, 1)``."""
+    x = call.arg("self")
+    rank, want = ctx.meta(x).rank, int(call.op.split("atleast_")[1][0])
+    new_dims = {(0, 1): [0], (0, 2): [0, 1], (0, 3): [0, 1, 2], (1, 2): [0], (1, 3): [0, 2], (2, 3): [2]}
+    dims = new_dims.get((rank, want), [])
+    if not dims:
+        return ctx.alias(x)
+    perm, spec, shape = ctx.perm(x), ctx.tensor(x), list(ctx.meta(x).shape)
+    for i, dim in enumerate(dims):
+        perm, shape = L.insert_dim(perm, dim), shape[:dim] + [1] + shape[dim:]
+        last = i == len(dims) - 1
+        ref = ctx.emit("unsqueeze", [spec], {"axis": perm.index(dim)}, perm=perm,
+                       out=None if last else ctx.fresh(f"{call.name}_{i}"),
+                       meta=None if last else ValueMeta("tensor", shape, ctx.meta(x).dtype))
+        spec = {"ref": ref.name}
 
 
 @register("aten.chunk.default")

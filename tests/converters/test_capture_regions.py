@@ -174,14 +174,19 @@ def test_autocast_tables_agree_with_torch(name):
         assert (from_float32.dtype, from_bf16.dtype) == (torch.float32, torch.bfloat16)
 
 
-def test_an_op_with_an_unknown_autocast_rule_fails_by_name():
+def test_an_op_with_an_unknown_autocast_rule_fails_by_name(monkeypatch):
+    """max_pool3d runs in float32 under CPU autocast; with its rule taken out of Porter's table, the capture sees a
+    float32 result from bfloat16 inputs and must refuse by name instead of computing in bfloat16."""
+    from porter.converters import capture_regions
+
     class Upcast(nn.Module):
         def forward(self, x):
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                return torch.nn.functional.pdist(x.bfloat16())  # torch upcasts pdist; Porter has no rule
+                return torch.nn.functional.max_pool3d(x.bfloat16(), 2)
 
-    with pytest.raises(NotImplementedError, match=r"pdist|_pdist_forward"):
-        porter.convert(Upcast(), torch.randn(4, 3))
+    monkeypatch.setattr(capture_regions, "FP32", capture_regions.FP32 - {"max_pool3d"})
+    with pytest.raises(NotImplementedError, match=r"max_pool3d.*does not know this op's autocast rule"):
+        porter.convert(Upcast(), torch.randn(1, 2, 4, 4, 4))
 
 
 class RelativeIndex(nn.Module):

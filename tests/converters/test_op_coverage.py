@@ -39,6 +39,7 @@ from tests.converters import test_ops_pool_options as pool_options
 from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
 from tests.converters import test_ops_views as views
+from tests.converters import test_ops_added as added
 from tests.converters import test_unseen_models as unseen
 from tests.converters import test_unseen_models_more as unseen_more
 from tests.converter_check import assert_matches
@@ -75,6 +76,10 @@ for _name, _shape in {"FlattenAfterConv": (2, 3, 8, 8), "ChannelConcat": (2, 3, 
 EXERCISERS["test_layout:ChannelShuffle"] = Exerciser(_case(layout.ChannelShuffle(3).eval(), (2, 4, 5, 5)))
 EXERCISERS["test_layout:Residual"] = Exerciser(_case(layout.randomise_bn(layout.Residual()), (2, 4, 9, 9)))
 EXERCISERS["test_ops_views:Views"] = Exerciser(_case(views.Views().eval(), (2, 3, 6, 7)))
+EXERCISERS["test_ops_added:Products"] = Exerciser(_case(added.Products().eval(), (2, 5, 8)))
+EXERCISERS["test_ops_added:Shifts"] = Exerciser(
+    lambda: (added.Shifts(), (torch.randint(-300, 300, (2, 6), dtype=torch.int32),
+                              torch.randint(-3, 40, (2, 6), dtype=torch.int32))))
 EXERCISERS["test_ops_misc:Misc"] = Exerciser(
     lambda: (misc.Misc().eval(), (torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5)))))
 EXERCISERS["test_ops_select:Orderings"] = Exerciser(_case(select_ops.Orderings().eval(), (2, 3, 4, 6)))

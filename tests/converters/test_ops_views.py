@@ -1,5 +1,6 @@
 """View ops torch.export keeps as single calls: ``narrow`` (static, negative and size-derived starts), ``movedim`` /
-``moveaxis`` (one dim and lists), ``mT`` / ``mH`` / ``adjoint``. Against torch on the same data at two input sizes
+``moveaxis`` (one dim and lists), ``mT`` / ``mH`` / ``adjoint``, ``hsplit`` / ``vsplit`` / ``dsplit``,
+``atleast_1d/2d/3d``, ``ravel``. Against torch on the same data at two input sizes
 (the second not seen at conversion), through a channels-last producer so each op reads torch's dims through the
 port's layout; values are moved, never computed, so they compare exactly; gradients too."""
 
@@ -31,7 +32,14 @@ class Views(nn.Module):
         g = y.mT
         h = y.mH + y.adjoint()
         i = torch.moveaxis(y, [0, 1], [2, 3])
-        return a, b, c, d, e, f, g, h, i
+        j = torch.hsplit(y, [1, 3])  # dim 1 at indices
+        k = torch.vsplit(y[:2], 2)  # dim 0 in equal parts
+        m = torch.dsplit(y, [2])  # dim 2
+        n = torch.hsplit(y[0, 0, 0], [3])  # a 1-d tensor splits on dim 0
+        o = (torch.atleast_1d(y[0, 0, 0, 0]), torch.atleast_2d(y[0, 0, 0]), torch.atleast_3d(y[0, 0, 0]),
+             torch.atleast_3d(y[0, 0]), torch.atleast_2d(y[0]), torch.atleast_3d(y[0, 0, 0, 0]))
+        p = (torch.hsplit(y, 3), torch.vsplit(y, [1]), torch.dsplit(y[:, :, :4], 2))
+        return a, b, c, d, e, f, g, h, i, j, k, m, n, o, p, y.ravel(), y[0].ravel()
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +47,12 @@ def ported():
     return Views().eval(), porter.convert(Views().eval(), torch.randn(2, 3, 6, 7), io_layout="torch")
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 6, 7), (3, 2, 5, 9)])
+@pytest.mark.parametrize("shape", [(2, 3, 6, 7), (3, 3, 5, 9)])
 def test_views_match_torch_exactly(ported, shape):
     model, port = ported
     x = torch.randn(*shape)
     with torch.no_grad():
-        expected = [t.numpy() for t in model(x)]
+        expected = [t.numpy() for t in torch.utils._pytree.tree_leaves(model(x))]
     actual = run_ported(port, (x,))
     assert len(actual) == len(expected)
     for i, (a, e) in enumerate(zip(actual, expected)):
@@ -55,15 +63,33 @@ def test_views_match_torch_exactly(ported, shape):
 def test_views_gradient_matches_torch(ported):
     model, port = ported
     x = torch.randn(2, 3, 6, 7, requires_grad=True)
-    weights = [torch.randn_like(t) for t in model(x)]
-    sum(map(lambda t, w: (t * w).sum(), model(x), weights)).backward()
+    outputs = torch.utils._pytree.tree_leaves(model(x))
+    weights = [torch.randn_like(t) for t in outputs]
+    sum(map(lambda t, w: (t * w).sum(), outputs, weights)).backward()
     ws = [mx.array(w.numpy()) for w in weights]
 
     def loss(inp):
-        return sum((o * w).sum() for o, w in zip(port(inp), ws))
+        leaves = mlx_leaves(port(inp))
+        assert len(leaves) == len(ws)
+        return sum((o * w).sum() for o, w in zip(leaves, ws))
 
     grad = mx.grad(loss)(mx.array(x.detach().numpy()))
     np.testing.assert_allclose(np.array(grad), x.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def mlx_leaves(tree):
+    if isinstance(tree, (list, tuple)):
+        return [leaf for item in tree for leaf in mlx_leaves(item)]
+    return [tree]
+
+
+def test_vsplit_into_unequal_parts_is_refused_by_torch_and_named():
+    class Uneven(nn.Module):
+        def forward(self, x):
+            return torch.vsplit(x, 3)
+
+    with pytest.raises(Exception, match="vsplit|divisible"):
+        porter.convert(Uneven(), torch.randn(4, 3))
 
 
 def test_narrow_past_the_end_is_refused_at_a_smaller_size(ported):

@@ -1,0 +1,132 @@
+"""Ops added after hand-converting small forwards found them refused: ``addbmm``, ``pdist``, grouped-query
+``scaled_dot_product_attention`` (``enable_gqa``), and integer shifts (``<<``, ``>>``, ``bitwise_*_shift``).
+Against torch on the same data at two input sizes (the second not seen at conversion); shifts compare exactly
+(counts past the width included), the float ops to float32 rounding; gradients for the float ops."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import porter
+from tests.converter_check import run_ported
+
+torch.manual_seed(0)
+
+
+class Products(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 16)  # 4 query heads of 4
+        self.kv = nn.Linear(8, 16)  # 2 key and 2 value heads of 4
+
+    def forward(self, x):  # x: (B, L, 8)
+        b, n, _ = x.shape
+        q = self.q(x).view(b, n, 4, 4).transpose(1, 2)
+        k, v = self.kv(x).view(b, n, 2, 2, 4).permute(2, 0, 3, 1, 4)
+        gqa = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        causal = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True, scale=0.3)
+        bmm = torch.addbmm(x[0, :1, :5], x.transpose(1, 2), x[:, :, :5], beta=0.5, alpha=2.0)  # (8, 5)
+        nan_self = torch.addbmm(torch.full((8, 5), float("nan")), x.transpose(1, 2), x[:, :, :5],
+                                beta=0.0)  # beta 0 ignores self, NaN included
+        bmm_ = x[0, :1, :5].expand(8, 5).clone().addbmm_(x.transpose(1, 2), x[:, :, :5], alpha=0.5)
+        rows = x.flatten(0, 1)
+        dists = (F.pdist(rows), F.pdist(rows, p=1.0), F.pdist(rows, p=float("inf")), F.pdist(rows[:1]))
+        return gqa, causal, bmm, nan_self, dists, bmm_
+
+
+@pytest.fixture(scope="module")
+def products():
+    model = Products().eval()
+    return model, porter.convert(model, torch.randn(2, 5, 8), io_layout="torch")
+
+
+def _leaves(tree):
+    return torch.utils._pytree.tree_leaves(tree)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8), (3, 7, 8)])
+def test_products_match_torch(products, shape):
+    model, port = products
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        expected = [t.numpy() for t in _leaves(model(x))]
+    actual = run_ported(port, (x,))
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert a.shape == e.shape, (i, a.shape, e.shape)
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+
+
+def test_products_gradients_match_torch(products):
+    model, port = products
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    outputs = _leaves(model(x))[:3] + _leaves(model(x))[4:7]  # not the NaN one, nor pdist of one row (empty)
+    weights = [torch.randn_like(t) for t in outputs]
+    sum((t * w).sum() for t, w in zip(outputs, weights)).backward()
+    ws = [mx.array(w.numpy()) for w in weights]
+
+    def loss(inp):
+        gqa, causal, bmm, _, dists, _ = port(inp)
+        return sum((o * w).sum() for o, w in zip([gqa, causal, bmm, *dists[:3]], ws))
+
+    grad = mx.grad(loss)(mx.array(x.detach().numpy()))
+    np.testing.assert_allclose(np.array(grad), x.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_gqa_with_heads_that_do_not_divide_is_refused_at_run():
+    from porter.converters.ops.linear import k_sdpa
+
+    with pytest.raises(ValueError, match="multiple of the key's 2"):
+        k_sdpa(mx.zeros((1, 3, 4, 4)), mx.zeros((1, 2, 4, 4)), mx.zeros((1, 2, 4, 4)), gqa=True)
+
+
+class Shifts(nn.Module):
+    def forward(self, x, n):  # x: int32 values, n: int32 shift counts (some negative or past the width)
+        y, z = x.clone(), x.clone()
+        y <<= n
+        y >>= 1
+        z <<= 2
+        z >>= n
+        w = x.clone().bitwise_left_shift_(n).bitwise_right_shift_(2).bitwise_left_shift_(1).bitwise_right_shift_(n)
+        return (x << 3, x >> 2, x << n, x >> n, torch.bitwise_left_shift(x, n), torch.bitwise_right_shift(x, 1),
+                torch.bitwise_left_shift(x, 5), torch.bitwise_right_shift(x, n), y, z, w,
+                x.to(torch.uint8) << 1, x.to(torch.uint8) >> n.clamp(0, 7).to(torch.uint8), x.long() << 40)
+
+
+@pytest.mark.parametrize("size", [6, 11])
+def test_shifts_match_torch_exactly(size):
+    model = Shifts()
+    g = torch.Generator().manual_seed(size)
+    example = (torch.randint(-300, 300, (2, 6), dtype=torch.int32, generator=g),
+               torch.randint(-3, 40, (2, 6), dtype=torch.int32, generator=g))
+    port = porter.convert(model, example, io_layout="torch")
+    x = torch.randint(-2 ** 31, 2 ** 31 - 1, (2, size), dtype=torch.int32, generator=g)
+    n = torch.randint(-40, 70, (2, size), dtype=torch.int32, generator=g)
+    n[0, :4] = torch.tensor([0, 31, 32, -1], dtype=torch.int32)
+    expected = [t.numpy() for t in model(x, n)]
+    actual = run_ported(port, (x, n))
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert a.dtype == e.dtype, (i, a.dtype, e.dtype)
+        np.testing.assert_array_equal(a, e, err_msg=f"output {i}")
+
+
+def test_a_generator_in_the_forward_is_refused_by_name():
+    class Noisy(nn.Module):
+        def forward(self, x):
+            return x + torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
+
+    with pytest.raises(porter.converters.CaptureError, match="CUSTOM_OBJ.*torch.Generator.*pass them in"):
+        porter.convert(Noisy(), torch.randn(2, 3), dynamic="static")
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.nonzero(x > 0), lambda x: torch.masked_select(x, x > 0)])
+def test_value_sized_ops_say_why(fn):
+    class ValueSized(nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    with pytest.raises(porter.converters.UnsupportedOpsError, match="size depends on the tensor's values"):
+        porter.convert(ValueSized(), torch.randn(2, 3), dynamic="static")
