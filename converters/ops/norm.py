@@ -50,11 +50,13 @@ def k_layer_norm(x, weight, bias, *, k, eps):
     return layer_norm(x, tuple(x.shape[x.ndim - k:]), weight, bias, eps)
 
 
-@kernel("group_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"groups": Int(1, 1 << 24), "eps": _EPS})
-def k_group_norm(x, weight, bias, *, groups, eps):
+@kernel("group_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"groups": Opt(Int(1, 1 << 24)),
+                                                                        "eps": _EPS})
+def k_group_norm(x, weight, bias, *, groups=None, eps):
     """Channels-last ``(N, *S, C)``: statistics per (sample, group) over the spatial dims and the group's channels
-    (``porter.layers.functional.group_norm``; native kernel on the CPU)."""
-    return group_norm(x, groups, weight, bias, eps)
+    (``porter.layers.functional.group_norm``; native kernel on the CPU). ``groups=None``: one group per channel
+    (instance norm over a channel count known only at run time)."""
+    return group_norm(x, x.shape[-1] if groups is None else groups, weight, bias, eps)
 
 
 @register("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", channels_last=True)
@@ -187,11 +189,10 @@ def convert_instance_norm(ctx, call):
                   ctx.tensor(mean), ctx.tensor(var)]
         ctx.emit("batch_norm", inputs, {"axis": rank - 1, "eps": call.arg("eps")}, perm=perm)
         return
-    channels = ctx.meta(x).shape[1]
-    if not isinstance(channels, int):
-        call.fail("input", "the channel count must be static")
+    channels = ctx.meta(x).shape[1]  # a symbol when no weight fixes it (F.instance_norm without affine)
     inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
-    ctx.emit("group_norm", inputs, {"groups": channels, "eps": call.arg("eps")}, perm=perm)
+    ctx.emit("group_norm", inputs, {"groups": channels if isinstance(channels, int) else None,
+                                    "eps": call.arg("eps")}, perm=perm)
 
 
 @register("aten._weight_norm.default")

@@ -130,3 +130,21 @@ def test_value_sized_ops_say_why(fn):
 
     with pytest.raises(porter.converters.UnsupportedOpsError, match="size depends on the tensor's values"):
         porter.convert(ValueSized(), torch.randn(2, 3), dynamic="static")
+
+
+class FreeChannels(nn.Module):
+    """Norms with no weight to fix the channel count: torch keeps it dynamic (was refused: 'the channel count must
+    be static')."""
+
+    def forward(self, x):
+        return F.instance_norm(x), F.instance_norm(x.flip(1), eps=1e-3) * 2
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 6, 7), (3, 5, 9, 4), (1, 1, 3, 3)])
+def test_instance_norm_over_a_dynamic_channel_count(shape):
+    model = FreeChannels()
+    port = porter.convert(model, torch.randn(2, 4, 6, 7), io_layout="torch", dynamic="all")
+    x = torch.randn(*shape)
+    expected = [t.numpy() for t in model(x)]
+    for a, e in zip(run_ported(port, (x,)), expected):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
