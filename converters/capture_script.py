@@ -9,6 +9,7 @@ in the example (a warning says so); loops are not supported. Module paths come f
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import torch
@@ -52,6 +53,23 @@ def _meta(value) -> ValueMeta:
     if value is None:
         return ValueMeta("none")
     return ValueMeta("other")
+
+
+# c10::ScalarType codes: TorchScript passes a dtype argument (``softmax(x, -1, dtype=torch.float64)``) as one
+_SCALAR_TYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
+                 6: torch.float32, 7: torch.float64, 9: torch.complex64, 10: torch.complex128, 11: torch.bool,
+                 15: torch.bfloat16, 27: torch.uint16, 28: torch.uint32, 29: torch.uint64}
+
+
+def _scalar_type(name, ir, dtype_args):
+    """A ``ScalarType`` argument's code (``dtype_args``: the names the schema declares so; its parsed types say
+    only ``int``) as the dtype name every converter reads; anything else unchanged."""
+    if name not in dtype_args or isinstance(ir, bool) or not isinstance(ir, int):
+        return ir
+    if ir not in _SCALAR_TYPES:
+        raise NotImplementedError(f"TorchScript passes dtype code {ir} for argument {name!r}, a dtype Porter does "
+                                  "not convert")
+    return _dtype_name(_SCALAR_TYPES[ir])
 
 
 def _literal(value):
@@ -306,12 +324,13 @@ class _Interpreter:
         packet = getattr(getattr(torch.ops, namespace), base)
         op = getattr(packet, overload)
         args, kwargs, ir_args, explicit = [], {}, {}, []
+        dtype_args = set(re.findall(r"ScalarType\??\s+(\w+)", node.schema()))
         for a, (ir, value) in zip(schema.arguments, ins):
             if a.kwarg_only:
                 kwargs[a.name] = value
             else:
                 args.append(value)
-            ir_args[a.name] = ir
+            ir_args[a.name] = _scalar_type(a.name, ir, dtype_args)
             explicit.append(a.name)
         for a in schema.arguments[len(ins):]:
             ir_args[a.name] = _literal(a.default_value) if a.has_default_value() else None
