@@ -166,6 +166,37 @@ class _Interpreter:
                                [(p, p, t) for p, t in scopes]))
         return Ref(name)
 
+    def bind(self, node, ref, concrete, outs) -> None:
+        """The TorchScript outputs of a recorded call: the value itself, or one ``getitem`` per output."""
+        if len(outs) == 1:
+            self.env[outs[0]] = (ref, concrete)
+        else:
+            for i, o in enumerate(outs):
+                self.env[o] = (self.record(node, "operator.getitem", {"a": ref, "b": i}, ["a", "b"], concrete[i]),
+                               concrete[i])
+
+    def decomposed(self, node, op, ins, args, kwargs, concrete, outs):
+        """The IR of ``op``'s call recorded as torch's decomposition when Porter has no converter for it
+        (``capture_script_decompose``), its outputs bound to ``outs``; None to record the call itself."""
+        from . import capture_script_decompose as D
+
+        single = isinstance(concrete, torch.Tensor) and len(outs) == 1
+        several = isinstance(concrete, (list, tuple)) and len(outs) == len(concrete) > 1
+        if not (single or several) or not D.decomposable(op):
+            return None
+        gm = D.decompose_call(op, args, kwargs)
+        if gm is None:
+            return None
+        out = D.replay(gm, D.tensor_irs(ins), lambda o, a, e, c: self.record(node, o, a, e, c), _literal)
+        if single and isinstance(out, Ref):
+            self.env[outs[0]] = (out, concrete)
+            return out
+        if several and isinstance(out, list) and len(out) == len(outs):
+            for o, ir, value in zip(outs, out, concrete):
+                self.env[o] = (ir, value)
+            return out[0]
+        return None
+
     def input_dims(self, irs) -> set:
         """``(input name, dim)`` pairs the IR values ``irs`` were computed from through input sizes; ``(name,
         None)`` for an input reached otherwise (its values, or sizes of tensors computed from it)."""
@@ -354,14 +385,12 @@ class _Interpreter:
                              concrete)
             self.env[outs[0]] = (ir, concrete)
             return
-        ref = self.record(node, f"{namespace}.{base}.{overload}", ir_args, explicit, concrete)
-        if len(outs) == 1:
-            self.env[outs[0]] = (ref, concrete)
-        else:
-            for i, o in enumerate(outs):
-                self.env[o] = (self.record(node, "operator.getitem", {"a": ref, "b": i}, ["a", "b"], concrete[i]),
-                               concrete[i])
+        ref = self.decomposed(node, op, ins, args, kwargs, concrete, outs)  # binds outs itself
+        if ref is None:
+            ref = self.record(node, f"{namespace}.{base}.{overload}", ir_args, explicit, concrete)
+            self.bind(node, ref, concrete, outs)
         if _in_place(base) and ins and isinstance(ins[0][0], Ref):
+
             # in-place: later readers of the written value see the result, under every name it has (a chain
             # k.add_(1).mul_(2) writes k through the first op's output)
             old = ins[0][0]

@@ -483,6 +483,23 @@ def convert_expand(ctx, call):
     ctx.emit("expand", [ctx.tensor(x), ctx.value(sizes)], {"lead": lead, "perm": list(new_perm)}, perm=new_perm)
 
 
+@kernel("broadcast_all", inputs=[Seq(TENSOR)])
+def k_broadcast_all(xs):
+    """``torch.broadcast_tensors``: torch-layout arrays, each brought to their common broadcast shape."""
+    shape = mx.broadcast_shapes(*(tuple(x.shape) for x in xs))
+    check_elements(list(shape), "broadcast_tensors")
+    return [mx.broadcast_to(x, shape) for x in xs]
+
+
+@register("aten.broadcast_tensors.default")
+def convert_broadcast_tensors(ctx, call):
+    from ..convert import Info
+
+    tensors = list(call.arg("tensors"))
+    specs = [ctx.tensor(t, L.identity(ctx.meta(t).rank)) for t in tensors]
+    ctx.emit("broadcast_all", [specs], items=[Info(m, L.identity(m.rank)) for m in call.meta.items])
+
+
 @register("aten.repeat.default")
 def convert_repeat(ctx, call):
     x, repeats = call.arg("self"), list(call.arg("repeats"))
