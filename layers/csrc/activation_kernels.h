@@ -23,11 +23,10 @@ namespace porter {
 enum class Act : int { exp = 0, sigmoid, silu, tanh, gelu, gelu_tanh, hardswish, hardsigmoid };
 
 // ------------------------------------------------------------------------------------------------ float32 pieces
-// e^x: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes's degree-6 polynomial, 2^n applied as two normal powers of two so
-// results in the subnormal range round once; overflow -> inf, underflow -> 0, NaN stays NaN.
-inline float exp_f(float x) {
-  float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
-  xc = x != x ? 0.0f : xc;
+// e^x's range reduction and polynomial for a finite x in [-104, 88.8] (callers clamp): x = n ln2 + r, |r| <= ln2/2,
+// e^r by Cephes's degree-6 polynomial, 2^n applied as two normal powers of two so results in the subnormal range
+// round once. exp_f and exp_nonpos_f add only their own range and NaN handling around it.
+inline float exp_core(float xc) {
   // round to nearest by adding and subtracting 1.5 * 2^23 (|n| <= 150): std::floor would block vectorization
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = xc - n * 0.693359375f;
@@ -43,7 +42,14 @@ inline float exp_f(float x) {
   const int ni = static_cast<int>(n);
   const int n1 = ni >> 1, n2 = ni - n1;
   const float s1 = std::bit_cast<float>((n1 + 127) << 23), s2 = std::bit_cast<float>((n2 + 127) << 23);
-  float y = p * s1 * s2;
+  return p * s1 * s2;
+}
+
+// e^x: overflow -> inf, underflow -> 0, NaN stays NaN.
+inline float exp_f(float x) {
+  float xc = x < -104.0f ? -104.0f : (x > 88.8f ? 88.8f : x);
+  xc = x != x ? 0.0f : xc;
+  float y = exp_core(xc);
   y = x > 88.72283905206835f ? std::numeric_limits<float>::infinity() : y;
   y = x < -103.97208f ? 0.0f : y;
   return x != x ? x : y;
@@ -73,24 +79,10 @@ inline double exp_dd(double a) {
   return static_cast<double>(exp_f(hi)) * (1.0 + (a - static_cast<double>(hi)));
 }
 
-// e^s for GELU's exponent s <= 0, as exp_f but without its overflow and NaN selects (GELU multiplies the result
-// by x, which carries a NaN through): a NaN s is taken as -104 (never cast to int), below -103.97 the result is 0.
+// e^s for GELU's exponent s <= 0: exp_f without its overflow and NaN selects (GELU multiplies the result by x,
+// which carries a NaN through): a NaN s is taken as -104 (never cast to int), below -103.97 the result is 0.
 inline float exp_nonpos_f(float s) {
-  const float sc = s > -104.0f ? s : -104.0f;
-  const float n = (sc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = sc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  const float z = r * r;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * z + r + 1.0f;
-  const int ni = static_cast<int>(n);
-  const int n1 = ni >> 1, n2 = ni - n1;  // two normal powers of two: subnormal results round once
-  const float y = p * std::bit_cast<float>((n1 + 127) << 23) * std::bit_cast<float>((n2 + 127) << 23);
+  const float y = exp_core(s > -104.0f ? s : -104.0f);
   return s > -103.97208f ? y : 0.0f;
 }
 

@@ -342,6 +342,10 @@ _TRAIN = (3, 3, 48, 40)
 # v2's cosine logits are scaled by up to 100 (the clamp): torch's own float32 output is up to 1.3e-4 (relative) off
 # its float64 output at 45x38, the zoo model's 6e-5; so v2 is compared at 3e-4.
 _V2_ATOL = 3e-4
+# v2's training case is chaotic at its third step (docs/BENCHMARKS.md, session 11 helper): its last block's input
+# gradient is ill-conditioned in its input, so a half-ulp change of GELU's rounding moves the worst parameter
+# from 0.48 to 1.42 of test_training_matches_torch's bar, and torch's own float32 run with a one-ulp input nudge
+# reaches 1.26 of it. A kernel change that fails only this case needs that check first.
 CASES = {
     "swin_t": Case(swin_t, _SMALL, train=True, train_input=_TRAIN, train_kwargs=_NO_DROP, num_params=28288354),
     "swin_s": Case(swin_s, {**_SMALL, "depths": [2, 4, 2, 2]}, num_params=49606258),
