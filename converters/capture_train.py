@@ -4,7 +4,7 @@ Conversion captures the forward in eval mode. In training mode a port is exact o
 training behaviour themselves (:data:`TRAIN_AWARE` layer types: batch norm's batch statistics and running-statistic
 updates, dropout, attention dropout) or the runtime does (spectral norm's power iteration, ``train_state.py``).
 Anything else whose torch forward changes with ``module.training`` (a branch on ``self.training``, ``F.dropout(x,
-p, self.training)``, ``Dropout2d``, ``RReLU``, stochastic depth, an instance norm's running statistics, an LSTM's
+p, self.training)``, ``RReLU``, stochastic depth, an instance norm's running statistics, an LSTM's
 inter-layer dropout, ...) was captured in its eval form, so the port would silently compute the eval numbers while
 training: those modules are recorded in ``graph["train_refusals"]`` and the port refuses training mode by name
 (``runtime.py``), eval staying exact.
@@ -24,7 +24,7 @@ import warnings
 import torch
 
 # port layer types (layer_types.py) that compute torch's training behaviour themselves
-TRAIN_AWARE = frozenset({"BatchNorm", "Dropout", "MultiheadAttention"})
+TRAIN_AWARE = frozenset({"BatchNorm", "Dropout", "TorchDropout", "MultiheadAttention"})
 
 # torch containers whose own training flag only picks an inference fast path (the same numbers; their children
 # carry the dropouts): not candidates, so a frozen model's fast path cannot look like a training difference
@@ -34,12 +34,9 @@ _FAST_PATH_ONLY = ("TransformerEncoderLayer", "TransformerEncoder", "Transformer
 MAX_PROBES = 256  # forwards the group testing may spend; past that, every untested candidate is refused
 
 _REASONS = {
-    "Dropout1d": "zeroes whole random channels in training (the port has no training-mode Dropout1d)",
-    "Dropout2d": "zeroes whole random channels in training (the port has no training-mode Dropout2d)",
-    "Dropout3d": "zeroes whole random channels in training (the port has no training-mode Dropout3d)",
-    "AlphaDropout": "drops random elements to SELU's saturation value in training (the port has no training-mode "
-                    "AlphaDropout)",
-    "FeatureAlphaDropout": "drops random channels in training (the port has no training-mode FeatureAlphaDropout)",
+    "Dropout1d": "zeroes whole random channels in training, and this one was not mapped to the port's dropout",
+    "AlphaDropout": "drops random elements in training, and this one was not mapped to the port's dropout",
+    "FeatureAlphaDropout": "drops random channels in training, and this one was not mapped to the port's dropout",
     "Dropout": "drops random elements in training, and this one was not mapped to the port's dropout layer",
     "RReLU": "draws random negative slopes in training (the port computes eval's fixed slope)",
     "InstanceNorm1d": "normalizes by the instance's statistics and updates running statistics in training (the "
@@ -50,6 +47,7 @@ _REASONS = {
                           "(a mask, separate q/k/v weights or bias_k)",
 }
 _REASONS["InstanceNorm2d"] = _REASONS["InstanceNorm3d"] = _REASONS["InstanceNorm1d"]
+_REASONS["Dropout2d"] = _REASONS["Dropout3d"] = _REASONS["Dropout1d"]
 _REASONS["GRU"] = _REASONS["RNN"] = _REASONS["LSTM"]
 for _name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"):
     _REASONS[_name] = "normalizes by batch statistics in training and was not mapped to the port's batch norm"
@@ -114,7 +112,11 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
 
     with torch.random.fork_rng(devices=[]):
         try:
-            reference = forward()
+            try:
+                reference = forward()
+            except Exception as e:  # noqa: BLE001  (not checkable: training mode refused, eval unaffected)
+                return {"": f"its training mode could not be checked: the eager forward on the example failed "
+                            f"with gradients enabled ({type(e).__name__}: {str(e)[:200]})"}
             found = culprits(candidates) if differs(candidates) else []
         finally:
             for m, mode in modes:

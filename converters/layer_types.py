@@ -15,6 +15,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
 | RMSNorm | ``porter.layers.RMSNorm`` (an ``mlx.nn.RMSNorm``) | ``nn.RMSNorm`` |
 | Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |
+| TorchDropout | :class:`layer_dropout.TorchDropout` | ``nn.Dropout1d/2d/3d``, ``nn.AlphaDropout``, ``nn.FeatureAlphaDropout`` |
 | Activation | :class:`Activation` (one of the runtime's unary functions) | ``nn.ReLU``, ``nn.GELU``, ... |
 """
 
@@ -32,6 +33,7 @@ from porter.layers.quantized_conv import QUANTIZED_CONV
 from . import spec as S
 from .ops.elementwise import UNARY, _UNARY_ATTRS
 from .ops.misc import checked_indices
+from .layer_dropout import KINDS as DROPOUT_KINDS, TorchDropout
 
 _SIZE = S.Int(1, (1 << 31) - 1)  # MLX's dims are int32
 _GEOM = S.Ints(1, 3, 0, S.GEOMETRY)
@@ -363,6 +365,10 @@ LAYER_TYPES = {t.name: t for t in (
                          "bias": "in_proj_bias" in m, "batch_first": m.batch_first}),
     LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
               lambda m: {"p": _dropout_p(m)}),
+    LayerType("TorchDropout", S.Obj({"p": S.Float(), "kind": S.Enum(*DROPOUT_KINDS),
+                                     "axes": S.Ints(2, 2, 0, S.MAX_LEN - 1)}, ["p", "kind", "axes"]),
+              lambda c: TorchDropout(c["p"], c["kind"], tuple(c["axes"])), (TorchDropout,),
+              lambda m: {"p": m.p, "kind": m.kind, "axes": list(m.axes)}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),
               lambda c: Activation(c["fn"], c.get("torch_type", ""), **c["attrs"]), (Activation,),
               lambda m: {"fn": m.fn, "torch_type": m.torch_type, "attrs": dict(m.attrs)}),
