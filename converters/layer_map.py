@@ -179,8 +179,29 @@ def _rms_norm(node, source, info, shapes, module_type):
     return Mapping("RMSNorm", config, 0, slots)
 
 
+def _instance_norm_running(node, source, info, shapes):
+    """An ``InstanceNorm*d(track_running_stats=True)`` captured in eval: a batch norm node over its running
+    statistics (channels last), mapped to ``porter.layers.InstanceNorm`` with the statistics."""
+    if node["layout"] is None or node["attrs"]["axis"] != len(node["layout"]) - 1 or not node["attrs"]["eps"] > 0:
+        return None
+    slots = _slots(node, {"weight": (1, "identity", False), "bias": (2, "identity", False),
+                          "running_mean": (3, "identity", True), "running_var": (4, "identity", True)})
+    if slots is None or ("weight" in slots) != ("bias" in slots) or "momentum" not in info:
+        return None
+    momentum = info["momentum"]
+    if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
+        return None
+    (channels,) = shapes[_param(node, 3)]
+    return Mapping("InstanceNorm", {"num_features": channels, "eps": float(node["attrs"]["eps"]),
+                                    "affine": "weight" in slots, "momentum": momentum,
+                                    "track_running_stats": True}, 0, slots)
+
+
 @maps("GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d")
 def _group_norm(node, source, info, shapes, module_type):
+    if node["kernel"] == "batch_norm" and module_type.startswith("InstanceNorm") \
+            and node["op"] == "aten.instance_norm.default":
+        return _instance_norm_running(node, source, info, shapes)
     if node["kernel"] != "group_norm" or source is None:
         return None
     slots = _slots(node, {"weight": (1, "identity", False), "bias": (2, "identity", False)})
@@ -441,7 +462,7 @@ def _map_attention(nodes, params, module_info, modules, readers, values, keep):
 _CORE = {"PReLU": ("prelu",), "Conv": ("conv",), "ConvTranspose": ("conv_transpose",), "Linear": ("linear",), "Embedding": ("embedding",),
          "BatchNorm": ("batch_norm",), "SyncBatchNorm": ("batch_norm",), "LayerNorm": ("layer_norm",), "RMSNorm": ("rms_norm",),
          "GroupNorm": ("group_norm",),
-         "InstanceNorm": ("group_norm",)}
+         "InstanceNorm": ("group_norm", "batch_norm")}
 
 
 def _is_core(node, type_name: str) -> bool:

@@ -1,6 +1,6 @@
 """Training mode of the layers that carry it themselves, against torch in training mode: batch norm's variants
 (``momentum=None``, no running statistics, 1-d on ``(N, C)`` and ``(N, C, L)``, SyncBatchNorm without a process
-group), norms that are the same in both modes, and the random ones by their statistics (dropout's zero fraction and
+group), instance norm with running statistics, norms that are the same in both modes, and the random ones by their statistics (dropout's zero fraction and
 ``1 / (1 - p)`` scale, attention dropout, a TransformerEncoderLayer's dropouts)."""
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ BATCH_NORMS = [
     ("bn1d_ncl", lambda: nn.Sequential(nn.Conv1d(3, 4, 1), nn.BatchNorm1d(4, momentum=0.3)), (3, 3, 7)),
     ("bn3d", lambda: nn.Sequential(nn.Conv3d(3, 4, 1), nn.BatchNorm3d(4)), (2, 3, 3, 4, 5)),
     ("sync_batch_norm", lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.SyncBatchNorm(4, momentum=None)), (4, 3, 7, 6)),
+    ("instance_norm_running_stats", lambda: nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True, track_running_stats=True)), (2, 3, 7, 6)),
+    ("instance_norm_momentum_none", lambda: nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, momentum=None, track_running_stats=True)), (2, 3, 7, 6)),
+    ("instance_norm1d_running_stats", lambda: nn.Sequential(
+        nn.Conv1d(3, 4, 1), nn.InstanceNorm1d(4, momentum=0.4, track_running_stats=True)), (3, 3, 9)),
     ("group_norm", lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4)), (2, 3, 7, 6)),
     ("layer_norm", lambda: nn.Sequential(nn.Linear(5, 6), nn.LayerNorm(6)), (3, 4, 5)),
 ]
@@ -43,6 +49,10 @@ def test_norms_train_as_torch(case):
     _, factory, shape = case
     torch.manual_seed(0)
     model = factory().eval()
+    with torch.no_grad():  # stored statistics that are not the defaults: eval must read them
+        for name, buffer in model.named_buffers():
+            if "running" in name:
+                buffer.uniform_(0.5, 1.5)
     ported = porter.convert(model, (_x(shape),), io_layout="torch")
     assert ported.train_refusals == {}
     model.train()
@@ -201,3 +211,14 @@ def test_torch_dropouts_drop_as_torch(case, io_layout):
     assert abs(np.mean(rates["port"]) - d.p) < 0.12 and abs(np.mean(rates["torch"]) - d.p) < 0.12
     ported.eval()
     np.testing.assert_allclose(from_port(np.array(ported(xi))), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_instance_norm_refuses_one_spatial_element_in_training_as_torch():
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.InstanceNorm2d(4, track_running_stats=True)).eval()
+    ported = porter.convert(model, (_x((2, 3, 4, 4)),), io_layout="torch")
+    model.train()
+    ported.train()
+    with pytest.raises(ValueError, match="more than 1 spatial element"):
+        model(_x((2, 3, 1, 1)))
+    with pytest.raises(ValueError, match="more than 1 spatial element"):
+        _run(ported, _x((2, 3, 1, 1)))
