@@ -24,7 +24,8 @@ import warnings
 import torch
 
 # port layer types (layer_types.py) that compute torch's training behaviour themselves
-TRAIN_AWARE = frozenset({"BatchNorm", "InstanceNorm", "Dropout", "TorchDropout", "MultiheadAttention"})
+TRAIN_AWARE = frozenset({"BatchNorm", "InstanceNorm", "Dropout", "TorchDropout", "TorchRReLU",
+                         "MultiheadAttention"})
 
 # torch containers whose own training flag only picks an inference fast path (the same numbers; their children
 # carry the dropouts): not candidates, so a frozen model's fast path cannot look like a training difference
@@ -38,7 +39,7 @@ _REASONS = {
     "AlphaDropout": "drops random elements in training, and this one was not mapped to the port's dropout",
     "FeatureAlphaDropout": "drops random channels in training, and this one was not mapped to the port's dropout",
     "Dropout": "drops random elements in training, and this one was not mapped to the port's dropout layer",
-    "RReLU": "draws random negative slopes in training (the port computes eval's fixed slope)",
+    "RReLU": "draws random negative slopes in training, and this one was not mapped to the port's RReLU",
     "InstanceNorm1d": "normalizes by the instance's statistics and updates running statistics in training (the "
                       "port uses the running statistics)",
     "SyncBatchNorm": "normalizes by batch statistics in training and was not mapped to the port's batch norm",

@@ -1,5 +1,11 @@
-"""Torch's other dropouts as port layers (``Dropout1d/2d/3d``, ``AlphaDropout``, ``FeatureAlphaDropout``). Torch-free.
+"""Torch's random training-mode layers as port layers: the other dropouts (``Dropout1d/2d/3d``, ``AlphaDropout``,
+``FeatureAlphaDropout``) and ``RReLU``. Torch-free.
 
+``RReLU(lower, upper)``: eval is a leaky ReLU with slope ``(lower + upper) / 2`` (the runtime's ``leaky_relu``, as
+the captured node computes it); training multiplies each element ``<= 0`` by its own ``U(lower, upper)`` draw (torch's
+``rrelu_with_noise``), so the gradient there is that draw.
+
+Dropouts:
 Identity in eval. In training, as ATen's ``_dropout_impl`` computes them: a Bernoulli(``1 - p``) ``noise`` drawn per
 element (``alpha``) or per (example, channel) (``feature``, ``feature_alpha``: torch's dims 0 and 1 of the ATen op's
 input; ``Dropout1d/2d/3d`` add the batch dim to unbatched input before it), then ``x * noise / (1 - p)``; the alpha
@@ -65,3 +71,33 @@ class TorchDropout(nn.Module):
         a = 1.0 / math.sqrt((_ALPHA * _ALPHA * self.p + 1.0) * (1.0 - self.p))
         b = (noise - 1.0) * (_ALPHA * a) + _ALPHA * a * self.p
         return x * (noise * a) + b
+
+
+class TorchRReLU(nn.Module):
+    """torch.nn.RReLU: random negative slopes in ``[lower, upper]`` in training, their mean in eval. Any layout.
+
+    Args:
+        lower (float): the smallest slope. Default: ``1/8``.
+        upper (float): the largest slope (``>= lower``). Default: ``1/3``.
+    """
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3):
+        super().__init__()
+        for name, v in (("lower", lower), ("upper", upper)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"[RReLU] '{name}' must be a finite number but got {v!r}")
+        if upper < lower:
+            raise ValueError(f"[RReLU] 'upper' ({upper}) must not be below 'lower' ({lower})")
+        object.__setattr__(self, "lower", float(lower))
+        object.__setattr__(self, "upper", float(upper))
+
+    def _extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}"
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if not self.training:
+            from .ops.elementwise import UNARY
+
+            return UNARY["leaky_relu"](x, negative_slope=(self.lower + self.upper) / 2)
+        slope = mx.random.uniform(self.lower, self.upper, x.shape).astype(x.dtype)
+        return mx.where(x <= 0, x * slope, x)

@@ -255,6 +255,17 @@ def _torch_dropout(node, source, info, shapes, module_type):
     return Mapping("TorchDropout", {"p": float(p), "kind": kind, "axes": axes}, 0)
 
 
+@maps("RReLU")
+def _rrelu(node, source, info, shapes, module_type):
+    if node["kernel"] != "unary" or node["op"] != "aten.rrelu.default" or source is None:
+        return None
+    lower, upper = source.args.get("lower", 1.0 / 8), source.args.get("upper", 1.0 / 3)
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (lower, upper)) or upper < lower \
+            or node["attrs"].get("negative_slope") != (lower + upper) / 2:
+        return None
+    return Mapping("TorchRReLU", {"lower": float(lower), "upper": float(upper)}, 0)
+
+
 _POOLS = {f"{name}Pool{n}d": f"{kind}_pool{n}d" for kind, name in (("max", "Max"), ("avg", "Avg"),
                                                                     ("adaptive_avg", "AdaptiveAvg"),
                                                                     ("adaptive_max", "AdaptiveMax")) for n in (1, 2, 3)}

@@ -16,6 +16,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | RMSNorm | ``porter.layers.RMSNorm`` (an ``mlx.nn.RMSNorm``) | ``nn.RMSNorm`` |
 | Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |
 | TorchDropout | :class:`layer_dropout.TorchDropout` | ``nn.Dropout1d/2d/3d``, ``nn.AlphaDropout``, ``nn.FeatureAlphaDropout`` |
+| TorchRReLU | :class:`layer_dropout.TorchRReLU` | ``nn.RReLU`` |
 | Activation | :class:`Activation` (one of the runtime's unary functions) | ``nn.ReLU``, ``nn.GELU``, ... |
 """
 
@@ -33,7 +34,7 @@ from porter.layers.quantized_conv import QUANTIZED_CONV
 from . import spec as S
 from .ops.elementwise import UNARY, _UNARY_ATTRS
 from .ops.misc import checked_indices
-from .layer_dropout import KINDS as DROPOUT_KINDS, TorchDropout
+from .layer_dropout import KINDS as DROPOUT_KINDS, TorchDropout, TorchRReLU
 
 _SIZE = S.Int(1, (1 << 31) - 1)  # MLX's dims are int32
 _GEOM = S.Ints(1, 3, 0, S.GEOMETRY)
@@ -372,6 +373,9 @@ LAYER_TYPES = {t.name: t for t in (
                                      "axes": S.Ints(2, 2, 0, S.MAX_LEN - 1)}, ["p", "kind", "axes"]),
               lambda c: TorchDropout(c["p"], c["kind"], tuple(c["axes"])), (TorchDropout,),
               lambda m: {"p": m.p, "kind": m.kind, "axes": list(m.axes)}),
+    LayerType("TorchRReLU", S.Obj({"lower": S.Float(), "upper": S.Float()}, ["lower", "upper"]),
+              lambda c: TorchRReLU(c["lower"], c["upper"]), (TorchRReLU,),
+              lambda m: {"lower": m.lower, "upper": m.upper}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),
               lambda c: Activation(c["fn"], c.get("torch_type", ""), **c["attrs"]), (Activation,),
               lambda m: {"fn": m.fn, "torch_type": m.torch_type, "attrs": dict(m.attrs)}),

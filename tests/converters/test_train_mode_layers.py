@@ -222,3 +222,38 @@ def test_instance_norm_refuses_one_spatial_element_in_training_as_torch():
         model(_x((2, 3, 1, 1)))
     with pytest.raises(ValueError, match="more than 1 spatial element"):
         _run(ported, _x((2, 3, 1, 1)))
+
+
+def test_rrelu_draws_random_slopes_in_training_as_torch():
+    """Positives unchanged; each negative element its own slope in [lower, upper] (mean and spread of a uniform,
+    like torch's); the input gradient is that slope; eval is the mean slope, exactly torch's."""
+    lower, upper = 0.1, 0.3
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 64), nn.RReLU(lower, upper)).eval()
+    x = _x((48, 3))
+    ported = porter.convert(model, (x,), io_layout="torch")
+    assert ported.train_refusals == {}
+    with torch.no_grad():
+        pre, ref = model[0](x).numpy(), model(x).numpy()
+    np.testing.assert_array_equal(_run(ported, x), ref)
+    model.train()
+    ported.train()
+    mx.random.seed(0)
+    with torch.no_grad():
+        torch_out = model(x).numpy()
+    out = _run(ported, x)
+    negative = pre <= 0
+    for o in (torch_out, out):
+        np.testing.assert_array_equal(o[~negative], pre[~negative])
+        slopes = o[negative] / pre[negative]
+        assert lower - 1e-6 <= slopes.min() and slopes.max() <= upper + 1e-6
+        assert abs(slopes.mean() - (lower + upper) / 2) < 0.01
+        assert abs(slopes.std() - (upper - lower) / np.sqrt(12)) < 0.01
+    inner = ported["1"]  # the layer alone: its input gradient is the slope it drew
+    z = mx.array(pre)
+    mx.random.seed(1)
+    y = inner(z)
+    mx.random.seed(1)
+    grad = mx.grad(lambda a: inner(a).sum())(z)
+    np.testing.assert_allclose(np.array(grad)[negative], (np.array(y) / pre)[negative], rtol=1e-5)
+    np.testing.assert_array_equal(np.array(grad)[~negative], 1.0)

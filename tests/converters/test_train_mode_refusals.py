@@ -1,7 +1,7 @@
 """Training-mode differences a port cannot compute are refused by name, never run silently in their eval form.
 
-Conversion captures the eval forward; a module whose torch training forward differs (``RReLU``, a DropPath
-written with ``if self.training``, ``F.dropout``, ...) makes
+Conversion captures the eval forward; a module whose torch training forward differs (a DropPath written
+with ``if self.training``, ``F.dropout``, ...) makes
 ``ported.train()`` raise :class:`porter.TrainModeError` naming it, while eval stays exact. Torch, in each test,
 shows that the module's training forward differs (or does not, for the cases that must train)."""
 
@@ -75,7 +75,6 @@ IMAGE, SEQUENCE, FLAT = (2, 3, 6, 7), (2, 5, 8), (4, 6)
 # (id, model factory, input shape, refused path, words the reason must hold)
 REFUSED = [
     ("dropout2d_p1", lambda: _conv(nn.Dropout2d(1.0)), IMAGE, "1", "Dropout2d"),  # zeros: not the port's layer
-    ("rrelu", lambda: nn.Sequential(nn.Linear(6, 8), nn.RReLU()), FLAT, "1", "RReLU"),
     ("drop_path", lambda: _conv(DropPath(0.2)), IMAGE, "1", "DropPath"),
     ("functional_dropout", lambda: nn.Sequential(nn.Linear(6, 8), FunctionalDropout()), FLAT, "1",
      "FunctionalDropout"),
@@ -176,8 +175,8 @@ def test_conversion_leaves_the_torch_model_and_random_stream_as_they_were():
 
 
 def test_converting_a_training_model_with_a_refused_module_fails_by_name():
-    model = _conv(nn.BatchNorm2d(6), nn.RReLU()).train()
-    with pytest.raises(porter.TrainModeError, match="training mode.*RReLU.*model.eval"):
+    model = _conv(nn.BatchNorm2d(6), DropPath(0.3)).train()
+    with pytest.raises(porter.TrainModeError, match="training mode.*DropPath.*model.eval"):
         porter.convert(model, (_x(IMAGE),))
     assert all(m.training for m in model.modules())  # its modes restored
     ported = porter.convert(model.eval(), (_x(IMAGE),))  # the eval port converts
