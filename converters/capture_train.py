@@ -59,7 +59,8 @@ def reason_for(module) -> str:
     cls = type(module)
     if cls.__module__.startswith("torch.nn") and cls.__name__ in _REASONS:
         return f"{cls.__name__} {_REASONS[cls.__name__]}"
-    return (f"its forward ({cls.__name__}) computes something else in training mode (a branch on self.training, "
+    name = getattr(module, "original_name", None) or cls.__name__  # a ScriptModule's own class name
+    return (f"its forward ({name}) computes something else in training mode (a branch on self.training, "
             f"a random op, a functional dropout) and conversion captured the eval-mode forward")
 
 

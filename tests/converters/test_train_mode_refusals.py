@@ -217,3 +217,15 @@ def test_refusals_survive_save_and_load(tmp_path):
     path.write_text(json.dumps(graph))
     with pytest.raises(ArtifactError, match="train_refusals"):
         porter.load(tmp_path / "m")
+
+
+def test_a_scripted_model_is_checked_too():
+    """A TorchScript module: its ``if self.training`` branch is refused by its own class name; the scripted
+    Dropout2d maps and trains."""
+    model = torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 1), TrainBranch(), nn.Dropout2d(0.3)).eval())
+    x = _x(IMAGE)
+    ported = porter.convert(model, (x,), io_layout="torch")
+    assert set(ported.train_refusals) == {"1"} and "TrainBranch" in ported.train_refusals["1"]
+    with pytest.raises(porter.TrainModeError, match="TrainBranch"):
+        ported.train()
+    _eval_matches(ported, model, x)
