@@ -60,7 +60,6 @@ class _Program:
         # eval-time batch norm + ReLU/hardswish pairs, decided per call (converters/fusion.py)
         self.fusable = {} if self.compute_dtype is not None else batch_norm_activation_pairs(graph)
 
-
     def set_train_state(self, entries: list) -> None:
         """Spectral norm entries (``train_state.py``) and, per entry, the nodes reading ``u`` and ``v`` (a pair per
         computation of the weight)."""
@@ -96,40 +95,37 @@ class TrainModeError(ValueError):
         self.refusals = dict(refusals)
         listed = "; ".join(f"{path or '<root>'!r}: {why}" for path, why in list(refusals.items())[:8])
         more = f" (and {len(refusals) - 8} more)" if len(refusals) > 8 else ""
-        where = ("the torch model is in training mode, and its port cannot run in training mode as torch does"
-                 if converting else "this port cannot run in training mode as torch does")
-        exact = "convert model.eval() for an exact eval-mode port" if converting else "eval mode is exact (ported.eval())"
-        super().__init__(f"{where}: {listed}{more}. {exact[0].upper() + exact[1:]}; to fine-tune, replace or remove "
-                         "those modules in the torch model (or set their rates to 0) and convert again")
+        if converting:
+            where = "the torch model is in training mode, and its port cannot run in training mode as torch does"
+            exact = "Convert model.eval() for an exact eval-mode port"
+        else:
+            where, exact = "this port cannot run in training mode as torch does", "Eval mode is exact (ported.eval())"
+        super().__init__(f"{where}: {listed}{more}. {exact}; to fine-tune, replace or remove those modules in the "
+                         "torch model (or set their rates to 0) and convert again")
+
+
+def _walk(root, path: str) -> tuple:
+    """``(the module at torch path path or None, the nearest module the tree holds on the way)``: a module without
+    parameters has no place of its own in the tree; a list (torch's Sequential) has no mode."""
+    node, nearest = root, root
+    for seg in (path.split(".") if path else []):
+        if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+            node = node[int(seg)]
+        elif isinstance(node, nn.Module) and seg in node and isinstance(node[seg], (nn.Module, list)):
+            node = node[seg]
+        else:
+            return None, nearest
+        if isinstance(node, nn.Module):
+            nearest = node
+    return (node if isinstance(node, nn.Module) else None), nearest
 
 
 def _module_at(root, path: str):
-    """The module of the tree at exactly torch path ``path``, or ``None``."""
-    node = root
-    for seg in (path.split(".") if path else []):
-        if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
-            node = node[int(seg)]
-        elif isinstance(node, nn.Module) and seg in node and isinstance(node[seg], (nn.Module, list)):
-            node = node[seg]
-        else:
-            return None
-    return node if isinstance(node, nn.Module) else None
+    return _walk(root, path)[0]
 
 
 def _nearest_module(root, path: str):
-    """The module of the tree at torch path ``path``, or its nearest ancestor module the tree holds (a module
-    without parameters has no place of its own; a list, torch's Sequential, has no mode)."""
-    node, module = root, root
-    for seg in (path.split(".") if path else []):
-        if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
-            node = node[int(seg)]
-        elif isinstance(node, nn.Module) and seg in node and isinstance(node[seg], (nn.Module, list)):
-            node = node[seg]
-        else:
-            break
-        if isinstance(node, nn.Module):
-            module = node
-    return module
+    return _walk(root, path)[1]
 
 
 class PortedModel(TorchNamed):

@@ -126,12 +126,12 @@ class _Checker:
             self.check_tied_weights(g["tied_weights"])
         if "train_refusals" in g:  # modules whose training mode the port refuses (capture_train.py)
             self.check_train_refusals(g["train_refusals"])
-        if "train_state" in g:  # spectral norm's power iteration in training mode (train_state.py)
-            self.check_train_state(g["train_state"])
         self.check_inputs(g["inputs"])
         self.check_nodes(g["nodes"])
         self.check_outputs(g["outputs"], g["output_structure"])
         self.check_module_outputs(g["module_outputs"])
+        if "train_state" in g:  # spectral norm's power iteration in training mode (train_state.py), over checked nodes
+            self.check_train_state(g["train_state"])
         if "output_tree" in g:
             from .output_tree import OutputTreeError, check as check_tree
 
@@ -233,7 +233,7 @@ class _Checker:
 
     def check_train_state(self, entries):
         """Spectral norm entries (``train_state.py``): parameters the file records, a bounded iteration count."""
-        from .train_state import FORMS, MAX_ITERATIONS
+        from .train_state import FORMS, MAX_ITERATIONS, readers
 
         if not isinstance(entries, list) or len(entries) > MAX_NODES:
             self.fail("the file", "train_state", f"expected a list of at most {MAX_NODES} entries")
@@ -246,6 +246,9 @@ class _Checker:
             for key in ("weight", "u", "v"):
                 if entry[key] not in self.params:
                     self.fail(f"train_state[{i}]", key, f"names {entry[key][:80]!r}, which 'params' does not record")
+            if readers(self.graph, entry) is None:
+                self.fail(f"train_state[{i}]", "", "the graph does not read its u and v in pairs, one per computation "
+                          "of the weight")
 
     def check_tied_weights(self, tied):
         """``{state_dict name: the recorded parameter it is}``: names torch gives a tensor already in ``params``."""

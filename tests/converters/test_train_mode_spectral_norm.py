@@ -199,3 +199,15 @@ def test_a_crafted_train_state_is_refused(tmp_path, field, value, problem):
     path.write_text(json.dumps(graph))
     with pytest.raises(ArtifactError, match=problem):
         porter.load(tmp_path / "m")
+
+
+def test_a_train_state_whose_vectors_the_graph_does_not_read_in_pairs_is_refused(tmp_path):
+    torch.manual_seed(7)
+    model = nn.Sequential(hook_sn(nn.Conv2d(3, 4, 3)), nn.ReLU(), hook_sn(nn.Conv2d(4, 4, 1))).eval()
+    porter.save(porter.convert(model, (torch.randn(1, 3, 6, 6),)), tmp_path / "m")
+    path = tmp_path / "m" / "graph.json"
+    graph = json.loads(path.read_text())
+    graph["train_state"][0]["v"] = graph["train_state"][0]["weight"]  # read by more nodes than u: no pairs
+    path.write_text(json.dumps(graph))
+    with pytest.raises(ArtifactError, match="in pairs"):
+        porter.load(tmp_path / "m")
