@@ -6,7 +6,7 @@ Importing this package does not import torch; :func:`convert` and :func:`inspect
 from .api import InspectReport, convert, inspect_model
 from .errors import CaptureError
 from .registry import UnsupportedOpsError, supported_ops
-from .runtime import PortedModel
+from .runtime import PortedModel, TrainModeError
 from .limits import ResourceLimitError, max_elements, set_max_elements
 from .schema import ArtifactError
 from .serialize import load, save
@@ -18,6 +18,7 @@ __all__ = [
     "UnsupportedOpsError",
     "CaptureError",
     "PortedModel",
+    "TrainModeError",
     "save",
     "load",
     "supported_ops",

@@ -51,14 +51,30 @@ def convert(model, example_inputs=None, *, example_kwargs=None, io_layout: str =
         from .precision import check_dtype
 
         dtype = check_dtype(dtype)  # before the (slow) capture
+    path_modes = _path_modes(model)
     training = _eval_modes(model)
     try:
         ported = _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic)
+        _record_train_refusals(ported, model, example_inputs, example_kwargs)
     finally:
         _restore_modes(training)
-    if training and training[0][1]:
-        ported.train()  # the port follows the torch model's mode: batch statistics and dropout on
+    if any(path_modes.values()):
+        # the port follows the torch model's modes, module by module (a fine-tuning model with frozen batch norms)
+        from .runtime import TrainModeError
+
+        try:
+            ported.set_torch_modes(path_modes)
+        except TrainModeError as e:
+            raise TrainModeError(e.refusals, converting=True) from None
     return ported if dtype is None else ported.astype(dtype)
+
+
+def _path_modes(model) -> dict:
+    """``{module path: training}`` of a torch module (``{}`` for a program)."""
+    named = getattr(model, "named_modules", None)
+    if named is None or not hasattr(model, "training"):
+        return {}
+    return {path: bool(m.training) for path, m in named()}
 
 
 def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic):
@@ -83,6 +99,28 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic):
     if (example_inputs is not None or kwargs) and is_module(model):  # a program has no forward to ask
         _record_scalar_inputs(ported, model, normalise_inputs(example_inputs), kwargs)
     return ported
+
+
+def _record_train_refusals(ported, model, example_inputs, example_kwargs) -> None:
+    """Record the modules whose training mode the port cannot reproduce (``capture_train.py``): the port then
+    refuses training mode by name. Only an ``nn.Module`` (a program has no modes to switch)."""
+    from .capture import is_module, normalise_inputs, normalise_kwargs
+
+    if not is_module(model) or not hasattr(model, "named_modules"):
+        return
+    from .capture_train import TRAIN_AWARE, spectral_norm_state, train_refusals
+
+    graph = ported._program.graph
+    state = spectral_norm_state(model, graph)
+    if state:
+        graph["train_state"] = state
+        ported._program.set_train_state(state)
+    handled = {path for path, m in graph.get("modules", {}).items() if m["type"] in TRAIN_AWARE}
+    handled |= {entry["module"] for entry in graph.get("train_state", [])}
+    refusals = train_refusals(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs), handled)
+    if refusals:
+        graph["train_refusals"] = refusals
+        ported._program.train_refusals = dict(refusals)
 
 
 def _record_scalar_inputs(ported, model, inputs, kwargs) -> None:

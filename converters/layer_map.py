@@ -126,7 +126,7 @@ def _embedding(node, source, info, shapes, module_type):
     return Mapping("Embedding", {"num_embeddings": num, "embedding_dim": dim}, 1, slots)
 
 
-@maps("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
+@maps("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")  # SyncBatchNorm: one process, no group
 def _batch_norm(node, source, info, shapes, module_type):
     if node["kernel"] != "batch_norm" or node["layout"] is None or node["attrs"]["axis"] != len(node["layout"]) - 1:
         return None
@@ -179,8 +179,29 @@ def _rms_norm(node, source, info, shapes, module_type):
     return Mapping("RMSNorm", config, 0, slots)
 
 
+def _instance_norm_running(node, source, info, shapes):
+    """An ``InstanceNorm*d(track_running_stats=True)`` captured in eval: a batch norm node over its running
+    statistics (channels last), mapped to ``porter.layers.InstanceNorm`` with the statistics."""
+    if node["layout"] is None or node["attrs"]["axis"] != len(node["layout"]) - 1 or not node["attrs"]["eps"] > 0:
+        return None
+    slots = _slots(node, {"weight": (1, "identity", False), "bias": (2, "identity", False),
+                          "running_mean": (3, "identity", True), "running_var": (4, "identity", True)})
+    if slots is None or ("weight" in slots) != ("bias" in slots) or "momentum" not in info:
+        return None
+    momentum = info["momentum"]
+    if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
+        return None
+    (channels,) = shapes[_param(node, 3)]
+    return Mapping("InstanceNorm", {"num_features": channels, "eps": float(node["attrs"]["eps"]),
+                                    "affine": "weight" in slots, "momentum": momentum,
+                                    "track_running_stats": True}, 0, slots)
+
+
 @maps("GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d")
 def _group_norm(node, source, info, shapes, module_type):
+    if node["kernel"] == "batch_norm" and module_type.startswith("InstanceNorm") \
+            and node["op"] == "aten.instance_norm.default":
+        return _instance_norm_running(node, source, info, shapes)
     if node["kernel"] != "group_norm" or source is None:
         return None
     slots = _slots(node, {"weight": (1, "identity", False), "bias": (2, "identity", False)})
@@ -200,7 +221,7 @@ def _group_norm(node, source, info, shapes, module_type):
     return Mapping("InstanceNorm", {"num_features": channels, "eps": eps, "affine": "weight" in slots}, 0, slots)
 
 
-@maps("Dropout", "Dropout1d", "AlphaDropout")
+@maps("Dropout")
 def _dropout(node, source, info, shapes, module_type):
     if node["kernel"] != "identity" or node["op"] != "aten.dropout.default" or source is None \
             or module_type != "Dropout":
@@ -209,6 +230,40 @@ def _dropout(node, source, info, shapes, module_type):
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
         return None
     return Mapping("Dropout", {"p": float(p)}, 0)
+
+
+_TORCH_DROPOUTS = {"aten.feature_dropout.default": "feature", "aten.alpha_dropout.default": "alpha",
+                   "aten.feature_alpha_dropout.default": "feature_alpha"}
+
+
+@maps("Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
+def _torch_dropout(node, source, info, shapes, module_type):
+    kind = _TORCH_DROPOUTS.get(node["op"])
+    if node["kernel"] != "identity" or kind is None or source is None or (kind == "alpha") != (
+            module_type == "AlphaDropout"):
+        return None
+    p = source.args.get("p")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0 or source.args.get("train"):
+        return None
+    layout = node.get("layout")
+    if kind == "alpha":
+        axes = [0, 1]  # unused: the noise is per element
+    elif layout is None or len(layout) < 2:
+        return None
+    else:
+        axes = [list(layout).index(0), list(layout).index(1)]  # where torch's dims 0 and 1 are in the array
+    return Mapping("TorchDropout", {"p": float(p), "kind": kind, "axes": axes}, 0)
+
+
+@maps("RReLU")
+def _rrelu(node, source, info, shapes, module_type):
+    if node["kernel"] != "unary" or node["op"] != "aten.rrelu.default" or source is None:
+        return None
+    lower, upper = source.args.get("lower", 1.0 / 8), source.args.get("upper", 1.0 / 3)
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (lower, upper)) or upper < lower \
+            or node["attrs"].get("negative_slope") != (lower + upper) / 2:
+        return None
+    return Mapping("TorchRReLU", {"lower": float(lower), "upper": float(upper)}, 0)
 
 
 _POOLS = {f"{name}Pool{n}d": f"{kind}_pool{n}d" for kind, name in (("max", "Max"), ("avg", "Avg"),
@@ -416,9 +471,9 @@ def _map_attention(nodes, params, module_info, modules, readers, values, keep):
 
 
 _CORE = {"PReLU": ("prelu",), "Conv": ("conv",), "ConvTranspose": ("conv_transpose",), "Linear": ("linear",), "Embedding": ("embedding",),
-         "BatchNorm": ("batch_norm",), "LayerNorm": ("layer_norm",), "RMSNorm": ("rms_norm",),
+         "BatchNorm": ("batch_norm",), "SyncBatchNorm": ("batch_norm",), "LayerNorm": ("layer_norm",), "RMSNorm": ("rms_norm",),
          "GroupNorm": ("group_norm",),
-         "InstanceNorm": ("group_norm",)}
+         "InstanceNorm": ("group_norm", "batch_norm")}
 
 
 def _is_core(node, type_name: str) -> bool:

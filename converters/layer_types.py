@@ -15,6 +15,8 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
 | RMSNorm | ``porter.layers.RMSNorm`` (an ``mlx.nn.RMSNorm``) | ``nn.RMSNorm`` |
 | Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |
+| TorchDropout | :class:`layer_dropout.TorchDropout` | ``nn.Dropout1d/2d/3d``, ``nn.AlphaDropout``, ``nn.FeatureAlphaDropout`` |
+| TorchRReLU | :class:`layer_dropout.TorchRReLU` | ``nn.RReLU`` |
 | Activation | :class:`Activation` (one of the runtime's unary functions) | ``nn.ReLU``, ``nn.GELU``, ... |
 """
 
@@ -32,6 +34,7 @@ from porter.layers.quantized_conv import QUANTIZED_CONV
 from . import spec as S
 from .ops.elementwise import UNARY, _UNARY_ATTRS
 from .ops.misc import checked_indices
+from .layer_dropout import KINDS as DROPOUT_KINDS, TorchDropout, TorchRReLU
 
 _SIZE = S.Int(1, (1 << 31) - 1)  # MLX's dims are int32
 _GEOM = S.Ints(1, 3, 0, S.GEOMETRY)
@@ -328,10 +331,13 @@ LAYER_TYPES = {t.name: t for t in (
               lambda c: PL.GroupNorm(c["num_groups"], c["num_channels"], c["eps"], c["affine"]), (PL.GroupNorm,),
               lambda m: {"num_groups": m.num_groups, "num_channels": m.dims, "eps": m.eps,
                          "affine": _has(m, "weight")}),
-    LayerType("InstanceNorm", S.Obj({"num_features": _SIZE, "eps": _EPS, "affine": S.Bool()},
+    LayerType("InstanceNorm", S.Obj({"num_features": _SIZE, "eps": _EPS, "affine": S.Bool(),
+                                     "momentum": S.Opt(S.Float()), "track_running_stats": S.Bool()},
                                     ["num_features", "eps", "affine"]),
-              lambda c: PL.InstanceNorm(c["num_features"], c["eps"], c["affine"]), (PL.InstanceNorm,),
-              lambda m: {"num_features": m.dims, "eps": m.eps, "affine": _has(m, "weight")}),
+              lambda c: PL.InstanceNorm(c["num_features"], c["eps"], c["affine"], c.get("momentum", 0.1),
+                                        c.get("track_running_stats", False)), (PL.InstanceNorm,),
+              lambda m: {"num_features": m.dims, "eps": m.eps, "affine": _has(m, "weight"), "momentum": m.momentum,
+                         "track_running_stats": m.track_running_stats}),
     LayerType("QuantizedLinear", S.Obj({"in_features": _SIZE, "out_features": _SIZE, "bias": S.Bool(), **_QUANT},
                                        ["in_features", "out_features", "bias", *_QUANT]),
               lambda c: nn.QuantizedLinear(c["in_features"], c["out_features"], c["bias"], c["group_size"],
@@ -363,6 +369,13 @@ LAYER_TYPES = {t.name: t for t in (
                          "bias": "in_proj_bias" in m, "batch_first": m.batch_first}),
     LayerType("Dropout", S.Obj({"p": S.Float()}, ["p"]), lambda c: nn.Dropout(c["p"]), (nn.Dropout,),
               lambda m: {"p": _dropout_p(m)}),
+    LayerType("TorchDropout", S.Obj({"p": S.Float(), "kind": S.Enum(*DROPOUT_KINDS),
+                                     "axes": S.Ints(2, 2, 0, S.MAX_LEN - 1)}, ["p", "kind", "axes"]),
+              lambda c: TorchDropout(c["p"], c["kind"], tuple(c["axes"])), (TorchDropout,),
+              lambda m: {"p": m.p, "kind": m.kind, "axes": list(m.axes)}),
+    LayerType("TorchRReLU", S.Obj({"lower": S.Float(), "upper": S.Float()}, ["lower", "upper"]),
+              lambda c: TorchRReLU(c["lower"], c["upper"]), (TorchRReLU,),
+              lambda m: {"lower": m.lower, "upper": m.upper}),
     LayerType("Activation", S.Obj(_ACTIVATION_FIELDS, ["fn", "attrs"]),
               lambda c: Activation(c["fn"], c.get("torch_type", ""), **c["attrs"]), (Activation,),
               lambda m: {"fn": m.fn, "torch_type": m.torch_type, "attrs": dict(m.attrs)}),

@@ -45,6 +45,9 @@ class _Program:
         self.input_checks = InputChecks(graph)
         self.binding = Binding(graph.get("signature"), len(graph["inputs"]))  # the call's arguments -> inputs
         self.module_outputs: dict = {}
+        # modules whose torch training mode the port cannot reproduce: training mode refused (capture_train.py)
+        self.train_refusals: dict = dict(graph.get("train_refusals", {}))
+        self.set_train_state(graph.get("train_state", []))
         for entry in graph["module_outputs"]:
             self.module_outputs.setdefault(entry["value"], []).append(entry)
         # a float16/bfloat16 model: torch's mixed-precision rules (converters/precision.py)
@@ -57,6 +60,20 @@ class _Program:
         # eval-time batch norm + ReLU/hardswish pairs, decided per call (converters/fusion.py)
         self.fusable = {} if self.compute_dtype is not None else batch_norm_activation_pairs(graph)
 
+    def set_train_state(self, entries: list) -> None:
+        """Spectral norm entries (``train_state.py``) and, per entry, the nodes reading ``u`` and ``v`` (a pair per
+        computation of the weight)."""
+        from .train_state import readers
+
+        pairs = []
+        for entry in entries:
+            found = readers(self.graph, entry)
+            if found is None:
+                raise ValueError(f"train_state: the graph does not read {entry['u']!r} and {entry['v']!r} in pairs, "
+                                 "one per computation of the weight")
+            pairs.append(found)
+        self.train_state, self.train_readers = list(entries), pairs
+
 
 def _check_result(result, node) -> None:
     """No node builds an array beyond the element limit (MLX is lazy: the shape is known before any allocation)."""
@@ -64,6 +81,51 @@ def _check_result(result, node) -> None:
         if isinstance(item, mx.array) and item.size > 1 << 20:
             where = f" in module {node['module']!r}" if node.get("module") else ""
             check_elements(item.shape, f"kernel {node['kernel']!r}{where}")
+
+
+class TrainModeError(ValueError):
+    """A port asked to run in training mode where torch's training forward differs from the eval forward it was
+    captured from, in modules the port cannot train as torch does.
+
+    Attributes:
+        refusals (dict): ``{torch module path: reason}``.
+    """
+
+    def __init__(self, refusals: dict, converting: bool = False):
+        self.refusals = dict(refusals)
+        listed = "; ".join(f"{path or '<root>'!r}: {why}" for path, why in list(refusals.items())[:8])
+        more = f" (and {len(refusals) - 8} more)" if len(refusals) > 8 else ""
+        if converting:
+            where = "the torch model is in training mode, and its port cannot run in training mode as torch does"
+            exact = "Convert model.eval() for an exact eval-mode port"
+        else:
+            where, exact = "this port cannot run in training mode as torch does", "Eval mode is exact (ported.eval())"
+        super().__init__(f"{where}: {listed}{more}. {exact}; to fine-tune, replace or remove those modules in the "
+                         "torch model (or set their rates to 0) and convert again")
+
+
+def _walk(root, path: str) -> tuple:
+    """``(the module at torch path path or None, the nearest module the tree holds on the way)``: a module without
+    parameters has no place of its own in the tree; a list (torch's Sequential) has no mode."""
+    node, nearest = root, root
+    for seg in (path.split(".") if path else []):
+        if isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+            node = node[int(seg)]
+        elif isinstance(node, nn.Module) and seg in node and isinstance(node[seg], (nn.Module, list)):
+            node = node[seg]
+        else:
+            return None, nearest
+        if isinstance(node, nn.Module):
+            nearest = node
+    return (node if isinstance(node, nn.Module) else None), nearest
+
+
+def _module_at(root, path: str):
+    return _walk(root, path)[0]
+
+
+def _nearest_module(root, path: str):
+    return _walk(root, path)[1]
 
 
 class PortedModel(TorchNamed):
@@ -160,6 +222,66 @@ class PortedModel(TorchNamed):
 
         return astype(self, dtype)
 
+    # ------------------------------------------------------------------------------------------------ modes
+    @property
+    def train_refusals(self) -> dict:
+        """``{torch module path: reason}``: the modules whose training mode differs from their eval mode in a way
+        the port cannot compute (captured in eval mode: a branch on ``self.training``, ``Dropout2d``, ...). With
+        any, :meth:`train` and a call in training mode raise :class:`TrainModeError`; eval is exact."""
+        return dict(self._program.train_refusals)
+
+    def train(self, mode: bool = True):
+        """Training mode (``mode=True``) as torch's: batch norm's batch statistics and running-statistic updates,
+        dropout, spectral norm's power iteration. Raises :class:`TrainModeError` naming the modules whose training
+        mode the port cannot compute (:attr:`train_refusals`), leaving the mode as it was."""
+        if mode and self._program.train_refusals:
+            raise TrainModeError(self._program.train_refusals)
+        return super().train(mode)
+
+    def set_torch_modes(self, modes: dict) -> None:
+        """Each module of the tree in the mode ``modes`` gives for its torch path (``{path: training}``, parents
+        before children, ``""`` the root: a torch model's ``named_modules()`` modes); a module torch does not list
+        keeps its parent's. Raises :class:`TrainModeError` (modes unchanged) where a refused module would train."""
+        before = {name: m.training for name, m in self.named_modules()}
+        super().train(bool(modes.get("", False)))
+        for path, training in modes.items():
+            module = _module_at(self, path)
+            if module is not None and module is not self:
+                module.train(bool(training))  # its children follow, until their own paths come
+        try:
+            self._check_mode()
+        except TrainModeError as e:
+            for name, m in self.named_modules():
+                m._training = before[name]
+            raise e from None
+
+    def _check_mode(self) -> None:
+        """Refuse a call in training mode where a refused module would train (``.train()`` on a submodule too)."""
+        for path in self._program.train_refusals:
+            if _nearest_module(self, path).training:
+                raise TrainModeError(self._program.train_refusals)
+
+    def _update_train_state(self) -> dict:
+        """Spectral norm's power iteration for each recorded weight whose module trains, before the forward reads
+        ``u``/``v`` (``train_state.py``): the port's vectors change as torch's buffers do. Returns ``{node index:
+        {parameter: array}}``: the vectors each reading node sees (a module called twice: the second call's nodes
+        read the vectors after two rounds)."""
+        from .train_state import power_iterate
+
+        keys, overrides = self._program.keys, {}
+        for entry, (u_nodes, v_nodes) in zip(self._program.train_state, self._program.train_readers):
+            if not _nearest_module(self, entry["module"]).training:
+                continue
+            weight = self._to_torch(entry["weight"], resolve(self, keys[entry["weight"]]))
+            u, v = resolve(self, keys[entry["u"]]), resolve(self, keys[entry["v"]])
+            for u_node, v_node in zip(u_nodes, v_nodes):
+                u, v = power_iterate(entry, weight, u, v)
+                overrides.setdefault(u_node, {})[entry["u"]] = u
+                overrides.setdefault(v_node, {})[entry["v"]] = v
+            for name, value in ((entry["u"], u), (entry["v"], v)):
+                resolve(self, keys[name][:-1])[keys[name][-1]] = value
+        return overrides
+
     # ------------------------------------------------------------------------------------------------ running
     def _resolve(self, spec, env):
         # the graph was checked against the schema on load; this stays strict on its own (a hand-built graph):
@@ -176,6 +298,9 @@ class PortedModel(TorchNamed):
         raise ValueError(f"bad argument spec {str(spec)[:80]!r} in the converted graph")
 
     def _run(self, inputs, record: Optional[dict]):
+        if self._program.train_refusals:
+            self._check_mode()
+        overrides = self._update_train_state() if self._program.train_state else {}
         specs = self._program.graph["inputs"]
         if len(inputs) != len(specs):
             raise TypeError(f"PortedModel expects {len(specs)} input(s) but got {len(inputs)}")
@@ -203,6 +328,9 @@ class PortedModel(TorchNamed):
             if index == skip:
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
+            if index in overrides:  # spectral norm's vectors for this call (train_state.py)
+                args = [overrides[index].get(s["param"], a) if isinstance(s, dict) and set(s) == {"param"} else a
+                        for s, a in zip(node["inputs"], args)]
             if record is None and index in fusable:
                 fused = self._fused(index, args[0])
                 if fused is not None:  # the batch norm and its activation in one pass: the activation's output

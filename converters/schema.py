@@ -42,7 +42,8 @@ _EXPR_OPS = ("add", "sub", "mul", "floordiv", "mod", "max", "min")
 _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structure", "nodes", "params",
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
-             "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights", "output_tree", "signature")
+             "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights", "output_tree", "signature",
+             "train_refusals", "train_state")
 _CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
@@ -123,10 +124,14 @@ class _Checker:
         self.check_modules(g.get("modules", {}), g.get("module_types", {}))
         if "tied_weights" in g:
             self.check_tied_weights(g["tied_weights"])
+        if "train_refusals" in g:  # modules whose training mode the port refuses (capture_train.py)
+            self.check_train_refusals(g["train_refusals"])
         self.check_inputs(g["inputs"])
         self.check_nodes(g["nodes"])
         self.check_outputs(g["outputs"], g["output_structure"])
         self.check_module_outputs(g["module_outputs"])
+        if "train_state" in g:  # spectral norm's power iteration in training mode (train_state.py), over checked nodes
+            self.check_train_state(g["train_state"])
         if "output_tree" in g:
             from .output_tree import OutputTreeError, check as check_tree
 
@@ -216,6 +221,34 @@ class _Checker:
         for name in self.params:  # a name both an array and a layer cannot form a tree
             if name in self.modules:
                 self.fail(f"modules[{name[:80]!r}]", "", "is also the name of a parameter")
+
+    def check_train_refusals(self, refusals):
+        """``{torch module path: reason}`` (texts; the runtime only shows them)."""
+        if not isinstance(refusals, dict) or len(refusals) > MAX_NODES:
+            self.fail("the file", "train_refusals", f"expected an object of at most {MAX_NODES} entries")
+        for path, reason in refusals.items():
+            where = f"train_refusals[{str(path)[:80]!r}]"
+            self.match(_NAME, path, where, "")
+            self.match(_NAME, reason, where, "reason")
+
+    def check_train_state(self, entries):
+        """Spectral norm entries (``train_state.py``): parameters the file records, a bounded iteration count."""
+        from .train_state import FORMS, MAX_ITERATIONS, readers
+
+        if not isinstance(entries, list) or len(entries) > MAX_NODES:
+            self.fail("the file", "train_state", f"expected a list of at most {MAX_NODES} entries")
+        spec = S.Obj({"kind": S.Enum("spectral_norm"), "form": S.Enum(*FORMS), "module": _NAME, "weight": _NAME,
+                      "u": _NAME, "v": _NAME, "dim": S.Int(0, S.MAX_LEN - 1),
+                      "n_power_iterations": S.Int(1, MAX_ITERATIONS), "eps": S.Float()},
+                     ["kind", "form", "module", "weight", "u", "v", "dim", "n_power_iterations", "eps"])
+        for i, entry in enumerate(entries):
+            self.match(spec, entry, f"train_state[{i}]", "")
+            for key in ("weight", "u", "v"):
+                if entry[key] not in self.params:
+                    self.fail(f"train_state[{i}]", key, f"names {entry[key][:80]!r}, which 'params' does not record")
+            if readers(self.graph, entry) is None:
+                self.fail(f"train_state[{i}]", "", "the graph does not read its u and v in pairs, one per computation "
+                          "of the weight")
 
     def check_tied_weights(self, tied):
         """``{state_dict name: the recorded parameter it is}``: names torch gives a tensor already in ``params``."""

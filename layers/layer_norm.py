@@ -239,26 +239,80 @@ class GroupNorm(nn.GroupNorm):
 
 
 class InstanceNorm(nn.InstanceNorm):
-    """torch's ``nn.InstanceNorm{1,2,3}d`` (``track_running_stats=False``: train and eval alike) on channels-last
-    ``(N, *spatial, C)``: statistics per sample and channel, i.e. :func:`group_norm` with one group per channel.
+    """torch's ``nn.InstanceNorm{1,2,3}d`` on channels-last ``(N, *spatial, C)``: statistics per sample and channel,
+    i.e. :func:`group_norm` with one group per channel. With ``track_running_stats=False`` (torch's default) train and
+    eval alike; with ``True``, eval normalizes by ``running_mean``/``running_var`` and training by the instance's
+    statistics while updating the running ones as torch does: ``(1 - m) * running + m * batch mean of the
+    instances' mean / unbiased variance`` (``momentum=None`` reaches torch's kernel as 0: no update;
+    ``num_batches_tracked`` is never counted).
 
     Args:
         num_features (int): ``C``.
         eps (float, optional): added to the variance. Default: ``1e-5``.
         affine (bool, optional): learnable per-channel ``weight`` and ``bias``. Default: ``False`` (torch's).
+        momentum (float or None, optional): running-statistics factor. Default: ``0.1``.
+        track_running_stats (bool, optional): keep ``running_mean``, ``running_var``, ``num_batches_tracked``
+            (frozen buffers). Default: ``False``.
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False):
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False, momentum: Optional[float] = 0.1,
+                 track_running_stats: bool = False):
         if isinstance(num_features, bool) or not isinstance(num_features, numbers.Integral) or num_features <= 0:
             raise ValueError(f"[InstanceNorm] 'num_features' must be a positive int but got {num_features!r}")
         _check_eps(eps, "InstanceNorm")
+        if momentum is not None and (isinstance(momentum, bool) or not isinstance(momentum, numbers.Real)
+                                     or not 0.0 <= float(momentum) <= 1.0):
+            raise ValueError(f"[InstanceNorm] 'momentum' must be in [0, 1] or None but got {momentum!r}")
         super().__init__(int(num_features), eps=eps, affine=affine)
+        object.__setattr__(self, "momentum", None if momentum is None else float(momentum))
+        object.__setattr__(self, "track_running_stats", bool(track_running_stats))
+        if self.track_running_stats:
+            self.running_mean = mx.zeros((self.dims,))
+            self.running_var = mx.ones((self.dims,))
+            self.num_batches_tracked = mx.array(0, dtype=mx.int64)
+            self.freeze(keys=list(_RUNNING), recurse=False)
+
+    def unfreeze(self, *args, **kwargs):
+        """Running statistics stay frozen (they are buffers in torch)."""
+        super().unfreeze(*args, **kwargs)
+        if self.track_running_stats:
+            self.freeze(keys=list(_RUNNING), recurse=False)
 
     def __call__(self, x: mx.array) -> mx.array:
         if x.ndim < 2 or x.shape[-1] != self.dims:
             raise ValueError(f"[InstanceNorm] expected (N, *spatial, {self.dims}) input but got shape {x.shape}")
-        return group_norm(x, self.dims, self.weight if "weight" in self else None,
-                          self.bias if "bias" in self else None, self.eps)
+        weight, bias = self.get("weight"), self.get("bias")
+        if self.track_running_stats and not self.training:
+            return _running_affine(x, self.running_mean, self.running_var, weight, bias, self.eps)
+        if self.track_running_stats:
+            spatial = math.prod(x.shape[1:-1])
+            if spatial <= 1:
+                raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.shape}")
+            if self.momentum:  # torch passes momentum=None as 0.0: the statistics stay
+                axes = tuple(range(1, x.ndim - 1))
+                xs = mx.stop_gradient(x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x)
+                mean = mx.mean(mx.mean(xs, axis=axes), axis=0)
+                var = mx.mean(mx.var(xs, axis=axes, ddof=1), axis=0)
+                m = self.momentum
+                self.running_mean = ((1 - m) * self.running_mean + m * mean).astype(self.running_mean.dtype)
+                self.running_var = ((1 - m) * self.running_var + m * var).astype(self.running_var.dtype)
+        return group_norm(x, self.dims, weight, bias, self.eps)
+
+
+_RUNNING = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def _running_affine(x, mean, var, weight, bias, eps):
+    """Normalization by stored statistics as torch's CPU eval batch norm computes it (per-channel ``alpha = weight
+    / sqrt(var + eps)``, ``beta = bias - mean * alpha``, one multiply-add), the statistics in float32 at least."""
+    up = (lambda a: a.astype(mx.float32) if a.dtype in (mx.float16, mx.bfloat16) else a)
+    alpha = mx.rsqrt(up(var) + eps)
+    if weight is not None:
+        alpha = alpha * up(weight)
+    beta = -up(mean) * alpha if bias is None else up(bias) - up(mean) * alpha
+    if x.dtype in (mx.float32, mx.float16, mx.bfloat16) and _native.active("instance norm (channel affine)"):
+        return _native.channel_affine(x, alpha, beta)
+    return (up(x) * alpha + beta).astype(x.dtype)
 
 
 # torch's three classes differ only in the rank they accept; channels-last input makes them one layer

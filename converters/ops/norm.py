@@ -59,11 +59,33 @@ def k_group_norm(x, weight, bias, *, groups=None, eps):
     return group_norm(x, x.shape[-1] if groups is None else groups, weight, bias, eps)
 
 
+@kernel("batch_norm_batch_stats", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"axis": AXIS, "eps": _EPS})
+def k_batch_norm_batch_stats(x, weight, bias, *, axis, eps):
+    """Batch norm with the batch's statistics (biased variance) over every axis but ``axis``, in float32 at least
+    for half inputs, as torch's ``BatchNorm(track_running_stats=False)`` computes in both modes."""
+    axes = tuple(i for i in range(x.ndim) if i != axis)
+    count = 1
+    for i in axes:
+        count *= x.shape[i]
+    if count == 1:  # torch's check in training-mode batch norm
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+    xs = x.astype(mx.float32) if x.dtype in HALF else x
+    mean = mx.mean(xs, axis=axes, keepdims=True)
+    y = (xs - mean) * mx.rsqrt(mx.var(xs, axis=axes, keepdims=True) + eps)
+    shape = _channel_shape(x.ndim, axis, x.shape[axis])
+    weight, bias = upcast([weight, bias])
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y.astype(x.dtype)
+
+
 @register("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", channels_last=True)
 def convert_batch_norm(ctx, call):
+    training = False
     if call.has("training"):
-        if call.arg("training"):
-            call.fail("training", "training-mode batch norm uses batch statistics; convert in eval mode")
+        training = bool(call.arg("training"))
         call.arg("cudnn_enabled")
     call.arg("momentum")  # only updates running statistics in training mode
     x = call.arg("input")
@@ -72,6 +94,14 @@ def convert_batch_norm(ctx, call):
     if rank > 1 and perm.index(1) != rank - 1:  # channels last, so the module maps to porter.layers.BatchNorm
         perm = L.identity(rank) if rank == 2 else L.channels_last(rank)
     mean, var = call.arg("running_mean"), call.arg("running_var")
+    if training and mean is None and var is None:
+        # no running statistics (BatchNorm(track_running_stats=False)): batch statistics in eval and training alike
+        if rank < 2:
+            call.fail("input", "batch norm with batch statistics needs (N, C, ...) input")
+        inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
+        return ctx.emit("batch_norm_batch_stats", inputs, {"axis": perm.index(1), "eps": call.arg("eps")}, perm=perm)
+    if training:
+        call.fail("training", "training-mode batch norm with running statistics updates them; convert in eval mode")
     if mean is None or var is None:
         call.fail("running_mean", "batch norm without running statistics normalises with batch statistics")
     inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias")), ctx.tensor(mean),
