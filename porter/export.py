@@ -177,6 +177,17 @@ def max_abs_diff(ours: list, reference: list, what: str) -> float:
     return worst
 
 
+# the spacing of 1.0 in the float dtypes coarser than float32's: a check between two computations of a half model
+_HALF_EPS = {mx.float16: 2.0 ** -10, mx.bfloat16: 2.0 ** -7}
+
+
+def default_tolerance(references: list) -> float:
+    """The default ``rtol``/``atol`` of the file-against-model check: ``1e-4``, or 4 units of the last place of the
+    coarsest half-precision float output in ``references`` (lists of ``(name, array)``) where that is more."""
+    eps = max((_HALF_EPS.get(a.dtype, 0.0) for outputs in references for _, a in outputs), default=0.0)
+    return max(1e-4, 4 * eps)
+
+
 def within(diff: float, reference: list, rtol: float, atol: float) -> bool:
     scale = max((float(mx.max(mx.abs(b.astype(mx.float32)))) for _, b in reference
                  if b.size and mx.issubdtype(b.dtype, mx.floating)), default=0.0)
@@ -321,7 +332,7 @@ def input_names(model, count: int) -> list:
 
 
 def export_function(model, path, example_inputs, *, shapeless: bool = False, probe_inputs=None,
-                    more_examples=None, rtol: float = 1e-4, atol: float = 1e-4, card=None) -> ExportReport:
+                    more_examples=None, rtol=None, atol=None, card=None) -> ExportReport:
     """Write ``model`` as an ``.mlxfn`` file that ``mx.import_function`` runs without torch or Porter.
 
     Args:
@@ -339,7 +350,9 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         more_examples (list of lists, optional): fixed shapes only: more input sets (e.g. other batch sizes) traced
             into the same file, each checked like the example; the file runs at exactly the traced sizes.
         rtol, atol (float, optional): the check ``max|file - model| <= max(rtol * max|model|, atol)``.
-            Default: ``1e-4``.
+            Default: ``1e-4``, or 4 units of the last place of the model's lowest-precision float output where
+            that is more (float16 ``3.9e-3``, bfloat16 ``3.1e-2``: a half port's pure-MLX replacements round
+            differently from its native kernels).
         card (bool, optional): also write ``PATH.json`` (the inputs' order, argument names, shapes, dtypes,
             layouts and dynamic axes, the outputs' names) and ``PATH.md`` (a card with a usage snippet), next to
             the file (:mod:`porter.export_card`). Default: ``None``, for a ported model only.
@@ -398,6 +411,7 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
                               f"them: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
         mx.eval([a for _, a in references[-1]])
     reference = references[0]
+    rtol, atol = (default_tolerance(references) if value is None else value for value in (rtol, atol))
     folder = os.path.dirname(os.path.abspath(path))
     try:
         handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", suffix=SUFFIX, dir=folder)

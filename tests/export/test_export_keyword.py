@@ -129,7 +129,9 @@ def _run_card_snippet(tmp_path, card_path, out_prefix) -> list:
     script = tmp_path / "card_snippet.py"
     blocker = open(RUNNER).read().split("import mlx.core as mx", 1)[0]  # the import blocker and its self-check
     script.write_text(blocker + snippet + "\nimport numpy as np\n"
-                      f"for i, o in enumerate(outputs):\n    np.save({str(out_prefix)!r} + str(i) + '.npy', np.array(o))\n")
+                      f"for i, o in enumerate(outputs):  # numpy has no bfloat16\n"
+                      f"    o = o.astype(mx.float32) if o.dtype == mx.bfloat16 else o\n"
+                      f"    np.save({str(out_prefix)!r} + str(i) + '.npy', np.array(o))\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                          cwd=str(card_path.parent), timeout=300)
