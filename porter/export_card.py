@@ -65,11 +65,15 @@ def metadata(model, report) -> dict:
 
 
 def _variables(names: list) -> list:
-    """A Python variable per input: its argument name where that is an identifier (``input_ids``), else
-    ``input<i>`` (``args[0]``, ``kwargs['mask']``); distinct, never a keyword or ``mx``/``fn``/``outputs``."""
+    """A Python variable per input: its argument name (``input_ids``; ``extra0`` for ``extra[0]``, ``mask`` for
+    ``kwargs['mask']``) where that is an identifier, else ``input<i>``; distinct, never a keyword or
+    ``mx``/``fn``/``outputs``."""
     taken, out = {"mx", "fn", "outputs"}, []
     for i, name in enumerate(names):
-        var = name if name.isidentifier() and not keyword.iskeyword(name) else f"input{i}"
+        # ``extra[0]`` -> ``extra0``, ``named['bias']`` -> ``bias``
+        base, _, rest = name.partition("[")
+        var = rest.strip("]'\"") if rest.startswith(("'", '"')) else base + rest.rstrip("]") if rest else name
+        var = var if var.isidentifier() and not keyword.iskeyword(var) else f"input{i}"
         while var in taken:
             var += "_"
         taken.add(var)

@@ -206,3 +206,22 @@ def test_a_failed_export_leaves_no_card(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["bert.mlxfn.json"]
     report = export_function(ported, tmp_path / "plain.mlxfn", [_mx(ids), _mx(tt)], card=False)
     assert report.card_paths == [] and sorted(os.listdir(tmp_path)) == ["bert.mlxfn.json", "plain.mlxfn"]
+
+
+def test_var_positional_and_var_keyword_inputs(tmp_path):
+    from tests.converters.test_keyword_inputs import Star  # forward(x, *extra, scale=None, **named)
+
+    torch.manual_seed(0)
+    model = Star().eval()
+    x, e, b = torch.randn(2, 5, 4), torch.randn(2, 5, 3), torch.randn(3)
+    with pytest.warns(UserWarning, match="static shapes instead"):
+        ported = porter.convert(model, (x, e), example_kwargs={"bias": b})
+    path = tmp_path / "star.mlxfn"
+    report = export_function(ported, path, [_mx(x), _mx(e), _mx(b)])
+    assert report.input_names == ["x", "extra[0]", "named['bias']"]
+    card = (tmp_path / "star.mlxfn.md").read_text()
+    assert "outputs = fn(x, extra0, bias)" in card
+    (got,) = run_without_porter([(path, [x.numpy(), e.numpy(), b.numpy()])], tmp_path)
+    assert_close(got[0], _torch(model, x, e, bias=b)[0], what="output")
+    (snippet,) = _run_card_snippet(tmp_path, tmp_path / "star.mlxfn.md", tmp_path / "snippet")
+    assert snippet.shape == (2, 5, 3)
