@@ -92,7 +92,11 @@ class ExportReport:
 
 
 def flatten_outputs(out, prefix: str = "") -> list:
-    """A model's output (an array, or tuples/lists/dicts of them) as ``[(name, array), ...]`` in order."""
+    """A model's output (an array, or tuples/lists/dicts of them) as ``[(name, array), ...]`` in order. A ``None``
+    in the structure (a port's ``output_tree`` keeps torch's: a ``ModelOutput`` field left empty) is no output of
+    the file: it is left out, and the names say where the others sit (``"n.0"``, not ``"n.1"``)."""
+    if out is None and prefix:
+        return []
     if isinstance(out, mx.array):
         return [(prefix or "0", out)]
     if isinstance(out, dict):
@@ -405,10 +409,11 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         if len(args) != len(inputs):
             raise ExportError(f"[export_function] '{what}' has {len(args)} input(s), 'example_inputs' {len(inputs)}")
         try:
-            references.append(flatten_outputs(call(*args)))
+            out = call(*args)
         except (ValueError, TypeError) as exc:
             raise ExportError(f"[export_function] '{what}' {[tuple(a.shape) for a in args]}: the model refuses "
                               f"them: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        references.append(flatten_outputs(out))
         mx.eval([a for _, a in references[-1]])
     reference = references[0]
     rtol, atol = (default_tolerance(references) if value is None else value for value in (rtol, atol))

@@ -105,3 +105,29 @@ def test_integer_and_bool_inputs_and_a_dict_output(frontend, tmp_path):
     report = porter.export_function(ported, path, port_inputs(ported, (ids, mask)))
     assert report.input_dtypes == ["int64", "bool"] and report.output_names == ["logits", "kept"]
     _check(ported, model, path, [(ids, mask)], 1e-5, tmp_path)
+
+
+class WithNones(nn.Module):
+    """A dict output with ``None`` fields (as a transformers ModelOutput leaves them): the file has no None."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return {"logits": self.fc(x), "hidden": None, "pair": (x.sum(1), None, x.amax(1))}
+
+
+def test_none_outputs_are_left_out(tmp_path):
+    torch.manual_seed(4)
+    model = WithNones().eval()
+    x = torch.randn(2, 4)
+    ported = porter.convert(model, (x,))
+    assert ported(mx.array(x.numpy()))["hidden"] is None
+    path = tmp_path / "nones.mlxfn"
+    report = porter.export_function(ported, path, port_inputs(ported, (x,)))
+    assert report.output_names == ["logits", "pair.0", "pair.2"]  # was refused: 'model' returned a NoneType
+    _check(ported, model, path, [(x,)], 1e-5, tmp_path)
+    with pytest.raises(porter.ExportError, match="'model' returned a str") as info:
+        porter.export_function(lambda a: {"y": "text"}, tmp_path / "s.mlxfn", [mx.zeros((2, 4))])
+    assert "refuses them" not in str(info.value)  # its own message, not reworded as a refusal of the inputs
