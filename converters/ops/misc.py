@@ -53,7 +53,9 @@ def _typed(value, dtype):
 @kernel("tensor_from_scalars", inputs=[Seq(SCALAR)], attrs={"shape": Seq(Int(0, MAX_LEN), 0, MAX_LEN),
                                                            "dtype": DTYPE})
 def k_tensor_from_scalars(values, *, shape, dtype):
-    """``torch.tensor(nested data)``: the scalars (Python numbers or 0-d arrays) in order, as ``shape``."""
+    """``torch.tensor(nested data)``: the scalars (Python numbers or 0-d arrays; a list value such as
+    ``x.shape`` stands for its items) in order, as ``shape``."""
+    values = [item for v in values for item in (v if isinstance(v, (list, tuple)) else [v])]
     count = 1
     for d in shape:
         count *= d

@@ -26,7 +26,8 @@ class Literals(nn.Module):
         batch = torch.tensor(x.shape[0])  # int64 from a graph value, scalar overload
         flags = torch.tensor([True, False])  # bools
         half = torch.tensor([1.0, float(n)], dtype=torch.float16, requires_grad=False)
-        return y + stats.to(x.dtype).sum() + batch, stats, flags, half
+        shape = torch.tensor(x.shape)  # a list value (aten::size) as the data
+        return y + stats.to(x.dtype).sum() + batch, stats, flags, half, shape
 
 
 class FromTensorValue(nn.Module):
@@ -45,7 +46,8 @@ def test_scripted_tensor_literals_follow_the_input():
     ported = porter.convert(scripted, (_x(2, 3),))
     for x in (_x(2, 3), _x(4, 7, seed=1)):  # a second size: n and the batch are read at run time
         assert_matches(ported, scripted, (x,))
-    stats, flags, half = run_ported(ported, (_x(4, 7),))[1:]
+    stats, flags, half, shape = run_ported(ported, (_x(4, 7),))[1:]
+    assert shape.tolist() == [4, 7] and shape.dtype == np.int64
     assert stats.tolist() == [7.0, 0.25] and flags.tolist() == [True, False] and half.dtype == np.float16
     kinds = {n["kernel"] for n in ported.graph["nodes"]}
     assert "tensor_from_scalars" in kinds  # the graph-valued ones are built at run time
