@@ -18,8 +18,8 @@ from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 from .guards import static_checks
 from .registry import UnsupportedOpsError
 
-_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "div": "truediv",
-            "remainder": "mod", "neg": "neg", "pow": "pow"}
+_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "floor_divide": "floordiv",
+            "div": "truediv", "remainder": "mod", "neg": "neg", "pow": "pow"}
 # Ops on Python values (lists, None, ints) evaluated here: torch.ops cannot take Python values for schemas with type
 # variables (aten::len.t, aten::__is__). Their results are structural (list lengths, None checks) or ints.
 _PY_OPS = {
@@ -302,6 +302,30 @@ class _Interpreter:
         for o, r in zip(outs, results):
             self.env[o] = r
 
+    def number_arithmetic(self, node, base, schema, ins, outs) -> bool:
+        """A trace's size arithmetic (``k - q`` of two ``x.size(d)`` is ``aten::sub.Tensor`` of two
+        ``prim::NumToTensor``, which the interpreter keeps as numbers, then ``aten::Int``): Python arithmetic on the
+        numbers, recorded as ``operator.*`` as the script frontend records it, so a slice bound stays an int. False
+        (nothing done) when an operand is not a number or ``alpha`` is not 1."""
+        given = {a.name: (ir, value) for a, (ir, value) in zip(schema.arguments, ins)}
+        operands = [given[n] for n in ("self", "other", "exponent") if n in given]
+        if not operands or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for _, v in operands):
+            return False
+        if given.get("alpha", (1, 1))[1] != 1:
+            return False
+        fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+              "floordiv": lambda a, b: a // b, "floor_divide": lambda a, b: a // b, "div": lambda a, b: a / b, "remainder": lambda a, b: a % b,
+              "neg": lambda a: -a, "pow": lambda a, b: a ** b}[base]
+        result = fn(*[v for _, v in operands])
+        if not any(isinstance(ir, Ref) for ir, _ in operands):
+            self.env[outs[0]] = (result, result)
+            return True
+        names = ["a", "b"][:len(operands)]
+        ref = self.record(node, f"operator.{_INT_OPS[base]}", dict(zip(names, [ir for ir, _ in operands])), names,
+                          result)
+        self.env[outs[0]] = (ref, result)
+        return True
+
     def number_as_tensor(self, node, ir, value):
         """A Python number where the op takes a Tensor: a trace's ``prim::NumToTensor`` (``torch.tensor(x.size(0))``),
         which the interpreter passes through as the number so sizes stay ints, becomes the 0-d tensor TorchScript
@@ -367,6 +391,9 @@ class _Interpreter:
             return
         if namespace == "aten" and base == "tensor":
             self.tensor_literal(node, schema, ins, outs)
+            return
+        if base in _INT_OPS and not tensor_in and overload in ("default", "Tensor", "Scalar", "Tensor_Scalar", "Tensor_Tensor") \
+                and self.number_arithmetic(node, base, schema, ins, outs):
             return
         ins = [self.number_as_tensor(node, ir, value) if str(a.type) == "Tensor" else (ir, value)
                for a, (ir, value) in zip(schema.arguments, ins)] + ins[len(schema.arguments):]
