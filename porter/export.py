@@ -328,8 +328,13 @@ def positional_call(model):
 
 def input_names(model, count: int) -> list:
     """The argument each positional input of the file binds to (``"input_ids"``, ``"token_type_ids"``,
-    ``"args[0]"``): a ported model's ``input_arguments``; ``input0``, ``input1``, ... for any other callable."""
+    ``"args[0]"``): a ported model's ``input_arguments``; for a port without a recorded signature (TorchScript, an
+    older artifact) its graph input's name where that is an identifier (``x``); else ``input0``, ``input1``, ..."""
     names = getattr(model, "input_arguments", None)
+    graph = getattr(model, "graph", None)
+    if isinstance(graph, dict) and graph.get("signature") is None and len(graph.get("inputs") or []) == count:
+        names = [spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str)
+                 and spec["name"].isidentifier() else f"input{i}" for i, spec in enumerate(graph["inputs"])]
     if isinstance(names, list) and len(names) == count and all(isinstance(n, str) for n in names):
         return list(names)
     return [f"input{i}" for i in range(count)]
