@@ -20,6 +20,8 @@ from .registry import UnsupportedOpsError
 
 _INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "floor_divide": "floordiv",
             "div": "truediv", "remainder": "mod", "neg": "neg", "pow": "pow"}
+# overloads of _INT_OPS a trace calls on prim::NumToTensor numbers (size arithmetic)
+_NUMBER_OVERLOADS = ("default", "Tensor", "Scalar", "Tensor_Scalar", "Tensor_Tensor")
 # Ops on Python values (lists, None, ints) evaluated here: torch.ops cannot take Python values for schemas with type
 # variables (aten::len.t, aten::__is__). Their results are structural (list lengths, None checks) or ints.
 _PY_OPS = {
@@ -314,7 +316,8 @@ class _Interpreter:
         if given.get("alpha", (1, 1))[1] != 1:
             return False
         fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-              "floordiv": lambda a, b: a // b, "floor_divide": lambda a, b: a // b, "div": lambda a, b: a / b, "remainder": lambda a, b: a % b,
+              "floordiv": lambda a, b: a // b, "floor_divide": lambda a, b: a // b, "div": lambda a, b: a / b,
+              "remainder": lambda a, b: a % b,
               "neg": lambda a: -a, "pow": lambda a, b: a ** b}[base]
         result = fn(*[v for _, v in operands])
         if not any(isinstance(ir, Ref) for ir, _ in operands):
@@ -392,7 +395,7 @@ class _Interpreter:
         if namespace == "aten" and base == "tensor":
             self.tensor_literal(node, schema, ins, outs)
             return
-        if base in _INT_OPS and not tensor_in and overload in ("default", "Tensor", "Scalar", "Tensor_Scalar", "Tensor_Tensor") \
+        if base in _INT_OPS and not tensor_in and overload in _NUMBER_OVERLOADS \
                 and self.number_arithmetic(node, base, schema, ins, outs):
             return
         ins = [self.number_as_tensor(node, ir, value) if str(a.type) == "Tensor" else (ir, value)

@@ -372,7 +372,8 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
     The outputs are flattened in order (a dict's keys as names: ``report.output_names``); the function takes the
     inputs positionally, in the port's input order (``graph["inputs"]``): a port converted with keyword inputs
     (``example_kwargs``) takes them there by position too (``report.input_names``: ``["input_ids",
-    "token_type_ids"]``), and ``example_inputs`` are given in that order. The model's per-call input checks cannot travel in the file: a fixed-shape file refuses
+    "token_type_ids"]``), and ``example_inputs`` are given in that order. The model's per-call input checks cannot
+    travel in the file: a fixed-shape file refuses
     other shapes itself; a shapeless one runs whatever it is given (``report.notes`` says so).
 
     Example:

@@ -12,7 +12,7 @@ from torch import nn
 
 import porter
 from porter.layers import quantize_model
-from tests.export.mlxfn_check import assert_close, port_inputs, run_without_porter, to_torch_layout, torch_outputs
+from tests.export.mlxfn_check import port_inputs, run_without_porter, to_torch_layout, torch_outputs
 from tests.export.test_export_keyword import _run_card_snippet
 
 
