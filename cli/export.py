@@ -17,14 +17,18 @@ SUFFIX = ".mlxfn"
 
 
 def check_output(output: str, force: bool) -> None:
-    """Refuse, before any work, an -o that cannot or may not be written."""
+    """Refuse, before any work, an -o that cannot or may not be written (nor its card, ``-o`` + ``.json``/``.md``)."""
     if not output.endswith(SUFFIX) or os.path.basename(output) == SUFFIX:
         raise InputError(f"-o '{output}' must name a file ending in {SUFFIX}.", "For example -o model.mlxfn.")
-    if os.path.lexists(output):
-        if os.path.isdir(output) or os.path.islink(output):
-            raise InputError(f"-o '{output}' exists and is not a regular file.", "Choose another path with -o.")
-        if not force:
-            raise InputError(f"-o '{output}' already exists.", "Pass --force to replace it, or choose another path.")
+    from porter.export_card import card_paths
+
+    for path in (output, *card_paths(output)):
+        named = f"-o '{output}'" if path == output else f"'{path}' (-o's card, written with it)"
+        if os.path.lexists(path):
+            if os.path.isdir(path) or os.path.islink(path):
+                raise InputError(f"{named} exists and is not a regular file.", "Choose another path with -o.")
+            if not force:
+                raise InputError(f"{named} already exists.", "Pass --force to replace it, or choose another path.")
     folder = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(folder):
         raise InputError(f"-o '{output}': the folder '{folder}' does not exist.", "Create it, or choose another path.")
@@ -91,7 +95,10 @@ def export(ui, directory, output, input_shapes, shapeless, probe_shapes, batch, 
     Porter's native kernels and other ops MLX cannot serialize are replaced by pure-MLX ops computing the same
     values (listed in the output). The file is loaded back and checked against the model before it replaces -o;
     on any failure nothing is written. It takes the inputs in the model's layout (channels-last images unless
-    converted with --io-layout torch), positionally, and returns its outputs as a list.
+    converted with --io-layout torch), positionally in the port's input order (an input converted by keyword,
+    --input-shape name=..., takes its place in that order; --input-shape gives the shapes in it too), and returns
+    its outputs as a list. FILE.json and FILE.md beside it record the inputs' order, names, shapes and dtypes,
+    with a usage snippet.
     """
     if not output:  # DIR.mlxfn next to DIR (for "." or "..", the folder's own name)
         base = os.path.normpath(directory)
@@ -126,5 +133,6 @@ def export(ui, directory, output, input_shapes, shapeless, probe_shapes, batch, 
             except ExportError as exc:
                 raise InputError(f"Cannot export '{directory}': {exc}")
     ui.echo(str(report))
-    ui.echo("Load it (no Porter needed): fn = mx.import_function(" + repr(output) + "); outputs = fn(*inputs)")
+    ui.echo("Load it (no Porter needed): fn = mx.import_function(" + repr(output) + "); outputs = fn("
+            + ", ".join(report.input_names) + ")")
     ui.emit_json({"ok": True, **report.to_dict()})

@@ -19,8 +19,10 @@ from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 from .guards import static_checks
 from .registry import UnsupportedOpsError
 
-_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "div": "truediv",
-            "remainder": "mod", "neg": "neg", "pow": "pow"}
+_INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "floor_divide": "floordiv",
+            "div": "truediv", "remainder": "mod", "neg": "neg", "pow": "pow"}
+# overloads of _INT_OPS a trace calls on prim::NumToTensor numbers (size arithmetic)
+_NUMBER_OVERLOADS = ("default", "Tensor", "Scalar", "Tensor_Scalar", "Tensor_Tensor")
 # Ops on Python values (lists, None, ints) evaluated here: torch.ops cannot take Python values for schemas with type
 # variables (aten::len.t, aten::__is__). Their results are structural (list lengths, None checks) or ints.
 _PY_OPS = {
@@ -107,6 +109,25 @@ def _not_in_state_dict(module, interp) -> set:
     except Exception:  # noqa: BLE001  (a ScriptModule that cannot list its state: expect every name)
         return set()
     return {name for name in interp.params if name not in keys}
+
+
+def _keep_unread_state(module, interp) -> None:
+    """Every ``state_dict`` entry the forward never reads (an unused head, a persistent buffer nothing reads) is
+    kept as a parameter of the port, as the ``torch.export`` frontend keeps it (the program lifts every entry):
+    ``torch_parameters()`` then round-trips into the model with a strict ``load_state_dict``, and the model's own
+    ``state_dict`` loads into the port strictly. A further name of a tensor already kept is a tied name
+    (:func:`_tied_names`)."""
+    try:
+        state = module.state_dict(keep_vars=True)
+    except Exception:  # noqa: BLE001  (a ScriptModule that cannot list its state: only what the forward reads)
+        return
+    for name, tensor in state.items():
+        if name in interp.params or not isinstance(tensor, torch.Tensor):
+            continue
+        first = interp.param_names.get(id(tensor), interp.buffer_names.get(id(tensor), name))
+        if first != name:
+            continue  # a second name of one tensor: tied to the first
+        interp.tensor_param(tensor, name, id(tensor) in interp.param_names)
 
 
 def _tied_names(module, interp) -> dict:
@@ -261,6 +282,9 @@ class _Interpreter:
                 self.env[outs[0]] = (_literal(attr) if not isinstance(attr, torch.nn.Module) else None, attr)
         elif kind in ("prim::ListConstruct", "prim::TupleConstruct"):
             self.env[outs[0]] = ([i[0] for i in ins], [i[1] for i in ins])
+        elif kind == "prim::DictConstruct":  # key, value, key, value, ...: keys are literals (str/int)
+            keys = [k for _, k in ins[0::2]]
+            self.env[outs[0]] = (dict(zip(keys, [i[0] for i in ins[1::2]])), dict(zip(keys, [i[1] for i in ins[1::2]])))
         elif kind in ("prim::ListUnpack", "prim::TupleUnpack"):
             self.unpack(node, ins[0], outs)
         elif kind in ("prim::TupleIndex", "aten::__getitem__"):
@@ -307,7 +331,7 @@ class _Interpreter:
     def getitem(self, node, source, index, out):
         (ir, value), (index_ir, index_value) = source, index
         item = value[index_value]
-        if isinstance(ir, list) and not isinstance(index_ir, Ref):
+        if isinstance(ir, (list, dict)) and not isinstance(index_ir, Ref):
             self.env[out] = (ir[index_value], item)
         elif isinstance(ir, Ref) and not isinstance(index_ir, Ref):
             self.env[out] = (self.record(node, "operator.getitem", {"a": ir, "b": index_value}, ["a", "b"], item),
@@ -328,6 +352,71 @@ class _Interpreter:
         results = self.run_block(blocks[0] if value else blocks[1])
         for o, r in zip(outs, results):
             self.env[o] = r
+
+    def number_arithmetic(self, node, base, schema, ins, outs) -> bool:
+        """A trace's size arithmetic (``k - q`` of two ``x.size(d)`` is ``aten::sub.Tensor`` of two
+        ``prim::NumToTensor``, which the interpreter keeps as numbers, then ``aten::Int``): Python arithmetic on the
+        numbers, recorded as ``operator.*`` as the script frontend records it, so a slice bound stays an int. False
+        (nothing done) when an operand is not a number or ``alpha`` is not 1."""
+        given = {a.name: (ir, value) for a, (ir, value) in zip(schema.arguments, ins)}
+        operands = [given[n] for n in ("self", "other", "exponent") if n in given]
+        if not operands or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for _, v in operands):
+            return False
+        if given.get("alpha", (1, 1))[1] != 1:
+            return False
+        fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+              "floordiv": lambda a, b: a // b, "floor_divide": lambda a, b: a // b, "div": lambda a, b: a / b,
+              "remainder": lambda a, b: a % b,
+              "neg": lambda a: -a, "pow": lambda a, b: a ** b}[base]
+        result = fn(*[v for _, v in operands])
+        if not any(isinstance(ir, Ref) for ir, _ in operands):
+            self.env[outs[0]] = (result, result)
+            return True
+        names = ["a", "b"][:len(operands)]
+        ref = self.record(node, f"operator.{_INT_OPS[base]}", dict(zip(names, [ir for ir, _ in operands])), names,
+                          result)
+        self.env[outs[0]] = (ref, result)
+        return True
+
+    def number_as_tensor(self, node, ir, value):
+        """A Python number where the op takes a Tensor: a trace's ``prim::NumToTensor`` (``torch.tensor(x.size(0))``),
+        which the interpreter passes through as the number so sizes stay ints, becomes the 0-d tensor TorchScript
+        made of it here (int64, float64 or bool, as NumToTensor does): a constant, or ``aten.scalar_tensor`` of the
+        graph value."""
+        if isinstance(value, torch.Tensor) or not isinstance(value, (bool, int, float)):
+            return ir, value
+        dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float64
+        tensor = torch.tensor(value, dtype=dtype)
+        if not isinstance(ir, Ref):
+            self.consts += 1
+            return self.tensor_param(tensor, f"_ts_constant{self.consts}", False)
+        return self.record(node, "aten.scalar_tensor.default", {"s": ir, "dtype": _dtype_name(dtype)}, ["s", "dtype"],
+                           tensor), tensor
+
+    def tensor_literal(self, node, schema, ins, outs):
+        """``torch.tensor(data, dtype=None, device=None, requires_grad=False)`` (every overload: a list, possibly
+        nested, or one scalar). torch.ops cannot take the Python list for ``t[] data``, so the value is built with
+        ``torch.tensor`` itself. Data of literals only becomes a constant (``_ts_constant<n>``, like a tensor
+        constant in the graph); data holding graph values (a size read from the input, a 0-d tensor passed through
+        ``float()``) is recorded as ``aten.tensor.default`` and built at run time. The dtype is honoured (None:
+        torch's inference from the Python values, which the example's result records); the device and
+        ``requires_grad`` change no value."""
+        given = {a.name: value for a, (_, value) in zip(schema.arguments, ins)}
+        if "data" not in given and "t" not in given:
+            self.unsupported.setdefault(f"aten::tensor.{schema.overload_name}", []).append("")
+            raise UnsupportedOpsError(self.unsupported)
+        data_ir, data = next((ir, value) for a, (ir, value) in zip(schema.arguments, ins) if a.name in ("data", "t"))
+        dtype = given.get("dtype")
+        if isinstance(dtype, int):  # TorchScript passes a ScalarType as its number: torch.ops reads it back
+            dtype = torch.ops.aten.empty.memory_format([0], dtype=dtype).dtype
+        concrete = torch.tensor(_map_leaves(_item, data), dtype=dtype)
+        if not _has_ref(data_ir) and not isinstance(data_ir, Ref):
+            self.consts += 1
+            self.env[outs[0]] = self.tensor_param(concrete, f"_ts_constant{self.consts}", False)
+            return
+        args = {"data": data_ir, "dtype": _literal(dtype), "device": _literal(given.get("device")),
+                "requires_grad": bool(given.get("requires_grad", False))}
+        self.env[outs[0]] = (self.record(node, "aten.tensor.default", args, list(args), concrete), concrete)
 
     def call(self, node, kind, ins, outs):
         schema = torch._C.parse_schema(node.schema()) if node.schema() != "(no schema)" else None
@@ -352,6 +441,14 @@ class _Interpreter:
             result = (values[0] is values[1]) if base == "__is__" else (values[0] is not values[1])
             self.env[outs[0]] = (result, result)
             return
+        if namespace == "aten" and base == "tensor":
+            self.tensor_literal(node, schema, ins, outs)
+            return
+        if base in _INT_OPS and not tensor_in and overload in _NUMBER_OVERLOADS \
+                and self.number_arithmetic(node, base, schema, ins, outs):
+            return
+        ins = [self.number_as_tensor(node, ir, value) if str(a.type) == "Tensor" else (ir, value)
+               for a, (ir, value) in zip(schema.arguments, ins)] + ins[len(schema.arguments):]
         packet = getattr(getattr(torch.ops, namespace), base)
         op = getattr(packet, overload)
         args, kwargs, ir_args, explicit = [], {}, {}, []
@@ -403,6 +500,35 @@ class _Interpreter:
             self.env[node.inputsAt(0)] = (ref, concrete)
 
 
+def _item(value):
+    """A leaf of ``torch.tensor``'s data as the Python scalar torch reads (a 0-d tensor passed through
+    ``float(t)``/``int(t)`` keeps its tensor here)."""
+    return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def _map_leaves(fn, value):
+    return [_map_leaves(fn, v) for v in value] if isinstance(value, (list, tuple)) else fn(value)
+
+
+def _output_tree(ir, value, outputs: list, depth: int = 0) -> dict:
+    """The ``output_tree`` node (``converters/output_tree.py``) of a returned value, its tensors appended to
+    ``outputs``: a dict (``prim::DictConstruct``) by its keys, a tuple or list as a tuple (the interpreter keeps
+    both as lists), ``None`` as none."""
+    if depth > 32:
+        raise NotImplementedError("the TorchScript model's output is nested more than 32 levels deep")
+    if isinstance(ir, dict):
+        return {"dict": [[k, _output_tree(ir[k], value[k], outputs, depth + 1)] for k in ir]}
+    if isinstance(ir, list):
+        return {"tuple": [_output_tree(i, v, outputs, depth + 1) for i, v in zip(ir, value)]}
+    if value is None:
+        return {"none": True}
+    if not isinstance(value, torch.Tensor):
+        raise NotImplementedError(f"the TorchScript model returns a {type(value).__name__} inside its output; a port "
+                                  "returns tensors (in tuples, lists, dicts) only")
+    outputs.append(ir)
+    return {"leaf": len(outputs) - 1}
+
+
 def _snapshot(value):
     return [_snapshot(v) for v in value] if isinstance(value, list) else value
 
@@ -446,12 +572,17 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
     with torch.no_grad():
         results = interp.run_block(graph)
     (out_ir, out_value), = results
+    tree = None
     if isinstance(out_value, torch.Tensor):
         outputs, structure = [out_ir], "single"
-    elif isinstance(out_value, (list, tuple)) and isinstance(out_ir, list):
-        outputs, structure = list(out_ir), "tuple"
+    elif isinstance(out_ir, (list, dict)):
+        outputs, structure = [], "tuple"
+        tree = _output_tree(out_ir, out_value, outputs)
+        if "tuple" in tree and all("leaf" in c for c in tree["tuple"]):
+            tree = None  # a flat tuple: output_structure says it all
     else:
         outputs, structure = [out_ir], "single"
+    _keep_unread_state(module, interp)
     input_meta = [_meta(x) for x in example_inputs]
     # every size is read at run time (aten::size), as the TorchScript module itself does, except the dims the
     # interpreter fixed something to the example on: those are checked against the example's sizes
@@ -477,6 +608,7 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         source_class=f"torch.jit.ScriptModule({module.original_name})",
         frontend="torchscript",
         output_structure=structure,
+        output_tree=tree,
         param_dtypes=interp.param_dtypes,
         aliases=_tied_names(module, interp),
         not_in_state_dict=_not_in_state_dict(module, interp),

@@ -79,7 +79,7 @@ _INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
-def _example(shape: tuple, dtype) -> str:
+def example_expression(shape: tuple, dtype) -> str:
     """An example input of the recorded shape and dtype: zeros for integer inputs (token ids, masks), a normal
     sample otherwise (``dtype`` comes from config.json: only known names are written into the card)."""
     if dtype in _INT_DTYPES:
@@ -93,7 +93,7 @@ def _usage(config: dict, name: str) -> list:
     args = []
     for i, spec in enumerate(config.get("inputs", [])):
         if spec.get("kind") == "tensor" and all(isinstance(d, int) for d in spec.get("shape", [None])):
-            args.append(_example(tuple(spec["shape"]), spec.get("dtype")))
+            args.append(example_expression(tuple(spec["shape"]), spec.get("dtype")))
         else:  # no recorded example (or not a tensor): the user supplies it
             args.append(f"input{i}")
         if spec.get("keyword"):  # a keyword input (porter.convert(..., example_kwargs=...))

@@ -56,9 +56,15 @@ class ExportReport:
     probe_shapes: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     traced_shapes: list = field(default_factory=list)
+    input_names: list = field(default_factory=list)
+    input_dtypes: list = field(default_factory=list)
+    card_paths: list = field(default_factory=list)
+    dynamic_axes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "input_shapes": [list(s) for s in self.input_shapes],
+                "input_names": list(self.input_names), "input_dtypes": list(self.input_dtypes),
+                "card_paths": list(self.card_paths), "dynamic_axes": [list(a) for a in self.dynamic_axes],
                 "output_names": list(self.output_names), "shapeless": self.shapeless,
                 "replacements": dict(self.replacements), "max_abs_diff": self.max_abs_diff,
                 "probe_shapes": [list(s) for s in self.probe_shapes], "notes": list(self.notes),
@@ -69,6 +75,11 @@ class ExportReport:
         shapes = "; ".join(", ".join(str(tuple(s)) for s in shapes) for shapes in sets)
         lines = [f"wrote {self.path} ({'shapeless' if self.shapeless else 'fixed shapes'}; traced at {shapes}; "
                  f"{len(self.output_names)} output(s); max |file - model| = {self.max_abs_diff:.3g})"]
+        if self.input_names:
+            lines.append("  inputs, positionally: " + ", ".join(
+                f"{name} ({dtype})" for name, dtype in zip(self.input_names, self.input_dtypes)))
+        if self.card_paths:
+            lines.append("  described in " + " and ".join(self.card_paths))
         if self.probe_shapes:
             lines.append("  also checked at " + ", ".join(str(tuple(s)) for s in self.probe_shapes))
         if self.replacements:
@@ -81,7 +92,11 @@ class ExportReport:
 
 
 def flatten_outputs(out, prefix: str = "") -> list:
-    """A model's output (an array, or tuples/lists/dicts of them) as ``[(name, array), ...]`` in order."""
+    """A model's output (an array, or tuples/lists/dicts of them) as ``[(name, array), ...]`` in order. A ``None``
+    in the structure (a port's ``output_tree`` keeps torch's: a ``ModelOutput`` field left empty) is no output of
+    the file: it is left out, and the names say where the others sit (``"n.0"``, not ``"n.1"``)."""
+    if out is None and prefix:
+        return []
     if isinstance(out, mx.array):
         return [(prefix or "0", out)]
     if isinstance(out, dict):
@@ -119,6 +134,11 @@ def example_arrays(example_inputs, what: str = "example_inputs", seed: int = 0) 
             raise ExportError(f"[export_function] '{what}[{i}]' must be an mx.array, a numpy array or a shape "
                               f"(a tuple of positive ints), got {str(item)[:80]!r}")
     return arrays
+
+
+def dtype_name(dtype) -> str:
+    """``mx.int64`` -> ``"int64"`` (``mx.bool_`` -> ``"bool"``)."""
+    return str(dtype).rsplit(".", 1)[-1].rstrip("_")
 
 
 def _check_path(path) -> str:
@@ -159,6 +179,17 @@ def max_abs_diff(ours: list, reference: list, what: str) -> float:
                 diff = np.where(same, 0.0, np.abs(x - y))
             worst = max(worst, float(np.max(np.nan_to_num(diff, nan=np.inf, posinf=np.inf))))
     return worst
+
+
+# the spacing of 1.0 in the float dtypes coarser than float32's: a check between two computations of a half model
+_HALF_EPS = {mx.float16: 2.0 ** -10, mx.bfloat16: 2.0 ** -7}
+
+
+def default_tolerance(references: list) -> float:
+    """The default ``rtol``/``atol`` of the file-against-model check: ``1e-4``, or 4 units of the last place of the
+    coarsest half-precision float output in ``references`` (lists of ``(name, array)``) where that is more."""
+    eps = max((_HALF_EPS.get(a.dtype, 0.0) for outputs in references for _, a in outputs), default=0.0)
+    return max(1e-4, 4 * eps)
 
 
 def within(diff: float, reference: list, rtol: float, atol: float) -> bool:
@@ -260,22 +291,57 @@ def write_mlxfn(fn, path: str, input_sets: list, shapeless: bool) -> dict:
     return mode.replacements
 
 
-def _check_positional(model) -> None:
-    """An ``.mlxfn`` takes its inputs positionally: a port whose inputs are not its forward's leading positional
-    arguments (keyword inputs, ``porter.convert(..., example_kwargs=...)``) is refused, naming them."""
+class PositionalCall:
+    """A ported model called with its graph inputs positionally, in the graph's input order (``graph["inputs"]``,
+    the order of ``graph.json``'s ``signature.inputs``): ``call(*values)`` runs ``model(*args, **kwargs)`` as
+    ``model.split_inputs(values)`` spells the call, so a port converted with keyword inputs
+    (``porter.convert(..., example_kwargs=...)``) takes them by position, as an ``.mlxfn`` file must. ``trace`` is
+    wrapped the same way; every other attribute (``dynamic_dims``, ``input_layouts``, ``input_checks``,
+    ``training``) is the model's."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *values):
+        args, kwargs = self.model.split_inputs(values)
+        return self.model(*args, **kwargs)
+
+    def trace(self, *values):
+        args, kwargs = self.model.split_inputs(values)
+        return self.model.trace(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def positional_call(model):
+    """``model`` itself when it takes its inputs positionally in its input order (any callable that is not a
+    ported model, a port whose inputs are its forward's leading positional arguments), else a
+    :class:`PositionalCall` over it."""
     split, graph = getattr(model, "split_inputs", None), getattr(model, "graph", None)
     if split is None or not isinstance(graph, dict):
-        return
+        return model
     slots = list(range(len(graph["inputs"])))
     args, kwargs = split(slots)
-    if kwargs or args != slots:
-        raise ExportError(f"[export_function] the port takes keyword inputs ({', '.join(model.input_arguments)} as "
-                          f"{model.call_signature}); an .mlxfn file takes its inputs positionally: convert with "
-                          "them as positional example_inputs, in the forward's order, to export it")
+    return model if not kwargs and args == slots else PositionalCall(model)
+
+
+def input_names(model, count: int) -> list:
+    """The argument each positional input of the file binds to (``"input_ids"``, ``"token_type_ids"``,
+    ``"args[0]"``): a ported model's ``input_arguments``; for a port without a recorded signature (TorchScript, an
+    older artifact) its graph input's name where that is an identifier (``x``); else ``input0``, ``input1``, ..."""
+    names = getattr(model, "input_arguments", None)
+    graph = getattr(model, "graph", None)
+    if isinstance(graph, dict) and graph.get("signature") is None and len(graph.get("inputs") or []) == count:
+        names = [spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str)
+                 and spec["name"].isidentifier() else f"input{i}" for i, spec in enumerate(graph["inputs"])]
+    if isinstance(names, list) and len(names) == count and all(isinstance(n, str) for n in names):
+        return list(names)
+    return [f"input{i}" for i in range(count)]
 
 
 def export_function(model, path, example_inputs, *, shapeless: bool = False, probe_inputs=None,
-                    more_examples=None, rtol: float = 1e-4, atol: float = 1e-4) -> ExportReport:
+                    more_examples=None, rtol=None, atol=None, card=None) -> ExportReport:
     """Write ``model`` as an ``.mlxfn`` file that ``mx.import_function`` runs without torch or Porter.
 
     Args:
@@ -293,13 +359,21 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         more_examples (list of lists, optional): fixed shapes only: more input sets (e.g. other batch sizes) traced
             into the same file, each checked like the example; the file runs at exactly the traced sizes.
         rtol, atol (float, optional): the check ``max|file - model| <= max(rtol * max|model|, atol)``.
-            Default: ``1e-4``.
+            Default: ``1e-4``, or 4 units of the last place of the model's lowest-precision float output where
+            that is more (float16 ``3.9e-3``, bfloat16 ``3.1e-2``: a half port's pure-MLX replacements round
+            differently from its native kernels).
+        card (bool, optional): also write ``PATH.json`` (the inputs' order, argument names, shapes, dtypes,
+            layouts and dynamic axes, the outputs' names) and ``PATH.md`` (a card with a usage snippet), next to
+            the file (:mod:`porter.export_card`). Default: ``None``, for a ported model only.
 
     Returns:
         ExportReport: the path, shapes, outputs, every replacement made (``report.replacements``) and the check.
 
     The outputs are flattened in order (a dict's keys as names: ``report.output_names``); the function takes the
-    inputs positionally. The model's per-call input checks cannot travel in the file: a fixed-shape file refuses
+    inputs positionally, in the port's input order (``graph["inputs"]``): a port converted with keyword inputs
+    (``example_kwargs``) takes them there by position too (``report.input_names``: ``["input_ids",
+    "token_type_ids"]``), and ``example_inputs`` are given in that order. The model's per-call input checks cannot
+    travel in the file: a fixed-shape file refuses
     other shapes itself; a shapeless one runs whatever it is given (``report.notes`` says so).
 
     Example:
@@ -310,7 +384,11 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         raise ExportError(f"[export_function] 'model' must be callable (a ported model), got {type(model).__name__}")
     if not isinstance(shapeless, bool):
         raise ExportError(f"[export_function] 'shapeless' must be a bool, got {shapeless!r}")
-    _check_positional(model)
+    if card is not None and not isinstance(card, bool):
+        raise ExportError(f"[export_function] 'card' must be a bool or None, got {card!r}")
+    if card is None:
+        card = isinstance(getattr(model, "graph", None), dict) and hasattr(model, "input_arguments")
+    call = positional_call(model)
     if probe_inputs is not None and not shapeless:
         raise ExportError("[export_function] 'probe_inputs' is only used with shapeless=True")
     if more_examples is not None and shapeless:
@@ -320,6 +398,13 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         raise ExportError(f"[export_function] 'more_examples' must be a list of input lists, got "
                           f"{type(more_examples).__name__}")
     path = _check_path(path)
+    if card:
+        from .export_card import card_paths
+
+        for extra in card_paths(path):
+            if os.path.isdir(extra):
+                raise ExportError(f"[export_function] 'path': its card {extra!r} (written with the file; card=False "
+                                  "for none) is a directory")
     input_sets = [example_arrays(example_inputs)]
     input_sets += [example_arrays(more, f"more_examples[{k}]", seed=k + 1)
                    for k, more in enumerate(more_examples or ())]
@@ -330,22 +415,25 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
         if len(args) != len(inputs):
             raise ExportError(f"[export_function] '{what}' has {len(args)} input(s), 'example_inputs' {len(inputs)}")
         try:
-            references.append(flatten_outputs(model(*args)))
+            out = call(*args)
         except (ValueError, TypeError) as exc:
             raise ExportError(f"[export_function] '{what}' {[tuple(a.shape) for a in args]}: the model refuses "
                               f"them: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        references.append(flatten_outputs(out))
         mx.eval([a for _, a in references[-1]])
     reference = references[0]
+    rtol, atol = (default_tolerance(references) if value is None else value for value in (rtol, atol))
     folder = os.path.dirname(os.path.abspath(path))
     try:
         handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", suffix=SUFFIX, dir=folder)
         os.close(handle)
     except OSError as exc:
         raise ExportError(f"[export_function] 'path': cannot write in {folder!r} ({exc.strerror})") from exc
+    staged: list = []
     try:
         names: list = []
         with row_contiguous_parameters(model):
-            replacements = write_mlxfn(_traced(model, names), tmp, input_sets, shapeless)
+            replacements = write_mlxfn(_traced(call, names), tmp, input_sets, shapeless)
         imported = mx.import_function(tmp)
         try:
             outputs = imported(*inputs)
@@ -356,7 +444,7 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
                 raise ExportError(f"The exported file fails to run ({text}): please report it.") from exc
             from ._export_probe import locate
 
-            where = locate(model, inputs, inputs) or f"MLX: {text} "
+            where = locate(call, inputs, inputs) or f"MLX: {text} "
             raise ExportError("A shapeless export of this model cannot run, even at the example's size. "
                               f"{where}Export with fixed shapes instead (without shapeless; one file per input "
                               "size).") from exc
@@ -373,14 +461,26 @@ def export_function(model, path, example_inputs, *, shapeless: bool = False, pro
                               f"report it (replacements: {', '.join(replacements) or 'none'}).")
         report = ExportReport(path=path, input_shapes=[tuple(a.shape) for a in inputs], output_names=names,
                               shapeless=shapeless, replacements=replacements, max_abs_diff=diff,
-                              traced_shapes=[[tuple(a.shape) for a in args] for args in input_sets])
+                              traced_shapes=[[tuple(a.shape) for a in args] for args in input_sets],
+                              input_names=input_names(model, len(inputs)),
+                              input_dtypes=[dtype_name(a.dtype) for a in inputs])
         if shapeless:
-            from ._export_probe import check_shapeless
+            from ._export_probe import check_shapeless, dynamic_axes
 
-            check_shapeless(model, imported, inputs, probe_inputs, report, rtol=rtol, atol=atol)
+            check_shapeless(call, imported, inputs, probe_inputs, report, rtol=rtol, atol=atol)
+            report.dynamic_axes = [sorted(axes) for axes in dynamic_axes(call, inputs)]
         os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it 0600; a normal file is what users expect
+        if card:
+            from .export_card import card_paths, stage_card
+
+            staged = stage_card(model, report)  # PATH.json and PATH.md under temporary names, renamed in below
+            report.card_paths = list(card_paths(path))
+        for staged_tmp, final in staged:
+            os.replace(staged_tmp, final)
         os.replace(tmp, path)
     except BaseException:
+        for staged_tmp, _ in staged:
+            remove_quietly(staged_tmp)
         remove_quietly(tmp)
         raise
     return report

@@ -420,7 +420,8 @@ _ARITH = {
 for _fn, _overloads in _ARITH.items():
     register(*_both(*(f"aten.{_fn}.{o}" for o in _overloads)))(_binary(_fn))
 register("aten.rsub.Tensor", "aten.rsub.Scalar")(_binary("sub", reverse=True))
-register("aten.floor_divide.default", "aten.floor_divide_.Tensor")(_binary("floor_divide"))  # no floor_divide_.default
+register("aten.floor_divide.default", "aten.floor_divide_.Tensor",  # no floor_divide_.default
+         "aten.floor_divide.Scalar")(_binary("floor_divide"))  # TorchScript's t // 2 on a tensor
 register(*_both("aten.remainder.Tensor", "aten.remainder.Scalar"))(_binary("remainder"))
 register("aten.atan2.default")(_binary("atan2"))
 register(*_both("aten.copysign.Tensor", "aten.copysign.Scalar"))(_binary("copysign"))

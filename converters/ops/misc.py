@@ -13,8 +13,8 @@ from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..limits import check_elements
-from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq, Str,
-                    DTYPES)
+from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, MAX_LEN, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq,
+                    Str, DTYPES)
 from ._layers import channel_shuffle, export_note, exporting
 from .elementwise import aligned_inputs
 from .shape import _dims
@@ -48,6 +48,22 @@ def _typed(value, dtype):
     if isinstance(value, mx.array):
         return value if dtype is None else value.astype(dtype)
     return mx.array(value, dtype=dtype) if dtype is not None else mx.array(value)
+
+
+@kernel("tensor_from_scalars", inputs=[Seq(SCALAR)], attrs={"shape": Seq(Int(0, MAX_LEN), 0, MAX_LEN),
+                                                           "dtype": DTYPE})
+def k_tensor_from_scalars(values, *, shape, dtype):
+    """``torch.tensor(nested data)``: the scalars (Python numbers or 0-d arrays; a list value such as
+    ``x.shape`` stands for its items) in order, as ``shape``."""
+    values = [item for v in values for item in (v if isinstance(v, (list, tuple)) else [v])]
+    count = 1
+    for d in shape:
+        count *= d
+    if count != len(values):
+        raise ValueError(f"tensor_from_scalars: {len(values)} value(s) for shape {tuple(shape)}")
+    if not values:
+        return mx.zeros(shape, dtype=mx_dtype(dtype))
+    return mx.stack([_typed(v, dtype).reshape(()) for v in values]).reshape(shape)
 
 
 @kernel("fill_like", inputs=[TENSOR, SCALAR], attrs={"dtype": DTYPE})
@@ -246,6 +262,23 @@ def convert_scalar_tensor(ctx, call):
     _read_creation_flags(call)
     call.arg("dtype")
     ctx.emit("full", [[], ctx.value(call.arg("s"))], {"dtype": call.meta.dtype}, perm=())
+
+
+def _leaves(data) -> list:
+    return [leaf for item in data for leaf in _leaves(item)] if isinstance(data, (list, tuple)) else [data]
+
+
+@register("aten.tensor.default")
+def convert_tensor_literal(ctx, call):
+    """``torch.tensor(data)`` whose data holds graph values (TorchScript's frontend; literal data is a constant):
+    the leaves in order, reshaped to the example's nested shape, in its recorded dtype."""
+    _read_creation_flags(call)
+    call.arg("dtype")
+    leaves = _leaves(call.arg("data"))
+    if len(leaves) > MAX_LEN:
+        call.fail("data", f"a tensor built from more than {MAX_LEN} values computed by the forward is not supported")
+    ctx.emit("tensor_from_scalars", [[ctx.value(v) for v in leaves]],
+             {"shape": list(call.meta.shape), "dtype": call.meta.dtype}, perm=L.identity(call.meta.rank))
 
 
 @register("aten.arange.default", "aten.arange.start", "aten.arange.start_step")

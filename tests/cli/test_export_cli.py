@@ -50,7 +50,8 @@ def test_export_writes_a_file_that_runs_like_the_model(converted, runner, tmp_pa
     assert result.exit_code == 0, result.output
     assert "replaced for export" in result.output and "(1, 24, 20, 3)" in result.output
     assert "mx.import_function" in result.output
-    assert _listing(tmp_path) == ["tiny.mlxfn", "tiny24.mlxfn"]
+    assert _listing(tmp_path) == ["tiny.mlxfn", "tiny.mlxfn.json", "tiny.mlxfn.md", "tiny24.mlxfn",
+                                  "tiny24.mlxfn.json", "tiny24.mlxfn.md"]  # each file with its card
 
 
 def test_default_output_and_force(converted, runner, tmp_path, monkeypatch):
@@ -67,10 +68,14 @@ def test_default_output_and_force(converted, runner, tmp_path, monkeypatch):
     result = runner.invoke(main, ["export", str(copy), "--force", "-q"])
     assert result.exit_code == 0, result.output
     os.remove(tmp_path / "m-mlx.mlxfn")
+    result = runner.invoke(main, ["export", str(copy)])  # its card is still there: not replaced without --force
+    assert result.exit_code == 2 and "m-mlx.mlxfn.json' (-o's card" in result.stderr, result.stderr
+    for card in ("m-mlx.mlxfn.json", "m-mlx.mlxfn.md"):
+        os.remove(tmp_path / card)
     monkeypatch.chdir(copy)
     result = runner.invoke(main, ["export", ".", "-q"])
     assert result.exit_code == 0, result.output
-    assert sorted(os.listdir(tmp_path)) == ["m-mlx", "m-mlx.mlxfn"]
+    assert sorted(os.listdir(tmp_path)) == ["m-mlx", "m-mlx.mlxfn", "m-mlx.mlxfn.json", "m-mlx.mlxfn.md"]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -144,7 +149,7 @@ def test_batch_traces_several_sizes_into_one_file(converted, runner, tmp_path):
                          (["--batch", "2", "--shapeless"], "--batch and --shapeless both given")]:
         result = runner.invoke(main, ["export", str(directory), "-o", str(tmp_path / "c.mlxfn"), *args])
         assert result.exit_code == 2 and needle in result.stderr, result.stderr
-    assert _listing(tmp_path) == ["b.mlxfn"]
+    assert _listing(tmp_path) == ["b.mlxfn", "b.mlxfn.json", "b.mlxfn.md"]
 
 
 @pytest.mark.slow

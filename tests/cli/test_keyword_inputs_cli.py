@@ -34,8 +34,10 @@ def test_convert_validate_bench_export_with_a_keyword_input(runner, tmp_path):
     result = _run(runner, ["inspect", path, "--model", MODEL, "--input-shape", "1,7:int64", "--input-shape",
                            "token_type_ids=1,7:int64"])
     assert result.exit_code == 0 and "all ops supported" in result.output, result.output
-    result = runner.invoke(main, ["export", out, "-o", str(tmp_path / "t.mlxfn")])
-    assert result.exit_code != 0 and "keyword inputs" in result.output, result.output
+    result = runner.invoke(main, ["export", out, "-o", str(tmp_path / "t.mlxfn")])  # positional, graph order
+    assert result.exit_code == 0 and "fn(input_ids, token_type_ids)" in result.output, result.output
+    record = json.loads((tmp_path / "t.mlxfn.json").read_text())
+    assert [(s["name"], s["keyword"]) for s in record["inputs"]] == [("input_ids", False), ("token_type_ids", True)]
 
 
 def test_bad_keyword_input_names_are_refused(runner, tmp_path):

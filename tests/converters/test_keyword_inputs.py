@@ -346,8 +346,10 @@ def test_validate_bench_and_export_on_a_keyword_port(tmp_path):
     report = porter.validate(model, ported, [(ids, tt), (_ids(3, 9), _types(3, 9))])  # the port's input order
     assert report.ok, str(report)
     assert porter.validate(model, ported).ok  # default inputs: from the port's recorded inputs, a second size
-    with pytest.raises(ExportError, match="keyword inputs"):
-        export_function(ported, str(tmp_path / "bert.mlxfn"), [_mx(ids), _mx(tt)])
+    report = export_function(ported, str(tmp_path / "bert.mlxfn"), [_mx(ids), _mx(tt)])  # positional, graph order
+    assert report.input_names == ["input_ids", "token_type_ids"]
+    with pytest.raises(ExportError, match="the model refuses them"):  # a missing input: the port's own refusal
+        export_function(ported, str(tmp_path / "bert.mlxfn"), [_mx(ids)])
     porter.save(ported, tmp_path / "bert")
     result = CliRunner().invoke(main, ["bench", str(tmp_path / "bert"), "--batch", "1,2", "--input-shape",
                                        "2,6:int64", "--input-shape", "2,6:int64", "--repeat", "1", "--warmup", "0"],
@@ -355,7 +357,11 @@ def test_validate_bench_and_export_on_a_keyword_port(tmp_path):
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(main, ["export", str(tmp_path / "bert"), "-o", str(tmp_path / "b.mlxfn"),
                                        "--input-shape", "2,6:int64", "--input-shape", "2,6:int64"])
-    assert result.exit_code != 0 and "keyword inputs" in result.output, result.output
+    assert result.exit_code == 0 and "fn(input_ids, token_type_ids)" in result.output, result.output
+    with torch.no_grad():
+        want = model(ids, token_type_ids=tt)[0].numpy()
+    got = mx.import_function(str(tmp_path / "b.mlxfn"))(_mx(ids), _mx(tt))[0]
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-4, atol=1e-5)
 
 
 def test_a_graph_without_signature_takes_its_inputs_positionally():

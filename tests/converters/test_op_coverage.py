@@ -41,6 +41,7 @@ from tests.converters import test_view_writes as view_writes
 from tests.converters import test_ops_views as views
 from tests.converters import test_ops_added as added
 from tests.converters import test_torchscript_composites as ts_composites
+from tests.converters import test_torchscript_literals as ts_literals
 from tests.converters import test_unseen_models as unseen
 from tests.converters import test_unseen_models_more as unseen_more
 from tests.converter_check import assert_matches
@@ -148,6 +149,7 @@ EXERCISERS["test_view_writes:Writes"] = Exerciser(_case(view_writes.Writes().eva
 for _name, _fns in catalog.FAMILIES.items():
     EXERCISERS[f"test_ops_catalog:{_name}"] = Exerciser(_case(catalog.Catalog(_fns).eval(), (2, 3, 4, 5)))
 EXERCISERS["test_ops_catalog:ScriptedSizes"] = Exerciser(_case(catalog.ScriptedSizes().eval(), (2, 3, 4, 5)), "script")
+EXERCISERS["test_torchscript_literals:Literals"] = Exerciser(_case(ts_literals.Literals().eval(), (2, 3)), "script")
 EXERCISERS["test_ops_catalog:SymArith"] = Exerciser(_case(catalog.SymArith().eval(), (2, 3, 7, 9)), "dynamic")
 EXERCISERS["test_ops_real:MoreOps"] = Exerciser(_case(real.MoreOps().eval(), (2, 4, 6), (2, 4, 6)))
 EXERCISERS["test_ops_real:Grids"] = Exerciser(_case(real.Grids().eval(), (2, 3, 4, 5)))

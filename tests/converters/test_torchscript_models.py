@@ -18,6 +18,12 @@ CASES = [
     ("vit", "script"),            # fused MultiheadAttention inference path, class token
     ("shufflenet_v2", "trace"),   # channel shuffle view/transpose
     ("unet", "trace"),            # ConvTranspose2d, skip concatenation
+    # a trace's size arithmetic on prim::NumToTensor (causal-mask and rotary slices: k - q, size // 2) feeds slice
+    # bounds: kept as int arithmetic (was: 'Slice indices must be integers' at run time, or aten::pow of an int)
+    ("gpt2", "trace"),
+    ("llama", "trace"),
+    ("bert", "trace"),
+    ("t5", "trace"),
 ]
 
 

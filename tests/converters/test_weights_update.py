@@ -511,3 +511,58 @@ def test_numpy_and_mlx_values_load_like_tensors():
     port.load_torch_state_dict(state)
     assert_matches(port, model, x)
     assert run_ported(port, x)[0].dtype == np.float32
+
+
+class WithUnusedState(nn.Module):
+    """State the forward never reads: an auxiliary head (parameters) and a persistent buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.bn = nn.BatchNorm1d(3)
+        self.aux_head = nn.Linear(4, 2)
+        self.register_buffer("calibration", torch.randn(3))
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+def _source(model, frontend, x):
+    if frontend == "script":
+        return torch.jit.script(model)
+    if frontend == "trace":
+        return torch.jit.trace(model, x)
+    if frontend == "pt2":
+        return torch.export.export(model, x, strict=False)
+    return model
+
+
+@pytest.mark.parametrize("frontend", ["module", "pt2", "script", "trace"])
+def test_state_the_forward_never_reads_round_trips_strictly(frontend, tmp_path):
+    """Every frontend keeps every ``state_dict`` entry (torch.export lifts them all; the TorchScript frontend keeps
+    what the forward never reads too): the model's ``state_dict`` loads strictly, and ``torch_parameters()`` loads
+    back into the model strictly, before and after save/load."""
+    torch.manual_seed(20)
+    model = WithUnusedState().eval()
+    x = (torch.randn(5, 4),)
+    port = porter.convert(_source(model, frontend, x), x)
+    params = port.graph["params"]
+    assert {n: params[n]["trainable"] for n in ("aux_head.weight", "aux_head.bias", "calibration")} == {
+        "aux_head.weight": True, "aux_head.bias": True, "calibration": False}
+    for current in (port, None):
+        if current is None:
+            porter.save(port, tmp_path / "m")
+            current = porter.load(tmp_path / "m")
+        twin = WithUnusedState()
+        twin.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in current.torch_parameters().items()},
+                             strict=True)
+        for key, value in model.state_dict().items():
+            assert torch.equal(twin.state_dict()[key], value), key
+        with torch.no_grad():  # new weights everywhere, the unused state included
+            for tensor in list(model.parameters()) + [model.calibration, model.bn.running_mean]:
+                tensor.copy_(torch.randn_like(tensor))
+        assert current.load_torch_state_dict(model.state_dict(), strict=True) == LoadResult([], [])
+        assert_matches(current, model, x)
+        back = current.torch_parameters()
+        assert np.array_equal(np.array(back["aux_head.weight"]), model.aux_head.weight.detach().numpy())
+        assert np.array_equal(np.array(back["calibration"]), model.calibration.numpy())

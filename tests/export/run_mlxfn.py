@@ -2,7 +2,8 @@
 
 Usage: python run_mlxfn.py JOBS.json
 JOBS.json: a list of {"file": PATH, "inputs": [NPY, ...], "out": PREFIX}; writes PREFIX0.npy, PREFIX1.npy, ...
-(one per output), or PREFIX.error.txt with MLX's message when the call raises.
+(one per output; a bfloat16 output widened to float32, which holds it exactly), or PREFIX.error.txt with MLX's
+message when the call raises.
 """
 
 import json
@@ -33,7 +34,8 @@ with open(sys.argv[1]) as fh:
     jobs = json.load(fh)
 for job in jobs:
     fn = mx.import_function(job["file"])
-    inputs = [mx.array(np.load(path)) for path in job["inputs"]]
+    arrays = [np.load(path) for path in job["inputs"]]  # mx.array reads float64 numpy as float32 unless told
+    inputs = [mx.array(a, dtype=mx.float64) if a.dtype == np.float64 else mx.array(a) for a in arrays]
     try:
         outputs = fn(*inputs)
         mx.eval(outputs)
@@ -41,8 +43,8 @@ for job in jobs:
         with open(job["out"] + ".error.txt", "w") as fh:
             fh.write(str(exc))
         continue
-    for i, out in enumerate(outputs):
-        np.save(f"{job['out']}{i}.npy", np.array(out))
+    for i, out in enumerate(outputs):  # numpy has no bfloat16: such an output is saved widened to float32
+        np.save(f"{job['out']}{i}.npy", np.array(out.astype(mx.float32) if out.dtype == mx.bfloat16 else out))
 leaked = sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "porter"))
 if leaked:
     raise SystemExit(f"imported: {leaked}")

@@ -155,7 +155,7 @@ def test_more_examples_trace_several_sizes_into_one_file(tmp_path):
         porter.export_function(ported, tmp_path / "c.mlxfn", [(1, 8, 8, 3)], more_examples=[[(2, 9, 9, 3)]])
     with pytest.raises(ExportError, match=r"'more_examples\[0\]' has 2 input\(s\)"):
         porter.export_function(ported, tmp_path / "c.mlxfn", [(1, 8, 8, 3)], more_examples=[[(2, 8, 8, 3), (1,)]])
-    assert _files(tmp_path) == ["b.mlxfn"]
+    assert _files(tmp_path) == ["b.mlxfn", "b.mlxfn.json", "b.mlxfn.md"]  # a port's file comes with its card
 
 
 def test_training_mode_dropout_is_refused_with_the_hint(tmp_path):
