@@ -57,10 +57,9 @@ def _meta(value) -> ValueMeta:
     return ValueMeta("other")
 
 
-# c10::ScalarType codes: TorchScript passes a dtype argument (``softmax(x, -1, dtype=torch.float64)``) as one
-_SCALAR_TYPES = {0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64, 5: torch.float16,
-                 6: torch.float32, 7: torch.float64, 9: torch.complex64, 10: torch.complex128, 11: torch.bool,
-                 15: torch.bfloat16, 27: torch.uint16, 28: torch.uint32, 29: torch.uint64}
+def dtype_from_code(code: int) -> torch.dtype:
+    """The dtype of a c10 ScalarType code (TorchScript passes ``dtype=torch.float64`` as 7): torch.ops reads it."""
+    return torch.ops.aten.empty.memory_format([0], dtype=code).dtype
 
 
 def _scalar_type(name, ir, dtype_args):
@@ -68,10 +67,11 @@ def _scalar_type(name, ir, dtype_args):
     only ``int``) as the dtype name every converter reads; anything else unchanged."""
     if name not in dtype_args or isinstance(ir, bool) or not isinstance(ir, int):
         return ir
-    if ir not in _SCALAR_TYPES:
-        raise NotImplementedError(f"TorchScript passes dtype code {ir} for argument {name!r}, a dtype Porter does "
-                                  "not convert")
-    return _dtype_name(_SCALAR_TYPES[ir])
+    try:
+        return _dtype_name(dtype_from_code(ir))
+    except Exception:  # noqa: BLE001  (not a code torch knows)
+        raise NotImplementedError(f"TorchScript passes dtype code {ir} for argument {name!r}, which is no dtype "
+                                  "torch knows") from None
 
 
 def _literal(value):
@@ -407,8 +407,8 @@ class _Interpreter:
             raise UnsupportedOpsError(self.unsupported)
         data_ir, data = next((ir, value) for a, (ir, value) in zip(schema.arguments, ins) if a.name in ("data", "t"))
         dtype = given.get("dtype")
-        if isinstance(dtype, int):  # TorchScript passes a ScalarType as its number: torch.ops reads it back
-            dtype = torch.ops.aten.empty.memory_format([0], dtype=dtype).dtype
+        if isinstance(dtype, int):  # TorchScript passes a ScalarType as its number
+            dtype = dtype_from_code(dtype)
         concrete = torch.tensor(_map_leaves(_item, data), dtype=dtype)
         if not _has_ref(data_ir) and not isinstance(data_ir, Ref):
             self.consts += 1
