@@ -112,6 +112,9 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
         _check_binds(model, inputs, kwargs)
         ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch,
                                                        kwargs=kwargs)
+        from .capture_attributes import warn_baked_attributes
+
+        warn_baked_attributes(model, ep)
         graph = capture_exported(decompose_unsupported(ep), f"{type(model).__module__}.{type(model).__qualname__}")
         _record_signature(graph, model, strict=bool(kwargs))
         graph.batch_doubled = doubled

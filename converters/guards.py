@@ -82,6 +82,9 @@ def compile_expr(expr, depth: int = 0):
     return lambda sizes: fn(a(sizes), b(sizes))
 
 
+_LONG_CONDITION = 300  # characters: a longer translated condition is shown as torch's guard text
+
+
 class InputChecks:
     """The compiled ``input_checks`` of a runtime graph; ``check(inputs)`` raises on the first broken one."""
 
@@ -161,6 +164,8 @@ class InputChecks:
         condition = f"{to_text(entry['lhs'], self.names)} {CMP_TEXT[entry['cmp']]} {to_text(entry['rhs'], self.names)}"
         guard = f" (torch's guard: {entry['guard']})" if entry["guard"].replace(" ", "") != condition.replace(" ", "") \
             else ""
+        if guard and len(condition) > _LONG_CONDITION:  # an exact integer form of a float guard: torch's text reads
+            condition, guard = entry["guard"], " (torch's guard, checked exactly in integers)"
         return (
             f"{where}, which breaks the condition {condition}{guard} that this port was built under: "
             f"{entry['message']}.{self._accepted(dims, sizes)} Running anyway could give wrong numbers, so the port "
