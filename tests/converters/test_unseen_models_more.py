@@ -10,9 +10,6 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Callable, NamedTuple
-
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -29,14 +26,11 @@ from tests.models import gan_discriminators as gan
 from tests.models import hf_text_more as hf
 from tests.models import timm_more as timm
 from tests.models import torch_attention as ta
+from tests.twin_suite import Twin, TwinSuite, image as _image
 
 
 def _gen(seed):
     return torch.Generator().manual_seed(seed)
-
-
-def _image(*shape):
-    return lambda seed: (torch.randn(shape, generator=_gen(seed)),)
 
 
 def _waves(b, t):
@@ -74,12 +68,6 @@ def _seq2seq(b, s, t):
     return lambda seed: (torch.randn(s, b, 16, generator=_gen(seed)), torch.randn(t, b, 16, generator=_gen(seed + 1)))
 
 
-class Twin(NamedTuple):
-    builder: Callable[[], nn.Module]
-    inputs: Callable  # seed -> example inputs (conversion size)
-    second: Callable  # seed -> inputs at the second size
-
-
 def _fix_beit(model):
     for module in model.modules():
         if isinstance(module, timm.BeitAttention):
@@ -92,7 +80,7 @@ TWINS = {
     "poolformer": Twin(timm.poolformer_small, _image(2, 3, 32, 32), _image(1, 3, 37, 45)),
     # the token-mixing Linear and the relative position table fix the patch grid: other batch only
     "resmlp": Twin(timm.resmlp_small, _image(2, 3, 16, 16), _image(3, 3, 16, 16)),
-    "beit": Twin(timm.beit_small, _image(2, 3, 16, 16), _image(1, 3, 16, 16)),
+    "beit": Twin(timm.beit_small, _image(2, 3, 16, 16), _image(1, 3, 16, 16), fix=_fix_beit),
     "detr": Twin(ta.detr_small, _image(2, 3, 32, 32), _image(1, 3, 37, 45)),
     "torch_encoder": Twin(ta.torch_encoder_small, _padded_tokens(2, 7), _padded_tokens(3, 5)),
     "torch_encoder_post_norm": Twin(ta.torch_encoder_post_norm_small, _padded_tokens(2, 7, False),
@@ -100,35 +88,16 @@ TWINS = {
     "torch_seq2seq": Twin(ta.torch_seq2seq_small, _seq2seq(2, 7, 5), _seq2seq(1, 4, 6)),
     "clip_text": Twin(hf.clip_text_small, _clip_ids(2, 7), _clip_ids(3, 11)),
     "fnet": Twin(hf.fnet_small, _ids(2, 7), _ids(1, 11)),
-    "sn_critic": Twin(gan.sn_critic_small, _image(2, 3, 16, 16), _image(1, 3, 13, 11)),
+    "sn_critic": Twin(gan.sn_critic_small, _image(2, 3, 16, 16), _image(1, 3, 13, 11), fix=gan.fix_spectral_vectors),
     # both lengths leave a remainder for periods 2 and 3: the reflect-pad branch the capture took
-    "hifigan_mpd": Twin(gan.mpd_small, _waves(2, 61), _waves(1, 67)),
-    "hifigan_msd": Twin(gan.msd_small, _waves(2, 200), _waves(1, 171)),
+    "hifigan_mpd": Twin(gan.mpd_small, _waves(2, 61), _waves(1, 67), fix=gan.fix_spectral_vectors),
+    "hifigan_msd": Twin(gan.msd_small, _waves(2, 200), _waves(1, 171), fix=gan.fix_spectral_vectors),
 }
-FIXES = {"beit": _fix_beit, "sn_critic": gan.fix_spectral_vectors, "hifigan_mpd": gan.fix_spectral_vectors,
-         "hifigan_msd": gan.fix_spectral_vectors}
 SLOW = {"detr", "hifigan_mpd", "hifigan_msd"}  # > 20 s to convert on a loaded 2-core machine
 
 
-def build(name, seed=0):
-    torch.manual_seed(seed)
-    model = randomize_(TWINS[name].builder(), seed)
-    if name in FIXES:
-        with torch.no_grad():
-            FIXES[name](model)
-    return model
-
-
-@lru_cache(maxsize=None)
-def _converted(name):
-    model = build(name)
-    return model, porter.convert(model, TWINS[name].inputs(0), io_layout="torch")
-
-
-def _check(name):
-    model, ported = _converted(name)
-    assert_matches(ported, model, TWINS[name].inputs(1))
-    assert_matches(ported, model, TWINS[name].second(2))
+SUITE = TwinSuite(TWINS)
+build, _converted, _check = SUITE.build, SUITE.converted, SUITE.check
 
 
 @pytest.mark.parametrize("name", sorted(set(TWINS) - SLOW))

@@ -11,9 +11,6 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Callable, NamedTuple
-
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -24,20 +21,9 @@ from torch import nn
 import porter
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, check_converted, run_ported
-from tests.models._common import randomize_
 from tests.models import timm_hybrid as th
 from tests.models import torchvision_dense as tv
-
-
-def _image(*shape):
-    return lambda seed: (torch.randn(shape, generator=torch.Generator().manual_seed(seed)),)
-
-
-class Twin(NamedTuple):
-    builder: Callable[[], nn.Module]
-    inputs: Callable  # seed -> example inputs (conversion size)
-    second: Callable  # seed -> inputs at the second size
-    dynamic: str = "auto"
+from tests.twin_suite import Twin, TwinSuite, image as _image
 
 
 TWINS = {
@@ -62,21 +48,8 @@ def _marked(*names):
     return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
 
 
-def build(name, seed=0):
-    torch.manual_seed(seed)
-    return randomize_(TWINS[name].builder(), seed)
-
-
-@lru_cache(maxsize=None)
-def _converted(name):
-    model = build(name)
-    return model, porter.convert(model, TWINS[name].inputs(0), io_layout="torch", dynamic=TWINS[name].dynamic)
-
-
-def _check(name):
-    model, ported = _converted(name)
-    assert_matches(ported, model, TWINS[name].inputs(1))
-    assert_matches(ported, model, TWINS[name].second(2))
+SUITE = TwinSuite(TWINS)
+build, _converted, _check = SUITE.build, SUITE.converted, SUITE.check
 
 
 @pytest.mark.parametrize("name", sorted(set(TWINS) - SLOW))

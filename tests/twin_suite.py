@@ -1,0 +1,55 @@
+"""One harness for the tests of twins of outside architectures (tests/converters/test_unseen_*.py): a twin's
+builder and seeded inputs at its conversion size and at a second size, built with seeded random weights (parameters
+that start at 0 or 1 re-randomised, then the twin's own fix), converted once per session, and checked against
+torch on the same data at both sizes."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable, NamedTuple, Optional
+
+import torch
+from torch import nn
+
+import porter
+from tests.converter_check import assert_matches
+from tests.models._common import randomize_
+
+
+class Twin(NamedTuple):
+    builder: Callable[[], nn.Module]
+    inputs: Callable  # seed -> example inputs (conversion size)
+    second: Callable  # seed -> inputs at the second size
+    dynamic: str = "auto"
+    fix: Optional[Callable[[nn.Module], None]] = None  # run under no_grad after randomising (fixed buffers)
+
+
+def image(*shape):
+    """seed -> one NCHW (or any shape) normal tensor."""
+    return lambda seed: (torch.randn(shape, generator=torch.Generator().manual_seed(seed)),)
+
+
+class TwinSuite:
+    def __init__(self, twins: dict):
+        self.twins = twins
+        self.converted = lru_cache(maxsize=None)(self._convert)
+
+    def build(self, name, seed=0):
+        twin = self.twins[name]
+        torch.manual_seed(seed)
+        model = randomize_(twin.builder(), seed)
+        if twin.fix is not None:
+            with torch.no_grad():
+                twin.fix(model)
+        return model
+
+    def _convert(self, name):
+        model = self.build(name)
+        twin = self.twins[name]
+        return model, porter.convert(model, twin.inputs(0), io_layout="torch", dynamic=twin.dynamic)
+
+    def check(self, name):
+        """The port against torch at the conversion size (other data) and at the second size."""
+        model, ported = self.converted(name)
+        assert_matches(ported, model, self.twins[name].inputs(1))
+        assert_matches(ported, model, self.twins[name].second(2))
