@@ -56,3 +56,32 @@ def assert_input_error(result, names, *, listing_before=None, directory=None):
         assert str(name) in out, (name, out)
     if directory is not None and listing_before is not None:
         assert sorted(os.listdir(directory)) == listing_before, "something was written or left behind"
+
+
+def json_leaves(value, path=()):
+    """Every path (keys and list indices) into a parsed JSON document, leaves and containers, the root left out."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from json_leaves(item, path + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from json_leaves(item, path + (i,))
+    if path:
+        yield path
+
+
+def mutate_json(document, rng, values, counts) -> list:
+    """Replace ``rng.choice(counts)`` places of ``document`` (in place) by ``rng.choice(values)``; returns the
+    ``(path, value)`` pairs made (a later pick whose path an earlier one replaced is skipped)."""
+    paths, done = list(json_leaves(document)), []
+    for _ in range(rng.choice(counts)):
+        path, value = rng.choice(paths), rng.choice(values)
+        target = document
+        try:
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+        except (KeyError, IndexError, TypeError):  # an earlier mutation changed what this path goes through
+            continue
+        done.append((path, value))
+    return done

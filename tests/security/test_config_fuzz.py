@@ -13,36 +13,15 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli.main import main
+from tests.security.attack_helpers import mutate_json
 
 CASES = 24
 VALUES = [2 ** 62, -1, 0, 1, 1.5, "x", "", None, True, [], {}, [1, 2], [0, 3, 2, 1], "float64", "int64", "complex64",
           "object", [2 ** 40, 3, 16, 16], [-1, 3, 16, 16], [0, 16, 16, 3], "NCHW->NHWC", "junk->x", [[1]]]
 
 
-def _leaves(value, path=()):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _leaves(item, path + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _leaves(item, path + (i,))
-    if path:
-        yield path
-
-
 def _mutate(config, rng):
-    paths, done = list(_leaves(config)), []
-    for _ in range(rng.choice([1, 1, 2])):
-        path, value = rng.choice(paths), rng.choice(VALUES)
-        target = config
-        try:
-            for key in path[:-1]:
-                target = target[key]
-            target[path[-1]] = value
-        except (KeyError, IndexError, TypeError):  # an earlier mutation changed what this path goes through
-            continue
-        done.append((path, value))
-    return done
+    return mutate_json(config, rng, VALUES, [1, 1, 2])
 
 
 def _export(directory, out):

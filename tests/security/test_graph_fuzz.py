@@ -19,6 +19,7 @@ import pytest
 
 import porter
 from porter.converters import ArtifactError
+from tests.security.attack_helpers import mutate_json
 
 CASES = 48
 HOSTILE = [2 ** 62, 2 ** 31, -1, 0, 1, 10 ** 6, -(2 ** 40), 1.5, "x", "", "__class__", None, True, [], {}, [1, 2],
@@ -60,31 +61,8 @@ def artifact(tmp_path_factory):
     return directory
 
 
-def _leaves(value, path=()):
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _leaves(item, path + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _leaves(item, path + (i,))
-    if path:
-        yield path
-
-
 def _mutate(graph, rng):
-    paths = list(_leaves(graph))
-    done = []
-    for _ in range(rng.choice([1, 1, 2, 3])):
-        path, value = rng.choice(paths), rng.choice(HOSTILE)
-        target = graph
-        try:
-            for key in path[:-1]:
-                target = target[key]
-            target[path[-1]] = value
-        except (KeyError, IndexError, TypeError):  # an earlier mutation changed what this path goes through
-            continue
-        done.append((path, value))
-    return done
+    return mutate_json(graph, rng, HOSTILE, [1, 1, 2, 3])
 
 
 class _Hang(Exception):
