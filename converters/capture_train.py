@@ -85,6 +85,11 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
             out = model(*inputs, **kwargs)
         return [x.detach() if isinstance(x, torch.Tensor) else x for x in torch.utils._pytree.tree_leaves(out)]
 
+    def restore_buffers():
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+
     def differs(group) -> bool:
         probes[0] += 1
         for _, m in group:
@@ -96,9 +101,7 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
         finally:
             for _, m in group:
                 m.training = False
-            with torch.no_grad():
-                for b, saved in buffers:
-                    b.copy_(saved)
+            restore_buffers()
 
     def culprits(group) -> list:
         if probes[0] >= MAX_PROBES:
@@ -123,9 +126,7 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
         finally:
             for m, mode in modes:
                 m.training = mode
-            with torch.no_grad():
-                for b, saved in buffers:
-                    b.copy_(saved)
+            restore_buffers()
     return {path: reason_for(m) for path, m in found}
 
 
