@@ -19,26 +19,9 @@ import porter
 from porter.cli.main import main
 from porter.export import ExportError, export_function
 from tests.cli import tinynets
+from tests.converters.test_keyword_inputs import _ids, _mask, _mx, _types  # the same BERT inputs
 from tests.export.mlxfn_check import RUNNER, assert_close, run_without_porter
 from tests.models.text import bert_tokens_small
-
-
-def _ids(batch, length, seed=0, vocab=30):
-    return torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
-def _types(batch, length, seed=1):
-    return torch.randint(0, 2, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
-def _mask(batch, length):
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[0, length // 2:] = 0  # padding in the first row: the mask changes the numbers
-    return mask
-
-
-def _mx(t):
-    return mx.array(t.numpy())
 
 
 def _torch(model, *args, **kwargs):
