@@ -11,6 +11,7 @@ and the parity tests hold the result to it; what is still unsupported afterwards
 from __future__ import annotations
 
 import warnings
+from functools import lru_cache
 from typing import Callable, Optional
 
 import torch
@@ -21,7 +22,10 @@ from .registry import has_converter
 MAX_ROUNDS = 4  # a decomposition can produce another composite without a converter (hstack -> atleast_1d)
 
 
+@lru_cache(maxsize=1)
 def _table() -> dict:
+    """torch's default decompositions of the ops Porter has no converter for (the registry is fixed once imported:
+    built once, not per call and per traced node)."""
     table = torch.export.default_decompositions()
     return {op: fn for op, fn in table.items() if not has_converter(op_name(op))}
 
@@ -50,9 +54,9 @@ def decompose_call(op, args: list, kwargs: dict) -> Optional[torch.fx.GraphModul
     tensors = [_get(args, kwargs, kw_keys, s) for s in slots]
 
     def call(*ts):
-        a, k = [list(v) if isinstance(v, tuple) else v for v in args], dict(kwargs)
-        a = [list(v) if isinstance(v, list) else v for v in a]
-        k = {key: list(v) if isinstance(v, (list, tuple)) else v for key, v in k.items()}
+        # fresh lists (tuples too) to put the traced tensors into; the caller's arguments stay as they were
+        a = [list(v) if isinstance(v, (list, tuple)) else v for v in args]
+        k = {key: list(v) if isinstance(v, (list, tuple)) else v for key, v in kwargs.items()}
         for slot, t in zip(slots, ts):
             _set(a, k, kw_keys, slot, t)
         return op(*a, **k)
