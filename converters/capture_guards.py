@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 import re
 
@@ -273,10 +274,13 @@ def input_checks(ep, user_inputs: list) -> tuple:
     dynamic: list = []
     derived: list = []
 
+    seen: set = set()  # (lhs, cmp, rhs) already checked: a side condition shared by guards is written once
+
     def add(lhs, cmp, rhs, guard, message):
-        entry = {"lhs": lhs, "cmp": cmp, "rhs": rhs, "guard": guard, "message": message}
-        if entry not in checks:
-            checks.append(entry)
+        key = json.dumps([lhs, cmp, rhs])
+        if key not in seen:
+            seen.add(key)
+            checks.append({"lhs": lhs, "cmp": cmp, "rhs": rhs, "guard": guard, "message": message})
 
     for i, val in enumerate(vals):
         if not isinstance(val, torch.Tensor):

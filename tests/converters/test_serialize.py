@@ -64,6 +64,28 @@ def test_roundtrip(model, tmp_path):
         np.testing.assert_array_equal(np.array(a), np.array(b))
 
 
+def test_graph_json_holds_one_entry_per_line(model, tmp_path):
+    """graph.json: a top-level key per line and each node / parameter / module / check on its own line (compact), so
+    a check's deep size expression costs its bytes, not a line per sub-expression; the text parses to the graph."""
+    from porter.converters.serialize import graph_text
+
+    ported = porter.convert(model, torch.randn(2, 3, 8, 8))
+    porter.save(ported, tmp_path / "out")
+    text = (tmp_path / "out" / "graph.json").read_text()
+    graph = json.loads(text)
+    assert graph_text(graph) == text
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}"
+    assert len(lines) == 2 + sum(1 + len(v) + 1 if isinstance(v, (list, dict)) and v else 1 for v in graph.values())
+    entries = {line.rstrip(",") for line in lines}
+    for node in graph["nodes"]:
+        assert "  " + json.dumps(node) in entries
+    value = {"a": [{"x": [1, {"y": 2}]}, 3], "b": {}, "c": [], "d": {"k": [1, 2]}, "e": "s"}
+    assert json.loads(graph_text(value)) == value
+    with pytest.raises(ValueError):
+        graph_text({"x": float("nan")})
+
+
 BLOCK_TORCH = """
 import sys
 class _NoTorch:
