@@ -15,9 +15,12 @@ import warnings
 import torch
 
 from .capture_export import _dtype_name, _in_place, _is_norm_statistic, _state_message, host_view
-from .ir import Graph, Node, Ref, ValueMeta, iter_refs
+from .ir import Graph, Node, Ref, iter_refs
 from .guards import static_checks
 from .registry import UnsupportedOpsError
+from .capture_script_state import keep_unread_state, not_in_state_dict, tied_names
+from .capture_script_values import (dtype_from_code, has_ref, hierarchy, isinstance_of, literal, map_leaves,
+                                    meta, output_tree, python_scalar, scalar_type, snapshot)
 
 _INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "floor_divide": "floordiv",
             "div": "truediv", "remainder": "mod", "neg": "neg", "pow": "pow"}
@@ -39,109 +42,6 @@ _STRUCTURAL = {"len", "__is__", "__isnot__", "__not__", "__contains__", "format"
 _PASSTHROUGH = {"prim::unchecked_cast", "aten::Int", "aten::Float", "aten::ScalarImplicit", "prim::NumToTensor",
                 "aten::IntImplicit", "aten::FloatImplicit", "prim::Uninitialized"}
 
-
-def _meta(value) -> ValueMeta:
-    if isinstance(value, torch.Tensor):
-        shape = [int(s) for s in value.shape]
-        return ValueMeta("tensor", shape, _dtype_name(value.dtype), hint=list(shape))
-    if isinstance(value, bool):
-        return ValueMeta("bool")
-    if isinstance(value, int):
-        return ValueMeta("int")
-    if isinstance(value, float):
-        return ValueMeta("float")
-    if isinstance(value, (list, tuple)):
-        return ValueMeta("list", items=[_meta(v) for v in value])
-    if value is None:
-        return ValueMeta("none")
-    return ValueMeta("other")
-
-
-def dtype_from_code(code: int) -> torch.dtype:
-    """The dtype of a c10 ScalarType code (TorchScript passes ``dtype=torch.float64`` as 7): torch.ops reads it."""
-    return torch.ops.aten.empty.memory_format([0], dtype=code).dtype
-
-
-def _scalar_type(name, ir, dtype_args):
-    """A ``ScalarType`` argument's code (``dtype_args``: the names the schema declares so; its parsed types say
-    only ``int``) as the dtype name every converter reads; anything else unchanged."""
-    if name not in dtype_args or isinstance(ir, bool) or not isinstance(ir, int):
-        return ir
-    try:
-        return _dtype_name(dtype_from_code(ir))
-    except Exception:  # noqa: BLE001  (not a code torch knows)
-        raise NotImplementedError(f"TorchScript passes dtype code {ir} for argument {name!r}, which is no dtype "
-                                  "torch knows") from None
-
-
-def _literal(value):
-    if isinstance(value, torch.dtype):
-        return _dtype_name(value)
-    if isinstance(value, (torch.device, torch.memory_format, torch.layout)):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return [_literal(v) for v in value]
-    return value
-
-
-def _hierarchy(node) -> list:
-    """[(path, type)] of the module calls enclosing ``node``, outermost first."""
-    try:
-        text = node.getModuleHierarchy()
-    except Exception:  # noqa: BLE001
-        return []
-    scopes, path = [], []
-    for part in filter(None, text.split(".")):
-        name, _, type_name = part.partition("(")
-        type_name = type_name.rstrip(")")
-        if name in ("SELF", "UNKNOWN_INSTANCE") or type_name == "UNKNOWN_TYPE":
-            continue
-        path.append(name)
-        scopes.append((".".join(path), type_name))
-    return scopes
-
-
-
-def _not_in_state_dict(module, interp) -> set:
-    """The names read that ``module.state_dict()`` lacks: non-persistent buffers, ``_ts_constant``s."""
-    try:
-        keys = set(module.state_dict())
-    except Exception:  # noqa: BLE001  (a ScriptModule that cannot list its state: expect every name)
-        return set()
-    return {name for name in interp.params if name not in keys}
-
-
-def _keep_unread_state(module, interp) -> None:
-    """Every ``state_dict`` entry the forward never reads (an unused head, a persistent buffer nothing reads) is
-    kept as a parameter of the port, as the ``torch.export`` frontend keeps it (the program lifts every entry):
-    ``torch_parameters()`` then round-trips into the model with a strict ``load_state_dict``, and the model's own
-    ``state_dict`` loads into the port strictly. A further name of a tensor already kept is a tied name
-    (:func:`_tied_names`)."""
-    try:
-        state = module.state_dict(keep_vars=True)
-    except Exception:  # noqa: BLE001  (a ScriptModule that cannot list its state: only what the forward reads)
-        return
-    for name, tensor in state.items():
-        if name in interp.params or not isinstance(tensor, torch.Tensor):
-            continue
-        first = interp.param_names.get(id(tensor), interp.buffer_names.get(id(tensor), name))
-        if first != name:
-            continue  # a second name of one tensor: tied to the first
-        interp.tensor_param(tensor, name, id(tensor) in interp.param_names)
-
-
-def _tied_names(module, interp) -> dict:
-    """``{name: first name}`` for every further state_dict name of a tensor the graph reads (tied weights)."""
-    tied = {}
-    for named, first in ((module.named_parameters, interp.param_names), (module.named_buffers, interp.buffer_names)):
-        try:
-            entries = list(named(remove_duplicate=False))
-        except TypeError:  # a ScriptModule's accessors without the keyword: no way to see the other names
-            entries = []
-        for name, tensor in entries:
-            if first.get(id(tensor), name) != name and first[id(tensor)] in interp.params:
-                tied[name] = first[id(tensor)]
-    return tied
 
 class _Interpreter:
     def __init__(self, module, inputs):
@@ -179,11 +79,11 @@ class _Interpreter:
         return Ref(value_name), tensor.detach().clone()
 
     def record(self, ts_node, op: str, args: dict, explicit: list, concrete):
-        scopes = _hierarchy(ts_node)
+        scopes = hierarchy(ts_node)
         name = self.name_for(op.split(".")[1] if op.startswith(("aten.", "operator.")) else op)
         module, module_type = scopes[-1] if scopes else ("", "")
-        args = {k: _snapshot(v) for k, v in args.items()}  # lists may be appended to later (aten::append)
-        self.nodes.append(Node(name, op, args, explicit, _meta(concrete), module, module_type,
+        args = {k: snapshot(v) for k, v in args.items()}  # lists may be appended to later (aten::append)
+        self.nodes.append(Node(name, op, args, explicit, meta(concrete), module, module_type,
                                [(p, p, t) for p, t in scopes]))
         return Ref(name)
 
@@ -208,7 +108,7 @@ class _Interpreter:
         gm = D.decompose_call(op, args, kwargs)
         if gm is None:
             return None
-        out = D.replay(gm, D.tensor_irs(ins), lambda o, a, e, c: self.record(node, o, a, e, c), _literal)
+        out = D.replay(gm, D.tensor_irs(ins), lambda o, a, e, c: self.record(node, o, a, e, c), literal)
         if single and isinstance(out, Ref):
             self.env[outs[0]] = (out, concrete)
             return out
@@ -266,7 +166,7 @@ class _Interpreter:
                 self.consts += 1
                 self.env[outs[0]] = self.tensor_param(value, f"_ts_constant{self.consts}", False)
             else:
-                self.env[outs[0]] = (_literal(value), value)
+                self.env[outs[0]] = (literal(value), value)
         elif kind == "prim::GetAttr":
             ir, obj = ins[0]
             attr = getattr(obj, node.s("name"))
@@ -279,7 +179,7 @@ class _Interpreter:
                     self.consts += 1
                     self.env[outs[0]] = self.tensor_param(attr, f"_ts_attr{self.consts}", False)
             else:
-                self.env[outs[0]] = (_literal(attr) if not isinstance(attr, torch.nn.Module) else None, attr)
+                self.env[outs[0]] = (literal(attr) if not isinstance(attr, torch.nn.Module) else None, attr)
         elif kind in ("prim::ListConstruct", "prim::TupleConstruct"):
             self.env[outs[0]] = ([i[0] for i in ins], [i[1] for i in ins])
         elif kind == "prim::DictConstruct":  # key, value, key, value, ...: keys are literals (str/int)
@@ -299,9 +199,9 @@ class _Interpreter:
         elif kind in ("prim::device", "prim::dtype", "aten::dim", "prim::layout"):
             value = {"prim::device": lambda t: t.device, "prim::dtype": lambda t: t.dtype,
                      "aten::dim": lambda t: t.dim(), "prim::layout": lambda t: t.layout}[kind](ins[0][1])
-            self.env[outs[0]] = (_literal(value), value)
+            self.env[outs[0]] = (literal(value), value)
         elif kind == "prim::isinstance":
-            result = _isinstance(ins[0][1], [str(t) for t in node.tys("types")])
+            result = isinstance_of(ins[0][1], [str(t) for t in node.tys("types")])
             self.env[outs[0]] = (result, result)
         elif kind == "aten::append" and isinstance(ins[0][0], list):
             ins[0][0].append(ins[1][0])  # the list lives in the environment: every alias sees the new item
@@ -310,7 +210,7 @@ class _Interpreter:
         elif kind == "prim::RaiseException":
             raise RuntimeError(f"the TorchScript model raises on the example input: {ins[0][1]}")
         elif kind in ("prim::Loop", "prim::PythonOp", "prim::CallMethod", "prim::CallFunction"):
-            self.unsupported.setdefault(kind, []).extend(p for p, _ in _hierarchy(node)[-1:] or [("", "")])
+            self.unsupported.setdefault(kind, []).extend(p for p, _ in hierarchy(node)[-1:] or [("", "")])
             raise UnsupportedOpsError(self.unsupported)
         elif kind.startswith("aten::") or kind.startswith("prim::"):
             self.call(node, kind, ins, outs)
@@ -409,12 +309,12 @@ class _Interpreter:
         dtype = given.get("dtype")
         if isinstance(dtype, int):  # TorchScript passes a ScalarType as its number
             dtype = dtype_from_code(dtype)
-        concrete = torch.tensor(_map_leaves(_item, data), dtype=dtype)
-        if not _has_ref(data_ir) and not isinstance(data_ir, Ref):
+        concrete = torch.tensor(map_leaves(python_scalar, data), dtype=dtype)
+        if not has_ref(data_ir) and not isinstance(data_ir, Ref):
             self.consts += 1
             self.env[outs[0]] = self.tensor_param(concrete, f"_ts_constant{self.consts}", False)
             return
-        args = {"data": data_ir, "dtype": _literal(dtype), "device": _literal(given.get("device")),
+        args = {"data": data_ir, "dtype": literal(dtype), "device": literal(given.get("device")),
                 "requires_grad": bool(given.get("requires_grad", False))}
         self.env[outs[0]] = (self.record(node, "aten.tensor.default", args, list(args), concrete), concrete)
 
@@ -427,15 +327,15 @@ class _Interpreter:
         namespace = schema.name.split("::")[0]
         values = [v for _, v in ins]
         tensor_in = any(isinstance(v, torch.Tensor) for v in values)
-        has_ref = any(_has_ref(r) for r, _ in ins)
+        any_ref = any(has_ref(r) for r, _ in ins)
         if base in _PY_OPS and _PY_OPS[base] is not None and not tensor_in and (
-                base in _STRUCTURAL or not has_ref or base not in _INT_OPS):
+                base in _STRUCTURAL or not any_ref or base not in _INT_OPS):
             result = _PY_OPS[base](*values)
-            if has_ref and base not in _STRUCTURAL:
+            if any_ref and base not in _STRUCTURAL:
                 self.specialised |= self.input_dims([r for r, _ in ins])
                 warnings.warn(f"TorchScript {kind} on a size computed from the input is fixed to the example's "
                               f"result ({result!r})", stacklevel=5)
-            self.env[outs[0]] = (_literal(result), result)
+            self.env[outs[0]] = (literal(result), result)
             return
         if base in ("__is__", "__isnot__"):
             result = (values[0] is values[1]) if base == "__is__" else (values[0] is not values[1])
@@ -458,10 +358,10 @@ class _Interpreter:
                 kwargs[a.name] = value
             else:
                 args.append(value)
-            ir_args[a.name] = _scalar_type(a.name, ir, dtype_args)
+            ir_args[a.name] = scalar_type(a.name, ir, dtype_args)
             explicit.append(a.name)
         for a in schema.arguments[len(ins):]:
-            ir_args[a.name] = _literal(a.default_value) if a.has_default_value() else None
+            ir_args[a.name] = literal(a.default_value) if a.has_default_value() else None
         concrete = op(*args, **kwargs)
         if isinstance(concrete, bool):
             # tensor metadata (is_nested, is_floating_point, requires_grad) or a value test: fixed to the example
@@ -470,11 +370,11 @@ class _Interpreter:
                               f"({concrete})", stacklevel=5)
             self.env[outs[0]] = (concrete, concrete)
             return
-        all_literal = not any(isinstance(r, Ref) or _has_ref(r) for r, _ in ins)
+        all_literal = not any(isinstance(r, Ref) or has_ref(r) for r, _ in ins)
         is_tensor_out = isinstance(concrete, torch.Tensor) or (
             isinstance(concrete, (list, tuple)) and any(isinstance(c, torch.Tensor) for c in concrete))
         if all_literal and not is_tensor_out:
-            self.env[outs[0]] = (_literal(concrete), concrete)  # constant folding (shapes, flags, arithmetic)
+            self.env[outs[0]] = (literal(concrete), concrete)  # constant folding (shapes, flags, arithmetic)
             return
         if base in _INT_OPS and not is_tensor_out and overload in ("int", "default", "Scalar", "float"):
             names = ["a", "b"][: len(ins)]
@@ -500,60 +400,6 @@ class _Interpreter:
             self.env[node.inputsAt(0)] = (ref, concrete)
 
 
-def _item(value):
-    """A leaf of ``torch.tensor``'s data as the Python scalar torch reads (a 0-d tensor passed through
-    ``float(t)``/``int(t)`` keeps its tensor here)."""
-    return value.item() if isinstance(value, torch.Tensor) else value
-
-
-def _map_leaves(fn, value):
-    return [_map_leaves(fn, v) for v in value] if isinstance(value, (list, tuple)) else fn(value)
-
-
-def _output_tree(ir, value, outputs: list, depth: int = 0) -> dict:
-    """The ``output_tree`` node (``converters/output_tree.py``) of a returned value, its tensors appended to
-    ``outputs``: a dict (``prim::DictConstruct``) by its keys, a tuple or list as a tuple (the interpreter keeps
-    both as lists), ``None`` as none."""
-    if depth > 32:
-        raise NotImplementedError("the TorchScript model's output is nested more than 32 levels deep")
-    if isinstance(ir, dict):
-        return {"dict": [[k, _output_tree(ir[k], value[k], outputs, depth + 1)] for k in ir]}
-    if isinstance(ir, list):
-        return {"tuple": [_output_tree(i, v, outputs, depth + 1) for i, v in zip(ir, value)]}
-    if value is None:
-        return {"none": True}
-    if not isinstance(value, torch.Tensor):
-        raise NotImplementedError(f"the TorchScript model returns a {type(value).__name__} inside its output; a port "
-                                  "returns tensors (in tuples, lists, dicts) only")
-    outputs.append(ir)
-    return {"leaf": len(outputs) - 1}
-
-
-def _snapshot(value):
-    return [_snapshot(v) for v in value] if isinstance(value, list) else value
-
-
-def _isinstance(value, type_names) -> bool:
-    checks = {"Tensor": torch.Tensor, "int": int, "float": float, "bool": bool, "str": str, "NoneType": type(None)}
-    for name in type_names:
-        head = name.split("[")[0].split("(")[0]
-        if head in ("List", "list") and isinstance(value, list):
-            return True
-        if head in ("Tuple", "tuple") and isinstance(value, tuple):
-            return True
-        if head in checks and isinstance(value, checks[head]):
-            return True
-    return False
-
-
-def _has_ref(value) -> bool:
-    if isinstance(value, Ref):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_has_ref(v) for v in value)
-    return False
-
-
 def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
     if example_inputs is None:
         raise TypeError("converting a TorchScript model needs example_inputs (its shapes are not stored)")
@@ -577,13 +423,13 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         outputs, structure = [out_ir], "single"
     elif isinstance(out_ir, (list, dict)):
         outputs, structure = [], "tuple"
-        tree = _output_tree(out_ir, out_value, outputs)
+        tree = output_tree(out_ir, out_value, outputs)
         if "tuple" in tree and all("leaf" in c for c in tree["tuple"]):
             tree = None  # a flat tuple: output_structure says it all
     else:
         outputs, structure = [out_ir], "single"
-    _keep_unread_state(module, interp)
-    input_meta = [_meta(x) for x in example_inputs]
+    keep_unread_state(module, interp)
+    input_meta = [meta(x) for x in example_inputs]
     # every size is read at run time (aten::size), as the TorchScript module itself does, except the dims the
     # interpreter fixed something to the example on: those are checked against the example's sizes
     pinned = set()
@@ -610,6 +456,6 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
         output_structure=structure,
         output_tree=tree,
         param_dtypes=interp.param_dtypes,
-        aliases=_tied_names(module, interp),
-        not_in_state_dict=_not_in_state_dict(module, interp),
+        aliases=tied_names(module, interp),
+        not_in_state_dict=not_in_state_dict(module, interp),
     )
