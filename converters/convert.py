@@ -255,13 +255,42 @@ def _find_unsupported(graph: Graph) -> dict:
     return missing
 
 
+# Ops that compute in whatever layout their tensor input has and keep its rank: an input reaching a conv or pool
+# only through them (timm's dynamic padding before a patch embedding, a normalisation by per-channel constants) is
+# still taken channels-last, so the transpose is not left inside the graph.
+_LAYOUT_FOLLOWING = frozenset(
+    [f"aten.{op}.default" for op in ("pad", "constant_pad_nd", "reflection_pad1d", "reflection_pad2d",
+                                     "reflection_pad3d", "replication_pad1d", "replication_pad2d",
+                                     "replication_pad3d", "relu", "clamp", "_to_copy", "contiguous", "clone",
+                                     "alias")]
+    + [f"aten.{op}.{overload}" for op in ("add", "sub", "mul", "div", "rsub") for overload in ("Tensor", "Scalar")]
+    + ["aten.to.dtype", "aten.type_as.default"])
+_FOLLOW_DEPTH = 8  # layout-following ops walked from an input before giving up
+
+
+def _channels_last_readers(graph: Graph, name: str, rank: int) -> list:
+    """The channels-last ops (conv, pool, norm) that read the value ``name`` directly or through at most
+    ``_FOLLOW_DEPTH`` layout-following ops of the same rank, nearest first."""
+    frontier, seen = [name], {name}
+    for _ in range(_FOLLOW_DEPTH + 1):
+        readers = [n for n in graph.nodes if any(v in n.refs() for v in frontier)]
+        found = [n for n in readers if get_converter(n.op).channels_last]
+        if found:
+            return found
+        frontier = [n.name for n in readers if n.op in _LAYOUT_FOLLOWING and n.name not in seen
+                    and n.meta.kind == "tensor" and n.meta.rank == rank]
+        if not frontier:
+            return []
+        seen.update(frontier)
+    return []
+
+
 def _input_perm(graph: Graph, index: int, io_layout: str) -> tuple:
     meta = graph.input_meta[index]
     rank = meta.rank
     if io_layout == "torch" or not 3 <= rank <= 5:
         return L.identity(rank)
-    name = graph.inputs[index]
-    readers = [n for n in graph.nodes if name in n.refs() and get_converter(n.op).channels_last]
+    readers = _channels_last_readers(graph, graph.inputs[index], rank)
     if not readers:
         return L.identity(rank)
     # an Nd conv/pool reading a rank-(N+1) tensor takes it unbatched: (C, *S) -> (*S, C)

@@ -273,3 +273,30 @@ def test_swap_last_axes_kernel_checks_its_input():
         k_swap_last_axes(mx.zeros((5,)))
     x = mx.arange(2 * 3 * 4 * 6).reshape(2, 3, 4, 6)
     np.testing.assert_array_equal(np.array(k_swap_last_axes(x)), np.array(x).swapaxes(-1, -2))
+
+
+class PaddedPatchEmbed(nn.Module):
+    """timm's dynamic image padding before a patch embedding, after a per-channel normalisation: the input reaches
+    its first conv through a pad and elementwise ops only."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+        self.proj = nn.Conv2d(3, 8, 4, stride=4)
+        self.register_buffer("mean", torch.tensor([0.4, 0.5, 0.6]).view(1, 3, 1, 1))
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        x = ((x - self.mean) / 0.25).clamp(-3, 3)
+        x = F.pad(x, (1, (4 - (w + 1) % 4) % 4, 0, (4 - h % 4) % 4), mode=self.mode)
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_input_padded_before_its_first_conv_is_taken_channels_last(mode):
+    """The input was kept in torch's layout when its first reader was a pad (a transpose before the conv):
+    layout-following ops between an input and a conv now count as the conv reading it."""
+    ported = check_converted(PaddedPatchEmbed(mode).eval(), *inputs((2, 3, 18, 21), (1, 3, 13, 16)), io_layout="mlx")
+    assert ported.graph["inputs"][0]["perm"] == [0, 2, 3, 1] and ported.num_transposes == 0
+    torch_io = check_converted(PaddedPatchEmbed(mode).eval(), *inputs((2, 3, 18, 21)), io_layout="torch")
+    assert torch_io.graph["inputs"][0]["perm"] == [0, 1, 2, 3]
