@@ -357,9 +357,31 @@ register(*_both("aten.cos.default"))(_unary("cos"))
 register(*_both("aten.reciprocal.default"))(_unary("reciprocal"))
 register(*_both("aten.square.default"))(_unary("square"))
 register("aten.pow.Tensor_Scalar", "aten.pow_.Scalar")(_unary("pow_scalar", "exponent"))
-register(*_both("aten.clamp.default"))(_unary("clamp", "min", "max"))
-register(*_both("aten.clamp_min.default"))(_unary("clamp", "min"))
-register(*_both("aten.clamp_max.default"))(_unary("clamp", "max"))
+def _clamp(*bounds):
+    """``clamp`` / ``clamp_min`` / ``clamp_max`` with number bounds; a bound computed from a size at run time
+    (``x.clamp(max=x.shape[1] - 1)`` with a dynamic dim: a graph value, not a literal) goes the tensor-bound way."""
+    by_literals = _unary("clamp", *bounds)
+
+    def convert_clamp(ctx, call):
+        if not any(isinstance(call.arg(b), Ref) for b in bounds):
+            return by_literals(ctx, call)
+        x = call.arg("self")
+        present = [(fn, call.arg(b)) for fn, b in (("maximum", "min"), ("minimum", "max"))
+                   if b in bounds and call.arg(b) is not None]
+        specs, perm = aligned_inputs(ctx, call, [x] + [v for _, v in present])
+        current = specs[0]
+        for i, ((fn, _), spec) in enumerate(zip(present, specs[1:])):
+            last = i == len(present) - 1
+            out = ctx.emit("binary", [current, spec], {"fn": fn}, perm=perm,
+                           out=None if last else ctx.fresh(f"{call.name}_{fn}"))
+            current = {"ref": out.name}
+
+    return convert_clamp
+
+
+register(*_both("aten.clamp.default"))(_clamp("min", "max"))
+register(*_both("aten.clamp_min.default"))(_clamp("min"))
+register(*_both("aten.clamp_max.default"))(_clamp("max"))
 register("aten.logical_not.default")(_unary("logical_not"))
 for _fn in ("floor", "ceil", "trunc", "frac", "log1p", "expm1", "log2", "log10", "erfinv", "isnan", "isinf",
             "isfinite", "signbit"):

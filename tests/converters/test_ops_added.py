@@ -148,3 +148,22 @@ def test_instance_norm_over_a_dynamic_channel_count(shape):
     expected = [t.numpy() for t in model(x)]
     for a, e in zip(run_ported(port, (x,)), expected):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
+
+
+class _ClampBySize(nn.Module):
+    def forward(self, x):
+        labels = (x.abs() * 3).long()
+        return (labels.clamp(max=x.shape[1] - 1).float() + x.clamp(min=-x.shape[0] * 0.1, max=x.shape[1] / 10)
+                + labels.clamp_max(x.shape[1] - 2).float() + x.clamp_min(-(x.shape[0] // 2)))
+
+
+def test_clamp_bounds_computed_from_dynamic_sizes():
+    """``labels.clamp(max=x.shape[1] - 1)`` (multi-margin and NLL-style label clipping) was refused with "a
+    tensor-valued argument is not supported here" when the dim is dynamic: the bound is a size computed at run
+    time; it goes the tensor-bound way now, exact, and the dims stay dynamic."""
+    model = _ClampBySize()
+    ported = porter.convert(model, torch.randn(4, 7), io_layout="torch")
+    assert {(d["input"], d["axis"]) for d in ported.dynamic_dims} == {(0, 0), (0, 1)}
+    for shape in ((4, 7), (2, 9), (3, 5)):
+        x = torch.randn(*shape) * 2
+        np.testing.assert_array_equal(run_ported(ported, (x,))[0], model(x).numpy())
