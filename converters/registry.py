@@ -77,6 +77,15 @@ def register(*ops: str, channels_last: bool = False):
     return decorate
 
 
+def register_same(op: str, as_op: str) -> bool:
+    """Register ``as_op``'s converter for ``op`` too (an op computing the same values, e.g. ``view_copy`` for
+    ``view``); False, registering nothing, when ``as_op`` has no converter."""
+    if as_op not in _CONVERTERS:
+        return False
+    register(op, channels_last=_CONVERTERS[as_op].channels_last)(_CONVERTERS[as_op].fn)
+    return True
+
+
 def kernel(name: str, *, inputs=None, attrs=None, more=None, check=None):
     """Register the decorated function as the runtime kernel ``name``, with the spec of its arguments.
 

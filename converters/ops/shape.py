@@ -468,15 +468,17 @@ def convert_copy(ctx, call):
     ctx.alias(call.arg("self"))
 
 
-@register("aten.alias.default", "aten.lift_fresh_copy.default")
+@register("aten.alias.default", "aten.lift_fresh_copy.default", "aten.positive.default", "aten.resolve_conj.default",
+          "aten.resolve_neg.default")  # no-ops on the real tensors Porter converts
 def convert_noop(ctx, call):
     ctx.alias(call.arg("self"))
 
 
-@register("aten.expand.default")
+@register("aten.expand.default", "aten.broadcast_to.default")
 def convert_expand(ctx, call):
     x, sizes = call.arg("self"), list(call.arg("size"))
-    call.arg("implicit")
+    if call.has("implicit"):
+        call.arg("implicit")
     perm = ctx.perm(x)
     lead = len(sizes) - len(perm)
     new_perm = tuple(range(lead)) + tuple(p + lead for p in perm)
@@ -614,7 +616,7 @@ def convert_atleast(ctx, call):
         spec = {"ref": ref.name}
 
 
-@register("aten.chunk.default")
+@register("aten.chunk.default", "aten.unsafe_chunk.default")
 def convert_chunk(ctx, call):
     _emit_split(ctx, call, call.arg("self"), call.arg("chunks"), call.arg("dim"), "chunks")
 

@@ -40,6 +40,7 @@ from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
 from tests.converters import test_ops_views as views
 from tests.converters import test_ops_added as added
+from tests.converters import test_ops_losses as losses
 from tests.converters import test_torchscript_composites as ts_composites
 from tests.converters import test_torchscript_literals as ts_literals
 from tests.converters import test_unseen_models as unseen
@@ -78,6 +79,10 @@ for _name, _shape in {"FlattenAfterConv": (2, 3, 8, 8), "ChannelConcat": (2, 3, 
 EXERCISERS["test_layout:ChannelShuffle"] = Exerciser(_case(layout.ChannelShuffle(3).eval(), (2, 4, 5, 5)))
 EXERCISERS["test_layout:Residual"] = Exerciser(_case(layout.randomise_bn(layout.Residual()), (2, 4, 9, 9)))
 EXERCISERS["test_ops_views:Views"] = Exerciser(_case(views.Views().eval(), (2, 3, 6, 7)))
+for _name in views._COPY_CASES:
+    EXERCISERS[f"test_ops_views:CopyForm:{_name}"] = Exerciser(_case(views.CopyForm(_name), (2, 3, 4, 5)))
+EXERCISERS["test_ops_losses:MultiLabelMargin"] = Exerciser(
+    lambda: (losses._Loss("mean"), (torch.randn(4, 7), torch.tensor([[3, 0, -1, 1, 0, 0, 0]] * 4))))
 EXERCISERS["test_torchscript_composites:Composites"] = Exerciser(
     lambda: (ts_composites.Composites(), ts_composites._inputs(0)), "trace")
 EXERCISERS["test_ops_added:Products"] = Exerciser(_case(added.Products().eval(), (2, 5, 8)))

@@ -106,3 +106,53 @@ def test_movedim_bad_arguments_are_named():
 
     with pytest.raises(Exception, match="repeated dim"):
         porter.convert(Bad(), torch.randn(2, 3, 4))
+
+
+_A = torch.ops.aten
+_COPY_CASES = {  # op -> forward of a (2, 3, 4, 5) input; values only move, so the port must be exact
+    "view_copy": lambda x: _A.view_copy(x, [x.shape[0], -1]),
+    "_reshape_copy": lambda x: _A._reshape_copy(x, [-1, 5]),
+    "permute_copy": lambda x: _A.permute_copy(x, [2, 0, 3, 1]),
+    "transpose_copy": lambda x: _A.transpose_copy(x, 1, 3),
+    "t_copy": lambda x: _A.t_copy(x[0, 0]),
+    "expand_copy": lambda x: _A.expand_copy(x[:, :1], [-1, 6, -1, -1]),
+    "broadcast_to": lambda x: torch.broadcast_to(x[:, :1], (2, 6, 4, 5)) * _A.broadcast_to(x[0, 0, :1], [4, 5]),
+    "narrow_copy": lambda x: _A.narrow_copy(x, 3, 1, 3),
+    "squeeze_copy": lambda x: (_A.squeeze_copy(x[:, :1], 1) * _A.squeeze_copy(x[:, :1, :1], [1, 2]).unsqueeze(1)
+                             * _A.squeeze_copy(x[:1, :1, :1, :1])),
+    "unsqueeze_copy": lambda x: _A.unsqueeze_copy(x, 2),
+    "select_copy": lambda x: _A.select_copy(x, 2, -1),
+    "slice_copy": lambda x: _A.slice_copy(x, 3, 1, None, 2),
+    "diagonal_copy": lambda x: _A.diagonal_copy(x, 1, 2, 3),
+    "unfold_copy": lambda x: _A.unfold_copy(x, 3, 2, 1),
+    "alias_copy": lambda x: _A.alias_copy(x) * 2,
+    "detach_copy": lambda x: _A.detach_copy(x) * 2,
+    "split_copy": lambda x: torch.cat(_A.split_copy(x, 2, 3)[::-1], 3),
+    "split_with_sizes_copy": lambda x: torch.cat(_A.split_with_sizes_copy(x, [1, 3, 1], 3)[::-1], 3),
+    "unbind_copy": lambda x: torch.stack(_A.unbind_copy(x, 1)[::-1], 1),
+    "unsafe_split": lambda x: torch.cat(torch.unsafe_split(x, 2, 3)[::-1], 3),
+    "unsafe_split_with_sizes": lambda x: torch.cat(torch.unsafe_split_with_sizes(x, [3, 2], 3)[::-1], 3),
+    "unsafe_chunk": lambda x: torch.cat(torch.unsafe_chunk(x, 2, 2)[::-1], 2),
+    "positive_resolve": lambda x: torch.positive(x) + x.resolve_conj() + x.resolve_neg(),
+}
+
+
+class CopyForm(nn.Module):
+    """One of ``_COPY_CASES`` on a (2, 3, 4, 5) input."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    def forward(self, x):
+        return _COPY_CASES[self.name](x)
+
+
+@pytest.mark.parametrize("name", sorted(_COPY_CASES))
+def test_copy_forms_of_view_ops(name):
+    """``*_copy`` forms of view ops (what functionalized and edge-dialect programs record), ``broadcast_to``,
+    the ``unsafe_*`` splits and the real-tensor no-ops were refused although their view forms convert."""
+    model = CopyForm(name)
+    x = torch.randn(2, 3, 4, 5)
+    ported = porter.convert(model, x, io_layout="torch")
+    np.testing.assert_array_equal(run_ported(ported, (x,))[0], model(x).numpy())
