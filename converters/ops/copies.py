@@ -1,5 +1,5 @@
 """The ``*_copy`` forms of view ops (``view_copy``, ``permute_copy``, ...: what functionalized and edge-dialect
-programs record instead of views) and ``unsafe_*`` forms of splits, converted as the op they copy: MLX arrays are
+programs record instead of views), ``unsafe_*`` forms of splits and aliases (``matrix_H``), converted as the op they copy: MLX arrays are
 immutable, so a copy and a view give the same values. Imported last: every family has registered by then."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ SAME = {
     "aten.unbind_copy.int": "aten.unbind.int",
     "aten.unsafe_split.Tensor": "aten.split.Tensor",
     "aten.unsafe_split_with_sizes.default": "aten.split_with_sizes.default",
+    "aten.matrix_H.default": "aten.mH.default",  # an alias, not a copy
 }
 
 MISSING = sorted(op for op, as_op in SAME.items() if not register_same(op, as_op))

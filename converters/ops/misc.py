@@ -151,11 +151,17 @@ def k_prod(x, *, axes, keepdims, dtype=None):
     return mx.prod(x, axis=axes, keepdims=keepdims)
 
 
-@kernel("vector_norm", inputs=[TENSOR], attrs={"ord": Float(allow_inf=True), "axes": AXES, "keepdims": Bool()})
-def k_vector_norm(x, *, ord, axes, keepdims):
+@kernel("vector_norm", inputs=[TENSOR], attrs={"ord": Float(allow_inf=True), "axes": AXES, "keepdims": Bool(),
+                                               "dtype": Opt(DTYPE)})
+def k_vector_norm(x, *, ord, axes, keepdims, dtype=None):
+    """``torch.linalg.vector_norm``: ``dtype`` casts the input first, as torch does."""
+    if dtype is not None:
+        x = x.astype(mx_dtype(dtype))
     a = mx.abs(x)
     if ord == float("inf"):
         return mx.max(a, axis=axes, keepdims=keepdims)
+    if ord == float("-inf"):
+        return mx.min(a, axis=axes, keepdims=keepdims)
     if ord == 0:
         return mx.sum((a != 0).astype(x.dtype), axis=axes, keepdims=keepdims)
     return mx.power(mx.sum(mx.power(a, ord), axis=axes, keepdims=keepdims), 1.0 / ord)
@@ -380,32 +386,32 @@ def convert_logsumexp(ctx, call):
              perm=perm if keepdim else L.remove_dims(perm, dims))
 
 
-@register("aten.prod.dim_int")
+@register("aten.prod.dim_int", "aten.prod.default")
 def convert_prod(ctx, call):
+    """``x.prod(dim, keepdim)``, or ``x.prod()`` over every element (a 0-d result)."""
     x = call.arg("self")
     perm = ctx.perm(x)
-    dim = call.arg("dim") % len(perm)
-    keepdim = call.arg("keepdim")
+    dims = [call.arg("dim") % max(len(perm), 1)] if call.has("dim") else list(range(len(perm)))
+    keepdim = call.arg("keepdim") if call.has("keepdim") else False
     dtype = call.arg("dtype")
     if dtype is None and call.meta.dtype == "int64" and ctx.meta(x).dtype != "int64":
         dtype = "int64"  # torch multiplies bool and narrower integers in int64; MLX would keep int32
-    ctx.emit("prod", [ctx.tensor(x)], {"axes": [perm.index(dim)], "keepdims": keepdim, "dtype": dtype},
-             perm=perm if keepdim else L.remove_dims(perm, [dim]))
+    ctx.emit("prod", [ctx.tensor(x)], {"axes": [perm.index(d) for d in dims if d < len(perm)], "keepdims": keepdim,
+                                       "dtype": dtype},
+             perm=perm if keepdim else L.remove_dims(perm, dims))
 
 
 @register("aten.linalg_vector_norm.default")
 def convert_vector_norm(ctx, call):
     x = call.arg("self")
-    if call.arg("dtype") is not None:
-        call.fail("dtype", "a dtype for the norm is not supported")
     perm = ctx.perm(x)
     dims = _dims(call.arg("dim"), len(perm))
     keepdim = call.arg("keepdim")
     ord_ = call.arg("ord")
-    if isinstance(ord_, Ref) or ord_ in (float("-inf"),) or (not isinstance(ord_, (int, float))):
-        call.fail("ord", "only finite orders, 0 and inf are supported")
-    ctx.emit("vector_norm", [ctx.tensor(x)], {"ord": float(ord_), "axes": [perm.index(d) for d in dims],
-                                              "keepdims": keepdim},
+    if isinstance(ord_, (Ref, bool)) or not isinstance(ord_, (int, float)) or ord_ != ord_:
+        call.fail("ord", "the order must be a number (inf and -inf included) known at conversion")
+    ctx.emit("vector_norm", [ctx.tensor(x)], {"ord": float(ord_), "axes": [perm.index(d) for d in dims if d < len(perm)],
+                                              "keepdims": keepdim, "dtype": call.arg("dtype")},
              perm=perm if keepdim else L.remove_dims(perm, dims))
 
 
@@ -439,9 +445,9 @@ def k_diagonal(x, *, offset, axis1, axis2):
     return mx.diagonal(x, offset, axis1, axis2)
 
 
-@register("aten.diagonal.default")
+@register("aten.diagonal.default", "aten.linalg_diagonal.default")
 def convert_diagonal(ctx, call):
-    x = call.arg("self")
+    x = call.arg("self") if call.has("self") else call.arg("A")  # linalg.diagonal names it A, dims default -2, -1
     rank = ctx.meta(x).rank
     dims = [call.arg("dim1") % max(rank, 1), call.arg("dim2") % max(rank, 1)]
     if isinstance(call.arg("offset"), Ref):

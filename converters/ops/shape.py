@@ -687,8 +687,9 @@ def convert_squeeze(ctx, call):
     perm = ctx.perm(x)
     shape = ctx.meta(x).shape
     rank = len(perm)
-    requested = _dims(call.arg("dim"), rank) if call.has("dim") else list(range(rank))
-    dims = [d for d in requested if shape[d] == 1]
+    requested = list(range(rank)) if not call.has("dim") else [] if call.arg("dim") in ([], ()) \
+        else _dims(call.arg("dim"), rank)  # squeeze(x, ()) squeezes nothing (a reduction's () is every dim)
+    dims = sorted({d for d in requested if shape[d] == 1})
     if len(shape) - len(dims) != call.meta.rank:
         raise NotImplementedError(f"squeeze of a dynamic dim of {x.name}: the example cannot tell its size")
     ctx.emit("squeeze", [ctx.tensor(x)], {"axes": [perm.index(d) for d in dims]}, perm=L.remove_dims(perm, dims))

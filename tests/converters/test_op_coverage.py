@@ -81,6 +81,8 @@ EXERCISERS["test_layout:Residual"] = Exerciser(_case(layout.randomise_bn(layout.
 EXERCISERS["test_ops_views:Views"] = Exerciser(_case(views.Views().eval(), (2, 3, 6, 7)))
 for _name in views._COPY_CASES:
     EXERCISERS[f"test_ops_views:CopyForm:{_name}"] = Exerciser(_case(views.CopyForm(_name), (2, 3, 4, 5)))
+for _name in added._SWEEP_CASES:
+    EXERCISERS[f"test_ops_added:SweepCase:{_name}"] = Exerciser(_case(added.SweepCase(_name), (2, 3, 4)))
 EXERCISERS["test_ops_losses:MultiLabelMargin"] = Exerciser(
     lambda: (losses._Loss("mean"), (torch.randn(4, 7), torch.tensor([[3, 0, -1, 1, 0, 0, 0]] * 4))))
 EXERCISERS["test_torchscript_composites:Composites"] = Exerciser(

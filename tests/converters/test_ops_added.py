@@ -167,3 +167,36 @@ def test_clamp_bounds_computed_from_dynamic_sizes():
     for shape in ((4, 7), (2, 9), (3, 5)):
         x = torch.randn(*shape) * 2
         np.testing.assert_array_equal(run_ported(ported, (x,))[0], model(x).numpy())
+
+
+_SWEEP_CASES = {  # refused (or crashed) in the OpInfo sweep; each forward of a (2, 3, 4) input
+    "prod_all": lambda x: x.prod() + (x > 0).prod() + x.prod(dtype=torch.float64).float(),
+    "norm_neg_inf": lambda x: torch.linalg.vector_norm(x, float("-inf"), dim=-1) + x.norm(float("-inf")),
+    "norm_dtype": lambda x: torch.linalg.vector_norm(x, 3, dim=(0, 2), dtype=torch.float64).float(),
+    "matrix_H": lambda x: x.mH + x.adjoint() + x[0].H,
+    "linalg_diagonal": lambda x: torch.linalg.diagonal(x) + torch.linalg.diagonal(x, offset=1, dim1=0, dim2=2).sum(),
+    "squeeze_no_dims": lambda x: torch.squeeze(x[:, :1], ()) * 2 + torch.squeeze(x[:1, :1], (0, 1)),
+}
+
+
+class SweepCase(nn.Module):
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    def forward(self, x):
+        return _SWEEP_CASES[self.name](x)
+
+
+@pytest.mark.parametrize("name", sorted(_SWEEP_CASES))
+def test_ops_the_opinfo_sweep_found_refused(name):
+    """``x.prod()`` (no dim), ``vector_norm`` with ``ord=-inf`` or a ``dtype``, ``matrix_H``, ``linalg.diagonal``,
+    and ``squeeze(x, ())`` (squeezes nothing; was refused as a "dynamic dim"), each at two sizes against torch."""
+    model = SweepCase(name)
+    ported = porter.convert(model, torch.randn(2, 3, 4), io_layout="torch")
+    for shape in ((2, 3, 4), (3, 3, 5)):
+        x = torch.randn(*shape)
+        want = model(x)
+        got = run_ported(ported, (x,))[0]
+        assert got.shape == tuple(want.shape) and str(got.dtype) == str(want.dtype).replace("torch.", "")
+        np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-6)
