@@ -27,6 +27,8 @@ def channels_last_unbatched(rank: int) -> tuple:
 def axis_of(perm: tuple, dim: int) -> int:
     """The array axis holding torch dim ``dim`` (negative dims wrap as in torch)."""
     rank = len(perm)
+    if rank == 0:  # torch takes dim 0 / -1 of a 0-d tensor; an op that needs an array axis cannot
+        raise NotImplementedError(f"dim {dim} of a 0-d tensor: this op is not supported on 0-d tensors with a dim")
     if dim < 0:
         dim += rank
     return perm.index(dim)

@@ -132,8 +132,11 @@ def k_embedding(weight, indices):
     return mx.take(weight, checked_indices(indices, weight.shape[0], "embedding"), axis=0)
 
 
-@kernel("max_dim", inputs=[TENSOR], attrs={"axis": AXIS, "keepdims": Bool(), "fn": Enum("max", "min")})
+@kernel("max_dim", inputs=[TENSOR], attrs={"axis": Opt(AXIS), "keepdims": Bool(), "fn": Enum("max", "min")})
 def k_max_dim(x, *, axis, keepdims, fn):
+    """``max(x, dim)`` / ``min(x, dim)``: values and int64 indices; ``axis`` None for a 0-d ``x``."""
+    if x.ndim == 0:  # (MLX's argmax of a 0-d array with keepdims fails)
+        return [x, mx.zeros((), mx.int64)]
     values = (mx.max if fn == "max" else mx.min)(x, axis=axis, keepdims=keepdims)
     indices = (mx.argmax if fn == "max" else mx.argmin)(x, axis=axis, keepdims=keepdims).astype(mx.int64)
     return [values, indices]
@@ -362,11 +365,13 @@ def _max_dim(fn):
 
         x = call.arg("self")
         perm = ctx.perm(x)
-        dim = call.arg("dim") % len(perm)
+        dim = call.arg("dim")
+        dims = [dim % len(perm)] if perm else []  # a 0-d tensor: its one element, index 0
         keepdim = call.arg("keepdim")
-        out_perm = perm if keepdim else L.remove_dims(perm, [dim])
+        out_perm = perm if keepdim else L.remove_dims(perm, dims)
         items = [Info(m, out_perm) for m in call.meta.items]
-        ctx.emit("max_dim", [ctx.tensor(x)], {"axis": perm.index(dim), "keepdims": keepdim, "fn": fn}, items=items)
+        ctx.emit("max_dim", [ctx.tensor(x)], {"axis": perm.index(dims[0]) if dims else None, "keepdims": keepdim,
+                                              "fn": fn}, items=items)
 
     convert_max_dim.__name__ = f"convert_{fn}_dim"
     return convert_max_dim

@@ -139,7 +139,7 @@ def _arg(fn):
         x = call.arg("self")
         perm = ctx.perm(x)
         dim, keepdim = call.arg("dim"), call.arg("keepdim")
-        if dim is None:
+        if dim is None or not perm:  # (a 0-d tensor's dim 0 / -1: index 0 of its one element)
             x_spec = ctx.tensor(x, L.identity(len(perm)))  # flat index in torch order
             return ctx.emit("argmax", [x_spec], {"axis": None, "keepdims": False, "fn": fn}, perm=())
         dim %= len(perm)

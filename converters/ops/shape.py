@@ -228,12 +228,14 @@ def k_broadcast_layout(x, *, lead, axes):
 
 # ---------------------------------------------------------------------------------------------------- helpers
 def _dims(dim, rank):
-    if dim is None:
+    """The torch dims a reduction's ``dim`` names (None or ``()``: every dim); none for a 0-d tensor, whose dim 0
+    / -1 torch accepts and reduces over nothing."""
+    if dim is None or rank == 0:
         return list(range(rank))
     dims = dim if isinstance(dim, (list, tuple)) else [dim]
     if len(dims) == 0:
         return list(range(rank))
-    return sorted(d % rank if rank else 0 for d in dims)
+    return sorted(d % rank for d in dims)
 
 
 def _sizes_equal(a, b) -> bool:

@@ -200,3 +200,42 @@ def test_ops_the_opinfo_sweep_found_refused(name):
         got = run_ported(ported, (x,))[0]
         assert got.shape == tuple(want.shape) and str(got.dtype) == str(want.dtype).replace("torch.", "")
         np.testing.assert_allclose(got, want.numpy(), rtol=2e-6, atol=1e-6)
+
+
+_ZERO_D = {  # reductions over dim 0 / -1 of a 0-d tensor (torch accepts them); were internal errors
+    "sum_mean": lambda x: torch.sum(x, 0) + torch.sum(x, -1, keepdim=True) + torch.mean(x, (0,)),
+    "amax_amin_logsumexp": lambda x: torch.amax(x, 0) + torch.amin(x, (-1,), keepdim=True) + torch.logsumexp(x, 0),
+    "any_all_count": lambda x: (torch.any(x > 0, 0) | torch.all(x > 1, -1)).float() + torch.count_nonzero(x, 0),
+    "argmax_max_dim": lambda x: (torch.argmax(x, 0) + torch.argmin(x, -1, keepdim=True)).float()
+    + torch.max(x, 0).values + torch.min(x, -1, keepdim=True).indices.float(),
+    "prod_var_norm": lambda x: x.prod(0) + x.var(0, correction=0) + x.norm(dim=0),
+}
+
+
+class ZeroD(nn.Module):
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    def forward(self, x):
+        return _ZERO_D[self.name](x)
+
+
+@pytest.mark.parametrize("name", sorted(_ZERO_D))
+def test_reductions_over_a_0d_tensors_dim(name):
+    model = ZeroD(name)
+    ported = porter.convert(model, torch.tensor(1.5), io_layout="torch")
+    for value in (1.5, -0.25, 0.0):
+        x = torch.tensor(value)
+        got, want = run_ported(ported, (x,))[0], model(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_dim_of_a_0d_tensor_where_an_axis_is_needed_is_refused_clearly():
+    class Softmax0d(nn.Module):
+        def forward(self, x):
+            return x.softmax(0)
+
+    with pytest.raises(NotImplementedError, match="dim 0 of a 0-d tensor"):
+        porter.convert(Softmax0d(), torch.tensor(1.5), io_layout="torch")
