@@ -25,7 +25,7 @@ import torch
 
 # port layer types (layer_types.py) that compute torch's training behaviour themselves
 TRAIN_AWARE = frozenset({"BatchNorm", "InstanceNorm", "Dropout", "TorchDropout", "TorchRReLU",
-                         "MultiheadAttention"})
+                         "MultiheadAttention", "StochasticDepth"})
 
 # torch containers whose own training flag only picks an inference fast path (the same numbers; their children
 # carry the dropouts): not candidates, so a frozen model's fast path cannot look like a training difference
