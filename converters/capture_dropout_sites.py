@@ -124,7 +124,8 @@ def _training_rate(name, bound) -> "float | None":
 
 def survey(model, inputs: tuple, kwargs: dict) -> Survey:
     """The two eager training forwards (module modes, buffers and torch's RNG as before on return). A forward
-    that fails leaves no site marked (training mode then stays refused where it differs)."""
+    that fails leaves no site marked (training mode then stays refused where it differs); the modules' ranks then
+    come from an eval forward."""
     named = list(model.named_modules())
     modes = [(m, m.training) for _, m in named]
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
@@ -159,6 +160,12 @@ def survey(model, inputs: tuple, kwargs: dict) -> Survey:
                             if key in records[1] and records[1][key][1] is None}
         except Exception:  # noqa: BLE001  (a training forward that fails: nothing marked)
             result.sites = {}
+            for m, mode in modes:  # the ranks the modules are called with, from an eval forward
+                m.training = mode
+            try:
+                run(0, ndims)
+            except Exception:  # noqa: BLE001
+                pass
         finally:
             for m, mode in modes:
                 m.training = mode

@@ -350,6 +350,39 @@ def test_functional_dropout_statistics_and_a_layer_for_a_dropout_module():
         np.testing.assert_allclose(out[kept], ref[kept] / 0.7, rtol=1e-5, atol=1e-6)
 
 
+class AttentionProbabilities(nn.Module):
+    """SDPA with an identity value: the output is the attention probabilities, dropped as SDPA drops them."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):  # (N, H, L, E)
+        eye = torch.eye(x.shape[-2], dtype=x.dtype).expand(x.shape[0], x.shape[1], x.shape[-2], x.shape[-2])
+        return F.scaled_dot_product_attention(x, x, eye, dropout_p=self.p if self.training else 0.0)
+
+
+def test_sdpa_dropout_drops_probabilities_as_torch():
+    """Zero fraction ~p and survivors ``probs / (1 - p)``, for the port and for torch's own training draw."""
+    model = AttentionProbabilities(0.4)
+    x = _x((4, 2, 16, 8))
+    ported = _convert(model, x)
+    assert ported.train_refusals == {}
+    assert [n["attrs"]["dropout"] for n in ported.graph["nodes"] if n["kernel"] == "sdpa_dropout"] == [0.4]
+    with torch.no_grad():
+        probs = model.eval()(x).numpy()
+        model.train()
+        torch.manual_seed(0)
+        torch_out = model(x).numpy()
+    np.testing.assert_allclose(_run(ported.eval(), x), probs, rtol=1e-5, atol=1e-6)
+    ported.train()
+    mx.random.seed(0)
+    for out in (_run(ported, x), torch_out):
+        assert abs(np.mean(out == 0) - 0.4) < 0.03
+        kept = out != 0
+        np.testing.assert_allclose(out[kept], probs[kept] / 0.6, rtol=1e-4, atol=1e-6)
+
+
 def test_a_submodule_in_eval_keeps_its_dropout_off():
     """``ported.train(); ported.attn.eval()`` as torch's ``model.train(); model.attn.eval()``: the functional
     dropout inside follows its module (the nearest holder in the tree)."""
