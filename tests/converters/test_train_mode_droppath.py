@@ -145,6 +145,17 @@ def test_row_mode_follows_torchs_batch_dim_in_any_layout():
             assert np.all(out[token] == 0) or np.allclose(out[token], 2 * branch[token], rtol=1e-4, atol=1e-5)
 
 
+def test_a_training_model_converts_to_a_training_port():
+    """``porter.convert(model.train(), ...)`` of a model with stochastic depth (was: TrainModeError): the port comes
+    back training, module by module as torch's (a frozen branch stays in eval)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(Branch(M.DropPath(0.5)), Branch(M.StochasticDepth(0.5, "row"))).train()
+    model[1].drop.eval()
+    ported = porter.convert(model, (_x((4, 4, 5, 5)),), io_layout="torch")
+    assert ported.training and ported["0"].drop.training and not ported["1"].drop.training
+    assert model.training and model[0].drop.training and not model[1].drop.training  # torch's modes kept
+
+
 # ---------------------------------------------------------------------------------------------------- exactness
 def test_the_port_equals_torch_given_its_mask_with_gradients():
     """p = 0.5 (scale 2, exact): torch run with the port's mask gives the port's output and the same parameter
