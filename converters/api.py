@@ -54,8 +54,9 @@ def convert(model, example_inputs=None, *, example_kwargs=None, io_layout: str =
     path_modes = _path_modes(model)
     training = _eval_modes(model)
     try:
-        ported = _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic)
-        _record_train_refusals(ported, model, example_inputs, example_kwargs)
+        marks = _train_marks(model, example_inputs, example_kwargs)
+        ported = _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, marks)
+        _record_train_refusals(ported, model, example_inputs, example_kwargs, marks)
     finally:
         _restore_modes(training)
     if any(path_modes.values()):
@@ -77,10 +78,22 @@ def _path_modes(model) -> dict:
     return {path: bool(m.training) for path, m in named()}
 
 
-def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic):
+def _train_marks(model, example_inputs, example_kwargs):
+    """Stochastic depth modules and functional dropouts of an ``nn.Module`` the capture records as marker ops, so
+    that the port trains them as torch (``capture_train_marks.py``); None for a program or TorchScript."""
+    from .capture import is_module, normalise_inputs, normalise_kwargs
+
+    if not is_module(model):
+        return None
+    from .capture_train_marks import find
+
+    return find(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs))
+
+
+def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, marks=None):
     from .capture import capture, is_module, normalise_inputs, normalise_kwargs, reproduces
 
-    graph = capture(model, example_inputs, dynamic=dynamic, example_kwargs=example_kwargs)
+    graph = capture(model, example_inputs, dynamic=dynamic, example_kwargs=example_kwargs, train_marks=marks)
     kwargs = normalise_kwargs(example_kwargs)
     graph.module_attrs = _module_attrs(model)
     result = convert_graph(graph, io_layout)
@@ -91,7 +104,7 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic):
         # (with the dims that capture managed: the fallbacks need not be tried again)
         ported = result = None  # the first port's weights go before the second is built
         graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic,
-                        example_kwargs=kwargs)
+                        example_kwargs=kwargs, train_marks=marks)
         graph.module_attrs = _module_attrs(model)
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
@@ -101,9 +114,10 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic):
     return ported
 
 
-def _record_train_refusals(ported, model, example_inputs, example_kwargs) -> None:
+def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=None) -> None:
     """Record the modules whose training mode the port cannot reproduce (``capture_train.py``): the port then
-    refuses training mode by name. Only an ``nn.Module`` (a program has no modes to switch)."""
+    refuses training mode by name. Only an ``nn.Module`` (a program has no modes to switch). The functional
+    dropouts ``marks`` routed into the port run in their eval form while the probe looks for the rest."""
     from .capture import is_module, normalise_inputs, normalise_kwargs
 
     if not is_module(model) or not hasattr(model, "named_modules"):
@@ -117,7 +131,12 @@ def _record_train_refusals(ported, model, example_inputs, example_kwargs) -> Non
         ported._program.set_train_state(state)
     handled = {path for path, m in graph.get("modules", {}).items() if m["type"] in TRAIN_AWARE}
     handled |= {entry["module"] for entry in graph.get("train_state", [])}
-    refusals = train_refusals(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs), handled)
+    handled |= {node["module"] for node in graph["nodes"] if node["kernel"] == "stochastic_depth"}
+    from .capture_train_marks import neutral
+
+    with neutral(marks):
+        refusals = train_refusals(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs),
+                                  handled)
     if refusals:
         graph["train_refusals"] = refusals
         ported._program.train_refusals = dict(refusals)

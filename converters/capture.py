@@ -63,13 +63,15 @@ def is_module(model) -> bool:
     return isinstance(model, torch.nn.Module)
 
 
-def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto", example_kwargs=None) -> Graph:
+def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto", example_kwargs=None,
+            train_marks=None) -> Graph:
     """Capture ``model``'s forward as an IR graph (the model's current train/eval mode is respected).
 
     ``example_kwargs`` are keyword example inputs (an nn.Module's only); ``graph.signature`` records the forward's
     signature and each input's argument (``capture_signature.py``). ``dynamic`` chooses the input dims kept
     dynamic (see ``capture_strategy.py``); ``graph.batch_doubled`` tells whether a batch-of-one example was
-    captured at batch two, ``graph.capture_note`` whether the capture fell back.
+    captured at batch two, ``graph.capture_note`` whether the capture fell back. ``train_marks``
+    (``capture_train_marks.find``): an nn.Module's stochastic depth and functional dropouts recorded as marker ops.
     """
     from .capture_strategy import normalise_dynamic
 
@@ -110,8 +112,11 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
         from .capture_decompose import decompose_unsupported
 
         _check_binds(model, inputs, kwargs)
-        ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch,
-                                                       kwargs=kwargs)
+        from .capture_train_marks import routed
+
+        with routed(model, train_marks):
+            ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch,
+                                                           kwargs=kwargs)
         from .capture_attributes import warn_baked_attributes
 
         warn_baked_attributes(model, ep)

@@ -2,10 +2,12 @@
 
 Conversion captures the forward in eval mode. In training mode a port is exact only where its layers carry torch's
 training behaviour themselves (:data:`TRAIN_AWARE` layer types: batch norm's batch statistics and running-statistic
-updates, dropout, attention dropout) or the runtime does (spectral norm's power iteration, ``train_state.py``).
-Anything else whose torch forward changes with ``module.training`` (a branch on ``self.training``, ``F.dropout(x,
-p, self.training)``, ``RReLU``, stochastic depth, an instance norm's running statistics, an LSTM's
-inter-layer dropout, ...) was captured in its eval form, so the port would silently compute the eval numbers while
+updates, dropout, attention dropout, stochastic depth), the runtime does (spectral norm's power iteration,
+``train_state.py``) or the capture routed it into marker nodes (stochastic depth, functional dropout that follows
+the flag: ``capture_train_marks.py``; those calls run in their eval form during the probe). Anything else whose
+torch forward changes with ``module.training`` (a branch on ``self.training``, an in-place ``F.dropout``, a random
+op, an unmapped instance norm's running statistics, an LSTM's inter-layer dropout, ...) was captured in its eval
+form, so the port would silently compute the eval numbers while
 training: those modules are recorded in ``graph["train_refusals"]`` and the port refuses training mode by name
 (``runtime.py``), eval staying exact.
 
@@ -25,7 +27,7 @@ import torch
 
 # port layer types (layer_types.py) that compute torch's training behaviour themselves
 TRAIN_AWARE = frozenset({"BatchNorm", "InstanceNorm", "Dropout", "TorchDropout", "TorchRReLU",
-                         "MultiheadAttention"})
+                         "MultiheadAttention", "StochasticDepth"})
 
 # torch containers whose own training flag only picks an inference fast path (the same numbers; their children
 # carry the dropouts): not candidates, so a frozen model's fast path cannot look like a training difference

@@ -1,5 +1,13 @@
 """Torch's random training-mode layers as port layers: the other dropouts (``Dropout1d/2d/3d``, ``AlphaDropout``,
-``FeatureAlphaDropout``) and ``RReLU``. Torch-free.
+``FeatureAlphaDropout``), ``RReLU``, stochastic depth (torchvision's ``StochasticDepth``, timm's ``DropPath``) and
+functional dropout (``F.dropout(x, p, self.training)``). Torch-free.
+
+Stochastic depth: identity in eval; in training, as ``torchvision.ops.stochastic_depth`` and timm's ``drop_path``
+compute it, ``x * noise`` with ``noise`` one Bernoulli(``1 - p``) draw per example (``"row"``: along torch's dim 0,
+wherever the array holds it) or one for the whole batch (``"batch"``), divided by ``1 - p`` when ``scale`` (timm's
+``scale_by_keep``; torchvision always) and ``p < 1``; ``p = 1`` gives ``x * 0`` (NaN where ``x`` is inf or NaN, as
+torch). Functional dropout (:func:`dropout`): ATen's ``_dropout_impl`` on the CPU, ``x * (noise / (1 - p))`` with
+an element-wise draw, ``x * 0`` at ``p = 1``.
 
 ``RReLU(lower, upper)``: eval is a leaky ReLU with slope ``(lower + upper) / 2`` (the runtime's ``leaky_relu``, as
 the captured node computes it); training multiplies each element ``<= 0`` by its own ``U(lower, upper)`` draw (torch's
@@ -22,6 +30,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 KINDS = ("feature", "alpha", "feature_alpha")
+DEPTH_MODES = ("row", "batch")
 _ALPHA = 1.7580993408473766
 
 
@@ -101,3 +110,70 @@ class TorchRReLU(nn.Module):
             return UNARY["leaky_relu"](x, negative_slope=(self.lower + self.upper) / 2)
         slope = mx.random.uniform(self.lower, self.upper, x.shape).astype(x.dtype)
         return mx.where(x <= 0, x * slope, x)
+
+
+def _keep_noise(p: float, shape: tuple, dtype, scale: bool = True) -> mx.array:
+    """Bernoulli(``1 - p``) in ``dtype``, divided by ``1 - p`` when ``scale`` and ``p < 1`` (torch's noise)."""
+    noise = mx.random.bernoulli(1.0 - p, shape).astype(dtype) if p < 1.0 else mx.zeros(shape, dtype)
+    return noise / (1.0 - p) if scale and p < 1.0 else noise
+
+
+def dropout(x: mx.array, p: float, training: bool) -> mx.array:
+    """``F.dropout(x, p, training)`` as ATen computes it on the CPU: identity unless ``training`` and ``p > 0``;
+    then each element kept with probability ``1 - p`` and scaled by ``1 / (1 - p)`` (``p = 1``: ``x * 0``)."""
+    if not training or p == 0.0:
+        return x
+    return x * _keep_noise(p, x.shape, x.dtype)
+
+
+def stochastic_depth(x: mx.array, p: float, mode: str = "row", scale: bool = True, axis: int = 0,
+                     training: bool = True) -> mx.array:
+    """torchvision's ``stochastic_depth`` / timm's ``drop_path`` on an array whose torch dim 0 is array axis
+    ``axis``: identity unless ``training`` and ``p > 0``."""
+    if not training or p == 0.0:
+        return x
+    if mode == "row":
+        if x.ndim <= axis:
+            raise ValueError(f"[StochasticDepth] a {x.ndim}-d input has no batch axis {axis}")
+        shape = tuple(x.shape[a] if a == axis else 1 for a in range(x.ndim))
+    else:
+        shape = (1,) * x.ndim
+    return x * _keep_noise(p, shape, x.dtype, scale)
+
+
+class StochasticDepth(nn.Module):
+    """torchvision's ``StochasticDepth`` and timm's ``DropPath``: a residual branch dropped for whole examples
+    (``"row"``) or the whole batch (``"batch"``) in training mode; identity in eval. Any layout.
+
+    Args:
+        p (float): the drop probability, ``0 <= p <= 1``.
+        mode (str): ``"row"`` (one draw per example, along torch's dim 0) or ``"batch"``. Default: ``"row"``.
+        scale (bool): divide the kept examples by ``1 - p`` (timm's ``scale_by_keep``; torchvision always).
+            Default: ``True``.
+        axis (int): the array axis holding torch's dim 0 (the examples). Default: ``0``.
+
+    Shape: any array of rank > ``axis`` -> the same.
+
+    Example:
+        >>> drop = StochasticDepth(0.2, "row")
+        >>> drop.train(); y = drop(mx.ones((4, 7, 7, 8)))   # each example all 0 or all 1.25
+    """
+
+    def __init__(self, p: float, mode: str = "row", scale: bool = True, axis: int = 0):
+        super().__init__()
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"[StochasticDepth] 'p' must be in [0, 1] but got {p!r}")
+        if mode not in DEPTH_MODES:
+            raise ValueError(f"[StochasticDepth] 'mode' must be one of {DEPTH_MODES} but got {mode!r}")
+        if isinstance(axis, bool) or not isinstance(axis, int) or axis < 0:
+            raise ValueError(f"[StochasticDepth] 'axis' must be a non-negative int but got {axis!r}")
+        object.__setattr__(self, "p", float(p))
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "scale", bool(scale))
+        object.__setattr__(self, "axis", axis)
+
+    def _extra_repr(self) -> str:
+        return f"p={self.p}, mode={self.mode!r}, scale={self.scale}, axis={self.axis}"
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return stochastic_depth(x, self.p, self.mode, self.scale, self.axis, self.training)

@@ -35,12 +35,27 @@ class Mapping:
     config: dict
     x: int
     params: dict = field(default_factory=dict)
+    sole: bool = False  # mapped only when the module computes nothing else and holds no parameters or children
 
 
 def maps(*torch_types: str):
     def decorate(fn):
         for name in torch_types:
             _MAPPERS[name] = fn
+        return fn
+
+    return decorate
+
+
+_KERNEL_MAPPERS: dict = {}
+
+
+def maps_kernel(*kernels: str):
+    """Register a mapper for nodes of these runtime kernels, whatever the torch class of their module (the marker
+    ops of ``converters/ops/stochastic.py``: a DropPath may be any user class)."""
+    def decorate(fn):
+        for name in kernels:
+            _KERNEL_MAPPERS[name] = fn
         return fn
 
     return decorate
@@ -255,6 +270,19 @@ def _torch_dropout(node, source, info, shapes, module_type):
     return Mapping("TorchDropout", {"p": float(p), "kind": kind, "axes": axes}, 0)
 
 
+@maps_kernel("stochastic_depth")
+def _stochastic_depth(node, source, info, shapes, module_type):
+    a = node["attrs"]
+    return Mapping("StochasticDepth", {"p": a["p"], "mode": a["mode"], "scale": a["scale"], "axis": a["axis"]}, 0,
+                   sole=True)
+
+
+@maps_kernel("train_dropout")
+def _functional_dropout(node, source, info, shapes, module_type):
+    p = node["attrs"]["p"]
+    return Mapping("Dropout", {"p": float(p)}, 0, sole=True) if 0.0 <= p < 1.0 else None
+
+
 @maps("RReLU")
 def _rrelu(node, source, info, shapes, module_type):
     if node["kernel"] != "unary" or node["op"] != "aten.rrelu.default" or source is None:
@@ -340,7 +368,7 @@ def map_layers(nodes: list, sources: list, params: dict, module_info: dict, valu
         path = node.get("module") or ""
         # a torch subclass that keeps its base's forward maps as the base (api._torch_base)
         type_name = module_info.get(path, {}).get("torch_type") or node.get("module_type") or ""
-        mapper = _MAPPERS.get(type_name)
+        mapper = _KERNEL_MAPPERS.get(node["kernel"]) or _MAPPERS.get(type_name)
         if mapper is None or not path:
             continue
         mapping = mapper(node, sources[i], module_info.get(path, {}), shapes, type_name)
@@ -356,6 +384,8 @@ def map_layers(nodes: list, sources: list, params: dict, module_info: dict, valu
                                                     for m in mappings):
             continue
         indices = {i for i, _ in found}
+        if first.sole and not _alone(path, indices, nodes, params):
+            continue
         ok = True
         for attr, (index, transform) in first.params.items():
             for i, _ in found:
@@ -374,6 +404,17 @@ def map_layers(nodes: list, sources: list, params: dict, module_info: dict, valu
     if values is not None:
         nodes = _map_attention(nodes, params, module_info, modules, readers, values, set(keep))
     return nodes, modules
+
+
+def _alone(path: str, indices: set, nodes: list, params: dict) -> bool:
+    """Module ``path`` computes only the nodes ``indices`` and holds no parameter or child: a layer there replaces
+    nothing else of it."""
+    inside = path + "."
+    if any(name.startswith(inside) for name in params):
+        return False
+    return not any(i not in indices and ((node.get("module") or "") == path
+                                         or (node.get("module") or "").startswith(inside))
+                   for i, node in enumerate(nodes))
 
 
 # ---------------------------------------------------------------------------------------------------- blocks

@@ -17,6 +17,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |
 | TorchDropout | :class:`layer_dropout.TorchDropout` | ``nn.Dropout1d/2d/3d``, ``nn.AlphaDropout``, ``nn.FeatureAlphaDropout`` |
 | TorchRReLU | :class:`layer_dropout.TorchRReLU` | ``nn.RReLU`` |
+| StochasticDepth | :class:`layer_dropout.StochasticDepth` | torchvision's ``StochasticDepth``, timm's ``DropPath`` (by behaviour) |
 | Activation | :class:`Activation` (one of the runtime's unary functions) | ``nn.ReLU``, ``nn.GELU``, ... |
 """
 
@@ -34,7 +35,7 @@ from porter.layers.quantized_conv import QUANTIZED_CONV
 from . import spec as S
 from .ops.elementwise import UNARY, _UNARY_ATTRS
 from .ops.misc import checked_indices
-from .layer_dropout import KINDS as DROPOUT_KINDS, TorchDropout, TorchRReLU
+from .layer_dropout import DEPTH_MODES, KINDS as DROPOUT_KINDS, StochasticDepth, TorchDropout, TorchRReLU
 
 _SIZE = S.Int(1, (1 << 31) - 1)  # MLX's dims are int32
 _GEOM = S.Ints(1, 3, 0, S.GEOMETRY)
@@ -373,6 +374,10 @@ LAYER_TYPES = {t.name: t for t in (
                                      "axes": S.Ints(2, 2, 0, S.MAX_LEN - 1)}, ["p", "kind", "axes"]),
               lambda c: TorchDropout(c["p"], c["kind"], tuple(c["axes"])), (TorchDropout,),
               lambda m: {"p": m.p, "kind": m.kind, "axes": list(m.axes)}),
+    LayerType("StochasticDepth", S.Obj({"p": S.Float(), "mode": S.Enum(*DEPTH_MODES), "scale": S.Bool(),
+                                        "axis": S.Int(0, S.MAX_LEN - 1)}, ["p", "mode", "scale", "axis"]),
+              lambda c: StochasticDepth(c["p"], c["mode"], c["scale"], c["axis"]), (StochasticDepth,),
+              lambda m: {"p": m.p, "mode": m.mode, "scale": m.scale, "axis": m.axis}),
     LayerType("TorchRReLU", S.Obj({"lower": S.Float(), "upper": S.Float()}, ["lower", "upper"]),
               lambda c: TorchRReLU(c["lower"], c["upper"]), (TorchRReLU,),
               lambda m: {"lower": m.lower, "upper": m.upper}),

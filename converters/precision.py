@@ -31,8 +31,8 @@ DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 HALF_NAMES = ("float16", "bfloat16")
 # torch's CPU autocast "lower_precision_fp" ops, as Porter's kernels
 LOWER_PRECISION_KERNELS = frozenset({"conv", "conv_transpose", "conv_runtime_groups",
-                                     "conv_transpose_runtime_groups", "linear", "matmul", "addmm", "sdpa", "native_mha",
-                                     "einsum"})
+                                     "conv_transpose_runtime_groups", "linear", "matmul", "addmm", "sdpa",
+                                     "sdpa_dropout", "native_mha", "einsum"})
 LOWER_PRECISION_LAYERS = frozenset({"Conv", "ConvTranspose", "Linear"})
 # computed in float32 and rounded back once (torch's half kernels accumulate in float32); "reduce" only for these
 FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", "cumsum", "scan", "prod", "reduce"})

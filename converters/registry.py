@@ -15,6 +15,7 @@ from typing import Callable
 _CONVERTERS: dict = {}
 _KERNELS: dict = {}
 _SPECS: dict = {}
+_TRAINING: set = set()  # kernels that take the mode of their node's module: ``training=`` (runtime.py)
 
 
 class UnsupportedOpsError(NotImplementedError):
@@ -86,19 +87,23 @@ def register_same(op: str, as_op: str) -> bool:
     return True
 
 
-def kernel(name: str, *, inputs=None, attrs=None, more=None, check=None):
+def kernel(name: str, *, inputs=None, attrs=None, more=None, check=None, training: bool = False):
     """Register the decorated function as the runtime kernel ``name``, with the spec of its arguments.
 
     ``inputs``: one spec (``converters/spec.py``) per positional parameter; ``more``: the spec of each extra
     positional input of a ``*args`` kernel; ``attrs``: spec per keyword parameter; ``check``: a cross-field rule on
     the attrs. A loaded artifact is checked against them before anything runs; a kernel registered without a spec
-    cannot be loaded from a file (``tests/converters/test_kernel_specs.py`` fails for it).
+    cannot be loaded from a file (``tests/converters/test_kernel_specs.py`` fails for it). ``training``: the
+    runtime also passes ``training=`` (whether the node's torch module, or its nearest holder in the tree, is in
+    training mode; never read from the file): the random training-mode kernels (functional dropout).
     """
 
     def decorate(fn):
         if name in _KERNELS:
             raise ValueError(f"duplicate kernel {name!r}: {_KERNELS[name].__name__} and {fn.__name__}")
         _KERNELS[name] = fn
+        if training:
+            _TRAINING.add(name)
         if (inputs, attrs, more, check) != (None, None, None, None):
             from .spec import KernelSpec
 
@@ -131,6 +136,12 @@ def get_kernel(name: str) -> Callable:
         return _KERNELS[name]
     except KeyError:
         raise NotImplementedError(f"Porter has no runtime kernel {name!r}") from None
+
+
+def takes_training(name: str) -> bool:
+    """Whether kernel ``name`` takes the ``training=`` mode of its node's module (registered ``training=True``)."""
+    _load_families()
+    return name in _TRAINING
 
 
 def get_kernel_spec(name: str):

@@ -21,7 +21,7 @@ from . import transforms
 from .guards import InputChecks
 from .input_binding import Binding
 from .limits import check_elements
-from .registry import get_kernel
+from .registry import get_kernel, takes_training
 from .fusion import activation_name, batch_norm_activation_pairs
 from .layer_types import Activation
 from .tree import TorchNamed, TreeError, build_tree, resolve
@@ -40,6 +40,9 @@ class _Program:
         self.graph = graph
         # fails early on an unknown kernel; a call_module node calls a layer of the tree instead
         self.kernels = [None if n["kernel"] == CALL_MODULE else get_kernel(n["kernel"]) for n in graph["nodes"]]
+        # random training-mode kernels (converters/ops/stochastic.py): given their module's mode at each call
+        self.mode_nodes = frozenset(i for i, n in enumerate(graph["nodes"])
+                                    if n["kernel"] != CALL_MODULE and takes_training(n["kernel"]))
         self.keys: dict = {}  # torch name -> key path in the tree (set by PortedModel)
         self.layer_keys: dict = {}  # mapped layer path -> key path
         self.input_checks = InputChecks(graph)
@@ -345,6 +348,8 @@ class PortedModel(TorchNamed):
                     args = [lower(a, half) for a in args]
             else:
                 attrs = node["attrs"]
+                if index in self._program.mode_nodes:  # its torch module's mode, or its nearest holder's
+                    attrs = dict(attrs, training=_nearest_module(self, node["module"]).training)
             try:
                 result = fn(*args, **attrs)
             except (ValueError, TypeError) as e:

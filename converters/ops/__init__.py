@@ -2,5 +2,5 @@
 
 from . import (bitwise, complex, conv, elementwise, embedding_bag, encode, fft, fold, linear, misc,  # noqa: F401
                losses, mutation, norm, pointwise, pool, products, recurrent, reduce, resample, resample_aa, sample,
-               scan, scatter, shape, sort)
+               scan, scatter, shape, sort, stochastic)
 from . import copies  # noqa: F401,E402  (last: aliases of converters the families above registered)

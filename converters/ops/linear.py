@@ -61,6 +61,12 @@ def k_addbmm(c, a, b, *, beta=1, alpha=1):
 def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False, gqa=None):
     """``(..., H, L, E)`` query, ``(..., H_kv, S, E)`` key and value; with ``gqa`` each key/value head serves
     ``H / H_kv`` consecutive query heads (torch's ``enable_gqa``)."""
+    return attention(q, k, v, mask, scale=scale, is_causal=is_causal, gqa=gqa)
+
+
+def attention(q, k, v, mask=None, *, scale=None, is_causal=False, gqa=None, dropout: float = 0.0):
+    """:func:`k_sdpa`'s computation; ``dropout`` > 0 drops attention weights after the softmax as torch's math
+    path does in training (``dropout_p``: each kept with probability ``1 - p``, scaled by ``1 / (1 - p)``)."""
     if gqa and k.shape[-3] != q.shape[-3]:
         if k.shape[-3] != v.shape[-3] or q.shape[-3] % k.shape[-3]:
             raise ValueError(f"sdpa: with enable_gqa the query's {q.shape[-3]} heads must be a multiple of the key's "
@@ -79,6 +85,10 @@ def k_sdpa(q, k, v, mask=None, *, scale=None, is_causal=False, gqa=None):
     if mask is not None:
         # torch's safe softmax: a query whose every key is masked out attends to nothing (zeros, not NaN)
         probs = mx.where(mx.all(scores == -mx.inf, axis=-1, keepdims=True), mx.zeros_like(probs), probs)
+    if dropout > 0.0:
+        from ..layer_dropout import dropout as drop
+
+        probs = drop(probs, dropout, True)
     return probs @ v
 
 

@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 from porter.converters import spec as S
-from porter.converters.registry import _KERNELS, get_kernel_spec, kernel_names
+from porter.converters.registry import _KERNELS, get_kernel_spec, kernel_names, takes_training
 
 KERNELS = kernel_names()
 
@@ -25,6 +25,9 @@ def test_kernel_has_a_spec_matching_its_signature(name):
     has_varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
     assert (spec.more is not None) == has_varargs, f"{name}: 'more' spec iff the kernel takes *args"
     kwonly = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+    if takes_training(name):  # the runtime's mode keyword, never read from a file (no spec: a file cannot set it)
+        assert "training" in kwonly and "training" not in spec.attrs, name
+        kwonly.discard("training")
     has_varkw = any(p.kind == p.VAR_KEYWORD for p in params)
     assert kwonly <= set(spec.attrs), f"{name}: attrs without a spec: {sorted(kwonly - set(spec.attrs))}"
     if not has_varkw:

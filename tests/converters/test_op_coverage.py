@@ -46,7 +46,7 @@ from tests.converters import test_torchscript_literals as ts_literals
 from tests.converters import test_unseen_models as unseen
 from tests.converters import test_unseen_models_more as unseen_more
 from tests.converter_check import assert_matches
-from tests.models import REGISTRY, make_inputs
+from tests.models import REGISTRY, droppath, make_inputs
 from porter.converters import supported_ops
 
 
@@ -174,6 +174,11 @@ EXERCISERS["test_unseen_models_more:FeatureScatter"] = Exerciser(lambda: (unseen
 EXERCISERS["test_unseen_models_more:FeatureScatterInPlace"] = Exerciser(lambda: (
     unseen_more.FeatureScatterInPlace().eval(),
     (torch.randn(2, 6, 4), torch.randn(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]]))))
+# the capture's marker ops (stochastic depth, functional and attention dropout that follow the training flag)
+EXERCISERS["test_train_mode_droppath:Block"] = Exerciser(
+    _case(droppath.Block(8, 2, attn_drop=0.5, drop_path=0.2).eval(), (2, 5, 8)), "dynamic")
+EXERCISERS["test_train_mode_droppath:BartAttention"] = Exerciser(
+    _case(droppath.BartAttention(8, 2, dropout=0.3).eval(), (2, 5, 8)), "dynamic")
 EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
     lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
 

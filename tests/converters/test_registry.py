@@ -73,7 +73,8 @@ def test_conversion_and_runtime_never_import_torch():
     allowed = {"capture.py", "capture_export.py", "capture_regions.py", "capture_script.py", "capture_guards.py",
                "capture_strategy.py", "capture_decompose.py", "capture_rnn.py", "capture_scalars.py",
                "capture_train.py", "capture_script_decompose.py",
-               "capture_attributes.py", "capture_script_values.py", "capture_script_state.py"}
+               "capture_attributes.py", "capture_script_values.py", "capture_script_state.py", "capture_markers.py",
+               "capture_droppath.py", "capture_dropout_sites.py", "capture_train_marks.py"}
     for path in CONVERTERS_DIR.rglob("*.py"):
         if path.name in allowed:
             continue

@@ -174,19 +174,20 @@ def test_no_pickle_in_artifact(model, tmp_path):
     assert {k for k in header if k != "__metadata__"} == set(model.state_dict())
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_an_older_artifact_still_loads(model, tmp_path, version):
     """Folders written before format version 3 have no ``signature`` (keyword inputs) and no params'
-    ``state_dict`` flag, before 4 no ``train_refusals``/``train_state``: they load, run positionally and give the
-    same numbers."""
+    ``state_dict`` flag, before 4 no ``train_refusals``/``train_state``, before 5 no stochastic depth or
+    functional dropout nodes: they load, run positionally and give the same numbers."""
     x = torch.randn(2, 3, 8, 8)
     porter.save(porter.convert(model, x, io_layout="torch"), tmp_path / "out")
     for name in ("graph.json", "config.json"):
         data = json.loads((tmp_path / "out" / name).read_text())
         if name == "graph.json":
             data["format_version"] = version
-            data.pop("train_refusals", None)
-            data.pop("train_state", None)
+            if version < 4:
+                data.pop("train_refusals", None)
+                data.pop("train_state", None)
             if version < 3:
                 data.pop("signature", None)
                 for record in data["params"].values():

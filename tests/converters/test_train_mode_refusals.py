@@ -1,8 +1,9 @@
 """Training-mode differences a port cannot compute are refused by name, never run silently in their eval form.
 
-Conversion captures the eval forward; a module whose torch training forward differs (a DropPath written
-with ``if self.training``, ``F.dropout``, ...) makes
-``ported.train()`` raise :class:`porter.TrainModeError` naming it, while eval stays exact. Torch, in each test,
+Conversion captures the eval forward; a module whose torch training forward differs in a way the port does not
+reproduce (random noise added ``if self.training``, a branch on ``self.training``, a ``F.dropout`` written in place,
+...) makes ``ported.train()`` raise :class:`porter.TrainModeError` naming it, while eval stays exact. (Stochastic
+depth and functional dropout that follows the flag train: ``test_train_mode_droppath.py``.) Torch, in each test,
 shows that the module's training forward differs (or does not, for the cases that must train)."""
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import porter
 from porter.converters.schema import ArtifactError
 
 
-class DropPath(nn.Module):
-    """timm's stochastic depth: a random per-example mask in the forward, only ``if self.training``."""
+class GaussianNoise(nn.Module):
+    """Noise added in training only (``if self.training``): a random op the port has no training form of."""
 
     def __init__(self, p: float):
         super().__init__()
@@ -30,14 +31,14 @@ class DropPath(nn.Module):
     def forward(self, x):
         if self.p == 0.0 or not self.training:
             return x
-        keep = 1 - self.p
-        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
-        return x * mask / keep
+        return x + torch.randn_like(x) * self.p
 
 
 class FunctionalDropout(nn.Module):
+    """``F.dropout`` written in place: the port cannot write into its input (the caller may read it again)."""
+
     def forward(self, x):
-        return F.dropout(x, 0.3, self.training)
+        return F.dropout(x * 1, 0.3, self.training, inplace=True)
 
 
 class TrainBranch(nn.Module):
@@ -75,7 +76,7 @@ IMAGE, SEQUENCE, FLAT = (2, 3, 6, 7), (2, 5, 8), (4, 6)
 # (id, model factory, input shape, refused path, words the reason must hold)
 REFUSED = [
     ("dropout2d_p1", lambda: _conv(nn.Dropout2d(1.0)), IMAGE, "1", "Dropout2d"),  # zeros: not the port's layer
-    ("drop_path", lambda: _conv(DropPath(0.2)), IMAGE, "1", "DropPath"),
+    ("noise", lambda: _conv(GaussianNoise(0.2)), IMAGE, "1", "GaussianNoise"),
     ("functional_dropout", lambda: nn.Sequential(nn.Linear(6, 8), FunctionalDropout()), FLAT, "1",
      "FunctionalDropout"),
     ("branch_on_training", lambda: nn.Sequential(nn.Linear(6, 8), TrainBranch()), FLAT, "1", "TrainBranch"),
@@ -86,7 +87,7 @@ REFUSED = [
 # the same modules where training changes nothing: the port trains (and equals torch where deterministic)
 ALLOWED = [
     ("dropout2d_p0", lambda: _conv(nn.Dropout2d(0.0)), IMAGE),
-    ("drop_path_p0", lambda: _conv(DropPath(0.0)), IMAGE),
+    ("noise_p0", lambda: _conv(GaussianNoise(0.0)), IMAGE),
     ("rrelu_fixed_slope", lambda: nn.Sequential(nn.Linear(6, 8), nn.RReLU(0.2, 0.2)), FLAT),
     ("masked_attention_no_dropout", lambda: Attention(0.0, masked=True), SEQUENCE),
     ("lstm_no_dropout", lambda: Recurrent(0.0), SEQUENCE),
@@ -144,7 +145,7 @@ def test_a_submodule_put_in_training_mode_is_refused_at_the_call():
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv, self.drop = nn.Conv2d(4, 4, 1), DropPath(0.3)
+            self.conv, self.drop = nn.Conv2d(4, 4, 1), GaussianNoise(0.3)
 
         def forward(self, x):
             return x + self.drop(self.conv(x))
@@ -154,16 +155,16 @@ def test_a_submodule_put_in_training_mode_is_refused_at_the_call():
     ported = porter.convert(model, (x,), io_layout="torch")
     assert set(ported.train_refusals) == {"1.drop"}
     ported["1"].train()  # MLX's train() on a child: the refused module's nearest holder trains
-    with pytest.raises(porter.TrainModeError, match="DropPath"):
+    with pytest.raises(porter.TrainModeError, match="GaussianNoise"):
         ported(mx.array(x.numpy()))
     ported["1"].eval()
-    ported["0"].train()  # a module elsewhere training: torch's DropPath stays in eval, so may the port
+    ported["0"].train()  # a module elsewhere training: torch's noise module stays in eval, so may the port
     _eval_matches(ported, model, x)
 
 
 def test_conversion_leaves_the_torch_model_and_random_stream_as_they_were():
     torch.manual_seed(0)
-    model = _conv(nn.BatchNorm2d(6), nn.InstanceNorm2d(6, track_running_stats=True), DropPath(0.5)).eval()
+    model = _conv(nn.BatchNorm2d(6), nn.InstanceNorm2d(6, track_running_stats=True), GaussianNoise(0.5)).eval()
     x = _x(IMAGE)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
@@ -175,8 +176,8 @@ def test_conversion_leaves_the_torch_model_and_random_stream_as_they_were():
 
 
 def test_converting_a_training_model_with_a_refused_module_fails_by_name():
-    model = _conv(nn.BatchNorm2d(6), DropPath(0.3)).train()
-    with pytest.raises(porter.TrainModeError, match="training mode.*DropPath.*model.eval"):
+    model = _conv(nn.BatchNorm2d(6), GaussianNoise(0.3)).train()
+    with pytest.raises(porter.TrainModeError, match="training mode.*GaussianNoise.*model.eval"):
         porter.convert(model, (_x(IMAGE),))
     assert all(m.training for m in model.modules())  # its modes restored
     ported = porter.convert(model.eval(), (_x(IMAGE),))  # the eval port converts
@@ -205,11 +206,11 @@ def test_mixed_modes_are_kept_module_by_module():
 
 
 def test_refusals_survive_save_and_load(tmp_path):
-    model = _conv(DropPath(0.3)).eval()
+    model = _conv(GaussianNoise(0.3)).eval()
     porter.save(porter.convert(model, (_x(IMAGE),)), tmp_path / "m")
     loaded = porter.load(tmp_path / "m")
     assert set(loaded.train_refusals) == {"1"}
-    with pytest.raises(porter.TrainModeError, match="DropPath"):
+    with pytest.raises(porter.TrainModeError, match="GaussianNoise"):
         loaded.train()
     path = tmp_path / "m" / "graph.json"
     graph = json.loads(path.read_text())

@@ -1,0 +1,56 @@
+"""Which random training-mode computations of an ``nn.Module`` the capture marks, and the marking itself (imports
+torch; conversion only).
+
+:func:`find` runs the eager survey (``capture_dropout_sites.py``: functional dropout and attention dropout that
+follow their module's flag, and the rank each module is called with) and checks the stochastic depth candidates
+(``capture_droppath.py``); :func:`routed` wraps the capture so that those calls are recorded as Porter's marker
+ops (``capture_markers.py``). TorchScript modules and programs are not marked (their code cannot be rerouted):
+their training differences stay refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class TrainMarks:
+    """``drop_paths``: ``{module path: capture_droppath.DropPath}``; ``sites``: ``{call key: training rate}``."""
+
+    drop_paths: dict = field(default_factory=dict)
+    sites: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.drop_paths or self.sites)
+
+
+def find(model, inputs: tuple, kwargs: dict) -> TrainMarks:
+    """The marks for ``model`` (in eval mode) on the example; empty for a TorchScript module or a program."""
+    if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
+        return TrainMarks()
+    from . import capture_droppath, capture_dropout_sites
+
+    survey = capture_dropout_sites.survey(model, inputs, kwargs)
+    return TrainMarks(capture_droppath.find(model, survey.ndims), survey.sites)
+
+
+@contextlib.contextmanager
+def routed(model, marks: "TrainMarks | None"):
+    """Within the block, the marked modules and calls run as marker ops (restored on exit, even on errors)."""
+    if not marks:
+        yield
+        return
+    from . import capture_droppath, capture_dropout_sites
+
+    with capture_droppath.routed(model, marks.drop_paths), capture_dropout_sites.routed(marks.sites):
+        yield
+
+
+def neutral(marks: "TrainMarks | None"):
+    """A context in which the marked functional calls run in their eval form (the training-mode probe's)."""
+    from . import capture_dropout_sites
+
+    return capture_dropout_sites.neutral(marks.sites if marks else {})
