@@ -39,6 +39,7 @@ from tests.converters import test_ops_pool_options as pool_options
 from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
 from tests.converters import test_ops_views as views
+from tests.converters import test_ops_linalg as linalg_ops
 from tests.converters import test_ops_added as added
 from tests.converters import test_torchscript_composites as ts_composites
 from tests.converters import test_torchscript_literals as ts_literals
@@ -167,6 +168,8 @@ EXERCISERS["test_unseen_models_more:FeatureScatter"] = Exerciser(lambda: (unseen
 EXERCISERS["test_unseen_models_more:FeatureScatterInPlace"] = Exerciser(lambda: (
     unseen_more.FeatureScatterInPlace().eval(),
     (torch.randn(2, 6, 4), torch.randn(3, 4), torch.tensor([[1, 3, 3, 2, 0, 0], [3, 1, 1, 1, 1, 1]]))))
+EXERCISERS["test_ops_linalg:Linalg"] = Exerciser(_case(linalg_ops.Linalg().eval(), (2, 4, 6)))
+EXERCISERS["test_ops_linalg:Vectors"] = Exerciser(_case(linalg_ops.Vectors().eval(), (2, 4, 6)))
 EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
     lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
 
