@@ -1,5 +1,5 @@
 """Op families. Importing this package registers every converter and kernel."""
 
 from . import (bitwise, complex, conv, elementwise, embedding_bag, encode, fft, fold, linalg,  # noqa: F401
-               linear, misc, mutation, norm, pointwise, pool, products, recurrent, reduce, resample, resample_aa, sample, scan,
-               scatter, shape, sort)
+               linear, misc, mutation, norm, numeric, pointwise, pool, products, recurrent, reduce, resample,
+               resample_aa, sample, scan, scatter, scatter_more, shape, sort)

@@ -89,6 +89,50 @@ def k_kthvalue(x, k, *, axis, keepdims):
     return [values, order.astype(mx.int64)]
 
 
+@kernel("mode", inputs=[TENSOR], attrs={"axis": AXIS, "keepdims": Bool()})
+def k_mode(x, *, axis, keepdims):
+    """``[values, indices]``: the most frequent value along ``axis`` (the smallest of those tied) and the position of
+    its last occurrence (what torch's CPU kernel gives on rows of up to 16, where its sort is stable; longer rows
+    give one of the positions there). NaNs, which torch's kernel cannot order, each count once here."""
+    if x.ndim == 0:
+        return [x, mx.zeros((), dtype=mx.int64)]
+    n = x.shape[axis]
+    if n == 0:
+        raise IndexError("mode(): Expected reduction dim to have non-zero size")
+    v = mx.moveaxis(mx.stop_gradient(x), axis, -1)
+    check_elements([*v.shape, n], "mode")
+    count = mx.sum(v[..., :, None] == v[..., None, :], axis=-1)
+    top = count == mx.max(count, axis=-1, keepdims=True)
+    inexact = mx.issubdtype(v.dtype, mx.inexact)
+    if inexact:
+        big = mx.array(float("inf"), dtype=v.dtype)
+    else:
+        big = mx.array(True) if v.dtype == mx.bool_ else mx.array(mx.iinfo(v.dtype).max, dtype=v.dtype)
+    value = mx.min(mx.where(top & (v == v), v, big), axis=-1, keepdims=True)  # NaN loses to every number
+    if inexact:
+        value = mx.where(mx.all(mx.isnan(v), axis=-1, keepdims=True), v[..., :1], value)
+    where = mx.where(v == value, mx.arange(n), -1)
+    index = mx.max(where, axis=-1, keepdims=True)
+    index = mx.where(index < 0, 0, index)
+    values = mx.take_along_axis(mx.moveaxis(x, axis, -1), index, axis=-1)
+    values, index = mx.moveaxis(values, -1, axis), mx.moveaxis(index, -1, axis)
+    if not keepdims:
+        values, index = mx.squeeze(values, axis), mx.squeeze(index, axis)
+    return [values, index.astype(mx.int64)]
+
+
+@register("aten.mode.default")
+def convert_mode(ctx, call):
+    from ..convert import Info
+
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    keep = call.arg("keepdim")
+    out = L.identity(rank) if keep or rank == 0 else L.identity(rank - 1)
+    ctx.emit("mode", [ctx.tensor(x, L.identity(rank))], {"axis": call.arg("dim") % max(rank, 1), "keepdims": keep},
+             items=[Info(m, out) for m in call.meta.items])
+
+
 def _ordering(name):
     """Converters of sort-type ops; every tensor in torch's layout (see the module docstring)."""
 
