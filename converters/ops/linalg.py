@@ -103,11 +103,11 @@ def _broadcast_pair(a, b):
     return mx.broadcast_to(a, (*batch, *a.shape[-2:])), mx.broadcast_to(b, (*batch, *b.shape[-2:]))
 
 
-def _solve_shapes(a, b, left, what):
+def _solve_shapes(a, b, left, what, vectors=True):
     """``a``, ``b`` as broadcast matrices for ``A X = B`` (``left=False``: ``X A = B`` transposed), and whether ``b``
     was a vector (torch's rule: 1-d, or one dim less than ``A`` with ``A``'s leading shape)."""
     _check_square(a, what)
-    vector = b.ndim == 1 or (b.ndim == a.ndim - 1 and tuple(b.shape) == tuple(a.shape[:-1]))
+    vector = vectors and (b.ndim == 1 or (b.ndim == a.ndim - 1 and tuple(b.shape) == tuple(a.shape[:-1])))
     if vector:
         b = b[..., None] if left else b[..., None, :]
     if b.ndim < 2 or b.shape[-2 if left else -1] != a.shape[-1]:
@@ -136,10 +136,7 @@ def k_solve(a, b, *, left):
 @kernel("solve_triangular", inputs=[TENSOR, TENSOR], attrs={"upper": Bool(), "left": Bool(),
                                                             "unitriangular": Bool()})
 def k_solve_triangular(a, b, *, upper, left, unitriangular):
-    if b.ndim != a.ndim:
-        raise ValueError(f"solve_triangular: A {tuple(a.shape)} and B {tuple(b.shape)} must have the same number "
-                         "of dims")
-    a, b, _ = _solve_shapes(a, b, left, "solve_triangular")
+    a, b, _ = _solve_shapes(a, b, left, "solve_triangular", vectors=False)  # B is always a matrix here
     if b.size == 0:
         return _solve_result(b, left, False)
     work, out = _lapack_dtype(a, b)

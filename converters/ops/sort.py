@@ -15,7 +15,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..limits import check_elements
 from ..registry import kernel, register
-from ..spec import AXIS, INT_OR_REF, TENSOR, Bool, Enum, Opt
+from ..spec import AXIS, INT_OR_REF, SCALAR, TENSOR, Bool, Enum, Opt
 
 
 def stable_order(x, axis: int, descending: bool):
@@ -272,3 +272,29 @@ def convert_searchsorted(ctx, call):
     ident = [L.identity(ctx.meta(v).rank) for v in (seq, values)]
     ctx.emit("searchsorted", [ctx.tensor(seq, ident[0]), ctx.tensor(values, ident[1])],
              {"right": right, "int32": bool(call.arg("out_int32"))}, perm=ident[1])
+
+
+@kernel("isin", inputs=[SCALAR, SCALAR], attrs={"invert": Bool()})
+def k_isin(elements, test, *, invert):
+    """Whether each entry of ``elements`` (any layout, kept) equals some entry of ``test`` (any shape), compared
+    in the promoted dtype as torch does (NaN is in no set). One comparison per pair: bounded by the element limit."""
+    elements, test = mx.array(elements), mx.array(test).reshape(-1)
+    check_elements([elements.size, test.size], "isin")
+    if test.size == 0:
+        found = mx.zeros(elements.shape, dtype=mx.bool_)
+    else:
+        found = mx.any(elements[..., None] == test, axis=-1)
+    return mx.logical_not(found) if invert else found
+
+
+@register("aten.isin.Tensor_Tensor", "aten.isin.Tensor_Scalar", "aten.isin.Scalar_Tensor")
+def convert_isin(ctx, call):
+    """Kept whole: torch's decomposition picks its algorithm by comparing sizes, a guard that pinned every dim of
+    the elements to the example (``10 * numel ** 0.145 > ...``)."""
+    elements = call.arg("elements") if call.has("elements") else call.arg("element")
+    test = call.arg("test_elements") if call.has("test_elements") else call.arg("test_element")
+    call.arg("assume_unique")  # only a speed hint in torch: the result is the same
+    test_spec = ctx.tensor(test, L.identity(ctx.meta(test).rank)) if ctx.is_tensor(test) else ctx.value(test)
+    elements_spec = ctx.tensor(elements) if ctx.is_tensor(elements) else ctx.value(elements)
+    perm = ctx.perm(elements) if ctx.is_tensor(elements) else L.identity(0)
+    ctx.emit("isin", [elements_spec, test_spec], {"invert": bool(call.arg("invert"))}, perm=perm)

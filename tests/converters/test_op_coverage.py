@@ -173,7 +173,8 @@ EXERCISERS["test_ops_linalg:Linalg"] = Exerciser(_case(linalg_ops.Linalg().eval(
 EXERCISERS["test_ops_linalg:Vectors"] = Exerciser(_case(linalg_ops.Vectors().eval(), (2, 4, 6)))
 EXERCISERS["test_ops_small:Bits"] = Exerciser(_case(small_ops.Bits().eval(), (3, 4)))
 EXERCISERS["test_ops_small:Integers"] = Exerciser(lambda: (small_ops._Fn(
-    lambda a, b: (torch.gcd(a, b), torch.lcm(a, b), torch.gcd_(a.clone(), b), torch.lcm_(a.clone(), b))),
+    lambda a, b: (torch.gcd(a, b), torch.lcm(a, b), torch.gcd_(a.clone(), b), torch.lcm_(a.clone(), b),
+                  torch.isin(a, b), torch.isin(a, 2), torch.isin(3, b))),
     (torch.randint(-20, 20, (3, 4)), torch.randint(-20, 20, (3, 4)))))
 EXERCISERS["test_ops_small:Writes"] = Exerciser(lambda: (small_ops._Fn(lambda x: (
     x.clone().put_(torch.tensor([0, 5]), torch.tensor([1.0, 2.0])), x.put(torch.tensor([1]), torch.tensor([3.0])),

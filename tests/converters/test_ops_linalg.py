@@ -38,6 +38,7 @@ class Linalg(nn.Module):
                 torch.linalg.solve_triangular(a.triu(), b, upper=True),
                 torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True),
                 torch.linalg.solve_triangular(a, b.mT, upper=True, left=False),
+                torch.linalg.solve_triangular(a[..., :1, :, :], b, upper=False),  # batch dims broadcast
                 torch.cholesky_solve(b, chol), torch.cholesky_solve(b, chol.mT, upper=True))
 
 
@@ -147,8 +148,8 @@ def test_half_inputs_compute_in_float32(dtype):
 
 
 def test_empty_batches_give_torch_shapes_and_values():
-    for fn, expected in [("inv", torch.linalg.inv(torch.zeros(0, 3, 3))), ("det", torch.linalg.det(torch.zeros(2, 0, 0))),
-                         ("logdet", torch.logdet(torch.zeros(2, 0, 0))),
+    for fn, expected in [("inv", torch.linalg.inv(torch.zeros(0, 3, 3))),
+                         ("det", torch.linalg.det(torch.zeros(2, 0, 0))), ("logdet", torch.logdet(torch.zeros(2, 0, 0))),
                          ("svdvals", torch.linalg.svdvals(torch.zeros(0, 2, 3)))]:
         shape = {"inv": (0, 3, 3), "det": (2, 0, 0), "logdet": (2, 0, 0), "svdvals": (0, 2, 3)}[fn]
         y = np.array(ops.k_matrix_fn(mx.zeros(shape), fn=fn))

@@ -174,3 +174,20 @@ def test_mode_values_and_indices_match_torch():
     x = (torch.randn(3, 4, 9) * 2).round()
     x[0, 0] = torch.tensor([3.0, 1, 3, 1, 2, 0, 5, 6, 7])  # tie between 1 and 3
     check_converted(model, (x, ints(6, 5)), ((torch.randn(2, 5, 11) * 2).round(), ints(9, 3)), rel=0)
+
+
+def test_isin_keeps_every_dim_dynamic():
+    """Kept whole (torch's decomposition guards on the sizes): a second batch size converts the same port."""
+    test_set = torch.tensor([0, 2, -1, 7])
+
+    def fn(x, f):
+        ints = (x * 3).long()
+        return (torch.isin(ints, test_set), torch.isin(ints, test_set, invert=True), torch.isin(ints, 2),
+                torch.isin(f, torch.tensor([0.5, float("nan"), 1.0])), torch.isin(3, ints))
+
+    def inputs(*shape):
+        f = torch.randn(*shape)
+        f.view(-1)[:3] = torch.tensor([0.5, float("nan"), 1.0])
+        return torch.randn(*shape), f
+
+    check_converted(_Fn(fn), inputs(2, 4, 5), inputs(3, 6, 2), rel=0)
