@@ -412,7 +412,7 @@ def convert_permute(ctx, call):
     ctx.emit("identity", [ctx.tensor(x)], perm=L.permute_perm(ctx.perm(x), tuple(call.arg("dims"))))
 
 
-@register("aten.transpose.int", "aten.swapaxes.default")
+@register("aten.transpose.int", "aten.swapaxes.default", "aten.swapdims.default")
 def convert_transpose(ctx, call):
     x = call.arg("self")
     rank = ctx.meta(x).rank

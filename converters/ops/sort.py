@@ -15,7 +15,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..limits import check_elements
 from ..registry import kernel, register
-from ..spec import AXIS, INT_OR_REF, TENSOR, Bool, Enum, Opt
+from ..spec import AXIS, INT_OR_REF, SCALAR, TENSOR, Bool, Enum, Opt
 
 
 def stable_order(x, axis: int, descending: bool):
@@ -87,6 +87,50 @@ def k_kthvalue(x, k, *, axis, keepdims):
     if not keepdims:
         values, order = mx.squeeze(values, axis), mx.squeeze(order, axis)
     return [values, order.astype(mx.int64)]
+
+
+@kernel("mode", inputs=[TENSOR], attrs={"axis": AXIS, "keepdims": Bool()})
+def k_mode(x, *, axis, keepdims):
+    """``[values, indices]``: the most frequent value along ``axis`` (the smallest of those tied) and the position of
+    its last occurrence (what torch's CPU kernel gives on rows of up to 16, where its sort is stable; longer rows
+    give one of the positions there). NaNs, which torch's kernel cannot order, each count once here."""
+    if x.ndim == 0:
+        return [x, mx.zeros((), dtype=mx.int64)]
+    n = x.shape[axis]
+    if n == 0:
+        raise IndexError("mode(): Expected reduction dim to have non-zero size")
+    v = mx.moveaxis(mx.stop_gradient(x), axis, -1)
+    check_elements([*v.shape, n], "mode")
+    count = mx.sum(v[..., :, None] == v[..., None, :], axis=-1)
+    top = count == mx.max(count, axis=-1, keepdims=True)
+    inexact = mx.issubdtype(v.dtype, mx.inexact)
+    if inexact:
+        big = mx.array(float("inf"), dtype=v.dtype)
+    else:
+        big = mx.array(True) if v.dtype == mx.bool_ else mx.array(mx.iinfo(v.dtype).max, dtype=v.dtype)
+    value = mx.min(mx.where(top & (v == v), v, big), axis=-1, keepdims=True)  # NaN loses to every number
+    if inexact:
+        value = mx.where(mx.all(mx.isnan(v), axis=-1, keepdims=True), v[..., :1], value)
+    where = mx.where(v == value, mx.arange(n), -1)
+    index = mx.max(where, axis=-1, keepdims=True)
+    index = mx.where(index < 0, 0, index)
+    values = mx.take_along_axis(mx.moveaxis(x, axis, -1), index, axis=-1)
+    values, index = mx.moveaxis(values, -1, axis), mx.moveaxis(index, -1, axis)
+    if not keepdims:
+        values, index = mx.squeeze(values, axis), mx.squeeze(index, axis)
+    return [values, index.astype(mx.int64)]
+
+
+@register("aten.mode.default")
+def convert_mode(ctx, call):
+    from ..convert import Info
+
+    x = call.arg("self")
+    rank = ctx.meta(x).rank
+    keep = call.arg("keepdim")
+    out = L.identity(rank) if keep or rank == 0 else L.identity(rank - 1)
+    ctx.emit("mode", [ctx.tensor(x, L.identity(rank))], {"axis": call.arg("dim") % max(rank, 1), "keepdims": keep},
+             items=[Info(m, out) for m in call.meta.items])
 
 
 def _ordering(name):
@@ -228,3 +272,29 @@ def convert_searchsorted(ctx, call):
     ident = [L.identity(ctx.meta(v).rank) for v in (seq, values)]
     ctx.emit("searchsorted", [ctx.tensor(seq, ident[0]), ctx.tensor(values, ident[1])],
              {"right": right, "int32": bool(call.arg("out_int32"))}, perm=ident[1])
+
+
+@kernel("isin", inputs=[SCALAR, SCALAR], attrs={"invert": Bool()})
+def k_isin(elements, test, *, invert):
+    """Whether each entry of ``elements`` (any layout, kept) equals some entry of ``test`` (any shape), compared
+    in the promoted dtype as torch does (NaN is in no set). One comparison per pair: bounded by the element limit."""
+    elements, test = mx.array(elements), mx.array(test).reshape(-1)
+    check_elements([elements.size, test.size], "isin")
+    if test.size == 0:
+        found = mx.zeros(elements.shape, dtype=mx.bool_)
+    else:
+        found = mx.any(elements[..., None] == test, axis=-1)
+    return mx.logical_not(found) if invert else found
+
+
+@register("aten.isin.Tensor_Tensor", "aten.isin.Tensor_Scalar", "aten.isin.Scalar_Tensor")
+def convert_isin(ctx, call):
+    """Kept whole: torch's decomposition picks its algorithm by comparing sizes, a guard that pinned every dim of
+    the elements to the example (``10 * numel ** 0.145 > ...``)."""
+    elements = call.arg("elements") if call.has("elements") else call.arg("element")
+    test = call.arg("test_elements") if call.has("test_elements") else call.arg("test_element")
+    call.arg("assume_unique")  # only a speed hint in torch: the result is the same
+    test_spec = ctx.tensor(test, L.identity(ctx.meta(test).rank)) if ctx.is_tensor(test) else ctx.value(test)
+    elements_spec = ctx.tensor(elements) if ctx.is_tensor(elements) else ctx.value(elements)
+    perm = ctx.perm(elements) if ctx.is_tensor(elements) else L.identity(0)
+    ctx.emit("isin", [elements_spec, test_spec], {"invert": bool(call.arg("invert"))}, perm=perm)

@@ -39,6 +39,8 @@ from tests.converters import test_ops_pool_options as pool_options
 from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
 from tests.converters import test_ops_views as views
+from tests.converters import test_ops_linalg as linalg_ops
+from tests.converters import test_ops_small as small_ops
 from tests.converters import test_ops_added as added
 from tests.converters import test_ops_losses as losses
 from tests.converters import test_torchscript_composites as ts_composites
@@ -179,6 +181,19 @@ EXERCISERS["test_train_mode_droppath:Block"] = Exerciser(
     _case(droppath.Block(8, 2, attn_drop=0.5, drop_path=0.2).eval(), (2, 5, 8)), "dynamic")
 EXERCISERS["test_train_mode_droppath:BartAttention"] = Exerciser(
     _case(droppath.BartAttention(8, 2, dropout=0.3).eval(), (2, 5, 8)), "dynamic")
+EXERCISERS["test_ops_linalg:Linalg"] = Exerciser(_case(linalg_ops.Linalg().eval(), (2, 4, 6)))
+EXERCISERS["test_ops_linalg:Vectors"] = Exerciser(_case(linalg_ops.Vectors().eval(), (2, 4, 6)))
+EXERCISERS["test_ops_small:Bits"] = Exerciser(_case(small_ops.Bits().eval(), (3, 4)))
+EXERCISERS["test_ops_small:Integers"] = Exerciser(lambda: (small_ops._Fn(
+    lambda a, b: (torch.gcd(a, b), torch.lcm(a, b), torch.gcd_(a.clone(), b), torch.lcm_(a.clone(), b),
+                  torch.isin(a, b), torch.isin(a, 2), torch.isin(3, b))),
+    (torch.randint(-20, 20, (3, 4)), torch.randint(-20, 20, (3, 4)))))
+EXERCISERS["test_ops_small:Writes"] = Exerciser(lambda: (small_ops._Fn(lambda x: (
+    x.clone().put_(torch.tensor([0, 5]), torch.tensor([1.0, 2.0])), x.put(torch.tensor([1]), torch.tensor([3.0])),
+    torch.diagonal_scatter(x, x.diagonal() * 2), x.clone().index_reduce_(0, torch.tensor([0, 0]), x[:2], "amax"),
+    x.index_reduce(0, torch.tensor([1, 0]), x[:2], "mean", include_self=False), x.swapdims(0, 1),
+    torch.ldexp(x, torch.tensor([1, 2, 3, 4])), x.clone().ldexp_(torch.tensor([1, 0, 1, 0])),
+    torch.nextafter(x.clone(), x).nextafter_(x), *torch.mode(x))), (torch.randn(4, 4),)))
 EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
     lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
 
