@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .capture_fold import ConstantStore
-from .capture_fold_export import ExportFolder
+from .capture_fold_export import ExportFolder, constant_inputs
 from .capture_guards import input_checks
 from .capture_regions import Inliner
 from .errors import CaptureError
@@ -204,7 +204,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     locations = found[0] if found else None
     input_locations = [] if found else None  # per graph input: ("arg", i) or ("kw", key)
     unused = {n.name for n in ep.graph.nodes if n.op == "placeholder" and not n.users}
-    foldable, lifted = {}, set()  # placeholder -> tensor of the constants folding may read; lifted constants
+    foldable, lifted = constant_inputs(ep)  # placeholder -> tensor of the constants folding may read
     for spec in sig.input_specs:
         name = spec.arg.name
         if spec.kind == InputKind.USER_INPUT:
@@ -227,10 +227,6 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
                 f"({name!r}: a torch.Generator passed to a random op, or a TorchScript class object); Porter converts "
                 "tensors, parameters and constants only: create random numbers outside the forward and pass them in")
         t = tensor.detach()
-        if spec.kind == InputKind.CONSTANT_TENSOR or (spec.kind == InputKind.BUFFER and not spec.persistent):
-            foldable[name] = t  # never a parameter or a persistent buffer (porter update changes those)
-            if spec.kind == InputKind.CONSTANT_TENSOR:
-                lifted.add(name)
         shared = first_name.setdefault(_identity(t), target) if t.numel() else target
         if shared != target:  # a tied weight (one tensor under two names): read through its first name
             aliases[target] = shared

@@ -79,6 +79,35 @@ def _storable_meta(val) -> bool:
     return val is None or isinstance(val, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
+def constant_inputs(ep) -> tuple:
+    """``({placeholder: tensor}, lifted)``: the program's inputs that are constants (lifted constants and
+    non-persistent buffers; never parameters or persistent buffers, which ``porter update`` changes), and which of
+    them are lifted constants."""
+    from torch.export.graph_signature import InputKind
+
+    constants, lifted = {}, set()
+    for spec in ep.graph_signature.input_specs:
+        constant = spec.kind == InputKind.CONSTANT_TENSOR or (spec.kind == InputKind.BUFFER and not spec.persistent)
+        if not constant:
+            continue
+        tensor = ep.constants.get(spec.target, ep.state_dict.get(spec.target))
+        if isinstance(tensor, torch.Tensor):
+            constants[spec.arg.name] = tensor.detach()
+            if spec.kind == InputKind.CONSTANT_TENSOR:
+                lifted.add(spec.arg.name)
+    return constants, lifted
+
+
+def folded_ops(ep) -> set:
+    """The ops every call of which folds (no need to decompose them: ``capture_decompose.py``)."""
+    folder = ExportFolder(ep, constant_inputs(ep)[0], None)
+    calls: dict = {}
+    for e in folder.entries:
+        if isinstance(e.node.target, torch._ops.OpOverload):
+            calls.setdefault(e.node.target, []).append(e.key)
+    return {op for op, keys in calls.items() if all(key in folder.folded for key in keys)}
+
+
 class ExportFolder:
     """The folding of one exported program. ``constants``: placeholder name -> tensor for the placeholders that are
     constants (lifted constants, non-persistent buffers); ``store`` makes the graph constants."""
@@ -153,6 +182,7 @@ class ExportFolder:
     def _analyse(self, ep) -> set:
         entries, readers = [], set()
         self._entries(ep.graph, ep.graph_module, "", {}, False, entries, readers)
+        self.entries = entries
         by_key = {e.key: e for e in entries}
         demoted: set = set()
         while True:
