@@ -45,10 +45,10 @@ def unsupported_with_decomposition(ep, table) -> dict:
     todo = [op for op in _targets(ep) if not has_converter(op_name(op)) and op in table]
     if not todo:
         return {}
-    from . import capture_export
+    from . import capture_fold
     from .capture_fold_export import folded_ops
 
-    folded = folded_ops(ep) if capture_export.FOLDING else set()
+    folded = folded_ops(ep) if capture_fold.ENABLED else set()
     return {op: table[op] for op in todo if op not in folded}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import capture_fold
 from .capture_fold import ConstantStore
 from .capture_fold_export import ExportFolder, constant_inputs
 from .capture_guards import input_checks
@@ -21,11 +22,6 @@ from .capture_regions import Inliner
 from .errors import CaptureError
 from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 from . import output_tree
-
-
-# calls whose inputs are all constants are evaluated at conversion and stored (capture_fold.py); False: every call
-# stays in the graph, as before (a switch for comparing the two)
-FOLDING = True
 
 
 def _dtype_name(dtype) -> str:
@@ -248,7 +244,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         return Ref(env.get(node.name, node.name))
 
     store = ConstantStore(params, param_values, param_dtypes, not_in_state_dict, metas)
-    folder = ExportFolder(ep, foldable, store) if FOLDING else None
+    folder = ExportFolder(ep, foldable, store) if capture_fold.ENABLED else None
     inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place, folder)
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":

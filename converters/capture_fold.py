@@ -29,6 +29,8 @@ import torch
 
 from .ir import Ref, ValueMeta
 
+# the switch: False records every call as before (no folding, no mask positions), in both frontends
+ENABLED = True
 LIMIT_BYTES = 64 << 20  # a folded value larger than this stays a graph call
 PREFIX = "_folded_"  # the state_dict-style name of a folded constant: _folded_<node>
 

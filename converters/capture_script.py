@@ -21,8 +21,6 @@ from .ir import Graph, Node, Ref, ValueMeta, iter_refs
 from .guards import static_checks
 from .registry import UnsupportedOpsError
 
-# calls whose inputs are all constants are evaluated here and stored (capture_fold.py); False: recorded as before
-FOLDING = True
 _INT_OPS = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floordiv", "floor_divide": "floordiv",
             "div": "truediv", "remainder": "mod", "neg": "neg", "pow": "pow"}
 # overloads of _INT_OPS a trace calls on prim::NumToTensor numbers (size arithmetic)
@@ -476,7 +474,7 @@ class _Interpreter:
             explicit.append(a.name)
         for a in schema.arguments[len(ins):]:
             ir_args[a.name] = _literal(a.default_value) if a.has_default_value() else None
-        if FOLDING and f"{namespace}.{base}.{overload}" in F.MASK_OPS and isinstance(ir_args.get("indices"), list):
+        if F.ENABLED and f"{namespace}.{base}.{overload}" in F.MASK_OPS and isinstance(ir_args.get("indices"), list):
             given = dict(zip((a.name for a in schema.arguments), (value for _, value in ins)))
             ir_args["indices"] = self.folder.masks(ir_args["indices"], given["indices"])
         concrete = op(*args, **kwargs)
@@ -493,9 +491,9 @@ class _Interpreter:
         if all_literal and not is_tensor_out:
             self.env[outs[0]] = (_literal(concrete), concrete)  # constant folding (shapes, flags, arithmetic)
             return
-        if FOLDING and self.folder.fold(op, kwargs, ins, concrete, outs, self.env, base):
+        if F.ENABLED and self.folder.fold(op, kwargs, ins, concrete, outs, self.env, base):
             return  # every input a constant: the value is stored (capture_fold.py)
-        if FOLDING and _in_place(base) and ins:
+        if F.ENABLED and _in_place(base) and ins:
             self.folder.check_write(ins[0], self.env)
         if base in _INT_OPS and not is_tensor_out and overload in ("int", "default", "Scalar", "float"):
             names = ["a", "b"][: len(ins)]

@@ -335,11 +335,14 @@ def test_a_fold_over_the_size_limit_stays_a_graph_call(monkeypatch):
 
 
 def test_the_switch_turns_folding_off(monkeypatch):
-    from porter.converters import capture_export
-
-    monkeypatch.setattr(capture_export, "FOLDING", False)
+    monkeypatch.setattr(capture_fold, "ENABLED", False)
+    model = Windowed(lambda: torch.hamming_window(16)).eval()
     with pytest.raises(UnsupportedOpsError, match="hamming_window"):
-        porter.convert(Windowed(lambda: torch.hamming_window(16)).eval(), torch.randn(2, 16))
+        porter.convert(model, torch.randn(2, 16))
+    with pytest.raises(UnsupportedOpsError, match="hamming_window"):
+        porter.convert(torch.jit.trace(model, torch.randn(2, 16)), torch.randn(2, 16))
+    with pytest.raises(UnsupportedOpsError, match="nonzero"):  # MaskSelect's x[:, keep.nonzero()]
+        porter.convert(MaskSelect().eval(), (torch.randn(2, 7, 3), torch.randn(2, 3, 4, 2)))
 
 
 # ---------------------------------------------------------------------------------------------------- artifacts
