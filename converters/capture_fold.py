@@ -45,6 +45,10 @@ _RANDOM = frozenset({"rand", "randn", "randint", "rand_like", "randn_like", "ran
 # uninitialised memory: folded as zeros (torch's values are whatever the allocator had; zeros are one of them)
 _EMPTY = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
 MASK_OPS = frozenset({"aten.index.Tensor"})  # ops whose ``indices`` may hold a constant boolean mask
+# ops that read their first argument's dtype, device and (``*_like``) sizes only, never its values: with those known
+# at conversion (static sizes) they fold whatever the argument is (torchvision's Swin: ``x.new_zeros((H, W))``)
+NEW_LIKE = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "new_empty_strided"})
+SIZED_LIKE = frozenset({"zeros_like", "ones_like", "full_like", "empty_like"})
 
 
 def op_base(target) -> str:
@@ -77,6 +81,12 @@ def foldable(target, kwargs: dict) -> bool:
             return False
         return not target._schema.is_mutable or writes_first_only(target._schema)
     return getattr(target, "__module__", None) in ("_operator", "operator", "math") and target is not operator.setitem
+
+
+def stand_in(example: "torch.Tensor") -> "torch.Tensor":
+    """A real tensor with ``example``'s sizes, strides and dtype (its values never read)."""
+    return torch.empty_strided([int(s) for s in example.shape], [int(s) for s in example.stride()],
+                               dtype=example.dtype)
 
 
 def evaluate(target, args, kwargs):

@@ -71,6 +71,17 @@ def _static(val):
     return None
 
 
+def _metadata_only(node) -> bool:
+    """``x.new_zeros(sizes)``, ``zeros_like(x)``...: ``x`` read for its dtype, device and static sizes only."""
+    first = node.args[0] if node.args else None
+    val = first.meta.get("val") if isinstance(first, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return False
+    base = F.op_base(node.target)
+    return base in F.NEW_LIKE or (base in F.SIZED_LIKE and all(isinstance(s, int)
+                                                                for s in list(val.shape) + list(val.stride())))
+
+
 def _storable_meta(val) -> bool:
     if isinstance(val, torch.Tensor):
         return val.dtype in F.STORABLE and val.layout == torch.strided
@@ -145,8 +156,8 @@ class ExportFolder:
                 if items is not None:
                     env[node.name] = items[node.args[1]]
                 continue
-            inputs = [key_of(n) for n in node.all_input_nodes]
             first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+            inputs = [key_of(n) for n in node.all_input_nodes if n is not first or not _metadata_only(node)]
             written = [key_of(node.args[i]) for i in _written(node.target)
                        if i < len(node.args) and isinstance(node.args[i], torch.fx.Node)]
             aliases = _is_view(node.target) or (node.target is operator.getitem and first is not None) \
@@ -224,7 +235,13 @@ class ExportFolder:
         def real(n):
             return self.real[env.get(n.name, n.name)]
 
-        args, kwargs = torch.fx.node.map_arg((fx_node.args, fx_node.kwargs), real)
+        if _metadata_only(fx_node):  # the first argument's metadata only: a stand-in of its sizes and dtype
+            val = fx_node.args[0].meta["val"]
+            first = F.stand_in(val) if F.op_base(fx_node.target) in F.SIZED_LIKE else torch.empty(0, dtype=val.dtype)
+            args, kwargs = torch.fx.node.map_arg((fx_node.args[1:], fx_node.kwargs), real)
+            args = (first, *args)
+        else:
+            args, kwargs = torch.fx.node.map_arg((fx_node.args, fx_node.kwargs), real)
         try:
             out = F.evaluate(fx_node.target, args, kwargs)
         except Exception as e:  # noqa: BLE001
@@ -257,11 +274,23 @@ class ExportFolder:
         """An IR argument with every folded value replaced by its graph constant."""
         if isinstance(value, Ref):
             if value.name in self.folded and value.name not in self.sources:
-                return self.store.value(self.real[value.name], value.name)
+                real = self.real[value.name]
+                return self._source_like(real) or self.store.value(real, value.name)
             return value
         if isinstance(value, (list, tuple)):
             return [self.substitute(v) for v in value]
         return value
+
+    def _source_like(self, value) -> "Ref | None":
+        """The constant input holding exactly ``value`` (``lift_fresh_copy`` of a ``torch.tensor`` literal, a
+        ``clone``), read under its own name rather than stored twice; None when there is none."""
+        if not isinstance(value, torch.Tensor):
+            return None
+        for name in self.sources:
+            source = self.real[name]
+            if source.dtype == value.dtype and source.shape == value.shape and torch.equal(source, value):
+                return Ref(name)
+        return None
 
     def rewrite(self, node, fx_node) -> None:
         """``node`` (the IR of a graph call) reading constants: their graph forms, constant boolean masks of

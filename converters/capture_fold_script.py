@@ -53,7 +53,10 @@ class ScriptFolder:
 
     def fold(self, op, kwargs: dict, ins: list, concrete, outs: list, env: dict, name: str) -> bool:
         """Bind ``outs`` to the stored value of the call when it folds; False (nothing done) otherwise."""
-        if not (F.foldable(op, kwargs) and all(self.constant(ir) for ir, _ in ins)):
+        # x.new_zeros(sizes) reads x's dtype and device only (zeros_like(x) reads its sizes too, which TorchScript
+        # reads at run time: not folded)
+        read = ins[1:] if F.op_base(op) in F.NEW_LIKE else ins
+        if not (F.foldable(op, kwargs) and all(self.constant(ir) for ir, _ in read)):
             return False
         if F.nbytes(concrete) > F.LIMIT_BYTES or not F.storable(concrete):
             return False

@@ -174,6 +174,25 @@ def test_a_write_of_an_input_value_into_a_constant_tensor_is_not_folded():
     check_converted(Written().eval(), torch.randn(2, 4), torch.randn(6, 4))
 
 
+class ShiftMask(nn.Module):
+    """torchvision's Swin attention mask: ``x.new_zeros`` (x read for its dtype only) written band by band."""
+
+    def forward(self, x):  # (B, 8, 8, C)
+        mask = x.new_zeros((8, 8))
+        count = 0
+        for h in ((0, -4), (-4, -2), (-2, None)):
+            for w in ((0, -4), (-4, -2), (-2, None)):
+                mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+        return x + mask[None, :, :, None] + torch.ones_like(x[0]) * 0.5
+
+
+def test_new_zeros_of_an_input_folds_with_its_writes():
+    ported = _convert_both(ShiftMask().eval(), torch.randn(2, 8, 8, 3), torch.randn(5, 8, 8, 3))
+    # the banded mask (viewed to (1, 8, 8, 1)); ones_like(x[0]) follows x's sizes: not folded
+    assert [r["torch_shape"] for r in _folded(ported).values()] == [[1, 8, 8, 1]]
+
+
 def test_torchscript_writes_from_the_input_into_folded_tensors():
     """A direct write into a folded tensor is recorded as before; a write through a view of one is refused (the
     write would not reach the tensor it views)."""
