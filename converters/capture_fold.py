@@ -44,7 +44,8 @@ _RANDOM = frozenset({"rand", "randn", "randint", "rand_like", "randn_like", "ran
                      "cauchy", "geometric", "log_normal", "random"})
 # uninitialised memory: folded as zeros (torch's values are whatever the allocator had; zeros are one of them)
 _EMPTY = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
-MASK_OPS = frozenset({"aten.index.Tensor"})  # ops whose ``indices`` may hold a constant boolean mask
+# ops whose ``indices`` may hold a constant boolean mask (``x[:, mask]``, ``y[:, mask] = v``)
+MASK_OPS = frozenset({"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default"})
 # ops that read their first argument's dtype, device and (``*_like``) sizes only, never its values: with those known
 # at conversion (static sizes) they fold whatever the argument is (torchvision's Swin: ``x.new_zeros((H, W))``)
 NEW_LIKE = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "new_empty_strided"})
@@ -124,6 +125,12 @@ def mask_positions(mask: "torch.Tensor") -> list:
 
 def is_mask(value) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.dim() >= 1
+
+
+def keeps_mask(op: str, indices: list, values_numel) -> bool:
+    """Whether a constant mask stays a mask: ``y[mask] = scalar`` (one index, one value) converts as a ``where``
+    over the mask, the same values without a scatter; every other mask indexing becomes positions."""
+    return op != "aten.index.Tensor" and len(indices) == 1 and values_numel == 1
 
 
 class ConstantStore:

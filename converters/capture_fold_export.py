@@ -16,6 +16,7 @@ views as before), and a write into a parameter or buffer never folds (the walk r
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Optional
@@ -295,7 +296,8 @@ class ExportFolder:
     def rewrite(self, node, fx_node) -> None:
         """``node`` (the IR of a graph call) reading constants: their graph forms, constant boolean masks of
         indexing as their positions (the sizes they give bound)."""
-        if node.op in F.MASK_OPS and isinstance(node.args.get("indices"), list):
+        if node.op in F.MASK_OPS and isinstance(node.args.get("indices"), list) \
+                and not F.keeps_mask(node.op, node.args["indices"], self._numel(node.args.get("values"))):
             indices = []
             for i in node.args["indices"]:
                 mask = self.real.get(i.name) if isinstance(i, Ref) and i.name in self.folded else None
@@ -308,6 +310,17 @@ class ExportFolder:
                     self._bind(s, int(mask.sum()))
             node.args["indices"] = indices
         node.args = {k: self.substitute(v) for k, v in node.args.items()}
+
+    def _numel(self, value) -> "int | None":
+        """The element count of an IR value, when known at conversion."""
+        if not isinstance(value, Ref):
+            return None
+        real = self.real.get(value.name) if value.name in self.folded else None
+        if isinstance(real, torch.Tensor):
+            return real.numel()
+        meta = (self.store.metas or {}).get(value.name)
+        shape = meta.shape if meta is not None and meta.kind == "tensor" else None
+        return math.prod(shape) if shape is not None and all(isinstance(s, int) for s in shape) else None
 
     def resolve_sizes(self, metas) -> None:
         """Data-dependent sizes of folded values (``u0``) replaced by their values in ``metas`` (ValueMeta)."""

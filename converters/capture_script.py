@@ -476,7 +476,10 @@ class _Interpreter:
             ir_args[a.name] = _literal(a.default_value) if a.has_default_value() else None
         if F.ENABLED and f"{namespace}.{base}.{overload}" in F.MASK_OPS and isinstance(ir_args.get("indices"), list):
             given = dict(zip((a.name for a in schema.arguments), (value for _, value in ins)))
-            ir_args["indices"] = self.folder.masks(ir_args["indices"], given["indices"])
+            values = given.get("values")
+            if not F.keeps_mask(f"{namespace}.{base}.{overload}", given["indices"],
+                                values.numel() if isinstance(values, torch.Tensor) else None):
+                ir_args["indices"] = self.folder.masks(ir_args["indices"], given["indices"])
         concrete = op(*args, **kwargs)
         if isinstance(concrete, bool):
             # tensor metadata (is_nested, is_floating_point, requires_grad) or a value test: fixed to the example

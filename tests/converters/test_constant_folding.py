@@ -280,6 +280,26 @@ def test_constant_mask_select_is_an_index_with_gradients():
     _assert_input_grads(ported, model, inputs[0])
 
 
+class MaskWrite(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keep", torch.tensor([True, False, True, True]), persistent=False)
+
+    def forward(self, x, v):
+        y = x * 1.5
+        y[:, self.keep] = v  # several values: the mask's positions, a scatter
+        z = x.clone()
+        z[self.keep.expand(x.shape[0], 4)] = 2.0  # one value: stays a mask (a where)
+        return y, z
+
+
+def test_constant_mask_write_with_gradients():
+    model = MaskWrite().eval()
+    inputs = [(torch.randn(b, 4), torch.randn(b, 3)) for b in (2, 5)]
+    ported = check_converted(model, *inputs)
+    _assert_input_grads(ported, model, inputs[1])
+
+
 def test_literal_mask_select_through_torchscript():
     class Literal(nn.Module):
         def forward(self, x):
