@@ -90,6 +90,13 @@ def stand_in(example: "torch.Tensor") -> "torch.Tensor":
                                dtype=example.dtype)
 
 
+def is_check(target) -> bool:
+    """An assertion export inserts (``_assert_tensor_metadata``, ``_assert_scalar``, ``sym_constrain_range``): on
+    constants it holds on every call, so it is run once at conversion and dropped."""
+    base = op_base(target)
+    return base.startswith("_assert") or base.startswith("sym_constrain_range")
+
+
 def evaluate(target, args, kwargs):
     """``target(*args, **kwargs)`` on real values, as torch computes it (no autograd); ``empty`` gives zeros."""
     with torch.no_grad():

@@ -143,8 +143,9 @@ class ExportFolder:
                 if not prefix:
                     entries.append(_Entry(node.name, node, [], None, candidate=node.name in self.sources))
                 continue
-            if node.op == "output":
-                outputs = [key_of(n) for n in node.all_input_nodes]
+            if node.op == "output":  # a region's outputs by position (the walk's getitem reads them so)
+                results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+                outputs = [key_of(n) if isinstance(n, torch.fx.Node) else None for n in results]
                 continue
             if node.op != "call_function":
                 continue
@@ -166,10 +167,11 @@ class ExportFolder:
             val = node.meta.get("val")
             entries.append(_Entry(
                 prefix + node.name, node, inputs, key_of(first) if aliases and first is not None else None, written,
-                candidate=not autocast and F.foldable(node.target, node.kwargs) and _sizes_allowed(val),
+                candidate=not autocast and (F.is_check(node.target) or F.foldable(node.target, node.kwargs)
+                                            and _sizes_allowed(val)),
                 storable=_storable_meta(val)))
         if not prefix:
-            readers.update(outputs)
+            readers.update(k for k in outputs if k is not None)
         return outputs
 
     def _region(self, node, owner, prefix, key_of, autocast, entries, readers):

@@ -149,6 +149,28 @@ def test_relative_position_table_built_in_the_forward():
     _assert_input_grads(ported, model, inputs[1])
 
 
+class RotaryNoGrad(nn.Module):
+    """Llama-style rotary tables computed under ``torch.no_grad()`` in the forward (an exported region)."""
+
+    @torch.no_grad()
+    def tables(self):
+        inv = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+        freqs = torch.outer(torch.arange(6).float(), inv)
+        return freqs.cos(), freqs.sin()
+
+    def forward(self, x):  # (B, 6, 8)
+        cos, sin = self.tables()
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+
+def test_constants_inside_a_no_grad_region_fold():
+    model = RotaryNoGrad().eval()
+    ported = check_converted(model, torch.randn(2, 6, 8), torch.randn(3, 6, 8))
+    assert sorted(r["torch_shape"] for r in _folded(ported).values()) == [[6, 4], [6, 4]]
+    _assert_input_grads(ported, model, (torch.randn(2, 6, 8),))
+
+
 def test_a_constant_read_before_and_after_an_in_place_write():
     """Graph calls reading a folded tensor see it as of their place in the forward."""
 
