@@ -21,7 +21,7 @@ def _storage(t) -> "int | None":
     if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
         return None
     try:
-        return t.untyped_storage().data_ptr()
+        return t.untyped_storage().data_ptr() or None  # empty tensors share address 0: no memory to alias
     except (RuntimeError, NotImplementedError):
         return None
 
