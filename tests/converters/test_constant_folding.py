@@ -322,6 +322,23 @@ def test_constant_mask_write_with_gradients():
     _assert_input_grads(ported, model, inputs[1])
 
 
+class ValueSized(nn.Module):
+    """Ops whose result size depends on values (refused on inputs): on constants, their sizes are known."""
+
+    def forward(self, x):
+        repeated = torch.repeat_interleave(x, torch.tensor([1, 0, 3]), dim=1)
+        rows, cols = torch.where(torch.tensor([[True, False, True], [False, True, False]]))
+        return repeated, x[:, rows] * x[:, cols]
+
+
+def test_value_sized_ops_on_constants_fold():
+    """torch.export only: TorchScript records ``repeat_interleave(x, repeats)`` as one call on the input (refused)."""
+    model = ValueSized().eval()
+    ported = check_converted(model, torch.randn(2, 3), torch.randn(5, 3))
+    assert len(_folded(ported)) == 3
+    _assert_input_grads(ported, model, (torch.randn(3, 3),))
+
+
 def test_literal_mask_select_through_torchscript():
     class Literal(nn.Module):
         def forward(self, x):
