@@ -39,8 +39,17 @@ def _targets(ep) -> set:
 
 
 def unsupported_with_decomposition(ep, table) -> dict:
-    """``{op: decomposition}`` for the program's ops that have no converter and that ``table`` decomposes."""
-    return {op: table[op] for op in _targets(ep) if not has_converter(op_name(op)) and op in table}
+    """``{op: decomposition}`` for the program's ops that have no converter and that ``table`` decomposes, except
+    ops whose every call is folded into a constant at capture (``capture_fold.py``: torch's own kernel computes
+    them, ``hann_window`` included)."""
+    todo = [op for op in _targets(ep) if not has_converter(op_name(op)) and op in table]
+    if not todo:
+        return {}
+    from . import capture_fold
+    from .capture_fold_export import folded_ops
+
+    folded = folded_ops(ep) if capture_fold.ENABLED else set()
+    return {op: table[op] for op in todo if op not in folded}
 
 
 def decompose_unsupported(ep):

@@ -14,6 +14,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import capture_fold
+from .capture_fold import ConstantStore
+from .capture_fold_export import ExportFolder, constant_inputs
 from .capture_guards import input_checks
 from .capture_regions import Inliner
 from .errors import CaptureError
@@ -197,6 +200,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     locations = found[0] if found else None
     input_locations = [] if found else None  # per graph input: ("arg", i) or ("kw", key)
     unused = {n.name for n in ep.graph.nodes if n.op == "placeholder" and not n.users}
+    foldable, lifted = constant_inputs(ep)  # placeholder -> tensor of the constants folding may read
     for spec in sig.input_specs:
         name = spec.arg.name
         if spec.kind == InputKind.USER_INPUT:
@@ -239,7 +243,9 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     def resolve(node):
         return Ref(env.get(node.name, node.name))
 
-    inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place)
+    store = ConstantStore(params, param_values, param_dtypes, not_in_state_dict, metas)
+    folder = ExportFolder(ep, foldable, store) if capture_fold.ENABLED else None
+    inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place, folder)
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             input_meta[fx_node.name] = metas[fx_node.name] = value_meta(fx_node.meta.get("val"))
@@ -255,9 +261,11 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             results = fx_node.args[0]
             for spec, value in zip(sig.output_specs, results):
                 if spec.kind == OutputKind.USER_OUTPUT:
-                    for ref in iter_refs([literal(value, resolve)]):
+                    value = literal(value, resolve)
+                    value = folder.substitute(value) if folder is not None else value
+                    for ref in iter_refs([value]):
                         inliner.check_readable(ref.name, "the model's output")
-                    outputs.append(literal(value, resolve))
+                    outputs.append(value)
                 elif spec.kind == OutputKind.BUFFER_MUTATION:
                     if not _is_norm_statistic(spec.target):  # a state the next call would read: not dropped
                         raise NotImplementedError(_state_message(spec.target))
@@ -269,6 +277,9 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     for name, target in placeholder_target.items():  # an in-place write (copy_, add_, x[i] = ...) into a buffer
         if name in inliner.written and not _is_norm_statistic(target):
             raise NotImplementedError(_state_message(target))
+    if folder is not None:
+        _drop_unread_constants(nodes, outputs, store, lifted, param_values)
+        folder.resolve_sizes([n.meta for n in nodes])
 
     graph = Graph(
         inputs=user_inputs,
@@ -293,6 +304,18 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     if found is not None:
         graph.input_locations, graph.input_constants = input_locations, constants + [(n, None) for n in found[1]]
     return graph
+
+
+def _drop_unread_constants(nodes, outputs, store, lifted: set, param_values: dict) -> None:
+    """Folded constants and lifted constants that no graph call reads any more (every reader was folded)."""
+    read = {r.name for n in nodes for r in iter_refs(list(n.args.values()))} | {r.name for r in iter_refs(outputs)}
+    store.prune(read)
+    for name in lifted - read:
+        target = param_values.pop(name, None)
+        if target is not None and target not in param_values.values():
+            store.params.pop(target, None)
+            store.param_dtypes.pop(target, None)
+            store.not_in_state_dict.discard(target)
 
 
 _NORM_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")

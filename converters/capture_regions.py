@@ -108,10 +108,13 @@ class Inliner:
     ``make_node(fx_node, name, resolve)`` builds the IR node of one call, ``scopes_of(fx_node.meta)`` its module
     scopes; ``env`` maps fx node names of the current scope to value names; ``metas`` maps value names to
     :class:`ValueMeta`. In-place writes are followed here too: into a view (written back into its bases), and
-    views made stale by a write into their base (reading one raises).
+    views made stale by a write into their base (reading one raises). ``folder`` (constant folding,
+    ``capture_fold_export.py``) evaluates the calls whose inputs are all constants instead of emitting them.
     """
 
-    def __init__(self, make_node: Callable, scopes_of: Callable, nodes: list, metas: dict, in_place: Callable):
+    def __init__(self, make_node: Callable, scopes_of: Callable, nodes: list, metas: dict, in_place: Callable,
+                 folder=None):
+        self.folder = folder  # constant folding (capture_fold_export.ExportFolder), or None
         self.make_node = make_node
         self.scopes_of = scopes_of
         self.nodes = nodes
@@ -136,7 +139,13 @@ class Inliner:
             if region is not None:
                 env[fx_node.name] = region[fx_node.args[1]]
                 return
+        if self.folder is not None and self.folder.folds(prefix + fx_node.name):
+            self.folder.run(fx_node, prefix + fx_node.name, env)  # a constant: evaluated now, no graph call
+            env[fx_node.name] = prefix + fx_node.name
+            return
         node = self.make_node(fx_node, prefix + fx_node.name, resolve)
+        if self.folder is not None:
+            self.folder.rewrite(node, fx_node)  # folded values it reads -> graph constants
         for ref in node.refs():
             self.check_readable(ref, f"[{node.op}] (in module {node.module!r})")
         if state.autocast is not None:

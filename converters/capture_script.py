@@ -14,7 +14,9 @@ import warnings
 
 import torch
 
+from . import capture_fold as F
 from .capture_export import _dtype_name, _in_place, _is_norm_statistic, _state_message, host_view
+from .capture_fold_script import ScriptFolder
 from .ir import Graph, Node, Ref, iter_refs
 from .guards import static_checks
 from .registry import UnsupportedOpsError
@@ -60,6 +62,11 @@ class _Interpreter:
         # input dims something was fixed to the example on (a branch, a size computed from the input), by name
         self.specialised: set = set()
         self.input_names: list = []
+        try:  # what the user's state_dict holds: never folded (porter update changes it)
+            self.state_keys = set(module.state_dict())
+        except Exception:  # noqa: BLE001  (a ScriptModule that cannot list its state: no buffer is a constant)
+            self.state_keys = None
+        self.folder = ScriptFolder(F.ConstantStore(self.params, self.param_values, self.param_dtypes, set()))
 
     def name_for(self, base: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "v"
@@ -76,7 +83,10 @@ class _Interpreter:
             self.param_dtypes[name] = _dtype_name(tensor.dtype)
             if trainable:
                 self.trainable.add(name)
-        return Ref(value_name), tensor.detach().clone()
+        copy = tensor.detach().clone()
+        if not trainable and self.state_keys is not None and name not in self.state_keys:
+            self.folder.add_source(Ref(value_name), name, copy)  # a constant: calls reading only such fold
+        return Ref(value_name), copy
 
     def record(self, ts_node, op: str, args: dict, explicit: list, concrete):
         scopes = hierarchy(ts_node)
@@ -193,6 +203,8 @@ class _Interpreter:
             ir, value = ins[0] if ins else (None, None)
             if kind in ("aten::Int", "aten::IntImplicit") and isinstance(value, torch.Tensor):
                 value = int(value)
+            if isinstance(ir, Ref) and self.folder.constant(ir) and isinstance(value, (bool, int, float)):
+                ir = value  # a number read from a constant tensor is a literal
             self.env[outs[0]] = (ir, value)
         elif kind == "prim::If":
             self.branch(node, ins[0], outs)
@@ -362,6 +374,12 @@ class _Interpreter:
             explicit.append(a.name)
         for a in schema.arguments[len(ins):]:
             ir_args[a.name] = literal(a.default_value) if a.has_default_value() else None
+        if F.ENABLED and f"{namespace}.{base}.{overload}" in F.MASK_OPS and isinstance(ir_args.get("indices"), list):
+            given = dict(zip((a.name for a in schema.arguments), (value for _, value in ins)))
+            values = given.get("values")
+            if not F.keeps_mask(f"{namespace}.{base}.{overload}", given["indices"],
+                                values.numel() if isinstance(values, torch.Tensor) else None):
+                ir_args["indices"] = self.folder.masks(ir_args["indices"], given["indices"])
         concrete = op(*args, **kwargs)
         if isinstance(concrete, bool):
             # tensor metadata (is_nested, is_floating_point, requires_grad) or a value test: fixed to the example
@@ -376,6 +394,10 @@ class _Interpreter:
         if all_literal and not is_tensor_out:
             self.env[outs[0]] = (literal(concrete), concrete)  # constant folding (shapes, flags, arithmetic)
             return
+        if F.ENABLED and self.folder.fold(op, kwargs, ins, concrete, outs, self.env, base):
+            return  # every input a constant: the value is stored (capture_fold.py)
+        if F.ENABLED and _in_place(base) and ins:
+            self.folder.check_write(ins[0], self.env)
         if base in _INT_OPS and not is_tensor_out and overload in ("int", "default", "Scalar", "float"):
             names = ["a", "b"][: len(ins)]
             ir = self.record(node, f"operator.{_INT_OPS[base]}", dict(zip(names, [r for r, _ in ins])), names,
@@ -392,7 +414,8 @@ class _Interpreter:
             # k.add_(1).mul_(2) writes k through the first op's output)
             old = ins[0][0]
             written = self.param_values.get(old.name)
-            if written is not None and not _is_norm_statistic(written):  # a weight or buffer kept between calls
+            if written is not None and not _is_norm_statistic(written) and written not in self.folder.store.names:
+                # a weight or buffer kept between calls (a folded value is built anew by every call)
                 raise NotImplementedError(_state_message(written))
             for key, (ir, value) in list(self.env.items()):
                 if ir == old:
@@ -428,6 +451,8 @@ def capture_script(module: torch.jit.ScriptModule, example_inputs) -> Graph:
             tree = None  # a flat tuple: output_structure says it all
     else:
         outputs, structure = [out_ir], "single"
+    interp.folder.prune({r.name for n in interp.nodes for r in iter_refs(list(n.args.values()))}
+                        | {r.name for r in iter_refs(outputs)}, interp.param_values)
     keep_unread_state(module, interp)
     input_meta = [meta(x) for x in example_inputs]
     # every size is read at run time (aten::size), as the TorchScript module itself does, except the dims the
