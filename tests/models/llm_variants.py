@@ -336,3 +336,32 @@ class Transformer(nn.Module):
 
 def meta_llama_small() -> Transformer:
     return Transformer()
+
+
+class PrefillAttention(Attention):
+    """Meta's ``Attention`` at ``start_pos=0`` with the cache's round trip taken out: at the first call the rows it
+    reads back (``[:bsz, :seqlen]``) are exactly the keys and values just written, so the keys and values are used
+    directly. Same parameters and names; the port of the unmodified model is refused (its forward writes the
+    cache, state for the next call)."""
+
+    def forward(self, x, start_pos: int, freqs_cis, mask):
+        bsz, seqlen, _ = x.shape
+        xq = self.wq(x).view(bsz, seqlen, self.n_local_heads, self.head_dim)
+        xk = self.wk(x).view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
+        xv = self.wv(x).view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
+        keys, values = meta_repeat_kv(xk, self.n_rep), meta_repeat_kv(xv, self.n_rep)
+        xq, keys, values = xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
+        scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores + mask
+        scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+        output = torch.matmul(scores, values).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+        return self.wo(output)
+
+
+def meta_llama_prefill_small() -> Transformer:
+    model = Transformer()
+    for layer in model.layers:
+        layer.attention.__class__ = PrefillAttention
+    return model
