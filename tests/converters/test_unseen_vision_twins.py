@@ -198,3 +198,4 @@ def build_any_size():
     from tests.models._common import randomize_
 
     return randomize_(sam.sam_vit_any_size(), 0)
+
