@@ -21,8 +21,9 @@ import torch
 
 import porter
 from porter.validation.grads import grad_parity
-from tests.converter_check import assert_matches, check_converted
+from tests.converter_check import assert_matches, check_converted, run_ported
 from tests.models import deformable_detr, diffusers_vae, sam, timm_mixer, timm_reparam
+from tests.models._common import randomize_
 from tests.twin_suite import Twin, TwinSuite, image as _image
 
 
@@ -182,20 +183,15 @@ def test_reparameterized_deploy_form_converts(name):
 # ---------------------------------------------------------------------------------------------------- SAM
 @pytest.mark.slow
 def test_sam_encoder_at_any_size_resizes_its_relative_position_tables():
-    """Without the absolute position embedding (``use_abs_pos=False``) SAM's encoder runs at any size: the window
-    blocks pad 7x9 / 6x10 grids to whole windows of 3, the global block resizes its 15-row tables to 13/17/19 rows
-    by linear interpolation (``get_rel_pos``). Converted at one size, compared at another with the dims kept
-    dynamic."""
+    """Without the absolute position embedding (``use_abs_pos=False``) SAM's encoder runs at other sizes: the window
+    blocks pad 7x9 / 5x6 grids to whole windows of 3 (rows padded, columns not), the global block resizes its
+    15-row tables to 13 and 17 / 9 and 11 rows by linear interpolation (``get_rel_pos``). Converted at one size with
+    every dim dynamic, compared at another that takes the same branches; a grid whose rows need no padding is
+    refused by name (the capture took the padding branch)."""
     torch.manual_seed(0)
-    model = build_any_size()
-    x = _image(2, 3, 56, 72)(0)
-    ported = porter.convert(model, x, io_layout="torch", dynamic="all")
-    assert_matches(ported, model, _image(1, 3, 48, 80)(1))
+    model = randomize_(sam.sam_vit_any_size(), 0)
+    ported = porter.convert(model, _image(2, 3, 56, 72)(0), io_layout="torch", dynamic="all")
+    assert_matches(ported, model, _image(1, 3, 40, 48)(1))
     assert_matches(ported, model, _image(2, 3, 56, 72)(2))
-
-
-def build_any_size():
-    from tests.models._common import randomize_
-
-    return randomize_(sam.sam_vit_any_size(), 0)
-
+    with pytest.raises(ValueError, match=r"input 'x' \(input 0\) has size 48 in dim 2"):
+        run_ported(ported, _image(1, 3, 48, 80)(3))

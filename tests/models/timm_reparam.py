@@ -12,8 +12,6 @@ kernel), the deploy form a checkpoint converted with ``timm.utils.reparameterize
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,7 +43,7 @@ class ConvNormAct(nn.Module):
         return self.bn(self.conv(x))
 
 
-def _fuse(conv: Optional[ConvNormAct], bn: nn.BatchNorm2d, kernel: torch.Tensor):
+def _fuse(bn: nn.BatchNorm2d, kernel: torch.Tensor):
     """timm ``_fuse_bn_tensor``: the branch's kernel scaled by gamma / std and its bias."""
     std = (bn.running_var + bn.eps).sqrt()
     t = (bn.weight / std).reshape(-1, 1, 1, 1)
@@ -77,12 +75,12 @@ class _Reparam(nn.Module):
         if self.identity is None:
             return 0, 0
         k = conv.kernel_size[0]
-        return _fuse(None, self.identity, _identity_kernel(conv.in_channels, conv.groups, k, conv.weight))
+        return _fuse(self.identity, _identity_kernel(conv.in_channels, conv.groups, k, conv.weight))
 
     @staticmethod
     def _padded(branch: ConvNormAct, k: int):
         pad = (k - branch.conv.kernel_size[0]) // 2
-        return _fuse(branch, branch.bn, F.pad(branch.conv.weight, [pad] * 4))
+        return _fuse(branch.bn, F.pad(branch.conv.weight, [pad] * 4))
 
 
 class RepVggBlock(_Reparam):
@@ -114,7 +112,7 @@ class RepVggBlock(_Reparam):
     @torch.no_grad()
     def reparameterize(self):
         k = self.conv_kxk.conv.kernel_size[0]
-        w, b = _fuse(self.conv_kxk, self.conv_kxk.bn, self.conv_kxk.conv.weight)
+        w, b = _fuse(self.conv_kxk.bn, self.conv_kxk.conv.weight)
         w1, b1 = self._padded(self.conv_1x1, k)
         wi, bi = self._identity_branch(self.conv_kxk.conv)
         self._deploy(w + w1 + wi, b + b1 + bi)
@@ -161,7 +159,7 @@ class MobileOneBlock(_Reparam):
             ws, bs = self._padded(self.conv_scale, k)
             weight, bias = weight + ws, bias + bs
         for branch in self.conv_kxk:
-            wk, bk = _fuse(branch, branch.bn, branch.conv.weight)
+            wk, bk = _fuse(branch.bn, branch.conv.weight)
             weight, bias = weight + wk, bias + bk
         self._deploy(weight, bias)
 
