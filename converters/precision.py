@@ -11,10 +11,10 @@ then follows torch's mixed-precision rules (CPU autocast and torch's half kernel
   an explicit ``.float()``, an attention mask built with ``torch.finfo(torch.float32).min``) never turns the rest
   of the model into float32;
 * statistics and normalising reductions (:data:`FLOAT32_KERNELS`: softmax / log_softmax, logsumexp, mean / sum,
-  var / std, vector norms, cumsum / cumprod / logcumsumexp, prod) are computed in float32 and rounded back once
-  to their input's dtype; the norm layers (batch / layer / group / instance norm) do the same in
-  ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss op (``nll_loss``, ``mse_loss``, ...); a loss written
-  with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
+  var / std, vector norms, cumsum / cumprod / logcumsumexp, prod) and ``grid_sample``'s coordinates and weights
+  are computed in float32 and rounded back once to their input's dtype; the norm layers (batch / layer / group /
+  instance norm) do the same in ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss
+  op (``nll_loss``, ``mse_loss``, ...); a loss written with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
 
 Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does.
 """
@@ -34,8 +34,11 @@ LOWER_PRECISION_KERNELS = frozenset({"conv", "conv_transpose", "conv_runtime_gro
                                      "conv_transpose_runtime_groups", "linear", "matmul", "addmm", "sdpa",
                                      "sdpa_dropout", "native_mha", "einsum"})
 LOWER_PRECISION_LAYERS = frozenset({"Conv", "ConvTranspose", "Linear"})
-# computed in float32 and rounded back once (torch's half kernels accumulate in float32); "reduce" only for these
-FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", "cumsum", "scan", "prod", "reduce"})
+# computed in float32 and rounded back once (torch's half kernels accumulate in float32); "reduce" only for these.
+# grid_sample: coordinates, corner weights and their sum in float32 (torch's CUDA kernel's opmath): in bfloat16 the
+# unnormalised coordinate of a 21-pixel row is a multiple of 1/4, and the samples were off by 90% of their range
+FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", "cumsum", "scan", "prod", "reduce",
+                             "grid_sample"})
 _FLOAT32_REDUCE = ("mean", "sum")
 
 __all__ = ["DTYPES", "HALF_NAMES", "check_dtype", "astype", "dtype_of", "cast_input", "node_policies"]

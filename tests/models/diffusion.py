@@ -64,7 +64,7 @@ class ResnetBlock2D(nn.Module):
         self.output_scale_factor = output_scale_factor
         self.norm1 = nn.GroupNorm(groups, in_channels, eps=eps, affine=True)
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=1, padding=1)
-        self.time_emb_proj = nn.Linear(temb_channels, out_channels)
+        self.time_emb_proj = nn.Linear(temb_channels, out_channels) if temb_channels is not None else None
         self.norm2 = nn.GroupNorm(groups, out_channels, eps=eps, affine=True)
         self.dropout = nn.Dropout(0.0)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, stride=1, padding=1)
@@ -73,8 +73,9 @@ class ResnetBlock2D(nn.Module):
 
     def forward(self, input_tensor, temb):
         hidden_states = self.conv1(self.nonlinearity(self.norm1(input_tensor)))
-        temb = self.time_emb_proj(self.nonlinearity(temb))[:, :, None, None]
-        hidden_states = hidden_states + temb
+        if self.time_emb_proj is not None:  # the VAE's blocks take no time embedding (temb_channels=None)
+            temb = self.time_emb_proj(self.nonlinearity(temb))[:, :, None, None]
+            hidden_states = hidden_states + temb
         hidden_states = self.conv2(self.dropout(self.nonlinearity(self.norm2(hidden_states))))
         if self.conv_shortcut is not None:
             input_tensor = self.conv_shortcut(input_tensor)
@@ -187,11 +188,11 @@ class UpBlock2D(nn.Module):
 
 
 class UNetMidBlock2D(nn.Module):
-    def __init__(self, in_channels, temb_channels, groups, attn_head_dim, output_scale_factor=1.0):
+    def __init__(self, in_channels, temb_channels, groups, attn_head_dim, output_scale_factor=1.0, eps=1e-5):
         super().__init__()
         self.attentions = nn.ModuleList([Attention(in_channels, in_channels // attn_head_dim, attn_head_dim, groups,
-                                                   rescale_output_factor=output_scale_factor)])
-        self.resnets = nn.ModuleList(ResnetBlock2D(in_channels, in_channels, temb_channels, groups,
+                                                   eps=eps, rescale_output_factor=output_scale_factor)])
+        self.resnets = nn.ModuleList(ResnetBlock2D(in_channels, in_channels, temb_channels, groups, eps=eps,
                                                    output_scale_factor=output_scale_factor) for _ in range(2))
 
     def forward(self, hidden_states, temb):
