@@ -2,4 +2,4 @@
 
 from . import (bitwise, complex, conv, elementwise, embedding_bag, encode, fft, fold, linear, misc,  # noqa: F401
                mutation, norm, pointwise, pool, products, recurrent, reduce, resample, resample_aa, sample, scan,
-               scatter, shape, sort)
+               scatter, shape, sort, special)
