@@ -157,8 +157,8 @@ def zeta(x, q):
     x, q = mx.broadcast_arrays(x, q)
     s = mx.power(q, -x)
     a, b = q, mx.zeros_like(s)
-    done = mx.zeros(s.shape, dtype=mx.bool_)
-    running = mx.ones(s.shape, dtype=mx.bool_)
+    done = mx.zeros_like(s) != 0
+    running = ~done
     for i in range(9 + ZETA_NEGATIVE_SPAN):
         running = running & ~done if i < 9 else running & ~done & (a <= 9)  # torch: while i < 9 || a <= 9
         a = mx.where(running, a + 1, a)

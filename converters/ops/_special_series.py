@@ -30,8 +30,8 @@ def result_dtype(x):
 
 def polevl(x, coeffs):
     """``coeffs[0] x^N + ... + coeffs[N]`` by Horner's rule (Cephes' ``polevl``; highest power first)."""
-    out = mx.full(x.shape, coeffs[0], dtype=x.dtype)
-    for c in coeffs[1:]:
+    out = coeffs[0] * x + coeffs[1]  # from the array itself, not its shape: traceable without shapes
+    for c in coeffs[2:]:
         out = out * x + c
     return out
 
@@ -39,8 +39,8 @@ def polevl(x, coeffs):
 def chbevl(x, coeffs):
     """Sum of the Chebyshev series ``coeffs`` at ``x`` (Cephes' ``chbevl``: Clenshaw's recurrence, highest order
     first, the first coefficient halved by the final ``0.5 * (b0 - b2)``)."""
-    b0 = mx.full(x.shape, coeffs[0], dtype=x.dtype)
     b1 = mx.zeros_like(x)
+    b0 = b1 + coeffs[0]
     b2 = b1
     for c in coeffs[1:]:
         b2 = b1

@@ -353,3 +353,30 @@ def test_distribution_log_probs_convert_end_to_end_at_two_sizes():
         check_converted(LogProbs().eval(), _distribution_inputs(0, 5), _distribution_inputs(1, 11), rel=5e-6)
     finally:
         torch.distributions.Distribution.set_default_validate_args(default)
+
+
+# ---------------------------------------------------------------------------------------------------- artifacts
+def test_a_special_node_read_from_a_file_is_checked():
+    """An artifact's ``special`` node: the order ``n`` comes with polygamma and only with it, within bounds."""
+    from porter.converters.registry import get_kernel_spec
+    from porter.converters.spec import SpecError
+
+    spec = get_kernel_spec("special")
+    spec.check([], {"fn": "polygamma", "n": 2})
+    spec.check([], {"fn": "lgamma"})
+    for attrs in ({"fn": "polygamma"}, {"fn": "lgamma", "n": 1}):
+        with pytest.raises(SpecError, match="'n'"):
+            spec.check([], attrs)
+    with pytest.raises(SpecError):
+        spec.attrs["n"].check(10 ** 9, None)
+    with pytest.raises(SpecError):
+        spec.attrs["fn"].check("__import__", None)
+
+
+def test_polygamma_with_a_negative_order_is_refused():
+    class Negative(nn.Module):
+        def forward(self, x):
+            return torch.polygamma(-1, x)
+
+    with pytest.raises(Exception, match="negative"):
+        porter.convert(Negative(), (torch.rand(4) + 0.5,), io_layout="torch")
