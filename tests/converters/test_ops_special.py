@@ -63,9 +63,13 @@ OPS = {
     "bessel_j0": (S.bessel_j0, (-1e5, 1e5), 8),  # MLX's cos/sin lose ulps beyond |x| ~ 1e6
     "bessel_j1": (S.bessel_j1, (-1e5, 1e5), 8),
     "spherical_bessel_j0": (S.spherical_bessel_j0, None, 4),
+    "modified_bessel_i0": (S.modified_bessel_i0, None, 8),
+    "modified_bessel_i1": (S.modified_bessel_i1, None, 8),
 }
 _FLOOR = {"ndtr": 2.0 ** -24}  # an absolute allowance where torch's own formula is absolutely conditioned
 _NO_GRAD = {  # torch gives these no autograd: their derivatives, in torch's own functions, for the bound only
+    "modified_bessel_i0": S.i1,
+    "modified_bessel_i1": lambda x: S.i0(x) - S.i1(x) / x,
     "bessel_j0": lambda x: -S.bessel_j1(x),
     "bessel_j1": lambda x: S.bessel_j0(x) - S.bessel_j1(x) / x,
     "spherical_bessel_j0": lambda x: (torch.cos(x) - S.spherical_bessel_j0(x)) / x,
