@@ -1,5 +1,5 @@
-"""Bessel functions in MLX ops: modified ``i0``, ``i0e``, ``i1``, ``i1e``, ``modified_bessel_i1``; ``bessel_j0``,
-``bessel_j1``, ``spherical_bessel_j0``.
+"""Bessel functions in MLX ops: modified ``i0``, ``i0e``, ``i1``, ``i1e``, ``modified_bessel_i1``,
+``modified_bessel_k0``/``k1`` (and exponentially scaled); ``bessel_j0``, ``bessel_j1``, ``spherical_bessel_j0``.
 
 Elementwise, any shape, in the working dtype (``_special_series.working``). Each follows torch's CPU kernel
 (``aten/src/ATen/native/Math.h``, Cephes-derived) branch for branch with the same constants, in the same order of
@@ -14,9 +14,13 @@ operations, so the numbers agree to a few ulps where the function is well condit
   table's first entry (Cephes' implicit leading 1 is absent), which moves its values from the true J0/J1 by up to
   ~2e-5 relative near x = 5 (measured against mpmath in float64); Porter gives torch's values.
 * ``spherical_bessel_j0``: ``sin(x) / x``, an even series for ``|x| < 1/2``, 0 at +-inf.
+* ``modified_bessel_k0``/``k1``: Cephes' Chebyshev series in ``x^2 - 2`` on ``(0, 2]`` (with the ``log(x/2) I``
+  term) and in ``8/x - 2`` beyond, as torch; inf at 0, NaN for ``x < 0``.
 """
 
 from __future__ import annotations
+
+import math
 
 import mlx.core as mx
 
@@ -194,3 +198,61 @@ def spherical_bessel_j0(x):
     series = polevl(x * x, _SPHERICAL_SERIES)
     out = mx.where(mx.abs(x) < 0.5, series, mx.sin(x) / x)
     return mx.where(mx.isinf(x), mx.zeros_like(x), out)
+
+
+# modified Bessel K: Chebyshev series in x^2 - 2 on (0, 2] and in 8/x - 2 beyond (Cephes k0/k1, torch's tables)
+_K0_A = (1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11,
+         1.90451637722020886025e-09, 2.53479107902614945675e-07, 2.28621210311945178607e-05,
+         1.26461541144692592338e-03, 3.59799365153615016266e-02, 3.44289899924628486886e-01,
+         -5.35327393233902768720e-01)
+_K0_B = (5.30043377268626276149e-18, -1.64758043015242134646e-17, 5.21039150503902756861e-17,
+         -1.67823109680541210385e-16, 5.51205597852431940784e-16, -1.84859337734377901440e-15,
+         6.34007647740507060557e-15, -2.22751332699166985548e-14, 8.03289077536357521100e-14,
+         -2.98009692317273043925e-13, 1.14034058820847496303e-12, -4.51459788337394416547e-12,
+         1.85594911495471785253e-11, -7.95748924447710747776e-11, 3.57739728140030116597e-10,
+         -1.69753450938905987466e-09, 8.57403401741422608519e-09, -4.66048989768794782956e-08,
+         2.76681363944501510342e-07, -1.83175552271911948767e-06, 1.39498137188764993662e-05,
+         -1.28495495816278026384e-04, 1.56988388573005337491e-03, -3.14481013119645005427e-02,
+         2.44030308206595545468e00)
+_K1_A = (-7.02386347938628759343e-18, -2.42744985051936593393e-15, -6.66690169419932900609e-13,
+         -1.41148839263352776110e-10, -2.21338763073472585583e-08, -2.43340614156596823496e-06,
+         -1.73028895751305206302e-04, -6.97572385963986435018e-03, -1.22611180822657148235e-01,
+         -3.53155960776544875667e-01, 1.52530022733894777053e00)
+_K1_B = (-5.75674448366501715755e-18, 1.79405087314755922667e-17, -5.68946255844285935196e-17,
+         1.83809354436663880070e-16, -6.05704724837331885336e-16, 2.03870316562433424052e-15,
+         -7.01983709041831346144e-15, 2.47715442448130437068e-14, -8.97670518232499435011e-14,
+         3.34841966607842919884e-13, -1.28917396095102890680e-12, 5.13963967348173025100e-12,
+         -2.12996783842756842877e-11, 9.21831518760500529508e-11, -4.19035475934189648750e-10,
+         2.01504975519703286596e-09, -1.03457624656780970260e-08, 5.74108412545004946722e-08,
+         -3.50196060308781257119e-07, 2.40648494783721712015e-06, -1.93619797416608296024e-05,
+         1.95215518471351631108e-04, -2.85781685962277938680e-03, 1.03923736576817238437e-01,
+         2.72062619048444266945e00)
+
+
+def _k_series(x, near, far):
+    """``(series on (0, 2], series beyond)`` at ``x``; ``8 / x`` kept finite where the near one is taken."""
+    return chbevl(x * x - 2.0, near), chbevl(8.0 / mx.maximum(x, 2.0) - 2.0, far)
+
+
+def _k_domain(x, out):
+    """torch's K: inf at 0, NaN below."""
+    out = mx.where(x == 0, mx.array(math.inf, x.dtype), out)
+    return mx.where(x < 0, mx.array(math.nan, x.dtype), out)
+
+
+def modified_bessel_k0(x, scaled=False):
+    """``K0(x)`` (``exp(x) K0(x)`` with ``scaled``), ``x >= 0``."""
+    near, far = _k_series(x, _K0_A, _K0_B)
+    near = near - mx.log(0.5 * x) * i0(x)
+    out = mx.where(x <= 2, near * exp(x), far / mx.sqrt(x)) if scaled else mx.where(
+        x <= 2, near, exp(-x) * far / mx.sqrt(x))
+    return _k_domain(x, out)
+
+
+def modified_bessel_k1(x, scaled=False):
+    """``K1(x)`` (``exp(x) K1(x)`` with ``scaled``), ``x >= 0``."""
+    near, far = _k_series(x, _K1_A, _K1_B)
+    near = mx.log(0.5 * x) * modified_bessel_i1(x) + near / x
+    out = mx.where(x <= 2, near * exp(x), far / mx.sqrt(x)) if scaled else mx.where(
+        x <= 2, near, exp(-x) * far / mx.sqrt(x))
+    return _k_domain(x, out)

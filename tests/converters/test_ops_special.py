@@ -65,11 +65,20 @@ OPS = {
     "spherical_bessel_j0": (S.spherical_bessel_j0, None, 4),
     "modified_bessel_i0": (S.modified_bessel_i0, None, 8),
     "modified_bessel_i1": (S.modified_bessel_i1, None, 8),
+    "modified_bessel_k0": (S.modified_bessel_k0, None, 8),
+    "modified_bessel_k1": (S.modified_bessel_k1, None, 8),
+    "scaled_modified_bessel_k0": (S.scaled_modified_bessel_k0, None, 8),
+    "scaled_modified_bessel_k1": (S.scaled_modified_bessel_k1, None, 8),
 }
 _FLOOR = {"ndtr": 2.0 ** -24}  # an absolute allowance where torch's own formula is absolutely conditioned
 _NO_GRAD = {  # torch gives these no autograd: their derivatives, in torch's own functions, for the bound only
     "modified_bessel_i0": S.i1,
     "modified_bessel_i1": lambda x: S.i0(x) - S.i1(x) / x,
+    "modified_bessel_k0": lambda x: -S.modified_bessel_k1(x),
+    "modified_bessel_k1": lambda x: -S.modified_bessel_k0(x) - S.modified_bessel_k1(x) / x,
+    "scaled_modified_bessel_k0": lambda x: S.scaled_modified_bessel_k0(x) - S.scaled_modified_bessel_k1(x),
+    "scaled_modified_bessel_k1": lambda x: (S.scaled_modified_bessel_k1(x) * (1 - 1 / x)
+                                            - S.scaled_modified_bessel_k0(x)),
     "bessel_j0": lambda x: -S.bessel_j1(x),
     "bessel_j1": lambda x: S.bessel_j0(x) - S.bessel_j1(x) / x,
     "spherical_bessel_j0": lambda x: (torch.cos(x) - S.spherical_bessel_j0(x)) / x,
