@@ -1,5 +1,6 @@
 """Bessel functions in MLX ops: modified ``i0``, ``i0e``, ``i1``, ``i1e``, ``modified_bessel_i1``,
-``modified_bessel_k0``/``k1`` (and exponentially scaled); ``bessel_j0``, ``bessel_j1``, ``spherical_bessel_j0``.
+``modified_bessel_k0``/``k1`` (and exponentially scaled); ``bessel_j0``, ``bessel_j1``, ``bessel_y0``, ``bessel_y1``,
+``spherical_bessel_j0``.
 
 Elementwise, any shape, in the working dtype (``_special_series.working``). Each follows torch's CPU kernel
 (``aten/src/ATen/native/Math.h``, Cephes-derived) branch for branch with the same constants, in the same order of
@@ -13,6 +14,8 @@ operations, so the numbers agree to a few ulps where the function is well condit
   out, beyond the Hankel asymptotic form with phase ``x - pi/4`` (``3 pi / 4``). Torch's denominators start at the
   table's first entry (Cephes' implicit leading 1 is absent), which moves its values from the true J0/J1 by up to
   ~2e-5 relative near x = 5 (measured against mpmath in float64); Porter gives torch's values.
+* ``bessel_y0``/``bessel_y1``: a ratio in ``x^2`` plus ``(2/pi) log(x) J`` up to 5, the Hankel form with J's tables
+  beyond; -inf at 0, NaN for ``x < 0``.
 * ``spherical_bessel_j0``: ``sin(x) / x``, an even series for ``|x| < 1/2``, 0 at +-inf.
 * ``modified_bessel_k0``/``k1``: Cephes' Chebyshev series in ``x^2 - 2`` on ``(0, 2]`` (with the ``log(x/2) I``
   term) and in ``8/x - 2`` beyond, as torch; inf at 0, NaN for ``x < 0``.
@@ -156,12 +159,16 @@ _J1_RQ = (6.20836478118054335476e+02, 2.56987256757748830383e+05, 8.351467914319
 _SQRT_2_OVER_PI = 0.797884560802865355879892119868763737
 
 
-def _hankel(x, z, tables, phase):
-    """The ``|x| > 5`` form: ``(P cos(x - phase) - 5/x Q sin(x - phase)) sqrt(2/pi) / sqrt(x)`` with ``P``, ``Q``
-    ratios of polynomials in ``z`` (``25 / x^2`` as each torch kernel rounds it)."""
+def _hankel(x, z, tables, phase, second_kind=False):
+    """The ``|x| > 5`` form: ``(P cos(x - phase) - 5/x Q sin(x - phase)) sqrt(2/pi) / sqrt(x)`` (J), or
+    ``(P sin(x - phase) + 5/x Q cos(x - phase)) ...`` (``second_kind``: Y), with ``P``, ``Q`` ratios of polynomials
+    in ``z`` (``25 / x^2`` as each torch kernel rounds it)."""
     pp, pq, qp, qq = (polevl(z, t) for t in tables)
-    return ((pp / pq * mx.cos(x - phase) - 5.0 / x * (qp / qq) * mx.sin(x - phase)) * _SQRT_2_OVER_PI
-            / mx.sqrt(x))
+    if second_kind:
+        body = pp / pq * mx.sin(x - phase) + 5.0 / x * (qp / qq) * mx.cos(x - phase)
+    else:
+        body = pp / pq * mx.cos(x - phase) - 5.0 / x * (qp / qq) * mx.sin(x - phase)
+    return body * _SQRT_2_OVER_PI / mx.sqrt(x)
 
 
 def bessel_j0(x):
@@ -188,6 +195,45 @@ def bessel_j1(x):
     far = _hankel(far_x, q * q, (_J1_PP, _J1_PQ, _J1_QP, _J1_QQ), 2.356194490192344928846982537459627163)
     out = mx.where(a <= 5, near, far)
     return mx.where(x < 0, -out, out)
+
+
+_Y0_P = (1.55924367855235737965e04, -1.46639295903971606143e07, 5.43526477051876500413e09,
+         -9.82136065717911466409e11, 8.75906394395366999549e13, -3.46628303384729719441e15,
+         4.42733268572569800351e16, -1.84950800436986690637e16)
+_Y0_Q = (1.04128353664259848412e03, 6.26107330137134956842e05, 2.68919633393814121987e08, 8.64002487103935000337e10,
+         2.02979612750105546709e13, 3.17157752842975028269e15, 2.50596256172653059228e17)
+_Y1_P = (1.26320474790178026440e09, -6.47355876379160291031e11, 1.14509511541823727583e14,
+         -8.12770255501325109621e15, 2.02439475713594898196e17, -7.78877196265950026825e17)
+_Y1_Q = (5.94301592346128195359e02, 2.35564092943068577943e05, 7.34811944459721705660e07, 1.87601316108706159478e10,
+         3.88231277496238566008e12, 6.20557727146953693363e14, 6.87141087355300489866e16, 3.97270608116560655612e18)
+_TWO_OVER_PI = 0.636619772367581343075535053490057448
+
+
+def _y_domain(x, out):
+    """torch's Y: -inf at 0, NaN below."""
+    out = mx.where(x == 0, mx.array(-math.inf, x.dtype), out)
+    return mx.where(x < 0, mx.array(math.nan, x.dtype), out)
+
+
+def bessel_y0(x):
+    """``Y0(x)`` as torch computes it, ``x >= 0`` (J0's tables beyond 5)."""
+    xx = x * x
+    near = polevl(xx, _Y0_P) / polevl(xx, _Y0_Q) + _TWO_OVER_PI * mx.log(x) * bessel_j0(x)
+    far_x = mx.maximum(x, 5.0)
+    far = _hankel(far_x, 25.0 / (far_x * far_x), (_J0_PP, _J0_PQ, _J0_QP, _J0_QQ),
+                  0.785398163397448309615660845819875721, second_kind=True)
+    return _y_domain(x, mx.where(x <= 5, near, far))
+
+
+def bessel_y1(x):
+    """``Y1(x)`` as torch computes it, ``x >= 0`` (J1's tables beyond 5)."""
+    xx = x * x
+    near = x * (polevl(xx, _Y1_P) / polevl(xx, _Y1_Q)) + _TWO_OVER_PI * (bessel_j1(x) * mx.log(x) - 1.0 / x)
+    far_x = mx.maximum(x, 5.0)
+    q = 5.0 / far_x
+    far = _hankel(far_x, q * q, (_J1_PP, _J1_PQ, _J1_QP, _J1_QQ), 2.356194490192344928846982537459627163,
+                  second_kind=True)
+    return _y_domain(x, mx.where(x <= 5, near, far))
 
 
 _SPHERICAL_SERIES = (1 / 6227020800.0, -1 / 39916800.0, 1 / 362880.0, -1 / 5040.0, 1 / 120.0, -1 / 6.0, 1.0)

@@ -7,8 +7,8 @@ their own dtype. Its gradient is torch's formula (``tools/autograd/derivatives.y
 approximation: ``lgamma' = digamma``, ``digamma' = polygamma(1)``, ``polygamma(n)' = polygamma(n + 1)``,
 ``i0' = i1``, ``i0e' = i1e - sgn(x) i0e``, ``i1' = i0 - i1/x`` and ``i1e' = i0e - i1e (sgn(x) + 1/x)`` (both 1/2 at
 |x| <= eps, as torch), ``erfcx' = 2x erfcx - 2/sqrt(pi)``, ``log_ndtr' = exp(-(log_ndtr + x^2/2)) / sqrt(2 pi)``,
-``ndtri' = sqrt(2 pi) exp(ndtri^2 / 2)``, ``erfinv' = sqrt(pi)/2 exp(erfinv^2)``. Torch gives ``bessel_j0``,
-``bessel_j1``, ``spherical_bessel_j0`` and the ``modified_bessel_*`` functions no gradient: their outputs are constants for autograd here too
+``ndtri' = sqrt(2 pi) exp(ndtri^2 / 2)``, ``erfinv' = sqrt(pi)/2 exp(erfinv^2)``. Torch gives ``bessel_j0``/``j1``/
+``y0``/``y1``, ``spherical_bessel_j0`` and the ``modified_bessel_*`` functions no gradient: their outputs are constants for autograd here too
 (``stop_gradient``). While exporting (``.mlxfn``), where a custom VJP cannot be serialized, the forward runs alone.
 """
 
@@ -60,6 +60,8 @@ FUNCTIONS = {
     "ndtri": (N.ndtri, lambda x, y: _SQRT_2PI * act.exp(y * y / 2)),
     "bessel_j0": (B.bessel_j0, None),
     "bessel_j1": (B.bessel_j1, None),
+    "bessel_y0": (B.bessel_y0, None),
+    "bessel_y1": (B.bessel_y1, None),
     "spherical_bessel_j0": (B.spherical_bessel_j0, None),
     "modified_bessel_i0": (B.i0, None),  # torch's modified_bessel_i0 is its i0, bit for bit, without a gradient
     "modified_bessel_i1": (B.modified_bessel_i1, None),

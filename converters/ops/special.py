@@ -1,5 +1,5 @@
 """Special functions: ``lgamma``, ``digamma``, ``polygamma``, ``i0``, ``special_i0e``/``i1``/``i1e``,
-``special_erfcx``, ``special_log_ndtr``, ``special_ndtri``, ``special_bessel_j0``/``j1``,
+``special_erfcx``, ``special_log_ndtr``, ``special_ndtri``, ``special_bessel_j0``/``j1``/``y0``/``y1``,
 ``special_spherical_bessel_j0``, ``special_modified_bessel_i0``/``i1``/``k0``/``k1`` (and scaled ``k0``/``k1``), ``special_zeta`` (what ``torch.distributions`` log-probs, von Mises, normal
 CDF/quantile layers and Poisson NLL with ``full=True`` call).
 
@@ -52,7 +52,8 @@ def _special(fn):
 register(*_both("aten.lgamma.default"))(_special("lgamma"))
 register(*_both("aten.digamma.default"))(_special("digamma"))
 register(*_both("aten.i0.default"))(_special("i0"))
-for _fn in ("i0e", "i1", "i1e", "erfcx", "log_ndtr", "ndtri", "bessel_j0", "bessel_j1", "spherical_bessel_j0",
+for _fn in ("i0e", "i1", "i1e", "erfcx", "log_ndtr", "ndtri", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
+            "spherical_bessel_j0",
             "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
             "scaled_modified_bessel_k0", "scaled_modified_bessel_k1"):
     register(f"aten.special_{_fn}.default")(_special(_fn))

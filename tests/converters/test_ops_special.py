@@ -62,6 +62,8 @@ OPS = {
     "zeta3": (lambda q: S.zeta(3.0, q), (-15.5, 3e38), 4),
     "bessel_j0": (S.bessel_j0, (-1e5, 1e5), 8),  # MLX's cos/sin lose ulps beyond |x| ~ 1e6
     "bessel_j1": (S.bessel_j1, (-1e5, 1e5), 8),
+    "bessel_y0": (S.bessel_y0, (-1e5, 1e5), 8),
+    "bessel_y1": (S.bessel_y1, (-1e5, 1e5), 8),
     "spherical_bessel_j0": (S.spherical_bessel_j0, None, 4),
     "modified_bessel_i0": (S.modified_bessel_i0, None, 8),
     "modified_bessel_i1": (S.modified_bessel_i1, None, 8),
@@ -81,6 +83,8 @@ _NO_GRAD = {  # torch gives these no autograd: their derivatives, in torch's own
                                             - S.scaled_modified_bessel_k0(x)),
     "bessel_j0": lambda x: -S.bessel_j1(x),
     "bessel_j1": lambda x: S.bessel_j0(x) - S.bessel_j1(x) / x,
+    "bessel_y0": lambda x: -S.bessel_y1(x),
+    "bessel_y1": lambda x: S.bessel_y0(x) - S.bessel_y1(x) / x,
     "spherical_bessel_j0": lambda x: (torch.cos(x) - S.spherical_bessel_j0(x)) / x,
 }
 
@@ -193,7 +197,7 @@ def test_float64_inputs():
         assert got.dtype == np.float64, name
         deriv = _derivative(name, x).numpy()
         keep = ~_NEGATIVE_INTEGERS(x).numpy() if name == "polygamma1" else slice(None)
-        if name.startswith("bessel_j"):
+        if name.startswith("bessel_"):
             keep = (x.abs() <= 1e3).numpy()
         assert_ulps(got[keep], want.numpy()[keep], _restrict(x, OPS[name][1]).numpy()[keep], deriv[keep],
                     OPS[name][2] * 2, name, floor=max(_FLOOR.get(name, 0.0), 1e-300))  # subnormals: absolutely
