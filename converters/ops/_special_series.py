@@ -54,17 +54,37 @@ def is_integer(x):
     return mx.floor(x) == x
 
 
+# sin(pi u) / u and cos(pi u) in u^2 to |u| <= 1/4 (Taylor, last terms 1e-19 and 2e-18), highest power first
+_SINPI = (-2.2948428997269856e-08, 7.952054001475508e-07, -2.1915353447830204e-05, 0.00046630280576761234,
+          -0.007370430945714348, 0.08214588661112819, -0.5992645293207919, 2.550164039877345, -5.167712780049969,
+          3.141592653589793)
+_COSPI = (-1.387895246221376e-07, 4.303069587032944e-06, -0.00010463810492484565, 0.001929574309403922,
+          -0.02580689139001405, 0.23533063035889312, -1.3352627688545893, 4.058712126416768, -4.934802200544679,
+          1.0)
+
+
+def _sin_cos_pi(a):
+    """``(sin(pi a), cos(pi a))`` for ``0 <= a <= 1/2``: MLX's float64 ``sin``/``cos`` compute in float32, so
+    float64 takes Taylor polynomials on ``[0, 1/4]`` (beyond, ``1/2 - a``, exact, with sine and cosine swapped);
+    float32 takes MLX's, accurate there."""
+    if a.dtype != mx.float64:
+        return mx.sin(PI * a), mx.sin(PI * (0.5 - a))  # 1/2 - a is exact: the cosine keeps its relative accuracy
+    far = a > 0.25
+    u = mx.where(far, 0.5 - a, a)
+    uu = u * u
+    sin_u, cos_u = u * polevl(uu, _SINPI), polevl(uu, _COSPI)
+    return mx.where(far, cos_u, sin_u), mx.where(far, sin_u, cos_u)
+
+
 def sinpi_abs(x):
     """``|sin(pi x)|`` accurate to a few ulps for any finite ``x``: the argument is reduced to ``|r| <= 1/2`` exactly
     (``x - round(x)``) before the multiplication by pi, so large ``x`` keep their accuracy."""
-    r = x - mx.round(x)
-    return mx.abs(mx.sin(PI * r))
+    return _sin_cos_pi(mx.abs(x - mx.round(x)))[0]
 
 
 def cotpi(x):
     """``cot(pi x)`` accurate to a few ulps, also near its zeros: ``x`` reduced to ``r`` in ``[-1/2, 1/2]`` exactly,
-    then ``sign(r) sin(pi (1/2 - |r|)) / sin(pi |r|)`` (``1/2 - |r|`` is exact, so the cosine keeps its relative
-    accuracy where it is small)."""
+    then ``sign(r) cos(pi |r|) / sin(pi |r|)``."""
     r = x - mx.round(x)
-    a = mx.abs(r)
-    return mx.where(r < 0, -1.0, 1.0).astype(x.dtype) * mx.sin(PI * (0.5 - a)) / mx.sin(PI * a)
+    sin_a, cos_a = _sin_cos_pi(mx.abs(r))
+    return mx.where(r < 0, -1.0, 1.0).astype(x.dtype) * cos_a / sin_a
