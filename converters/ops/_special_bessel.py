@@ -28,7 +28,7 @@ import math
 import mlx.core as mx
 
 from ._layers import exp
-from ._special_series import chbevl, polevl
+from ._special_series import chbevl, polevl, sin_cos_pi
 
 _I0E_A = (-4.41534164647933937950e-18, 3.33079451882223809783e-17, -2.43127984654795469359e-16,
           1.71539128555513303061e-15, -1.16853328779934516808e-14, 7.67618549860493561688e-14,
@@ -159,15 +159,24 @@ _J1_RQ = (6.20836478118054335476e+02, 2.56987256757748830383e+05, 8.351467914319
 _SQRT_2_OVER_PI = 0.797884560802865355879892119868763737
 
 
+def _sin_cos_shifted(x, phase):
+    """``(sin(x - phase), cos(x - phase))``: float32 as torch rounds ``x - phase``; float64 in units of pi
+    (``sin_cos_pi``), since MLX computes float64 ``sin``/``cos`` in float32 (|x| 6e-8 off in the phase)."""
+    if x.dtype == mx.float64:
+        return sin_cos_pi(x / math.pi - phase / math.pi)
+    return mx.sin(x - phase), mx.cos(x - phase)
+
+
 def _hankel(x, z, tables, phase, second_kind=False):
     """The ``|x| > 5`` form: ``(P cos(x - phase) - 5/x Q sin(x - phase)) sqrt(2/pi) / sqrt(x)`` (J), or
     ``(P sin(x - phase) + 5/x Q cos(x - phase)) ...`` (``second_kind``: Y), with ``P``, ``Q`` ratios of polynomials
     in ``z`` (``25 / x^2`` as each torch kernel rounds it)."""
     pp, pq, qp, qq = (polevl(z, t) for t in tables)
+    sin, cos = _sin_cos_shifted(x, phase)
     if second_kind:
-        body = pp / pq * mx.sin(x - phase) + 5.0 / x * (qp / qq) * mx.cos(x - phase)
+        body = pp / pq * sin + 5.0 / x * (qp / qq) * cos
     else:
-        body = pp / pq * mx.cos(x - phase) - 5.0 / x * (qp / qq) * mx.sin(x - phase)
+        body = pp / pq * cos - 5.0 / x * (qp / qq) * sin
     return body * _SQRT_2_OVER_PI / mx.sqrt(x)
 
 
@@ -242,7 +251,8 @@ _SPHERICAL_SERIES = (1 / 6227020800.0, -1 / 39916800.0, 1 / 362880.0, -1 / 5040.
 def spherical_bessel_j0(x):
     """``sin(x) / x``; the series ``1 - x^2/6 + ...`` for ``|x| < 1/2``; 0 at +-inf."""
     series = polevl(x * x, _SPHERICAL_SERIES)
-    out = mx.where(mx.abs(x) < 0.5, series, mx.sin(x) / x)
+    sin = sin_cos_pi(x / math.pi)[0] if x.dtype == mx.float64 else mx.sin(x)
+    out = mx.where(mx.abs(x) < 0.5, series, sin / x)
     return mx.where(mx.isinf(x), mx.zeros_like(x), out)
 
 

@@ -113,7 +113,9 @@ def trigamma(x):
     """``polygamma(1, x)``, torch's ``trigamma``: for ``x < 1/2`` the reflection ``pi^2 / sin^2(pi x)`` with
     ``pi * x`` rounded as torch rounds it, then six steps of ``1/x^2`` and the asymptotic series."""
     reflect = x < 0.5
-    s = mx.sin(PI * x)
+    # float32: sin of pi * x rounded to float32, as torch's sinf; float64: sin(pi x) exactly (torch's double
+    # rounding of pi * x is ~1e-16 relative; MLX's float64 sin computes in float32)
+    s = sinpi_abs(x) if x.dtype == mx.float64 else mx.sin(PI * x)
     result = mx.where(reflect, -(PI * PI) / (s * s), 0.0).astype(x.dtype)
     x = mx.where(reflect, 1 - x, x)
     for _ in range(6):

@@ -76,6 +76,16 @@ def _sin_cos_pi(a):
     return mx.where(far, cos_u, sin_u), mx.where(far, sin_u, cos_u)
 
 
+def sin_cos_pi(t):
+    """``(sin(pi t), cos(pi t))`` for any finite ``t``: ``t`` reduced to ``r`` in ``[-1/2, 1/2]`` exactly, the
+    parity of the removed integer flipping both signs."""
+    n = mx.round(t)
+    r = t - n
+    sin_a, cos_a = _sin_cos_pi(mx.abs(r))
+    sign = mx.where(mx.remainder(n, 2) == 1, -1.0, 1.0).astype(t.dtype)
+    return sign * mx.where(r < 0, -sin_a, sin_a), sign * cos_a
+
+
 def sinpi_abs(x):
     """``|sin(pi x)|`` accurate to a few ulps for any finite ``x``: the argument is reduced to ``|r| <= 1/2`` exactly
     (``x - round(x)``) before the multiplication by pi, so large ``x`` keep their accuracy."""
