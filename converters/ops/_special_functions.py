@@ -7,9 +7,10 @@ their own dtype. Its gradient is torch's formula (``tools/autograd/derivatives.y
 approximation: ``lgamma' = digamma``, ``digamma' = polygamma(1)``, ``polygamma(n)' = polygamma(n + 1)``,
 ``i0' = i1``, ``i0e' = i1e - sgn(x) i0e``, ``i1' = i0 - i1/x`` and ``i1e' = i0e - i1e (sgn(x) + 1/x)`` (both 1/2 at
 |x| <= eps, as torch), ``erfcx' = 2x erfcx - 2/sqrt(pi)``, ``log_ndtr' = exp(-(log_ndtr + x^2/2)) / sqrt(2 pi)``,
-``ndtri' = sqrt(2 pi) exp(ndtri^2 / 2)``, ``erfinv' = sqrt(pi)/2 exp(erfinv^2)``. Torch gives ``bessel_j0``/``j1``/
-``y0``/``y1``, ``spherical_bessel_j0`` and the ``modified_bessel_*`` functions no gradient: their outputs are constants for autograd here too
-(``stop_gradient``). While exporting (``.mlxfn``), where a custom VJP cannot be serialized, the forward runs alone.
+``ndtri' = sqrt(2 pi) exp(ndtri^2 / 2)``, ``erfinv' = sqrt(pi)/2 exp(erfinv^2)``. Torch gives Bessel J/Y,
+``spherical_bessel_j0`` and the ``modified_bessel_*`` functions no gradient: their outputs are constants for
+autograd here too (``stop_gradient``). While exporting (``.mlxfn``), where a custom VJP cannot be serialized, the
+forward runs alone.
 """
 
 from __future__ import annotations
@@ -29,10 +30,6 @@ _SQRT_2PI = math.sqrt(2 * math.pi)
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 
 
-def _sgn(x):
-    return mx.sign(x)
-
-
 def _tiny_half(x, grad):
     """torch's ``i1``/``i1e`` backward: 1/2 where ``|x| <= eps`` of the dtype (the formula is 0/0 there)."""
     eps = float(mx.finfo(x.dtype).eps)
@@ -49,9 +46,9 @@ FUNCTIONS = {
     "lgamma": (G.lgamma, lambda x, y: G.digamma(x)),
     "digamma": (G.digamma, lambda x, y: G.trigamma(x)),
     "i0": (B.i0, lambda x, y: B.i1(x)),
-    "i0e": (B.i0e, lambda x, y: B.i1e(x) - _sgn(x) * y),
+    "i0e": (B.i0e, lambda x, y: B.i1e(x) - mx.sign(x) * y),
     "i1": (B.i1, lambda x, y: _tiny_half(x, B.i0(_safe(x)) - y / _safe(x))),
-    "i1e": (B.i1e, lambda x, y: _tiny_half(x, B.i0e(_safe(x)) - y * (_sgn(_safe(x)) + 1 / _safe(x)))),
+    "i1e": (B.i1e, lambda x, y: _tiny_half(x, B.i0e(_safe(x)) - y * (mx.sign(_safe(x)) + 1 / _safe(x)))),
     "erf": (N.erf, lambda x, y: _TWO_OVER_SQRT_PI * act.exp(-x * x)),
     "erfc": (N.erfc, lambda x, y: -_TWO_OVER_SQRT_PI * act.exp(-x * x)),
     "erfcx": (N.erfcx, lambda x, y: 2 * x * y - _TWO_OVER_SQRT_PI),

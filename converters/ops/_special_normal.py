@@ -4,9 +4,9 @@ Elementwise, any shape, in the working dtype (``_special_series.working``). ``ex
 (``porter.layers.functional.exp``): MLX's own float32 ``exp`` gives inf from 88.3 on (torch: from 88.73) and 0
 below -88 (no subnormals), and computes float64 in float32.
 
-* ``erf``: ``x P(x^2)`` for ``|x| <= 1`` (and ``erfc = 1 - erf``, ``erfcx = exp(x^2) (1 - erf)`` for
-  ``|x| <= 1/2``, where the fit below is 5e-7 off) (a degree-7 least-squares fit, relative error 4e-11), ``1 - erfc(|x|)``
-  with the sign beyond. MLX's ``mx.erf`` is 0 below ``|x|`` ~ 1e-5 (``erf(1e-5)`` 2% low, ``erf(1e-10) = 0``), which
+* ``erf``: ``x P(x^2)`` for ``|x| <= 1`` (a degree-7 least-squares fit, relative error 4e-11), ``1 - erfc(|x|)``
+  with the sign beyond; ``erfc = 1 - erf`` and ``erfcx = exp(x^2) (1 - erf)`` for ``|x| <= 1/2``, where the fit
+  below is 5e-7 off. MLX's ``mx.erf`` is 0 below ``|x|`` ~ 1e-5 (``erf(1e-5)`` 2% low, ``erf(1e-10) = 0``), which
   the converter's ``erf`` took before, and it is ~1e-6 off elsewhere.
 
 * ``erfc`` and ``erfcx`` (``exp(x^2) erfc(x)``) share one Chebyshev fit, ``erfc(z) = t exp(-z^2 + P(t))``,

@@ -1,7 +1,8 @@
 """Special functions: ``lgamma``, ``digamma``, ``polygamma``, ``i0``, ``special_i0e``/``i1``/``i1e``,
 ``special_erfcx``, ``special_log_ndtr``, ``special_ndtri``, ``special_bessel_j0``/``j1``/``y0``/``y1``,
-``special_spherical_bessel_j0``, ``special_modified_bessel_i0``/``i1``/``k0``/``k1`` (and scaled ``k0``/``k1``), ``special_zeta`` (what ``torch.distributions`` log-probs, von Mises, normal
-CDF/quantile layers and Poisson NLL with ``full=True`` call).
+``special_spherical_bessel_j0``, ``special_modified_bessel_i0``/``i1``/``k0``/``k1`` (and scaled ``k0``/``k1``),
+``special_zeta`` (what ``torch.distributions`` log-probs, von Mises, normal CDF/quantile layers and Poisson NLL with
+``full=True`` call).
 
 Elementwise, any layout (the output takes its input's; ``zeta`` aligns its two operands as binary ops do). The math
 is MLX ops in ``_special_gamma``, ``_special_bessel`` and ``_special_normal`` (each following torch's CPU kernel:
