@@ -266,7 +266,7 @@ register("aten.ones.default", "aten.new_ones.default")(_full(value=1))
 register("aten.full.default", "aten.new_full.default")(_full("fill_value"))
 
 
-@register("aten.scalar_tensor.default")
+@register("aten.scalar_tensor.default", "prims.scalar_tensor.default")  # prims: xlogy(2.0, t)'s decomposition
 def convert_scalar_tensor(ctx, call):
     _read_creation_flags(call)
     call.arg("dtype")

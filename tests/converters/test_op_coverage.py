@@ -35,6 +35,7 @@ from tests.converters import test_capture_decompose as decompose
 from tests.converters import test_ops_recurrent as recurrent_ops
 from tests.converters import test_ops_sample as sample_ops
 from tests.converters import test_ops_select as select_ops
+from tests.converters import test_ops_special as special_ops
 from tests.converters import test_ops_pool_options as pool_options
 from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
@@ -120,6 +121,12 @@ EXERCISERS["test_ops_math:Shuffles"] = Exerciser(_case(math_ops.Shuffles().eval(
 EXERCISERS["test_ops_math:OneHot"] = Exerciser(lambda: (math_ops.OneHot().eval(),
                                                         (torch.randint(0, 5, (3, 4)), torch.randn(2, 6, 7))))
 EXERCISERS["test_ops_math:Cells"] = Exerciser(lambda: (math_ops.Cells().eval(), math_ops._cell_inputs(3)))
+EXERCISERS["test_ops_special:Apply"] = Exerciser(lambda: (special_ops.Apply(list(special_ops.OPS)),
+                                                         (torch.randn(3, 7) * 3,)))
+EXERCISERS["test_ops_special:Composites"] = Exerciser(lambda: (special_ops.Composites(),
+                                                              special_ops._composite_inputs(0, 2, 6)))
+EXERCISERS["test_ops_special:Scriptable"] = Exerciser(lambda: (special_ops.Scriptable(),
+                                                              special_ops._composite_inputs(0, 2, 6)), "trace")
 EXERCISERS["test_ops_more:Elementwise"] = Exerciser(lambda: (more_ops.Elementwise().eval(),
                                                             more_ops._elementwise_inputs(2, 3, 5)))
 EXERCISERS["test_ops_more:Diagonals"] = Exerciser(_case(more_ops.Diagonals().eval(), (2, 3, 4, 5)))
