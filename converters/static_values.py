@@ -77,8 +77,7 @@ class StaticValues:
         self.params = tuple(params)
         self.modules = tuple(modules)
         self.frontier = tuple(sorted(read_later))
-        self._key: Optional[tuple] = None
-        self._values: Optional[dict] = None
+        self._kept: Optional[tuple] = None  # (key arrays, values): one attribute, replaced whole (two calls at once)
 
     def __bool__(self) -> bool:
         return bool(self.nodes)
@@ -86,16 +85,15 @@ class StaticValues:
     def lookup(self, arrays: list) -> Optional[dict]:
         """The kept values when ``arrays`` (the arrays now at :attr:`params`, in order) are the very arrays they
         were computed from; else ``None``."""
-        key = self._key
-        if key is None or len(key) != len(arrays) or any(a is not b for a, b in zip(arrays, key)):
+        kept = self._kept
+        if kept is None or len(kept[0]) != len(arrays) or any(a is not b for a, b in zip(arrays, kept[0])):
             return None
-        return self._values
+        return kept[1]
 
     def store(self, arrays: list, env: dict) -> None:
         """Keep the frontier values of a call that computed them from ``arrays`` (holding the arrays keeps their
         identities from being reused)."""
-        self._key = tuple(arrays)
-        self._values = {name: env[name] for name in self.frontier}
+        self._kept = (tuple(arrays), {name: env[name] for name in self.frontier})
 
     def clear(self) -> None:
-        self._key, self._values = None, None
+        self._kept = None
