@@ -331,7 +331,7 @@ class PortedModel(TorchNamed):
             env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs})
         nodes, fusable, skip = self._program.graph["nodes"], self._program.fusable, -1
         static, kept, static_key = self._static_lookup(env, record, overrides)
-        identity = self._program.identity
+        identity = self._program.identity if static_values.ENABLED else None  # (the switch's old path: calls)
         for index, (node, fn) in enumerate(zip(nodes, self._program.kernels)):
             if index == skip or (kept is not None and index in static.nodes):
                 continue

@@ -24,7 +24,7 @@ __all__ = ["ENABLED", "StaticValues"]
 CALL_MODULE = "call_module"
 
 # the runtime's switch (an A/B in one process: benchmarks/model_switch.py --switch
-# porter.converters.static_values:ENABLED); off, every node runs on every call as before
+# porter.converters.static_values:ENABLED); off, every node runs on every call as before (identity nodes called too)
 ENABLED = True
 
 
