@@ -331,12 +331,12 @@ class PortedModel(TorchNamed):
             env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs})
         nodes, fusable, skip = self._program.graph["nodes"], self._program.fusable, -1
         static, kept, static_key = self._static_lookup(env, record, overrides)
-        identity = self._program.identity if static_values.ENABLED else None  # (the switch's old path: calls)
+        alias = static_values.ENABLED  # identity nodes as aliases (the switch's old path: called)
         for index, (node, fn) in enumerate(zip(nodes, self._program.kernels)):
             if index == skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
-            if fn is identity and index not in overrides:
+            if alias and fn is self._program.identity and index not in overrides:
                 (env[node["outputs"][0]],) = args
                 if record is None or node["outputs"][0] not in self._program.module_outputs:
                     continue
