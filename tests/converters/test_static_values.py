@@ -162,3 +162,14 @@ def test_export_traces_the_nodes(case, tmp_path):
     assert report.max_abs_diff <= 1e-6
     (fn,) = [mx.import_function(str(tmp_path / "bias.mlxfn"))]
     assert_close(np.array(fn(x)[0]), model(scores).detach().numpy())
+
+
+def test_half_precision_port_keeps_the_same_values(case, monkeypatch):
+    _, scores, ported = case
+    half = ported.astype("float16")
+    x = mx.array(scores.numpy())
+    on = [np.array(half(x)) for _ in range(2)]
+    monkeypatch.setattr(static_values, "ENABLED", False)
+    off = np.array(half(x))
+    np.testing.assert_array_equal(on[0], off)
+    np.testing.assert_array_equal(on[1], off)
