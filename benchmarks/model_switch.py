@@ -35,7 +35,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="model names (benchmarks/model_list.py), comma-separated")
     parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--switch", help="module:attribute (a bool); without it the port runs as it is")
+    parser.add_argument("--switch", help="module:attribute (a bool), or several comma-separated (flipped together); "
+                                         "without it the port runs as it is")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=2, help="forwards per timing")
     args = parser.parse_args(argv)
@@ -49,11 +50,13 @@ def main(argv=None) -> int:
 
 
 def _run_model(name: str, args) -> None:
-    module, attr = None, None
-    if args.switch:
-        module_name, attr = args.switch.split(":")
-        module = importlib.import_module(module_name)
-    values = (False, True) if module is not None else (None,)
+    switches = []  # (module, attribute): all set False, then all True
+    for item in (args.switch.split(",") if args.switch else []):
+        module_name, attr = item.strip().split(":")
+        switches.append((importlib.import_module(module_name), attr))
+    module = switches[0][0] if switches else None
+    attr = "+".join(a for _, a in switches)
+    values = (False, True) if switches else (None,)
     entry = model_list.MODELS[name]
     shape = entry["chw"]
     torch.manual_seed(0)
@@ -68,8 +71,8 @@ def _run_model(name: str, args) -> None:
                 model(x)
 
         def run_port(value):
-            if module is not None:
-                setattr(module, attr, value)
+            for switch_module, switch_attr in switches:
+                setattr(switch_module, switch_attr, value)
             mx.eval(ported(xm))
 
         run_torch()
@@ -85,7 +88,8 @@ def _run_model(name: str, args) -> None:
             print(f"{name} b{batch}: torch {t * 1e3:.0f} ms, port {best[None] * 1e3:.0f} ms ({best[None] / t:.2f})",
                   flush=True)
             continue
-        setattr(module, attr, True)
+        for switch_module, switch_attr in switches:
+            setattr(switch_module, switch_attr, True)
         print(f"{name} b{batch}: torch {t * 1e3:.0f} ms, {attr}=False {best[False] * 1e3:.0f} ms "
               f"({best[False] / t:.2f}), True {best[True] * 1e3:.0f} ms ({best[True] / t:.2f})", flush=True)
 

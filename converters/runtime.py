@@ -14,6 +14,8 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
+from porter.layers import exporting
 
 from . import layout as L
 from . import output_tree
@@ -23,6 +25,7 @@ from .input_binding import Binding
 from .limits import check_elements
 from .registry import get_kernel, takes_training
 from .fusion import activation_name, batch_norm_activation_pairs
+from . import static_values
 from .layer_types import Activation
 from .tree import TorchNamed, TreeError, build_tree, resolve
 
@@ -62,6 +65,9 @@ class _Program:
             self.kernels, self.layer_casts = node_policies(graph, self.kernels)
         # eval-time batch norm + ReLU/hardswish pairs, decided per call (converters/fusion.py)
         self.fusable = {} if self.compute_dtype is not None else batch_norm_activation_pairs(graph)
+        # nodes no input reaches (Swin's attention masks, relative-position biases): computed once per weights
+        self.static = static_values.StaticValues(graph)
+        self.identity = get_kernel("identity")  # run as an alias, no call
 
     def set_train_state(self, entries: list) -> None:
         """Spectral norm entries (``train_state.py``) and, per entry, the nodes reading ``u`` and ``v`` (a pair per
@@ -327,10 +333,16 @@ class PortedModel(TorchNamed):
 
             env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs})
         nodes, fusable, skip = self._program.graph["nodes"], self._program.fusable, -1
+        static, kept, static_key = self._static_lookup(env, record, overrides)
+        alias = static_values.ENABLED  # identity nodes as aliases (the switch's old path: called)
         for index, (node, fn) in enumerate(zip(nodes, self._program.kernels)):
-            if index == skip:
+            if index == skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
+            if alias and fn is self._program.identity and index not in overrides:
+                (env[node["outputs"][0]],) = args
+                if record is None or node["outputs"][0] not in self._program.module_outputs:
+                    continue
             if index in overrides:  # spectral norm's vectors for this call (train_state.py)
                 args = [overrides[index].get(s["param"], a) if isinstance(s, dict) and set(s) == {"param"} else a
                         for s, a in zip(node["inputs"], args)]
@@ -371,12 +383,35 @@ class PortedModel(TorchNamed):
                     torch_value = result.transpose(L.to_layout_axes(perm, L.identity(len(perm))))
                     record.pop(entry["module"], None)  # a module called again moves to its last call's position
                     record[entry["module"]] = torch_value
+        if static_key is not None and kept is None:
+            static.store(static_key, env)
         outs = tuple(self._resolve(o["value"], env) for o in self._program.graph["outputs"])
         if self._program.graph["output_structure"] == "single":
             return outs[0]
         if "output_tree" in self._program.graph:
             return output_tree.build(self._program.graph["output_tree"], outs)
         return outs
+
+    def _static_lookup(self, env: dict, record, overrides) -> tuple:
+        """``(StaticValues, kept values or None, key or None)`` for this call (``static_values.py``): the values
+        of the input-independent nodes put into ``env`` when they were computed from the arrays now in the tree;
+        key ``None`` when the cache is not used this call (training mode, export mode, a per-module trace, spectral
+        norm's per-call vectors)."""
+        static = self._program.static
+        if not (static and static_values.ENABLED) or self.training or record is not None or overrides or exporting():
+            return static, None, None
+        keys, layer_keys = self._program.keys, self._program.layer_keys
+        key = [resolve(self, keys[name]) for name in static.params]
+        for path in static.modules:  # the layer now at the path, its mode and its arrays
+            layer = resolve(self, layer_keys[path])
+            if getattr(layer, "training", False):
+                return static, None, None
+            key.append(layer)
+            key.extend(array for _, array in tree_flatten(layer.parameters()))
+        kept = static.lookup(key)
+        if kept is not None:
+            env.update(kept)
+        return static, kept, key
 
     def _fused(self, index: int, x):
         """Batch norm node ``index`` and its activation (the next node) as one pass, or ``None`` (run both): only

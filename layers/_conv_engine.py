@@ -5,7 +5,8 @@ non-empty; ``weight`` ``(C_out, *kernel, C_in/groups)``; per-dim ``stride``, ``l
 and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`conv_core` after float64):
 
 * float64: ``layers/_conv_f64.py`` (MLX's conv computes float64 in float32; the native kernels take float32);
-* 1x1, one group, no padding: a matmul over channels (:data:`MATMUL_1X1`);
+* 1x1, one group, no padding: a matmul over channels (:data:`MATMUL_1X1`; float32 with a short K over many rows:
+  the native short-K GEMM of ``linear.py``, else BLAS);
 * depthwise (``groups == C_in``): the native kernel, else a tap sum with a written-out VJP (``_conv_depthwise.py``);
 * grouped with narrow groups: the native direct grouped conv (:data:`GROUPED_MAX_GROUP_WIDTH`);
 * stride-1 3x3, large enough: native Winograd F(2x2, 3x3) (:data:`WINOGRAD`, :data:`WINOGRAD_MIN_TILES`);
@@ -33,6 +34,7 @@ from ._conv3d_grads import input_grad as strided_input_grad
 from ._conv3d_grads import weight_grad as strided_weight_grad
 from ._conv_depthwise import NATIVE_DTYPES as _NATIVE_DTYPES
 from ._conv_depthwise import depthwise_conv
+from .linear import small_k_product
 
 # 1x1 convolutions (no padding, one group; a stride just subsamples) run as a plain matmul when this is on. Measured
 # with mlx 0.32 CPU on (8,56,56,64)->256, (8,28,28,128) s2, (32,7,7,512): forward about equal to mx.conv_general,
@@ -110,7 +112,9 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         if any(s != 1 for s in stride):
             x = x[(slice(None),) + tuple(slice(None, None, s) for s in stride)]
         c_out, c_in = weight.shape[0], weight.shape[-1]
-        y = x.reshape(-1, c_in) @ weight.reshape(c_out, c_in).T
+        x2, w2 = x.reshape(-1, c_in), weight.reshape(c_out, c_in)
+        y = small_k_product(x2, w2)  # short K (ResNet-50's 64 -> 256 at 56x56): the native GEMM; else BLAS
+        y = x2 @ w2.T if y is None else y
         return y.reshape(*x.shape[:-1], c_out)
     if groups > 1 and groups == x.shape[-1]:
         if x.dtype in _NATIVE_DTYPES and _native.active("depthwise conv"):

@@ -1,10 +1,14 @@
-"""Linear: torch's ``nn.Linear`` (``y = x @ weight.T + bias``), with a native path for a single input row.
+"""Linear: torch's ``nn.Linear`` (``y = x @ weight.T + bias``), with native paths for one row and for a short K.
 
 MLX's CPU matmul gives every shape to BLAS GEMM; for one row (a batch-1 classifier head) that costs 2-3x torch's
 GEMV on large layers (AlexNet's 9216 -> 4096: 13.6 ms against torch's 5.5, one thread), because the weight is
 streamed more than once. On the CPU with Porter's native kernels built, a float32 input with one row (any leading
 shape whose product is 1) runs ``csrc/linear_kernels.h`` instead: each weight row read once, vectorized, split over
-threads. Everything else (more rows, other dtypes, other devices, export) is MLX's ``addmm``, as ``mlx.nn.Linear``.
+threads. Many rows with a short ``in_features`` (at most :data:`SMALL_K_MAX`: Swin's and ConvNeXt's first stage,
+96 -> 288/384; or up to :data:`SMALL_K_LONG_MAX` into few outputs: their 384 -> 96) are output-bound GEMMs where
+OpenBLAS runs 1.3-1.4x torch's time on AMD Zen 3: they run that file's register-tiled GEMM (bias in the tile, the
+output written once; switch :data:`SMALL_K`). Everything else (other
+dtypes, other devices, export) is MLX's ``addmm``, as ``mlx.nn.Linear``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,39 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import _native
+
+
+# The short-K GEMM (csrc/linear_kernels.h small_k_linear) for float32: in_features <= SMALL_K_MAX with at least
+# SMALL_K_MIN_ROWS rows, or in_features <= SMALL_K_LONG_MAX with few outputs (<= SMALL_K_LONG_OUT: the packed weight
+# stays in L2) and at least SMALL_K_LONG_ROWS rows. Measured against OpenBLAS's sgemm + MLX's bias copy, 1 thread, AMD
+# Zen 3 (docs/BENCHMARKS.md, perf12): 3136 x 96 -> 288/384 0.74-0.75x its time, 3136 x 64 -> 256 0.85, 12544 x 16 ->
+# 96 0.52, 3136 x 384 -> 96 0.76; 784 x 128-192 -> 512-768 1.00-1.05, 197 x 768 -> 2304 1.49 (long K: BLAS's blocking
+# wins). SMALL_K False: MLX's addmm everywhere (an A/B switch).
+SMALL_K = True
+SMALL_K_MAX = 128
+SMALL_K_MIN_ROWS = 256
+SMALL_K_LONG_MAX = 384
+SMALL_K_LONG_OUT = 128
+SMALL_K_LONG_ROWS = 2048
+
+
+def _small_k(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> bool:
+    if not (SMALL_K and x.dtype == mx.float32 and weight.dtype == mx.float32 and weight.ndim == 2
+            and (bias is None or bias.dtype == mx.float32) and x.ndim >= 1 and x.shape[-1] > 0
+            and weight.shape[0] > 0):
+        return False
+    k, rows, out = x.shape[-1], x.size // x.shape[-1], weight.shape[0]
+    short = k <= SMALL_K_MAX and rows >= SMALL_K_MIN_ROWS
+    narrow = k <= SMALL_K_LONG_MAX and out <= SMALL_K_LONG_OUT and rows >= SMALL_K_LONG_ROWS
+    return (short or narrow) and _native.active("linear")
+
+
+def small_k_product(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> Optional[mx.array]:
+    """``x @ weight.T (+ bias)`` for ``x (M, K)`` by the short-K GEMM when it applies (float32, native kernels, the
+    sizes above), else ``None`` (the caller's own product). Used by the 1x1 conv."""
+    if not _small_k(x, weight, bias):
+        return None
+    return _native.kernels().small_k_linear(x, weight, bias)
 
 
 def _one_row(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> bool:
@@ -40,6 +77,9 @@ def linear(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> mx
         raise ValueError(f"[linear] 'input' must end in in_features={weight.shape[1]} but got shape {tuple(x.shape)}.")
     if _one_row(x, weight, bias):
         y = _native.kernels().small_linear(x.reshape(1, x.shape[-1]), weight, bias)
+        return y.reshape(*x.shape[:-1], weight.shape[0])
+    if _small_k(x, weight, bias):
+        y = _native.kernels().small_k_linear(x.reshape(-1, x.shape[-1]), weight, bias)
         return y.reshape(*x.shape[:-1], weight.shape[0])
     return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
 

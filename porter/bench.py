@@ -432,10 +432,34 @@ def benchmark_model(builder: str, shape, *, converter: str | None = None, repeat
     return {"torch": torch_row, "mlx": mlx_row, "ratio": mlx_row["median_ms"] / torch_row["median_ms"]}
 
 
+SWITCHES_ENV = "PORTER_BENCH_SWITCHES"
+
+
+def apply_switches(text: str) -> dict:
+    """Set Porter's A/B switches named in ``text`` (``"module:ATTR=0|1,..."``, e.g.
+    ``porter.converters.static_values:ENABLED=0``: a worker's ``$PORTER_BENCH_SWITCHES``, so ``benchmarks/models.py
+    --env PORTER_BENCH_SWITCHES=...`` times the old path in its own processes). Only existing bool attributes of
+    ``porter.*`` modules; returns ``{"module:ATTR": value}``."""
+    done = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        target, _, value = item.partition("=")
+        module_name, _, attr = target.partition(":")
+        if not module_name.startswith("porter.") or value not in ("0", "1") or not attr:
+            raise ValueError(f"{SWITCHES_ENV}: expected 'porter.module:ATTR=0|1' but got {item!r}")
+        module = importlib.import_module(module_name)
+        if not isinstance(getattr(module, attr, None), bool):
+            raise ValueError(f"{SWITCHES_ENV}: {target!r} is not a bool switch")
+        setattr(module, attr, value == "1")
+        done[target] = value == "1"
+    return done
+
+
 def _main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     for path in spec.get("sys_path", []):
         sys.path.insert(0, path)
+    if os.environ.get(SWITCHES_ENV):
+        apply_switches(os.environ[SWITCHES_ENV])
     runner = {"torch": run_torch, "mlx": run_mlx, "convert": run_convert, "loaded": run_loaded,
               "native": lambda _spec: native_kernels()}[spec["framework"]]
     print(json.dumps(runner(spec)))

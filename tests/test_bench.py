@@ -31,6 +31,20 @@ def test_load_spec():
         bench.load_spec("os.path.join")
 
 
+def test_apply_switches_sets_porter_bool_switches_only(monkeypatch):
+    from porter.converters import static_values
+
+    monkeypatch.setattr(static_values, "ENABLED", True)
+    assert bench.apply_switches("porter.converters.static_values:ENABLED=0") == {
+        "porter.converters.static_values:ENABLED": False}
+    assert static_values.ENABLED is False
+    for bad, match in [("os:sep=1", "expected 'porter.module:ATTR"), ("porter.bench:SWITCHES_ENV=1", "not a bool"),
+                       ("porter.converters.static_values:ENABLED=yes", "expected"),
+                       ("porter.converters.static_values:MISSING=1", "not a bool")]:
+        with pytest.raises(ValueError, match=match):
+            bench.apply_switches(bad)
+
+
 def test_isolated_workers_agree_with_torch():
     spec = dict(builder="torch.nn:Conv2d", builder_kwargs=dict(in_channels=3, out_channels=4, kernel_size=3, padding=1),
                 shape=[2, 3, 10, 9], repeat=3, warmup=1, converter="tests.test_bench:conv_to_mlx", sys_path=[REPO_ROOT])

@@ -1,27 +1,40 @@
-// y = x @ w.T (+ b) for x (M, K) with M <= 16 rows, float32 (linear_kernels.h); gradients are MLX matmuls.
+// y = x @ w.T (+ b), float32 (linear_kernels.h), two kernels: x (M, K) with M <= 16 rows (kind kRows: a GEMV per
+// row), or any M with a short K (kind kSmallK: a register-tiled GEMM). Gradients are MLX matmuls.
 #include "ops_common.h"
 #include "linear_kernels.h"
 
 namespace porter {
 
+enum class LinearKind { kRows, kSmallK };
+
 class SmallLinear : public mx::UnaryPrimitive {
  public:
-  explicit SmallLinear(mx::Stream s) : mx::UnaryPrimitive(s) {}
+  SmallLinear(mx::Stream s, LinearKind kind) : mx::UnaryPrimitive(s), kind_(kind) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
     std::vector<mx::array> outputs{output};
-    launch(stream(), inputs, outputs, [](auto& in, auto& out) {
+    launch(stream(), inputs, outputs, [kind = kind_](auto& in, auto& out) {
       const auto& x = in[0];
       const auto& w = in[1];
-      small_linear(x.template data<float>(), x.shape(0), x.shape(1), w.template data<float>(), w.shape(0),
-                   in.size() > 2 ? in[2].template data<float>() : nullptr, out[0].template data<float>());
+      const float* b = in.size() > 2 ? in[2].template data<float>() : nullptr;
+      if (kind == LinearKind::kRows) {
+        small_linear(x.template data<float>(), x.shape(0), x.shape(1), w.template data<float>(), w.shape(0), b,
+                     out[0].template data<float>());
+      } else {
+        small_k_linear(x.template data<float>(), x.shape(0), x.shape(1), w.template data<float>(), w.shape(0), b,
+                       out[0].template data<float>());
+      }
     });
   }
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
     throw std::runtime_error("[porter.small_linear] no GPU kernel: runs on the CPU stream only");
   }
-  const char* name() const override { return "PorterSmallLinear"; }
-  bool is_equivalent(const mx::Primitive& other) const override { return same_type<SmallLinear>(*this, other); }
+  const char* name() const override {
+    return kind_ == LinearKind::kRows ? "PorterSmallLinear" : "PorterSmallKLinear";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<SmallLinear>(*this, other) && static_cast<const SmallLinear&>(other).kind_ == kind_;
+  }
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
     auto s = stream();  // mapped: the same product in MLX ops, the vmap axis first
@@ -51,23 +64,37 @@ class SmallLinear : public mx::UnaryPrimitive {
     }
     return grads;
   }
+
+ private:
+  LinearKind kind_;
 };
 
-mx::array small_linear_op(const mx::array& x, const mx::array& w, const std::optional<mx::array>& b) {
-  auto s = cpu_stream("small_linear");
+mx::array linear_op(const mx::array& x, const mx::array& w, const std::optional<mx::array>& b, LinearKind kind,
+                    const char* what) {
+  auto s = cpu_stream(what);
   if (x.dtype() != mx::float32 || w.dtype() != mx::float32 || (b && b->dtype() != mx::float32)) {
-    fail("small_linear", "x, weight and bias must be float32");
+    fail(what, "x, weight and bias must be float32");
   }
-  if (x.ndim() != 2 || x.shape(0) > kSmallLinearRows) fail("small_linear", "x must be (M, K) with M <= 16");
-  if (w.ndim() != 2 || w.shape(1) != x.shape(1)) fail("small_linear", "weight must be (O, K) for x's K");
-  if (b && (b->ndim() != 1 || b->shape(0) != w.shape(0))) fail("small_linear", "bias must be (O,)");
+  if (x.ndim() != 2) fail(what, "x must be (M, K)");
+  if (kind == LinearKind::kRows && x.shape(0) > kSmallLinearRows) fail(what, "x must be (M, K) with M <= 16");
+  if (w.ndim() != 2 || w.shape(1) != x.shape(1)) fail(what, "weight must be (O, K) for x's K");
+  if (b && (b->ndim() != 1 || b->shape(0) != w.shape(0))) fail(what, "bias must be (O,)");
   std::vector<mx::array> in{mx::contiguous(x, false, s), mx::contiguous(w, false, s)};
   if (b) in.push_back(mx::contiguous(*b, false, s));
-  return mx::array({x.shape(0), w.shape(0)}, mx::float32, std::make_shared<SmallLinear>(s), std::move(in));
+  return mx::array({x.shape(0), w.shape(0)}, mx::float32, std::make_shared<SmallLinear>(s, kind), std::move(in));
+}
+
+mx::array small_linear_op(const mx::array& x, const mx::array& w, const std::optional<mx::array>& b) {
+  return linear_op(x, w, b, LinearKind::kRows, "small_linear");
+}
+
+mx::array small_k_linear_op(const mx::array& x, const mx::array& w, const std::optional<mx::array>& b) {
+  return linear_op(x, w, b, LinearKind::kSmallK, "small_k_linear");
 }
 
 void bind_linear(nb::module_& m) {
   m.def("small_linear", &small_linear_op, nb::arg("x"), nb::arg("w"), nb::arg("b").none());
+  m.def("small_k_linear", &small_k_linear_op, nb::arg("x"), nb::arg("w"), nb::arg("b").none());
 }
 
 }  // namespace porter

@@ -13,6 +13,7 @@ from tests.helpers import check_against_torch
 
 import porter.layers as L
 import porter.layers._conv_engine as conv_module
+import porter.layers.linear as linear_module
 import porter.layers.functional as PF
 from porter.layers.conv_weights import torch_conv_weight_to_mlx
 
@@ -118,10 +119,15 @@ def test_conv_half_precision(dtype, nd, x_shape, cin, cout, k, kwargs):
 
 @pytest.mark.parametrize("matmul", [True, False])
 @pytest.mark.parametrize("kwargs", [{}, dict(stride=2), dict(bias=False)])
-def test_conv2d_1x1_both_paths(monkeypatch, matmul, kwargs):
-    """The 1x1 matmul shortcut and the generic conv path give torch's numbers and gradients."""
+@pytest.mark.parametrize("cin, cout", [(8, 12), (64, 40), (129, 7)])
+def test_conv2d_1x1_both_paths(monkeypatch, matmul, kwargs, cin, cout):
+    """The 1x1 matmul shortcut (float32 with <= 128 input channels, or <= 384 into <= 128 outputs: the native short-K
+    GEMM, whose tiles of 6 rows x 16 outputs these sizes leave partial) and the generic conv path give torch's numbers
+    and gradients."""
     monkeypatch.setattr(conv_module, "MATMUL_1X1", matmul)
-    check_module(2, (2, 8, 5, 7), 8, 12, 1, **kwargs)
+    monkeypatch.setattr(linear_module, "SMALL_K_MIN_ROWS", 2)  # the GEMM at these sizes (its tiles are tested)
+    monkeypatch.setattr(linear_module, "SMALL_K_LONG_ROWS", 2)
+    check_module(2, (2, cin, 5, 7), cin, cout, 1, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------- functional

@@ -70,6 +70,12 @@ LN_CASES = [
     ((1, 768, 13), 1e-6, True, True),
     ((2, 5, 3, 4, 3), 0.1, True, True),
     ((1, 197, 40), 1e-6, True, True),
+    # row lengths 1, 3, 95, 97, 1000 (not whole vectors), row counts around the native kernel's blocks of 4 rows
+    ((1, 1, 7), 1e-5, True, True),
+    ((2, 3, 5), 1e-5, True, False),
+    ((1, 95, 9), 1e-5, True, True),
+    ((1, 97, 6), 1e-6, False, False),
+    ((1, 1000, 5), 1e-5, True, True),
 ]
 # > 1M element-steps: several threads, chunked weight gradients (float32 only; sums of 3136 products per weight)
 LN_LARGE = [((1, 96, 56, 56), 1e-6, True, True)]
@@ -186,6 +192,25 @@ def test_group_norm_module_matches_torch():
 
 
 # ---------------------------------------------------------------------------------------------------- edge cases
+@pytest.mark.parametrize("c", [1, 3, 95, 96, 97, 1000])
+def test_layer_norm_non_finite_and_large_rows_match_torch(c):
+    """Nine rows (two of the native kernel's blocks of four and one more): NaN, +-inf, huge magnitudes and a
+    constant row, each in its own row, against torch's float32 kernel."""
+    gen = torch.Generator().manual_seed(c)
+    x = torch.randn(9, c, generator=gen) * 3 + 1
+    x[1, c // 2] = float("nan")
+    x[2, 0] = float("inf")
+    x[4, c - 1] = float("-inf")
+    x[5] = x[5] * 1e15  # squares near 1e30: no overflow in float sums of up to 1000
+    x[6] = 2.5  # zero variance: rstd = 1/sqrt(eps)
+    x[8] = x[8] * 1e-20
+    w, b = torch.randn(c, generator=gen), torch.randn(c, generator=gen)
+    ref = F.layer_norm(x, (c,), w, b, 1e-5).numpy()
+    out = np.array(PF.layer_norm(mx.array(x.numpy()), c, mx.array(w.numpy()), mx.array(b.numpy()), 1e-5))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
 def test_nan_stays_in_its_row_and_group():
     x = _input((2, 8, 3, 4), torch.float32)
     x[0, 2, 1, 1] = float("nan")

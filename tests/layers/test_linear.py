@@ -1,5 +1,7 @@
 """porter.layers.Linear / functional.linear against torch's nn.Linear / F.linear, on both backends (the conftest
-runs every test with the native kernels on and off): the native path takes float32 inputs with one row."""
+runs every test with the native kernels on and off): the native paths take float32 inputs with one row, or many rows
+with in_features <= SMALL_K_MAX (the short-K GEMM: tiles of 6 rows x two vectors of outputs, so odd row and output
+counts leave partial tiles)."""
 
 import mlx.core as mx
 import numpy as np
@@ -8,7 +10,16 @@ import torch
 
 from porter.layers import Linear
 from porter.layers import _native
+from porter.layers import linear as linear_module
 from porter.layers.functional import linear
+
+
+@pytest.fixture()
+def few_rows(monkeypatch):
+    """The short-K GEMM for 2 rows and up (its thresholds are sized for speed; the kernel's tiles are what is
+    tested here)."""
+    monkeypatch.setattr(linear_module, "SMALL_K_MIN_ROWS", 2)
+    monkeypatch.setattr(linear_module, "SMALL_K_LONG_ROWS", 2)
 
 
 def _torch_linear(k, o, bias):
@@ -27,10 +38,16 @@ def _port(layer):
     return ported
 
 
-# K not a multiple of the kernel's 16 lanes, O not a multiple of its 4-row blocks, leading dims of size 1, many rows
+# K not a multiple of the kernel's 16 lanes, O not a multiple of its 4-row blocks, leading dims of size 1, many rows;
+# short K (<= 128, with the row thresholds lowered): rows not a multiple of 6, outputs not of 16, K = 1, 3, 95, 96,
+# 97, 128; K = 129 and 384 into few outputs (the long-K rule); K = 385 and 200 -> 130 (MLX's addmm)
 @pytest.mark.parametrize("shape,o,bias", [((1, 37), 13, True), ((1, 1, 1000), 1001, True), ((37,), 6, False),
-                                          ((1, 2048), 1000, True), ((3, 37), 13, True), ((2, 5, 40), 7, False)])
-def test_linear_matches_torch_with_gradients(shape, o, bias):
+                                          ((1, 2048), 1000, True), ((3, 37), 13, True), ((2, 5, 40), 7, False),
+                                          ((37, 96), 288, True), ((5, 7, 1), 17, True), ((2, 13, 3), 40, False),
+                                          ((23, 95), 33, True), ((19, 97), 1, True), ((4, 6, 128), 70, True),
+                                          ((2, 96), 16, True), ((61, 96), 384, False), ((3, 129), 5, True),
+                                          ((7, 384), 96, True), ((3, 385), 5, True), ((4, 200), 130, False)])
+def test_linear_matches_torch_with_gradients(shape, o, bias, few_rows):
     layer = _torch_linear(shape[-1], o, bias)
     x = torch.randn(*shape, requires_grad=True)
     y = layer(x)
@@ -73,16 +90,47 @@ def test_one_row_takes_the_native_kernel(backend, monkeypatch):
     assert len(calls) == (1 if backend == "native" else 0)
 
 
-def test_nan_and_inf_propagate_like_torch():
-    layer = _torch_linear(40, 9, True)
-    x = torch.randn(1, 40)
+def test_short_k_rows_take_the_native_gemm(backend, monkeypatch):
+    calls = []
+    if _native.available():
+        real = _native.kernels()
+
+        class Spy:
+            def __getattr__(self, name):
+                calls.append(name)
+                return getattr(real, name)
+
+        monkeypatch.setattr(_native, "kernels", lambda: Spy())
+    w, b = mx.random.normal((50, 96)), mx.random.normal((50,))
+    x = mx.random.normal((3, 100, 96))  # 300 rows: over SMALL_K_MIN_ROWS
+    y = linear(x, w, b)
+    np.testing.assert_allclose(np.array(y), np.array(mx.addmm(b, x, w.T)), rtol=1e-5, atol=1e-5)
+    assert calls == (["small_k_linear"] if backend == "native" else [])
+    linear(mx.random.normal((300, 129)), mx.random.normal((5, 129)))  # K past SMALL_K_MAX, rows < 2048: MLX's
+    linear(mx.random.normal((20, 96)), w, b)  # 20 rows: MLX's
+    linear(x.astype(mx.float16), w.astype(mx.float16), b.astype(mx.float16))  # float16: MLX's
+    monkeypatch.setattr(linear_module, "SMALL_K", False)  # the switch: MLX's addmm
+    linear(x, w, b)
+    assert len(calls) == (1 if backend == "native" else 0)
+
+
+@pytest.mark.parametrize("rows", [1, 13], ids=["one row", "short-K GEMM"])
+def test_nan_and_inf_propagate_like_torch(rows, few_rows):
+    layer = _torch_linear(40, 19, True)
+    x = torch.randn(rows, 40)
     x[0, 3], x[0, 17] = float("nan"), float("inf")
+    x[rows - 1, 5] = float("-inf")
+    x[rows // 2, 7] = 3e38  # products overflow to inf in a few outputs
     with torch.no_grad():
         layer.weight[2].zero_()  # inf * 0 = nan in that output as in torch
         ref = layer(x).numpy()
     out = np.array(_port(layer)(mx.array(x.numpy())))
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
+    np.testing.assert_array_equal(np.sign(out[np.isinf(out)]), np.sign(ref[np.isinf(ref)]))
+    finite = np.isfinite(ref)
+    if finite.any():  # (one row: the NaN reaches every output)
+        np.testing.assert_allclose(out[finite], ref[finite], rtol=1e-4, atol=1e-4 * np.abs(ref[finite]).max())
 
 
 def test_bad_arguments_name_them():
@@ -92,9 +140,10 @@ def test_bad_arguments_name_them():
         linear(mx.zeros((1, 3)), mx.zeros((2, 4)))
 
 
-def test_vmap_and_compile():
+@pytest.mark.parametrize("rows", [1, 9], ids=["one row", "short-K GEMM"])
+def test_vmap_and_compile(rows, few_rows):
     w, b = mx.random.normal((6, 20)), mx.random.normal((6,))
-    xs = mx.random.normal((4, 1, 20))
+    xs = mx.random.normal((4, rows, 20))
     expected = mx.stack([x @ w.T + b for x in xs])
     np.testing.assert_allclose(np.array(mx.vmap(lambda x: linear(x, w, b))(xs)), np.array(expected), rtol=1e-5,
                                atol=1e-5)
