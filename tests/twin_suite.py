@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, NamedTuple, Optional
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -53,3 +54,15 @@ class TwinSuite:
         model, ported = self.converted(name)
         assert_matches(ported, model, self.twins[name].inputs(1))
         assert_matches(ported, model, self.twins[name].second(2))
+
+    def round_trip(self, name):
+        """A freshly built twin (other weights) loaded strictly with the port's ``torch_parameters()`` gives the
+        converted model's outputs, as a checkpoint saved by the reference code would; returns that twin."""
+        model, ported = self.converted(name)
+        other = self.build(name, seed=3)
+        other.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in ported.torch_parameters().items()},
+                              strict=True)
+        inputs = self.twins[name].inputs(4)
+        with torch.no_grad():
+            torch.testing.assert_close(other(*inputs), model(*inputs))
+        return other

@@ -167,13 +167,7 @@ def test_a_real_checkpoint_loads_into_the_port_by_torch_names(tmp_path):
     """The port's ``torch_parameters()`` are the twin's ``state_dict`` (parametrization names included), so a
     checkpoint saved by the reference code round-trips through the port with strict loading."""
     for name in ("sn_critic", "resmlp", "beit"):
-        model, ported = _converted(name)
-        other = build(name, seed=3)
-        params = {k: torch.from_numpy(np.array(v)) for k, v in ported.torch_parameters().items()}
-        other.load_state_dict(params, strict=True)
-        inputs = TWINS[name].inputs(4)
-        with torch.no_grad():
-            torch.testing.assert_close(other(*inputs), model(*inputs))
+        SUITE.round_trip(name)
 
 
 # ---------------------------------------------------------------------------------------------------- artifacts

@@ -11,7 +11,6 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -95,13 +94,7 @@ def test_twins_keep_their_reference_names():
 def test_a_checkpoint_round_trips_through_the_port(name):
     """The port's ``torch_parameters()`` load into a freshly built twin with strict ``load_state_dict`` (a tied
     ``lm_head`` under both names) and give torch's outputs."""
-    model, ported = _converted(name)
-    other = build(name, seed=3)
-    params = {k: torch.from_numpy(np.array(v)) for k, v in ported.torch_parameters().items()}
-    other.load_state_dict(params, strict=True)
-    inputs = TWINS[name].inputs(4)
-    with torch.no_grad():
-        torch.testing.assert_close(other(*inputs), model(*inputs))
+    other = SUITE.round_trip(name)
     if name in ("gemma", "qwen2", "mamba"):
         embeddings = other.backbone.embeddings if name == "mamba" else other.model.embed_tokens
         assert other.lm_head.weight is embeddings.weight

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 
 import mlx.core as mx
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -111,13 +110,7 @@ def test_twins_keep_their_reference_names():
 def test_a_real_checkpoint_loads_into_the_port_by_torch_names(name):
     """The port's ``torch_parameters()`` are the twin's ``state_dict``: strict loading into another instance gives
     the converted model's outputs."""
-    model, ported = _converted(name)
-    other = build(name, seed=3)
-    params = {k: torch.from_numpy(np.array(v)) for k, v in ported.torch_parameters().items()}
-    other.load_state_dict(params, strict=True)
-    inputs = TWINS[name].inputs(4)
-    with torch.no_grad():
-        torch.testing.assert_close(other(*inputs), model(*inputs))
+    SUITE.round_trip(name)
 
 
 @pytest.mark.parametrize("name", _marked("levit", "deit", "retinanet"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 
@@ -112,13 +111,7 @@ def test_twins_keep_their_reference_names():
 def test_a_checkpoint_round_trips_through_the_port(name):
     """The port's ``torch_parameters()`` load into a freshly built twin with strict ``load_state_dict`` and give
     torch's outputs (so a checkpoint saved by the reference code round-trips through the port)."""
-    model, ported = _converted(name)
-    other = build(name, seed=3)
-    params = {k: torch.from_numpy(np.array(v)) for k, v in ported.torch_parameters().items()}
-    other.load_state_dict(params, strict=True)
-    inputs = TWINS[name].inputs(4)
-    with torch.no_grad():
-        torch.testing.assert_close(other(*inputs), model(*inputs))
+    SUITE.round_trip(name)
 
 
 # ---------------------------------------------------------------------------------------------------- artifacts
