@@ -26,6 +26,14 @@ Candidates, in this order (the first that is present, safe on this CPU and loads
 has the instruction sets that family needs; an AVX-512 build on a CPU without ``avx512f`` would die with SIGILL on
 its first call. If nothing is found, MLX keeps its reference BLAS and a one-line warning says how to get the fast path.
 On macOS MLX uses Accelerate and this module does nothing.
+
+Idle BLAS threads sleep at once: OpenBLAS's workers otherwise busy-wait about 2**28 cycles (~0.1 s) after each
+call, so between two GEMMs of a forward they hold every other core while MLX's stream thread and Porter's own kernel
+pool need them. Porter loads the library with ``OPENBLAS_THREAD_TIMEOUT=4`` (2**4 cycles) unless the user set it or
+``GOTO_THREAD_TIMEOUT``; the variable is removed again after loading (the library reads it once, when loaded), so
+no other library sees it. Measured on a 2-core AMD Zen 3, batch 1, 2 threads, loaded ports (``docs/BENCHMARKS.md``,
+session 13): Swin-T 189 -> 159 ms and 374 -> 259 ms of CPU, ConvNeXt-T 158 -> 132 ms, ResNet-50 107 -> 103 ms, ViT-B/16
+unchanged within noise.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 ENV_BLAS = "PORTER_BLAS"
 ENV_THREADS = "PORTER_BLAS_THREADS"
+THREAD_TIMEOUT_VARS = ("OPENBLAS_THREAD_TIMEOUT", "GOTO_THREAD_TIMEOUT")
+THREAD_TIMEOUT = "4"  # log2 of the cycles an idle OpenBLAS worker spins before it sleeps (OpenBLAS's minimum)
 DISABLE_VALUES = ("none", "off", "0", "reference")
 HINT = (
     "porter: MLX is using its bundled reference BLAS, which is 10-50x slower on CPU. "
@@ -280,8 +290,30 @@ def _load_global(path: str) -> ctypes.CDLL:
 
 
 def _load_local(path: str) -> ctypes.CDLL:
-    """Loaded for MLX only: not in the global scope, so no other library (torch) binds to its symbols."""
-    return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    """Loaded for MLX only: not in the global scope, so no other library (torch) binds to its symbols. Its idle
+    threads sleep at once (:data:`THREAD_TIMEOUT`) unless the user chose a timeout."""
+    with _thread_timeout(os.environ):
+        return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+
+
+class _thread_timeout:
+    """Sets ``OPENBLAS_THREAD_TIMEOUT`` in ``environ`` while the library loads, when neither it nor
+    ``GOTO_THREAD_TIMEOUT`` is set, and removes it afterwards (other libraries never see Porter's choice)."""
+
+    def __init__(self, environ):
+        self.environ = environ
+        self.added = False
+
+    def __enter__(self):
+        if not any(self.environ.get(name, "").strip() for name in THREAD_TIMEOUT_VARS):
+            self.environ[THREAD_TIMEOUT_VARS[0]] = THREAD_TIMEOUT
+            self.added = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.added:
+            self.environ.pop(THREAD_TIMEOUT_VARS[0], None)
+        return False
 
 
 def symbol_prefix(lib) -> str | None:

@@ -520,3 +520,46 @@ def test_porter_doctor_command():
     assert "blas" in result.output and "cache limit" in result.output and "mlx " in result.output
     result = CliRunner().invoke(main, ["doctor", "--json"])
     assert result.exit_code == 0 and set(json.loads(result.output)) >= {"blas", "mlx", "device", "cache_limit"}
+
+
+IDLE_SPIN = """
+    import json, os, resource, time
+    import porter
+    import mlx.core as mx
+    a = mx.random.normal((768, 768))
+    for _ in range(4):
+        mx.eval(a @ a)  # big enough for OpenBLAS to use its second thread
+    time.sleep(0.02)
+    before = time.process_time()
+    time.sleep(0.25)  # nothing runs: whatever CPU the process uses now is idle BLAS threads spinning
+    idle_ms = (time.process_time() - before) * 1e3
+    print(json.dumps(dict(idle_ms=idle_ms, env=os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
+                          blas=porter.runtime_info()["blas"])))
+"""
+
+
+def test_idle_blas_threads_sleep_at_once():
+    """After a threaded GEMM the OpenBLAS workers Porter loaded sleep instead of spinning ~0.1 s (which held the
+    second core from MLX and Porter's kernels: Swin-T 2 threads 189 -> 159 ms); the variable is gone again from the
+    environment; a user's own OPENBLAS_THREAD_TIMEOUT wins (the control: spinning shows as CPU time while asleep)."""
+    quiet = json.loads(run_python(IDLE_SPIN, PORTER_BLAS_THREADS="2").stdout)
+    if not (quiet["blas"]["config"] or "").startswith("OpenBLAS"):
+        pytest.skip("no OpenBLAS loaded for MLX on this machine")
+    assert quiet["blas"]["threads"] == 2
+    assert quiet["env"] is None  # set only while the library loaded
+    assert quiet["idle_ms"] < 15, quiet
+    spinning = json.loads(run_python(IDLE_SPIN, PORTER_BLAS_THREADS="2", OPENBLAS_THREAD_TIMEOUT="28").stdout)
+    assert spinning["env"] == "28"
+    assert spinning["idle_ms"] > 25, spinning
+
+
+def test_thread_timeout_is_set_only_while_loading():
+    env = {"PATH": "x"}
+    with _blas._thread_timeout(env):
+        assert env["OPENBLAS_THREAD_TIMEOUT"] == _blas.THREAD_TIMEOUT
+    assert env == {"PATH": "x"}
+    for name in _blas.THREAD_TIMEOUT_VARS:  # the user's own setting is kept and not removed
+        env = {name: "20"}
+        with _blas._thread_timeout(env):
+            assert env == {name: "20"}
+        assert env == {name: "20"}
