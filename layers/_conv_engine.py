@@ -17,6 +17,8 @@ and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`
   ``layers/_conv3d_grads.py``, :data:`STRIDED_GRADS_3D`);
 * dilated (stride 1): one GEMM per tap over the outputs it reads inside the image where most taps read padding
   (:data:`DILATED_TAPS`), else the dilation phases folded into the batch;
+* 3-d, one group, stride 1, undilated, float32 (R(2+1)D's (3, 1, 1) temporal convs): native im2col + GEMM over
+  blocks of output rows, MLX's conv gradient (:data:`COLUMNS_3D_STRIDE1`);
 * otherwise MLX's ``conv_general``.
 
 Native kernels are asked through ``_native.active`` and custom VJPs check ``_export.active``: in export mode every
@@ -95,6 +97,12 @@ COLUMNS_MAX_BYTES = 256 << 20
 # batch's columns in one buffer, allocated when the op is scheduled (R3D-18's 3x7x7 stem: 88 MB per clip, 700 MB at
 # batch 8; its first 3x3x3/s2 conv 350 MB), so the torch-free process peaked at 1385 MB against torch's 936.
 COLUMNS_3D = True
+# Stride-1 undilated one-group float32 3-d convs that no path above takes (a (3, 1, 1) temporal conv, (1, 1, 3), a 3x5x5)
+# run forward through the same blocked columns when this is on, with MLX's conv gradient (mx.vjp of conv_general).
+# MLX's conv gathers the whole batch's columns at once: R(2+1)D-18's temporal 144 -> 64 conv on (8, 16, 56, 56) took
+# 1008 MB beside its 98 MB output (columns 98 MB) and 593 -> 548 ms of CPU (1 thread); the port's peak RSS at batch 8
+# was 2313 MB against torch's 1276 (docs/BENCHMARKS.md, session 13).
+COLUMNS_3D_STRIDE1 = True
 
 
 def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
@@ -148,9 +156,31 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
             and not _export.active() and _native.active("conv weight flip")):
         # stride 1, undilated: MLX's forward, Porter's input gradient (layers/_conv_grads.py)
         return _conv_grads.conv_stride1_op(tuple(lo), tuple(hi), groups)(x, weight)
+    if (COLUMNS_3D_STRIDE1 and len(kernel) == 3 and all(s == 1 for s in stride) and all(d == 1 for d in dilation)
+            and not _export.active() and _columns3d_pay(x, weight, groups)):
+        return _stride1_columns3d_op(tuple(lo), tuple(hi))(x, weight)
     return mx.conv_general(
         x, weight, stride=list(stride), padding=(list(lo), list(hi)), kernel_dilation=list(dilation), groups=groups
     )
+
+
+def _stride1_columns3d_op(lo, hi):
+    """A stride-1 undilated one-group 3-d conv: the native blocked columns forward (:data:`COLUMNS_3D_STRIDE1`),
+    MLX's conv for the gradients."""
+
+    def mlx_conv(x, weight):
+        return mx.conv_general(x, weight, padding=(list(lo), list(hi)))
+
+    @mx.custom_function
+    def op(x, weight):
+        out = _conv_out_sizes(x, weight, (1, 1, 1), lo, hi, (1, 1, 1))
+        return _native.conv3d_columns(x, weight, (1, 1, 1), lo, out)
+
+    @op.vjp
+    def op_vjp(primals, cotangent, output):
+        return tuple(mx.vjp(mlx_conv, list(primals), [cotangent])[1])
+
+    return op
 
 
 # groups of at most this many input channels run as Porter's direct grouped conv; wider groups keep MLX's GEMMs

@@ -2,7 +2,9 @@
 ``_conv_engine.COLUMNS_3D``) against torch's F.conv3d, run in each test: forward, input and weight gradients (the
 strided op's VJP), strides in one to three dims, padding wider than the stride, kernels with taps that read padding
 only, odd sizes, row blocks that do not divide the rows and span examples, batch 1 and > 1, one and two threads,
-inf/NaN placement, and what does not take it (float16/bfloat16, groups, stride 1)."""
+inf/NaN placement, and what does not take it (float16/bfloat16, groups). Stride-1 3-d convs no other path takes
+(R(2+1)D's (3, 1, 1) temporal convs, ``COLUMNS_3D_STRIDE1``) run their forward through it too, with MLX's gradient,
+and without the whole batch's columns in MLX's memory."""
 
 import mlx.core as mx
 import numpy as np
@@ -106,11 +108,48 @@ def test_half_precision_keeps_mlx_conv_and_matches_torch(dtype, spy):
     assert spy.calls == 0
 
 
-@pytest.mark.parametrize("args", [dict(stride=2, padding=1, groups=2), dict(stride=1, padding=1)])
-def test_grouped_and_unstrided_convs_do_not_take_it(args, spy):
-    groups = args.get("groups", 1)
-    check_functional(3, (2, 4, 5, 6, 7), (6, 4 // groups, 3, 3, 3), False, args)
+@pytest.mark.parametrize("args", [dict(stride=2, padding=1, groups=2), dict(stride=1, padding=1, groups=2)])
+def test_grouped_convs_do_not_take_it(args, spy):
+    check_functional(3, (2, 4, 5, 6, 7), (6, 2, 3, 3, 3), False, args)
     assert spy.calls == 0
+
+
+STRIDE1_CASES = [
+    ((2, 6, 7, 9, 8), (5, 6, 3, 1, 1), dict(padding=(1, 0, 0))),  # R(2+1)D's temporal conv
+    ((1, 5, 4, 6, 9), (4, 5, 1, 1, 3), dict(padding=(0, 0, 1))),  # a 1-d conv along the width
+    ((2, 4, 5, 6, 7), (6, 4, 3, 3, 3), dict(padding=1)),  # too few channels for 3-d Winograd
+    ((2, 3, 5, 7, 6), (4, 3, 2, 3, 4), dict(padding="same")),  # even kernels: torch pads more after than before
+    ((2, 3, 3, 4, 4), (4, 3, 3, 5, 5), dict(padding=2)),  # taps that read padding only
+    ((3, 2, 6, 5, 5), (3, 2, 4, 2, 2), dict(padding=0)),  # no padding, odd output sizes
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, args", STRIDE1_CASES)
+def test_stride1_conv3d_through_the_columns_matches_torch(x_shape, w_shape, args, spy):
+    check_functional(3, x_shape, w_shape, True, args)
+    assert spy.calls > 0
+
+
+def _extra_peak(x, w, padding):
+    mx.eval(x, w)
+    base = mx.get_active_memory()
+    mx.reset_peak_memory()
+    y = PF.conv3d(x, w, padding=padding)
+    mx.eval(y)
+    return mx.get_peak_memory() - base, y
+
+
+def test_stride1_columns_keep_memory_near_the_output(monkeypatch):
+    """MLX's conv holds the whole batch's columns (three times the input here) at once; the blocked columns live
+    outside MLX's memory, one block per thread: the op's extra peak is its output. Control: the switch off."""
+    x = mx.random.normal((4, 8, 20, 20, 48), key=mx.random.key(0))
+    w = mx.random.normal((16, 3, 1, 1, 48), key=mx.random.key(1))
+    extra, y = _extra_peak(x, w, (1, 0, 0))
+    assert extra <= 1.25 * y.nbytes, (extra, y.nbytes)
+    monkeypatch.setattr(conv_module, "COLUMNS_3D_STRIDE1", False)
+    extra_mlx, y_mlx = _extra_peak(x, w, (1, 0, 0))
+    assert extra_mlx >= 3 * y.nbytes, (extra_mlx, y.nbytes)
+    np.testing.assert_allclose(np.array(y), np.array(y_mlx), rtol=1e-4, atol=1e-4)
 
 
 def test_switch_off_gives_mlx_conv(spy, monkeypatch):
