@@ -10,11 +10,13 @@ from __future__ import annotations
 
 
 import mlx.core as mx
+import numpy as np
 
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
+from . import _float64 as f64
 from . import _layers as act
 from . import _special_functions as special_functions
 
@@ -26,7 +28,19 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def _softplus(x, beta=1.0, threshold=20.0):
     scaled = x * beta
-    return mx.where(scaled > threshold, x, mx.logaddexp(scaled, mx.zeros_like(scaled)) / beta)
+    soft = f64.softplus(scaled) if x.dtype == mx.float64 else mx.logaddexp(scaled, mx.zeros_like(scaled))
+    return mx.where(scaled > threshold, x, soft / beta)
+
+
+def _float64_or(mlx_fn, float64_fn):
+    """``float64_fn`` for float64 arrays (MLX computes ``mlx_fn`` in float32 precision there: ``_float64.py``)."""
+    return lambda x: float64_fn(x) if x.dtype == mx.float64 else mlx_fn(x)
+
+
+def _sigmoid_any(x):
+    return f64.sigmoid(x) if x.dtype == mx.float64 else mx.sigmoid(x)
+
+
 
 
 def _hardtanh(x, min_val=-1.0, max_val=1.0):
@@ -34,7 +48,20 @@ def _hardtanh(x, min_val=-1.0, max_val=1.0):
 
 
 def _elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if x.dtype == mx.float64:  # torch's expm1; MLX's float64 exp is float32-precise, its expm1 exact
+        return scale * mx.where(x > 0, x, alpha * mx.expm1(x * input_scale))
     return scale * mx.where(x > 0, x, alpha * (mx.exp(x * input_scale) - 1))
+
+
+def _nan_to_num(x, nan, posinf, neginf):
+    """torch.nan_to_num; MLX's refuses float64 at evaluation ("Does not yet support given type"), so float64 takes
+    ``where`` with the dtype's finite extremes (torch's defaults)."""
+    if x.dtype != mx.float64:
+        return mx.nan_to_num(x, nan, posinf, neginf)
+    big = float(np.finfo(np.float64).max)
+    x = mx.where(mx.isnan(x), mx.array(nan, x.dtype), x)
+    x = mx.where(mx.isposinf(x), mx.array(big if posinf is None else posinf, x.dtype), x)
+    return mx.where(mx.isneginf(x), mx.array(-big if neginf is None else neginf, x.dtype), x)
 
 
 def _celu(x, alpha):
@@ -59,7 +86,8 @@ UNARY = {
     "leaky_relu": lambda x, negative_slope=0.01: mx.where(x > 0, x, x * negative_slope),
     "celu": lambda x, alpha=1.0: _celu(x, alpha),
     "selu": lambda x: _elu(x, _SELU_ALPHA, _SELU_SCALE),
-    "log_sigmoid": lambda x: mx.minimum(x, 0) - mx.log1p(mx.exp(-mx.abs(x))),  # no overflow either way
+    # no overflow either way; the gradient at 0 is torch's 1/2 (minimum/abs would give 0 there)
+    "log_sigmoid": lambda x: f64.log_sigmoid(x, None if x.dtype == mx.float64 else mx.exp),
     # NaN passes through the shrinks and threshold as in torch (its comparisons are false on NaN)
     "hardshrink": lambda x, lambd=0.5: mx.where((x >= -lambd) & (x <= lambd), mx.zeros_like(x), x),
     "softshrink": lambda x, lambd=0.5: mx.where(x > lambd, x - lambd, mx.where(x < -lambd, x + lambd, x * 0)),
@@ -73,8 +101,8 @@ UNARY = {
     "abs": mx.abs,
     "sign": mx.sign,
     "erf": lambda x: special_functions.apply("erf", x),  # mx.erf: 0 below |x| ~ 1e-5, ~1e-6 off elsewhere
-    "sin": mx.sin,
-    "cos": mx.cos,
+    "sin": _float64_or(mx.sin, f64.sin),
+    "cos": _float64_or(mx.cos, f64.cos),
     "tan": mx.tan,
     "asin": mx.arcsin,
     "acos": mx.arccos,
@@ -93,7 +121,7 @@ UNARY = {
     "clamp": lambda x, min=None, max=None: mx.clip(x, min, max),
     "logical_not": mx.logical_not,
     "stop_gradient": mx.stop_gradient,
-    "glu": lambda x, axis: (lambda a, b: a * mx.sigmoid(b))(*mx.split(x, 2, axis=axis)),
+    "glu": lambda x, axis: (lambda a, b: a * _sigmoid_any(b))(*mx.split(x, 2, axis=axis)),
     "repeat_interleave": lambda x, repeats, axis=None: mx.repeat(x, repeats, axis),
     "floor": mx.floor,
     "ceil": mx.ceil,
@@ -108,7 +136,7 @@ UNARY = {
     "isnan": mx.isnan,
     "isinf": mx.isinf,
     "isfinite": mx.isfinite,
-    "nan_to_num": lambda x, nan=0.0, posinf=None, neginf=None: mx.nan_to_num(x, nan, posinf, neginf),
+    "nan_to_num": lambda x, nan=0.0, posinf=None, neginf=None: _nan_to_num(x, nan, posinf, neginf),
     "logit": lambda x, eps=None: (lambda z: mx.log(z / (1 - z)))(x if eps is None else mx.clip(x, eps, 1 - eps)),
     "bitwise_not": lambda x: mx.logical_not(x) if x.dtype == mx.bool_ else mx.bitwise_invert(x),
 }

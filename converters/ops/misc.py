@@ -15,6 +15,7 @@ from ..registry import kernel, register
 from ..limits import check_elements
 from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, MAX_LEN, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq,
                     Str, DTYPES)
+from . import _float64
 from ._layers import channel_shuffle, export_note, exporting
 from .elementwise import aligned_inputs
 from .shape import _dims
@@ -144,6 +145,8 @@ def k_max_dim(x, *, axis, keepdims, fn):
 
 @kernel("logsumexp", inputs=[TENSOR], attrs={"axes": AXES, "keepdims": Bool()})
 def k_logsumexp(x, *, axes, keepdims):
+    if x.dtype == mx.float64:  # MLX's is float32-precise there (_float64.py)
+        return _float64.logsumexp(x, axes, keepdims)
     return mx.logsumexp(x, axis=axes, keepdims=keepdims)
 
 

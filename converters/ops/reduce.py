@@ -10,6 +10,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXES, AXIS, DTYPE, TENSOR, Bool, Enum, Float, Opt
+from . import _float64
 from ._layers import softmax
 from .misc import mx_dtype
 from .shape import _dims
@@ -46,6 +47,8 @@ def k_variance_mean(x, *, axes, keepdims, correction, std):
 def k_softmax(x, *, axis, log=False, dtype=None):
     if dtype is not None:
         x = x.astype(mx_dtype(dtype))
+    if x.dtype == mx.float64:  # MLX's exp is float32-precise there (_float64.py)
+        return _float64.log_softmax(x, axis) if log else _float64.softmax(x, axis)
     if log:
         return x - mx.logsumexp(x, axis=axis, keepdims=True)
     return softmax(x, axis)  # one native pass on CPU (porter.layers.functional.softmax)
