@@ -79,7 +79,8 @@ def lcm(a, b):
 def k_number_bits(a, b, *, fn, dtype):
     """Binary number ops in the result dtype ``dtype`` (operands broadcast, in one layout)."""
     dtype = _MX_DTYPES[dtype]
-    a, b = mx.array(a).astype(dtype), mx.array(b)
+    a = a.astype(dtype) if isinstance(a, mx.array) else mx.array(a, dtype=dtype)  # a float64 literal stays exact
+    b = b if isinstance(b, mx.array) else mx.array(b)
     if fn == "ldexp":  # torch: self * 2 ** other, in the result dtype
         return a * mx.power(mx.array(2.0, dtype=dtype), b.astype(dtype))
     b = b.astype(dtype)

@@ -95,8 +95,14 @@ def k_scatter(x, index, src, *, axis, reduce, include_self):
     if tensor_src:
         values = src[tuple(slice(0, s) for s in index.shape)].astype(x.dtype)
     else:
-        values = mx.broadcast_to(mx.array(src).astype(x.dtype), index.shape)
+        values = mx.broadcast_to(_scalar_as(src, x.dtype), index.shape)
     return scatter_values(x, _grids(index, axis), values, reduce, include_self)
+
+
+def _scalar_as(value, dtype):
+    """A scalar fill value (a Python number or a 0-d array) in ``dtype``: a Python float straight into it (through
+    MLX's float32 default a float64 fill lost 9 digits)."""
+    return value.astype(dtype) if isinstance(value, mx.array) else mx.array(value, dtype=dtype)
 
 
 @kernel("index_scatter", inputs=[TENSOR, TENSOR, SCALAR],
@@ -116,7 +122,7 @@ def k_index_scatter(x, index, src, *, axis, reduce, alpha):
             raise ValueError(f"index_add/index_copy: source has shape {tuple(src.shape)}, expected {tuple(shape)}")
         values = src.astype(x.dtype)
     else:
-        values = mx.broadcast_to(mx.array(src).astype(x.dtype), shape)
+        values = mx.broadcast_to(_scalar_as(src, x.dtype), shape)
     if alpha != 1:
         values = values * mx.array(alpha, dtype=x.dtype)
     if reduce == "sum":

@@ -278,7 +278,10 @@ def convert_searchsorted(ctx, call):
 def k_isin(elements, test, *, invert):
     """Whether each entry of ``elements`` (any layout, kept) equals some entry of ``test`` (any shape), compared
     in the promoted dtype as torch does (NaN is in no set). One comparison per pair: bounded by the element limit."""
-    elements, test = mx.array(elements), mx.array(test).reshape(-1)
+    elements = elements if isinstance(elements, mx.array) else mx.array(elements)
+    # a Python number takes the tensor's float dtype (torch's promotion): through float32 a float64 0.1 is not 0.1
+    floating = mx.issubdtype(elements.dtype, mx.floating) and isinstance(test, float)
+    test = (mx.array(test, dtype=elements.dtype) if floating else mx.array(test)).reshape(-1)
     check_elements([elements.size, test.size], "isin")
     if test.size == 0:
         found = mx.zeros(elements.shape, dtype=mx.bool_)

@@ -105,3 +105,21 @@ def test_gradient_at_zero_is_torchs(module, dtype):
     module(x).sum().backward()
     grad = mx.grad(lambda a: ported(a).sum())(mx.array(x.detach().numpy()))
     np.testing.assert_allclose(np.array(grad), x.grad.numpy(), rtol=1e-6, atol=0)
+
+
+FILL = 1.2345678901234567  # not a float32 number
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("index_fill", lambda x: x.index_fill(0, torch.tensor([1, 3]), FILL)),
+    ("scatter_value", lambda x: x.scatter(0, torch.tensor([[1, 0, 2]]), FILL)),
+    ("isin_scalar", lambda x: torch.isin(x, 0.1)),
+])
+def test_float64_scalars_stay_float64(name, fn):
+    """A Python float given to a float64 op is used as the float64 number it is (it went through MLX's float32
+    default: an index_fill / scatter fill 1e-8 off, ``isin(x, 0.1)`` false for x == 0.1)."""
+    x = torch.randn(4, 3, dtype=torch.float64)
+    x[0, 0], x[2, 1] = 0.1, FILL
+    ported = porter.convert(Fn(fn).eval(), (x,), io_layout="torch", dynamic="static")
+    (out,) = run_ported(ported, (x,))
+    np.testing.assert_array_equal(out, fn(x).numpy())
