@@ -338,7 +338,7 @@ def _read_header(path: str) -> dict:
 def check_entries(header: dict, data_size: int, path: str) -> None:
     """Check a safetensors header's tensor entries (``__metadata__`` already taken out) against the file's
     ``data_size`` bytes after the header: known dtypes, dims within MLX's int32, each tensor's bytes exactly its
-    dtype and shape, inside the data, no two overlapping. Raises :class:`ArtifactError` naming ``path``, the tensor
+    dtype and shape, inside the data, together covering it end to end. Raises :class:`ArtifactError` naming ``path``, the tensor
     and the field. Also the check of a safetensors checkpoint before its tensors are read
     (``porter/torch_files.py``: MLX's own reader multiplied a shape's dims with wrap-around)."""
     for name, entry in header.items():
@@ -363,17 +363,27 @@ def check_entries(header: dict, data_size: int, path: str) -> None:
         if not 0 <= begin <= end <= data_size or end - begin != count * _ST_SIZES[entry["dtype"]]:
             raise ArtifactError(path, where, "data_offsets", f"{offsets} do not hold a {entry['dtype']} tensor of "
                                 f"shape {shape} inside the file's {data_size} data bytes")
-    _check_disjoint(header, path)
+    _check_tiling(header, data_size, path)
 
 
-def _check_disjoint(header: dict, path: str) -> None:
-    """No two tensors read the same bytes (the safetensors format lays them end to end): an overlap would let a
-    crafted file make one tensor an alias of another's data."""
+def _check_tiling(header: dict, data_size: int, path: str) -> None:
+    """The tensors cover the data end to end, as the safetensors format lays them (and the safetensors library
+    requires): no two read the same bytes (an overlap would make one tensor an alias of another's data), and no
+    byte is owned by none (a gap or a tail could carry a second payload, a zip appended, that another tool reads)."""
     spans = sorted((e["data_offsets"][0], e["data_offsets"][1], name) for name, e in header.items())
-    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
-        if begin < end:
-            raise ArtifactError(path, f"tensor {second[:80]!r}", "data_offsets",
-                                f"overlaps the bytes of tensor {first[:80]!r}")
+    position, previous = 0, None
+    for begin, end, name in spans:
+        if begin < position:
+            raise ArtifactError(path, f"tensor {name[:80]!r}", "data_offsets",
+                                f"overlaps the bytes of tensor {previous[:80]!r}")
+        if begin > position:
+            raise ArtifactError(path, f"tensor {name[:80]!r}", "data_offsets",
+                                f"starts at byte {begin} of the data: bytes {position} to {begin} belong to no tensor")
+        if end > position:
+            position, previous = end, name
+    if position != data_size:
+        raise ArtifactError(path, "the data", "", f"holds {data_size - position} bytes after the last tensor's end "
+                            f"(byte {position}), which belong to no tensor")
 
 
 def _check_weights(header: dict, params: dict, path: str) -> None:
