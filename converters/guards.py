@@ -29,6 +29,9 @@ OP_TEXT = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
 MAX_DEPTH = 32
 _CACHE_SIZE = 64  # input shapes already checked (a model is usually called at a handful of sizes)
 _SEARCH = 256  # how far a refusal looks for the nearest sizes that pass
+# expression terms a refusal's search may evaluate in all: a graph.json may hold 4096 checks of ~60 terms each on
+# one dim, and trying 512 sizes against every one of them took minutes of CPU per refused call (session 13)
+_SEARCH_BUDGET = 1 << 18
 
 
 def dims_of(expr) -> list:
@@ -61,6 +64,13 @@ def to_text(expr, names) -> str:
     if op in ("max", "min"):
         return f"{op}({to_text(a, names)}, {to_text(b, names)})"
     return f"({to_text(a, names)} {OP_TEXT[op]} {to_text(b, names)})"
+
+
+def expr_size(expr) -> int:
+    """How many terms (ints, dims and ops) an expression holds: the cost of evaluating it once."""
+    if isinstance(expr, dict) and "op" in expr:
+        return 1 + sum(expr_size(a) for a in expr["args"])
+    return 1
 
 
 def compile_expr(expr, depth: int = 0):
@@ -99,6 +109,9 @@ class InputChecks:
             if cmp not in CMPS:
                 raise ValueError(f"bad input check {entry!r}: 'cmp' must be one of {sorted(CMPS)}")
             self.checks.append((compile_expr(entry["lhs"]), CMPS[cmp], compile_expr(entry["rhs"]), entry))
+        # per check: the dims it reads and its cost, computed once (a refusal's search asks for them per size tried)
+        self._dims = [dims_of(e["lhs"]) + dims_of(e["rhs"]) for *_, e in self.checks]
+        self._sizes = [expr_size(e["lhs"]) + expr_size(e["rhs"]) for *_, e in self.checks]
         self._passed: set = set()
 
     def repeat_scalar(self, x, size_expr, inputs, name: str):
@@ -175,14 +188,20 @@ class InputChecks:
 
     def _accepted(self, dims, sizes) -> str:
         """For a broken check on one dim: the nearest sizes of that dim, below and above, that pass every check
-        reading it (the other dims as given), searched up to ``_SEARCH`` away; '' when the check reads several."""
+        reading it (the other dims as given), searched up to ``_SEARCH`` away, fewer when the checks reading it are
+        so many or so long that the search would evaluate more than ``_SEARCH_BUDGET`` terms; '' when the check
+        reads several."""
         if len(dims) != 1:
             return ""
         i, axis = dims[0]
         given = sizes[i][axis]
+        cost = sum(n for n, d in zip(self._sizes, self._dims) if [i, axis] in d)
+        search = min(_SEARCH, _SEARCH_BUDGET // (2 * max(cost, 1)))
+        if search < 1:
+            return ""
         found = []
         for step in (-1, 1):
-            for distance in range(1, _SEARCH + 1):
+            for distance in range(1, search + 1):
                 size = given + step * distance
                 if size < 1:
                     break
@@ -192,13 +211,13 @@ class InputChecks:
                     found.append(size)
                     break
         if not found:
-            return f" No size of dim {axis} within {_SEARCH} of {given} passes the checks on it."
+            return f" No size of dim {axis} within {search} of {given} passes the checks on it."
         return f" Nearest sizes of dim {axis} that pass the checks on it: {' and '.join(map(str, found))}."
 
     def _passes(self, sizes, dim) -> bool:
         """Whether every check that reads ``dim`` holds (the others may fail for other dims)."""
-        for lhs, cmp, rhs, entry in self.checks:
-            if dim not in dims_of(entry["lhs"]) and dim not in dims_of(entry["rhs"]):
+        for (lhs, cmp, rhs, _), dims in zip(self.checks, self._dims):
+            if dim not in dims:
                 continue
             try:
                 if not cmp(lhs(sizes), rhs(sizes)):

@@ -175,7 +175,7 @@ class _Checker:
         if not isinstance(params, dict) or len(params) > MAX_NODES:
             self.fail("the file", "params", f"expected an object of at most {MAX_NODES} entries")
         record = S.Obj({"transform": S.Enum(*TRANSFORM_ATTRS), "attrs": S.Obj({"perm": S.PERM, "groups": S.Int()}),
-                        "trainable": S.Bool(), "torch_shape": S.Ints(0, S.MAX_LEN, 0, S.INT_LIMIT),
+                        "trainable": S.Bool(), "torch_shape": S.Ints(0, S.MAX_LEN, 0, (1 << 31) - 1),
                         "dtype": S.DTYPE, "state_dict": S.Bool()}, ["transform", "attrs", "trainable", "torch_shape"])
         for name, entry in params.items():
             where = f"params[{name[:80]!r}]"

@@ -20,6 +20,7 @@ WEIGHTS_FILE = "model.safetensors"
 GRAPH_FILE = "graph.json"
 MAX_GRAPH_BYTES = 256 << 20  # a graph of a million nodes stays well below this
 MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own bound
+MAX_DIM = (1 << 31) - 1  # MLX's shape dims are int32
 # safetensors dtype -> bytes per element, and which recorded (torch) dtypes each may hold
 _ST_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
              "I64": 8, "U64": 8, "F64": 8, "C64": 8}
@@ -330,7 +331,16 @@ def _read_header(path: str) -> dict:
     from .shards import check_layout_tag
 
     check_layout_tag(header.pop("__metadata__", None), path)  # MLX layout, never torch's (no double transpose)
-    data_size = size - 8 - length
+    check_entries(header, size - 8 - length, path)
+    return header
+
+
+def check_entries(header: dict, data_size: int, path: str) -> None:
+    """Check a safetensors header's tensor entries (``__metadata__`` already taken out) against the file's
+    ``data_size`` bytes after the header: known dtypes, dims within MLX's int32, each tensor's bytes exactly its
+    dtype and shape, inside the data, together covering it end to end. Raises :class:`ArtifactError` naming ``path``, the tensor
+    and the field. Also the check of a safetensors checkpoint before its tensors are read
+    (``porter/torch_files.py``: MLX's own reader multiplied a shape's dims with wrap-around)."""
     for name, entry in header.items():
         where = f"tensor {name[:80]!r}"
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
@@ -339,8 +349,10 @@ def _read_header(path: str) -> dict:
             raise ArtifactError(path, where, "dtype", f"unknown dtype {str(entry['dtype'])[:20]!r}")
         shape, offsets = entry["shape"], entry["data_offsets"]
         if not isinstance(shape, list) or len(shape) > 64 or not all(
-                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 62 for s in shape):
-            raise ArtifactError(path, where, "shape", "expected a list of non-negative ints")
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM for s in shape):
+            # a dim past MLX's int32 sizes raised a bare OverflowError from mx.array, even for an empty tensor
+            raise ArtifactError(path, where, "shape", f"expected a list of ints from 0 to {MAX_DIM} (MLX's dims are "
+                                f"int32) but got {str(shape)[:80]}")
         if not isinstance(offsets, list) or len(offsets) != 2 or not all(
                 isinstance(o, int) and not isinstance(o, bool) for o in offsets):
             raise ArtifactError(path, where, "data_offsets", "expected two ints")
@@ -351,18 +363,27 @@ def _read_header(path: str) -> dict:
         if not 0 <= begin <= end <= data_size or end - begin != count * _ST_SIZES[entry["dtype"]]:
             raise ArtifactError(path, where, "data_offsets", f"{offsets} do not hold a {entry['dtype']} tensor of "
                                 f"shape {shape} inside the file's {data_size} data bytes")
-    _check_disjoint(header, path)
-    return header
+    _check_tiling(header, data_size, path)
 
 
-def _check_disjoint(header: dict, path: str) -> None:
-    """No two tensors read the same bytes (the safetensors format lays them end to end): an overlap would let a
-    crafted file make one tensor an alias of another's data."""
+def _check_tiling(header: dict, data_size: int, path: str) -> None:
+    """The tensors cover the data end to end, as the safetensors format lays them (and the safetensors library
+    requires): no two read the same bytes (an overlap would make one tensor an alias of another's data), and no
+    byte is owned by none (a gap or a tail could carry a second payload, a zip appended, that another tool reads)."""
     spans = sorted((e["data_offsets"][0], e["data_offsets"][1], name) for name, e in header.items())
-    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
-        if begin < end:
-            raise ArtifactError(path, f"tensor {second[:80]!r}", "data_offsets",
-                                f"overlaps the bytes of tensor {first[:80]!r}")
+    position, previous = 0, None
+    for begin, end, name in spans:
+        if begin < position:
+            raise ArtifactError(path, f"tensor {name[:80]!r}", "data_offsets",
+                                f"overlaps the bytes of tensor {previous[:80]!r}")
+        if begin > position:
+            raise ArtifactError(path, f"tensor {name[:80]!r}", "data_offsets",
+                                f"starts at byte {begin} of the data: bytes {position} to {begin} belong to no tensor")
+        if end > position:
+            position, previous = end, name
+    if position != data_size:
+        raise ArtifactError(path, "the data", "", f"holds {data_size - position} bytes after the last tensor's end "
+                            f"(byte {position}), which belong to no tensor")
 
 
 def _check_weights(header: dict, params: dict, path: str) -> None:

@@ -170,6 +170,9 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
                 if tuple(want.shape) != tuple(array.shape):
                     raise ValueError(f"the weight {name!r} has shape {tuple(array.shape)} but the "
                                      f"{record['type']} layer at {path!r} needs {tuple(want.shape)}")
+                if not _dtype_fits(array.dtype, want.dtype):
+                    raise ValueError(f"the weight {name!r} has dtype {array.dtype} but the {record['type']} layer "
+                                     f"at {path!r} needs {_dtype_kind(want.dtype)}")
             module[leaf] = array
             key_paths[name] = prefix + [leaf]
             if not params[name]["trainable"]:
@@ -193,6 +196,19 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
 
     make(top, [])
     return key_paths, layer_keys
+
+
+def _dtype_fits(got, want) -> bool:
+    """A layer's array may come in another floating dtype than the one its constructor made (float16, bfloat16 and
+    float64 ports), never in another kind: a quantized layer's packed uint32 weight or uint8 scales read as
+    float, or float scales read as int32, computed garbage without an error (session 13)."""
+    if mx.issubdtype(want, mx.floating):
+        return mx.issubdtype(got, mx.floating)
+    return got == want
+
+
+def _dtype_kind(dtype) -> str:
+    return "a floating dtype" if mx.issubdtype(dtype, mx.floating) else str(dtype)
 
 
 def resolve(root, path: list):

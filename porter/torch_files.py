@@ -40,7 +40,8 @@ import numpy as np
 __all__ = ["CheckpointFormatError", "UnsafeCheckpointError", "read_torch_file", "load_state_dict",
            "TORCH_SUFFIXES"]
 
-#: File suffixes read as torch checkpoints (``.safetensors`` is read by :func:`load_state_dict` with MLX).
+#: File suffixes read as torch checkpoints (``.safetensors`` is read by :func:`load_state_dict` through Porter's checked
+#: safetensors reader).
 TORCH_SUFFIXES = (".pth", ".pt", ".bin")
 
 # torch storage class name -> numpy dtype of one element ("bfloat16" is read as uint16 and viewed by MLX).
@@ -389,18 +390,38 @@ def _unwrap(obj: Any, path: str) -> dict:
 _MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own bound
 
 
-def _check_safetensors_header(path: str) -> None:
-    """Refuse, before MLX parses it, a header longer than the file or than the safetensors library allows (MLX
-    would hold a JSON document of any declared size in memory)."""
+def _read_safetensors(path: str) -> dict:
+    """The tensors of a safetensors checkpoint, read by Porter's checked reader (``converters/weights_io.py``)
+    after its header is checked as a port's is (``serialize.check_entries``). MLX's ``mx.load`` was used before
+    and trusted the header: it multiplied a shape's dims with wrap-around, so ``[2**21, 2**21, 2**21]`` F32 needed
+    "0 bytes" and the array read the heap past its buffer, and a dim of ``2**31`` came back negative."""
+    from porter.converters.schema import ArtifactError
+    from porter.converters.serialize import check_entries, parse_json
+    from porter.converters.weights_io import read_tensors
+
     with open(path, "rb") as fh:
         head = fh.read(8)
         size = os.fstat(fh.fileno()).st_size
-    if len(head) < 8:
-        raise CheckpointFormatError(f"'{path}' is too short to be a safetensors file.")
-    length = int.from_bytes(head, "little")
-    if length > min(size - 8, _MAX_SAFETENSORS_HEADER):
-        raise CheckpointFormatError(f"'{path}': its safetensors header declares {length} bytes, more than the file "
-                                    f"holds or the {_MAX_SAFETENSORS_HEADER} bytes a header may have.")
+        if len(head) < 8:
+            raise CheckpointFormatError(f"'{path}' is too short to be a safetensors file.")
+        length = int.from_bytes(head, "little")
+        if length > min(size - 8, _MAX_SAFETENSORS_HEADER):  # before a byte of it is held in memory
+            raise CheckpointFormatError(f"'{path}': its safetensors header declares {length} bytes, more than the "
+                                        f"file holds or the {_MAX_SAFETENSORS_HEADER} bytes a header may have.")
+        raw = fh.read(length)
+    try:
+        header = parse_json(raw, path, "the header")
+        if not isinstance(header, dict):
+            raise ArtifactError(path, "the header", "", "is not a JSON object")
+        header.pop("__metadata__", None)
+        check_entries(header, size - 8 - length, path)
+    except ArtifactError as e:
+        place = e.where + (f", field {e.field!r}" if e.field else "")
+        raise CheckpointFormatError(f"'{path}' is not a readable safetensors file: {place}: {e.problem}.") from None
+    try:
+        return read_tensors(path, header)
+    except OSError as exc:  # it changed since the check
+        raise CheckpointFormatError(f"'{path}' could not be read ({exc}).") from None
 
 
 def load_state_dict(path: str) -> dict:
@@ -418,11 +439,7 @@ def load_state_dict(path: str) -> dict:
     if path.endswith(".safetensors"):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"[porter] checkpoint '{path}' does not exist or is not a file.")
-        _check_safetensors_header(path)
-        try:
-            return mx.load(path)
-        except (RuntimeError, ValueError) as exc:
-            raise CheckpointFormatError(f"'{path}' is not a readable safetensors file ({exc}).") from None
+        return _read_safetensors(path)
     if not path.endswith(TORCH_SUFFIXES):
         raise ValueError(f"[porter] checkpoint '{path}' must end in .safetensors, {', '.join(TORCH_SUFFIXES)}.")
     return _unwrap(read_torch_file(path), path)

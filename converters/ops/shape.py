@@ -75,6 +75,8 @@ def k_int_op(*args, op):
     if op == "pow" and all(isinstance(a, int) for a in args) and abs(args[0]) > 1 and not -64 <= args[1] <= 64:
         raise ValueError(f"int_op pow: exponent {args[1]} out of range")  # 10 ** 10 ** 10 would not finish
     result = (_INT_OPS.get(op) or _SYM_CALLS[op])(*args)
+    if isinstance(result, complex):  # (-8.0) ** 0.5: Python's pow of a negative float base; no size is complex
+        raise ValueError(f"int_op {op!r}: result {result} is complex")
     if isinstance(result, int) and not isinstance(result, bool) and abs(result) > INT_LIMIT:
         raise ValueError(f"int_op {op!r}: result {result} out of range")
     return result

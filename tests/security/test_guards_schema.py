@@ -58,3 +58,33 @@ def test_malformed_guards_refused(case, tampered):
     with pytest.raises(ArtifactError) as info:
         porter.load(tampered(edit))
     assert field in str(info.value) and "graph.json" in str(info.value), str(info.value)
+
+
+def _sum_tree(depth):
+    """``x.size(2)`` added to itself in a full binary tree: 2**(depth+1) - 1 terms."""
+    return DIM if depth == 0 else {"op": "add", "args": [_sum_tree(depth - 1), _sum_tree(depth - 1)]}
+
+
+def test_refusal_search_is_bounded(tampered):
+    """4096 checks of 15 terms on one dim that always pass, and one that never does: the refusal's search for the
+    nearest passing sizes tried 512 sizes against all of them, 14 s of CPU per refused call from a 1.5 MB
+    graph.json (minutes at 11 MB). Its work is now bounded; the refusal still names the check."""
+    import time
+
+    import mlx.core as mx
+
+    checks = [{"lhs": _sum_tree(3), "cmp": "ne", "rhs": -1 - i, "guard": "g", "message": "m"} for i in range(4095)]
+    checks.append({"lhs": DIM, "cmp": "ge", "rhs": 10 ** 9, "guard": "x.size(2) >= 10**9", "message": "never"})
+    model = porter.load(tampered(lambda g: g.update(input_checks=checks)))
+    start = time.process_time()
+    with pytest.raises(ValueError, match="x.size\\(2\\) >= 1000000000"):
+        model(mx.zeros((1, 16, 16, 3)))
+    assert time.process_time() - start < 2.0  # was 14 s; now ~0.1 s (loaded machine: a wide margin)
+
+
+def test_refusal_still_names_the_nearest_sizes(tampered):
+    model = porter.load(tampered(lambda g: g.update(input_checks=[GOOD_CHECK])))
+    import mlx.core as mx
+
+    with pytest.raises(ValueError, match="Nearest sizes of dim 2 that pass the checks on it: 14 and 16"):
+        model(mx.zeros((1, 15, 16, 3)))

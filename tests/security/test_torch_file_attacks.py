@@ -92,3 +92,54 @@ def test_safetensors_header_bounded_before_mlx_parses_it(tmp_path):
     path.write_bytes(b"\x01")
     with pytest.raises(CheckpointFormatError, match="too short"):
         load_state_dict(str(path))
+
+
+def _safetensors(path, header: dict, payload: bytes) -> None:
+    import json
+
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + payload)
+
+
+SAFETENSORS_HEADERS = {
+    # MLX's reader multiplied the dims with wrap-around: 2**63 elements "needed 0 bytes" and the array read the
+    # heap past its 16-byte buffer (session 13: values like -2.4e20 came back)
+    "dims whose product wraps to zero bytes": ({"a": {"dtype": "F32", "shape": [2 ** 21] * 3, "data_offsets": [0, 0]}},
+                                               "data_offsets"),
+    "dim past int32 (came back negative)": ({"a": {"dtype": "F32", "shape": [0, 2 ** 31], "data_offsets": [0, 0]}},
+                                            "shape"),
+    "float dim (read as 1)": ({"a": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}}, "shape"),
+    "two tensors on the same bytes": ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                       "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, "overlaps"),
+    "unknown dtype": ({"a": {"dtype": "PY_OBJECT", "shape": [1], "data_offsets": [0, 4]}}, "dtype"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAFETENSORS_HEADERS))
+def test_safetensors_header_checked_before_reading_tensors(tmp_path, case):
+    header, field = SAFETENSORS_HEADERS[case]
+    path = tmp_path / "w.safetensors"
+    _safetensors(path, header, b"\x01" * 16)
+    with pytest.raises(CheckpointFormatError) as info:
+        load_state_dict(str(path))
+    assert "w.safetensors" in str(info.value) and field in str(info.value), str(info.value)
+
+
+def test_honest_safetensors_still_reads_every_dtype(tmp_path):
+    """float64 included, which MLX's own reader could not read."""
+    import mlx.core as mx
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {"f64": torch.randn(3, 2, dtype=torch.float64), "bf16": torch.randn(4).bfloat16(),
+               "i64": torch.arange(5), "empty": torch.zeros(0, 3)}
+    save_file(tensors, str(tmp_path / "ok.safetensors"))
+    got = load_state_dict(str(tmp_path / "ok.safetensors"))
+    assert sorted(got) == sorted(tensors)
+    for name, tensor in tensors.items():
+        want = tensor.float().numpy() if name == "bf16" else tensor.numpy()
+        array = got[name].astype(mx.float32) if name == "bf16" else got[name]
+        np.testing.assert_array_equal(np.array(array), want)
+        assert tuple(got[name].shape) == tuple(tensor.shape)
