@@ -329,7 +329,9 @@ def _state_message(buffer: str) -> str:
     return (f"the forward writes {buffer!r} in place, a buffer or weight the next call reads (state carried from "
             f"one call to the next: a streaming cache, a counter): a port runs without state between calls, so its "
             f"second call would differ from torch's. Pass the state as an input and return the new state as an "
-            f"output instead")
+            f"output instead; if the forward writes it only on its first call (a one-time setup, such as "
+            f"transformers' RWKV dividing its weights in the first eval forward), run the model once in this "
+            f"mode before converting")
 
 
 def _output_structure(ep, count: int) -> str:

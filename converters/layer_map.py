@@ -138,7 +138,10 @@ def _embedding(node, source, info, shapes, module_type):
     if slots is None or len(shapes[_param(node, 0)]) != 2:
         return None
     num, dim = shapes[_param(node, 0)]
-    return Mapping("Embedding", {"num_embeddings": num, "embedding_dim": dim}, 1, slots)
+    config = {"num_embeddings": num, "embedding_dim": dim}
+    if node["attrs"].get("padding_idx") is not None:
+        config["padding_idx"] = node["attrs"]["padding_idx"]
+    return Mapping("Embedding", config, 1, slots)
 
 
 @maps("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")  # SyncBatchNorm: one process, no group

@@ -10,7 +10,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 |---|---|---|
 | Conv / ConvTranspose | ``porter.layers.Conv{1,2,3}d`` / ``ConvTranspose{1,2,3}d`` | ``nn.Conv*`` / ``nn.ConvTranspose*`` |
 | Linear | ``porter.layers.Linear`` (an ``mlx.nn.Linear``) | ``nn.Linear`` |
-| Embedding | :class:`Embedding` (``mlx.nn.Embedding`` with torch's index check) | ``nn.Embedding`` |
+| Embedding | :class:`Embedding` (``mlx.nn.Embedding`` with torch's index check and ``padding_idx``) | ``nn.Embedding`` |
 | BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d`` |
 | LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
 | RMSNorm | ``porter.layers.RMSNorm`` (an ``mlx.nn.RMSNorm``) | ``nn.RMSNorm`` |
@@ -34,20 +34,33 @@ from porter.layers.quantized_conv import QUANTIZED_CONV
 
 from . import spec as S
 from .ops.elementwise import UNARY, _UNARY_ATTRS
-from .ops.misc import checked_indices
+from .ops.misc import checked_indices, embedding_lookup
 from .layer_dropout import DEPTH_MODES, KINDS as DROPOUT_KINDS, StochasticDepth, TorchDropout, TorchRReLU
 
 _SIZE = S.Int(1, (1 << 31) - 1)  # MLX's dims are int32
 _GEOM = S.Ints(1, 3, 0, S.GEOMETRY)
 _POSITIVE = S.Ints(1, 3, 1, S.GEOMETRY)
 _EPS = S.Float()
+_INDEX = S.Int(0, (1 << 31) - 2)
+
+
+def _embedding_config(m) -> dict:
+    config = {"num_embeddings": m.weight.shape[0], "embedding_dim": m.weight.shape[1]}
+    if getattr(m, "padding_idx", None) is not None:
+        config["padding_idx"] = m.padding_idx
+    return config
 
 
 class Embedding(nn.Embedding):
-    """``mlx.nn.Embedding`` that refuses out-of-range indices as torch does (MLX's gather reads other memory)."""
+    """``mlx.nn.Embedding`` that refuses out-of-range indices as torch does (MLX's gather reads other memory);
+    with ``padding_idx`` that row gets no gradient from the places that look it up, as torch's."""
+
+    def __init__(self, num_embeddings: int, dims: int, padding_idx=None):
+        super().__init__(num_embeddings, dims)
+        self.padding_idx = padding_idx
 
     def __call__(self, x: mx.array) -> mx.array:
-        return super().__call__(checked_indices(x, self.weight.shape[0], "Embedding"))
+        return embedding_lookup(self.weight, x, self.padding_idx, "Embedding")
 
     def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine"):
         return QuantizedEmbedding.from_embedding(self, group_size, bits, mode=mode)
@@ -304,10 +317,10 @@ LAYER_TYPES = {t.name: t for t in (
                               ["in_features", "out_features", "bias"]),
               lambda c: PL.Linear(c["in_features"], c["out_features"], bias=c["bias"]), (PL.Linear, nn.Linear),
               lambda m: {"in_features": m.weight.shape[1], "out_features": m.weight.shape[0], "bias": _has(m, "bias")}),
-    LayerType("Embedding", S.Obj({"num_embeddings": _SIZE, "embedding_dim": _SIZE},
+    LayerType("Embedding", S.Obj({"num_embeddings": _SIZE, "embedding_dim": _SIZE, "padding_idx": S.Opt(_INDEX)},
                                  ["num_embeddings", "embedding_dim"]),
-              lambda c: Embedding(c["num_embeddings"], c["embedding_dim"]), (Embedding,),
-              lambda m: {"num_embeddings": m.weight.shape[0], "embedding_dim": m.weight.shape[1]}),
+              lambda c: Embedding(c["num_embeddings"], c["embedding_dim"], c.get("padding_idx")), (Embedding,),
+              _embedding_config),
     LayerType("BatchNorm", S.Obj({"num_features": _SIZE, "eps": _EPS, "momentum": S.Opt(S.Float()),
                                   "affine": S.Bool(), "track_running_stats": S.Bool()},
                                  ["num_features", "eps", "momentum", "affine", "track_running_stats"]),

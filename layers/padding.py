@@ -69,7 +69,7 @@ def _check_pad(input, pad, mode, value, channels_last) -> list[tuple[int, int]]:
                 + (" (the channel axis is never padded)" if channels_last else "")
             )
     else:
-        if value is not None:
+        if value is not None and value != 0:  # torch takes an explicit 0 (HF EnCodec passes value=0.0)
             raise ValueError(f'[pad] Padding mode "{mode}" doesn\'t take in value argument')
         # torch: 1-3 padded dims on an unbatched (dims+1) or batched (dims+2) input
         if not 1 <= n <= 3 or input.ndim not in (n + 1, n + 2):

@@ -128,9 +128,19 @@ def k_gather(x, index, *, axis):
     return mx.take_along_axis(x, checked_indices(index, x.shape[axis], "gather"), axis=axis)
 
 
-@kernel("embedding", inputs=[TENSOR, TENSOR])
-def k_embedding(weight, indices):
-    return mx.take(weight, checked_indices(indices, weight.shape[0], "embedding"), axis=0)
+def embedding_lookup(weight, indices, padding_idx=None, what: str = "embedding"):
+    """Rows ``weight[indices]`` (``(*indices.shape, D)``); a row looked up at ``padding_idx`` passes no gradient to
+    the weight, as torch's embedding backward skips it (the values are the row's all the same)."""
+    rows = mx.take(weight, checked_indices(indices, weight.shape[0], what), axis=0)
+    if padding_idx is None:
+        return rows
+    return mx.where(mx.expand_dims(indices != padding_idx, -1), rows, mx.stop_gradient(rows))
+
+
+@kernel("embedding", inputs=[TENSOR, TENSOR], attrs={"padding_idx": Opt(Int(0, (1 << 31) - 1))})
+def k_embedding(weight, indices, *, padding_idx=None):
+    """``padding_idx`` (absent in artifacts written before it was recorded): the row whose gradient is zero."""
+    return embedding_lookup(weight, indices, padding_idx)
 
 
 @kernel("max_dim", inputs=[TENSOR], attrs={"axis": Opt(AXIS), "keepdims": Bool(), "fn": Enum("max", "min")})
@@ -352,13 +362,18 @@ def convert_gather(ctx, call):
 
 @register("aten.embedding.default")
 def convert_embedding(ctx, call):
-    call.arg("padding_idx")  # only affects the gradient of the padding row
     if call.arg("scale_grad_by_freq") or call.arg("sparse"):
         call.fail("scale_grad_by_freq" if call.arg("scale_grad_by_freq") else "sparse",
                   "gradient options of embedding are not supported")
-    indices = call.arg("indices")
+    weight, indices = call.arg("weight"), call.arg("indices")
+    # torch's backward skips the indices equal to padding_idx: nn.Embedding and F.embedding pass it non-negative,
+    # -1 (the default) and any other negative or past-the-table value match no valid index
+    padding_idx = call.arg("padding_idx")
+    if not isinstance(padding_idx, int):
+        call.fail("padding_idx", f"must be an int known at conversion, got {padding_idx!r}")
+    attrs = {"padding_idx": padding_idx} if 0 <= padding_idx < ctx.meta(weight).shape[0] else {}
     index_perm = ctx.perm(indices)
-    ctx.emit("embedding", [ctx.tensor(call.arg("weight")), ctx.tensor(indices)],
+    ctx.emit("embedding", [ctx.tensor(weight), ctx.tensor(indices)], attrs,
              perm=tuple(index_perm) + (len(index_perm),))
 
 

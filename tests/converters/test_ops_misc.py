@@ -93,3 +93,40 @@ class AdvancedIndex(nn.Module):
 
 def test_advanced_indexing():
     check_converted(AdvancedIndex().eval(), torch.randn(2, 3, 4, 5), torch.randn(3, 3, 5, 4), io_layout="mlx")
+
+
+class PaddedEmbeddings(nn.Module):
+    """The padding row through the module (mapped to Porter's Embedding layer) and through ``F.embedding`` with a
+    negative ``padding_idx`` (torch normalises -2 to 8) and ``aten.embedding`` with none (-1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.words = nn.Embedding(10, 4, padding_idx=1)
+        self.table = nn.Parameter(torch.randn(10, 4))
+
+    def forward(self, idx):
+        return self.words(idx) * F.embedding(idx, self.table, padding_idx=-2) + self.words(idx.flip(-1))
+
+
+@pytest.mark.parametrize("io_layout", ["mlx", "torch"])
+def test_embedding_padding_row_gets_no_gradient(io_layout, tmp_path):
+    """torch's embedding backward skips the places that look up ``padding_idx``: that row's gradient is 0 (or only
+    what other uses give it); the forward still returns the row's values. The port had dropped the argument and
+    gave the padding row the summed cotangents (RoBERTa's word and position embeddings). Also after save/load."""
+    import porter
+    from porter.validation.grads import grad_parity
+
+    model = PaddedEmbeddings().eval()
+    with torch.no_grad():
+        model.words.weight[1] = torch.randn(4)  # a non-zero padding row: the forward must still read it
+    idx = torch.tensor([[1, 8, 3, 1, 8], [0, 1, 9, 8, 2]])
+    ported = porter.convert(model, (idx,), io_layout=io_layout)
+    assert ported.graph["modules"]["words"]["config"]["padding_idx"] == 1
+    porter.save(ported, tmp_path / "p")
+    for port in (ported, porter.load(tmp_path / "p")):
+        result = grad_parity(model, port, (torch.tensor([[1, 1, 8, 4], [8, 1, 1, 0]]),), rtol=1e-5, atol=1e-6,
+                             seed=0)
+        assert result["ok"], result
+    model.zero_grad()
+    model(idx).sum().backward()
+    assert model.table.grad[8].abs().max() == 0 and model.words.weight.grad[1].abs().max() == 0

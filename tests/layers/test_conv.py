@@ -377,3 +377,13 @@ def test_conv_random_sweep():
             check_module(nd, x_shape, cin, cout, k, seed=i, **kwargs)
         except AssertionError as e:
             raise AssertionError(f"config {i}: nd={nd} x={x_shape} cin={cin} cout={cout} k={k} {kwargs}: {e}") from e
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("value", [0.0, -0.0, 0])
+def test_pad_non_constant_modes_take_an_explicit_zero_value(mode, value):
+    """torch refuses a fill value for reflect/replicate/circular padding unless it is 0 (transformers' EnCodec
+    calls ``F.pad(x, pads, "reflect", 0.0)``); a non-zero one stays refused (test_pad_errors)."""
+    x = torch.randn(2, 3, 7)
+    got = PF.pad(to_mx(x), (3, 2), mode=mode, value=value, channels_last=False)
+    np.testing.assert_array_equal(np.array(got), F.pad(x, (3, 2), mode, value).numpy())
