@@ -182,7 +182,7 @@ class InputChecks:
         where = " and ".join(f"input {self.names[i]!r} (input {i}) has size {sizes[i][axis]} in dim {axis}"
                              for i, axis in off)
         accepted = " ".join(self._accepted_with(off, d, sizes) for d in off)
-        count = "the condition" if len(failed) == 1 else f"{len(failed)} conditions"
+        count = "the condition" if len(failed) == 1 else "the conditions"
         return (
             f"{where} (torch layout), which breaks {count} {conditions} that this port was built under: "
             f"{messages}. {len(off)} dim{'s' if len(off) > 1 else ''} must change: {accepted} Running anyway could "
