@@ -18,7 +18,7 @@ def normalise_inputs(example_inputs) -> tuple:
     if isinstance(example_inputs, (list, tuple)):
         for i, x in enumerate(example_inputs):
             if not isinstance(x, torch.Tensor):
-                raise TypeError(f"example_inputs[{i}] must be a torch.Tensor but got {type(x).__name__}")
+                _check_nested(x, f"example_inputs[{i}]", "a torch.Tensor")
         return tuple(example_inputs)
     raise TypeError(f"example_inputs must be a torch.Tensor or a tuple of them, but got {type(example_inputs).__name__}")
 
@@ -39,22 +39,44 @@ def normalise_kwargs(example_kwargs) -> dict:
         except ValueError as e:
             raise TypeError(str(e)) from None
         if not isinstance(value, torch.Tensor) and not is_scalar(value):
-            raise TypeError(f"example_kwargs[{key!r}] must be a torch.Tensor, or None/bool/int/float/str (baked "
-                            f"into the port), but got {type(value).__name__}")
+            _check_nested(value, f"example_kwargs[{key!r}]",
+                          "a torch.Tensor, or None/bool/int/float/str (baked into the port)")
     return dict(example_kwargs)
+
+
+MAX_NESTING = 8  # a tuple of tuples of tensors: transformers' legacy ``past_key_values`` (layer, key/value) is 2
+
+
+def _check_nested(value, label: str, expected: str, depth: int = 0) -> None:
+    """``value`` (not a tensor) must be a non-empty tuple or list, at most :data:`MAX_NESTING` deep, whose leaves are
+    tensors (transformers' ``past_key_values``: a tuple of ``(key, value)`` per layer); ``TypeError`` naming the
+    entry otherwise."""
+    if not isinstance(value, (tuple, list)) or not value or depth >= MAX_NESTING or not any(
+            isinstance(x, torch.Tensor) for x in torch.utils._pytree.tree_leaves(value)):
+        what = "an empty tuple" if isinstance(value, (tuple, list)) and not value else (
+            f"tuples nested deeper than {MAX_NESTING}" if isinstance(value, (tuple, list)) and depth >= MAX_NESTING
+            else type(value).__name__ if not isinstance(value, (tuple, list)) else f"a {type(value).__name__} "
+            "without tensors")
+        raise TypeError(f"{label} must be {expected}, or a tuple/list of tensors (nested at most {MAX_NESTING} deep), "
+                        f"but got {what}")
+    for i, x in enumerate(value):
+        if not isinstance(x, torch.Tensor):
+            _check_nested(x, f"{label}[{i}]", "a torch.Tensor", depth + 1)
 
 
 def example_tensors(args: tuple, kwargs: dict) -> list:
     """The example's tensors in the port's input order (torch.export's flattening: positional, then keywords in
-    the order given)."""
-    return [x for x in list(args) + list(kwargs.values()) if isinstance(x, torch.Tensor)]
+    the order given, a tuple of tensors (``past_key_values``) element by element)."""
+    leaves = torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs)))
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
 
 
 def with_tensors(args: tuple, kwargs: dict, values: list) -> tuple:
-    """``(args, kwargs)`` with their tensors replaced by ``values`` (in :func:`example_tensors` order)."""
+    """``(args, kwargs)`` with their tensors replaced by ``values`` (in :func:`example_tensors` order), nested
+    tuples rebuilt as tuples."""
     it = iter(values)
-    args = tuple(next(it) if isinstance(x, torch.Tensor) else x for x in args)
-    kwargs = {k: next(it) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    args, kwargs = torch.utils._pytree.tree_map(lambda x: next(it) if isinstance(x, torch.Tensor) else x,
+                                                (tuple(args), dict(kwargs)))
     return args, kwargs
 
 

@@ -164,8 +164,10 @@ def _identity(t) -> tuple:
 
 
 def leaf_locations(ep) -> "tuple | None":
-    """Where each flat user input of ``ep`` came from, ``("arg", i)`` or ``("kw", key)``, and the keyword inputs
-    given as ``None`` (no leaf in torch's flattening); None when an input nests (a tuple or dict of tensors)."""
+    """Where each flat user input of ``ep`` came from, ``("arg", i)`` or ``("kw", key)``, followed by its index path
+    inside a tuple/list argument (``("kw", "past_key_values", (1, 0))``: layer 1's key), and the keyword inputs
+    given as ``None`` (no leaf in torch's flattening); None when an input nests otherwise (a dict of tensors, a
+    ``None`` inside a tuple)."""
     spec = getattr(getattr(ep, "call_spec", None), "in_spec", None)
     if spec is None:
         return None
@@ -176,13 +178,20 @@ def leaf_locations(ep) -> "tuple | None":
     if not isinstance(args, tuple) or not isinstance(kwargs, dict):
         return None
     locations, nones = [None] * spec.num_leaves, []
+
+    def place(leaf, location, path) -> bool:
+        if isinstance(leaf, int) and not isinstance(leaf, bool):
+            locations[leaf] = location + ((path,) if path else ())
+            return True
+        if isinstance(leaf, (tuple, list)) and leaf:
+            return all(place(x, location, path + (i,)) for i, x in enumerate(leaf))
+        return False
+
     for where, items in (("arg", enumerate(args)), ("kw", kwargs.items())):
         for what, leaf in items:
             if leaf is None and where == "kw":
                 nones.append(("kw", what))
-            elif isinstance(leaf, int) and not isinstance(leaf, bool):
-                locations[leaf] = (where, what)
-            else:
+            elif not place(leaf, (where, what), ()):
                 return None
     return locations, nones
 

@@ -181,6 +181,26 @@ class _Translator:
             out = _dim(i, axis) if out == 1 else _op("mul", out, _dim(i, axis))
         return out
 
+    def quotient(self, node, other):
+        """``A / B`` compared with an integer-valued float ``c`` (``|c| < 2**20``) as ``A`` against ``c * B``,
+        with the side check ``B > 0``: exact for sizes below 2**32 (``A / B`` differs from ``c`` by at least
+        ``1 / B``, more than half the float spacing at ``c``, so the rounded quotient is on the same side of ``c``).
+        torch's non-strict export adds ``IntTrueDiv(E, E) >= 1.0`` while it computes a tensor's min/max
+        (``_tensor_min_max``): left untranslated, it pinned SAM's image size. None when ``node`` is not such a
+        quotient (the other side then translates ``c`` times ``B``)."""
+        for a, b in ((node, other), (other, node)):
+            if not (isinstance(a, ast.BinOp) and isinstance(a.op, ast.Div) and isinstance(b, ast.Constant)
+                    and type(b.value) is float and b.value.is_integer() and abs(b.value) < 2 ** 20):
+                continue
+            if a is node:
+                divisor = self.expr(a.right)
+                side = (divisor, "gt", 0)
+                if side not in self.side:
+                    self.side.append(side)
+                return self.expr(a.left)
+            return _op("mul", int(b.value), self.expr(a.right))
+        return None
+
     def checks(self, node, negate=False) -> list:
         if isinstance(node, ast.Expression):
             return self.checks(node.body, negate)
@@ -198,7 +218,7 @@ class _Translator:
                 if type(op) not in _CMP:
                     raise Untranslatable(ast.unparse(node))
                 cmp = _CMP[type(op)]
-                lhs, rhs = self.expr(left), self.expr(right)
+                lhs, rhs = self.quotient(left, right) or self.expr(left), self.quotient(right, left) or self.expr(right)
                 if max(_depth(lhs), _depth(rhs)) > MAX_DEPTH:
                     raise Untranslatable("nested deeper than the check format allows")
                 out.append((lhs, _NEGATE[cmp] if negate else cmp, rhs))

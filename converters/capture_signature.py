@@ -34,10 +34,13 @@ def forward_params(forward) -> "list | None":
 def program_params(locations: list, names: list) -> list:
     """Parameters for a program without a Python forward (a ``.pt2``): its positional inputs positional-only,
     named as its placeholders (``None``: ``arg<i>``), and its keyword inputs keyword-only, all required."""
-    positional = sorted((what, name or f"arg{what}") for (where, what), name in zip(locations, names)
-                        if where == "arg")
-    out = [{"name": name, "kind": "positional_only"} for _, name in positional]
-    out += [{"name": key, "kind": "keyword_only"} for where, key in locations if where == "kw"]
+    positional = {}  # a tuple argument's leaves have a placeholder each: the argument is arg<i>
+    for loc, name in zip(locations, names):
+        if loc[0] == "arg":
+            positional.setdefault(loc[1], name if name and len(loc) == 2 else f"arg{loc[1]}")
+    out = [{"name": positional[i], "kind": "positional_only"} for i in sorted(positional)]
+    out += [{"name": key, "kind": "keyword_only"} for key in dict.fromkeys(loc[1] for loc in locations
+                                                                           if loc[0] == "kw")]
     return out
 
 
@@ -51,22 +54,25 @@ def signature_record(params: list, locations: list, constants: list, num_inputs:
     var_keyword = next((p["name"] for p in params if p["kind"] == "var_keyword"), None)
 
     def place(location) -> dict:
-        where, what = location
+        where, what = location[:2]
+        path = {"path": list(location[2])} if len(location) > 2 else {}  # inside a tuple argument
         if where == "arg":
             if what < len(positional):
-                return {"param": positional[what]}
+                return {"param": positional[what], **path}
             if var_positional is None:
                 raise ValueError(f"the forward takes {len(positional)} positional argument(s) but the example gives "
                                  f"more ({what + 1})")
-            return {"param": var_positional, "index": what - len(positional)}
+            return {"param": var_positional, "index": what - len(positional), **path}
         if what in named:
-            return {"param": what}
+            return {"param": what, **path}
         if var_keyword is None:
             raise ValueError(f"the forward has no parameter {what!r} (and no **kwargs)")
-        return {"param": var_keyword, "key": what}
+        return {"param": var_keyword, "key": what, **path}
 
     record = {"params": params, "inputs": [place(loc) for loc in locations]}
     if constants:
+        if any(len(loc) > 2 for loc, _ in constants):
+            raise ValueError("a non-tensor value inside a tuple argument cannot be baked into the port")
         record["constants"] = [dict(place(loc), value=value) for loc, value in constants]
     compile_signature(record, num_inputs)
     return record

@@ -107,6 +107,8 @@ def _dynamic_shapes(mode, inputs, model, kwargs=None):
     auto = torch.export.Dim.AUTO
 
     def spec(x):
+        if isinstance(x, (tuple, list)):  # a tuple of tensors (past_key_values): one spec per element
+            return tuple(spec(v) for v in x)
         return {d: auto for d in _dims_for(mode, x)} if isinstance(x, torch.Tensor) else None
 
     if kwargs:  # keyed by the forward's parameter names, as torch binds them (*args a tuple, **kwargs a dict)
@@ -240,6 +242,8 @@ def _export(model, inputs, mode, seconds, kwargs=None):
 
 
 def _doubled(x):
+    if isinstance(x, (tuple, list)):
+        return type(x)(_doubled(v) for v in x)
     return torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 else x
 
 
@@ -247,7 +251,7 @@ def _attempt(model, inputs, mode, seconds, double_batch, kwargs=None):
     """Export with ``mode``'s dims dynamic; a batch-of-one example whose batch dim is dynamic is captured at
     batch two first (export specialises size-1 dims), keyword inputs too. Returns ``(program, doubled)``."""
     kwargs = kwargs or {}
-    tensors = list(inputs) + list(kwargs.values())
+    tensors = torch.utils._pytree.tree_leaves((tuple(inputs), dict(kwargs)))
     batch_dynamic = any(0 in _dims_for(mode, x) for x in tensors)
     if double_batch and batch_dynamic and any(
             isinstance(x, torch.Tensor) and x.ndim >= 2 and x.shape[0] == 1 for x in tensors):
@@ -271,7 +275,7 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
     the dims that were kept dynamic ("all", "batch", "static" or the user's list).
     """
     mode = normalise_dynamic(dynamic)
-    for x in list(inputs) + list((kwargs or {}).values()):
+    for x in torch.utils._pytree.tree_leaves((tuple(inputs), dict(kwargs or {}))):
         _dims_for(mode, x)  # a dim out of range is the caller's error, not a reason to fall back
     if mode == "static":
         return _static(model, inputs, kwargs), False, None, "static"

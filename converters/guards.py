@@ -18,6 +18,7 @@ the array the port receives may be channels-last, the evaluator maps it through 
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 CMPS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
@@ -32,6 +33,7 @@ _SEARCH = 256  # how far a refusal looks for the nearest sizes that pass
 # expression terms a refusal's search may evaluate in all: a graph.json may hold 4096 checks of ~60 terms each on
 # one dim, and trying 512 sizes against every one of them took minutes of CPU per refused call (session 13)
 _SEARCH_BUDGET = 1 << 18
+_MAX_OFF_SEARCH = 8  # dims read by the broken checks: above this, the refusal does not look for the fewest off
 
 
 def dims_of(expr) -> list:
@@ -103,6 +105,8 @@ class InputChecks:
         # torch dim d of input i sits at array axis perm.index(d)
         self.axes = [None if spec["perm"] is None else [list(spec["perm"]).index(d) for d in range(len(spec["perm"]))]
                      for spec in graph["inputs"]]
+        # the example's torch-layout sizes (the capture's: sizes every check holds for), where the graph has them
+        self.example = [_example_sizes(spec) for spec in graph["inputs"]]
         self.checks = []
         for entry in graph.get("input_checks", []) or []:
             cmp = entry["cmp"]
@@ -156,7 +160,9 @@ class InputChecks:
         return None
 
     def check_sizes(self, sizes) -> None:
-        """Raise ``ValueError`` unless every check holds; ``sizes[i][d]``: torch dim ``d`` of input ``i``."""
+        """Raise ``ValueError`` unless every check holds; ``sizes[i][d]``: torch dim ``d`` of input ``i``. The
+        message names every dim that is off (:meth:`explain_all`), not only the first broken check's."""
+        failed = []
         for lhs, cmp, rhs, entry in self.checks:
             try:
                 ok = cmp(lhs(sizes), rhs(sizes))
@@ -166,7 +172,84 @@ class InputChecks:
                 raise ValueError(f"input check {entry['guard']!r} reads a dim the inputs do not have "
                                  f"(sizes {sizes})") from None
             if not ok:
-                raise ValueError(self.explain(entry, sizes))
+                failed.append(entry)
+        if failed:
+            raise ValueError(self.explain_all(failed, sizes))
+
+    def explain_all(self, failed, sizes) -> str:
+        """The refusal for the broken checks ``failed``: one check on one dim as :meth:`explain`; otherwise the
+        dims that are off (the fewest dims which, set to the example's sizes, make every broken check hold) and,
+        for each, the nearest sizes the port accepts with the other off dims at the example's sizes."""
+        dims = []
+        for entry in failed:
+            for d in dims_of(entry["lhs"]) + dims_of(entry["rhs"]):
+                if d not in dims:
+                    dims.append(d)
+        if len(dims) <= 1:  # every broken check reads the one dim: its nearest passing sizes say it all
+            return self.explain(failed[0], sizes)
+        off = self._off_dims(dims, sizes)
+        if off is None:
+            return self.explain(failed[0], sizes)
+        conditions = "; ".join(self._condition(entry) for entry in failed)
+        messages = "; ".join(dict.fromkeys(entry["message"] for entry in failed))
+        where = " and ".join(f"input {self.names[i]!r} (input {i}) has size {sizes[i][axis]} in dim {axis}"
+                             for i, axis in off)
+        accepted = " ".join(self._accepted_with(off, d, sizes) for d in off)
+        count = "the condition" if len(failed) == 1 else "the conditions"
+        return (
+            f"{where} (torch layout), which breaks {count} {conditions} that this port was built under: "
+            f"{messages}. {len(off)} dim{'s' if len(off) > 1 else ''} must change: {accepted} Running anyway could "
+            f"give wrong numbers, so the port refuses. To run at these sizes, convert the model again with an "
+            f"example input of this size (a separate port for sizes that break the condition)."
+        )
+
+    def _condition(self, entry) -> str:
+        condition = f"{to_text(entry['lhs'], self.names)} {CMP_TEXT[entry['cmp']]} {to_text(entry['rhs'], self.names)}"
+        if len(condition) > _LONG_CONDITION:
+            return f"{entry['guard']} (torch's guard)"
+        return condition
+
+    def _off_dims(self, dims, sizes):
+        """The fewest of ``dims`` which, set to the example's sizes, make every check on ``dims`` hold (the
+        first such set in ``dims``' order), or None (no example sizes, too many dims, or none works)."""
+        if len(dims) > _MAX_OFF_SEARCH or any(self.example[i] is None for i, _ in dims):
+            return None
+        if (1 << len(dims)) * sum(self._cost(d) for d in dims) > _SEARCH_BUDGET:  # a crafted graph's many checks
+            return None
+        for count in range(1, len(dims) + 1):
+            for subset in itertools.combinations(dims, count):
+                trial = [list(s) for s in sizes]
+                for i, axis in subset:
+                    trial[i][axis] = self.example[i][axis]
+                if all(self._passes(trial, d) for d in dims):
+                    return sorted(subset)
+        return None
+
+    def _accepted_with(self, off, dim, sizes) -> str:
+        """Dim ``dim``'s nearest sizes, below and above, that pass every check reading it, the other ``off`` dims
+        at the example's sizes."""
+        i, axis = dim
+        base = [list(s) for s in sizes]
+        for j, other in off:
+            if [j, other] != list(dim):
+                base[j][other] = self.example[j][other]
+        given, found = sizes[i][axis], []
+        search = self._search_length(dim)
+        for step in (-1, 1):
+            for distance in range(1, search + 1):
+                size = given + step * distance
+                if size < 1:
+                    break
+                base[i][axis] = size
+                if self._passes(base, [i, axis]):
+                    found.append(size)
+                    break
+        label = f"dim {axis} of {self.names[i]!r}"
+        if not found:
+            return f"{label}: no size within {search} of {given} passes the checks on it (the example had " \
+                   f"{self.example[i][axis]})."
+        return f"{label}: {given} -> {' or '.join(map(str, found))} (nearest that pass; the example had " \
+               f"{self.example[i][axis]})."
 
     def explain(self, entry, sizes) -> str:
         dims = dims_of(entry["lhs"]) + [d for d in dims_of(entry["rhs"]) if d not in dims_of(entry["lhs"])]
@@ -195,8 +278,7 @@ class InputChecks:
             return ""
         i, axis = dims[0]
         given = sizes[i][axis]
-        cost = sum(n for n, d in zip(self._sizes, self._dims) if [i, axis] in d)
-        search = min(_SEARCH, _SEARCH_BUDGET // (2 * max(cost, 1)))
+        search = self._search_length(dims[0])
         if search < 1:
             return ""
         found = []
@@ -214,6 +296,15 @@ class InputChecks:
             return f" No size of dim {axis} within {search} of {given} passes the checks on it."
         return f" Nearest sizes of dim {axis} that pass the checks on it: {' and '.join(map(str, found))}."
 
+    def _cost(self, dim) -> int:
+        """Expression terms evaluated to test every check that reads ``dim`` once."""
+        return sum(n for n, d in zip(self._sizes, self._dims) if list(dim) in d)
+
+    def _search_length(self, dim) -> int:
+        """How far a refusal looks for ``dim``'s nearest passing sizes: ``_SEARCH``, fewer when the checks reading it
+        are so many or so long that both directions would evaluate more than ``_SEARCH_BUDGET`` terms."""
+        return min(_SEARCH, _SEARCH_BUDGET // (2 * max(self._cost(dim), 1)))
+
     def _passes(self, sizes, dim) -> bool:
         """Whether every check that reads ``dim`` holds (the others may fail for other dims)."""
         for (lhs, cmp, rhs, _), dims in zip(self.checks, self._dims):
@@ -225,6 +316,14 @@ class InputChecks:
             except (ZeroDivisionError, IndexError):
                 return False
         return True
+
+def _example_sizes(spec):
+    """The example's torch-layout sizes of one graph input (``meta.hint``), or None when not recorded."""
+    hint = (spec.get("meta") or {}).get("hint") if isinstance(spec.get("meta"), dict) else None
+    if isinstance(hint, list) and all(isinstance(n, int) and not isinstance(n, bool) for n in hint):
+        return list(hint)
+    return None
+
 
 def static_checks(names, shapes, message: str) -> list:
     """Checks pinning every dim of every tensor input to its example size (``shapes[i]``: None for a non-tensor)."""

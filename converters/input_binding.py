@@ -9,6 +9,11 @@ A capture records the torch forward's signature and, for each graph input, the a
      "inputs": [{"param": "input_ids"}, {"param": "args", "index": 0}, {"param": "kwargs", "key": "mask"}, ...],
      "constants": [{"param": "return_dict", "value": false}, ...]}
 
+An input inside a tuple argument (transformers' legacy ``past_key_values``: a tuple of ``(key, value)`` per layer)
+has a ``"path"``: its indices in the argument, ``{"param": "past_key_values", "path": [1, 0]}``; an argument's paths
+form a whole tree (at every level the indices 0..n-1, no path a prefix of another), and a call must give that
+argument as tuples/lists of exactly those lengths.
+
 ``kind`` is one of :data:`KINDS` (Python's parameter kinds), ``default`` is present when the forward has one:
 ``{"value": v}`` for a ``None``/bool/int/float/str default, ``"other"`` for any other (a tensor). ``inputs`` has one
 entry per graph input, in order; ``constants`` are non-tensor example arguments the capture baked in.
@@ -43,6 +48,7 @@ KIND_NAMES = {v: k for k, v in KINDS.items()}
 MAX_PARAMS = 1024
 MAX_NAME = 128
 MAX_TEXT = 256  # a recorded str constant or default
+MAX_PATH = 8  # nesting of a tuple argument's inputs
 
 
 class _LeftOut:
@@ -92,27 +98,34 @@ class Binding:
         self.signature = None
         if record is None:
             return
-        self.signature, self.params, self.inputs, self.constants = compile_signature(record, num_inputs)
-        # named parameter -> input; *args -> [inputs]; **kwargs -> {key: input}
+        self.signature, self.params, self.inputs, self.constants, self.paths = compile_signature(record, num_inputs)
+        # named parameter -> slot; *args -> [slots]; **kwargs -> {key: slot}. A slot is an input's index, or for a
+        # tuple argument a tuple of slots (nested as the argument, its leaves the inputs' indices)
+        slots = {}
+        for i, (where, path) in enumerate(zip(self.inputs, self.paths)):
+            slots.setdefault(where, {})[path] = i
         self.inputs_of, self.var_inputs = {}, {}
-        for i, (param, where) in enumerate(self.inputs):
+        for (param, where), leaves in slots.items():
+            slot = _tree(leaves)
             if where is None:
-                self.inputs_of[param] = i
+                self.inputs_of[param] = slot
             else:  # *args by index (checked to be 0..n-1), **kwargs by key
-                self.var_inputs.setdefault(param, {})[where] = i
+                self.var_inputs.setdefault(param, {})[where] = slot
         for param, slots in self.var_inputs.items():
             if self.params[param]["kind"] == "var_positional":
                 self.var_inputs[param] = [slots[k] for k in range(len(slots))]
         # the common call, every input positionally in the forward's order, binds without inspect (0.7 us, not 5):
         # the inputs are the leading positional parameters, nothing is baked in, and the rest have defaults
         positional = [n for n, p in self.params.items() if p["kind"] in ("positional_only", "positional_or_keyword")]
-        self.fast = not self.constants and [(n, None) for n in positional[:num_inputs]] == self.inputs
+        self.fast = not self.constants and not any(self.paths) and \
+            [(n, None) for n in positional[:num_inputs]] == self.inputs
 
     def names(self) -> list:
         """The argument each graph input binds to: ``"input_ids"``, ``"args[0]"``, ``"kwargs['mask']"``."""
         if self.signature is None:
             return [f"input {i}" for i in range(self.num_inputs)]
-        return [_spelled(param, where) for param, where in self.inputs]
+        return [_spelled(param, where) + "".join(f"[{k}]" for k in path)
+                for (param, where), path in zip(self.inputs, self.paths)]
 
     def describe(self) -> str:
         """The call the port takes, in Python's notation: an input by its name, an argument left out at
@@ -170,10 +183,7 @@ class Binding:
                 if value is LEFT_OUT:
                     raise TypeError(f"PortedModel{self.describe()}: missing the argument {name!r}: the port was "
                                     "converted with it (its forward's default is not part of the port)")
-                if value is None:
-                    raise TypeError(f"PortedModel: the argument {name!r} was converted with a tensor, so it cannot be "
-                                    "None (the forward would take another path; convert without it for that)")
-                out[self.inputs_of[name]] = value
+                _fill(self.inputs_of[name], value, out, repr(name))
             else:
                 self._check_constant_or_left_out(name, param, value)
         return out
@@ -192,7 +202,7 @@ class Binding:
 
         def value_of(name, key=None):
             if key is None and name in self.inputs_of:
-                return values[self.inputs_of[name]]
+                return _gather(self.inputs_of[name], values)
             return self.constants.get((name, key), LEFT_OUT)
 
         if any(self.var_inputs.get(n) for n, p in self.params.items() if p["kind"] == "var_positional"):
@@ -200,7 +210,7 @@ class Binding:
         else:
             count = 1 + max((i for i, (n, p) in enumerate(positional) if p["kind"] == "positional_only"
                              and value_of(n) is not LEFT_OUT), default=-1)
-        args, kwargs, by_keyword = [], {}, False
+        args, kwargs, by_keyword, flat = [], {}, False, 0  # flat: the graph inputs args holds, in order
         for i, (name, p) in enumerate(positional):
             value = value_of(name)
             if i < count:
@@ -210,19 +220,22 @@ class Binding:
                                         "conversion, precedes positional inputs and has no recorded default")
                     value = p["default"]["value"]
                 args.append(value)
-            elif not by_keyword and self.inputs_of.get(name) == len(args):
+                flat += len(_leaves(self.inputs_of[name])) if name in self.inputs_of else 1
+            elif not by_keyword and name in self.inputs_of and \
+                    _leaves(self.inputs_of[name]) == list(range(flat, flat + len(_leaves(self.inputs_of[name])))):
                 args.append(value)  # positionally while the inputs run in the forward's order: args = a prefix
+                flat += len(_leaves(self.inputs_of[name]))
             else:
                 by_keyword = True
                 if value is not LEFT_OUT:
                     kwargs[name] = value
         for name, p in self.params.items():
             if p["kind"] == "var_positional":
-                args.extend(values[i] for i in self.var_inputs.get(name, []))
+                args.extend(_gather(slot, values) for slot in self.var_inputs.get(name, []))
             elif p["kind"] == "keyword_only" and value_of(name) is not LEFT_OUT:
                 kwargs[name] = value_of(name)
             elif p["kind"] == "var_keyword":
-                kwargs.update({key: values[i] for key, i in self.var_inputs.get(name, {}).items()})
+                kwargs.update({key: _gather(slot, values) for key, slot in self.var_inputs.get(name, {}).items()})
                 kwargs.update({key: v for (n, key), v in self.constants.items() if n == name})
         return args, kwargs
 
@@ -266,14 +279,14 @@ class Binding:
         if len(values) != len(slots):
             raise TypeError(f"PortedModel{self.describe()}: *{name} takes {len(slots)} positional input(s), as it "
                             f"was converted, but got {len(values)}")
-        for slot, value in zip(slots, values):
-            out[slot] = value
+        for index, (slot, value) in enumerate(zip(slots, values)):
+            _fill(slot, value, out, f"{name}[{index}]")
 
     def _bind_var_keyword(self, name, values, out):
         slots = self.var_inputs.get(name, {})
         for key, value in values.items():
             if key in slots:
-                out[slots[key]] = value
+                _fill(slots[key], value, out, f"{key!r} (in **{name})")
             else:
                 self._check_constant_or_left_out(name, self.params[name], value, key)
         for key in slots:
@@ -284,6 +297,50 @@ class Binding:
             if param == name and key not in values:
                 raise TypeError(f"PortedModel{self.describe()}: missing the keyword argument {key!r} (in **{name}): "
                                 f"the port was converted with it as {constant!r}")
+
+
+def _tree(leaves: dict):
+    """The slot of one argument from ``{path: input index}`` (paths checked to form a whole tree): the index for
+    ``{(): i}``, else a tuple of the children's slots."""
+    if () in leaves:
+        return leaves[()]
+    children = {}
+    for path, i in leaves.items():
+        children.setdefault(path[0], {})[path[1:]] = i
+    return tuple(_tree(children[k]) for k in range(len(children)))
+
+
+def _leaves(slot) -> list:
+    return [slot] if isinstance(slot, int) else [i for s in slot for i in _leaves(s)]
+
+
+def _gather(slot, values):
+    return values[slot] if isinstance(slot, int) else tuple(_gather(s, values) for s in slot)
+
+
+def _fill(slot, value, out, label: str) -> None:
+    """Put ``value``'s tensors into ``out`` at ``slot``'s indices; ``TypeError`` naming the argument (and the
+    element) when ``value`` is None or not nested as the port was converted."""
+    if isinstance(slot, int):
+        if value is None:
+            raise TypeError(f"PortedModel: the argument {label} was converted with a tensor, so it cannot be None "
+                            "(the forward would take another path; convert without it for that)")
+        if isinstance(value, (tuple, list)):
+            raise TypeError(f"PortedModel: the argument {label} was converted with a tensor, but got a "
+                            f"{type(value).__name__}")
+        out[slot] = value
+        return
+    if not isinstance(value, (tuple, list)) or len(value) != len(slot):
+        got = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else _short(value)
+        raise TypeError(f"PortedModel: the argument {label} was converted as a tuple of {len(slot)} (nested as "
+                        f"{_nesting(slot)}), but got {got}")
+    for k, (s, v) in enumerate(zip(slot, value)):
+        _fill(s, v, out, f"{label}[{k}]")
+
+
+def _nesting(slot) -> str:
+    return "tensor" if isinstance(slot, int) else "(" + ", ".join(_nesting(s) for s in slot[:4]) + (
+        ", ...)" if len(slot) > 4 else ")")
 
 
 def _spelled(param, where) -> str:
@@ -304,7 +361,7 @@ def compile_signature(record, num_inputs: int):
     """Check a ``graph["signature"]`` record (hostile input) and compile it; ``ValueError`` saying what is wrong.
 
     Returns ``(inspect.Signature, {name: param record}, [(param, None | index | key)] per input,
-    {(param, None | key): constant})``.
+    {(param, None | key): constant}, [path tuple] per input)`` (``()`` for an input that is a whole argument).
     """
     if not isinstance(record, dict) or not set(record) <= {"params", "inputs", "constants"}:
         raise ValueError("'signature' must be an object with 'params', 'inputs' and optionally 'constants'")
@@ -341,8 +398,9 @@ def compile_signature(record, num_inputs: int):
     kwargs_names = {n for n, p in params.items() if p["kind"] in ("positional_or_keyword", "keyword_only")}
 
     def place(entry, field):
-        if not isinstance(entry, dict) or "param" not in entry or not set(entry) <= {"param", "index", "key", "value"}:
-            raise ValueError(f"'{field}' must be an object with 'param' and optionally 'index' or 'key'")
+        if not isinstance(entry, dict) or "param" not in entry or \
+                not set(entry) <= {"param", "index", "key", "value", "path"}:
+            raise ValueError(f"'{field}' must be an object with 'param' and optionally 'index', 'key' or 'path'")
         name = entry["param"]
         if not isinstance(name, str) or name not in params:
             raise ValueError(f"'{field}.param' names {str(name)[:80]!r}, which 'signature.params' does not list")
@@ -364,17 +422,22 @@ def compile_signature(record, num_inputs: int):
             raise ValueError(f"'{field}': 'index'/'key' belong to *args/**kwargs inputs only ({name!r} is {kind})")
         return name, None
 
-    inputs, seen = [], set()
+    inputs, paths, seen, trees = [], [], set(), {}
     if len(inputs_in) != num_inputs:
         raise ValueError(f"'signature.inputs' lists {len(inputs_in)} entries for {num_inputs} graph input(s)")
     for i, entry in enumerate(inputs_in):
         if isinstance(entry, dict) and "value" in entry:
             raise ValueError(f"'signature.inputs[{i}]' has a 'value': constants belong in 'signature.constants'")
         where = place(entry, f"signature.inputs[{i}]")
-        if where in seen:
+        path = _check_path(entry.get("path", []), f"signature.inputs[{i}].path")
+        if path in trees.setdefault(where, set()):  # a prefix of another path: _check_tree below
             raise ValueError(f"'signature.inputs[{i}]' binds {_spelled(*where)!r} a second time")
+        trees[where].add(path)
         seen.add(where)
         inputs.append(where)
+        paths.append(path)
+    for where, leaves in trees.items():
+        _check_tree(leaves, _spelled(*where))
     for name in params:  # *args inputs are 0..n-1, each once, so a call's extras map one to one
         indices = sorted(w for p, w in inputs if p == name and isinstance(w, int))
         if indices != list(range(len(indices))):
@@ -385,6 +448,8 @@ def compile_signature(record, num_inputs: int):
             raise ValueError(f"'signature.constants[{i}]' must have a 'value': None, a bool, a number or a short "
                              "string")
         where = place(entry, f"signature.constants[{i}]")
+        if "path" in entry:
+            raise ValueError(f"'signature.constants[{i}]': a value inside a tuple argument cannot be a constant")
         if isinstance(where[1], int):
             raise ValueError(f"'signature.constants[{i}]': a *args entry cannot be a baked-in constant")
         if where in seen:
@@ -395,4 +460,28 @@ def compile_signature(record, num_inputs: int):
         if p["kind"] not in ("var_positional", "var_keyword") and "default" not in p and (name, None) not in seen:
             raise ValueError(f"'signature.params': the required argument {name!r} is neither a graph input nor a "
                              "constant")
-    return signature, params, inputs, constants
+    return signature, params, inputs, constants, paths
+
+
+def _check_path(path, field: str) -> tuple:
+    if not isinstance(path, list) or len(path) > MAX_PATH or any(
+            isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < MAX_PARAMS for k in path):
+        raise ValueError(f"'{field}' must be a list of at most {MAX_PATH} indices (0 <= index < {MAX_PARAMS})")
+    return tuple(path)
+
+
+def _check_tree(paths: set, name: str) -> None:
+    """One argument's input paths form a whole tree: ``{()}`` (the argument is one tensor), or at every level the
+    indices 0..n-1 with no path a prefix of another (so a call's tuple maps to the inputs one to one)."""
+    if paths == {()}:
+        return
+    if () in paths:
+        raise ValueError(f"'signature.inputs' binds {name!r} both whole and by 'path'")
+    children = {}
+    for path in paths:
+        children.setdefault(path[0], set()).add(path[1:])
+    if sorted(children) != list(range(len(children))):
+        raise ValueError(f"'signature.inputs' gives {name!r} the indices {sorted(children)[:8]} at one level, "
+                         "not 0..n-1")
+    for k, rest in children.items():
+        _check_tree(rest, f"{name}[{k}]")

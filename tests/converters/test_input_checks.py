@@ -355,3 +355,70 @@ def test_a_size_pinned_by_a_layout_guard_is_refused_not_crashed():
         assert_close(np.array(ported(mx.array(t.numpy()))), model(t).numpy(), what="batch 3")
     with pytest.raises(ValueError, match=r"input 'text' \(input 0\) has size 5 in dim 1.*text.size\(1\) == 8"):
         ported(mx.array(torch.randint(0, 40, (3, 5)).numpy()))
+
+
+# ---------------------------------------------------------------------------------------------------- several dims off
+class FlatHead(nn.Module):
+    """A conv whose flattened output meets a fixed matrix: torch's guard ties height and width in one product,
+    ``4 * (H - 2) * (W - 2) == 784``, so a port takes 16x16 (and other factorings) only. The matrix is built in
+    the forward, so 784 is a literal of the graph and the guard, from inside matmul's shape rule, is kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return self.conv(x).flatten(1) @ torch.ones(4 * 14 * 14, 2)
+
+
+def test_a_refusal_names_every_dim_that_is_off_and_what_the_port_accepts_for_each():
+    """Two pinned dims both off: the refusal used to name the first broken check's dim only (a caller who fixed
+    it met a second refusal); it names both now, each with the sizes the port accepts."""
+    model = randomize_(ConvNet(), 0)
+    ported = porter.convert(model, torch.randn(2, 3, 9, 7), dynamic="batch", io_layout="torch")
+    message = _assert_refused(ported, (2, 3, 8, 6), "has size 8 in dim 2 and input 'x' (input 0) has size 6 in dim 3",
+                              "breaks the conditions x.size(2) == 9; x.size(3) == 7", "x.size(2) == 9", "x.size(3) == 7", "2 dims must change",
+                              "dim 2 of 'x': 8 -> 9", "dim 3 of 'x': 6 -> 7")
+    assert message.index("dim 2 of 'x'") < message.index("dim 3 of 'x'")
+    _assert_refused(ported, (2, 3, 8, 7), "size 8 in dim 2", "Nearest sizes of dim 2 that pass the checks on it: 9")
+    _assert_torch_numbers(ported, model, (5, 3, 9, 7))
+
+
+def test_a_check_on_two_dims_names_the_dims_that_are_off_only():
+    """One product guard reads height and width: a call with only the height off names the height (the width
+    matches the example) and the height the port accepts with that width; both off, both are named."""
+    model = randomize_(FlatHead(), 0)
+    ported = porter.convert(model, torch.randn(2, 3, 16, 16), io_layout="torch")
+    message = _assert_refused(ported, (2, 3, 17, 16), "has size 17 in dim 2 (torch layout)", "1 dim must change",
+                              "dim 2 of 'x': 17 -> 16")
+    assert "in dim 3" not in message and "dim 3 of" not in message
+    _assert_refused(ported, (2, 3, 17, 18), "has size 17 in dim 2 and input 'x' (input 0) has size 18 in dim 3",
+                    "2 dims must change", "dim 2 of 'x': 17 -> 16", "dim 3 of 'x': 18 -> 16")
+    _assert_torch_numbers(ported, model, (3, 3, 16, 16))
+    assert ported.input_checks.refusal([(1, 3, 16, 16)]) is None
+
+
+def test_a_true_division_compared_with_an_integer_float_is_checked_exactly_in_integers():
+    """``A / B cmp c`` (torch's non-strict export adds ``IntTrueDiv(E, E) >= 1.0`` while computing a tensor's
+    min/max; left outside the format it pinned the dims it read) translates to ``A cmp c * B`` with ``B > 0``:
+    against Python's float division at every small pair and at large sizes, for each comparison, either side."""
+    import ast
+    import itertools
+
+    from porter.converters.capture_guards import _Translator
+    from porter.converters.guards import CMPS
+
+    dims = {"d_0_0": (0, 0), "d_0_1": (0, 1)}
+    pairs = [(a, b) for a in range(0, 40) for b in range(1, 40)] + [(2 ** 31 - 1, 2 ** 31), (3 * 2 ** 30, 2 ** 30),
+                                                                   (2 ** 32 - 1, 2 ** 31 - 1)]
+    for text, c in itertools.product(("(d_0_0 // 1) / d_0_1 {op} {c}", "{c} {op} d_0_0 / d_0_1"), (0.0, 1.0, 2.0, 3.0)):
+        for op in ("<", "<=", "==", "!=", ">=", ">"):
+            guard = text.format(op=op, c=c)
+            checks = _Translator(dims, [2]).checks(ast.parse(guard, mode="eval"))
+            compiled = [(compile_expr(lhs), CMPS[cmp], compile_expr(rhs)) for lhs, cmp, rhs in checks]
+            for a, b in pairs:
+                want = eval(guard.replace("d_0_0", str(a)).replace("d_0_1", str(b)))
+                got = all(f(l([[a, b]]), r([[a, b]])) for l, f, r in compiled)
+                assert got == want, (guard, a, b)
+    negative = _Translator(dims, [2]).checks(ast.parse("d_0_0 / d_0_1 >= 1.0", mode="eval"))
+    assert ({"dim": [0, 1]}, "gt", 0) in negative  # the divisor's sign is checked, not assumed

@@ -179,7 +179,10 @@ def test_sam_encoder_without_absolute_positions_is_pinned_to_its_grid():
     """Without the absolute position embedding (``use_abs_pos=False``) torch runs SAM's encoder at any size (the
     global block resizes its 15-row tables by linear interpolation, ``get_rel_pos``), but the capture keeps the
     grid only at the example's: even with every dim asked dynamic, a 5x6 grid (40x48 images; the example's is 7x9)
-    is refused by name on the resized table's length (torch's guard ``2 * (H // 8) - 1 == 13``; found, not fixed).
+    is refused by name on the resized table's length (torch's guard ``2 * (H // 8) - 1 == 13``: SAM's own
+    ``get_rel_pos`` calls ``int(2 * max(q_size, k_size) - 1)`` on the symbolic grid size, and ``int()`` of a SymInt
+    specialises it; found, not fixed). The height and width were also pinned by torch's ``IntTrueDiv(E, E) >= 1.0``
+    (non-strict export's ``_tensor_min_max``), now checked exactly.
     Another batch above 1 at the example's size matches torch (batch 1 is refused too: torch keeps the window
     partition's guard batch * windows // windows != 1 from the batch-2 example)."""
     torch.manual_seed(0)
