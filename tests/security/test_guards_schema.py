@@ -82,6 +82,26 @@ def test_refusal_search_is_bounded(tampered):
     assert time.process_time() - start < 2.0  # was 14 s; now ~0.1 s (loaded machine: a wide margin)
 
 
+def test_refusal_over_several_dims_is_bounded(tampered):
+    """The same attack on two dims with a broken check reading both: the search for the fewest dims that are off and
+    for each one's nearest sizes is held to the same budget (without it: tens of millions of terms per call)."""
+    import time
+
+    import mlx.core as mx
+
+    width = {"dim": [0, 3]}
+    checks = [{"lhs": _sum_tree(4), "cmp": "ne", "rhs": -1 - i, "guard": "g", "message": "m"} for i in range(2047)]
+    checks += [{"lhs": {"op": "add", "args": [_sum_tree(4), width]}, "cmp": "ne", "rhs": -1 - i, "guard": "g",
+                "message": "m"} for i in range(2047)]
+    checks.append({"lhs": {"op": "add", "args": [DIM, width]}, "cmp": "eq", "rhs": 32, "guard": "H + W == 32",
+                   "message": "the example's sum"})  # holds with both dims at the example's 16: both are off
+    model = porter.load(tampered(lambda g: g.update(input_checks=checks)))
+    start = time.process_time()
+    with pytest.raises(ValueError, match="breaks the condition"):
+        model(mx.zeros((1, 15, 18, 3)))
+    assert time.process_time() - start < 2.0
+
+
 def test_refusal_still_names_the_nearest_sizes(tampered):
     model = porter.load(tampered(lambda g: g.update(input_checks=[GOOD_CHECK])))
     import mlx.core as mx
