@@ -227,10 +227,12 @@ def bilinear2d(x: mx.array, h_i0: list, h_i1: list, h_l1: list, w_i0: list, w_i1
     return kernels().bilinear2d(x, h_i0, h_i1, h_l1, w_i0, w_i1, w_l1)
 
 
-def softmax(x: mx.array, axis: int) -> mx.array:
+def softmax(x: mx.array, axis: int, rows: bool = True) -> mx.array:
     """Softmax along any ``axis`` in one multi-threaded pass per row block (float32 accumulation for 16-bit types),
-    with torch's gradient ``y * (g - sum(g * y))`` as a native pass too."""
-    return kernels().softmax(x, int(axis))
+    with torch's gradient ``y * (g - sum(g * y))`` as a native pass too. Over the last axis, float32/16-bit rows take
+    the vector rows kernel (``csrc/softmax_kernels.h``) unless ``rows`` is False (the any-axis kernel: a benchmark
+    switch, ``activation.SOFTMAX_ROWS``)."""
+    return kernels().softmax(x, int(axis), bool(rows))
 
 
 def lp_root(a: mx.array, scale: float, inv_p: float) -> mx.array:

@@ -6,6 +6,7 @@
 
 #include "ops_common.h"
 #include "activation_kernels.h"
+#include "softmax_kernels.h"
 
 namespace porter {
 
@@ -212,17 +213,27 @@ std::array<int64_t, 3> split_axis(const mx::Shape& shape, int axis) {
   return {outer, shape[axis], inner};
 }
 
-mx::array make_softmax_grad(mx::Stream s, int axis, const mx::array& y, const mx::array& g);
+mx::array make_softmax_grad(mx::Stream s, int axis, bool rows, const mx::array& y, const mx::array& g);
 
 class Softmax : public mx::UnaryPrimitive {
  public:
-  Softmax(mx::Stream s, int axis) : mx::UnaryPrimitive(s), axis_(axis) {}
+  Softmax(mx::Stream s, int axis, bool rows) : mx::UnaryPrimitive(s), axis_(axis), rows_(rows) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
-    launch(stream(), inputs, output, [axis = axis_](auto& in, auto& out) {
+  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
+    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, output); });
+  }
+  void eval_contiguous(const std::vector<mx::array>& inputs, mx::array& output) {
+    // in place when x is donated: both kernels read an element (a whole row, for the rows kernel) before writing it
+    launch_in_place(stream(), inputs, output, [axis = axis_, rows = rows_](auto& in, auto& out) {
       auto [outer, len, inner] = split_axis(in[0].shape(), axis);
       dispatch_float(in[0].dtype(), "softmax", [&](auto tag) {
         using T = decltype(tag);
+        if constexpr (!std::is_same_v<T, double>) {
+          if (inner == 1 && rows) {
+            softmax_lastdim<T>(in[0].template data<T>(), outer, len, out[0].template data<T>());
+            return;
+          }
+        }
         softmax<T>(in[0].template data<T>(), outer, len, inner, out[0].template data<T>());
       });
     });
@@ -230,39 +241,51 @@ class Softmax : public mx::UnaryPrimitive {
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("softmax"); }
   const char* name() const override { return "PorterSoftmax"; }
   bool is_equivalent(const mx::Primitive& other) const override {
-    return same_type<Softmax>(*this, other) && static_cast<const Softmax&>(other).axis_ == axis_;
+    return same_type<Softmax>(*this, other) && static_cast<const Softmax&>(other).axis_ == axis_ &&
+           static_cast<const Softmax&>(other).rows_ == rows_;
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>&, const std::vector<mx::array>& cotangents,
                              const std::vector<int>&, const std::vector<mx::array>& outputs) override {
-    return {make_softmax_grad(stream(), axis_, outputs[0], cotangents[0])};
+    return {make_softmax_grad(stream(), axis_, rows_, outputs[0], cotangents[0])};
   }
   std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                              const std::vector<int>&) override {
-    auto y = mx::array(primals[0].shape(), primals[0].dtype(), std::make_shared<Softmax>(stream(), axis_),
+    auto y = mx::array(primals[0].shape(), primals[0].dtype(), std::make_shared<Softmax>(stream(), axis_, rows_),
                        {primals[0]});
-    return {make_softmax_grad(stream(), axis_, y, tangents[0])};
+    return {make_softmax_grad(stream(), axis_, rows_, y, tangents[0])};
   }
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
     int axis = axis_ + (axes[0] >= 0 && axes[0] <= axis_ ? 1 : 0);
-    return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<Softmax>(stream(), axis),
-                       {mx::contiguous(inputs[0], false, stream())})},
+    return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<Softmax>(stream(), axis, rows_),
+                       {inputs[0]})},
             {axes[0]}};
   }
 
  private:
   int axis_;
+  bool rows_;  // last axis by the vector rows kernel (softmax_kernels.h), else the any-axis kernel
 };
 
 class SoftmaxGrad : public mx::UnaryPrimitive {
  public:
-  SoftmaxGrad(mx::Stream s, int axis) : mx::UnaryPrimitive(s), axis_(axis) {}
+  SoftmaxGrad(mx::Stream s, int axis, bool rows) : mx::UnaryPrimitive(s), axis_(axis), rows_(rows) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
-    launch(stream(), inputs, output, [axis = axis_](auto& in, auto& out) {
+  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
+    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, output); });
+  }
+  void eval_contiguous(const std::vector<mx::array>& inputs, mx::array& output) {
+    launch(stream(), inputs, output, [axis = axis_, rows = rows_](auto& in, auto& out) {
       auto [outer, len, inner] = split_axis(in[0].shape(), axis);
       dispatch_float(in[0].dtype(), "softmax_grad", [&](auto tag) {
         using T = decltype(tag);
+        if constexpr (!std::is_same_v<T, double>) {
+          if (inner == 1 && rows) {
+            softmax_grad_lastdim<T>(in[0].template data<T>(), in[1].template data<T>(), outer, len,
+                                    out[0].template data<T>());
+            return;
+          }
+        }
         softmax_grad<T>(in[0].template data<T>(), in[1].template data<T>(), outer, len, inner,
                         out[0].template data<T>());
       });
@@ -271,7 +294,8 @@ class SoftmaxGrad : public mx::UnaryPrimitive {
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("softmax_grad"); }
   const char* name() const override { return "PorterSoftmaxGrad"; }
   bool is_equivalent(const mx::Primitive& other) const override {
-    return same_type<SoftmaxGrad>(*this, other) && static_cast<const SoftmaxGrad&>(other).axis_ == axis_;
+    return same_type<SoftmaxGrad>(*this, other) && static_cast<const SoftmaxGrad&>(other).axis_ == axis_ &&
+           static_cast<const SoftmaxGrad&>(other).rows_ == rows_;
   }
   // out = y (g - sum(g y)): d/dg is the same map of the cotangent; d/dy = c (g - sum(g y)) - g sum(c y)
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -285,7 +309,7 @@ class SoftmaxGrad : public mx::UnaryPrimitive {
         auto cy = mx::sum(mx::multiply(c, y, s), axis_, true, s);
         grads.push_back(mx::subtract(mx::multiply(c, mx::subtract(g, gy, s), s), mx::multiply(g, cy, s), s));
       } else {
-        grads.push_back(make_softmax_grad(s, axis_, y, c));
+        grads.push_back(make_softmax_grad(s, axis_, rows_, y, c));
       }
     }
     return grads;
@@ -293,18 +317,20 @@ class SoftmaxGrad : public mx::UnaryPrimitive {
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
     auto in = vmap_pair(inputs, axes, stream());
-    return {{mx::array(in[0].shape(), in[0].dtype(), std::make_shared<SoftmaxGrad>(stream(), axis_ + 1), in)}, {0}};
+    return {{mx::array(in[0].shape(), in[0].dtype(), std::make_shared<SoftmaxGrad>(stream(), axis_ + 1, rows_), in)},
+            {0}};
   }
 
  private:
   int axis_;
+  bool rows_;
 };
 
-mx::array make_softmax_grad(mx::Stream s, int axis, const mx::array& y, const mx::array& g) {
+mx::array make_softmax_grad(mx::Stream s, int axis, bool rows, const mx::array& y, const mx::array& g) {
   auto gc = cast_like(g, y, s);
   if (gc.shape() != y.shape()) gc = mx::broadcast_to(gc, y.shape(), s);
-  return mx::array(y.shape(), y.dtype(), std::make_shared<SoftmaxGrad>(s, axis),
-                   {mx::contiguous(y, false, s), mx::contiguous(gc, false, s)});
+  // row-contiguous copies, where needed, are made by SoftmaxGrad::eval_cpu (no graph nodes)
+  return mx::array(y.shape(), y.dtype(), std::make_shared<SoftmaxGrad>(s, axis, rows), {y, gc});
 }
 
 int check_axis(const mx::array& x, int axis, const char* what) {
@@ -315,25 +341,27 @@ int check_axis(const mx::array& x, int axis, const char* what) {
   return axis < 0 ? axis + nd : axis;
 }
 
-mx::array softmax_op(const mx::array& x, int axis) {
+mx::array softmax_op(const mx::array& x, int axis, bool rows) {
   auto s = cpu_stream("softmax");
   const int a = check_axis(x, axis, "softmax");
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("softmax", "x must be floating point");
-  return mx::array(x.shape(), x.dtype(), std::make_shared<Softmax>(s, a), {mx::contiguous(x, false, s)});
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Softmax>(s, a, rows), {x});
 }
 
-mx::array softmax_grad_op(const mx::array& y, const mx::array& g, int axis) {
+mx::array softmax_grad_op(const mx::array& y, const mx::array& g, int axis, bool rows) {
   auto s = cpu_stream("softmax_grad");
   const int a = check_axis(y, axis, "softmax_grad");
   if (!mx::issubdtype(y.dtype(), mx::floating)) fail("softmax_grad", "y must be floating point");
-  return make_softmax_grad(s, a, y, g);
+  return make_softmax_grad(s, a, rows, y, g);
 }
 
 void bind_activation(nb::module_& m) {
   m.def("activation", &porter::activation_op, nb::arg("x"), nb::arg("kind"));
   m.def("activation_grad", &porter::activation_grad_op, nb::arg("x"), nb::arg("g"), nb::arg("kind"));
-  m.def("softmax", &porter::softmax_op, nb::arg("x"), nb::arg("axis"));
-  m.def("softmax_grad", &porter::softmax_grad_op, nb::arg("y"), nb::arg("g"), nb::arg("axis"));
+  // rows: last-axis softmax by the vector rows kernel (softmax_kernels.h), else the any-axis one (a benchmark switch)
+  m.def("softmax", &porter::softmax_op, nb::arg("x"), nb::arg("axis"), nb::arg("rows") = true);
+  m.def("softmax_grad", &porter::softmax_grad_op, nb::arg("y"), nb::arg("g"), nb::arg("axis"),
+        nb::arg("rows") = true);
 }
 
 }  // namespace porter

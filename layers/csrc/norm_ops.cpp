@@ -46,7 +46,10 @@ class NormGrad : public mx::Primitive {
  public:
   NormGrad(mx::Stream s, int groups, double eps) : mx::Primitive(s), groups_(groups), eps_(eps) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+  void eval_cpu(const std::vector<mx::array>& given, std::vector<mx::array>& outputs) override {
+    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, outputs); });
+  }
+  void eval_contiguous(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
     launch(stream(), inputs, outputs, [groups = groups_, eps = eps_](auto& in, auto& out) {
       auto [N, S, C] = norm_dims(in[0], groups);
       dispatch_float(in[0].dtype(), groups ? "group_norm_grad" : "layer_norm_grad", [&](auto tag) {
@@ -113,7 +116,10 @@ class Norm : public mx::UnaryPrimitive {
   Norm(mx::Stream s, int groups, double eps, bool has_w, bool has_b)
       : mx::UnaryPrimitive(s), groups_(groups), eps_(eps), has_w_(has_w), has_b_(has_b) {}
 
-  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
+    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, output); });
+  }
+  void eval_contiguous(const std::vector<mx::array>& inputs, mx::array& output) {
     launch(stream(), inputs, output, [groups = groups_, eps = eps_, hw = has_w_, hb = has_b_](auto& in, auto& out) {
       auto [N, S, C] = norm_dims(in[0], groups);
       dispatch_float(in[0].dtype(), groups ? "group_norm" : "layer_norm", [&](auto tag) {
@@ -190,7 +196,7 @@ std::vector<mx::array> make_norm_grad(mx::Stream s, int groups, double eps, cons
                                       const std::optional<mx::array>& w) {
   auto gc = cast_like(g, x, s);
   if (gc.shape() != x.shape()) gc = mx::broadcast_to(gc, x.shape(), s);
-  std::vector<mx::array> in{x, mx::contiguous(gc, false, s)};
+  std::vector<mx::array> in{x, gc};  // made row-contiguous by NormGrad::eval_cpu
   if (w) in.push_back(*w);
   const mx::Dtype at = norm_acc_dtype(x.dtype());
   const int c = x.shape(-1);
@@ -208,11 +214,12 @@ mx::array norm_op(const mx::array& x, const std::optional<mx::array>& weight, co
   if (groups < 0 || (groups && c % groups)) fail(what, "'groups' must divide the channel count");
   if (!(eps >= 0.0)) fail(what, "'eps' must be >= 0");
   const mx::Dtype at = norm_acc_dtype(x.dtype());
-  std::vector<mx::array> in{mx::contiguous(x, false, s)};
+  // no mx::contiguous nodes: Norm::eval_cpu makes its inputs row-contiguous (with_row_contiguous)
+  std::vector<mx::array> in{x};
   for (const auto* p : {&weight, &bias}) {
     if (!*p) continue;
     if ((*p)->ndim() != 1 || (*p)->shape(0) != c) fail(what, "weight and bias must be (C,) for x's last axis");
-    in.push_back(mx::contiguous(mx::astype(**p, at, s), false, s));
+    in.push_back(mx::astype(**p, at, s));
   }
   return mx::array(x.shape(), x.dtype(), std::make_shared<Norm>(s, groups, eps, weight.has_value(), bias.has_value()),
                    in);
@@ -222,8 +229,8 @@ std::vector<mx::array> norm_grad_op(const mx::array& x, const mx::array& g, cons
                                     int groups, double eps) {
   auto s = cpu_stream("norm_grad");
   std::optional<mx::array> w;
-  if (weight) w = mx::contiguous(mx::astype(*weight, norm_acc_dtype(x.dtype()), s), false, s);
-  return make_norm_grad(s, groups, eps, mx::contiguous(x, false, s), g, w);
+  if (weight) w = mx::astype(*weight, norm_acc_dtype(x.dtype()), s);
+  return make_norm_grad(s, groups, eps, x, g, w);
 }
 
 void bind_norm(nb::module_& m) {

@@ -287,6 +287,93 @@ def test_softmax_gradients_match_torch(shape, axis, backend):
                        rtol=1e-6, atol=1e-8)
 
 
+# Last-axis rows (csrc/softmax_kernels.h): shorter than a vector, whole vectors, an overlapping last vector, Swin's
+# 49 and ViT's 197 keys; masked (-inf) entries, fully masked rows (NaN, as torch), NaN and +inf rows.
+ROW_LENGTHS = [1, 2, 5, 7, 8, 9, 15, 16, 17, 31, 49, 197, 1000]
+
+
+def _attention_rows(n: int, rows: int = 6, seed: int = 11) -> np.ndarray:
+    rng = np.random.default_rng(seed + n)
+    x = (rng.standard_normal((rows, n)) * 6).astype(np.float32)
+    x[1, rng.choice(n, max(1, n // 3), replace=False)] = -np.inf  # a masked row
+    x[2] = -np.inf  # fully masked: torch gives NaN
+    x[3, n // 2] = np.nan
+    x[4, n - 1] = np.inf
+    x[5, 0] = 80.0  # one dominant logit: the others underflow
+    return x
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+def test_softmax_rows_match_torch(n, dtype, backend):
+    mdt, tdt = DTYPES[dtype]
+    x = _attention_rows(n)
+    tx = torch.from_numpy(x).to(tdt)
+    ours = F.softmax(mx.array(x).astype(mdt), -1)
+    theirs = torch.softmax(tx, -1)  # torch's 16-bit CPU softmax computes in float and rounds once
+    assert ours.dtype == mdt and ours.shape == x.shape
+    got, want = _np(ours), _torch_np(theirs)
+    _same_specials(got, want, f"softmax rows of {n}")
+    fin = ~np.isnan(want)
+    # float32: a few ulp of the largest entry; 16-bit: one rounding of the same float value (at most one ulp apart)
+    rtol, atol = {"float32": (4e-7 * 4, 1e-9), "float16": (1e-3, 6e-8), "bfloat16": (8e-3, 1e-9)}[dtype]
+    np.testing.assert_allclose(got[fin], want[fin], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 49, 197])
+def test_softmax_rows_gradients_match_torch(n, dtype, backend):
+    mdt, tdt = DTYPES[dtype]
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((5, n)) * 3).astype(np.float32)
+    x[1, : max(1, n // 2)] = -np.inf
+    g = rng.standard_normal((5, n)).astype(np.float32)
+    (ours,) = mx.vjp(lambda a: F.softmax(a, -1), [mx.array(x).astype(mdt)], [mx.array(g).astype(mdt)])[1]
+    tx = torch.from_numpy(x).to(tdt).requires_grad_()
+    torch.softmax(tx, -1).backward(torch.from_numpy(g).to(tdt))
+    assert ours.dtype == mdt
+    rtol, atol = {"float32": (1e-5, 1e-7), "float16": (2e-3, 1e-4), "bfloat16": (1.6e-2, 1e-3)}[dtype]
+    np.testing.assert_allclose(_np(ours), _torch_np(tx.grad), rtol=rtol, atol=atol)
+
+
+@pytest.mark.native_only
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_softmax_rows_kernel_agrees_with_any_axis_kernel_and_runs_in_place(dtype, monkeypatch):
+    """The rows kernel and the any-axis kernel it replaces for the last axis (switch SOFTMAX_ROWS) give the same
+    values to float rounding; a donated input (a temporary) is overwritten in place with the right values."""
+    from porter.layers import activation
+
+    mdt = DTYPES[dtype][0]
+    x = mx.array(np.concatenate([_attention_rows(49), _attention_rows(49, seed=3)])).astype(mdt)
+    monkeypatch.setattr(activation, "SOFTMAX_ROWS", False)
+    old = _np(F.softmax(x, -1))
+    monkeypatch.setattr(activation, "SOFTMAX_ROWS", True)
+    new = _np(F.softmax(x, -1))
+    donated = _np(F.softmax(x * 1, -1))  # x * 1 has no other reader: the kernel may write over it
+    _same_specials(new, old, "rows vs any-axis")
+    fin = ~np.isnan(old)
+    tol = {"float32": 2e-6, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
+    np.testing.assert_allclose(new[fin], old[fin], rtol=tol, atol=1e-8)
+    np.testing.assert_array_equal(donated, new)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_softmax_of_strided_input_and_broadcast_cotangent(dtype, backend):
+    """A transposed input (rows strided in memory) and a broadcast cotangent, as torch."""
+    mdt, tdt = DTYPES[dtype]
+    x = (np.random.default_rng(12).standard_normal((3, 49, 20)) * 4).astype(np.float32)
+    g = np.random.default_rng(13).standard_normal((20,)).astype(np.float32)
+    xm = mx.array(x).astype(mdt).transpose(0, 2, 1)  # (3, 20, 49): last axis strided
+    y, (dx,) = mx.vjp(lambda a: F.softmax(a, -1), [xm], [mx.broadcast_to(mx.array(g).astype(mdt)[:, None], xm.shape)])
+    xt = torch.from_numpy(x).to(tdt).transpose(1, 2).detach().requires_grad_()
+    yt = torch.softmax(xt, -1)
+    yt.backward(torch.from_numpy(g).to(tdt)[:, None].expand_as(yt))
+    # atol: g - sum(g y) cancels where g is near the row's weighted mean (sums in another order than torch's)
+    rtol, atol = {"float32": (1e-5, 1e-6), "bfloat16": (1.6e-2, 1e-2)}[dtype]  # bfloat16: ~1 ulp at 1
+    np.testing.assert_allclose(_np(y[0]), _torch_np(yt), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(_np(dx), _torch_np(xt.grad), rtol=rtol, atol=atol)
+
+
 @pytest.mark.native_only
 def test_native_path_is_one_kernel_each_way(tmp_path):
     """On the native path, forward and backward are one Porter primitive each (not chains of MLX ops)."""
