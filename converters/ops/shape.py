@@ -570,6 +570,25 @@ def convert_tensor_split(ctx, call):
         _emit_split(ctx, call, call.arg("self"), list(call.arg("indices")), call.arg("dim"), "indices")
 
 
+@register("aten.tensor_split.tensor_indices_or_sections")
+def convert_tensor_split_tensor(ctx, call):
+    """``tensor_split`` by an integer tensor: 1-d, the cut positions (a run-time input is read when the graph runs;
+    its length, hence the number of pieces, is fixed by its shape); 0-d, the number of sections, which fixes the
+    number of outputs: taken from a constant tensor of the forward, refused otherwise."""
+    x, t, dim = call.arg("self"), call.arg("tensor_indices_or_sections"), call.arg("dim")
+    meta = ctx.meta(t)
+    if meta.dtype != "int64" or meta.rank > 1:
+        call.fail("tensor_indices_or_sections", f"must be a 0-d or 1-d int64 tensor (torch's rule), got a {meta.rank}-d "
+                                                f"{meta.dtype} one")
+    if meta.rank == 1:
+        return _emit_split(ctx, call, x, t, dim, "indices")
+    stored = ctx.graph.param_values.get(t.name) if ctx.is_param(t) else None
+    if stored is None or stored not in ctx.graph.not_in_state_dict:  # a buffer can be reloaded with another value
+        call.fail("tensor_indices_or_sections", "a 0-d tensor fixes the number of outputs; it must be a constant "
+                                                "tensor of the forward, not an input or a buffer")
+    _emit_split(ctx, call, x, int(ctx.graph.params[stored].item()), dim, "sections")
+
+
 _SPLIT_DIMS = {"hsplit": (1, 1), "vsplit": (0, 2), "dsplit": (2, 3)}  # op -> (dim, least rank); hsplit of 1-d: dim 0
 
 

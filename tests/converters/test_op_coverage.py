@@ -43,6 +43,7 @@ from tests.converters import test_ops_views as views
 from tests.converters import test_ops_linalg as linalg_ops
 from tests.converters import test_ops_linalg_more as linalg_more
 from tests.converters import test_ops_special_poly as special_poly
+from tests.converters import test_ops_tensor_split as tensor_split
 from tests.converters import test_ops_small as small_ops
 from tests.converters import test_ops_added as added
 from tests.converters import test_ops_losses as losses
@@ -193,6 +194,8 @@ EXERCISERS["test_train_mode_droppath:BartAttention"] = Exerciser(
 EXERCISERS["test_ops_linalg:Linalg"] = Exerciser(_case(linalg_ops.Linalg().eval(), (2, 4, 6)))
 EXERCISERS["test_ops_linalg:Vectors"] = Exerciser(_case(linalg_ops.Vectors().eval(), (2, 4, 6)))
 EXERCISERS["test_ops_linalg_more:Factors"] = Exerciser(_case(linalg_more.Factors().eval(), (2, 4, 6)))
+EXERCISERS["test_ops_tensor_split:ByTensor"] = Exerciser(lambda: (tensor_split.ByTensor().eval(),
+                                                                  (torch.randn(5, 6, 7), torch.tensor([1, 4]))))
 EXERCISERS["test_ops_special_poly:AllPolys"] = Exerciser(lambda: (special_poly.AllPolys().eval(),
                                                                   special_poly._grid(torch.float32)))
 EXERCISERS["test_ops_small:Bits"] = Exerciser(_case(small_ops.Bits().eval(), (3, 4)))
