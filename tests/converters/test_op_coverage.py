@@ -44,6 +44,7 @@ from tests.converters import test_ops_linalg as linalg_ops
 from tests.converters import test_ops_linalg_more as linalg_more
 from tests.converters import test_ops_special_poly as special_poly
 from tests.converters import test_ops_tensor_split as tensor_split
+from tests.converters import test_ops_as_strided as as_strided
 from tests.converters import test_ops_small as small_ops
 from tests.converters import test_ops_added as added
 from tests.converters import test_ops_losses as losses
@@ -196,6 +197,7 @@ EXERCISERS["test_ops_linalg:Vectors"] = Exerciser(_case(linalg_ops.Vectors().eva
 EXERCISERS["test_ops_linalg_more:Factors"] = Exerciser(_case(linalg_more.Factors().eval(), (2, 4, 6)))
 EXERCISERS["test_ops_tensor_split:ByTensor"] = Exerciser(lambda: (tensor_split.ByTensor().eval(),
                                                                   (torch.randn(5, 6, 7), torch.tensor([1, 4]))))
+EXERCISERS["test_ops_as_strided:Strided"] = Exerciser(_case(as_strided.Strided().eval(), (3, 12)))
 EXERCISERS["test_ops_special_poly:AllPolys"] = Exerciser(lambda: (special_poly.AllPolys().eval(),
                                                                   special_poly._grid(torch.float32)))
 EXERCISERS["test_ops_small:Bits"] = Exerciser(_case(small_ops.Bits().eval(), (3, 4)))
