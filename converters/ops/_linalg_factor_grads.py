@@ -95,8 +95,7 @@ def qr_reduced(a, differentiable: bool = True):
     return forward(a)
 
 
-@mx.custom_function
-def qr_complete_tall(a):
+def qr_complete_tall_plain(a):
     """``(Q (*, m, m), R (*, m, n))`` of a tall ``A`` (``m > n``): the QR of the square ``[A | 0]``. Its extra zero
     columns give LAPACK's ``dlarfg`` zero vectors, so ``tau = 0`` (an identity reflector) for each, and ``orgqr``
     builds ``H_1 ... H_n`` applied to the identity: torch's complete ``Q``."""
@@ -104,6 +103,9 @@ def qr_complete_tall(a):
     pad = mx.zeros((*a.shape[:-1], m - n), dtype=a.dtype)
     q, r = mx.linalg.qr(mx.concatenate([a, pad], axis=-1), stream=CPU)
     return q, r[..., :, :n]
+
+
+qr_complete_tall = mx.custom_function(qr_complete_tall_plain)
 
 
 @qr_complete_tall.vjp

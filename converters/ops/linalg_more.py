@@ -15,8 +15,9 @@ Where torch differs:
 * ``lu_factor(pivot=False)`` is refused as on torch's CPU; a singular matrix gives a zero on ``U``'s diagonal as
   torch's ``lu_factor_ex`` does (``lu_factor`` raises there), and ``lu_solve`` with it gives NaN for the whole
   solution of that matrix (torch: inf/NaN from its division by the zero pivot);
-* gradients: ``lu_factor``/``lu`` of a non-square matrix raise (square ones follow torch); ``matrix_exp`` computes the
-  number of squarings with a ``.item()``, so it cannot be exported as ``.mlxfn``.
+* gradients: ``lu_factor``/``lu`` of a non-square matrix raise (square ones follow torch);
+* ``.mlxfn`` export: ``pinv`` and ``qr`` export their plain forwards; ``lu_factor``/``lu`` are refused by name (MLX
+  cannot serialize its LU factorization) and ``matrix_exp`` fails (it reads its number of squarings with ``.item()``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def k_qr(x, *, mode):
     a, out = _as_work(x, "qr")
     m, n = a.shape[-2:]
     if mode == "complete" and m > n:
-        q, r = F.qr_complete_tall(a)
+        q, r = F.qr_complete_tall_plain(a) if exporting() else F.qr_complete_tall(a)
     else:
         q, r = F.qr_reduced(a, differentiable=not exporting())
     if mode == "r":
@@ -84,6 +85,9 @@ def k_lu_factor(x, *, outputs):
     """``(*, m, n)`` -> ``factor``: ``[LU (*, m, n), pivots (*, k) int32, 1-based]``; ``factor_ex``: and ``info``
     (``(*)`` int32 zeros: MLX does not report a zero pivot); ``plu``: ``[P (*, m, m), L (*, m, k), U (*, k, n)]``."""
     a, out = _as_work(x, "lu_factor")
+    if exporting():
+        raise ValueError("lu_factor: MLX 0.32 cannot serialize its LU factorization, so a port using it cannot be "
+                         "exported as .mlxfn (it runs as a port: porter.load)")
     m, n = a.shape[-2:]
     k = min(m, n)
     lu, pivots = F.lu_factor(a, differentiable=not exporting())

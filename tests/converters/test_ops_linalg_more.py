@@ -171,3 +171,25 @@ def test_through_torchscript():
     x = torch.randn(2, 4, 6)
     ported = porter.convert(torch.jit.trace(model, (x,), check_trace=False), (x,), io_layout="torch")
     assert_matches(ported, model, (x,))
+
+
+class Exportable(nn.Module):
+    def forward(self, x):
+        return torch.linalg.pinv(x), *torch.linalg.qr(x), *torch.linalg.qr(x.mT, mode="complete")
+
+
+def test_export_as_mlxfn_runs_the_plain_forwards(tmp_path):
+    """pinv and qr export without their custom gradients; lu is refused by name (MLX cannot write its LU
+    factorization)."""
+    model = Exportable().eval()
+    x = torch.randn(2, 4, 6)
+    ported = porter.convert(model, x, io_layout="torch")
+    porter.export_function(ported, str(tmp_path / "f.mlxfn"), mx.array(x.numpy()))
+    outs = mx.import_function(str(tmp_path / "f.mlxfn"))(mx.array(x.numpy()))
+    for i, (a, e) in enumerate(zip(outs, model(x))):
+        assert_close(np.array(a), e.numpy(), rtol=1e-4, what=f"output {i}")
+    lu = nn.Module()
+    lu.forward = lambda x: torch.linalg.lu_factor(x)
+    ported = porter.convert(lu.eval(), torch.randn(2, 3, 3), io_layout="torch")
+    with pytest.raises(Exception, match="lu_factor: MLX 0.32 cannot serialize"):
+        porter.export_function(ported, str(tmp_path / "g.mlxfn"), mx.array(np.random.randn(2, 3, 3).astype("float32")))
