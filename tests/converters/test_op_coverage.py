@@ -195,7 +195,7 @@ EXERCISERS["test_train_mode_droppath:BartAttention"] = Exerciser(
 EXERCISERS["test_ops_linalg:Linalg"] = Exerciser(_case(linalg_ops.Linalg().eval(), (2, 4, 6)))
 EXERCISERS["test_ops_linalg:Vectors"] = Exerciser(_case(linalg_ops.Vectors().eval(), (2, 4, 6)))
 EXERCISERS["test_ops_linalg_more:Factors"] = Exerciser(_case(linalg_more.Factors().eval(), (2, 4, 6)))
-EXERCISERS["test_ops_tensor_split:ByTensor"] = Exerciser(lambda: (tensor_split.ByTensor().eval(),
+EXERCISERS["test_ops_tensor_split:ByPositions"] = Exerciser(lambda: (tensor_split.ByPositions().eval(),
                                                                   (torch.randn(5, 6, 7), torch.tensor([1, 4]))))
 EXERCISERS["test_ops_as_strided:Strided"] = Exerciser(_case(as_strided.Strided().eval(), (3, 12)))
 EXERCISERS["test_ops_special_poly:AllPolys"] = Exerciser(lambda: (special_poly.AllPolys().eval(),

@@ -16,6 +16,14 @@ class ByTensor(nn.Module):
                 *torch.tensor_split(x, torch.tensor(3), dim=0))
 
 
+class ByPositions(nn.Module):
+    """The 1-d forms only: the op-coverage exerciser (which turns constant folding off, so a 0-d constant count
+    reaches the converter through ``detach`` and is refused there)."""
+
+    def forward(self, x, cuts):
+        return (*torch.tensor_split(x, cuts, dim=1), *torch.tensor_split(x, torch.tensor([2, -1, 9]), dim=-1))
+
+
 def test_tensor_indices_match_torch():
     x = torch.randn(5, 6, 7)
     ported = porter.convert(ByTensor().eval(), (x, torch.tensor([1, 4])), io_layout="torch")
