@@ -14,7 +14,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
-from ..spec import AXIS, MAX_LEN, TENSOR, Float, Int, Opt, Seq
+from ..spec import AXIS, MAX_LEN, TENSOR, Enum, Float, Int, Opt, Seq
 from ._layers import HALF, channel_affine, group_norm, layer_norm, rms_norm, upcast
 
 _EPS = Float()
@@ -121,6 +121,46 @@ def k_pack(values):
     return list(values)
 
 
+@kernel("norm_stats", inputs=[TENSOR], attrs={"mode": Enum("layer", "group"), "size": Int(1, MAX_LEN), "eps": _EPS})
+def k_norm_stats(x, *, mode, size, eps):
+    """``[mean, rstd]`` of ``native_layer_norm`` / ``native_group_norm``, ``x`` in torch's layout. ``layer``: over the
+    last ``size`` dims, shaped ``x.shape[:-size] + (1,) * size``; ``group``: ``(N, C, ...)`` in ``size`` groups,
+    shaped ``(N, size)``. ``rstd = 1 / sqrt(biased variance + eps)``, computed in float32 for half inputs and returned
+    in the input's dtype (torch's CPU kernels' dtype for them)."""
+    work = upcast(x)
+    if mode == "layer":
+        axes = tuple(range(x.ndim - size, x.ndim))
+    else:
+        if x.ndim < 2 or x.shape[1] % size:
+            raise ValueError(f"native_group_norm: {size} groups do not divide the channels of {tuple(x.shape)}")
+        work = work.reshape(x.shape[0], size, -1)
+        axes = (2,)
+    mean = mx.mean(work, axis=axes, keepdims=mode == "layer")
+    var = mx.var(work, axis=axes, keepdims=mode == "layer")
+    out = x.dtype
+    stats = [mean.astype(out), mx.rsqrt(var + eps).astype(out)]
+    # torch's layer norm statistics carry no gradient (output_differentiability); its group norm's do
+    return [mx.stop_gradient(s) for s in stats] if mode == "layer" else stats
+
+
+def _with_stats(ctx, call, x, out, mode, size):
+    """Pack ``(out, mean, rstd)`` for a ``native_*_norm`` node whose statistics are read."""
+    from ..convert import Info
+
+    identity = L.identity(ctx.meta(x).rank)
+    mean_meta, rstd_meta = call.meta.items[1], call.meta.items[2]
+    stats = ctx.emit("norm_stats", [ctx.tensor(x, identity)],
+                     {"mode": mode, "size": size, "eps": call.arg("eps")},
+                     items=[Info(mean_meta, L.identity(mean_meta.rank)), Info(rstd_meta, L.identity(rstd_meta.rank))],
+                     out=ctx.fresh(call.name))
+    refs = []
+    for i, meta in ((0, mean_meta), (1, rstd_meta)):
+        refs.append(ctx.emit("getitem", [{"ref": stats.name}], {"index": i}, perm=L.identity(meta.rank), meta=meta,
+                             out=ctx.fresh(call.name)))
+    items = [ctx.info(out), Info(mean_meta, L.identity(mean_meta.rank)), Info(rstd_meta, L.identity(rstd_meta.rank))]
+    ctx.emit("pack", [[{"ref": r.name} for r in (out, *refs)]], items=items)
+
+
 @register("aten.layer_norm.default", "aten.native_layer_norm.default")
 def convert_layer_norm(ctx, call):
     x = call.arg("input")
@@ -136,12 +176,12 @@ def convert_layer_norm(ctx, call):
     if call.meta.kind != "list":
         return ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm)
     # native_layer_norm returns (out, mean, rstd); decomposed inference graphs read only out
-    if ctx.used_items(call.name) - {0}:
-        call.fail("input", "native_layer_norm's mean/rstd outputs are not supported")
     from ..convert import Info
 
     out = ctx.emit("layer_norm", inputs, {"k": k, "eps": call.arg("eps")}, perm=perm, meta=call.meta.items[0],
                    out=ctx.fresh(call.name))
+    if ctx.used_items(call.name) - {0}:
+        return _with_stats(ctx, call, x, out, "layer", k)
     ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
 
 
@@ -179,7 +219,8 @@ def convert_group_norm(ctx, call):
 @register("aten.native_group_norm.default", channels_last=True)
 def convert_native_group_norm(ctx, call):
     """Core ATen's group norm (an ExportedProgram after ``run_decompositions()``, a ``.pt2`` saved from one):
-    ``(out, mean, rstd)`` of ``input`` viewed as ``(N, C, HxW)``; decomposed inference graphs read only ``out``."""
+    ``(out, mean, rstd)`` of ``input`` viewed as ``(N, C, HxW)``; decomposed inference graphs read only ``out``, a
+    model reading the statistics gets them from ``norm_stats``."""
     x = call.arg("input")
     shape = ctx.meta(x).shape
     if len(shape) < 2:
@@ -190,14 +231,14 @@ def convert_native_group_norm(ctx, call):
         given = call.arg(name)  # the input's own sizes (symbolic where the input's are): checked where known
         if isinstance(given, int) and isinstance(expected, int) and given != expected:
             call.fail(name, f"{name}={given} does not match the input's shape {list(shape)}")
-    if ctx.used_items(call.name) - {0}:
-        call.fail("input", "native_group_norm's mean/rstd outputs are not supported")
     from ..convert import Info
 
     perm = L.channels_last(len(shape))
     inputs = [ctx.tensor(x, perm), ctx.tensor(call.arg("weight")), ctx.tensor(call.arg("bias"))]
     out = ctx.emit("group_norm", inputs, {"groups": call.arg("group"), "eps": call.arg("eps")}, perm=perm,
                    meta=call.meta.items[0], out=ctx.fresh(call.name))
+    if ctx.used_items(call.name) - {0}:
+        return _with_stats(ctx, call, x, out, "group", call.arg("group"))
     ctx.emit("pack", [[{"ref": out.name}]], items=[Info(call.meta.items[0], perm)])
 
 

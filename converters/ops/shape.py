@@ -572,6 +572,66 @@ def convert_tensor_split(ctx, call):
         _emit_split(ctx, call, call.arg("self"), list(call.arg("indices")), call.arg("dim"), "indices")
 
 
+@register("aten.tensor_split.tensor_indices_or_sections")
+def convert_tensor_split_tensor(ctx, call):
+    """``tensor_split`` by an integer tensor: 1-d, the cut positions (a run-time input is read when the graph runs;
+    its length, hence the number of pieces, is fixed by its shape); 0-d, the number of sections, which fixes the
+    number of outputs: taken from a constant tensor of the forward, refused otherwise."""
+    x, t, dim = call.arg("self"), call.arg("tensor_indices_or_sections"), call.arg("dim")
+    meta = ctx.meta(t)
+    if meta.dtype != "int64" or meta.rank > 1:
+        call.fail("tensor_indices_or_sections", f"must be a 0-d or 1-d int64 tensor (torch's rule), got a {meta.rank}-d "
+                                                f"{meta.dtype} one")
+    if meta.rank == 1:
+        return _emit_split(ctx, call, x, t, dim, "indices")
+    stored = ctx.graph.param_values.get(t.name) if ctx.is_param(t) else None
+    if stored is None or stored not in ctx.graph.not_in_state_dict:  # a buffer can be reloaded with another value
+        call.fail("tensor_indices_or_sections", "a 0-d tensor fixes the number of outputs; it must be a constant "
+                                                "tensor of the forward, not an input or a buffer")
+    _emit_split(ctx, call, x, int(ctx.graph.params[stored].item()), dim, "sections")
+
+
+@kernel("as_strided", inputs=[TENSOR], attrs={"size": Seq(Int(0, INT_LIMIT)), "stride": Seq(Int(0, INT_LIMIT)),
+                                               "offset": Int(0, INT_LIMIT)})
+def k_as_strided(x, *, size, stride, offset):
+    """torch's ``as_strided`` of a contiguous ``x`` (torch layout): element ``i`` of the result is
+    ``x.flatten()[offset + sum(i_d * stride_d)]``, a gather of positions (overlapping windows allowed)."""
+    if len(size) != len(stride):
+        raise ValueError(f"as_strided: mismatch in length of strides and shape ({len(stride)} vs {len(size)})")
+    if 0 in size:
+        return mx.zeros(tuple(size), dtype=x.dtype)
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride))
+    if last >= x.size:
+        raise ValueError(f"as_strided: size {list(size)}, stride {list(stride)} and offset {offset} reach element "
+                         f"{last} of an input of {x.size} elements")
+    index = mx.array(offset, dtype=mx.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        index = index + (mx.arange(n, dtype=mx.int64) * st).reshape(shape)
+    return mx.take(x.reshape(-1), index)
+
+
+@register("aten.as_strided.default", "aten.as_strided_copy.default")
+def convert_as_strided(ctx, call):
+    """Only on a model input or a stored tensor, whose torch strides are known to be contiguous (an intermediate
+    may be a view of other storage, which the port does not track)."""
+    x = call.arg("self")
+    if not (x.name in ctx.graph.inputs or ctx.is_param(x)):
+        call.fail("self", "as_strided reads the storage behind its input; the port supports it on a model input or "
+                          "a stored tensor (contiguous), not on an intermediate value")
+    size, stride = call.arg("size"), call.arg("stride")
+    offset = call.arg("storage_offset") if call.has("storage_offset") else None
+    values = [*size, *stride, offset or 0]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        call.fail("size", "as_strided needs sizes, strides and offset known at conversion")
+    if any(v < 0 for v in values):
+        call.fail("stride", f"as_strided takes non-negative sizes, strides and offset, got {values}")
+    rank = ctx.meta(x).rank
+    ctx.emit("as_strided", [ctx.tensor(x, L.identity(rank))],
+             {"size": list(size), "stride": list(stride), "offset": offset or 0}, perm=L.identity(len(size)))
+
+
 _SPLIT_DIMS = {"hsplit": (1, 1), "vsplit": (0, 2), "dsplit": (2, 3)}  # op -> (dim, least rank); hsplit of 1-d: dim 0
 
 

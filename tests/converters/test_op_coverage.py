@@ -41,6 +41,10 @@ from tests.converters import test_ops_real as real
 from tests.converters import test_view_writes as view_writes
 from tests.converters import test_ops_views as views
 from tests.converters import test_ops_linalg as linalg_ops
+from tests.converters import test_ops_linalg_more as linalg_more
+from tests.converters import test_ops_special_poly as special_poly
+from tests.converters import test_ops_tensor_split as tensor_split
+from tests.converters import test_ops_as_strided as as_strided
 from tests.converters import test_ops_small as small_ops
 from tests.converters import test_ops_added as added
 from tests.converters import test_ops_losses as losses
@@ -190,6 +194,12 @@ EXERCISERS["test_train_mode_droppath:BartAttention"] = Exerciser(
     _case(droppath.BartAttention(8, 2, dropout=0.3).eval(), (2, 5, 8)), "dynamic")
 EXERCISERS["test_ops_linalg:Linalg"] = Exerciser(_case(linalg_ops.Linalg().eval(), (2, 4, 6)))
 EXERCISERS["test_ops_linalg:Vectors"] = Exerciser(_case(linalg_ops.Vectors().eval(), (2, 4, 6)))
+EXERCISERS["test_ops_linalg_more:Factors"] = Exerciser(_case(linalg_more.Factors().eval(), (2, 4, 6)))
+EXERCISERS["test_ops_tensor_split:ByPositions"] = Exerciser(lambda: (tensor_split.ByPositions().eval(),
+                                                                  (torch.randn(5, 6, 7), torch.tensor([1, 4]))))
+EXERCISERS["test_ops_as_strided:Strided"] = Exerciser(_case(as_strided.Strided().eval(), (3, 12)))
+EXERCISERS["test_ops_special_poly:AllPolys"] = Exerciser(lambda: (special_poly.AllPolys().eval(),
+                                                                  special_poly._grid(torch.float32)))
 EXERCISERS["test_ops_small:Bits"] = Exerciser(_case(small_ops.Bits().eval(), (3, 4)))
 EXERCISERS["test_ops_small:Integers"] = Exerciser(lambda: (small_ops._Fn(
     lambda a, b: (torch.gcd(a, b), torch.lcm(a, b), torch.gcd_(a.clone(), b), torch.lcm_(a.clone(), b),
