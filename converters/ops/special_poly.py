@@ -17,29 +17,38 @@ import mlx.core as mx
 
 from ..registry import kernel, register
 from ..spec import SCALAR, Enum
+from . import _float64
 from .elementwise import aligned_inputs
 
 MAX_DEGREE = 100_000  # the recurrence is one graph step per degree
 
 
+def _sin(v):
+    return _float64.sin(v) if v.dtype == mx.float64 else mx.sin(v)  # MLX's float64 sin is float32-precise
+
+
+def _cos(v):
+    return _float64.cos(v) if v.dtype == mx.float64 else mx.cos(v)
+
+
 def _t_trig(y, n, a):
-    return mx.cos(n * a)
+    return _cos(n * a)
 
 
 def _u_trig(y, n, a):
-    s = mx.sin(a)
-    return mx.where(s != 0, mx.sin((n + 1) * a) / s, (n + 1) * mx.cos((n + 1) * a) / y)
+    s = _sin(a)
+    return mx.where(s != 0, _sin((n + 1) * a) / s, (n + 1) * _cos((n + 1) * a) / y)
 
 
 def _v_trig(y, n, a):
     odd = mx.where(n % 2 == 0, n + n + 1, -(n + n + 1))
-    return mx.where(mx.sin(a / 2) != 1, mx.cos((n + 0.5) * a) / mx.cos(a / 2), odd)
+    return mx.where(_sin(a / 2) != 1, _cos((n + 0.5) * a) / _cos(a / 2), odd)
 
 
 def _w_trig(y, n, a, positive_one):
     parity = mx.where(n % 2 == 0, 1, -1).astype(y.dtype)
     limit = mx.where(y > 0, n + n + 1, parity) if positive_one else parity
-    return mx.where(mx.cos(a / 2) != 1, mx.sin((n + 0.5) * a) / mx.sin(a / 2), limit)
+    return mx.where(_cos(a / 2) != 1, _sin((n + 0.5) * a) / _sin(a / 2), limit)
 
 
 def _ends(kind, y, n):
