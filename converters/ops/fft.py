@@ -58,6 +58,9 @@ def k_fft(x, last_size=None, *, kind, axes, normalization, onesided=True, forwar
 def _fft(kind):
     def convert_fft(ctx, call):
         x = call.arg("self")
+        if ctx.meta(x).dtype in ("float64", "complex128"):  # refused here, not when the port first runs
+            call.fail("self", f"a {ctx.meta(x).dtype} FFT: MLX's FFTs compute in float32/complex64 only (convert the "
+                              f"model in float32, or compute the FFT outside the converted forward)")
         rank = ctx.meta(x).rank
         ident = L.identity(rank)
         axes = [d % max(rank, 1) for d in call.arg("dim")]
