@@ -331,18 +331,22 @@ def test_strided_input_weight_and_cotangent_match_torch(dtype):
     x = _input((3, 8, 4, 5), dtype, seed=6)  # channels-last (3, 4, 5, 8)
     wide = torch.randn(16, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
     xm = torch_to_mx(x, True).transpose(0, 2, 1, 3)  # (N, W, H, C) strided
-    xt = x.permute(0, 3, 2, 1).detach().requires_grad_()
+    # 16-bit: torch's reference in float64 on the same rounded values (its own bfloat16 kernel sums the weight gradient
+    # in 16-bit, and the result depends on its thread count: -13.94 or -13.44 for one entry here)
+    ref = torch.float64 if dtype == torch.bfloat16 else dtype
+    xt = x.permute(0, 3, 2, 1).detach().to(ref).requires_grad_()
     wm, bm = torch_to_mx(wide, False, False)[::2], torch_to_mx(wide, False, False)[1::2]
-    wt, bt = wide[::2].clone().requires_grad_(), wide[1::2].clone().requires_grad_()
+    wt, bt = wide[::2].clone().to(ref).requires_grad_(), wide[1::2].clone().to(ref).requires_grad_()
     g = torch.randn(8, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype)
     y, grads = mx.vjp(lambda a, w, b: PF.layer_norm(a, 8, w, b), [xm, wm, bm],
                       [mx.broadcast_to(torch_to_mx(g, False, False), xm.shape)])
     yt = F.layer_norm(xt, (8,), wt, bt)
-    yt.backward(g.expand_as(yt))
+    yt.backward(g.to(ref).expand_as(yt))
     tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2, torch.float64: 1e-10}[dtype]
     for ours, theirs in zip((y[0], *grads), (yt, xt.grad, wt.grad, bt.grad)):
-        np.testing.assert_allclose(mx_to_numpy(ours, False, False).astype(np.float64),
-                                   theirs.detach().to(torch.float64).numpy(), rtol=tol, atol=tol)
+        expected = theirs.detach().to(torch.float64).numpy()
+        np.testing.assert_allclose(mx_to_numpy(ours, False, False).astype(np.float64), expected, rtol=tol,
+                                   atol=tol * max(1.0, float(np.abs(expected).max())))
 
 
 def test_mx_compile_matches_eager():
