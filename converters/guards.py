@@ -233,17 +233,9 @@ class InputChecks:
         for j, other in off:
             if [j, other] != list(dim):
                 base[j][other] = self.example[j][other]
-        given, found = sizes[i][axis], []
+        given = sizes[i][axis]
         search = self._search_length(dim)
-        for step in (-1, 1):
-            for distance in range(1, search + 1):
-                size = given + step * distance
-                if size < 1:
-                    break
-                base[i][axis] = size
-                if self._passes(base, [i, axis]):
-                    found.append(size)
-                    break
+        found = self._nearest(base, dim, search)
         label = f"dim {axis} of {self.names[i]!r}"
         if not found:
             return f"{label}: no size within {search} of {given} passes the checks on it (the example had " \
@@ -281,20 +273,27 @@ class InputChecks:
         search = self._search_length(dims[0])
         if search < 1:
             return ""
-        found = []
+        found = self._nearest([list(s) for s in sizes], dims[0], search)
+        if not found:
+            return f" No size of dim {axis} within {search} of {given} passes the checks on it."
+        return f" Nearest sizes of dim {axis} that pass the checks on it: {' and '.join(map(str, found))}."
+
+    def _nearest(self, sizes, dim, search) -> list:
+        """Dim ``dim``'s nearest sizes below and above its size in ``sizes`` (at most ``search`` away) that pass every
+        check reading it, the other dims as in ``sizes`` (a copy the search writes into)."""
+        i, axis = dim
+        given, found = sizes[i][axis], []
         for step in (-1, 1):
             for distance in range(1, search + 1):
                 size = given + step * distance
                 if size < 1:
                     break
-                trial = [list(s) for s in sizes]
-                trial[i][axis] = size
-                if self._passes(trial, [i, axis]):
+                sizes[i][axis] = size
+                if self._passes(sizes, [i, axis]):
                     found.append(size)
                     break
-        if not found:
-            return f" No size of dim {axis} within {search} of {given} passes the checks on it."
-        return f" Nearest sizes of dim {axis} that pass the checks on it: {' and '.join(map(str, found))}."
+        sizes[i][axis] = given
+        return found
 
     def _cost(self, dim) -> int:
         """Expression terms evaluated to test every check that reads ``dim`` once."""

@@ -91,17 +91,16 @@ def exp(x):
     return mx.where(x >= 0, grow, 1.0 / grow)
 
 
+def _exp_minus_abs(x, exp_fn):
+    """``e^-|x|`` (at most 1: never overflows) with :func:`_abs`'s derivative at 0 (MLX gives ``abs``/``maximum`` a
+    zero derivative there: torch's sigmoid, softplus and log-sigmoid do not)."""
+    return exp_fn(-_abs(x))
+
+
 def sigmoid(x):
     """``1 / (1 + e^-x)`` without overflow: ``e^-|x|`` only."""
-    e = exp(-_abs(x))
+    e = _exp_minus_abs(x, exp)
     return mx.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-def _exp_minus_abs(x, exp_fn):
-    """``e^-|x|`` (at most 1: never overflows), with ``-|x|`` written as a ``where`` so that its derivative at 0 is
-    the ``x >= 0`` branch's (MLX gives ``abs``/``maximum`` a zero derivative at 0: torch's softplus and
-    log-sigmoid have 1/2 there)."""
-    return exp_fn(mx.where(x >= 0, -x, x))
 
 
 def softplus(x):

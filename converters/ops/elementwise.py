@@ -37,8 +37,7 @@ def _float64_or(mlx_fn, float64_fn):
     return lambda x: float64_fn(x) if x.dtype == mx.float64 else mlx_fn(x)
 
 
-def _sigmoid_any(x):
-    return f64.sigmoid(x) if x.dtype == mx.float64 else mx.sigmoid(x)
+_sigmoid_any = _float64_or(mx.sigmoid, f64.sigmoid)
 
 
 
