@@ -9,7 +9,8 @@ and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`
   the native short-K GEMM of ``linear.py``, else BLAS);
 * depthwise (``groups == C_in``): the native kernel, else a tap sum with a written-out VJP (``_conv_depthwise.py``);
 * grouped with narrow groups: the native direct grouped conv (:data:`GROUPED_MAX_GROUP_WIDTH`);
-* stride-1 3x3, large enough: native Winograd F(2x2, 3x3) (:data:`WINOGRAD`, :data:`WINOGRAD_MIN_TILES`);
+* stride-1 3x3, large enough: native Winograd F(2x2, 3x3) (:data:`WINOGRAD`, :data:`WINOGRAD_MIN_TILES`); a large
+  one's forward as one cache-blocked pass, no whole-batch transformed buffers (``_native.WINOGRAD_FUSED_2D``);
 * 3-d stride-1 (kD, 3, 3), large enough: native 3-d Winograd, every frame transformed once, the depth taps summed in
   the GEMMs, native weight gradient (:data:`WINOGRAD_3D`);
 * 3-d grouped: grouped 2-d convs over depth taps (MLX's 3-d conv has no groups);

@@ -298,6 +298,26 @@ def _with_conv_rules(op, conv):
 # ceil(Wo/2)) on, MLX's conv gradient below: measured (1 thread, CPU ms, batch 8) 64@56 16.6 -> 10.2, 128@28
 # 12.8 -> 7.3, 256@14 9.8 -> 7.2, but 512@7 (128 tiles) 9.4 -> 17.0 (the 16 GEMMs have K = tiles).
 WINOGRAD_WEIGHT_GRAD_MIN_TILES = 256
+# A 2-d Winograd forward whose transformed input and products (16 * tiles * (C_in + C_out) floats: 4x the input and
+# 4x the output) take at least WINOGRAD_FUSED_MIN_BYTES runs as the 3-d fused pass with one frame
+# (csrc/conv3d_fused_kernels.h: a block of tiles transformed, its GEMMs, its output transform while in cache), when
+# this is on and the padding is at most 2. MLX allocates an op's output when it schedules the op, dozens of ops ahead
+# of the one computing, so those temporaries added to the forward's peak: VGG-11-BN at batch 8 peaked above torch.
+# Measured (1 thread, CPU ms, unfused -> fused; 8x112x112 64->128 294 MB of temporaries): 256 -> 156; 8x56x56
+# 64->64 26 -> 19; 8x28x28 128->128 18 -> 16; 1x224x224 64->64 56 -> 39; below the bar equal or slower (8x14x14
+# 256->256, 13 MB: 20.5 -> 23).
+WINOGRAD_FUSED_2D = True
+WINOGRAD_FUSED_MIN_BYTES = 16 << 20
+
+
+def _winograd_fused_2d(shape: tuple, c_out: int, lo: tuple, hi: tuple) -> bool:
+    """Whether a 2-d Winograd forward of an input of ``shape`` ``(N, H, W, C_in)`` runs fused (see above)."""
+    if not WINOGRAD_FUSED_2D or max(lo + hi) > 2:
+        return False
+    n, h, w, c_in = shape
+    tiles = n * ((h + lo[0] + hi[0] - 1) // 2) * ((w + lo[1] + hi[1] - 1) // 2)
+    return (16 * tiles * (c_in + c_out) * 4 >= WINOGRAD_FUSED_MIN_BYTES and tiles >= WINOGRAD3D_FUSED_MIN_ROWS
+            and _fused_blas())
 
 
 @functools.lru_cache(maxsize=None)
@@ -311,6 +331,10 @@ def _winograd_op(lo: tuple, hi: tuple):
     def op(x, weight, u):
         n, h, w, _ = x.shape
         ho, wo = h + lo[0] + hi[0] - 2, w + lo[1] + hi[1] - 2
+        if _winograd_fused_2d(x.shape, weight.shape[0], lo, hi):
+            y = module.winograd3d_fused(x[:, None], u[None], weight[:, None], 0, lo[0], lo[1], 1, ho, wo,
+                                        WINOGRAD3D_FUSED_BLOCK, padding_products=False)  # torch's 2-d redo
+            return y.reshape(n, ho, wo, weight.shape[0])
         v = module.winograd_input(x, lo[0], lo[1], ho, wo)
         return module.winograd_output(v @ u, x, weight, lo[0], lo[1], ho, wo)
 

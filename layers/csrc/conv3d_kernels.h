@@ -35,8 +35,9 @@ struct Wino3dGeometry {
   int64_t lo_d = 0, lo_h = 0, lo_w = 0;        // zero padding before the first frame / row / column
   int64_t dout = 0, ho = 0, wo = 0;            // output frames / rows / columns
   int64_t block = 0;                           // the fused pass's rows per GEMM (conv3d_fused_kernels.h)
-  // The direct weight-gradient redo adds gy * 0 for the taps on the zero padding, as torch's 3-d im2col does (an
-  // inf there gives NaN); false: those taps add nothing, as torch's 2-d kernels (an inf stays inf).
+  // The direct redos (forward: wino3d_direct; weight gradient) add x * 0 / gy * 0 for the taps on the zero padding,
+  // as torch's 3-d im2col does (a non-finite value there gives NaN); false: those taps add nothing, as torch's 2-d
+  // kernels (an inf stays inf).
   bool padding_products = true;
   int64_t th() const { return (ho + 1) / 2; }
   int64_t tw() const { return (wo + 1) / 2; }
@@ -75,8 +76,9 @@ inline void wino3d_input(const float* x, const Wino3dGeometry& g, float* v) {
 }
 
 // Output (n, o, oy, ox) channels [c0, c1) as a direct 3-d conv of x (N, D, H, W, C_in), w (C_out, kD, 3, 3, C_in).
-// Padding taps add 0 * w, as torch's 3-d conv does (its im2col holds the zeros): a non-finite weight makes every
-// output of its channel NaN there too.
+// With g.padding_products, padding taps add 0 * w, as torch's 3-d conv does (its im2col holds the zeros): a
+// non-finite weight makes every output of its channel NaN there too; without (a 2-d conv run as one frame), they add
+// nothing, as torch's 2-d kernels.
 inline void wino3d_direct(const float* x, const float* w, const Wino3dGeometry& g, int64_t n, int64_t o, int64_t oy,
                           int64_t ox, int64_t c0, int64_t c1, float* out) {
   for (int64_t co = c0; co < c1; ++co) {
@@ -89,7 +91,9 @@ inline void wino3d_direct(const float* x, const float* w, const Wino3dGeometry& 
           const int64_t ix = ox - g.lo_w + kw;
           const float* wp = w + (((co * g.kd + a) * 3 + kh) * 3 + kw) * g.ci;
           if (iz < 0 || iz >= g.d || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
-            for (int64_t c = 0; c < g.ci; ++c) acc += 0.0f * wp[c];
+            if (g.padding_products) {
+              for (int64_t c = 0; c < g.ci; ++c) acc += 0.0f * wp[c];
+            }
             continue;
           }
           const float* xp = x + (((n * g.d + iz) * g.h + iy) * g.w + ix) * g.ci;

@@ -230,10 +230,12 @@ mx::array winograd3d_weight_op(const mx::array& w, bool cache) {
 }
 
 // x (N, D, H, W, C_in), u (kD, 16, C_in, C_out) = winograd3d_weight(w), w (C_out, kD, 3, 3, C_in) -> y (N, dout,
-// ho, wo, C_out) in one cache-blocked pass (conv3d_fused_kernels.h), `block` rows of (example, tile) per GEMM. Needs
-// the BLAS handed over by winograd3d_set_blas.
+// ho, wo, C_out) in one cache-blocked pass (conv3d_fused_kernels.h), `block` rows of (example, tile) per GEMM;
+// padding_products: whether the direct redo of a non-finite tile adds x * 0 on padding taps (3-d: yes, as torch; a
+// 2-d conv run as one frame: no). Needs the BLAS handed over by winograd3d_set_blas.
 mx::array winograd3d_fused_op(const mx::array& x, const mx::array& u, const mx::array& w, int64_t lo_d, int64_t lo_h,
-                              int64_t lo_w, int64_t dout, int64_t ho, int64_t wo, int64_t block) {
+                              int64_t lo_w, int64_t dout, int64_t ho, int64_t wo, int64_t block,
+                              bool padding_products) {
   auto s = cpu_stream("winograd3d_fused");
   if (!wino3d_blas().sgemm) fail("winograd3d_fused", "no BLAS: call winograd3d_set_blas first");
   if (w.ndim() != 5) fail("winograd3d_fused", "w must be (C_out, kD, 3, 3, C_in)");
@@ -245,6 +247,7 @@ mx::array winograd3d_fused_op(const mx::array& x, const mx::array& u, const mx::
   }
   check_f32(u, "winograd3d_fused", "u");
   g.block = block;
+  g.padding_products = padding_products;
   return wino3d_pass(s, Wino3dKind::fused, g, {x, u, w});
 }
 
@@ -348,7 +351,8 @@ void bind_conv3d(nb::module_& m) {
         nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("block"));
   m.def("winograd3d_set_blas", &winograd3d_set_blas, nb::arg("sgemm"), nb::arg("set_threads_local"));
   m.def("winograd3d_fused", &winograd3d_fused_op, nb::arg("x"), nb::arg("u"), nb::arg("w"), nb::arg("lo_d"),
-        nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"), nb::arg("block"));
+        nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"), nb::arg("block"),
+        nb::arg("padding_products") = true);
   m.def("winograd3d_weight", &winograd3d_weight_op, nb::arg("w"), nb::arg("cache") = true);
   m.def("winograd3d_input", &winograd3d_input_op, nb::arg("x"), nb::arg("kd"), nb::arg("lo_d"), nb::arg("lo_h"),
         nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"));

@@ -21,6 +21,18 @@ from porter.layers import _native
 pytestmark = pytest.mark.native_only  # tests/layers/conftest.py: the native variant only (deselected by PORTER_NATIVE=0)
 
 
+@pytest.fixture(autouse=True, params=["unfused", "fused"])
+def forward_pass(request, monkeypatch):
+    """Every test twice: the forward as the three passes (input transform, GEMMs, output transform) and as the 3-d
+    fused pass with one frame (``_native.WINOGRAD_FUSED_2D``), whatever the conv's size."""
+    if request.param == "fused":
+        monkeypatch.setattr(_native, "WINOGRAD_FUSED_MIN_BYTES", 0)
+        monkeypatch.setattr(_native, "WINOGRAD3D_FUSED_MIN_ROWS", 1)
+    else:
+        monkeypatch.setattr(_native, "WINOGRAD_FUSED_2D", False)
+    return request.param
+
+
 class _Spy:
     """Counts calls of the Winograd conv (and lets every conv size take it when ``all_sizes``)."""
 
@@ -350,3 +362,34 @@ def test_winograd_kernel_argument_checks_raise_clear_errors():
     with pytest.raises(ValueError, match=r"winograd_output\] w must be \(C_out, 3, 3, C_in\) matching"):
         k.winograd_output(m, x, mx.zeros((9, 3, 3, 4)), 1, 1, 6, 6)
     np.testing.assert_allclose(np.array(k.winograd_output(m, x, w, 1, 1, 6, 6)), 0.0)
+
+
+def test_fused_forward_is_taken_by_large_convs_and_matches_torch(forward_pass, monkeypatch):
+    """With Porter's defaults a conv whose transformed input and products reach WINOGRAD_FUSED_MIN_BYTES runs as the
+    fused pass (batch 3, odd sizes: cropped edge tiles, examples spanning GEMM blocks), a small one does not; with the
+    switch off neither does. Forward and both gradients against torch either way."""
+    monkeypatch.undo()  # Porter's defaults; the unfused variant then turns the switch off
+    if forward_pass == "unfused":
+        monkeypatch.setattr(_native, "WINOGRAD_FUSED_2D", False)
+    module, calls = _native.kernels(), []
+    real = module.winograd3d_fused
+    monkeypatch.setattr(module, "winograd3d_fused", lambda *args, **kw: calls.append(args[0].shape) or real(*args, **kw))
+    torch.manual_seed(0)
+    x = torch.randn(3, 24, 81, 83, dtype=torch.float64)
+    w = torch.randn(40, 24, 3, 3, dtype=torch.float64) * 0.1
+    assert _native._winograd_fused_2d((3, 81, 83, 24), 40, (1, 1), (1, 1)) == (forward_pass == "fused")
+    assert not _native._winograd_fused_2d((1, 9, 9, 24), 40, (1, 1), (1, 1))
+    xt, wt = x.float().requires_grad_(), w.float().requires_grad_()
+    ref = TF.conv2d(xt, wt, padding=1)
+    g = torch.randn_like(ref)
+    ref.backward(g)
+
+    def f(xm, wm):
+        return PF.conv2d(xm, wm, padding=1)
+
+    xm, wm = _nhwc(x.float()), _w(w.float())
+    out, vjp = mx.vjp(f, [xm, wm], [_nhwc(g)])
+    assert calls[:1] == ([(3, 1, 81, 83, 24)] if forward_pass == "fused" else [])
+    np.testing.assert_allclose(_nchw(out[0]), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_nchw(vjp[0]), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.array(vjp[1]).transpose(0, 3, 1, 2), wt.grad.numpy(), rtol=1e-3, atol=1e-3)
