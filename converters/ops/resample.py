@@ -27,12 +27,13 @@ def _output_sizes(spatial, output_size, scale_factors):
     return [int(math.floor(float(l) * float(s))) for l, s in zip(spatial, scale_factors)]
 
 
-def _scale(in_size, out_size, scale_factor, align_corners):
+def _scale(in_size, out_size, scale_factor, align_corners, dtype=np.float32):
+    """The source step of one dim in torch's opmath type: float32, or float64 for a float64 input (``dtype``)."""
     if align_corners:
-        return np.float32((in_size - 1) / (out_size - 1)) if out_size > 1 else np.float32(0)
+        return dtype((in_size - 1) / (out_size - 1)) if out_size > 1 else dtype(0)
     if scale_factor is not None and scale_factor > 0:
-        return np.float32(1.0 / scale_factor)
-    return np.float32(in_size / out_size)
+        return dtype(1.0 / scale_factor)
+    return dtype(in_size / out_size)
 
 
 @kernel("upsample", inputs=[TENSOR, Opt(SIZES)], attrs={
