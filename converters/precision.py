@@ -5,7 +5,9 @@ Torch-free.
 the dtype, records it in the graph's params (``"dtype"``) and as the graph's ``"compute_dtype"``, and the runtime
 then follows torch's mixed-precision rules (CPU autocast and torch's half kernels):
 
-* float inputs are cast to the model's dtype on entry; integer and bool inputs are untouched;
+* float inputs are cast to the model's dtype on entry, except those the graph itself casts to float32/float64
+  before any other use (:func:`inputs_cast_first`: diffusers' timestep), which torch's half model computes with
+  in the dtype they come in; integer and bool inputs are untouched;
 * autocast's lower-precision ops (:data:`LOWER_PRECISION_KERNELS`, and the ``Conv``/``ConvTranspose``/``Linear``
   layers) cast float32 operands to the model's dtype, so a float32 value the graph makes on its own (a constant,
   an explicit ``.float()``, an attention mask built with ``torch.finfo(torch.float32).min``) never turns the rest
@@ -41,7 +43,8 @@ FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", 
                              "grid_sample"})
 _FLOAT32_REDUCE = ("mean", "sum")
 
-__all__ = ["DTYPES", "HALF_NAMES", "check_dtype", "astype", "dtype_of", "cast_input", "node_policies"]
+__all__ = ["DTYPES", "HALF_NAMES", "check_dtype", "astype", "dtype_of", "cast_input", "inputs_cast_first",
+           "node_policies"]
 
 
 def check_dtype(dtype, argument: str = "dtype") -> str:
@@ -114,6 +117,53 @@ def astype(ported, dtype):
     for name, m in copy.named_modules():  # the same tree: each module keeps its mode (refusals as checked)
         m._training = modes.get(name, m.training)
     return copy
+
+
+# kernels that pass values on without computing with them (a view's, a repeat's, a selection's values are its input's)
+_VALUE_PRESERVING = frozenset({"transpose", "reshape", "expand", "select", "slice", "squeeze", "unsqueeze",
+                               "broadcast_layout", "identity"})
+_WIDE = ("float32", "float64")
+
+
+def _refs(spec, found):
+    if isinstance(spec, dict) and "ref" in spec:
+        found.append(spec["ref"])
+    elif isinstance(spec, (list, tuple)):
+        for item in spec:
+            _refs(item, found)
+    return found
+
+
+def inputs_cast_first(graph: dict) -> frozenset:
+    """The graph inputs a half model takes in the dtype they come in: those whose every use, through the kernels
+    of :data:`_VALUE_PRESERVING` only, is an explicit cast to float32 or float64 (``.float()``, ``.to(float32)``).
+
+    Torch's half model computes with such an input in its own dtype: diffusers' UNet takes a float32 timestep and
+    its sinusoidal embedding runs ``timesteps[:, None].float() * freqs``; casting the timestep to float16 on entry
+    rounded 601.3 to 601.5 before the ``.float()``, and the port was 3% off torch's float16 model. An input read
+    anywhere else (arithmetic, a layer, a size, an output) is cast as before."""
+    readers: dict = {}
+    for node in graph["nodes"]:
+        for name in _refs(node["inputs"], []):
+            readers.setdefault(name, []).append(node)
+    returned = set(_refs([o["value"] for o in graph["outputs"]], []))
+    keep = set()
+    for spec in graph["inputs"]:
+        frontier, casts, ok = [spec["name"]], 0, True
+        while frontier and ok:
+            name = frontier.pop()
+            ok = name not in returned
+            for node in readers.get(name, []):
+                if node["kernel"] == "cast" and node["attrs"].get("dtype") in _WIDE:
+                    casts += 1
+                elif (node["kernel"] in _VALUE_PRESERVING and _refs(node["inputs"][:1], []) == [name]
+                      and name not in _refs(node["inputs"][1:], [])):  # the data input; the others are sizes
+                    frontier.extend(node["outputs"])
+                else:
+                    ok = False
+        if ok and casts:
+            keep.add(spec["name"])
+    return frozenset(keep)
 
 
 def cast_input(x, dtype):

@@ -57,12 +57,13 @@ class _Program:
         for entry in graph["module_outputs"]:
             self.module_outputs.setdefault(entry["value"], []).append(entry)
         # a float16/bfloat16 model: torch's mixed-precision rules (converters/precision.py)
-        self.compute_dtype, self.layer_casts = None, frozenset()
+        self.compute_dtype, self.layer_casts, self.inputs_as_given = None, frozenset(), frozenset()
         if graph.get("compute_dtype"):
-            from .precision import DTYPES, node_policies
+            from .precision import DTYPES, inputs_cast_first, node_policies
 
             self.compute_dtype = DTYPES[graph["compute_dtype"]]
             self.kernels, self.layer_casts = node_policies(graph, self.kernels)
+            self.inputs_as_given = inputs_cast_first(graph)  # not cast on entry: the graph casts them itself
         # eval-time batch norm + ReLU/hardswish pairs, decided per call (converters/fusion.py)
         self.fusable = {} if self.compute_dtype is not None else batch_norm_activation_pairs(graph)
         # nodes no input reaches (Swin's attention masks, relative-position biases): computed once per weights
@@ -331,7 +332,8 @@ class PortedModel(TorchNamed):
         if half is not None:
             from .precision import cast_input, lower
 
-            env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs})
+            env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs
+                        if spec["name"] not in self._program.inputs_as_given})
         nodes, fusable, skip = self._program.graph["nodes"], self._program.fusable, -1
         static, kept, static_key = self._static_lookup(env, record, overrides)
         alias = static_values.ENABLED  # identity nodes as aliases (the switch's old path: called)

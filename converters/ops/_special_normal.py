@@ -4,6 +4,9 @@ Elementwise, any shape, in the working dtype (``_special_series.working``). ``ex
 (``porter.layers.functional.exp``): MLX's own float32 ``exp`` gives inf from 88.3 on (torch: from 88.73) and 0
 below -88 (no subnormals), and computes float64 in float32.
 
+float64 arrays take ``_special_normal64``'s float64-grade ``erf``, ``erfc`` and ``erfcx`` (and through them
+``log_ndtr``, ``erfinv``'s Newton steps and ``ndtr``); the fits below are float32-grade.
+
 * ``erf``: ``x P(x^2)`` for ``|x| <= 1`` (a degree-7 least-squares fit, relative error 4e-11), ``1 - erfc(|x|)``
   with the sign beyond; ``erfc = 1 - erf`` and ``erfcx = exp(x^2) (1 - erf)`` for ``|x| <= 1/2``, where the fit
   below is 5e-7 off. MLX's ``mx.erf`` is 0 below ``|x|`` ~ 1e-5 (``erf(1e-5)`` 2% low, ``erf(1e-10) = 0``), which
@@ -30,6 +33,7 @@ import math
 
 import mlx.core as mx
 
+from . import _special_normal64 as F64
 from ._layers import exp
 from ._special_series import polevl
 
@@ -57,6 +61,8 @@ def _erf_near(x):
 
 def erf(x):
     """The error function: odd, +-1 at +-inf."""
+    if x.dtype == mx.float64:
+        return F64.erf(x)
     far = 1 - erfc(mx.abs(x))
     return mx.where(mx.abs(x) <= 1, _erf_near(x), mx.where(x < 0, -far, far))
 
@@ -64,6 +70,8 @@ def erf(x):
 def erfc(x):
     """``1 - erf(x)`` without the cancellation of that formula (``erfc(5) = 1.5e-12``, where ``1 - erf(5)`` is 0
     in float32); 2 at -inf, 0 at +inf."""
+    if x.dtype == mx.float64:
+        return F64.erfc(x)
     z = mx.abs(x)
     t, p = _fit(z)
     cap = _ERFC_ZERO[x.dtype]
@@ -74,6 +82,8 @@ def erfc(x):
 
 
 def _erfcx_positive(z):
+    if z.dtype == mx.float64:
+        return F64.erfcx_positive(z)
     t, p = _fit(mx.minimum(z, 50.0))
     near = mx.where(z <= 0.5, exp(z * z) * (1 - _erf_near(z)), t * exp(p))
     zz = z * z

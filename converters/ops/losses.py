@@ -1,6 +1,6 @@
 """Losses whose torch decomposition is not torch's kernel: converted directly. Torch layout throughout.
 
-``multilabel_margin_loss(x, y, reduction)``: ``x`` is ``(C,)`` or ``(N, C)`` scores, ``y`` the same shape of int
+``multilabel_margin_loss(x, y, reduction)``: ``x`` is ``(C,)`` or ``(N, C)`` scores (0-d: ``(1,)``, as torch), ``y`` the same shape of int
 class labels, each row's labels ending at its first ``-1``. Per sample ``sum_{j < end} sum_{i not a label}
 max(0, 1 - (x[y_j] - x[i])) / C``; reduction 0 none, 1 mean, 2 sum. torch 2.13's decomposition of
 ``multilabel_margin_loss_forward`` also sums over the label slots after the first ``-1`` (reading label 0 there):
@@ -21,9 +21,11 @@ _REDUCTIONS = (0, 1, 2)  # torch's Reduction enum: none, mean, sum
 
 @kernel("multilabel_margin_loss", inputs=[TENSOR, TENSOR], attrs={"reduction": Int(0, 2)})
 def k_multilabel_margin_loss(x, y, *, reduction):
+    if x.ndim == 0 and y.ndim == 0:  # torch: one sample of one class (a 1-d input's 0-d loss)
+        x, y = x.reshape(1), y.reshape(1)
     if x.ndim not in (1, 2) or y.shape != x.shape or x.shape[-1] == 0:
         raise ValueError(f"multilabel_margin_loss: scores of shape {x.shape} and labels of shape {y.shape}; "
-                         "expected the same (C,) or (N, C) shape with C > 0")
+                         "expected the same (), (C,) or (N, C) shape with C > 0")
     scores, labels = x.reshape(-1, x.shape[-1]), y.reshape(-1, x.shape[-1])
     classes = scores.shape[1]
     idx = mx.arange(classes)

@@ -170,9 +170,13 @@ def k_prod(x, *, axes, keepdims, dtype=None):
 @kernel("vector_norm", inputs=[TENSOR], attrs={"ord": Float(allow_inf=True), "axes": AXES, "keepdims": Bool(),
                                                "dtype": Opt(DTYPE)})
 def k_vector_norm(x, *, ord, axes, keepdims, dtype=None):
-    """``torch.linalg.vector_norm``: ``dtype`` casts the input first, as torch does."""
+    """``torch.linalg.vector_norm``: ``dtype`` casts the input first, as torch does. A float16/bfloat16 input is
+    summed in float32 and rounded once, as torch's CPU kernel does (its opmath type): in half, ``|x|^6`` of 8.5
+    overflowed to inf where torch's norm is 8.5."""
     if dtype is not None:
         x = x.astype(mx_dtype(dtype))
+    if x.dtype in (mx.float16, mx.bfloat16) and ord not in (0, float("inf"), float("-inf")):
+        return k_vector_norm(x.astype(mx.float32), ord=ord, axes=axes, keepdims=keepdims).astype(x.dtype)
     a = mx.abs(x)
     if ord == float("inf"):
         return mx.max(a, axis=axes, keepdims=keepdims)
@@ -241,6 +245,13 @@ def convert_cast(ctx, call):
         call.arg("dtype")
     if call.has("other"):
         call.arg("other")
+    ctx.emit("cast", [ctx.tensor(x)], {"dtype": call.meta.dtype}, perm=ctx.perm(x))
+
+
+@register("prims.convert_element_type.default")  # torch's decompositions upcast half with it (renorm's, in float16)
+def convert_element_type(ctx, call):
+    x = call.arg("a")
+    call.arg("dtype")
     ctx.emit("cast", [ctx.tensor(x)], {"dtype": call.meta.dtype}, perm=ctx.perm(x))
 
 

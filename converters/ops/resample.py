@@ -27,12 +27,13 @@ def _output_sizes(spatial, output_size, scale_factors):
     return [int(math.floor(float(l) * float(s))) for l, s in zip(spatial, scale_factors)]
 
 
-def _scale(in_size, out_size, scale_factor, align_corners):
+def _scale(in_size, out_size, scale_factor, align_corners, dtype=np.float32):
+    """The source step of one dim in torch's opmath type: float32, or float64 for a float64 input (``dtype``)."""
     if align_corners:
-        return np.float32((in_size - 1) / (out_size - 1)) if out_size > 1 else np.float32(0)
+        return dtype((in_size - 1) / (out_size - 1)) if out_size > 1 else dtype(0)
     if scale_factor is not None and scale_factor > 0:
-        return np.float32(1.0 / scale_factor)
-    return np.float32(in_size / out_size)
+        return dtype(1.0 / scale_factor)
+    return dtype(in_size / out_size)
 
 
 @kernel("upsample", inputs=[TENSOR, Opt(SIZES)], attrs={
@@ -50,7 +51,7 @@ def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=Fa
         L_in, L_out = spatial[i], outs[i]
         sf = scale_factors[i] if scale_factors else None
         axis = 1 + i
-        dst = np.arange(L_out, dtype=np.float32)
+        dst = np.arange(L_out, dtype=np.float32)  # the nearest modes' index arithmetic: float32, as torch's
         if mode == "nearest":
             scale = _scale(L_in, L_out, sf, False)
             src = np.minimum(np.floor(dst * scale).astype(np.int64), L_in - 1)
@@ -61,7 +62,9 @@ def k_upsample(x, output_size, *, mode, nd, scale_factors=None, align_corners=Fa
             src = np.minimum(np.floor((dst + np.float32(0.5)) * scale).astype(np.int64), L_in - 1)
             x = mx.take(x, mx.array(src.astype(np.int32)), axis=axis)
             continue
-        x = _cubic(x, axis, L_in, dst, _scale(L_in, L_out, sf, align_corners), align_corners)  # mode "cubic"
+        wide = np.float64 if x.dtype == mx.float64 else np.float32  # torch's opmath_t: float64 stays float64
+        x = _cubic(x, axis, L_in, np.arange(L_out, dtype=wide), _scale(L_in, L_out, sf, align_corners, wide),
+                   align_corners)  # mode "cubic"
     return x
 
 
@@ -69,8 +72,8 @@ A_CUBIC = np.float32(-0.75)  # torch's cubic convolution coefficient
 
 
 def _cubic_weights(t):
-    """torch's four cubic-convolution weights for fractional offsets ``t`` (float32), taps -1, 0, 1, 2."""
-    a = A_CUBIC
+    """torch's four cubic-convolution weights for fractional offsets ``t`` (float32, or float64), taps -1, 0, 1, 2."""
+    a = t.dtype.type(A_CUBIC)
 
     def near(v):  # |v| <= 1
         return ((a + 2) * v - (a + 3)) * v * v + 1
@@ -78,22 +81,25 @@ def _cubic_weights(t):
     def far(v):  # 1 < |v| < 2
         return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
 
-    one = np.float32(1)
-    return [far(t + one), near(t), near(one - t), far(np.float32(2) - t)]
+    one = t.dtype.type(1)
+    return [far(t + one), near(t), near(one - t), far(t.dtype.type(2) - t)]
 
 
 def _cubic(x, axis, L_in, dst, scale, align_corners):
-    """Bicubic along one axis, as torch's upsample_bicubic2d: source index without clamping, taps clamped."""
-    src = dst * scale if align_corners else scale * (dst + np.float32(0.5)) - np.float32(0.5)
+    """Bicubic along one axis, as torch's upsample_bicubic2d: source index without clamping, taps clamped. ``dst``
+    and ``scale`` are float32, or float64 for a float64 ``x`` (step, offsets and weights then in float64)."""
+    half = dst.dtype.type(0.5)
+    src = dst * scale if align_corners else scale * (dst + half) - half
     base = np.floor(src)
-    t = (src - base).astype(np.float32)
+    t = (src - base).astype(dst.dtype)
     base = base.astype(np.int64)
     shape = [1] * x.ndim
     shape[axis] = len(dst)
     out = None
     for k, w in enumerate(_cubic_weights(t)):
         index = np.clip(base - 1 + k, 0, L_in - 1).astype(np.int32)
-        term = mx.take(x, mx.array(index), axis=axis) * mx.array(w.astype(np.float32)).reshape(shape).astype(x.dtype)
+        wk = mx.array(w, dtype=mx.float64) if w.dtype == np.float64 else mx.array(w.astype(np.float32))
+        term = mx.take(x, mx.array(index), axis=axis) * wk.reshape(shape).astype(x.dtype)
         out = term if out is None else out + term
     return out
 

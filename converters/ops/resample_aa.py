@@ -38,8 +38,8 @@ def _filter(mode, x):
 
 
 def _taps(mode, n_in: int, n_out: int, scale: float):
-    """``(index, weight)``, each ``(n_out, K)``: the window of every output and its normalised weights (0 past its
-    end, where the index repeats a valid one)."""
+    """``(index, weight)``, each ``(n_out, K)``: the window of every output and its normalised float64 weights (0
+    past its end, where the index repeats a valid one)."""
     scale = float(scale)
     support = _RADIUS[mode] * scale if scale >= 1.0 else _RADIUS[mode]
     width = int(math.ceil(support)) * 2 + 1
@@ -54,11 +54,16 @@ def _taps(mode, n_in: int, n_out: int, scale: float):
     weight = np.where(j < count[:, None], weight, 0.0)
     total = weight.sum(axis=1, keepdims=True)
     weight = np.where(total != 0, weight / np.where(total != 0, total, 1), 0.0)
-    return np.clip(index, 0, max(n_in - 1, 0)).astype(np.int32), weight.astype(np.float32)
+    return np.clip(index, 0, max(n_in - 1, 0)).astype(np.int32), weight
 
 
 def _resize_axis(x, axis: int, mode: str, n_out: int, scale):
     index, weight = _taps(mode, x.shape[axis], n_out, scale)
+    # the step and the weights in the input's precision, as torch's (opmath_t): float64 keeps them float64 (in
+    # float32 they moved a float64 resize by 1e-7), every other dtype takes them rounded to float32
+    wdtype = mx.float64 if x.dtype == mx.float64 else mx.float32
+    if wdtype == mx.float32:
+        weight = weight.astype(np.float32)
     shape = [1] * x.ndim
     shape[axis] = n_out
     out = None
@@ -66,7 +71,7 @@ def _resize_axis(x, axis: int, mode: str, n_out: int, scale):
         w = weight[:, k]
         if not w.any():
             continue
-        wk = mx.array(w).reshape(shape).astype(x.dtype)
+        wk = mx.array(w, dtype=wdtype).reshape(shape).astype(x.dtype)
         term = mx.where(wk != 0, mx.take(x, mx.array(index[:, k]), axis=axis) * wk, mx.zeros_like(wk))
         out = term if out is None else out + term
     if out is None:
@@ -87,7 +92,8 @@ def k_upsample_aa(x, output_size, *, mode, scale_factors=None, align_corners=Fal
     check_elements([x.shape[0], *outs, x.shape[-1]], "antialiased resize")
     for i in (1, 0):  # width, then height
         sf = scale_factors[i] if scale_factors else None
-        x = _resize_axis(x, 1 + i, mode, outs[i], _scale(spatial[i], outs[i], sf, align_corners))
+        step = _scale(spatial[i], outs[i], sf, align_corners, np.float64 if x.dtype == mx.float64 else np.float32)
+        x = _resize_axis(x, 1 + i, mode, outs[i], step)
     return x
 
 

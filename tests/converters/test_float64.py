@@ -137,3 +137,21 @@ def test_zero_dim_float64_buffer_keeps_a_float32_model_float32():
     (out,) = run_ported(ported, (x,))
     assert out.dtype == np.float32
     assert_matches(ported, model, (x,), rel=1e-5)
+
+
+class Resizes64(torch.nn.Module):
+    def forward(self, x):
+        f = torch.nn.functional.interpolate
+        return [f(x, size=(5, 7), mode=m, align_corners=a) for m in ("bilinear", "bicubic") for a in (False, True)] + [
+            f(x, scale_factor=0.37, mode="bicubic"), f(x, size=(30, 29), mode="bicubic")]
+
+
+def test_float64_interpolation_is_float64_precise():
+    """Bicubic ``interpolate`` on float64 takes its step, offsets and weights in float64 (torch's opmath_t): 1e-13
+    where the float32 ones were 2e-6 off; bilinear (porter.layers) alongside. Two input sizes, fixed output sizes."""
+    model = Resizes64().eval()
+    ported = porter.convert(model, torch.randn(2, 3, 17, 12, dtype=torch.float64), io_layout="torch")
+    for x in (torch.randn(2, 3, 17, 12, dtype=torch.float64), torch.randn(1, 3, 23, 9, dtype=torch.float64)):
+        for got, want in zip(run_ported(ported, (x,)), model(x)):
+            assert got.dtype == np.float64
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-13, atol=1e-13)

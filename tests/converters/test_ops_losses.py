@@ -77,3 +77,22 @@ def test_multilabel_margin_loss_refuses_a_label_out_of_range():
     ported = porter.convert(model, (x, y), io_layout="torch")
     with pytest.raises(ValueError, match="multilabel_margin_loss target: index 4 is out of range"):
         ported(mx.array(x.numpy()), mx.array(np.array([[1, 4, -1, 0], [3, 2, -1, 0]])))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multilabel_margin_loss_of_0d_inputs(reduction):
+    """torch takes 0-d scores and label as one sample of one class (a 0-d loss); the port converted that and then
+    failed on its first call. Labels 0 and -1 (the only values torch accepts), the gradient, label 1 refused."""
+    model = _Loss(reduction).eval()
+    ported = porter.convert(model, (torch.tensor(0.7), torch.tensor(0)), io_layout="torch")
+    for value, label in ((0.7, 0), (-3.0, -1), (2.5, 0)):
+        x = torch.tensor(value, requires_grad=True)
+        want = model(x, torch.tensor(label))
+        want.backward()
+        got = ported(mx.array(value), mx.array(label))
+        assert got.shape == tuple(want.shape) == ()
+        np.testing.assert_array_equal(np.array(got), want.detach().numpy())
+        grad = mx.grad(lambda a: ported(a, mx.array(label)))(mx.array(value))
+        np.testing.assert_array_equal(np.array(grad), x.grad.numpy())
+    with pytest.raises(ValueError, match="multilabel_margin_loss target: index 1 is out of range"):
+        ported(mx.array(0.7), mx.array(1))
