@@ -6,6 +6,7 @@ torch names for a strict checkpoint round trip. Torch is the oracle, run in each
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from mlx.utils import tree_flatten
 from torch import nn
@@ -28,10 +29,12 @@ class _Frozen(nn.Module):
         return self.head(torch.tanh(self.proj(x) + self.table.weight[: x.shape[1]]))
 
 
-def test_frozen_parameters_are_not_trained_and_round_trip(tmp_path):
+@pytest.mark.parametrize("frontend", ["export", "torchscript"])
+def test_frozen_parameters_are_not_trained_and_round_trip(tmp_path, frontend):
     torch.manual_seed(0)
     model = _Frozen().eval()
-    ported = porter.convert(model, (torch.randn(2, 5, 6),), io_layout="torch")
+    source = torch.jit.script(model) if frontend == "torchscript" else model
+    ported = porter.convert(source, (torch.randn(2, 5, 6),), io_layout="torch")
     assert_matches(ported, model, (torch.randn(3, 7, 6),))
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert set(ported.params) == trainable == {"proj.weight", "proj.bias", "head.bias"}
