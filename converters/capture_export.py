@@ -238,7 +238,8 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
             param_values[name] = placeholder_target[name] = shared
             continue
         if spec.kind == InputKind.PARAMETER:
-            trainable.add(target)
+            if tensor.requires_grad:  # a frozen parameter (Whisper's sinusoids) is a buffer of the port
+                trainable.add(target)
         elif spec.kind == InputKind.CONSTANT_TENSOR or not spec.persistent or target not in ep.state_dict:
             not_in_state_dict.add(target)
         params[target] = host_view(t)

@@ -70,11 +70,20 @@ _RESHAPES = frozenset({
 })
 
 
-def _converts(node: Node, metas: dict) -> bool:
-    """``x.to(dtype)`` aliases ``x`` only when the dtype is already ``dtype``; otherwise it is a copy."""
+def _copies(fx_node, node: Node, metas: dict) -> bool:
+    """Ops whose schema says alias but which copy depending on their input: ``x.to(dtype)`` aliases ``x`` only when
+    the dtype is already ``dtype``, ``x.contiguous()`` only when ``x`` already is contiguous (in the asked memory
+    format; read from the capture's fake value). A write into such a copy stays in it (DeBERTa-v2's ``ConvLayer``
+    zeroes ``conv(x.permute(...)).permute(...).contiguous()`` in place)."""
     source = node.args.get("self")
-    return (node.op.startswith("aten.to.") and isinstance(source, Ref) and source.name in metas
-            and metas[source.name].dtype != node.meta.dtype)
+    if node.op.startswith("aten.to."):
+        return isinstance(source, Ref) and source.name in metas and metas[source.name].dtype != node.meta.dtype
+    if node.op == "aten.contiguous.default" and fx_node.args and isinstance(fx_node.args[0], torch.fx.Node):
+        value = fx_node.args[0].meta.get("val")
+        if isinstance(value, torch.Tensor):
+            memory_format = fx_node.kwargs.get("memory_format") or torch.contiguous_format
+            return not value.is_contiguous(memory_format=memory_format)
+    return False
 
 
 def _is_view(target) -> bool:
@@ -152,7 +161,7 @@ class Inliner:
             self._autocast(node, state.autocast)
         self._append(node)
         env[fx_node.name] = node.name
-        if _is_view(fx_node.target) and not _converts(node, self.metas):
+        if _is_view(fx_node.target) and not _copies(fx_node, node, self.metas):
             base = node.args.get("self")
             self.views[node.name] = (node, base.name if isinstance(base, Ref) else None)
         elif fx_node.target is operator.getitem and resolve(fx_node.args[0]).name in self.multi_views:

@@ -182,7 +182,7 @@ class _Interpreter:
             attr = getattr(obj, node.s("name"))
             if isinstance(attr, torch.Tensor):
                 if id(attr) in self.param_names:
-                    self.env[outs[0]] = self.tensor_param(attr, self.param_names[id(attr)], True)
+                    self.env[outs[0]] = self.tensor_param(attr, self.param_names[id(attr)], attr.requires_grad)
                 elif id(attr) in self.buffer_names:
                     self.env[outs[0]] = self.tensor_param(attr, self.buffer_names[id(attr)], False)
                 else:

@@ -7,6 +7,8 @@ Created tensors take the dtype the example run recorded for them (torch's promot
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 
 from .. import layout as L
@@ -17,7 +19,7 @@ from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, MAX_LEN, SCALAR, SIZES, TENSOR,
                     Str, DTYPES)
 from . import _float64
 from ._layers import channel_shuffle, export_note, exporting
-from .elementwise import aligned_inputs
+from .elementwise import aligned_inputs, k_where
 from .shape import _dims
 
 # dtype names of an artifact -> MLX dtypes: an explicit table (never getattr with a name read from a file).
@@ -328,7 +330,31 @@ def convert_arange(ctx, call):
           "aten.masked_fill_.Tensor")
 def convert_masked_fill(ctx, call):
     specs, perm = aligned_inputs(ctx, call, [call.arg("mask"), call.arg("value"), call.arg("self")])
-    ctx.emit("where", specs, perm=perm)
+    ctx.emit("masked_fill", specs, perm=perm)
+
+
+@kernel("masked_fill", inputs=[SCALAR, SCALAR, SCALAR])
+def k_masked_fill(mask, value, x):
+    """``x`` with ``value`` where ``mask`` holds, in ``x``'s dtype (torch casts the value to ``self``'s dtype).
+
+    A finite fill value past the finite range of a floating ``x`` saturates to the dtype's extreme: a graph
+    captured in float32 carries ``torch.finfo(torch.float32).min`` where the model wrote ``finfo(scores.dtype).min``
+    (DeBERTa's, BERT-style masks); run by a float16 port it would overflow to -inf, and a fully masked softmax row
+    (a padded query) would turn to NaN where torch's float16 model, filling with ``finfo(float16).min``, is
+    uniform. Infinities and NaN are kept.
+    """
+    if not isinstance(x, mx.array) or not mx.issubdtype(x.dtype, mx.floating):
+        return k_where(mask, value, x)
+    info = mx.finfo(x.dtype)
+    low, high = float(info.min), float(info.max)
+    if isinstance(value, mx.array):
+        wide = value.astype(mx.float32) if value.dtype != mx.float64 else value
+        value = mx.where(mx.isinf(wide) | mx.isnan(wide), wide, mx.clip(wide, low, high)).astype(x.dtype)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        value = mx.array(min(max(float(value), low), high), dtype=x.dtype)
+    else:
+        value = mx.array(value, dtype=x.dtype)
+    return mx.where(mask, value, x)
 
 
 @register("aten.flip.default")

@@ -130,3 +130,51 @@ def test_embedding_padding_row_gets_no_gradient(io_layout, tmp_path):
     model.zero_grad()
     model(idx).sum().backward()
     assert model.table.grad[8].abs().max() == 0 and model.words.weight.grad[1].abs().max() == 0
+
+
+class MaskedScores(nn.Module):
+    """A padded key mask as DeBERTa and BERT-style models write it: ``finfo(scores.dtype).min``, then softmax; the
+    second query row of the second sample is fully masked (torch: uniform)."""
+
+    def forward(self, scores, mask):
+        filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        return torch.softmax(filled, -1), scores.masked_fill(mask, torch.tensor(-3.0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_masked_fill_past_the_half_range_saturates_like_finfo_of_the_dtype(dtype):
+    """A port converted in float32 carries finfo(float32).min; its half copy fills with the half dtype's finite
+    minimum (torch's half model's finfo(dtype).min), so a fully masked row stays uniform instead of NaN. A 0-d
+    float64 fill value keeps ``self``'s dtype, as torch's masked_fill does; infinities stay infinite."""
+    import mlx.core as mx
+    import numpy as np
+    import porter
+
+    def inputs(seed):
+        gen = torch.Generator().manual_seed(seed)
+        mask = torch.rand(2, 3, 5, generator=gen) > 0.3
+        mask[1, 1] = False
+        return torch.randn(2, 3, 5, generator=gen), mask
+
+    model = MaskedScores().eval()
+    check_converted(model, inputs(0), inputs(1), io_layout="torch")
+    half = porter.convert(model, inputs(0), io_layout="torch").astype(dtype)
+    scores, mask = inputs(2)
+    torch_dtype = getattr(torch, dtype)
+    with torch.no_grad():
+        probs, floor = model(scores.to(torch_dtype), mask)
+    got_probs, got_floor = half(mx.array(scores.numpy()).astype(getattr(mx, dtype)), mx.array(mask.numpy()))
+    assert got_probs.dtype == getattr(mx, dtype) and got_floor.dtype == getattr(mx, dtype)
+    np.testing.assert_allclose(np.array(got_probs.astype(mx.float32)), probs.float().numpy(), atol=1e-2)
+    assert np.allclose(np.array(got_probs.astype(mx.float32))[1, 1], 0.2, atol=1e-3)  # uniform, not NaN
+    np.testing.assert_array_equal(np.array(got_floor.astype(mx.float32)), floor.float().numpy())
+
+    inf = porter.convert(_InfFill().eval(), inputs(0), io_layout="torch").astype(dtype)
+    out = np.array(inf(mx.array(scores.numpy()).astype(getattr(mx, dtype)), mx.array(mask.numpy()))
+                   .astype(mx.float32))
+    assert np.isneginf(out[~mask.numpy()]).all()
+
+
+class _InfFill(nn.Module):
+    def forward(self, scores, mask):
+        return scores.masked_fill(~mask, float("-inf"))

@@ -96,3 +96,31 @@ def test_reading_a_view_of_a_tensor_written_in_place_afterwards_fails_by_name():
 
     with pytest.raises(NotImplementedError, match="modified in place after the view was taken"):
         porter.convert(BaseWrite(), torch.randn(2, 3, 4))
+
+
+class ContiguousWrites(nn.Module):
+    """``x.contiguous()`` is ``x`` itself when ``x`` already is contiguous (a write into it reaches ``x``) and a
+    copy otherwise (a write stays in the copy, and views of the source stay readable): DeBERTa-v2's ``ConvLayer``
+    zeroes ``conv(x.permute(0, 2, 1)).permute(0, 2, 1).contiguous()`` in place."""
+
+    def forward(self, x, mask):
+        t = x.permute(0, 2, 1)
+        copy = t.contiguous()
+        copy.masked_fill_(mask[:, None, :], 0.0)        # a copy: t and x keep their values
+        same = x.clone()
+        alias = same.contiguous()
+        alias[:, 0] = -2.0                              # same itself: the write reaches it
+        row = t[:, 0]                                   # a view of x taken before the writes, still valid
+        planes = x[:, None].expand(-1, 2, -1, -1).clone()          # (B, 2, L, C), NCHW-contiguous
+        cl = planes.contiguous(memory_format=torch.channels_last)  # a channels-last copy
+        cl.mul_(3.0)
+        return copy, t * 1.0, same, row + 1.0, planes, cl
+
+
+def test_a_write_into_contiguous_reaches_the_source_only_when_contiguous_aliases_it():
+    def inputs(b, length, c, seed):
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randn(b, length, c, generator=gen), torch.rand(b, length, generator=gen) > 0.5
+
+    ported = check_converted(ContiguousWrites().eval(), inputs(2, 5, 3, 0), inputs(3, 7, 4, 1), rel=0)
+    assert "aten.masked_fill_.Scalar" in {n["op"] for n in ported.graph["nodes"]}
