@@ -7,8 +7,8 @@
 //   even (the struct's rounding; a NaN stays a NaN, its payload may differ);
 // - float16 on arm64: MLX's float16_t is the native __fp16 there, so the plain loop is the CPU's own conversions
 //   (GCC/Clang vectorize it to fcvtl/fcvtn);
-// - bfloat16: the conversions are integer shifts and a rounding add; written branch-free (NaN -> 0x7fc0 as the
-//   struct does) so the compiler vectorizes them;
+// - bfloat16: the conversions are integer shifts and a rounding add (NaN -> 0x7fc0 as the struct does): widening
+//   vectorized by the compiler, rounding 8 at a time in AVX2 where the build CPU has it (GCC 12 left the loop scalar);
 // - anything else: the element type's own conversions.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -55,7 +55,23 @@ inline void narrow_row(const float* __restrict src, int64_t n, T* __restrict dst
   } else if constexpr (std::is_same_v<T, mx::bfloat16_t>) {
     const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
     uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+#if defined(__AVX2__)
+    // the loop below is not vectorized by GCC 12 (bfloat16 rows ran 2.5x slower than float16 ones): 8 at a time
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x7fc0);
+    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    for (; i + 8 <= n; i += 8) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, lsb), half), 16);
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, magnitude), inf);
+      r = _mm256_blendv_epi8(r, quiet, nan);
+      // r < 2^16 in each int32: packus keeps the values; it packs per 128-bit half, so reorder the 64-bit quarters
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
+    }
+#endif
+    for (; i < n; ++i) {
       const uint32_t u = s[i];
       const uint32_t rounded = (u + ((u >> 16) & 1u) + 0x7fffu) >> 16;
       const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
