@@ -2,8 +2,9 @@
 alternately in one process (1-thread CPU time).
 
 A switch is a module attribute read while the MLX graph is built (``porter.converters.layer_types:MHA_PACKED``,
-``porter.layers._conv_engine:MATMUL_1X1``): each round runs torch, the port with the switch False, then True, and the
-minimum process CPU time per forward over rounds is kept (the machine is shared: wall time is noise).
+``porter.layers._conv_engine:MATMUL_1X1``) or at conversion (``porter.converters.ir_fusion:L2_NORMALIZE``: the model
+is converted once per switch value, with the switch set): each round runs torch, the port with the switch False, then
+True, and the minimum process CPU time per forward over rounds is kept (the machine is shared: wall time is noise).
 
     python benchmarks/model_switch.py --model vit_b_16 --batches 1,8 \
         --switch porter.converters.layer_types:MHA_PACKED
@@ -63,7 +64,11 @@ def _run_model(name: str, args) -> None:
     model = load_spec(entry["builder"])(**entry["builder_kwargs"]).eval()
     for batch in (int(b) for b in args.batches.split(",")):
         x = torch.randn(batch, *shape)
-        ported = porter.convert(model, (x,), dynamic="static")
+        ports = {}
+        for value in values:  # converted with the switch set: a conversion-time switch takes effect too
+            for switch_module, switch_attr in switches:
+                setattr(switch_module, switch_attr, value if value is not None else getattr(switch_module, switch_attr))
+            ports[value] = porter.convert(model, (x,), dynamic="static")
         xm = mx.array(x.permute(0, 2, 3, 1).contiguous().numpy())
 
         def run_torch():
@@ -73,7 +78,7 @@ def _run_model(name: str, args) -> None:
         def run_port(value):
             for switch_module, switch_attr in switches:
                 setattr(switch_module, switch_attr, value)
-            mx.eval(ported(xm))
+            mx.eval(ports[value](xm))
 
         run_torch()
         for value in values:

@@ -1,15 +1,18 @@
-"""Transformer ops through Porter's API against torch, each framework in its own process (issue 15, native13).
+"""Transformer ops through Porter's API against torch, each framework in its own process (issue 15, native13-14).
 
     python benchmarks/transformer_ops.py                       # every case, 5 rounds
     python benchmarks/transformer_ops.py --only softmax --rounds 7
 
 Softmax over the last axis at the attention shapes of Swin-T (49 keys per window, each stage's windows x heads) and
-ViT-B/16 (197 keys), float32/float16/bfloat16, forward and forward+backward, and LayerNorm at Swin-T's and
-ViT-B's shapes. Each round starts one torch process and one Porter process (torch first, then Porter, alternating
+ViT-B/16 (197 keys), float32/float16/bfloat16, forward and forward+backward, LayerNorm at Swin-T's and
+ViT-B's shapes (float32 and float16), and L2 normalisation (``F.normalize(x, dim=-1)``) at Swin V2-T's cosine-attention
+q/k shapes (windows x heads, 49, 32), forward and forward+backward. Each round starts one torch process and one Porter process (torch first, then Porter, alternating
 round by round is not needed: each process keeps its own minimum); a process times every case single-threaded
 (``PORTER_NUM_THREADS=1 PORTER_BLAS_THREADS=1``, torch ``set_num_threads(1)``) as process CPU time per call, the
 minimum over its repeats. The Porter process also times the previous path where a switch keeps it
-(``porter.layers.activation.SOFTMAX_ROWS`` off: the any-axis softmax kernel), alternated with the new one. The table
+(``porter.layers.activation.SOFTMAX_ROWS`` off: the any-axis softmax kernel; for the L2 normalisation the four
+kernels a converted graph ran before ``converters/ir_fusion.py``: vector_norm, clamp, expand, divide), alternated with
+the new one. The table
 gives the minimum over rounds of each side and torch/Porter ratios. CPU time is what survives a shared machine;
 wall time is noise there.
 """
@@ -28,6 +31,7 @@ sys.path.insert(0, ROOT)
 
 SOFTMAX_SHAPES = [(64, 3, 49, 49), (16, 6, 49, 49), (4, 12, 49, 49), (1, 24, 49, 49), (1, 12, 197, 197)]
 LAYER_NORM_SHAPES = [(1, 56, 56, 96), (1, 7, 7, 768), (1, 197, 768), (1, 49, 96)]
+NORMALIZE_SHAPES = [(64, 3, 49, 32), (16, 6, 49, 32), (1, 24, 49, 32), (512, 3, 49, 32)]
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -39,8 +43,14 @@ def cases():
             out.append((f"softmax {dtype} {shape}", "softmax", shape, dtype, False))
     for shape in SOFTMAX_SHAPES[:1] + SOFTMAX_SHAPES[-1:]:
         out.append((f"softmax fwd+bwd float32 {shape}", "softmax", shape, "float32", True))
-    for shape in LAYER_NORM_SHAPES:
-        out.append((f"layer_norm {shape}", "layer_norm", shape, "float32", False))
+    for dtype in DTYPES[:2]:
+        for shape in LAYER_NORM_SHAPES:
+            out.append((f"layer_norm {dtype} {shape}", "layer_norm", shape, dtype, False))
+    for dtype in DTYPES:
+        for shape in NORMALIZE_SHAPES:
+            out.append((f"l2_normalize {dtype} {shape}", "l2_normalize", shape, dtype, False))
+    for shape in NORMALIZE_SHAPES[:1]:
+        out.append((f"l2_normalize fwd+bwd float32 {shape}", "l2_normalize", shape, "float32", True))
     return out
 
 
@@ -73,8 +83,18 @@ def _torch_runner(case):
                 torch.autograd.backward(torch.softmax(x, -1), g)
             return run
         return lambda: torch.softmax(x, -1)
+    if kind == "l2_normalize":
+        if grad:
+            x.requires_grad_()
+            g = torch.from_numpy(_data(shape, 1))
+
+            def run():
+                x.grad = None
+                torch.autograd.backward(torch.nn.functional.normalize(x, dim=-1), g)
+            return run
+        return lambda: torch.nn.functional.normalize(x, dim=-1)
     c = shape[-1]
-    w, b = torch.from_numpy(_data((c,), 2)), torch.from_numpy(_data((c,), 3))
+    w, b = torch.from_numpy(_data((c,), 2)).to(x.dtype), torch.from_numpy(_data((c,), 3)).to(x.dtype)
     return lambda: torch.nn.functional.layer_norm(x, (c,), w, b, 1e-6)
 
 
@@ -103,8 +123,30 @@ def _porter_runners(case):
                 fn()
             return run
         return {"porter": switched(True), "previous": switched(False)}
+    if kind == "l2_normalize":
+        from porter.converters.registry import get_kernel
+        from porter.converters.ops.misc import k_vector_norm
+
+        clamp, expand, divide = get_kernel("unary"), get_kernel("expand"), get_kernel("binary")
+
+        def previous(a):  # the converted graph's four kernels before ir_fusion.py (float32 norm, as precision.py)
+            n = k_vector_norm(a.astype(mx.float32), ord=2.0, axes=[-1], keepdims=True).astype(a.dtype)
+            c = clamp(n, fn="clamp", min=1e-12, max=None)
+            return divide(a, expand(c, list(a.shape), lead=0, perm=list(range(a.ndim))), fn="div")
+
+        def porter_fn(a):
+            return F.l2_normalize(a, -1, 1e-12)
+        runs = {}
+        for label, f in (("porter", porter_fn), ("previous", previous)):
+            if grad:
+                g = mx.array(_data(shape, 1))
+                runs[label] = lambda f=f, g=g: mx.eval(mx.vjp(lambda a: f(a), [x], [g]))
+            else:
+                runs[label] = lambda f=f: mx.eval(f(x))
+            runs[label]()
+        return runs
     c = shape[-1]
-    w, b = mx.array(_data((c,), 2)), mx.array(_data((c,), 3))
+    w, b = mx.array(_data((c,), 2)).astype(x.dtype), mx.array(_data((c,), 3)).astype(x.dtype)
     mx.eval(w, b)
     return {"porter": lambda: mx.eval(F.layer_norm(x, c, w, b, 1e-6))}
 

@@ -15,6 +15,7 @@ from typing import Optional
 import mlx.core as mx
 import numpy as np
 
+from . import ir_fusion
 from . import layout as L
 from . import transforms
 from .guards import static_checks
@@ -342,6 +343,7 @@ def convert_graph(graph: Graph, io_layout: str = "mlx", *, weights: bool = True)
         raise ValueError(f"io_layout must be 'mlx' or 'torch', but got {io_layout!r}")
     if graph.frontend != "torch.export":  # the export frontend writes views back (capture_regions.py)
         _refuse_writes_through_views(graph)
+    ir_fusion.fuse(graph)  # before dead-code elimination, which drops the chains a fused node replaced
     dead_code_elimination(graph)
     missing = _find_unsupported(graph)
     if missing:

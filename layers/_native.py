@@ -235,6 +235,13 @@ def softmax(x: mx.array, axis: int, rows: bool = True) -> mx.array:
     return kernels().softmax(x, int(axis), bool(rows))
 
 
+def l2_normalize(x: mx.array, eps: float) -> mx.array:
+    """``x / max(||x||_2, eps)`` over the last axis of a float32/float16/bfloat16 array in one multi-threaded pass
+    (``csrc/normalize_kernels.h``, 16-bit computed in float32 with torch's roundings); its gradient (torch's autograd
+    formula) is a native pass too, second derivatives through MLX ops; vmap folds into the rows."""
+    return kernels().l2_normalize(x, float(eps))
+
+
 def lp_root(a: mx.array, scale: float, inv_p: float) -> mx.array:
     """LP pooling's last stage ``(a * scale) ** inv_p`` in one multi-threaded pass (float32/float64), with torch's
     gradient (0 where ``a == 0``)."""

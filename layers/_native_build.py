@@ -39,9 +39,11 @@ SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 # header (loop nests) and its *_ops.cpp (primitives, ops, bind_<family>)
 SOURCES = (
     "CMakeLists.txt", "bindings.cpp", "ops_common.h", "dispatch.h", "parallel.h", "windows.h", "conv_params.h", "simd.h",
+    "exp_poly.h", "half_rows.h",
     "activation_kernels.h", "softmax_kernels.h", "activation_ops.cpp", "conv_kernels.h", "conv_ops.cpp",
     "elementwise_kernels.h", "elementwise_ops.cpp", "grouped_conv_kernels.h", "grouped_conv_ops.cpp",
-    "norm_kernels.h", "norm_ops.cpp", "pool_kernels.h", "pool_ops.cpp", "quantize_kernels.h", "quantize_ops.cpp",
+    "norm_kernels.h", "normalize_kernels.h", "norm_ops.cpp", "pool_kernels.h", "pool_ops.cpp", "quantize_kernels.h",
+    "quantize_ops.cpp",
     "winograd_kernels.h", "winograd_ops.cpp", "winograd_cache.h", "conv3d_kernels.h", "conv3d_fused_kernels.h",
     "conv3d_columns_kernels.h", "conv3d_ops.cpp",
     "weight_flip_kernels.h", "weight_flip_ops.cpp", "linear_kernels.h", "linear_ops.cpp",

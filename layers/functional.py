@@ -20,6 +20,7 @@ from ._precision import HALF, in_float32, upcast
 from .fractional import fractional_max_pool2d, fractional_max_pool3d
 from .layer_norm import group_norm, layer_norm
 from .linear import linear
+from .normalize import l2_normalize
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d
 from .max_pool import max_pool1d, max_pool2d, max_pool3d
 from .padding import pad

@@ -5,7 +5,7 @@ Every conv/pool/pad kernel calls ``fn("max_pool2d")``: the exact torch semantics
 layers. Names come from an artifact, so they are looked up in the explicit table :data:`FUNCTIONS`, never with
 ``getattr`` on the module. The other kernels import what they need from here by name: the activations and softmax,
 ``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle`` and ``linear`` (native passes on the CPU, MLX
-ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``, and
+ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``, and
 export mode's ``exporting()``/``export_note()`` for kernels that must build serializable ops while exporting.
 """
 
@@ -26,6 +26,7 @@ from porter.layers.functional import (  # noqa: F401
     hardtanh,
     in_float32,
     interpolate_linear,
+    l2_normalize,
     layer_norm,
     linear,
     relu,

@@ -1,4 +1,5 @@
-"""Normalisation: batch_norm (eval), layer_norm, rms_norm, group_norm, instance_norm.
+"""Normalisation: batch_norm (eval), layer_norm, rms_norm, group_norm, instance_norm, L2 normalisation
+(``porter.l2_normalize``, the node ``converters/ir_fusion.py`` makes of ``F.normalize``'s ops).
 
 batch_norm normalises per channel and runs in any layout (the channel axis is found through the layout);
 layer_norm needs its normalised dims last in the array (true after ConvNeXt's permute to channels-last, which the
@@ -15,7 +16,7 @@ from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, MAX_LEN, TENSOR, Enum, Float, Int, Opt, Seq
-from ._layers import HALF, channel_affine, group_norm, layer_norm, rms_norm, upcast
+from ._layers import HALF, channel_affine, group_norm, l2_normalize, layer_norm, rms_norm, upcast
 
 _EPS = Float()
 
@@ -283,3 +284,19 @@ def convert_weight_norm(ctx, call):
     scale = ctx.emit("binary", [ctx.tensor(g, L.identity(ctx.meta(g).rank)), {"ref": norm.name}], {"fn": "div"},
                      perm=ident, out=ctx.fresh(f"{call.name}_scale"))
     ctx.emit("binary", [ctx.tensor(v, ident), {"ref": scale.name}], {"fn": "mul"}, perm=ident)
+
+
+@kernel("l2_normalize", inputs=[TENSOR], attrs={"axis": AXIS, "eps": _EPS})
+def k_l2_normalize(x, *, axis, eps):
+    """``F.normalize(x, p=2)`` along ``axis``: one native pass over a last axis (``porter.layers.normalize``)."""
+    return l2_normalize(x, axis, eps)
+
+
+@register("porter.l2_normalize.default")
+def convert_l2_normalize(ctx, call):
+    """The node ``ir_fusion.py`` makes of a captured ``F.normalize`` (``self``, torch ``dim``, ``eps``): the dim
+    through x's layout, so a channels-last tensor normalised over its channels runs the last-axis kernel."""
+    x = call.arg("self")
+    perm = ctx.perm(x)
+    ctx.emit("l2_normalize", [ctx.tensor(x)], {"axis": L.axis_of(perm, call.arg("dim")), "eps": call.arg("eps")},
+             perm=perm)

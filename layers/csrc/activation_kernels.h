@@ -16,6 +16,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "exp_poly.h"
 #include "parallel.h"
 
 namespace porter {
@@ -23,27 +24,9 @@ namespace porter {
 enum class Act : int { exp = 0, sigmoid, silu, tanh, gelu, gelu_tanh, hardswish, hardsigmoid };
 
 // ------------------------------------------------------------------------------------------------ float32 pieces
-// e^x's range reduction and polynomial for a finite x in [-104, 88.8] (callers clamp): x = n ln2 + r, |r| <= ln2/2,
-// e^r by Cephes's degree-6 polynomial, 2^n applied as two normal powers of two so results in the subnormal range
-// round once. exp_f and exp_nonpos_f add only their own range and NaN handling around it.
-inline float exp_core(float xc) {
-  // round to nearest by adding and subtracting 1.5 * 2^23 (|n| <= 150): std::floor would block vectorization
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  const float z = r * r;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * z + r + 1.0f;
-  const int ni = static_cast<int>(n);
-  const int n1 = ni >> 1, n2 = ni - n1;
-  const float s1 = std::bit_cast<float>((n1 + 127) << 23), s2 = std::bit_cast<float>((n2 + 127) << 23);
-  return p * s1 * s2;
-}
+// e^x's range reduction and polynomial for a finite x in [-104, 88.8] (callers clamp): exp_poly.h's Cephes arithmetic,
+// shared with softmax_kernels.h's vector rows. exp_f and exp_nonpos_f add only their own range and NaN handling.
+inline float exp_core(float xc) { return cephes_exp_core<float, int32_t>(xc); }
 
 // e^x: overflow -> inf, underflow -> 0, NaN stays NaN.
 inline float exp_f(float x) {

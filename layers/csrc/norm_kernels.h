@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "half_rows.h"
 #include "parallel.h"
 #include "simd.h"
 
@@ -63,6 +64,9 @@ inline const A* ln_row(const T* xr, int64_t C, A eps, A* buf, A& mean, A& rstd) 
   const A* v;
   if constexpr (std::is_same_v<T, A>) {
     v = xr;
+  } else if constexpr (std::is_same_v<A, float>) {
+    widen_row(xr, C, buf);  // 16-bit rows (half_rows.h)
+    v = buf;
   } else {
     for (int64_t c = 0; c < C; ++c) buf[c] = static_cast<A>(xr[c]);
     v = buf;
@@ -136,7 +140,7 @@ inline void ln_rows_block(const T* x, int64_t r0, int64_t C, const float* w, con
       v[i] = xr;
     } else {
       float* o = buf + i * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = static_cast<float>(xr[c]);
+      widen_row(xr, C, o);
       v[i] = o;
     }
   }
@@ -149,7 +153,15 @@ inline void ln_rows_block(const T* x, int64_t r0, int64_t C, const float* w, con
     const double var = sums[i] / static_cast<double>(C);
     rstd[i] = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
   }
-  for (int i = 0; i < R; ++i) ln_output(v[i], C, mean[i], rstd[i], w, b, y + (r0 + i) * C);
+  for (int i = 0; i < R; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      ln_output(v[i], C, mean[i], rstd[i], w, b, y + (r0 + i) * C);
+    } else {  // in float over the row's own buffer, then rounded in one vector pass (half_rows.h)
+      float* o = buf + i * C;
+      ln_output(v[i], C, mean[i], rstd[i], w, b, o);
+      narrow_row(o, C, y + (r0 + i) * C);
+    }
+  }
 }
 
 template <typename T>
@@ -188,7 +200,11 @@ void layer_norm_grad_rows(const T* x, const T* g, int64_t r0, int64_t r1, int64_
     if constexpr (std::is_same_v<T, A>) {
       gv = g + r * C;
     } else {
-      for (int64_t c = 0; c < C; ++c) gbuf[c] = static_cast<A>(g[r * C + c]);
+      if constexpr (std::is_same_v<A, float>) {
+        widen_row(g + r * C, C, gbuf);
+      } else {
+        for (int64_t c = 0; c < C; ++c) gbuf[c] = static_cast<A>(g[r * C + c]);
+      }
       gv = gbuf;
     }
     // sums of g w and of g w (x - mean): one lane sum each (one loop filling two lane arrays ran 3x slower: GCC 12

@@ -1,9 +1,11 @@
-// Layer and group norm (norm_kernels.h): one forward primitive and one gradient primitive for both; their checked ops.
+// Layer and group norm (norm_kernels.h): one forward primitive and one gradient primitive for both; L2 normalisation
+// over the last axis (normalize_kernels.h): its forward and gradient primitives; their checked ops.
 #include <array>
 #include <optional>
 
 #include "ops_common.h"
 #include "norm_kernels.h"
+#include "normalize_kernels.h"
 
 namespace porter {
 
@@ -233,11 +235,138 @@ std::vector<mx::array> norm_grad_op(const mx::array& x, const mx::array& g, cons
   return make_norm_grad(s, groups, eps, x, g, w);
 }
 
+// ------------------------------------------------------------------------------------------------ L2 normalize
+// x / max(||x||_2, eps) over the last axis (F.normalize, p = 2), float32/float16/bfloat16. The gradient is
+// L2NormalizeGrad (a native pass, torch's autograd formula); its own VJP differentiates the same function written in
+// MLX ops (l2_normalize_reference).
+mx::array l2_normalize_reference(const mx::array& x, double eps, mx::Stream s) {
+  auto xf = mx::astype(x, mx::float32, s);
+  auto squares = mx::sum(mx::square(xf, s), -1, true, s);
+  auto zero = mx::equal(squares, mx::array(0.0f), s);  // a zero row's norm without sqrt's 0 / 0 gradient
+  auto n = mx::where(zero, mx::array(0.0f), mx::sqrt(mx::where(zero, mx::array(1.0f), squares, s), s), s);
+  return mx::astype(mx::divide(xf, mx::maximum(n, mx::array(static_cast<float>(eps)), s), s), x.dtype(), s);
+}
+
+class L2NormalizeGrad : public mx::UnaryPrimitive {
+ public:
+  L2NormalizeGrad(mx::Stream s, double eps) : mx::UnaryPrimitive(s), eps_(eps) {}
+
+  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
+    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) {
+      launch(stream(), inputs, output, [eps = eps_](auto& in, auto& out) {
+        const int64_t C = in[0].shape(-1), rows = C ? static_cast<int64_t>(in[0].size()) / C : 0;
+        dispatch_float(in[0].dtype(), "l2_normalize_grad", [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (std::is_same_v<T, double>) {
+            fail("l2_normalize_grad", "float64 is not supported (the layer keeps MLX ops for it)");
+          } else {
+            l2_normalize_grad_lastdim<T>(in[0].template data<T>(), in[1].template data<T>(), rows, C,
+                                         static_cast<float>(eps), out[0].template data<T>());
+          }
+        });
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("l2_normalize_grad"); }
+  const char* name() const override { return "PorterL2NormalizeGrad"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<L2NormalizeGrad>(*this, other) && static_cast<const L2NormalizeGrad&>(other).eps_ == eps_;
+  }
+  // dx as a function of (x, g), written in MLX ops and differentiated by MLX
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    auto s = stream();
+    const double eps = eps_;
+    auto h = [=](const std::vector<mx::array>& in) {
+      auto f = [=](const std::vector<mx::array>& p) { return std::vector<mx::array>{l2_normalize_reference(p[0], eps, s)}; };
+      return mx::vjp(f, {in[0]}, {in[1]}).second;
+    };
+    auto grads = mx::vjp(h, primals, {cotangents[0]}).second;
+    std::vector<mx::array> out;
+    for (int arg : argnums) out.push_back(grads[arg]);
+    return out;
+  }
+
+ private:
+  double eps_;
+};
+
+class L2Normalize : public mx::UnaryPrimitive {
+ public:
+  L2Normalize(mx::Stream s, double eps) : mx::UnaryPrimitive(s), eps_(eps) {}
+
+  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
+    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) {
+      launch(stream(), inputs, output, [eps = eps_](auto& in, auto& out) {
+        const int64_t C = in[0].shape(-1), rows = C ? static_cast<int64_t>(in[0].size()) / C : 0;
+        dispatch_float(in[0].dtype(), "l2_normalize", [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (std::is_same_v<T, double>) {
+            fail("l2_normalize", "float64 is not supported (the layer keeps MLX ops for it)");
+          } else {
+            l2_normalize_lastdim<T>(in[0].template data<T>(), rows, C, static_cast<float>(eps),
+                                    out[0].template data<T>());
+          }
+        });
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("l2_normalize"); }
+  const char* name() const override { return "PorterL2Normalize"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<L2Normalize>(*this, other) && static_cast<const L2Normalize&>(other).eps_ == eps_;
+  }
+  // rows are independent: the mapped axis joins them (moved off the last axis if it is the normalised one)
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    auto s = stream();
+    const int last = static_cast<int>(inputs[0].ndim()) - 1;
+    mx::array x = axes[0] == last ? mx::moveaxis(inputs[0], last, 0, s) : inputs[0];
+    return {{mx::array(x.shape(), x.dtype(), std::make_shared<L2Normalize>(s, eps_), {x})},
+            {axes[0] == last ? 0 : axes[0]}};
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>&, const std::vector<mx::array>&) override {
+    auto s = stream();
+    auto g = cast_like(cotangents[0], primals[0], s);
+    if (g.shape() != primals[0].shape()) g = mx::broadcast_to(g, primals[0].shape(), s);
+    return {mx::array(primals[0].shape(), primals[0].dtype(), std::make_shared<L2NormalizeGrad>(s, eps_),
+                      {primals[0], g})};
+  }
+
+ private:
+  double eps_;
+};
+
+void check_l2_normalize(const mx::array& x, double eps, const char* what) {
+  if (x.dtype() != mx::float32 && x.dtype() != mx::float16 && x.dtype() != mx::bfloat16) {
+    fail(what, "x must be float32, float16 or bfloat16");
+  }
+  if (x.ndim() < 1) fail(what, "x must have a last axis");
+  if (!(eps >= 0.0) || !std::isfinite(eps)) fail(what, "'eps' must be a finite number >= 0");
+}
+
+mx::array l2_normalize_op(const mx::array& x, double eps) {
+  check_l2_normalize(x, eps, "l2_normalize");
+  auto s = cpu_stream("l2_normalize");
+  // no mx::contiguous node: L2Normalize::eval_cpu makes its input row-contiguous (with_row_contiguous)
+  return mx::array(x.shape(), x.dtype(), std::make_shared<L2Normalize>(s, eps), {x});
+}
+
+mx::array l2_normalize_grad_op(const mx::array& x, const mx::array& g, double eps) {
+  check_l2_normalize(x, eps, "l2_normalize_grad");
+  if (g.shape() != x.shape()) fail("l2_normalize_grad", "g must have x's shape");
+  auto s = cpu_stream("l2_normalize_grad");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<L2NormalizeGrad>(s, eps), {x, cast_like(g, x, s)});
+}
+
 void bind_norm(nb::module_& m) {
   m.def("norm", &porter::norm_op, nb::arg("x"), nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("groups"),
         nb::arg("eps"));
   m.def("norm_grad", &porter::norm_grad_op, nb::arg("x"), nb::arg("g"), nb::arg("weight").none(), nb::arg("groups"),
         nb::arg("eps"));
+  m.def("l2_normalize", &porter::l2_normalize_op, nb::arg("x"), nb::arg("eps"));
+  m.def("l2_normalize_grad", &porter::l2_normalize_grad_op, nb::arg("x"), nb::arg("g"), nb::arg("eps"));
 }
 
 }  // namespace porter

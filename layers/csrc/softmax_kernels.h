@@ -6,8 +6,8 @@
 // exponentials of 16-bit rows, and cost 1.7-1.9x torch's time on Swin's 49-key rows (3.1-3.7x for float16).
 // Here a row is three passes of whole vectors (max, e^{x - max} stored and summed, scale) with a padded last vector
 // instead of a scalar tail, in float (16-bit rows are widened once into a per-thread row buffer and rounded once
-// on the way out, as torch's CPU kernel does). e^s is exp_core's Cephes arithmetic lane-wise (~1 ulp, as torch's
-// Sleef exp). A row whose maximum is not finite (a NaN anywhere, a +inf, or every entry -inf) is NaN throughout, as
+// on the way out, as torch's CPU kernel does; half_rows.h: F16C for float16). e^s is exp_poly.h's Cephes arithmetic
+// lane-wise (~1 ulp, as torch's Sleef exp). A row whose maximum is not finite (a NaN anywhere, a +inf, or every entry -inf) is NaN throughout, as
 // torch's x - max gives; otherwise x - max is in [-inf, 0] and needs no NaN handling.
 #pragma once
 
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "activation_kernels.h"
+#include "half_rows.h"
 #include "parallel.h"
 #include "simd.h"
 
@@ -68,24 +69,9 @@ inline float sm_max(SmVec v) {
   return m;
 }
 
-// e^s lane-wise for s in [-inf, 0] (never NaN): exp_core's range reduction and polynomial (exp_nonpos_f's result).
+// e^s lane-wise for s in [-inf, 0] (never NaN): exp_poly.h's Cephes arithmetic (exp_nonpos_f's result).
 inline SmVec sm_exp_nonpos(SmVec s) {
-  const SmVec xc = s > sm_splat(-104.0f) ? s : sm_splat(-104.0f);
-  const SmVec n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  SmVec r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  const SmVec z = r * r;
-  SmVec p = sm_splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * z + r + 1.0f;
-  const SmInt ni = __builtin_convertvector(n, SmInt);
-  const SmInt n1 = ni >> 1, n2 = ni - n1;
-  const SmVec s1 = reinterpret_cast<SmVec>((n1 + 127) << 23), s2 = reinterpret_cast<SmVec>((n2 + 127) << 23);
-  const SmVec y = p * s1 * s2;
+  const SmVec y = cephes_exp_core<SmVec, SmInt>(s > sm_splat(-104.0f) ? s : sm_splat(-104.0f));
   return s > sm_splat(-103.97208f) ? y : SmVec{};
 }
 
@@ -186,13 +172,13 @@ void softmax_lastdim(const T* x, int64_t rows, int64_t len, T* out) {
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = x + r * len;
         T* yr = out + r * len;
-        for (int64_t j = 0; j < len; ++j) row[j] = static_cast<float>(xr[j]);
+        widen_row(xr, len, row.data());
         if (len < kSmLanes) {
           softmax_short_row(row.data(), len, row.data());
         } else {
           softmax_row(row.data(), len, row.data());
         }
-        for (int64_t j = 0; j < len; ++j) yr[j] = static_cast<T>(row[j]);
+        narrow_row(row.data(), len, yr);
       }
     }
   });
@@ -229,9 +215,10 @@ void softmax_grad_lastdim(const T* y, const T* g, int64_t rows, int64_t len, T* 
       std::vector<float> yb(static_cast<size_t>(len)), gb(static_cast<size_t>(len));
       for (int64_t r = begin; r < end; ++r) {
         const int64_t at = r * len;
-        for (int64_t j = 0; j < len; ++j) yb[j] = static_cast<float>(y[at + j]), gb[j] = static_cast<float>(g[at + j]);
+        widen_row(y + at, len, yb.data());
+        widen_row(g + at, len, gb.data());
         softmax_grad_row(yb.data(), gb.data(), len, yb.data());
-        for (int64_t j = 0; j < len; ++j) out[at + j] = static_cast<T>(yb[j]);
+        narrow_row(yb.data(), len, out + at);
       }
     }
   });
