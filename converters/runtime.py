@@ -84,6 +84,27 @@ class _Program:
         self.train_state, self.train_readers = list(entries), pairs
 
 
+def _params_read(graph: dict) -> set:
+    """The parameter names the program reads (``{"param": name}`` in a node's inputs or an output, spectral norm's
+    ``train_state``)."""
+    found: set = set()
+
+    def walk(spec):
+        if isinstance(spec, dict) and set(spec) == {"param"}:
+            found.add(spec["param"])
+        elif isinstance(spec, list):
+            for item in spec:
+                walk(item)
+
+    for node in graph["nodes"]:
+        walk(node["inputs"])
+    for output in graph["outputs"]:
+        walk(output["value"])
+    for entry in graph.get("train_state", []):  # spectral norm's weight and vectors, updated between calls
+        found.update(entry[k] for k in ("weight", "u", "v"))
+    return found
+
+
 def _check_result(result, node) -> None:
     """No node builds an array beyond the element limit (MLX is lazy: the shape is known before any allocation)."""
     for item in result if isinstance(result, (list, tuple)) else (result,):
@@ -165,7 +186,7 @@ class PortedModel(TorchNamed):
             arrays[name] = array
         try:
             keys, layer_keys = build_tree(self, graph["params"], arrays, graph.get("modules", {}),
-                                          graph.get("module_types", {}))
+                                          graph.get("module_types", {}), _params_read(graph))
         except TreeError as e:
             raise ValueError(f"the converted graph's names do not form a module tree: {e}") from None
         self._program.keys, self._program.layer_keys = keys, layer_keys
