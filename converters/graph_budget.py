@@ -9,7 +9,8 @@ MLX is lazy: a node's output shape is known when the node is built, before anyth
 runs as ``PortedModel._run`` builds the call's graph, node by node (:class:`Walk`): each node's outputs count from
 that node until the last node (or graph output) that reads them (a liveness walk over the recorded graph; the
 inputs count from the start), and the peak of that sum must stay within ``max_bytes``; the multiply-adds of the
-products (``linear``, ``matmul``, ``addmm``, ``sdpa``, ``conv``, mapped ``Linear``/``Conv`` layers) summed over
+products (``linear``, ``matmul``, ``addmm``, ``sdpa``, ``conv``, mapped ``Linear``/``Conv``/``MultiheadAttention``
+layers; an estimate: other kernels, ``einsum`` among them, count bytes only) summed over
 the call must stay within ``max_macs``. A call over either bound raises :class:`GraphLimitError` before anything
 of it is evaluated. ``porter.load`` runs the same walk on the example's sizes (graph input ``meta.hint``) and
 refuses the artifact over a bound; dynamic dims are bounded per call, for the actual sizes.
@@ -123,6 +124,8 @@ def _layer_macs(record: dict) -> int:
     config = record.get("config") or {}
     if record.get("type") in ("Linear", "QuantizedLinear"):
         return int(config.get("in_features", 0))
+    if record.get("type") == "MultiheadAttention":  # its q/k/v and output projections (the scores not counted)
+        return 4 * int(config.get("embed_dim", 0))
     if record.get("type") in ("Conv", "ConvTranspose"):
         taps = 1
         for k in config.get("kernel_size", []):
