@@ -225,10 +225,10 @@ def check_example(ported, path: str) -> None:
     """``porter.load``'s check: the graph built at the example's sizes (nothing evaluated) stays within the
     port's bounds. Raises ``ArtifactError`` naming ``path`` and the node over them. A build that fails otherwise
     (an example of zeros a kernel refuses) is left to the calls, where each is checked for its actual sizes."""
-    inputs = example_inputs(ported.graph)
-    if inputs is None:
-        return
     try:
+        inputs = example_inputs(ported.graph)
+        if inputs is None:
+            return
         ported._run(inputs, None)
     except GraphLimitError as e:
         raise GraphArtifactError(path, "nodes", "", f"at the example's sizes, {e}") from None
