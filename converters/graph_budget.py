@@ -10,7 +10,7 @@ runs as ``PortedModel._run`` builds the call's graph, node by node (:class:`Walk
 that node until the last node (or graph output) that reads them (a liveness walk over the recorded graph; the
 inputs count from the start), and the peak of that sum must stay within ``max_bytes``; the multiply-adds of the
 products (``linear``, ``matmul``, ``addmm``, ``sdpa``, ``conv``, mapped ``Linear``/``Conv``/``MultiheadAttention``
-layers; an estimate: other kernels, ``einsum`` among them, count bytes only) summed over
+layers, ``n**3`` per matrix for the factorizations and matrix functions; an estimate: other kernels, ``einsum`` among them, count bytes only) summed over
 the call must stay within ``max_macs``. A call over either bound raises :class:`GraphLimitError` before anything
 of it is evaluated. ``porter.load`` runs the same walk on the example's sizes (graph input ``meta.hint``) and
 refuses the artifact over a bound; dynamic dims are bounded per call, for the actual sizes.
@@ -29,8 +29,12 @@ from .schema import ArtifactError
 
 DEFAULT_BYTES = 16 << 30
 DEFAULT_MACS = 1 << 43
+# factorizations and matrix functions of (..., n, n) inputs: ~n**3 per matrix, from n**2 bytes (an svd of a
+# 2**15-square matrix is 4 GiB of input and ~3.5e13 multiply-adds)
+_CUBIC_KERNELS = frozenset({"matrix_fn", "cholesky", "solve", "solve_triangular", "cholesky_solve", "eigvalsh", "svd",
+                            "pinv", "qr", "lu_factor", "lu_solve", "matrix_exp"})
 _PRODUCT_KERNELS = frozenset({"linear", "matmul", "addmm", "sdpa", "conv", "conv_transpose", "conv_runtime_groups",
-                              "conv_transpose_runtime_groups"})
+                              "conv_transpose_runtime_groups"}) | _CUBIC_KERNELS
 _defaults = {"bytes": None, "macs": None}  # process-wide overrides (the CLI's flags)
 
 
@@ -138,6 +142,8 @@ def _macs(node: dict, args: list, result) -> int:
     """Multiply-adds of a product kernel's node: output elements times the contraction length."""
     kernel, out = node["kernel"], _size(result)
     arrays = [a for a in args if isinstance(a, mx.array)]
+    if kernel in _CUBIC_KERNELS:
+        return sum(a.size * a.shape[-1] for a in arrays if a.ndim >= 2)
     if kernel in ("linear", "matmul", "addmm") and len(arrays) >= 2:
         a = arrays[-2] if kernel == "addmm" else arrays[0]
         k = a.shape[-2] if node["attrs"].get("swap_a") and a.ndim >= 2 else (a.shape[-1] if a.ndim else 1)

@@ -35,7 +35,13 @@ def _matmul_chain(graph):
         _append(graph, "matmul", [{"ref": f"m{i}"}, {"ref": f"m{i}"}], {"swap_a": False, "swap_b": False}, f"m{i + 1}")
 
 
+def _big_svd(graph):
+    _append(graph, "full", [[1 << 15, 1 << 15], 1.0], {"dtype": "float32"}, "m")
+    _append(graph, "svd", [{"ref": "m"}], {"full_matrices": False}, "usv")
+
+
 CASES = {
+    "an svd of a 2**15-square matrix": (_big_svd, "max_graph_macs", "kernel 'svd'"),
     "four 8 GiB fulls alive together": (_four_fulls, "max_graph_bytes", "kernel 'full'"),
     "a chain of 2**15-square matmuls": (_matmul_chain, "max_graph_macs", "kernel 'matmul'"),
 }
