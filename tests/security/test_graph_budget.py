@@ -61,6 +61,7 @@ def test_the_bound_can_be_raised_explicitly(tampered):
     directory = tampered(_four_fulls)
     model = porter.load(directory, max_graph_bytes=64 << 30)  # built lazily at load: nothing allocated
     assert model.graph_limits["max_bytes"] == 64 << 30
+    assert model.astype("float16").graph_limits == model.graph_limits  # a copy keeps the raised bound
     with pytest.raises(ValueError, match="'max_graph_bytes' must be a positive int"):
         porter.load(directory, max_graph_bytes=-1)
 
