@@ -164,8 +164,8 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         else:
             module = root if path == "" else Submodule(types.get(path, ""))
             expected = None
-        if expected is not None:
-            _check_foreign(node, record, module, expected, read)
+        made = dict(expected) if expected is not None else None
+        built = {k for k, v in module.items() if isinstance(v, nn.Module)} if made is not None else set()
         buffers = []
         for leaf, name in node["arrays"].items():
             array = arrays[name]
@@ -181,6 +181,8 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
             key_paths[name] = prefix + [leaf]
             if not params[name]["trainable"]:
                 buffers.append(leaf)
+        if made is not None:  # after each array's own shape and dtype checks, which name the more precise fault
+            _check_foreign(node, record, module, made, built, read)
         if expected:
             raise ValueError(f"the {record['type']} layer at {path!r} has no recorded weight for "
                              f"{sorted(expected)} (every array of a mapped layer must come from the weights)")
@@ -202,14 +204,14 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
     return key_paths, layer_keys
 
 
-def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, read) -> None:
+def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, built: set, read) -> None:
     """A mapped layer holds only the arrays it makes, plus arrays of its torch module that program nodes read (a
     custom module's extra parameter): an array attached beside them changed what the layer computes without a
     word (``bias`` on a conv recorded ``bias: false``: MLX's layers add a ``bias`` whenever one is present), or sat
     unused. One the layer type makes under another config is refused even when a node reads it; so is a child
     module the layer does not build (unless it is a mapped layer itself, recorded under ``modules``)."""
     path, kind = node["path"], record["type"]
-    vocabulary = set(made) | _optional_arrays(record)
+    vocabulary = set(made) | _optional_arrays(record) | built  # an array in place of a child it builds, too
     for leaf, name in node["arrays"].items():
         if leaf in made:
             continue
@@ -221,7 +223,7 @@ def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, read)
             raise ValueError(f"the {kind} layer at {path!r} holds the array {name!r}, which the layer does not make "
                              f"(it makes {sorted(made)}) and no node of the program reads")
     for key, child in node["children"].items():
-        if not isinstance(layer.get(key), nn.Module) and not child.get("mapped"):
+        if key not in built and not child.get("mapped"):
             inside = sorted(_arrays_below(child))
             raise ValueError(f"the {kind} layer at {path!r} has no child {key!r}, yet the weights hold "
                              f"{inside[:3]} under it")
