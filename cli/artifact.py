@@ -46,8 +46,14 @@ def load_ported(directory: str):
     check_artifact(directory)
     import porter
 
+    from porter.converters.graph_budget import GraphLimitError
+
     try:
         return porter.load(directory)
+    except GraphLimitError as exc:
+        raise InputError(f"Refusing to load '{directory}': {first_line(exc)}.",
+                         "Raise the bound only for a model you trust to need it (porter --max-graph-bytes N / "
+                         "--max-graph-macs N before the command).")
     except (OSError, ValueError) as exc:
         raise InputError(f"Cannot load the converted model in '{directory}': {first_line(exc)}.",
                          "Convert the model again (and check the Porter version that wrote it).")

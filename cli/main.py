@@ -23,8 +23,17 @@ Exit status: 0 success, 1 validation failed, 2 usage or input error, 3 internal 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(__version__, prog_name="porter")
-def main() -> None:
+@click.option("--max-graph-bytes", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Bytes of arrays one call of a loaded port may hold alive at once (a crafted graph.json is refused "
+                   "over it). Default: 16 GiB.")
+@click.option("--max-graph-macs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Multiply-adds one call of a loaded port may compute. Default: 2**43.")
+def main(max_graph_bytes, max_graph_macs) -> None:
     """Port PyTorch models to MLX: convert, validate, inspect, benchmark, export, update weights."""
+    if max_graph_bytes is not None or max_graph_macs is not None:  # imports MLX: only when asked
+        from porter.converters.graph_budget import set_default_limits
+
+        set_default_limits(max_graph_bytes, max_graph_macs)
 
 
 main.add_command(convert)

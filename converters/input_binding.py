@@ -241,14 +241,25 @@ class Binding:
 
     def keywords(self) -> dict:
         """``{input index: keyword}`` for the inputs :meth:`split` passes by keyword (the others go positionally,
-        in order, before them)."""
+        in order, before them). An input inside a tuple argument is spelled with its indices in it,
+        ``"past_key_values[1][0]"`` (given as ``past_key_values=((k0, v0), (k1, v1))``)."""
         slots = [object() for _ in range(self.num_inputs)]
         try:
             _, kwargs = self.split(slots)
         except TypeError:  # a left-out positional-only parameter without a recorded default: no single call
             return {}
-        index = {id(s): i for i, s in enumerate(slots)}
-        return {index[id(v)]: k for k, v in kwargs.items() if id(v) in index}
+        index, found = {id(s): i for i, s in enumerate(slots)}, {}
+
+        def visit(value, label):
+            if id(value) in index:
+                found[index[id(value)]] = label
+            elif isinstance(value, tuple):  # a nested argument: split built it from the inputs' slots
+                for k, item in enumerate(value):
+                    visit(item, f"{label}[{k}]")
+
+        for key, value in kwargs.items():
+            visit(value, key)
+        return dict(sorted(found.items()))
 
     # ------------------------------------------------------------------------------------------------ helpers
     def _check_constant_or_left_out(self, name, param, value, key=None):

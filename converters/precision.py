@@ -113,6 +113,7 @@ def astype(ported, dtype):
         graph.pop("compute_dtype", None)
     copy = PortedModel(graph, weights)
     copy.capture_note = getattr(ported, "capture_note", None)
+    copy.set_graph_limits(**ported.graph_limits)  # bounds raised on the original hold for its copy
     modes = {name: m.training for name, m in ported.named_modules()}
     for name, m in copy.named_modules():  # the same tree: each module keeps its mode (refusals as checked)
         m._training = modes.get(name, m.training)

@@ -27,6 +27,7 @@ from .registry import get_kernel, takes_training
 from .fusion import activation_name, batch_norm_activation_pairs
 from . import static_values
 from .layer_types import Activation
+from .graph_budget import GraphBudget
 from .tree import TorchNamed, TreeError, build_tree, resolve
 
 CALL_MODULE = "call_module"
@@ -69,6 +70,7 @@ class _Program:
         # nodes no input reaches (Swin's attention masks, relative-position biases): computed once per weights
         self.static = static_values.StaticValues(graph)
         self.identity = get_kernel("identity")  # run as an alias, no call
+        self.budget = GraphBudget(graph)  # bytes alive at once and multiply-adds per call (graph_budget.py)
 
     def set_train_state(self, entries: list) -> None:
         """Spectral norm entries (``train_state.py``) and, per entry, the nodes reading ``u`` and ``v`` (a pair per
@@ -83,6 +85,27 @@ class _Program:
                                  "one per computation of the weight")
             pairs.append(found)
         self.train_state, self.train_readers = list(entries), pairs
+
+
+def _params_read(graph: dict) -> set:
+    """The parameter names the program reads (``{"param": name}`` in a node's inputs or an output, spectral norm's
+    ``train_state``)."""
+    found: set = set()
+
+    def walk(spec):
+        if isinstance(spec, dict) and set(spec) == {"param"}:
+            found.add(spec["param"])
+        elif isinstance(spec, list):
+            for item in spec:
+                walk(item)
+
+    for node in graph["nodes"]:
+        walk(node["inputs"])
+    for output in graph["outputs"]:
+        walk(output["value"])
+    for entry in graph.get("train_state", []):  # spectral norm's weight and vectors, updated between calls
+        found.update(entry[k] for k in ("weight", "u", "v"))
+    return found
 
 
 def _check_result(result, node) -> None:
@@ -166,7 +189,7 @@ class PortedModel(TorchNamed):
             arrays[name] = array
         try:
             keys, layer_keys = build_tree(self, graph["params"], arrays, graph.get("modules", {}),
-                                          graph.get("module_types", {}))
+                                          graph.get("module_types", {}), _params_read(graph))
         except TreeError as e:
             raise ValueError(f"the converted graph's names do not form a module tree: {e}") from None
         self._program.keys, self._program.layer_keys = keys, layer_keys
@@ -211,6 +234,18 @@ class PortedModel(TorchNamed):
         """The shape conditions checked on every call (:class:`porter.converters.guards.InputChecks`;
         ``.refusal(torch_shapes)`` tells whether inputs of those torch-layout shapes would be refused)."""
         return self._program.input_checks
+
+    @property
+    def graph_limits(self) -> dict:
+        """``{"max_bytes", "max_macs"}``: the bounds every call is held to (``converters/graph_budget.py``)."""
+        budget = self._program.budget
+        return {"max_bytes": budget.max_bytes, "max_macs": budget.max_macs}
+
+    def set_graph_limits(self, max_bytes=None, max_macs=None) -> None:
+        """Bound each call to ``max_bytes`` of arrays alive at once and ``max_macs`` multiply-adds (``None``: the
+        default, ``converters/graph_budget.py``); a call over either raises ``GraphLimitError`` before anything
+        of it is evaluated."""
+        self._program.budget.set_limits(max_bytes, max_macs)
 
     @property
     def source_class(self) -> str:
@@ -337,7 +372,10 @@ class PortedModel(TorchNamed):
         nodes, fusable, skip = self._program.graph["nodes"], self._program.fusable, -1
         static, kept, static_key = self._static_lookup(env, record, overrides)
         alias = static_values.ENABLED  # identity nodes as aliases (the switch's old path: called)
+        walk = self._program.budget.walk(env)  # refuses, before anything is evaluated, a call over the bounds
         for index, (node, fn) in enumerate(zip(nodes, self._program.kernels)):
+            if index:
+                walk.done(index - 1)
             if index == skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
@@ -352,6 +390,7 @@ class PortedModel(TorchNamed):
                 fused = self._fused(index, args[0])
                 if fused is not None:  # the batch norm and its activation in one pass: the activation's output
                     _check_result(fused, nodes[index + 1])
+                    walk.add(index + 1, nodes[index + 1], args, fused)
                     env[nodes[index + 1]["outputs"][0]] = fused
                     skip = index + 1
                     continue
@@ -374,6 +413,7 @@ class PortedModel(TorchNamed):
                 raise ValueError(f"kernel {node['kernel']!r} failed with {type(e).__name__}: {e} "
                                  f"(while running {node['op'] or node['kernel']}{where})") from e
             _check_result(result, node)
+            walk.add(index, node, args, result)
             (name,) = node["outputs"]
             env[name] = result
             if record is not None and name in self._program.module_outputs:

@@ -293,6 +293,9 @@ class _Checker:
                     self.fail(where, "meta.shape", "a tensor input needs a recorded shape and layout")
                 if sorted(entry["perm"]) != list(range(len(shape))):
                     self.fail(where, "perm", f"{entry['perm']} is not a permutation of the input's {len(shape)} dims")
+                if meta.get("hint") is not None and len(meta["hint"]) != len(shape):  # sizes per dim, read by the
+                    # refusals' nearest-size search and porter.load's graph bound: another rank indexes past it
+                    self.fail(where, "meta.hint", f"records {len(meta['hint'])} sizes for an input of {len(shape)} dims")
                 hint = meta.get("hint") or [s for s in shape if isinstance(s, int)]
                 count = 1
                 for s in hint:

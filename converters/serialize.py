@@ -263,7 +263,7 @@ def _quantization_block(modules: dict):
     return block
 
 
-def load(source, *, revision=None, local_files_only=False) -> PortedModel:
+def load(source, *, revision=None, local_files_only=False, max_graph_bytes=None, max_graph_macs=None) -> PortedModel:
     """Rebuild a :class:`PortedModel` saved by :func:`save` from a local folder or a Hugging Face Hub repo id
     (``converters/hub.py`` says which is which). Never imports torch, never runs code from the files.
 
@@ -271,12 +271,20 @@ def load(source, *, revision=None, local_files_only=False) -> PortedModel:
         source (str or path): a folder, or a Hub repo id ``owner/name`` (``hf://owner/name`` to force the Hub).
         revision (str, optional): a Hub branch, tag or commit. Default: ``"main"``.
         local_files_only (bool, optional): use the Hub cache only, no network. Default: ``False``.
+        max_graph_bytes (int, optional): bytes of arrays a call may hold alive at once
+            (``converters/graph_budget.py``). Default: 16 GiB.
+        max_graph_macs (int, optional): multiply-adds a call may compute. Default: ``2**43``.
 
     Raises:
         FileNotFoundError: no such folder or repo, or one of its files is missing.
-        ArtifactError: a file is not a valid artifact (names the file, the place and the field).
+        ArtifactError: a file is not a valid artifact (names the file, the place and the field), or its graph at
+            the example's sizes goes over ``max_graph_bytes``/``max_graph_macs``.
     """
+    from .graph_budget import check_limit
     from .hub import resolve_source
+
+    check_limit(max_graph_bytes, "max_graph_bytes")
+    check_limit(max_graph_macs, "max_graph_macs")
     from .hub_config import read_config
     from .shards import read_weights
 
@@ -292,10 +300,15 @@ def load(source, *, revision=None, local_files_only=False) -> PortedModel:
         if list(weights[name].shape) == [1] and spec["torch_shape"] == []:
             weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
     try:
-        return PortedModel(graph, weights)
+        ported = PortedModel(graph, weights)
     except (ValueError, TypeError, OverflowError, RuntimeError) as e:  # a layer config its constructor refuses
         # (sizes beyond MLX's int32 dims, groups that do not divide), weights that do not fit a layer
         raise ArtifactError(graph_path, "modules", "", f"cannot build the model's layers ({e})") from None
+    ported.set_graph_limits(max_graph_bytes, max_graph_macs)
+    from .graph_budget import check_example
+
+    check_example(ported, graph_path)
+    return ported
 
 
 def _open_regular(path: str, limit: int):

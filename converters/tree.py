@@ -96,7 +96,7 @@ def _check_key(key: str, segments: list) -> None:
                         "model) keeps for its own state; rename that attribute in the torch model")
 
 
-def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types: dict) -> tuple:
+def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types: dict, read=None) -> tuple:
     """Populate ``root`` (a fresh ``nn.Module``); return ``({torch name: key path}, {layer path: key path})``, the
     key paths (dict keys and list indices) that reach every array and every mapped layer from ``root``.
 
@@ -105,10 +105,12 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         arrays: torch name -> ``mx.array`` (MLX layout).
         modules: path -> ``{"type", "config"}`` for mapped layers (config already checked).
         types: path -> torch class name, for containers' ``repr`` (may be partial).
+        read: the torch names the program's nodes read (``{"param": name}``); ``None``: all of them.
 
     Raises:
         TreeError: a name is both an array and a module, or has an empty segment.
-        ValueError: a mapped layer's recorded weights do not fit its config (shape), or miss one of its arrays.
+        ValueError: a mapped layer's recorded weights do not fit its config (shape), miss one of its arrays, or
+            hold one it does not make (:func:`_check_foreign`).
     """
     # 1. the nested key structure: node = {"children": {key: node}, "arrays": {leaf: torch name}, "path": str}
     top = {"children": {}, "arrays": {}, "path": ""}
@@ -125,7 +127,7 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         return node
 
     for path in modules:
-        node_at(split_path(path))
+        node_at(split_path(path))["mapped"] = True
     for name in params:
         segments = split_path(name)
         if not segments or any(s == "" for s in segments):
@@ -162,6 +164,8 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
         else:
             module = root if path == "" else Submodule(types.get(path, ""))
             expected = None
+        made = dict(expected) if expected is not None else None
+        built = {k for k, v in module.items() if isinstance(v, nn.Module)} if made is not None else set()
         buffers = []
         for leaf, name in node["arrays"].items():
             array = arrays[name]
@@ -177,6 +181,8 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
             key_paths[name] = prefix + [leaf]
             if not params[name]["trainable"]:
                 buffers.append(leaf)
+        if made is not None:  # after each array's own shape and dtype checks, which name the more precise fault
+            _check_foreign(node, record, module, made, built, read)
         if expected:
             raise ValueError(f"the {record['type']} layer at {path!r} has no recorded weight for "
                              f"{sorted(expected)} (every array of a mapped layer must come from the weights)")
@@ -196,6 +202,49 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
 
     make(top, [])
     return key_paths, layer_keys
+
+
+def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, built: set, read) -> None:
+    """A mapped layer holds only the arrays it makes, plus arrays of its torch module that program nodes read (a
+    custom module's extra parameter): an array attached beside them changed what the layer computes without a
+    word (``bias`` on a conv recorded ``bias: false``: MLX's layers add a ``bias`` whenever one is present), or sat
+    unused. One the layer type makes under another config is refused even when a node reads it; so is a child
+    module the layer does not build (unless it is a mapped layer itself, recorded under ``modules``)."""
+    path, kind = node["path"], record["type"]
+    vocabulary = set(made) | _optional_arrays(record) | built  # an array in place of a child it builds, too
+    for leaf, name in node["arrays"].items():
+        if leaf in made:
+            continue
+        if leaf in vocabulary:
+            raise ValueError(f"the {kind} layer at {path!r} holds the array {name!r} ({leaf!r}), which its recorded "
+                             f"config does not make (it makes {sorted(made)}): it would change what the layer "
+                             "computes")
+        if read is not None and name not in read:
+            raise ValueError(f"the {kind} layer at {path!r} holds the array {name!r}, which the layer does not make "
+                             f"(it makes {sorted(made)}) and no node of the program reads")
+    for key, child in node["children"].items():
+        if key not in built and not child.get("mapped"):
+            inside = sorted(_arrays_below(child))
+            raise ValueError(f"the {kind} layer at {path!r} has no child {key!r}, yet the weights hold "
+                             f"{inside[:3]} under it")
+
+
+def _optional_arrays(record: dict) -> set:
+    """The arrays a layer of this type makes with every boolean option on (``bias``, ``affine``, ...)."""
+    config = record.get("config")
+    if not isinstance(config, dict):
+        return set()
+    try:
+        layer = LAYER_TYPES[record["type"]].build({k: True if isinstance(v, bool) else v for k, v in config.items()})
+    except Exception:  # noqa: BLE001 - a combination the type refuses: only the arrays of the recorded config count
+        return set()
+    return {k for k, v in layer.items() if isinstance(v, mx.array)}
+
+
+def _arrays_below(node: dict):
+    yield from node["arrays"].values()
+    for child in node["children"].values():
+        yield from _arrays_below(child)
 
 
 def _dtype_fits(got, want) -> bool:

@@ -151,6 +151,10 @@ class TorchCheckpointMixin:
                 mis_shaped.append(f"{key}: checkpoint {tuple(value.shape)} vs expected {shape}")
                 continue
             arrays[path] = transform(value)
+        for key in sorted(optional):  # torch's is one int64: any other size or kind is not a step count
+            value = _as_numpy(state_dict[key])
+            if value.size != 1 or value.dtype.kind not in "iu":
+                mis_shaped.append(f"{key}: checkpoint {tuple(value.shape)} {value.dtype} vs expected () int64")
         problems = ([f"missing: {k}" for k in missing] if strict else []) + \
                    ([f"unexpected: {k}" for k in unexpected] if strict else []) + \
                    [f"mis-shaped: {m}" for m in mis_shaped]

@@ -130,6 +130,8 @@ TAMPERING = {
     "module output undefined": (lambda g: g["module_outputs"][0].update(value="ghost"), "module_outputs[0]"),
     "negative recorded input size": (lambda g: g["inputs"][0]["meta"].update(shape=[1, 3, -16, 16]), "meta.shape"),
     "absurd recorded example": (lambda g: g["inputs"][0]["meta"].update(hint=[10 ** 6] * 4), "meta.hint"),
+    # session 14: a hint of another rank than the input (read per dim by the refusals and porter.load's graph bound)
+    "recorded example of another rank": (lambda g: g["inputs"][0]["meta"].update(hint=[2]), "meta.hint"),
     "input layout not a permutation": (lambda g: g["inputs"][0].update(perm=[0, 0, 1, 2]), "perm"),
     # found by fuzzing graph.json (session 10): these loaded and failed, or passed, only when the model ran
     "output layout not a permutation": (lambda g: g["outputs"][0].update(perm=[3, 1]), "outputs"),
