@@ -310,11 +310,14 @@ WINOGRAD_WEIGHT_GRAD_MIN_TILES = 256
 # (csrc/conv3d_fused_kernels.h: a block of tiles transformed, its GEMMs, its output transform while in cache), when
 # this is on and the padding is at most 2. MLX allocates an op's output when it schedules the op, dozens of ops ahead
 # of the one computing, so those temporaries added to the forward's peak: VGG-11-BN at batch 8 peaked above torch.
-# Measured (1 thread, CPU ms, unfused -> fused; 8x112x112 64->128 294 MB of temporaries): 256 -> 156; 8x56x56
-# 64->64 26 -> 19; 8x28x28 128->128 18 -> 16; 1x224x224 64->64 56 -> 39; below the bar equal or slower (8x14x14
-# 256->256, 13 MB: 20.5 -> 23).
+# Each block of rows re-reads the whole transformed weight, so it also needs WINOGRAD_FUSED_ROWS_PER_CHANNEL tiles
+# per channel of the wider side. Measured (2 threads, wall ms, unfused -> fused, batch 8 unless noted): 112x112
+# 64->128 (294 MB of temporaries) 136 -> 81; 56x56 64->64 20 -> 13, 128->128 54 -> 43; 28x28 128->128 13.5 -> 9.7,
+# 256->256 41.5 -> 40; 1x224x224 64->64 48 -> 24; excluded by the tiles rule: 14x14 512->512 35.5 -> 39.8, 7x7
+# 1024->1024 42 -> 73. (1 thread, CPU ms: 256 -> 156, 26 -> 19, 18 -> 16, 56 -> 39; 14x14 256->256 20.5 -> 23.)
 WINOGRAD_FUSED_2D = True
 WINOGRAD_FUSED_MIN_BYTES = 16 << 20
+WINOGRAD_FUSED_ROWS_PER_CHANNEL = 4
 
 
 def _winograd_fused_2d(shape: tuple, c_out: int, lo: tuple, hi: tuple) -> bool:
@@ -324,7 +327,7 @@ def _winograd_fused_2d(shape: tuple, c_out: int, lo: tuple, hi: tuple) -> bool:
     n, h, w, c_in = shape
     tiles = n * ((h + lo[0] + hi[0] - 1) // 2) * ((w + lo[1] + hi[1] - 1) // 2)
     return (16 * tiles * (c_in + c_out) * 4 >= WINOGRAD_FUSED_MIN_BYTES and tiles >= WINOGRAD3D_FUSED_MIN_ROWS
-            and _fused_blas())
+            and tiles >= WINOGRAD_FUSED_ROWS_PER_CHANNEL * max(c_in, c_out) and _fused_blas())
 
 
 @functools.lru_cache(maxsize=None)
@@ -502,10 +505,16 @@ def _fused_blas() -> bool:
                 lib = ctypes.CDLL(where, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
                 from porter import _blas
 
-                local = next((getattr(lib, p + "openblas_set_num_threads_local") for p in _blas.SYMBOL_PREFIXES
-                              if hasattr(lib, p + "openblas_set_num_threads_local")), None)
-                local = ctypes.cast(local, ctypes.c_void_p).value if local is not None else 0
-                kernels().winograd3d_set_blas(slots[0], local or 0)
+                def address(name):
+                    found = next((getattr(lib, p + name) for p in _blas.SYMBOL_PREFIXES if hasattr(lib, p + name)),
+                                 None)
+                    return (ctypes.cast(found, ctypes.c_void_p).value or 0) if found is not None else 0
+
+                # the per-thread setter where the library has it, else the process-wide pair (scipy-openblas 0.3.34
+                # has only that: without it the passes ran on one thread, each small GEMM threaded by the BLAS)
+                kernels().winograd3d_set_blas(slots[0], address("openblas_set_num_threads_local"),
+                                              address("openblas_set_num_threads"),
+                                              address("openblas_get_num_threads"))
                 _state["blas"] = True
         except (OSError, ImportError, ValueError):
             pass

@@ -28,10 +28,41 @@ namespace porter {
 using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
                          int);
 using BlasThreadsFn = int (*)(int);
+using BlasSetThreadsFn = void (*)(int);
+using BlasGetThreadsFn = int (*)();
 
 struct Wino3dBlas {
   SgemmFn sgemm = nullptr;
   BlasThreadsFn set_threads_local = nullptr;  // returns the previous setting
+  // process-wide setter and getter (openblas_set/get_num_threads), for builds without the per-thread setter
+  // (scipy-openblas 0.3.34, the wheel MLX is handed on Linux)
+  BlasSetThreadsFn set_threads = nullptr;
+  BlasGetThreadsFn get_threads = nullptr;
+  // whether GEMMs can be made single-threaded for calls from Porter's pool threads
+  bool can_serialize() const { return set_threads_local != nullptr || (set_threads && get_threads); }
+};
+
+// While alive (and `active`), the library's GEMMs run single-threaded in their calling threads: where it has only the
+// process-wide setter, its thread count is 1 for the whole pass and restored after (the pass runs as one task on
+// MLX's CPU stream thread, the only thread issuing MLX's BLAS calls, which wait for it); with the per-thread setter,
+// each pool thread sets its own (in the passes' bodies) and nothing happens here. Without either, the passes run on
+// the calling thread and the BLAS threads each GEMM (at 2 threads a 2-d conv run as one frame lost 1.5-1.7x wall).
+struct BlasSerialScope {
+  const Wino3dBlas& blas;
+  bool global = false;
+  int saved = 0;
+  BlasSerialScope(const Wino3dBlas& b, bool active) : blas(b) {
+    global = active && b.set_threads_local == nullptr && b.set_threads && b.get_threads;
+    if (global) {
+      saved = b.get_threads();
+      b.set_threads(1);
+    }
+  }
+  ~BlasSerialScope() {
+    if (global) blas.set_threads(saved);
+  }
+  BlasSerialScope(const BlasSerialScope&) = delete;
+  BlasSerialScope& operator=(const BlasSerialScope&) = delete;
 };
 
 inline Wino3dBlas& wino3d_blas() {
@@ -104,7 +135,7 @@ inline void wino3d_fused(const float* x, const float* u, const float* w, const W
   block = std::clamp<int64_t>(block, 1, rows_all);
   const int64_t nb = (rows_all + block - 1) / block;
   block = (rows_all + nb - 1) / nb;  // even blocks
-  const bool threaded = blas.set_threads_local != nullptr && num_threads() > 1;
+  const bool threaded = blas.can_serialize() && num_threads() > 1;
   // frame ranges per row block: enough units for the threads (each range re-transforms kD - 1 leading frames)
   const int64_t splits = threaded ? std::clamp<int64_t>((2 * num_threads() + nb - 1) / nb, 1, g.dout) : 1;
   const int64_t units = nb * splits;
@@ -140,6 +171,7 @@ inline void wino3d_fused(const float* x, const float* u, const float* w, const W
     if (blas.set_threads_local) blas.set_threads_local(previous);
   };
   if (threaded) {
+    BlasSerialScope serial(blas, true);
     parallel_for(units, 16 * block * kd * C * co * std::max<int64_t>(g.dout / splits, 1), body);
   } else {
     body(0, units);
@@ -159,7 +191,7 @@ inline void wino3d_fused_du(const float* x, const float* gy, const Wino3dGeometr
   block = std::clamp<int64_t>(block, 1, rows_all);
   const int64_t nb = (rows_all + block - 1) / block;
   block = (rows_all + nb - 1) / nb;
-  const int threads = (blas.set_threads_local != nullptr) ? static_cast<int>(std::min<int64_t>(num_threads(), nb * g.dout)) : 1;
+  const int threads = blas.can_serialize() ? static_cast<int>(std::min<int64_t>(num_threads(), nb * g.dout)) : 1;
   const int64_t splits = threads > 1 ? std::clamp<int64_t>((2 * threads + nb - 1) / nb, 1, g.dout) : 1;
   const int64_t units = nb * splits;
   const std::vector<float> zeros(static_cast<size_t>(std::max(C, co)), 0.0f);
@@ -214,6 +246,7 @@ inline void wino3d_fused_du(const float* x, const float* gy, const Wino3dGeometr
   };
   std::fill(du, du + size, 0.0f);
   if (threads > 1) {
+    BlasSerialScope serial(blas, true);
     Pool::get().run(threads, body);
     for (auto& part : partial) {
       for (int64_t i = 0; i < size; ++i) du[i] += part[i];

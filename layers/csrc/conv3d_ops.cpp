@@ -267,9 +267,11 @@ mx::array winograd3d_fused_du_op(const mx::array& x, const mx::array& gy, int64_
 
 // The BLAS the fused pass calls: addresses of cblas_sgemm and (0 if none) of a function that sets the calling
 // thread's BLAS threads and returns the previous setting (OpenBLAS's openblas_set_num_threads_local).
-void winograd3d_set_blas(uintptr_t sgemm, uintptr_t set_threads_local) {
+void winograd3d_set_blas(uintptr_t sgemm, uintptr_t set_threads_local, uintptr_t set_threads, uintptr_t get_threads) {
   wino3d_blas().sgemm = reinterpret_cast<SgemmFn>(sgemm);
   wino3d_blas().set_threads_local = reinterpret_cast<BlasThreadsFn>(set_threads_local);
+  wino3d_blas().set_threads = reinterpret_cast<BlasSetThreadsFn>(set_threads);
+  wino3d_blas().get_threads = reinterpret_cast<BlasGetThreadsFn>(get_threads);
 }
 
 // A one-group 3-d conv as im2col + GEMM over blocks of output rows (conv3d_columns_kernels.h). Forward only: the
@@ -349,7 +351,8 @@ void bind_conv3d(nb::module_& m) {
         nb::arg("dout"), nb::arg("ho"), nb::arg("wo"), nb::arg("block"));
   m.def("winograd3d_fused_du", &winograd3d_fused_du_op, nb::arg("x"), nb::arg("gy"), nb::arg("kd"), nb::arg("lo_d"),
         nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("block"));
-  m.def("winograd3d_set_blas", &winograd3d_set_blas, nb::arg("sgemm"), nb::arg("set_threads_local"));
+  m.def("winograd3d_set_blas", &winograd3d_set_blas, nb::arg("sgemm"), nb::arg("set_threads_local"),
+        nb::arg("set_threads") = 0, nb::arg("get_threads") = 0);
   m.def("winograd3d_fused", &winograd3d_fused_op, nb::arg("x"), nb::arg("u"), nb::arg("w"), nb::arg("lo_d"),
         nb::arg("lo_h"), nb::arg("lo_w"), nb::arg("dout"), nb::arg("ho"), nb::arg("wo"), nb::arg("block"),
         nb::arg("padding_products") = true);

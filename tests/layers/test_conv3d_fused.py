@@ -176,3 +176,31 @@ def test_fused_op_checks_its_arguments():
         module.winograd3d_fused_du(x, mx.zeros((2, 4, 6, 6, 8)), 3, 1, 1, 1, 16)
     with pytest.raises(ValueError, match="block"):
         module.winograd3d_fused_du(x, mx.zeros((1, 4, 6, 6, 8)), 3, 1, 1, 1, 0)
+
+
+def test_fused_passes_leave_the_blas_thread_count_as_they_found_it():
+    """Where the BLAS has only a process-wide thread setter (scipy-openblas), the fused passes set it to 1 while
+    Porter's threads run their GEMMs and restore it after: the forward and the weight gradient on two threads leave
+    the library's count unchanged, and give torch's numbers."""
+    import ctypes
+    import os
+
+    from porter import _bind, _blas
+
+    assert _native._fused_blas()
+    slots = _bind.slot_values(_bind.loaded_path("libmlx.so"), "cblas_sgemm")
+    lib = ctypes.CDLL(_bind.library_of(slots[0]), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    getter = next((getattr(lib, p + "openblas_get_num_threads") for p in _blas.SYMBOL_PREFIXES
+                   if hasattr(lib, p + "openblas_get_num_threads")), None)
+    if getter is None:
+        pytest.skip("this BLAS has no openblas_get_num_threads")
+    before_blas, before = getter(), _native.kernels().num_threads()
+    _native.set_num_threads(2)
+    try:
+        check_module(3, (2, 16, 5, 11, 16), 16, 24, 3, padding=1, seed=9)
+        x = mx.random.normal((4, 40, 40, 32), key=mx.random.key(0))
+        w = mx.random.normal((32, 3, 3, 32), key=mx.random.key(1)) * 0.1
+        mx.eval(mx.grad(lambda w: PF.conv2d(x, w, padding=1).sum())(w))
+    finally:
+        _native.set_num_threads(before)
+    assert getter() == before_blas
