@@ -35,6 +35,11 @@ def status(key):
         return next(int(line.split()[1]) << 10 for line in f if line.startswith(key + ":"))
 
 folder, sizes = sys.argv[1], json.loads(sys.argv[2])
+from porter.layers import _native
+# the three-pass Winograd forward: its whole-batch temporaries of many sizes are the traffic this policy is about
+# (large convs run the fused pass by default, which allocates none: the forwards would hold ~33 MB, under the bar's
+# floor below)
+_native.WINOGRAD_FUSED_2D = False
 model = porter.load(folder)
 mx.eval(model.parameters())
 rng = np.random.default_rng(0)

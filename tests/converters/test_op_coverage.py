@@ -48,6 +48,7 @@ from tests.converters import test_ops_as_strided as as_strided
 from tests.converters import test_ops_small as small_ops
 from tests.converters import test_ops_added as added
 from tests.converters import test_ops_half_sweep as half_sweep
+from tests.converters import test_ir_fusion as ir_fusion
 from tests.converters import test_ops_losses as losses
 from tests.converters import test_torchscript_composites as ts_composites
 from tests.converters import test_torchscript_literals as ts_literals
@@ -91,6 +92,7 @@ for _name in views._COPY_CASES:
     EXERCISERS[f"test_ops_views:CopyForm:{_name}"] = Exerciser(_case(views.CopyForm(_name), (2, 3, 4, 5)))
 for _name in added._SWEEP_CASES:
     EXERCISERS[f"test_ops_added:SweepCase:{_name}"] = Exerciser(_case(added.SweepCase(_name), (2, 3, 4)))
+EXERCISERS["test_ir_fusion:CosineAttention"] = Exerciser(_case(ir_fusion.CosineAttention().eval(), (2, 7, 32)))
 for _name in half_sweep.HALF_CASES:
     EXERCISERS[f"test_ops_half_sweep:{_name}"] = Exerciser(
         lambda _name=_name: (half_sweep.HalfCase(_name), (half_sweep._inputs((2, 3, 5), torch.float16, 0),)), compare=False)
