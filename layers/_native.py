@@ -487,32 +487,49 @@ def _fused_weight_grad(kd: int, dout: int, step: int, c_in: int, c_out: int) -> 
             and (dout + kd - 1) * step > 2 * kd * c_out and _fused_blas())
 
 
+def _mlx_sgemm():
+    """``(address, library)``: the ``cblas_sgemm`` MLX calls (read from libmlx's GOT, so the optimized BLAS Porter
+    bound, or MLX's own) and a ctypes handle on the library holding it; ``(0, None)`` where either cannot be found."""
+    import ctypes
+
+    from porter import _bind
+
+    mlx_lib = _bind.loaded_path("libmlx.so")
+    slots = _bind.slot_values(mlx_lib, "cblas_sgemm") if mlx_lib else []
+    where = _bind.library_of(slots[0]) if slots else None
+    if not where:
+        return 0, None
+    return slots[0], ctypes.CDLL(where, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+
+
+def mlx_blas_symbol(name: str):
+    """The ctypes function ``name`` (tried under each of ``porter._blas.SYMBOL_PREFIXES``) in the library serving the
+    ``cblas_sgemm`` MLX calls, or None where that library, or the symbol in it, cannot be found."""
+    from porter import _blas
+
+    lib = _mlx_sgemm()[1]
+    if lib is None:
+        return None
+    return next((getattr(lib, p + name) for p in _blas.SYMBOL_PREFIXES if hasattr(lib, p + name)), None)
+
+
 def _fused_blas() -> bool:
-    """Hands the fused 3-d Winograd pass the ``cblas_sgemm`` MLX calls (read from libmlx's GOT, so the optimized BLAS
-    Porter bound, or MLX's own) and OpenBLAS's per-thread thread setter when that library has one; False if the
-    address cannot be found (the unfused path runs then)."""
+    """Hands the fused 3-d Winograd pass the ``cblas_sgemm`` MLX calls and OpenBLAS's thread-count setters where that
+    library has them (``mlx_blas_symbol``); False if the GEMM cannot be found (the unfused path runs then)."""
     if "blas" not in _state:
         _state["blas"] = False
         try:
             import ctypes
 
-            from porter import _bind
+            def address(name):
+                found = mlx_blas_symbol(name)
+                return (ctypes.cast(found, ctypes.c_void_p).value or 0) if found is not None else 0
 
-            mlx_lib = _bind.loaded_path("libmlx.so")
-            slots = _bind.slot_values(mlx_lib, "cblas_sgemm") if mlx_lib else []
-            where = _bind.library_of(slots[0]) if slots else None
-            if where:
-                lib = ctypes.CDLL(where, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-                from porter import _blas
-
-                def address(name):
-                    found = next((getattr(lib, p + name) for p in _blas.SYMBOL_PREFIXES if hasattr(lib, p + name)),
-                                 None)
-                    return (ctypes.cast(found, ctypes.c_void_p).value or 0) if found is not None else 0
-
+            sgemm = _mlx_sgemm()[0]
+            if sgemm:
                 # the per-thread setter where the library has it, else the process-wide pair (scipy-openblas 0.3.34
                 # has only that: without it the passes ran on one thread, each small GEMM threaded by the BLAS)
-                kernels().winograd3d_set_blas(slots[0], address("openblas_set_num_threads_local"),
+                kernels().winograd3d_set_blas(sgemm, address("openblas_set_num_threads_local"),
                                               address("openblas_set_num_threads"),
                                               address("openblas_get_num_threads"))
                 _state["blas"] = True

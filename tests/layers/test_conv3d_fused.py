@@ -182,16 +182,8 @@ def test_fused_passes_leave_the_blas_thread_count_as_they_found_it():
     """Where the BLAS has only a process-wide thread setter (scipy-openblas), the fused passes set it to 1 while
     Porter's threads run their GEMMs and restore it after: the forward and the weight gradient on two threads leave
     the library's count unchanged, and give torch's numbers."""
-    import ctypes
-    import os
-
-    from porter import _bind, _blas
-
     assert _native._fused_blas()
-    slots = _bind.slot_values(_bind.loaded_path("libmlx.so"), "cblas_sgemm")
-    lib = ctypes.CDLL(_bind.library_of(slots[0]), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    getter = next((getattr(lib, p + "openblas_get_num_threads") for p in _blas.SYMBOL_PREFIXES
-                   if hasattr(lib, p + "openblas_get_num_threads")), None)
+    getter = _native.mlx_blas_symbol("openblas_get_num_threads")
     if getter is None:
         pytest.skip("this BLAS has no openblas_get_num_threads")
     before_blas, before = getter(), _native.kernels().num_threads()
