@@ -550,7 +550,9 @@ def test_idle_blas_threads_sleep_at_once():
     assert quiet["idle_ms"] < 15, quiet
     spinning = json.loads(run_python(IDLE_SPIN, PORTER_BLAS_THREADS="2", OPENBLAS_THREAD_TIMEOUT="28").stdout)
     assert spinning["env"] == "28"
-    assert spinning["idle_ms"] > 25, spinning
+    # relative as well as absolute: on a loaded machine the spinning worker gets only part of a core (10 ms measured
+    # at a load of 5 on 2 cores, ~90 ms quiet), so the control alone cannot tell the two apart
+    assert spinning["idle_ms"] > max(5.0, 4 * quiet["idle_ms"]), (quiet, spinning)
 
 
 def test_thread_timeout_is_set_only_while_loading():
