@@ -1,5 +1,5 @@
-"""Spatial sampling: ``F.grid_sample`` (2-d and 3-d; bilinear/trilinear or nearest; zeros, border or reflection
-padding) and ``F.affine_grid`` (2-d and 3-d), ATen's grid_sampler / affine_grid_generator.
+"""Spatial sampling: ``F.grid_sample`` (2-d and 3-d; bilinear/trilinear or nearest, and bicubic in 2-d; zeros,
+border or reflection padding) and ``F.affine_grid`` (2-d and 3-d), ATen's grid_sampler / affine_grid_generator.
 
 Layouts: the image is channels-last (N, H, W, C) / (N, D, H, W, C) inside the port (the output too); the grid is
 torch's (N, Ho, Wo, 2) / (N, Do, Ho, Wo, 3) with x (width) first, then y (height)[, z (depth)], in [-1, 1].
@@ -7,7 +7,10 @@ Coordinates follow torch's GridSampler rules: unnormalise by ``align_corners``, 
 (reflection) them, then sample: (tri)linear weights over the four / eight neighbours, each neighbour outside the
 image contributing zero; nearest rounds half to even (``nearbyint``). A NaN coordinate, as in torch's kernels: 2-d,
 NaN (bilinear) or zero (nearest) under zeros padding, coordinate 0 under border and reflection; 3-d, zero under zeros
-padding, coordinate ``size - 1`` under border and reflection. Gradients flow to the image and to the grid.
+padding, coordinate ``size - 1`` under border and reflection. Bicubic (2-d only, as torch): cubic convolution
+with A = -0.75 over the 4 x 4 pixels around the unnormalised (unclipped) point; the padding mode maps each of the 16
+integer taps (clipped or reflected, then clipped), and a tap outside the image reads zero. Gradients flow to the image
+and to the grid.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from .. import layout as L
 from ..registry import kernel, register
 from ..spec import SIZES, TENSOR, Bool, Enum
 
-INTERPOLATION = ("bilinear", "nearest")  # torch's codes 0, 1 (2, bicubic, is refused)
+INTERPOLATION = ("bilinear", "nearest", "bicubic")  # torch's codes 0, 1, 2
+CUBIC_A = -0.75  # torch's cubic convolution coefficient (as in upsample_bicubic2d)
 PADDING = ("zeros", "border", "reflection")  # torch's codes 0, 1, 2
 
 
@@ -50,6 +54,49 @@ def _source(coord, size: int, padding: str, align_corners: bool, nan_to: int = 0
     return mx.where(mx.isnan(coord), mx.full(coord.shape, nan_to, coord.dtype), mx.clip(coord, 0, size - 1))
 
 
+def _tap(coord, size: int, padding: str, align_corners: bool):
+    """torch's compute_coordinates for one integer bicubic tap: as is (zeros), clipped (border), or reflected then
+    clipped (reflection)."""
+    if padding == "zeros":
+        return coord
+    if padding == "reflection":
+        coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
+    return mx.clip(coord, 0, size - 1)
+
+
+def _cubic_weights(t):
+    """torch's get_cubic_upsample_coefficients: the weights of the taps at -1, 0, +1, +2 for a fraction ``t``."""
+    a = CUBIC_A
+
+    def near(v):  # |v| <= 1
+        return ((a + 2) * v - (a + 3)) * v * v + 1
+
+    def far(v):  # 1 < |v| < 2
+        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _bicubic(flat, gx, gy, sizes, padding: str, align_corners: bool):
+    """Samples (N, P, C) of ``flat`` (N, H * W, C) at unnormalised coordinates ``gx``, ``gy`` (N, P): each row of four
+    taps interpolated along x, then the four rows along y (torch's order)."""
+    h, w = sizes
+    fx, fy = mx.floor(gx), mx.floor(gy)
+    wx, wy = _cubic_weights(gx - fx), _cubic_weights(gy - fy)
+    out = None
+    for i in range(4):
+        row = None
+        cy = _tap(fy + (i - 1), h, padding, align_corners)
+        for j in range(4):
+            cx = _tap(fx + (j - 1), w, padding, align_corners)
+            value, inside = _gather(flat, [cy, cx], sizes)
+            term = mx.where(inside[..., None], value, mx.zeros_like(value)) * wx[j][..., None]
+            row = term if row is None else row + term
+        term = row * wy[i][..., None]
+        out = term if out is None else out + term
+    return out
+
+
 def _gather(flat, coords, sizes):
     """Pixels (N, P, C) of ``flat`` (N, prod(sizes), C) at integer-valued float coordinates ``coords`` (one (N, P)
     array per spatial axis, outermost first), and whether each is inside the image (out-of-range or NaN: index 0,
@@ -78,10 +125,15 @@ def k_grid_sample(x, grid, *, mode, padding, align_corners):
     for s in out_sizes:
         points *= s
     grid = grid.astype(x.dtype).reshape(n, points, nd)
+    flat = x.reshape(n, -1, channels)
+    if mode == "bicubic":
+        if nd != 2:
+            raise ValueError(f"grid_sample: bicubic interpolation takes a 2-d image (N, H, W, C), got {tuple(x.shape)}")
+        gx, gy = (_unnormalise(grid[..., k], sizes[1 - k], align_corners) for k in range(2))
+        return _bicubic(flat, gx, gy, sizes, padding, align_corners).reshape(n, *out_sizes, channels)
     # grid component k addresses spatial axis nd - 1 - k (x: the innermost, width)
     g = [_source(grid[..., nd - 1 - a], sizes[a], padding, align_corners, 0 if nd == 2 else sizes[a] - 1)
          for a in range(nd)]
-    flat = x.reshape(n, -1, channels)
     if mode == "nearest":
         value, inside = _gather(flat, [mx.round(c) for c in g], sizes)
         out = mx.where(inside[..., None], value, mx.zeros_like(value))
@@ -144,8 +196,10 @@ def convert_grid_sampler(ctx, call):
     if rank not in (4, 5):
         call.fail("input", "grid_sample needs a 4-d (N, C, H, W) or 5-d (N, C, D, H, W) input")
     mode, padding = call.arg("interpolation_mode"), call.arg("padding_mode")
-    if mode not in (0, 1):
-        call.fail("interpolation_mode", "only bilinear (0) and nearest (1) are supported")
+    if mode not in (0, 1, 2):
+        call.fail("interpolation_mode", "expected bilinear (0), nearest (1) or bicubic (2)")
+    if mode == 2 and rank != 4:
+        call.fail("interpolation_mode", "bicubic grid_sample takes a 4-d (N, C, H, W) input only, as torch")
     if padding not in (0, 1, 2):
         call.fail("padding_mode", "expected zeros (0), border (1) or reflection (2)")
     perm = L.channels_last(rank)

@@ -121,7 +121,8 @@ RESAMPLE = {
     + aten.upsample_bicubic2d.default(x, [7, 9], True),
     "upsample_bicubic2d.scales": lambda x: aten.upsample_bicubic2d.default(x, [6, 7], False, 1.5, 1.5),
     "grid_sampler_2d": lambda x: aten.grid_sampler_2d.default(x, x[:, :2].permute(0, 2, 3, 1) * 0.7, 0, 2, False)
-    + aten.grid_sampler_2d.default(x, x[:, 1:].permute(0, 2, 3, 1) * 0.8, 1, 1, True),
+    + aten.grid_sampler_2d.default(x, x[:, 1:].permute(0, 2, 3, 1) * 0.8, 1, 1, True)
+    + aten.grid_sampler_2d.default(x, x[:, 1:].permute(0, 2, 3, 1) * 1.3, 2, 2, False),
     "nearest_exact.default": lambda x: aten._upsample_nearest_exact2d.default(x, [7, 3]),
     "nearest_exact1d": lambda x: aten._upsample_nearest_exact1d.default(x[:, :, 0], [7])
     + aten._upsample_nearest_exact1d.vec(x[:, :, 0], [7], None) * aten._upsample_nearest_exact1d.vec(x[:, :, 0, :1], None, [7.0]),

@@ -1,4 +1,4 @@
-"""F.grid_sample (2-d: bilinear / nearest x zeros / border / reflection x align_corners) and F.affine_grid through
+"""F.grid_sample (2-d: bilinear / nearest / bicubic x zeros / border / reflection x align_corners) and F.affine_grid through
 the converter, against torch on the same data: two sizes, grids reaching outside the image, NaN coordinates,
 half-pixel ties for nearest (exact), gradients to the image and to the grid."""
 
@@ -15,6 +15,7 @@ from tests.converter_check import run_ported
 torch.manual_seed(0)
 MODES = [(mode, padding, ac) for mode in ("bilinear", "nearest") for padding in ("zeros", "border", "reflection")
          for ac in (False, True)]
+CUBIC = [("bicubic", padding, ac) for padding in ("zeros", "border", "reflection") for ac in (False, True)]
 
 
 class Sampler(nn.Module):
@@ -58,7 +59,7 @@ def test_grid_sample_and_affine_grid_match_torch_at_two_sizes():
             np.testing.assert_allclose(a, e, rtol=1e-5, atol=2e-6, err_msg=f"output {i}")
 
 
-@pytest.mark.parametrize("mode,padding,align_corners", MODES)
+@pytest.mark.parametrize("mode,padding,align_corners", MODES + CUBIC)
 def test_each_mode_exactly_on_an_image_input(mode, padding, align_corners):
     """No conv before: nearest samples are torch's bit for bit (half-pixel ties round to even), bilinear to 1 ulp."""
 
@@ -101,14 +102,80 @@ def test_gradients_to_image_and_grid(padding):
     np.testing.assert_allclose(np.array(dg), gt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_refused_forms_name_the_argument():
-    class Cubic(nn.Module):
-        def forward(self, x, grid):
-            return F.grid_sample(x, grid, mode="bicubic", align_corners=False)
+class CubicWarp(nn.Module):
+    """Bicubic resampling of a conv's output (channels-last inside the port) by an affine grid and by a flow field
+    added to it (an optical-flow warp), every padding mode, both corner conventions."""
 
-    with pytest.raises(NotImplementedError, match="interpolation_mode"):
-        porter.convert(Cubic().eval(), (torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2)))
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x, theta, flow):
+        y = self.conv(x)
+        outs = []
+        for ac in (False, True):
+            grid = F.affine_grid(theta, list(y.shape), align_corners=ac)
+            warped = grid + flow.permute(0, 2, 3, 1)
+            for padding in ("zeros", "border", "reflection"):
+                outs.append(F.grid_sample(y, grid, mode="bicubic", padding_mode=padding, align_corners=ac))
+                outs.append(F.grid_sample(y, warped, mode="bicubic", padding_mode=padding, align_corners=ac))
+        return outs
+
+
+def test_bicubic_grid_sample_matches_torch_at_two_sizes():
+    """Flow fields reach outside the image (up to 3 pixels: every tap of a reflected row folds), NaN and inf
+    coordinates give torch's NaN samples."""
+    model = CubicWarp().eval()
+
+    def inputs(n, h, w):
+        flow = torch.randn(n, 2, h, w) * 0.9
+        flow[0, 0, 0, 0], flow[-1, 1, 1, 2] = float("nan"), float("inf")
+        return torch.randn(n, 3, h, w), torch.randn(n, 2, 3) * 0.8, flow
+
+    sets = [inputs(2, 6, 9), inputs(3, 11, 7)]
+    ported = porter.convert(model, sets[0], io_layout="torch", dynamic="auto")
+    for inputs_ in sets:
+        with torch.no_grad():
+            expected = [t.numpy() for t in model(*inputs_)]
+        actual = run_ported(ported, inputs_)
+        assert len(actual) == len(expected) == 12
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert a.shape == e.shape and a.dtype == e.dtype, f"output {i}"
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(e), err_msg=f"output {i}: NaN positions")
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bicubic_gradients_to_image_and_grid(padding, align_corners):
+    from porter.converters.ops.sample import k_grid_sample
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, 6, generator=gen, dtype=torch.float64)
+    grid = torch.rand(2, 4, 3, 2, generator=gen, dtype=torch.float64) * 2.8 - 1.4
+    weight = torch.randn(2, 3, 4, 3, generator=gen, dtype=torch.float64)
+    xt, gt = x.clone().requires_grad_(), grid.clone().requires_grad_()
+    out = F.grid_sample(xt, gt, mode="bicubic", padding_mode=padding, align_corners=align_corners)
+    (out * weight).sum().backward()
+    for dtype, tol in ((mx.float32, 1e-4), (mx.float64, 1e-10)):
+        w = mx.array(weight.permute(0, 2, 3, 1).numpy(), dtype=dtype)
+
+        def loss(xm, gm):
+            return (k_grid_sample(xm, gm, mode="bicubic", padding=padding, align_corners=align_corners) * w).sum()
+
+        xm, gm = mx.array(x.permute(0, 2, 3, 1).numpy(), dtype=dtype), mx.array(grid.numpy(), dtype=dtype)
+        dx, dg = mx.grad(loss, argnums=(0, 1))(xm, gm)
+        assert dx.dtype == dg.dtype == dtype
+        np.testing.assert_allclose(np.array(dx).transpose(0, 3, 1, 2), xt.grad.numpy(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(np.array(dg), gt.grad.numpy(), rtol=tol, atol=tol)
+
+
+def test_refused_forms_name_the_argument():
     from porter.converters.ops.sample import k_affine_grid, k_grid_sample
+
+    with pytest.raises(ValueError, match="bicubic interpolation takes a 2-d image"):
+        k_grid_sample(mx.zeros((1, 3, 4, 4, 2)), mx.zeros((1, 2, 3, 3, 3)), mode="bicubic", padding="zeros",
+                      align_corners=False)
 
     with pytest.raises(ValueError, match="grid_sample: expected"):
         k_grid_sample(mx.zeros((1, 4, 4, 2)), mx.zeros((1, 3, 3, 3)), mode="nearest", padding="zeros",
@@ -178,8 +245,9 @@ def test_3d_gradients_to_volume_and_grid():
     np.testing.assert_allclose(np.array(dg), gt.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("dtype, eps", [("float16", 2.0 ** -10), ("bfloat16", 2.0 ** -7)])
-def test_half_precision_samples_with_float32_coordinates(dtype, eps):
+def test_half_precision_samples_with_float32_coordinates(dtype, eps, mode):
     """A float16/bfloat16 port computes the sampling coordinates and corner weights in float32 (torch's CUDA
     kernel's opmath) and rounds the sample once: within one unit of the dtype of the exact samples of the rounded
     inputs. In bfloat16 a 21-pixel row's unnormalised coordinates were multiples of 1/4 and the samples 90% off;
@@ -187,13 +255,13 @@ def test_half_precision_samples_with_float32_coordinates(dtype, eps):
 
     class Sample(torch.nn.Module):
         def forward(self, x, grid):
-            return F.grid_sample(x, grid, align_corners=False)
+            return F.grid_sample(x, grid, mode=mode, align_corners=False)
 
     gen = torch.Generator().manual_seed(0)
     x, grid = torch.randn(4, 8, 14, 21, generator=gen), torch.rand(4, 30, 5, 2, generator=gen) * 2.2 - 1.1
     ported = porter.convert(Sample(), (x, grid), io_layout="torch", dtype=dtype)
     half = getattr(torch, dtype)
-    exact = F.grid_sample(x.to(half).double(), grid.to(half).double(), align_corners=False).numpy()
+    exact = F.grid_sample(x.to(half).double(), grid.to(half).double(), mode=mode, align_corners=False).numpy()
     (out,) = run_ported(ported, (x, grid))
     error = np.abs(np.asarray(out, dtype=np.float64) - exact).max() / np.abs(exact).max()
     assert error <= eps, error
