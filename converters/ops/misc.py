@@ -125,6 +125,18 @@ def k_index_select(x, index, *, axis):
     return mx.take(x, checked_indices(index.reshape(-1), x.shape[axis], "index_select"), axis=axis)
 
 
+@kernel("index_select_0d", inputs=[TENSOR, TENSOR])
+def k_index_select_0d(x, index):
+    """torch's ``index_select`` of a 0-d ``x``: ``index`` holds one value, which must be 0 (torch refuses -1 here);
+    the result is ``x`` (0-d), read through the index so a bad one is caught as torch catches it."""
+    if index.size != 1:
+        raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.size} value(s)")
+    index = checked_indices(index.reshape(1), 1, "index_select")
+    if not exporting() and index.item() < 0:
+        raise IndexError(f"index_select: index {index.item()} is out of range for a 0-d tensor (only 0 is valid)")
+    return mx.take(x.reshape(1), mx.maximum(index, 0), axis=0).reshape(())
+
+
 @kernel("gather", inputs=[TENSOR, TENSOR], attrs={"axis": AXIS})
 def k_gather(x, index, *, axis):
     return mx.take_along_axis(x, checked_indices(index, x.shape[axis], "gather"), axis=axis)
@@ -382,6 +394,11 @@ def convert_index_select(ctx, call):
     x = call.arg("self")
     perm = ctx.perm(x)
     index = call.arg("index")
+    if not perm:  # a 0-d input: dim 0 / -1 address the value itself
+        if call.arg("dim") not in (0, -1):
+            call.fail("dim", f"a 0-d tensor takes dim 0 or -1, got {call.arg('dim')}")
+        return ctx.emit("index_select_0d", [ctx.tensor(x), ctx.tensor(index, L.identity(ctx.meta(index).rank))],
+                        perm=())
     ctx.emit("index_select", [ctx.tensor(x), ctx.tensor(index)], {"axis": L.axis_of(perm, call.arg("dim"))},
              perm=perm)
 

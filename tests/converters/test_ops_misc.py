@@ -33,7 +33,9 @@ class Misc(nn.Module):
         i = x.index_select(1, self.pick) + torch.full((1, 1, 1, 1), 2.0)
         j = x.norm(dim=1) + x.prod(dim=1)
         k = torch.gather(x, 1, (x[:, :2] > 0).long())
-        return a, b, c, d, values, indices, e, f, g, h, i, j, k, F.pixel_unshuffle(e, 2), x.new_zeros(2, 3)
+        scalar = x.sum().index_select(0, self.pick[:1]) + x.amax().index_select(-1, self.pick[:1])  # 0-d in and out
+        return (a, b, c, d, values, indices, e, f, g, h, i, j, k, F.pixel_unshuffle(e, 2), x.new_zeros(2, 3),
+                scalar)
 
 
 @pytest.mark.parametrize("io_layout", ["mlx", "torch"])
@@ -42,6 +44,26 @@ def test_misc_ops(io_layout):
     sets = [(torch.randn(2, 3, 4, 6), torch.randint(0, 10, (2, 5))),
             (torch.randn(1, 3, 6, 4), torch.randint(0, 10, (1, 3)))]
     check_converted(model, *sets, io_layout=io_layout)
+
+
+def test_index_select_of_a_0d_tensor_checks_its_index_as_torch():
+    """torch reads a 0-d tensor's value through a one-element index that must be 0 (-1 too is out of range there)."""
+    import numpy as np
+    import porter
+
+    class Pick(nn.Module):
+        def forward(self, x, i):
+            return x.sum().index_select(0, i)
+
+    x, i = torch.randn(2, 3), torch.tensor([0])
+    ported = porter.convert(Pick().eval(), (x, i))
+    np.testing.assert_allclose(np.array(ported(x.numpy(), i.numpy())), Pick()(x, i).numpy(), rtol=1e-6)
+    assert ported(x.numpy(), i.numpy()).shape == ()
+    for bad in ([1], [-1]):
+        with pytest.raises(IndexError):
+            Pick()(x, torch.tensor(bad))
+        with pytest.raises(ValueError, match="index_select: index .* out of range"):
+            ported(x.numpy(), np.array(bad))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
