@@ -548,6 +548,9 @@ def k_prelu(x, weight, *, axis):
     """``weight`` is torch's ``(C,)`` (or ``(1,)``) slope, applied along array axis ``axis`` (torch's dim 1);
     ``axis=None``: a weight that already broadcasts against ``x``."""
     if axis is not None and weight.size > 1:
+        if x.shape[axis] != weight.size:  # a channel dim the capture kept symbolic: torch refuses the mismatch too
+            raise ValueError(f"prelu: the input has {x.shape[axis]} channels (torch dim 1) and the slope "
+                             f"{weight.size} values; they must match (or the slope have one)")
         shape = [1] * x.ndim
         shape[axis] = weight.size
         weight = weight.reshape(shape)
@@ -567,7 +570,9 @@ def convert_prelu(ctx, call):
     perm = ctx.perm(x)
     rank = len(perm)
     channels = ctx.meta(weight).shape[0] if ctx.meta(weight).rank == 1 else None
-    if ctx.meta(weight).rank != 1 or (channels != 1 and (rank < 2 or channels != ctx.meta(x).shape[1])):
+    # a symbolic channel dim (torch kept it dynamic: nothing but the prelu reads it) is checked per call by the kernel
+    known = ctx.meta(x).shape[1] if rank >= 2 and isinstance(ctx.meta(x).shape[1], int) else None
+    if ctx.meta(weight).rank != 1 or (channels != 1 and (rank < 2 or known not in (None, channels))):
         call.fail("weight", "the slope must have one value or one per channel (input dim 1)")
     axis = perm.index(1) if rank >= 2 else 0
     ctx.emit("prelu", [ctx.tensor(x), ctx.tensor(weight)], {"axis": axis}, perm=perm)

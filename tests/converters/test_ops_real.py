@@ -94,6 +94,31 @@ def test_prelu(channels, io_layout):
     assert {r["name"] for r in report.grads["parameters"]} >= {"1.weight", "4.weight"}
 
 
+def test_prelu_after_a_channel_shuffle():
+    """A channel shuffle (view, transpose, reshape) before a per-channel PReLU leaves the channel dim symbolic in the
+    capture (``2*(c//2)``): it converted only where the count was a number (the random-network fuzzer found it).
+    The kernel checks the count per call; the port follows torch at a second size."""
+
+    class Shuffled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = nn.PReLU(6)
+
+        def forward(self, x):
+            n, c, h, w = x.shape
+            return self.act(x.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w))
+
+    model = Shuffled().eval()
+    with torch.no_grad():
+        model.act.weight.copy_(torch.linspace(-0.5, 0.7, 6))
+    check_converted(model, _x(2, 6, 5, 7), _x(3, 6, 4, 9), rel=1e-6)
+    from porter.converters.ops.elementwise import k_prelu
+    import mlx.core as mx
+
+    with pytest.raises(ValueError, match="prelu: the input has 8 channels"):
+        k_prelu(mx.zeros((1, 4, 4, 8)), mx.zeros((6,)), axis=3)
+
+
 @pytest.mark.parametrize("shape", [(7,), (2, 3), (2, 3, 4, 5, 2)])
 def test_prelu_shapes_exact(shape):
     channels = shape[1] if len(shape) > 1 else 1
