@@ -292,10 +292,14 @@ def load(source, *, revision=None, local_files_only=False, max_graph_bytes=None,
     graph_path = os.path.join(directory, GRAPH_FILE)
     if not os.path.lexists(graph_path):
         raise FileNotFoundError(f"porter.load: missing {graph_path!r}; save the model with porter.save first")
-    graph = read_graph(graph_path)
+    graph, stamp = read_graph(graph_path, stamped=True)
     check_graph(graph, graph_path)
     read_config(directory, graph)
     weights = read_weights(directory, graph["params"])
+    if _stamp_of(graph_path) != stamp:  # every file read after graph.json's commit and before any later save's
+        raise ArtifactError(graph_path, "the file", "", "was replaced while the model was being loaded (a save into "
+                            "the folder at the same time?): the weights read may belong to another save; load it "
+                            "again")
     for name, spec in graph["params"].items():
         if list(weights[name].shape) == [1] and spec["torch_shape"] == []:
             weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
@@ -319,18 +323,39 @@ def _open_regular(path: str, limit: int):
     return open_member(path, limit)
 
 
-def read_graph(path: str):
+def read_graph(path: str, *, stamped: bool = False):
     """Parse ``graph.json`` (a regular file, bounded in size, strict JSON: :func:`parse_json`); not yet checked
-    against the schema."""
+    against the schema. ``stamped``: also return the identity of the file read (:func:`_stamp_of`)."""
     fh, _ = _open_regular(path, MAX_GRAPH_BYTES)
     with fh:
+        stamp = _identity(os.fstat(fh.fileno()))
         data = fh.read(MAX_GRAPH_BYTES + 1)
-    return parse_json(data, path)
+    graph = parse_json(data, path)
+    return (graph, stamp) if stamped else graph
 
 
-def _read_header(path: str) -> dict:
+def _identity(info: os.stat_result) -> tuple:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def _stamp_of(path: str):
+    """The identity of the file at ``path`` now (None when it is gone). ``save`` removes ``graph.json`` before it
+    replaces any weights file and renames the new one in last, so a ``graph.json`` that is still the file ``load``
+    read once the weights are read (the same inode, size and times) means that every weights file read was the
+    one that graph.json was committed with: a load racing a save never runs old graph.json with new weights."""
+    try:
+        return _identity(os.stat(path))
+    except OSError:
+        return None
+
+
+def _read_header(path: str, stamps: dict | None = None) -> dict:
+    """The checked header of the safetensors file ``path`` (``__metadata__`` taken out); ``stamps[path]``: the
+    identity of the file read, for the reader of its data to check it opens the same file."""
     fh, size = _open_regular(path, 1 << 62)
     with fh:
+        if stamps is not None:
+            stamps[path] = _identity(os.fstat(fh.fileno()))
         head = fh.read(8)
         if len(head) < 8:
             raise ArtifactError(path, "the file", "", "is too short to be a safetensors file")

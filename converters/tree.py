@@ -155,7 +155,12 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
             return [item if item is not None else Submodule("") for item in items]
         record = modules.get(path)
         if record is not None:
-            module = LAYER_TYPES[record["type"]].build(record["config"])
+            try:
+                module = LAYER_TYPES[record["type"]].build(record["config"])
+            except (ValueError, TypeError, OverflowError, RuntimeError) as e:  # MLX's own checks ([quantize] ...)
+                # name no layer: say which recorded layer and which config
+                raise ValueError(f"the {record['type']} layer at {path!r} cannot be built from its recorded config"
+                                 f"{_quant_fields(record['config'])}: {str(e)[:300]}") from None
             layer_keys[path] = list(prefix)
             expected = {k: v for k, v in module.items() if isinstance(v, mx.array)}
         elif existing is not None:  # a child a mapped layer builds itself (MultiheadAttention's out_proj)
@@ -227,6 +232,12 @@ def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, built
             inside = sorted(_arrays_below(child))
             raise ValueError(f"the {kind} layer at {path!r} has no child {key!r}, yet the weights hold "
                              f"{inside[:3]} under it")
+
+
+def _quant_fields(config: dict) -> str:
+    """A quantized layer's recorded ``bits``/``group_size``/``mode`` for a message (MLX's own checks name none)."""
+    fields = [f"{k}={config[k]!r}" for k in ("bits", "group_size", "mode") if k in config]
+    return f" ({', '.join(fields)})" if fields else ""
 
 
 def _optional_arrays(record: dict) -> set:
