@@ -63,7 +63,7 @@ def bench(ui, directory, against, batch, warmup, repeat, allow_pure_mlx, model_s
                          f"Run `{BUILD_COMMAND}`, or pass --allow-pure-mlx to time the pure-MLX layers on purpose.")
     if problem:
         ui.info(f"Warning: {problem} --allow-pure-mlx: timing the pure-MLX layers.")
-    ported = load_ported(directory)
+    ported = load_ported(directory, ui)
     meta = recorded_source(ported)
     dtypes = input_dtypes(ported)
     shapes = parse_input_shapes(input_shapes) or parse_input_shapes(recorded_input_shapes(ported, meta),

@@ -36,7 +36,7 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
     """
     if json_report and json_report != "-":
         check_file_destination(json_report, "--json")  # before the slow part, not after it
-    ported = load_ported(directory)  # the whole artifact is checked before anything from it is used
+    ported = load_ported(directory, ui)  # the whole artifact is checked before anything from it is used
     meta = recorded_source(ported)
     if not (model_spec or arch) and meta.get("model"):
         model_spec = recorded_model(directory, against, meta, "validate")

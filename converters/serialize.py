@@ -312,7 +312,29 @@ def load(source, *, revision=None, local_files_only=False, max_graph_bytes=None,
     from .graph_budget import check_example
 
     check_example(ported, graph_path)
+    _warn_unused(ported, directory, weights)
     return ported
+
+
+def _warn_unused(ported: PortedModel, directory: str, weights: dict) -> None:
+    """Warn (:class:`UnusedArraysWarning`) about the arrays no node and no mapped layer uses: bytes a user would
+    not see otherwise (the schema accepts them: real models carry unused heads)."""
+    names = ported.unused_params
+    if not names:
+        return
+    import warnings
+
+    from .errors import UnusedArraysWarning
+    from .shards import INDEX_FILE
+
+    index = os.path.join(directory, INDEX_FILE)
+    where = index if os.path.lexists(index) else os.path.join(directory, WEIGHTS_FILE)
+    size = sum(weights[n].nbytes for n in names if n in weights)
+    shown = ", ".join(repr(n[:80]) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    warnings.warn(UnusedArraysWarning(
+        f"porter.load: {where!r} holds {len(names)} array(s) ({size} bytes) outside every mapped layer that no "
+        f"node of graph.json reads: {shown}; they are loaded but the model never uses them", where, names),
+        stacklevel=3)
 
 
 def _open_regular(path: str, limit: int):

@@ -209,6 +209,17 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
     return key_paths, layer_keys
 
 
+def unused_arrays(params: dict, modules: dict, read: set) -> list:
+    """The recorded arrays outside every mapped layer that no node of the program reads (``read``): bytes the
+    artifact carries that the model never uses (an unused head torch kept in its ``state_dict``, or a payload).
+    A mapped layer's arrays are used by the layer, and ones it does not make are refused (:func:`_check_foreign`)."""
+    def in_layer(name):
+        segments = split_path(name)
+        return any(".".join(segments[:i]) in modules for i in range(len(segments)))
+
+    return sorted(n for n in params if n not in read and not in_layer(n))
+
+
 def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, built: set, read) -> None:
     """A mapped layer holds only the arrays it makes, plus arrays of its torch module that program nodes read (a
     custom module's extra parameter): an array attached beside them changed what the layer computes without a
