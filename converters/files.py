@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
 
 
 def umask() -> int:
@@ -35,3 +36,21 @@ def write_temporary_text(path: str, text: str) -> str:
         remove_quietly(tmp)
         raise
     return tmp
+
+
+@contextmanager
+def folder_lock(directory: str):
+    """Hold an exclusive ``flock`` on the folder itself (no lock file is made) while a writer commits its files:
+    two saves into one folder commit one after the other, never interleaved (A's graph.json over B's weights).
+    Advisory, and a no-op where ``fcntl`` is missing (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

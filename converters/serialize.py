@@ -65,7 +65,7 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     text = graph_text(encode_floats(graph))
     check_graph(parse_json(text.encode("utf-8"), os.path.join(directory, GRAPH_FILE)),
                 os.path.join(directory, GRAPH_FILE))
-    from .files import remove_quietly, write_temporary_text
+    from .files import folder_lock, remove_quietly, write_temporary_text
     from .hub_config import hub_files
     from .shards import DEFAULT_MAX_SHARD_SIZE, commit_weights, discard, parse_size, stage_weights
 
@@ -88,11 +88,12 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
         for name, content in extra.items():
             texts.append((write_temporary_text(os.path.join(directory, name), content), name))
         texts.append((write_temporary_text(graph_path, text), GRAPH_FILE))
-        if os.path.lexists(graph_path):
-            os.remove(graph_path)
-        commit_weights(directory, staged)
-        for tmp, name in texts:  # graph.json last
-            os.replace(tmp, os.path.join(directory, name))
+        with folder_lock(directory):  # another save's commit runs before or after this one, never inside it
+            if os.path.lexists(graph_path):
+                os.remove(graph_path)
+            commit_weights(directory, staged)
+            for tmp, name in texts:  # graph.json last
+                os.replace(tmp, os.path.join(directory, name))
     except BaseException:
         discard(staged)
         for tmp, _ in texts:

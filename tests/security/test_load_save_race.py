@@ -158,3 +158,48 @@ def test_weights_replaced_between_header_and_data_are_refused(tmp_path, monkeypa
     monkeypatch.setattr(shards, "check_weight_bytes", replace_meanwhile)
     with pytest.raises(ArtifactError, match="model.safetensors.*replaced while the model was being loaded"):
         porter.load(directory)
+
+
+def test_two_saves_at_once_leave_one_whole_model(tmp_path, monkeypatch):
+    """Save A commits its weights and pauses; save B runs whole meanwhile; A then renames its graph.json in. Before:
+    A's graph.json with B's weights, a mixture that loaded and ran. Now each save's commit holds the folder's lock,
+    so the folder ends as one save's model."""
+    import threading
+
+    from porter.converters import shards
+
+    a, b = _port(1.0), _port(3.0)
+    directory = tmp_path / "m-mlx"
+    real = shards.commit_weights
+    a_committed, b_started = threading.Event(), threading.Event()
+
+    def slow_for_a(folder, staged):
+        out = real(folder, staged)
+        if threading.current_thread().name == "save-a":
+            a_committed.set()
+            b_started.wait(5)
+            time.sleep(0.5)  # B, unless it waits for the lock, commits now
+        return out
+
+    monkeypatch.setattr(shards, "commit_weights", slow_for_a)
+    errors = []
+
+    def run(model, name):
+        try:
+            porter.save(model, directory)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    thread_a = threading.Thread(target=run, args=(a, "a"), name="save-a")
+    thread_a.start()
+    assert a_committed.wait(30)
+    thread_b = threading.Thread(target=run, args=(b, "b"), name="save-b")
+    b_started.set()
+    thread_b.start()
+    thread_a.join(60)
+    thread_b.join(60)
+    assert not errors, errors
+    loaded = porter.load(directory)
+    x = mx.random.normal((2, 8), key=mx.random.key(0))
+    got = np.array(loaded(x))
+    assert np.array_equal(got, np.array(a(x))) or np.array_equal(got, np.array(b(x))), "a mixture of two saves"
