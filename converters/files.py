@@ -40,17 +40,22 @@ def write_temporary_text(path: str, text: str) -> str:
 
 @contextmanager
 def folder_lock(directory: str):
-    """Hold an exclusive ``flock`` on the folder itself (no lock file is made) while a writer commits its files:
-    two saves into one folder commit one after the other, never interleaved (A's graph.json over B's weights).
-    Advisory, and a no-op where ``fcntl`` is missing (Windows)."""
+    """Hold an exclusive ``flock`` on the folder itself (no lock file is made) while a writer writes and commits
+    its files: two saves into one folder run one after the other, never interleaved (A's graph.json over B's
+    weights). Yields whether the lock is held: advisory, and not held where ``fcntl`` is missing (Windows) or the
+    file system refuses it (some network mounts)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux/macOS
-        yield
+        yield False
         return
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            locked = True
+        except OSError:  # ENOLCK, EOPNOTSUPP: saving still works, unserialised
+            locked = False
+        yield locked
     finally:
         os.close(fd)  # releases the lock

@@ -78,27 +78,47 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     # Every file is staged under a temporary name first (a link planted in the folder is replaced, never written
     # through). graph.json is the commit record: the old one goes before any file is replaced and the new one comes
     # last, so an interrupted save leaves either the old artifact whole or a folder without graph.json, which
-    # porter.load refuses, never old and new files mixed.
-    try:
-        staged = stage_weights(directory, weights, limit)  # streamed, a tensor at a time (converters/weights_io.py)
-    except (OSError, RuntimeError) as e:  # a failed write (disk full, EFBIG); no partial weights file is left
-        raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
-    texts = []
-    try:
-        for name, content in extra.items():
-            texts.append((write_temporary_text(os.path.join(directory, name), content), name))
-        texts.append((write_temporary_text(graph_path, text), GRAPH_FILE))
-        with folder_lock(directory):  # another save's commit runs before or after this one, never inside it
+    # porter.load refuses, never old and new files mixed. The whole save holds the folder's lock: another save runs
+    # before or after it, never inside it, and the temporaries a killed save left can be removed safely.
+    with folder_lock(directory) as locked:
+        if locked:  # no other save is writing: every temporary here is a killed save's
+            _remove_stale_temporaries(directory, [GRAPH_FILE, WEIGHTS_FILE, *extra])
+        try:
+            staged = stage_weights(directory, weights, limit)  # streamed, a tensor at a time (weights_io.py)
+        except (OSError, RuntimeError) as e:  # a failed write (disk full, EFBIG); no partial weights file is left
+            raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
+        texts = []
+        try:
+            for name, content in extra.items():
+                texts.append((write_temporary_text(os.path.join(directory, name), content), name))
+            texts.append((write_temporary_text(graph_path, text), GRAPH_FILE))
             if os.path.lexists(graph_path):
                 os.remove(graph_path)
             commit_weights(directory, staged)
             for tmp, name in texts:  # graph.json last
                 os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        discard(staged)
-        for tmp, _ in texts:
-            remove_quietly(tmp)
-        raise
+        except BaseException:
+            discard(staged)
+            for tmp, _ in texts:
+                remove_quietly(tmp)
+            raise
+
+
+def _remove_stale_temporaries(directory: str, names: list) -> None:
+    """Remove the temporaries (``.<name>.tmp-*``, regular files) a killed save left for the files a save writes
+    (``names``, the index and shards): dead bytes, possibly gigabytes, that an upload of the folder would publish.
+    Called under the folder's lock, so none belongs to a save in progress."""
+    from .files import remove_quietly
+    from .shards import INDEX_FILE, _SHARD_NAME
+
+    owned = set(names) | {INDEX_FILE}
+    for entry in os.listdir(directory):
+        if not entry.startswith(".") or ".tmp-" not in entry:
+            continue
+        base = entry[1:].rsplit(".tmp-", 1)[0]
+        path = os.path.join(directory, entry)
+        if (base in owned or _SHARD_NAME.fullmatch(base)) and os.path.isfile(path) and not os.path.islink(path):
+            remove_quietly(path)
 
 
 NONFINITE = "$float"  # graph.json's spelling of a non-finite number: {"$float": "inf" | "-inf" | "nan"}

@@ -203,3 +203,19 @@ def test_two_saves_at_once_leave_one_whole_model(tmp_path, monkeypatch):
     x = mx.random.normal((2, 8), key=mx.random.key(0))
     got = np.array(loaded(x))
     assert np.array_equal(got, np.array(a(x))) or np.array_equal(got, np.array(b(x))), "a mixture of two saves"
+
+
+def test_save_removes_what_a_killed_save_left(tmp_path):
+    """The temporaries a killed save leaves (gigabytes of ``.model.safetensors.tmp-*`` an upload of the folder
+    would publish) are removed by the next save into the folder; other hidden files are the user's and stay."""
+    directory = tmp_path / "m-mlx"
+    directory.mkdir()
+    left = [".model.safetensors.tmp-abc123", ".graph.json.tmp-x1", ".config.json.tmp-y2", ".README.md.tmp-z3",
+            ".model-00001-of-00002.safetensors.tmp-q9", ".model.safetensors.index.json.tmp-w8"]
+    kept = [".gitattributes", ".notes.txt.tmp-mine", "model.safetensors.tmp-no-dot"]
+    for name in left + kept:
+        (directory / name).write_bytes(b"stale")
+    porter.save(_port(1.0), directory)
+    names = set(os.listdir(directory))
+    assert not names & set(left), names & set(left)
+    assert set(kept) <= names
