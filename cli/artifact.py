@@ -84,8 +84,14 @@ def recorded_model(directory, against, meta, command):
                      f"--against {against} --model {spec}{kwargs}")
 
 
+def printable(text) -> str:
+    """Text read from an artifact made safe for a terminal: control characters (escape sequences that could
+    repaint the screen, a carriage return that overwrites the line) shown as escapes (``\\x1b``, ``\\r``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def unused_note(directory: str, ported) -> str:
-    names = ported.unused_params
+    names = [printable(n) for n in ported.unused_params]
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
     return (f"note: the weights in '{directory}' hold {len(names)} array(s) that no mapped layer or node of "
             f"graph.json uses (loaded, never computed with): {shown}")

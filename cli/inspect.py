@@ -6,7 +6,7 @@ import click
 
 from porter.checkpoints import describe_format, open_model
 
-from .artifact import GRAPH, load_ported
+from .artifact import GRAPH, load_ported, printable
 from .convert import architecture_options
 from .ui import common_options
 
@@ -58,15 +58,17 @@ def _inspect_artifact(ui, directory):
     size = sum(a.nbytes for a in arrays.values())
     inputs = [{"name": i["name"], "shape": i["meta"].get("hint"), "dtype": i["meta"].get("dtype")}
               for i in graph["inputs"]]
+    # every string below comes from the file: shown with control characters escaped (no terminal repainting)
     ui.echo(f"{directory} (converted Porter model, format {graph['format_version']}); source "
-            f"{graph.get('source_class') or 'unknown'}; call {ported.call_signature}")
+            f"{printable(graph.get('source_class') or 'unknown')}; call {printable(ported.call_signature)}")
     for i in inputs:
-        ui.echo(f"  input {i['name']}: example shape {i['shape']} {i['dtype']} [torch layout]")
+        ui.echo(f"  input {printable(i['name'])}: example shape {printable(i['shape'])} {printable(i['dtype'])} "
+                "[torch layout]")
     ui.echo(f"  {len(arrays)} arrays, {sum(a.size for a in arrays.values())} values, {size} bytes; "
             f"{len(graph.get('modules', {}))} mapped layers; {len(graph['nodes'])} nodes")
     if unused:
         ui.echo(f"  unused arrays ({len(unused)}, {sum(arrays[n].nbytes for n in unused if n in arrays)} bytes; "
-                f"no mapped layer or node uses them): {', '.join(unused)}")
+                f"no mapped layer or node uses them): {', '.join(map(printable, unused))}")
     else:
         ui.echo("  unused arrays: none")
     ui.emit_json({"ok": True, "input": directory, "format": "porter", "format_version": graph["format_version"],

@@ -95,3 +95,20 @@ def test_cli_reports_unused_arrays(with_head, tmp_path):
     assert "Warning" not in result.stderr
     text = run_porter(["inspect", directory], cwd=tmp_path)
     assert text.returncode == 0 and "head.weight" in text.stdout + text.stderr, text.stdout + text.stderr
+
+
+def test_inspect_escapes_control_characters_from_the_file(tiny_artifact, tmp_path):
+    """Strings shown from a stranger's graph.json (the source class, array names) cannot repaint the terminal."""
+    from click.testing import CliRunner
+
+    from porter.cli.main import main
+
+    directory = tmp_path / "esc-mlx"
+    shutil.copytree(tiny_artifact[0], directory)
+    graph = json.loads((directory / "graph.json").read_text())
+    graph["source_class"] = "Net\x1b[2J\x1b[31mvalidated OK\r"
+    (directory / "graph.json").write_text(json.dumps(graph))
+    result = CliRunner().invoke(main, ["inspect", str(directory)], color=True)  # color: click keeps escapes
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\r" not in result.output, repr(result.output)
+    assert "\\x1b[2J" in result.output and "\\r" in result.output, result.output
