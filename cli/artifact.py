@@ -41,15 +41,23 @@ def recorded_source(ported) -> dict:
     return out
 
 
-def load_ported(directory: str):
-    """``porter.load(directory)`` with a clear error (never imports torch)."""
+def load_ported(directory: str, ui=None):
+    """``porter.load(directory)`` with a clear error (never imports torch); arrays the model never uses are said
+    as a note on ``ui`` (:func:`unused_note`), not as a Python warning."""
     check_artifact(directory)
+    import warnings
+
     import porter
 
     from porter.converters.graph_budget import GraphLimitError
 
     try:
-        return porter.load(directory)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", porter.UnusedArraysWarning)
+            ported = porter.load(directory)
+        if ui is not None and ported.unused_params:
+            ui.info(unused_note(directory, ported))
+        return ported
     except GraphLimitError as exc:
         raise InputError(f"Refusing to load '{directory}': {first_line(exc)}.",
                          "Raise the bound only for a model you trust to need it (porter --max-graph-bytes N / "
@@ -74,3 +82,16 @@ def recorded_model(directory, against, meta, command):
                      "Porter does not import code named by a converted model's files (a crafted graph.json could "
                      "name any code).", f"If you trust that code, name it yourself: porter {command} {directory} "
                      f"--against {against} --model {spec}{kwargs}")
+
+
+def printable(text) -> str:
+    """Text read from an artifact made safe for a terminal: control characters (escape sequences that could
+    repaint the screen, a carriage return that overwrites the line) shown as escapes (``\\x1b``, ``\\r``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def unused_note(directory: str, ported) -> str:
+    names = [printable(n) for n in ported.unused_params]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return (f"note: the weights in '{directory}' hold {len(names)} array(s) that no mapped layer or node of "
+            f"graph.json uses (loaded, never computed with): {shown}")

@@ -8,7 +8,7 @@ from porter.checkpoints import check_input_shapes, parse_input_shapes
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options
 from .errors import InputError, first_line
-from .layouts import input_dtypes, recorded_input_shapes
+from .layouts import input_dtypes, order_for_port, recorded_input_shapes
 from .ui import common_options
 
 
@@ -63,11 +63,11 @@ def bench(ui, directory, against, batch, warmup, repeat, allow_pure_mlx, model_s
                          f"Run `{BUILD_COMMAND}`, or pass --allow-pure-mlx to time the pure-MLX layers on purpose.")
     if problem:
         ui.info(f"Warning: {problem} --allow-pure-mlx: timing the pure-MLX layers.")
-    ported = load_ported(directory)
+    ported = load_ported(directory, ui)
     meta = recorded_source(ported)
     dtypes = input_dtypes(ported)
-    shapes = parse_input_shapes(input_shapes) or parse_input_shapes(recorded_input_shapes(ported, meta),
-                                                                     f"input shape recorded in {directory}")
+    shapes = (order_for_port(ported, parse_input_shapes(input_shapes)) if input_shapes else  # the port's order
+              parse_input_shapes(recorded_input_shapes(ported, meta), f"input shape recorded in {directory}"))
     check_input_shapes([(b,) + tuple(s[1:]) for b in batches for s in shapes], "--batch with the input shape")
     if not shapes:
         raise InputError(f"'{directory}' does not record its input shape.",

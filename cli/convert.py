@@ -43,7 +43,8 @@ def architecture_options(func):
     func = click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
                         help="Torch-layout shape of the example input (repeat for several inputs); a dtype "
                              "after a colon for other than float32 inputs: 1,32:int64 for token ids; a name before "
-                             "'=' gives it by keyword: token_type_ids=1,32:int64 (positional ones first). Default: "
+                             "'=' gives it by keyword: token_type_ids=1,32:int64 (positional ones first), indices after the "
+                             "name an element of a tuple argument: past_key_values[0][1]=1,12,7,64. Default: "
                              "recorded in a .pt2 file, else guessed from the first weight.")(func)
     func = click.option("--arch", metavar="NAME",
                         help="A known architecture for a state_dict: a built-in example such as resnet18, or a zoo model "

@@ -1,9 +1,12 @@
 """``porter inspect``: what converting a checkpoint will involve, before converting it."""
 
+import os
+
 import click
 
 from porter.checkpoints import describe_format, open_model
 
+from .artifact import GRAPH, load_ported, printable
 from .convert import architecture_options
 from .ui import common_options
 
@@ -13,11 +16,14 @@ from .ui import common_options
 @architecture_options
 @common_options()
 def inspect(ui, file, model_spec, model_kwargs, arch, input_shapes, trust_pickle):
-    """Show the modules/ops of the model in FILE and the converter each maps to.
+    """Show the modules/ops of the model in FILE and the converter each maps to; for a converted model folder
+    (graph.json + weights), what it holds: inputs, arrays, mapped layers, and arrays nothing in it uses.
 
     Lists parameter counts, every operation Porter cannot convert yet, and how many layout transposes the
     conversion will insert. Reads the same formats and options as `porter convert`.
     """
+    if os.path.isdir(file) and os.path.lexists(os.path.join(file, GRAPH)):
+        return _inspect_artifact(ui, file)
     from porter.converters import inspect_model
 
     with ui.progress(["loading checkpoint", "capturing the graph"]) as progress:
@@ -41,3 +47,32 @@ def inspect(ui, file, model_spec, model_kwargs, arch, input_shapes, trust_pickle
                   "input_shapes": [list(t.shape) for t in source.example_inputs], "rows": report.rows,
                   "unsupported": unsupported, "transposes": report.transposes,
                   "num_parameters": report.num_parameters})
+
+
+def _inspect_artifact(ui, directory):
+    """A converted model folder, checked as ``porter.load`` checks it (never imports torch or runs the model)."""
+    ported = load_ported(directory)
+    graph = ported.graph
+    arrays = {name: a for name, a in ported.torch_parameters().items()}
+    unused = ported.unused_params
+    size = sum(a.nbytes for a in arrays.values())
+    inputs = [{"name": i["name"], "shape": i["meta"].get("hint"), "dtype": i["meta"].get("dtype")}
+              for i in graph["inputs"]]
+    # every string below comes from the file: shown with control characters escaped (no terminal repainting)
+    ui.echo(f"{directory} (converted Porter model, format {graph['format_version']}); source "
+            f"{printable(graph.get('source_class') or 'unknown')}; call {printable(ported.call_signature)}")
+    for i in inputs:
+        ui.echo(f"  input {printable(i['name'])}: example shape {printable(i['shape'])} {printable(i['dtype'])} "
+                "[torch layout]")
+    ui.echo(f"  {len(arrays)} arrays, {sum(a.size for a in arrays.values())} values, {size} bytes; "
+            f"{len(graph.get('modules', {}))} mapped layers; {len(graph['nodes'])} nodes")
+    if unused:
+        ui.echo(f"  unused arrays ({len(unused)}, {sum(arrays[n].nbytes for n in unused if n in arrays)} bytes; "
+                f"no mapped layer or node uses them): {', '.join(map(printable, unused))}")
+    else:
+        ui.echo("  unused arrays: none")
+    ui.emit_json({"ok": True, "input": directory, "format": "porter", "format_version": graph["format_version"],
+                  "source_class": graph.get("source_class"), "inputs": inputs, "num_arrays": len(arrays),
+                  "num_parameters": sum(a.size for a in arrays.values()), "bytes": size,
+                  "mapped_layers": len(graph.get("modules", {})), "nodes": len(graph["nodes"]),
+                  "unused_arrays": unused})

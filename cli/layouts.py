@@ -63,3 +63,49 @@ def recorded_input_shapes(ported, meta: dict) -> list:
         shapes.append((f"{names[i]}=" if names.get(i) else "") + ",".join(map(str, shape)) + (f":{dtype}" if dtype in ("float16", "bfloat16", "float64", "int64",
                                                                               "int32", "bool") else ""))
     return shapes
+
+
+def order_for_port(ported, shapes: list, option: str = "--input-shape") -> list:
+    """``shapes`` (parsed ``--input-shape`` values; a keyword one named ``token_type_ids=`` or, inside a tuple
+    argument, ``past_key_values[1][0]=``) in the port's input order, each checked against the input it feeds:
+    every input the port takes given once, nothing it does not take, each of the rank recorded for it.
+
+    Raises:
+        InputError: a missing, extra or wrong-rank entry, naming it.
+    """
+    from .errors import InputError
+
+    names, graph_inputs = keyword_names(ported), ported.graph["inputs"]
+    spelled = getattr(ported, "input_arguments", None) or [f"input {i}" for i in range(len(graph_inputs))]
+    positional = [i for i in range(len(graph_inputs)) if i not in names]
+    by_name = {name: i for i, name in names.items()}
+    given_positional = [s for s in shapes if getattr(s, "name", None) is None]
+    given_named = {s.name: s for s in shapes if getattr(s, "name", None) is not None}
+    takes = ", ".join(spelled[i] if i in positional else f"{names[i]}=" for i in range(len(graph_inputs)))
+    extra = [n for n in given_named if n not in by_name]
+    if extra:
+        raise InputError(f"{option} gives '{extra[0]}', which the converted model does not take (it takes {takes}).",
+                         "Name each keyword input as the model's call does; a tuple argument's tensors by index, "
+                         "e.g. past_key_values[0][1]=1,12,7,64.")
+    missing = [names[i] for i in sorted(names) if names[i] not in given_named]
+    if missing:
+        raise InputError(f"{option} does not give '{missing[0]}', an input of the converted model (it takes "
+                         f"{takes}).", f"Add {option} {missing[0]}=SHAPE (torch layout).")
+    if len(given_positional) != len(positional):
+        raise InputError(f"{option} gives {len(given_positional)} positional input(s); the converted model takes "
+                         f"{len(positional)} ({takes}).", "Give one unnamed --input-shape per positional input, "
+                         "in order, and the others as name=SHAPE.")
+    ordered = [None] * len(graph_inputs)
+    for i, s in zip(positional, given_positional):
+        ordered[i] = s
+    for name, i in by_name.items():
+        ordered[i] = given_named[name]
+    for i, s in enumerate(ordered):
+        recorded = graph_inputs[i].get("meta", {}).get("shape")
+        if isinstance(recorded, list) and len(recorded) != len(s):
+            label = f"'{names[i]}'" if i in names else f"input {i} ({spelled[i]})"
+            raise InputError(f"{option} gives {label} the shape {','.join(map(str, s))}, of rank {len(s)}; the "
+                             f"converted model takes a rank-{len(recorded)} tensor there.",
+                             "Give the torch-layout shape the model was converted with, with other sizes if it "
+                             "takes them.")
+    return ordered

@@ -2,12 +2,12 @@
 
 import click
 
-from porter.checkpoints import open_model
+from porter.checkpoints import open_model, parse_input_shapes
 
 from .artifact import load_ported, recorded_model, recorded_source
 from .convert import architecture_options, validate_source
 from .errors import InputError, ValidationFailed, first_line
-from .layouts import recorded_input_shapes
+from .layouts import order_for_port, recorded_input_shapes
 from .atomic import check_file_destination, write_text_file
 from .ui import SEED, Tolerance, common_options
 
@@ -36,12 +36,14 @@ def validate(ui, directory, against, model_spec, model_kwargs, arch, input_shape
     """
     if json_report and json_report != "-":
         check_file_destination(json_report, "--json")  # before the slow part, not after it
-    ported = load_ported(directory)  # the whole artifact is checked before anything from it is used
+    ported = load_ported(directory, ui)  # the whole artifact is checked before anything from it is used
     meta = recorded_source(ported)
     if not (model_spec or arch) and meta.get("model"):
         model_spec = recorded_model(directory, against, meta, "validate")
     shapes_from = "from --input-shape"
-    if not input_shapes and meta.get("input_shapes"):
+    if input_shapes:  # in the port's input order, each checked against the input it feeds
+        input_shapes = tuple(order_for_port(ported, parse_input_shapes(input_shapes)))
+    elif meta.get("input_shapes"):
         input_shapes = tuple(recorded_input_shapes(ported, meta))
         shapes_from = f"recorded in {directory}"
     with ui.progress(["loading", "validating against torch"]) as progress:

@@ -4,7 +4,7 @@ Importing this package does not import torch; :func:`convert` and :func:`inspect
 """
 
 from .api import InspectReport, convert, inspect_model
-from .errors import CaptureError
+from .errors import CaptureError, UnusedArraysWarning
 from .registry import UnsupportedOpsError, supported_ops
 from .runtime import PortedModel, TrainModeError
 from .limits import ResourceLimitError, max_elements, set_max_elements
@@ -23,6 +23,7 @@ __all__ = [
     "load",
     "supported_ops",
     "ArtifactError",
+    "UnusedArraysWarning",
     "ResourceLimitError",
     "max_elements",
     "set_max_elements",

@@ -388,7 +388,7 @@ def compile_signature(record, num_inputs: int):
         name = check_name(p["name"], f"'signature.params[{i}].name'")
         if name in params:
             raise ValueError(f"'signature.params' names {name!r} twice")
-        if p["kind"] not in KINDS:
+        if not isinstance(p["kind"], str) or p["kind"] not in KINDS:  # a list or object is no kind (unhashable)
             raise ValueError(f"'signature.params[{i}].kind' must be one of {sorted(KINDS)}, but got "
                              f"{str(p['kind'])[:40]!r}")
         default = p.get("default")

@@ -28,7 +28,7 @@ from .fusion import activation_name, batch_norm_activation_pairs
 from . import static_values
 from .layer_types import Activation
 from .graph_budget import GraphBudget
-from .tree import TorchNamed, TreeError, build_tree, resolve
+from .tree import TorchNamed, TreeError, build_tree, resolve, unused_arrays
 
 CALL_MODULE = "call_module"
 
@@ -187,18 +187,26 @@ class PortedModel(TorchNamed):
             if spec.get("dtype") == "bfloat16" and array.dtype != mx.bfloat16:
                 array = array.astype(mx.bfloat16)  # numpy carried it as float32 (exact)
             arrays[name] = array
+        read = _params_read(graph)
         try:
             keys, layer_keys = build_tree(self, graph["params"], arrays, graph.get("modules", {}),
-                                          graph.get("module_types", {}), _params_read(graph))
+                                          graph.get("module_types", {}), read)
         except TreeError as e:
             raise ValueError(f"the converted graph's names do not form a module tree: {e}") from None
         self._program.keys, self._program.layer_keys = keys, layer_keys
+        self._program.unused = unused_arrays(graph["params"], graph.get("modules", {}), read)
         self.eval()  # a converted model starts in eval mode, as it was captured; .train() switches
 
     # ------------------------------------------------------------------------------------------------ properties
     @property
     def graph(self) -> dict:
         return self._program.graph
+
+    @property
+    def unused_params(self) -> list:
+        """The recorded arrays (torch names) outside every mapped layer that no node reads: carried, never used
+        (``porter.load`` warns with :class:`UnusedArraysWarning`)."""
+        return list(self._program.unused)
 
     @property
     def io_layout(self) -> str:

@@ -65,7 +65,7 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     text = graph_text(encode_floats(graph))
     check_graph(parse_json(text.encode("utf-8"), os.path.join(directory, GRAPH_FILE)),
                 os.path.join(directory, GRAPH_FILE))
-    from .files import remove_quietly, write_temporary_text
+    from .files import folder_lock, remove_quietly, write_temporary_text
     from .hub_config import hub_files
     from .shards import DEFAULT_MAX_SHARD_SIZE, commit_weights, discard, parse_size, stage_weights
 
@@ -78,26 +78,47 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     # Every file is staged under a temporary name first (a link planted in the folder is replaced, never written
     # through). graph.json is the commit record: the old one goes before any file is replaced and the new one comes
     # last, so an interrupted save leaves either the old artifact whole or a folder without graph.json, which
-    # porter.load refuses, never old and new files mixed.
-    try:
-        staged = stage_weights(directory, weights, limit)  # streamed, a tensor at a time (converters/weights_io.py)
-    except (OSError, RuntimeError) as e:  # a failed write (disk full, EFBIG); no partial weights file is left
-        raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
-    texts = []
-    try:
-        for name, content in extra.items():
-            texts.append((write_temporary_text(os.path.join(directory, name), content), name))
-        texts.append((write_temporary_text(graph_path, text), GRAPH_FILE))
-        if os.path.lexists(graph_path):
-            os.remove(graph_path)
-        commit_weights(directory, staged)
-        for tmp, name in texts:  # graph.json last
-            os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        discard(staged)
-        for tmp, _ in texts:
-            remove_quietly(tmp)
-        raise
+    # porter.load refuses, never old and new files mixed. The whole save holds the folder's lock: another save runs
+    # before or after it, never inside it, and the temporaries a killed save left can be removed safely.
+    with folder_lock(directory) as locked:
+        if locked:  # no other save is writing: every temporary here is a killed save's
+            _remove_stale_temporaries(directory, [GRAPH_FILE, WEIGHTS_FILE, *extra])
+        try:
+            staged = stage_weights(directory, weights, limit)  # streamed, a tensor at a time (weights_io.py)
+        except (OSError, RuntimeError) as e:  # a failed write (disk full, EFBIG); no partial weights file is left
+            raise OSError(getattr(e, "errno", None) or 28, f"cannot write the weights ({e})", weights_path) from e
+        texts = []
+        try:
+            for name, content in extra.items():
+                texts.append((write_temporary_text(os.path.join(directory, name), content), name))
+            texts.append((write_temporary_text(graph_path, text), GRAPH_FILE))
+            if os.path.lexists(graph_path):
+                os.remove(graph_path)
+            commit_weights(directory, staged)
+            for tmp, name in texts:  # graph.json last
+                os.replace(tmp, os.path.join(directory, name))
+        except BaseException:
+            discard(staged)
+            for tmp, _ in texts:
+                remove_quietly(tmp)
+            raise
+
+
+def _remove_stale_temporaries(directory: str, names: list) -> None:
+    """Remove the temporaries (``.<name>.tmp-*``, regular files) a killed save left for the files a save writes
+    (``names``, the index and shards): dead bytes, possibly gigabytes, that an upload of the folder would publish.
+    Called under the folder's lock, so none belongs to a save in progress."""
+    from .files import remove_quietly
+    from .shards import INDEX_FILE, _SHARD_NAME
+
+    owned = set(names) | {INDEX_FILE}
+    for entry in os.listdir(directory):
+        if not entry.startswith(".") or ".tmp-" not in entry:
+            continue
+        base = entry[1:].rsplit(".tmp-", 1)[0]
+        path = os.path.join(directory, entry)
+        if (base in owned or _SHARD_NAME.fullmatch(base)) and os.path.isfile(path) and not os.path.islink(path):
+            remove_quietly(path)
 
 
 NONFINITE = "$float"  # graph.json's spelling of a non-finite number: {"$float": "inf" | "-inf" | "nan"}
@@ -292,10 +313,14 @@ def load(source, *, revision=None, local_files_only=False, max_graph_bytes=None,
     graph_path = os.path.join(directory, GRAPH_FILE)
     if not os.path.lexists(graph_path):
         raise FileNotFoundError(f"porter.load: missing {graph_path!r}; save the model with porter.save first")
-    graph = read_graph(graph_path)
+    graph, stamp = read_graph(graph_path, stamped=True)
     check_graph(graph, graph_path)
     read_config(directory, graph)
     weights = read_weights(directory, graph["params"])
+    if _stamp_of(graph_path) != stamp:  # every file read after graph.json's commit and before any later save's
+        raise ArtifactError(graph_path, "the file", "", "was replaced while the model was being loaded (a save into "
+                            "the folder at the same time?): the weights read may belong to another save; load it "
+                            "again")
     for name, spec in graph["params"].items():
         if list(weights[name].shape) == [1] and spec["torch_shape"] == []:
             weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
@@ -308,7 +333,29 @@ def load(source, *, revision=None, local_files_only=False, max_graph_bytes=None,
     from .graph_budget import check_example
 
     check_example(ported, graph_path)
+    _warn_unused(ported, directory, weights)
     return ported
+
+
+def _warn_unused(ported: PortedModel, directory: str, weights: dict) -> None:
+    """Warn (:class:`UnusedArraysWarning`) about the arrays no node and no mapped layer uses: bytes a user would
+    not see otherwise (the schema accepts them: real models carry unused heads)."""
+    names = ported.unused_params
+    if not names:
+        return
+    import warnings
+
+    from .errors import UnusedArraysWarning
+    from .shards import INDEX_FILE
+
+    index = os.path.join(directory, INDEX_FILE)
+    where = index if os.path.lexists(index) else os.path.join(directory, WEIGHTS_FILE)
+    size = sum(weights[n].nbytes for n in names if n in weights)
+    shown = ", ".join(repr(n[:80]) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    warnings.warn(UnusedArraysWarning(
+        f"porter.load: {where!r} holds {len(names)} array(s) ({size} bytes) outside every mapped layer that no "
+        f"node of graph.json reads: {shown}; they are loaded but the model never uses them", where, names),
+        stacklevel=3)
 
 
 def _open_regular(path: str, limit: int):
@@ -319,18 +366,39 @@ def _open_regular(path: str, limit: int):
     return open_member(path, limit)
 
 
-def read_graph(path: str):
+def read_graph(path: str, *, stamped: bool = False):
     """Parse ``graph.json`` (a regular file, bounded in size, strict JSON: :func:`parse_json`); not yet checked
-    against the schema."""
+    against the schema. ``stamped``: also return the identity of the file read (:func:`_stamp_of`)."""
     fh, _ = _open_regular(path, MAX_GRAPH_BYTES)
     with fh:
+        stamp = _identity(os.fstat(fh.fileno()))
         data = fh.read(MAX_GRAPH_BYTES + 1)
-    return parse_json(data, path)
+    graph = parse_json(data, path)
+    return (graph, stamp) if stamped else graph
 
 
-def _read_header(path: str) -> dict:
+def _identity(info: os.stat_result) -> tuple:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def _stamp_of(path: str):
+    """The identity of the file at ``path`` now (None when it is gone). ``save`` removes ``graph.json`` before it
+    replaces any weights file and renames the new one in last, so a ``graph.json`` that is still the file ``load``
+    read once the weights are read (the same inode, size and times) means that every weights file read was the
+    one that graph.json was committed with: a load racing a save never runs old graph.json with new weights."""
+    try:
+        return _identity(os.stat(path))
+    except OSError:
+        return None
+
+
+def _read_header(path: str, stamps: dict | None = None) -> dict:
+    """The checked header of the safetensors file ``path`` (``__metadata__`` taken out); ``stamps[path]``: the
+    identity of the file read, for the reader of its data to check it opens the same file."""
     fh, size = _open_regular(path, 1 << 62)
     with fh:
+        if stamps is not None:
+            stamps[path] = _identity(os.fstat(fh.fileno()))
         head = fh.read(8)
         if len(head) < 8:
             raise ArtifactError(path, "the file", "", "is too short to be a safetensors file")

@@ -24,7 +24,7 @@ import re
 import mlx.core as mx
 
 from .schema import ArtifactError
-from .serialize import WEIGHTS_FILE, _check_weights, _open_regular, _read_header
+from .serialize import WEIGHTS_FILE, _check_weights, _identity, _open_regular, _read_header
 from .files import remove_quietly, write_temporary_text
 from .limits import check_weight_bytes
 from .weights_io import read_tensors, write_temporary
@@ -163,20 +163,21 @@ def read_weights(directory: str, params: dict) -> dict:
         if not os.path.lexists(path):
             raise FileNotFoundError(f"porter.load: missing {path!r}; save the model with porter.save first")
         _check_unlisted(directory, {WEIGHTS_FILE}, path)
-        header = _read_header(path)
+        stamps = {}
+        header = _read_header(path, stamps)
         _check_weights(header, params, path)
         check_weight_bytes(sum(_nbytes(e) for e in header.values()), directory)
-        return _load_file(path, header)
+        return _load_file(path, header, stamps[path])
     weight_map, total_size = _read_index(index_path)
     files = sorted(set(weight_map.values()))
     _check_unlisted(directory, set(files), index_path)
     for file in files:
         if not os.path.lexists(os.path.join(directory, file)):
             raise ArtifactError(index_path, "weight_map", "", f"names the shard {file!r}, which is not in the folder")
-    total, headers = 0, {}
+    total, headers, stamps = 0, {}, {}
     for file in files:
         path = os.path.join(directory, file)
-        header = headers[file] = _read_header(path)
+        header = headers[file] = _read_header(path, stamps)
         listed = {n for n, f in weight_map.items() if f == file}
         stray = sorted(set(header) - listed)
         if stray:
@@ -202,7 +203,8 @@ def read_weights(directory: str, params: dict) -> dict:
     check_weight_bytes(total, directory)
     weights = {}
     for file in files:
-        weights.update(_load_file(os.path.join(directory, file), headers[file]))
+        path = os.path.join(directory, file)
+        weights.update(_load_file(path, headers[file], stamps[path]))
     return weights
 
 
@@ -279,10 +281,20 @@ def _plain_name(file: str) -> bool:
             and not os.path.isabs(file) and ".." not in file)
 
 
-def _load_file(path: str, header: dict) -> dict:
+def _load_file(path: str, header: dict, stamp: tuple) -> dict:
     """The arrays of one safetensors file, read a tensor at a time from its checked ``header`` (every dtype,
-    float64 and bfloat16 included: ``converters/weights_io.py``)."""
+    float64 and bfloat16 included: ``converters/weights_io.py``), from the very file the header was read from
+    (``stamp``: its device, inode, size and times); a file replaced since is refused, never read with another
+    file's header."""
+    def opener(p):
+        fh = _open_regular(p, 1 << 62)[0]
+        if _identity(os.fstat(fh.fileno())) != stamp:
+            fh.close()
+            raise ArtifactError(path, "the file", "", "was replaced while the model was being loaded (a save into "
+                                "the folder at the same time?); load it again")
+        return fh
+
     try:
-        return read_tensors(path, header, opener=lambda p: _open_regular(p, 1 << 62)[0])
+        return read_tensors(path, header, opener=opener)
     except OSError as e:  # the file changed or shrank since its header was checked
         raise ArtifactError(path, "the file", "", f"cannot be read ({e})") from None

@@ -155,7 +155,12 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
             return [item if item is not None else Submodule("") for item in items]
         record = modules.get(path)
         if record is not None:
-            module = LAYER_TYPES[record["type"]].build(record["config"])
+            try:
+                module = LAYER_TYPES[record["type"]].build(record["config"])
+            except (ValueError, TypeError, OverflowError, RuntimeError) as e:  # MLX's own checks ([quantize] ...)
+                # name no layer: say which recorded layer and which config
+                raise ValueError(f"the {record['type']} layer at {path!r} cannot be built from its recorded config"
+                                 f"{_quant_fields(record['config'])}: {str(e)[:300]}") from None
             layer_keys[path] = list(prefix)
             expected = {k: v for k, v in module.items() if isinstance(v, mx.array)}
         elif existing is not None:  # a child a mapped layer builds itself (MultiheadAttention's out_proj)
@@ -204,6 +209,17 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
     return key_paths, layer_keys
 
 
+def unused_arrays(params: dict, modules: dict, read: set) -> list:
+    """The recorded arrays outside every mapped layer that no node of the program reads (``read``): bytes the
+    artifact carries that the model never uses (an unused head torch kept in its ``state_dict``, or a payload).
+    A mapped layer's arrays are used by the layer, and ones it does not make are refused (:func:`_check_foreign`)."""
+    def in_layer(name):
+        segments = split_path(name)
+        return any(".".join(segments[:i]) in modules for i in range(len(segments)))
+
+    return sorted(n for n in params if n not in read and not in_layer(n))
+
+
 def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, built: set, read) -> None:
     """A mapped layer holds only the arrays it makes, plus arrays of its torch module that program nodes read (a
     custom module's extra parameter): an array attached beside them changed what the layer computes without a
@@ -227,6 +243,12 @@ def _check_foreign(node: dict, record: dict, layer: nn.Module, made: dict, built
             inside = sorted(_arrays_below(child))
             raise ValueError(f"the {kind} layer at {path!r} has no child {key!r}, yet the weights hold "
                              f"{inside[:3]} under it")
+
+
+def _quant_fields(config: dict) -> str:
+    """A quantized layer's recorded ``bits``/``group_size``/``mode`` for a message (MLX's own checks name none)."""
+    fields = [f"{k}={config[k]!r}" for k in ("bits", "group_size", "mode") if k in config]
+    return f" ({', '.join(fields)})" if fields else ""
 
 
 def _optional_arrays(record: dict) -> set:

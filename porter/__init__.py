@@ -26,6 +26,7 @@ _LAZY = {
     "UnsupportedOpsError": ("porter.converters", "UnsupportedOpsError"),
     "CaptureError": ("porter.converters", "CaptureError"),
     "ArtifactError": ("porter.converters", "ArtifactError"),
+    "UnusedArraysWarning": ("porter.converters", "UnusedArraysWarning"),
     "TrainModeError": ("porter.converters", "TrainModeError"),
     "set_max_elements": ("porter.converters", "set_max_elements"),
     "max_elements": ("porter.converters", "max_elements"),

@@ -6,6 +6,7 @@ in memory (:mod:`.budget`).
 """
 
 import keyword
+import re
 
 from .budget import check_input_shapes
 from .errors import CheckpointError, torch_error_line
@@ -49,7 +50,70 @@ class ExampleInputs(tuple):
 
     @property
     def kwargs(self) -> dict:
-        return {n: t for t, n in zip(self, self.names) if n is not None}
+        """The keyword arguments; inputs named with indices (``past[1][0]``) nested into tuples by them
+        (``past=((t00, t01), (t10, t11))``; :func:`parse_input_shapes` checked each level is complete)."""
+        out, trees = {}, {}
+        for t, n in zip(self, self.names):
+            if n is None:
+                continue
+            base, path = split_input_name(n)
+            if not path:
+                out[base] = t
+                continue
+            node = trees.setdefault(base, {})
+            for k in path[:-1]:
+                node = node.setdefault(k, {})
+            node[path[-1]] = t
+            out.setdefault(base, None)
+        for base, tree in trees.items():
+            out[base] = _as_tuples(tree)
+        return out
+
+
+_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[[0-9]{1,4}\])*)")
+MAX_NESTING = 8
+
+
+def split_input_name(name: str) -> tuple:
+    """``"past[1][0]"`` -> ``("past", (1, 0))``; ``"mask"`` -> ``("mask", ())``."""
+    match = _NAME.fullmatch(name)
+    return match.group(1), tuple(int(k) for k in re.findall(r"[0-9]+", match.group(2)))
+
+
+def _as_tuples(tree):
+    if not isinstance(tree, dict):
+        return tree
+    return tuple(_as_tuples(tree[k]) for k in range(len(tree)))
+
+
+def _check_nesting(names, option: str) -> None:
+    """The indexed names of each keyword form whole tuples: at every level the indices are 0..n-1, and no name is
+    both a leaf and a tuple (``past`` with ``past[0]``, ``past[0]`` with ``past[0][1]``)."""
+    groups = {}
+    for name in names:
+        base, path = split_input_name(name)
+        groups.setdefault(base, []).append(path)
+    for base, paths in groups.items():
+        if len(paths) == 1 and paths[0] == ():
+            continue
+        spelled = lambda path: base + "".join(f"[{k}]" for k in path)  # noqa: E731
+        for path in paths:
+            for other in paths:
+                if other != path and other[:len(path)] == path:
+                    raise CheckpointError(f"{option} gives both {spelled(path)!r} and {spelled(other)!r}: an input is "
+                                          "either one tensor or a tuple of them.", f"Give the tensors inside "
+                                          f"{spelled(path)!r} each by its index, e.g. {spelled(path + (0,))}=1,12,7,64.")
+        prefixes = {}
+        for path in paths:
+            for depth in range(len(path)):
+                prefixes.setdefault(path[:depth], set()).add(path[depth])
+        for prefix, indices in sorted(prefixes.items()):
+            missing = [k for k in range(max(indices) + 1) if k not in indices]
+            if missing:
+                raise CheckpointError(f"{option} gives {spelled(prefix + (max(indices),))!r} but not "
+                                      f"{spelled(prefix + (missing[0],))!r}: a tuple argument needs every index from 0.",
+                                      f"Give {spelled(prefix + (missing[0],))}=SHAPE too (every element of the "
+                                      f"tuple {base!r} is an input).")
 
 
 def parse_input_shapes(values, option: str = "--input-shape") -> list:
@@ -71,10 +135,16 @@ def parse_input_shapes(values, option: str = "--input-shape") -> list:
             if "=" in text:  # a keyword input: name=1,32:int64
                 name, _, text = text.partition("=")
                 name = name.strip()
-                if not name.isidentifier() or keyword.iskeyword(name) or len(name) > 128:
+                match = _NAME.fullmatch(name) if len(name) <= 160 else None
+                base = match.group(1) if match else ""
+                if (match is None or not base.isidentifier() or keyword.iskeyword(base) or len(base) > 128
+                        or name.count("[") > MAX_NESTING):
                     raise CheckpointError(f"{option} '{str(value)[:200]}' names the input {name[:80]!r}, which is "
-                                          "not a Python identifier.", "Use the forward's parameter name, e.g. "
-                                          "--input-shape token_type_ids=1,32:int64.")
+                                          "not a Python identifier, optionally with up to "
+                                          f"{MAX_NESTING} indices into a tuple argument.",
+                                          "Use the forward's parameter name, e.g. --input-shape "
+                                          "token_type_ids=1,32:int64, or past_key_values[0][1]=1,12,7,64 for the "
+                                          "second tensor of the first element of a tuple argument.")
                 if name in names:
                     raise CheckpointError(f"{option} gives the input {name!r} twice.", "Give each keyword input once.")
                 names.add(name)
@@ -93,6 +163,7 @@ def parse_input_shapes(values, option: str = "--input-shape") -> list:
                                   "Give the torch-layout shape of one input, e.g. --input-shape 1,3,224,224 (repeat "
                                   "the option for a model with several inputs; 1,32:int64 for token ids).")
         shapes.append(InputShape(shape, dtype, name))
+    _check_nesting([n for n in names], option)
     check_input_shapes(shapes, option)
     return shapes
 

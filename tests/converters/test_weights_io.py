@@ -164,13 +164,17 @@ def test_file_shrunk_after_its_header_was_checked_is_an_artifact_error(tmp_path)
     _, ported = _small_port()
     porter.save(ported, tmp_path)
     path = tmp_path / "model.safetensors"
-    header = _read_header(str(path))
+    stamps = {}
+    header = _read_header(str(path), stamps)
     with open(path, "r+b") as fh:
         fh.truncate(os.path.getsize(path) - 4)
+    from porter.converters.serialize import _identity
     from porter.converters.shards import _load_file
 
-    with pytest.raises(ArtifactError, match="cannot be read.*past the end of the file"):
-        _load_file(str(path), header)
+    with pytest.raises(ArtifactError, match="replaced while the model was being loaded"):  # not the checked file
+        _load_file(str(path), header, stamps[str(path)])
+    with pytest.raises(ArtifactError, match="cannot be read.*past the end of the file"):  # the reader's own bound
+        _load_file(str(path), header, _identity(os.stat(path)))
 
 
 def test_conversion_copies_weights_and_never_writes_torch_memory():
