@@ -412,15 +412,21 @@ def describe(net: FuzzNet) -> str:
     return " -> ".join(parts)
 
 
-def run_seed(seed: int, ops: int = 10, grad: bool = True) -> dict:
-    """Builds seed ``seed``'s network, converts it at size A and compares at A and B. Returns a dict with
-    ``status`` (``ok``, ``refused_b``, or ``fail``), ``problems`` and the network's description."""
+REL64 = 1e-9  # float64 networks: the port computes in float64 too
+
+
+def run_seed(seed: int, ops: int = 10, grad: bool = True, dtype: str = "float32") -> dict:
+    """Builds seed ``seed``'s network (in ``dtype``: float32 or float64), converts it at size A and compares at A and
+    B. Returns a dict with ``status`` (``ok``, ``refused_b``, or ``fail``), ``problems`` and the description."""
     import porter
     from porter.compare import assert_close
     from tests.converter_check import run_ported
 
     net, xa, xb = Builder(seed).build(ops)
-    out = {"seed": seed, "net": describe(net), "problems": [], "status": "ok"}
+    rel = REL
+    if dtype == "float64":
+        net, xa, xb, rel = net.double(), xa.double(), xb.double(), REL64
+    out = {"seed": seed, "net": describe(net), "problems": [], "status": "ok", "dtype": dtype}
     try:
         ported = porter.convert(net, (xa,), io_layout="torch", dynamic="auto")
     except Exception as e:  # noqa: BLE001
@@ -442,17 +448,19 @@ def run_seed(seed: int, ops: int = 10, grad: bool = True) -> dict:
         for k, (a, e) in enumerate(zip(actual, expected)):
             try:
                 assert a.shape == e.shape, f"shape {a.shape} != torch {e.shape}"
-                assert_close(a, e, rtol=REL, atol=REL * 1e-6, what=f"output {k}")
+                assert a.dtype == e.dtype, f"dtype {a.dtype} != torch {e.dtype}"
+                # atol: an output that cancels to ~1e-8 (the mean of a normalised map) is rounding noise
+                assert_close(a, e, rtol=rel, atol=1e-6 if dtype == "float32" else 1e-13, what=f"output {k}")
             except AssertionError as err:
                 out["problems"].append(f"size {label} {tuple(x.shape)} output {k}: {str(err)[:400]}")
     if grad and not out["problems"]:
-        _check_grad(net, ported, xa, out)
+        _check_grad(net, ported, xa, out, rel)
     if out["problems"]:
         out["status"] = "fail"
     return out
 
 
-def _check_grad(net, ported, xa, out):
+def _check_grad(net, ported, xa, out, rel):
     """d/dx of sum(w_k * output_k) over every output, port against torch, at size A (the port takes and gives
     torch's layout: converted with ``io_layout="torch"``)."""
     import mlx.core as mx
@@ -462,19 +470,21 @@ def _check_grad(net, ported, xa, out):
     gen = torch.Generator().manual_seed(1)
     x = xa.clone().requires_grad_()
     outs = net(x)
-    weights = [torch.randn(o.shape, generator=gen) for o in outs]
-    sum(((o * w).sum() for o, w in zip(outs, weights)), torch.zeros(())).backward()
-    wm = [mx.array(w.numpy()) for w in weights]
+    weights = [torch.randn(o.shape, generator=gen, dtype=xa.dtype) for o in outs]
+    sum(((o * w).sum() for o, w in zip(outs, weights)), torch.zeros((), dtype=xa.dtype)).backward()
+    mdt = mx.float64 if xa.dtype == torch.float64 else mx.float32
+    wm = [mx.array(w.numpy(), dtype=mdt) for w in weights]
 
     def loss(v):
         res = ported(v)
         res = res if isinstance(res, (tuple, list)) else (res,)
-        return sum(((o * w).sum() for o, w in zip(res, wm)), mx.array(0.0))
+        return sum(((o * w).sum() for o, w in zip(res, wm)), mx.array(0.0, dtype=mdt))
 
-    g = np.array(mx.grad(loss)(mx.array(xa.numpy())))
+    g = np.array(mx.grad(loss)(mx.array(xa.numpy(), dtype=mdt)))
     try:
         # atol: a gradient that cancels to ~1e-9 everywhere (a softmax over one value, norms of constant rows) is
-        # float32 noise on both sides
-        assert_close(g, x.grad.numpy(), rtol=REL * 5, atol=1e-6, what="input gradient")
+        # rounding noise on both sides
+        assert_close(g, x.grad.numpy(), rtol=rel * 5, atol=1e-6 if mdt == mx.float32 else 1e-12,
+                     what="input gradient")
     except AssertionError as err:
         out["problems"].append(f"gradient at A: {str(err)[:400]}")
