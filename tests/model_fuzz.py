@@ -7,7 +7,9 @@ max/avg/adaptive/LP pooling with ceil mode, norms (batch in eval with random sta
 over channels through permutes), activations, resampling, pixel (un)shuffle, explicit pads, channel slices, strided
 slices, rolls and flips, residual adds and concatenations with earlier values, squeeze-excitation gates, channel
 shuffles, then a hop to tokens (``flatten(2).transpose(1, 2)``: linears, layer norms, multi-head attention, a conv1d
-over the sequence through a transpose, cumsum) and to flat features (linears, eval batch norm). Every op is kept
+over the sequence through a transpose, cumsum), to volumes (``(N, C, 3, H, W)``: conv3d, transposed conv3d, 3-d pools,
+trilinear resampling, back by a mean/max over depth) and 1-d signals (conv1d, pools, linear resampling), and to
+flat features (linears, eval batch norm). Every op is kept
 only if torch runs it at the example size (A) and at a second size (B: other batch, height and width), so the
 network is valid at both.
 
@@ -138,6 +140,28 @@ def apply(step: Step, xs, mod):  # noqa: C901  (one branch per op kind: the voca
         return mod(x.transpose(1, 2)).transpose(1, 2)
     if k == "cumsum":
         return torch.cumsum(x, 1) / x.shape[1]
+    if k == "to_vol":  # (N, C, H, W) -> (N, C, 3, H, W): three different depth slices
+        return torch.stack([x, torch.roll(x, 1, 3), x * 0.5 + 0.1], dim=2)
+    if k == "vol_to_img":
+        return x.mean(2) if a["mean"] else x.amax(2)
+    if k == "to_sig":  # (N, C, H, W) -> (N, C, W)
+        return x.mean(2)
+    if k == "sig_to_vec":
+        return x.mean(-1)
+    if k == "maxpool_nd":
+        fn = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[x.ndim - 3]
+        return fn(x, a["k"], a["s"], a["p"], a["d"], ceil_mode=a["ceil"])
+    if k == "avgpool_nd":
+        fn = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[x.ndim - 3]
+        return fn(x, a["k"], a["s"], a["p"], ceil_mode=a["ceil"], count_include_pad=a["cip"])
+    if k == "adaptive_nd":
+        fn = ((F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d) if a["avg"] else
+              (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d))[x.ndim - 3]
+        return fn(x, a["size"])
+    if k == "interp_nd":
+        mode = a["mode"] if a["mode"] == "nearest" else ("linear", "bilinear", "trilinear")[x.ndim - 3]
+        return F.interpolate(x, scale_factor=a["scale"], mode=mode,
+                             **({} if mode == "nearest" else {"align_corners": a["ac"]}))
     raise AssertionError(k)
 
 
@@ -372,6 +396,54 @@ class Builder:
             return self._try(Step("norm", {}, (i,)), nn.LayerNorm(f))
         return self._try(Step("act", {"name": r.choice(ACTS)}, (i,)))
 
+    def nd_op(self, i: int) -> bool:
+        """An op on a 1-d signal (N, C, L) or a volume (N, C, D, H, W)."""
+        r = self.rng
+        v = self.values[i][0]
+        c, nd = v.shape[1], v.ndim - 2
+        conv, convt, bn = ((nn.Conv1d, nn.ConvTranspose1d, nn.BatchNorm1d), None,
+                           (nn.Conv3d, nn.ConvTranspose3d, nn.BatchNorm3d))[nd - 1]
+        choice = r.choice(["conv", "conv", "convt", "maxpool", "avgpool", "adaptive", "bn", "gn", "act", "act",
+                           "interp", "add"])
+        if choice == "conv":
+            k, stride = r.choice([1, 2, 3]), r.choice([1, 1, 2])
+            pad = r.choice([0, 1, "same"]) if stride == 1 else r.choice([0, 1])
+            cout = r.choice([c, 4, 6])
+            groups = r.choice([g for g in (1, 2) if c % g == 0 and cout % g == 0])
+            mode = r.choice(["zeros", "zeros", "reflect", "replicate", "circular"])
+            return self._try(Step("conv", {}, (i,)), conv(c, cout, k, stride, pad, dilation=r.choice([1, 2]),
+                                                          groups=groups, padding_mode=mode))
+        if choice == "convt":
+            stride, dil = r.choice([1, 2]), r.choice([1, 1, 2])
+            return self._try(Step("convt", {}, (i,)), convt(c, r.choice([c, 4]), r.choice([1, 2, 3]), stride,
+                                                            r.choice([0, 1]), output_padding=r.randrange(max(stride, dil)),
+                                                            dilation=dil))
+        if choice == "maxpool":
+            k = r.choice([2, 3])
+            return self._try(Step("maxpool_nd", {"k": k, "s": r.choice([1, 2, None]), "p": r.randint(0, k // 2),
+                                                 "d": r.choice([1, 1, 2]), "ceil": r.random() < 0.5}, (i,)))
+        if choice == "avgpool":
+            k = r.choice([2, 3])
+            return self._try(Step("avgpool_nd", {"k": k, "s": r.choice([1, 2, None]), "p": r.randint(0, k // 2),
+                                                 "ceil": r.random() < 0.5, "cip": r.random() < 0.5}, (i,)))
+        if choice == "adaptive":
+            return self._try(Step("adaptive_nd", {"avg": r.random() < 0.5, "size": r.choice([1, 2, 3, 5])}, (i,)))
+        if choice == "bn":
+            return self._try(Step("norm", {}, (i,)), bn(c))
+        if choice == "gn":
+            g = r.choice([g for g in (1, 2, c) if c % g == 0])
+            spatial = v[0, 0].numel()
+            if (c // g) * spatial < 2 or (c // g) * self.values[i][1][0, 0].numel() < 2:
+                return False
+            return self._try(Step("norm", {}, (i,)), nn.GroupNorm(g, c))
+        if choice == "act":
+            return self._try(Step("act", {"name": r.choice(ACTS)}, (i,)))
+        if choice == "interp":
+            return self._try(Step("interp_nd", {"mode": r.choice(["nearest", "linear"]), "scale": r.choice([2, 0.5, 1.5]),
+                                                "ac": r.random() < 0.5}, (i,)))
+        j = self._partner(i, "shape")
+        return j is not None and self._try(Step("add", {"w": 0.5}, (i, j)))
+
     def build(self, ops: int = 10):
         r = self.rng
         tries = 0
@@ -379,16 +451,29 @@ class Builder:
             tries += 1
             kinds = {v[2] for v in self.values}
             phase = "img"
-            if "seq" in kinds and r.random() < 0.6:
-                phase = "seq"
-            if "vec" in kinds and r.random() < 0.5:
-                phase = "vec"
+            for kind, chance in (("vol", 0.6), ("sig", 0.6), ("seq", 0.6), ("vec", 0.5)):
+                if kind in kinds and r.random() < chance:
+                    phase = kind
+            if phase == "img" and r.random() < 0.12:  # a hop to a volume or a 1-d signal and (later) back
+                i = self._pick("img")
+                self._try(Step("to_vol", {}, (i,)), kind="vol") if r.random() < 0.5 else \
+                    self._try(Step("to_sig", {}, (i,)), kind="sig")
+                continue
+            if phase == "vol" and r.random() < 0.2:
+                self._try(Step("vol_to_img", {"mean": r.random() < 0.5}, (self._pick("vol"),)), kind="img")
+                continue
+            if phase == "sig" and r.random() < 0.15:
+                self._try(Step("sig_to_vec", {}, (self._pick("sig"),)), kind="vec")
+                continue
             if phase == "img" and len(self.steps) >= ops // 2 and r.random() < 0.25:
                 i = self._pick("img")
                 if r.random() < 0.5:
                     self._try(Step("to_seq", {}, (i,)), kind="seq")
                 else:
                     self._try(Step("to_vec", {"mean": r.random() < 0.5}, (i,)), kind="vec")
+                continue
+            if phase in ("vol", "sig"):
+                self.nd_op(self._pick(phase))
                 continue
             if phase == "seq" and r.random() < 0.15:
                 self._try(Step("seq_to_vec", {}, (self._pick("seq"),)), kind="vec")
