@@ -238,6 +238,31 @@ def test_weight_transform_is_cached_per_weight_and_dropped_with_it(monkeypatch):
     assert _native.winograd_cache_info()["entries"] == 0
 
 
+def test_only_calls_with_few_tiles_keep_the_weight_transform(monkeypatch):
+    """Issue 15: a large call (batch 8 of ResNet's 7x7 convs) holding 16/9 of its weights as cached transforms put
+    wide_resnet50_2's peak above torch's; the transform's time is a small share of a call with many tiles."""
+    spy = _Spy(monkeypatch)
+    monkeypatch.setattr(_native, "WINOGRAD_FUSED_2D", False)
+    _native.clear_winograd_cache()
+    torch.manual_seed(0)
+    w = torch.randn(24, 16, 3, 3)
+    small, large = torch.randn(1, 16, 15, 15), torch.randn(3, 16, 13, 11)
+    assert _native._winograd_tiles((1, 15, 15, 16), (1, 1), (1, 1)) == 64 == _native.WINOGRAD_CACHE_MAX_TILES
+    assert _native._winograd_tiles((3, 13, 11, 16), (1, 1), (1, 1)) == 3 * 7 * 6
+    wm = _w(w)
+    for x in (large, large):
+        np.testing.assert_allclose(_nchw(PF.conv2d(_nhwc(x), wm, padding=1)), TF.conv2d(x, w, padding=1).numpy(),
+                                   rtol=1e-4, atol=1e-4)
+    assert _native.winograd_cache_info()["entries"] == 0
+    np.testing.assert_allclose(_nchw(PF.conv2d(_nhwc(small), wm, padding=1)), TF.conv2d(small, w, padding=1).numpy(),
+                               rtol=1e-4, atol=1e-4)
+    info = _native.winograd_cache_info()
+    assert info["entries"] == 1 and info["bytes"] == 16 * 16 * 24 * 4
+    np.testing.assert_allclose(_nchw(PF.conv2d(_nhwc(large), wm, padding=1)), TF.conv2d(large, w, padding=1).numpy(),
+                               rtol=1e-4, atol=1e-4)  # a large call after a small one: still right
+    assert spy.calls == 4
+
+
 def test_weight_changed_in_place_is_transformed_again():
     torch.manual_seed(0)
     x, w = torch.randn(1, 16, 10, 10), torch.randn(16, 16, 3, 3)
