@@ -264,9 +264,28 @@ def winograd_conv3x3(x: mx.array, weight: mx.array, lo: tuple, hi: tuple) -> mx.
     The input gradient runs as Winograd too (padding <= 2); the weight gradient in the Winograd domain from
     :data:`WINOGRAD_WEIGHT_GRAD_MIN_TILES` output tiles on (``V^T @ dM`` and the weight transform's adjoint, the
     3-d passes with one frame), else MLX's conv's; vmap is MLX's conv's (jvp: conv's bilinear rule), through
-    ``mx.custom_function``."""
-    u = mx.stop_gradient(kernels().winograd_weight(weight))  # the custom VJP differentiates `weight` directly
+    ``mx.custom_function``. A call with more than :data:`WINOGRAD_CACHE_MAX_TILES` output tiles transforms the
+    weight for itself and caches nothing (issue 15: peak memory)."""
+    keep = _winograd_tiles(x.shape, lo, hi) <= WINOGRAD_CACHE_MAX_TILES
+    u = mx.stop_gradient(kernels().winograd_weight(weight, cache=keep))  # the VJP differentiates `weight` directly
     return _winograd_op(tuple(lo), tuple(hi))(x, weight, u)
+
+
+# The cached transform of a 3x3 weight holds 16/9 its bytes for as long as the weight lives, and what it saves is
+# the transform's time, a share of the conv that falls as 1/tiles (the GEMMs grow with the tiles, the transform does
+# not). So only calls with at most this many output tiles (N * ceil(Ho/2) * ceil(Wo/2)) cache it: batch 1 up to a
+# 16x16 output, batch 4 at 7x7. Measured (1 thread, CPU ms, cached -> transformed per call): 1024->1024 at 1x7x7
+# (16 tiles) 18 -> 93, 8x7x7 (128) 70 -> 135; 512->512 at 8x14x14 (392) 50 -> 59; 256->256 at 8x28x28 (1568)
+# 70 -> 66. wide_resnet50_2 at batch 8 held 234 MB of transforms (its MLX peak 632 -> 422 MB without them, peak RSS
+# 788 -> 599 MB against torch's 688) for 3.3% of its forward's CPU time. A transform cached by a small call is
+# still only used by small calls (a large one asks for no cache, so it looks none up).
+WINOGRAD_CACHE_MAX_TILES = 64
+
+
+def _winograd_tiles(shape: tuple, lo: tuple, hi: tuple) -> int:
+    """Output tiles (2x2) of a stride-1 3x3 conv of an input of ``shape`` ``(N, H, W, C)`` with padding ``lo``/``hi``."""
+    n, h, w = shape[0], shape[1], shape[2]
+    return n * ((h + lo[0] + hi[0] - 1) // 2) * ((w + lo[1] + hi[1] - 1) // 2)
 
 
 def winograd_depth_taps(weight: mx.array):
@@ -324,8 +343,7 @@ def _winograd_fused_2d(shape: tuple, c_out: int, lo: tuple, hi: tuple) -> bool:
     """Whether a 2-d Winograd forward of an input of ``shape`` ``(N, H, W, C_in)`` runs fused (see above)."""
     if not WINOGRAD_FUSED_2D or max(lo + hi) > 2:
         return False
-    n, h, w, c_in = shape
-    tiles = n * ((h + lo[0] + hi[0] - 1) // 2) * ((w + lo[1] + hi[1] - 1) // 2)
+    c_in, tiles = shape[3], _winograd_tiles(shape, lo, hi)
     return (16 * tiles * (c_in + c_out) * 4 >= WINOGRAD_FUSED_MIN_BYTES and tiles >= WINOGRAD3D_FUSED_MIN_ROWS
             and tiles >= WINOGRAD_FUSED_ROWS_PER_CHANNEL * max(c_in, c_out) and _fused_blas())
 

@@ -17,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import _native
+from ._batch_norm_train import batch_norm_train
 from ._precision import upcast
 
 FUSED_ACTIVATIONS = ("relu", "relu6", "silu", "hardswish")  # BatchNorm.eval_activation
@@ -74,11 +75,9 @@ class BatchNorm(nn.BatchNorm):
             if count == 1 and self.training:
                 raise ValueError(
                     f"[BatchNorm] expected more than 1 value per channel when training, got input size {x.shape}")
-            axes = tuple(range(x.ndim - 1))
-            # statistics in float32 at least, as torch computes them for half inputs
-            xs = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x
-            mean = mx.mean(xs, axis=axes)
-            var = mx.var(xs, axis=axes)
+            # statistics in float32 at least, as torch computes them for half inputs; torch's backward formula
+            # (saves the input only, _batch_norm_train.py)
+            y, mean, var = batch_norm_train(x, self.get("weight"), self.get("bias"), self.eps)
             if self.training and self.track_running_stats:
                 self.num_batches_tracked = self.num_batches_tracked + 1
                 factor = (1.0 / self.num_batches_tracked.astype(mx.float32) if self.momentum is None
@@ -90,9 +89,6 @@ class BatchNorm(nn.BatchNorm):
                                     ).astype(self.running_var.dtype)
         else:
             return self._eval_affine(x)
-        y = (xs - mean) * mx.rsqrt(var + self.eps)
-        if "weight" in self:
-            y = upcast(self.weight) * y + upcast(self.bias)
         return y.astype(x.dtype)  # rounded once, as torch's half kernels do
 
     def eval_activation(self, x: mx.array, activation: str):

@@ -238,6 +238,31 @@ def test_weight_transform_is_cached_per_weight_and_dropped_with_it(monkeypatch):
     assert _native.winograd_cache_info()["entries"] == 0
 
 
+def test_only_calls_with_few_tiles_keep_the_weight_transform(monkeypatch):
+    """Issue 15: a large call (batch 8 of ResNet's 7x7 convs) holding 16/9 of its weights as cached transforms put
+    wide_resnet50_2's peak above torch's; the transform's time is a small share of a call with many tiles."""
+    spy = _Spy(monkeypatch)
+    monkeypatch.setattr(_native, "WINOGRAD_FUSED_2D", False)
+    _native.clear_winograd_cache()
+    torch.manual_seed(0)
+    w = torch.randn(24, 16, 3, 3)
+    small, large = torch.randn(1, 16, 15, 15), torch.randn(3, 16, 13, 11)
+    assert _native._winograd_tiles((1, 15, 15, 16), (1, 1), (1, 1)) == 64 == _native.WINOGRAD_CACHE_MAX_TILES
+    assert _native._winograd_tiles((3, 13, 11, 16), (1, 1), (1, 1)) == 3 * 7 * 6
+    wm = _w(w)
+    for x in (large, large):
+        np.testing.assert_allclose(_nchw(PF.conv2d(_nhwc(x), wm, padding=1)), TF.conv2d(x, w, padding=1).numpy(),
+                                   rtol=1e-4, atol=1e-4)
+    assert _native.winograd_cache_info()["entries"] == 0
+    np.testing.assert_allclose(_nchw(PF.conv2d(_nhwc(small), wm, padding=1)), TF.conv2d(small, w, padding=1).numpy(),
+                               rtol=1e-4, atol=1e-4)
+    info = _native.winograd_cache_info()
+    assert info["entries"] == 1 and info["bytes"] == 16 * 16 * 24 * 4
+    np.testing.assert_allclose(_nchw(PF.conv2d(_nhwc(large), wm, padding=1)), TF.conv2d(large, w, padding=1).numpy(),
+                               rtol=1e-4, atol=1e-4)  # a large call after a small one: still right
+    assert spy.calls == 4
+
+
 def test_weight_changed_in_place_is_transformed_again():
     torch.manual_seed(0)
     x, w = torch.randn(1, 16, 10, 10), torch.randn(16, 16, 3, 3)
@@ -393,3 +418,20 @@ def test_fused_forward_is_taken_by_large_convs_and_matches_torch(forward_pass, m
     np.testing.assert_allclose(_nchw(out[0]), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(_nchw(vjp[0]), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.array(vjp[1]).transpose(0, 3, 1, 2), wt.grad.numpy(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("c_out,c_in", [(1, 1), (64, 16), (70, 19), (130, 33)])
+def test_weight_transform_is_g_w_gt_exactly(c_out, c_in):
+    """The blocked weight transform (64 output x 16 input channels a block, partial blocks at both edges) against
+    ``G g G^T`` written out in float32 in the kernel's order of operations: equal to the bit."""
+    w = np.random.default_rng(c_out).standard_normal((c_out, 3, 3, c_in)).astype(np.float32)
+    u = np.array(_native.kernels().winograd_weight(mx.array(w), cache=False))
+    g, h = w.reshape(c_out, 9, c_in), np.float32(0.5)
+    r0, r1, r2 = g[:, 0:3], g[:, 3:6], g[:, 6:9]  # kernel rows: (C_out, 3 columns, C_in) each
+    t = [r0, h * (r0 + r1 + r2), h * (r0 - r1 + r2), r2]  # G g
+    want = np.empty((16, c_in, c_out), np.float32)
+    for a in range(4):
+        c0, c1, c2 = t[a][:, 0], t[a][:, 1], t[a][:, 2]
+        for b, v in enumerate([c0, h * (c0 + c1 + c2), h * (c0 - c1 + c2), c2]):
+            want[4 * a + b] = v.T
+    np.testing.assert_array_equal(u, want)
