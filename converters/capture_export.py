@@ -43,12 +43,36 @@ def _hint(size):
         return None
 
 
+def owns_storage(val: torch.Tensor) -> bool:
+    """Whether ``val`` (a FakeTensor of the capture, or a real tensor) is provably contiguous, at storage offset 0,
+    over a storage of exactly its own elements, for every size the capture allows (symbolic sizes are compared
+    without adding guards: what is not known stays False). A view of a larger storage (a slice, a transposed or
+    expanded tensor) is not: its flattened values are not what its storage holds."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    try:
+        if val.layout != torch.strided or val.is_quantized:
+            return False
+        if not statically_known_true(val.storage_offset() == 0):
+            return False
+        expected = 1  # the contiguous stride of the next dim out; built from the strides once proven equal, since
+        for size, stride in reversed(list(zip(val.shape, val.stride()))):  # the solver proves more of those forms
+            if statically_known_true(size == 1):
+                continue
+            if not statically_known_true(stride == expected):
+                return False
+            expected = stride * size
+        return bool(statically_known_true(val.untyped_storage().nbytes() == expected * val.element_size()))
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, functional wrappers)
+        return False
+
+
 def value_meta(val) -> ValueMeta:
     """ValueMeta of an example value (FakeTensor, SymInt, list...)."""
     if isinstance(val, torch.Tensor):
         shape = [_static_or_symbol(s) for s in val.shape]
         hint = [int(s) if isinstance(s, int) else _hint(s) for s in val.shape]
-        return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint)
+        return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint, owns_storage=owns_storage(val))
     if isinstance(val, bool):
         return ValueMeta("bool")
     if isinstance(val, (int, torch.SymInt)):

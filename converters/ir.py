@@ -28,6 +28,9 @@ class ValueMeta:
     ``kind``: "tensor", "int", "float", "bool", "list" or "none". For tensors, ``shape`` holds an int for a size that
     is static and a string (the symbolic expression) for a dynamic one; ``dtype`` is a name like "float32".
     ``hint`` holds the example's concrete sizes. For "list", ``items`` holds the element metas.
+    ``owns_storage``: the capture showed the tensor contiguous, at storage offset 0, over a storage of exactly its
+    own elements (its flattened values are its whole storage: what ``as_strided`` reads); None when not shown.
+    Conversion-time evidence only, not written to graph.json.
     """
 
     kind: str
@@ -35,6 +38,7 @@ class ValueMeta:
     dtype: Optional[str] = None
     items: Optional[list] = None
     hint: Optional[list] = None
+    owns_storage: Optional[bool] = None
 
     @property
     def rank(self) -> int:
