@@ -28,9 +28,10 @@ class ValueMeta:
     ``kind``: "tensor", "int", "float", "bool", "list" or "none". For tensors, ``shape`` holds an int for a size that
     is static and a string (the symbolic expression) for a dynamic one; ``dtype`` is a name like "float32".
     ``hint`` holds the example's concrete sizes. For "list", ``items`` holds the element metas.
-    ``owns_storage``: the capture showed the tensor contiguous, at storage offset 0, over a storage of exactly its
-    own elements (its flattened values are its whole storage: what ``as_strided`` reads); None when not shown.
-    Conversion-time evidence only, not written to graph.json.
+    ``storage_order``: the capture showed the tensor's storage holding exactly its elements, at offset 0, with the
+    dims in this order (outermost first; ``list(range(rank))`` when contiguous): what ``as_strided`` reads is then
+    the tensor permuted to this order and flattened. None when not shown. Conversion-time evidence only, not
+    written to graph.json.
     """
 
     kind: str
@@ -38,7 +39,7 @@ class ValueMeta:
     dtype: Optional[str] = None
     items: Optional[list] = None
     hint: Optional[list] = None
-    owns_storage: Optional[bool] = None
+    storage_order: Optional[list] = None
 
     @property
     def rank(self) -> int:

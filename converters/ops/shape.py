@@ -594,8 +594,9 @@ def convert_tensor_split_tensor(ctx, call):
 @kernel("as_strided", inputs=[TENSOR], attrs={"size": Seq(Int(0, INT_LIMIT)), "stride": Seq(Int(0, INT_LIMIT)),
                                                "offset": Int(0, INT_LIMIT)})
 def k_as_strided(x, *, size, stride, offset):
-    """torch's ``as_strided`` of a contiguous ``x`` (torch layout): element ``i`` of the result is
-    ``x.flatten()[offset + sum(i_d * stride_d)]``, a gather of positions (overlapping windows allowed)."""
+    """torch's ``as_strided`` over the storage ``x`` holds (``x`` given in its storage's dim order, so its flattened
+    values are that storage): element ``i`` of the result is ``x.flatten()[offset + sum(i_d * stride_d)]``, a
+    gather of positions (overlapping windows allowed)."""
     if len(size) != len(stride):
         raise ValueError(f"as_strided: mismatch in length of strides and shape ({len(stride)} vs {len(size)})")
     if any(int(v) < 0 for v in [*size, *stride]):
@@ -626,15 +627,20 @@ def k_as_strided_sized(x, size, stride, *, offset):
 @register("aten.as_strided.default", "aten.as_strided_copy.default")
 def convert_as_strided(ctx, call):
     """On a model input or a stored tensor (contiguous in torch), or on an intermediate value the capture showed
-    owning a contiguous storage of exactly its own elements (``ValueMeta.owns_storage``: HF Longformer's ``_chunk``
-    of a freshly reshaped tensor): its flattened values are then its storage. Refused on any other intermediate,
-    which may be a view of a larger or differently ordered storage the port does not track. Sizes and strides may
-    be symbolic (read at run time); the storage offset must be a number."""
+    holding exactly its own elements in its storage (``ValueMeta.storage_order``: contiguous, or dense in another
+    dim order, as HF Longformer's ``_chunk`` of a ``transpose(1, 2).reshape(...)`` that torch makes a view): the
+    storage is then the value permuted to that order and flattened. Refused on any other intermediate, a view of a
+    larger storage or at an offset, which the port does not track. Sizes and strides may be symbolic (read at run
+    time); the storage offset must be a number."""
     x = call.arg("self")
-    if not (x.name in ctx.graph.inputs or ctx.is_param(x) or ctx.meta(x).owns_storage):
+    rank = ctx.meta(x).rank
+    order = ctx.meta(x).storage_order
+    if x.name in ctx.graph.inputs or ctx.is_param(x):
+        order = list(range(rank))
+    if order is None:
         call.fail("self", "as_strided reads the storage behind its input; the port supports it on a model input, "
-                          "a stored tensor, or an intermediate value that is contiguous over a storage of exactly "
-                          "its own elements, not on a view of other storage (a slice, a transpose, an expand)")
+                          "a stored tensor, or an intermediate value whose storage holds exactly its own elements, "
+                          "not on a view of other storage (a slice, an expand, a view at an offset)")
     size, stride = list(call.arg("size")), list(call.arg("stride"))
     offset = (call.arg("storage_offset") if call.has("storage_offset") else None) or 0
     if not isinstance(offset, int) or isinstance(offset, bool):
@@ -646,12 +652,12 @@ def convert_as_strided(ctx, call):
         call.fail("size", f"as_strided takes integer sizes and strides, got {size} and {stride}")
     if any(v < 0 for v in numbers):
         call.fail("stride", f"as_strided takes non-negative sizes, strides and offset, got {[*size, *stride, offset]}")
-    rank = ctx.meta(x).rank
+    source = ctx.tensor(x, tuple(order))  # the storage, in order
     if len(numbers) == len(size) + len(stride) + 1:
-        ctx.emit("as_strided", [ctx.tensor(x, L.identity(rank))],
+        ctx.emit("as_strided", [source],
                  {"size": size, "stride": stride, "offset": offset}, perm=L.identity(len(size)))
     else:
-        ctx.emit("as_strided_sized", [ctx.tensor(x, L.identity(rank)), ctx.value(size), ctx.value(stride)],
+        ctx.emit("as_strided_sized", [source, ctx.value(size), ctx.value(stride)],
                  {"offset": offset}, perm=L.identity(len(size)))
 
 

@@ -47,7 +47,7 @@ def test_gradients_accumulate_over_overlaps_as_in_torch():
 
 def test_refusals_name_the_argument():
     intermediate = nn.Module()
-    intermediate.forward = lambda x: torch.as_strided(x.t() * 2, (2, 2), (1, 2))
+    intermediate.forward = lambda x: torch.as_strided((x * 2)[1:], (2, 2), (1, 2))
     with pytest.raises(NotImplementedError, match="'self'"):
         porter.convert(intermediate.eval(), torch.randn(3, 4), io_layout="torch")
     from porter.converters.ops.shape import k_as_strided
@@ -111,16 +111,38 @@ class _Lambda(nn.Module):
 @pytest.mark.parametrize("fn", [
     lambda x: torch.as_strided((x * 2)[:, 1:], (2, 2), (1, 2)),  # a slice: offset into a larger storage
     lambda x: torch.as_strided((x * 2)[:, :2], (2, 2), (1, 2)),  # a slice at offset 0, storage still larger
-    lambda x: torch.as_strided((x * 2).t(), (2, 2), (1, 2)),  # every element, transposed order
+    lambda x: torch.as_strided((x * 2)[:2], (2, 2), (1, 2)),  # dense rows at offset 0 of a larger storage
     lambda x: torch.as_strided((x * 2)[:1].expand(3, 4), (2, 2), (1, 2)),  # a zero stride
     lambda x: torch.as_strided((x * 2).view(-1)[2:].view(2, 5), (2, 2), (1, 2)),  # contiguous at an offset
-], ids=["slice", "slice_at_0", "transposed", "expanded", "offset_view"])
+], ids=["slice", "slice_at_0", "rows_at_0", "expanded", "offset_view"])
 def test_views_of_other_storage_stay_refused_by_name(fn):
     with pytest.raises(NotImplementedError, match="'self'.*not on a view of other storage"):
         porter.convert(_Lambda(fn).eval(), torch.randn(3, 4), io_layout="torch")
 
 
-def test_a_contiguous_copy_of_a_view_owns_its_storage():
-    """``.contiguous()`` of a transposed intermediate is a copy: its storage is its own."""
-    check_converted(_Lambda(lambda x: torch.as_strided((x * 2).t().contiguous(), (3, 2), (1, 3))).eval(),
-                    torch.randn(3, 4), rel=0)
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.as_strided((x * 2).t().contiguous(), (3, 2), (1, 3)),  # a copy: its storage is its own
+    lambda x: torch.as_strided((x * 2).t(), (3, 2), (1, 3)),  # every element, the storage in transposed order
+    lambda x: torch.as_strided((x * 2).t().unsqueeze(1), (4, 2), (2, 1)),  # a size-1 dim in between
+], ids=["contiguous_copy", "transposed", "unsqueezed"])
+def test_an_intermediate_whose_storage_is_its_own_elements_in_any_order(fn):
+    check_converted(_Lambda(fn).eval(), torch.randn(3, 4), torch.randn(5, 4), rel=0)
+
+
+class HeadsChunked(nn.Module):
+    """Longformer's query path: a (L, B, H*d) projection seen as (B, H, L, d) and ``reshape``d to (B*H, L, d) is a
+    view in torch (B and H merge), so ``_chunk``'s ``as_strided`` reads a storage laid out (L, B*H, d), not in the
+    chunked tensor's dim order. Two heads of 3 (static, as a model's head sizes are)."""
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        projected = (x.transpose(0, 1) * 2 + 1).contiguous()  # (L, B, 6)
+        heads = projected.view(n, b, 2, 3).transpose(0, 1).transpose(1, 2).reshape(b * 2, n, 3)
+        h = heads.view(b * 2, n // 4, 4, 3)
+        size, stride = list(h.size()), list(h.stride())
+        size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+        return h.as_strided(size=size, stride=stride)
+
+
+def test_a_view_in_another_dim_order_reads_its_storage_as_torch_does():
+    check_converted(HeadsChunked().eval(), torch.randn(2, 8, 6), torch.randn(3, 12, 6), rel=0)
