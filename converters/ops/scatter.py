@@ -113,8 +113,9 @@ def k_index_scatter(x, index, src, *, axis, reduce, alpha):
     if x.ndim == 0:
         return k_index_scatter(x.reshape(1), index.reshape(-1), src, axis=0, reduce=reduce, alpha=alpha).reshape(())
     index = checked_indices(index.reshape(-1), x.shape[axis], "index_add/index_copy/index_fill") % x.shape[axis]
-    key = [slice(None)] * x.ndim
-    key[axis] = index
+    # no trailing slice(None)s in the key: with them MLX 0.32's scatter-add VJP fails ("[reshape] Cannot reshape
+    # array of size E into shape (E, C)" for x.at[(index, slice(None))].add(v)); without, it is right
+    key = [slice(None)] * axis + [index]
     shape = list(x.shape)
     shape[axis] = index.size
     if isinstance(src, mx.array) and src.ndim > 0:
