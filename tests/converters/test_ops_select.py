@@ -354,6 +354,36 @@ def test_gradients_through_scatters_indexed_by_the_graph():
     assert result["ok"], result
 
 
+class TiedExtremes(nn.Module):
+    """``scatter_reduce`` amax/amin where sources tie with each other (a repeated message) and with ``self``."""
+
+    def __init__(self, reduce, include_self):
+        super().__init__()
+        self.reduce, self.include_self = reduce, include_self
+
+    def forward(self, x, index):
+        messages = x[torch.arange(index.shape[0]) % x.shape[0]]  # rows 0 and 1 sent twice to the same targets
+        base = x.flip(0) if self.include_self else torch.zeros_like(x)
+        return base.scatter_reduce(0, index.unsqueeze(-1).expand(-1, x.shape[1]), messages, reduce=self.reduce,
+                                   include_self=self.include_self)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_scatter_reduce_extremes_share_the_gradient_among_ties_as_torch(reduce, include_self):
+    """Torch divides the gradient evenly among every entry equal to the result (self included where it counts);
+    MLX's scatter-max VJP gave each tied source all of it (a GraphSAGE max over repeated messages was 2x off)."""
+    from porter.validation.grads import grad_parity
+
+    model = TiedExtremes(reduce, include_self).eval()
+    x = torch.randn(5, 3)
+    index = torch.tensor([0, 1, 2, 3, 4, 0, 1])  # self row 4 - i meets source i at target i when flipped: ties
+    ported = porter.convert(model, (x, index), io_layout="torch")
+    for data in (x, torch.tensor([[1.0, 2, 2], [0, 0, 1], [2, 2, 2], [0, 1, 0], [1, 0, 3]])):
+        result = grad_parity(model, ported, (data, index), rtol=1e-5, atol=1e-6, seed=0)
+        assert result["ok"], result
+
+
 def test_hostile_fold_geometry_is_refused_before_work():
     """A graph's kernel size / padding (attrs read from graph.json) cannot make unfold build 4e9 columns."""
     from porter.converters.limits import ResourceLimitError
