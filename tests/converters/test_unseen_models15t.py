@@ -162,7 +162,7 @@ def test_longformer_global_attention_is_refused_naming_the_line():
         porter.convert(model, (x, mask), io_layout="torch", dynamic="batch")
 
 
-@pytest.mark.slow  # the all-dims capture alone is 50 s CPU
+@pytest.mark.slow  # the all-dims capture alone is 50 s CPU (290 s wall on the loaded machine)
 def test_longformer_at_a_multiple_of_the_window_follows_other_multiples():
     torch.manual_seed(0)
     model = build("longformer")
@@ -174,7 +174,7 @@ def test_longformer_at_a_multiple_of_the_window_follows_other_multiples():
             run_ported(ported, _longformer_ids(2, n)(3))
 
 
-@pytest.mark.slow  # the all-dims capture alone is 67 s CPU
+@pytest.mark.slow  # the all-dims capture alone is 67 s CPU (300 s wall on the loaded machine)
 def test_longformer_at_a_padded_length_follows_other_padded_lengths():
     model = build("longformer")
     ported = porter.convert(model, _longformer_ids(2, 13)(0), io_layout="torch", dynamic="all")
