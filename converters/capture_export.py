@@ -35,6 +35,11 @@ def _static_or_symbol(size):
     return int(size) if isinstance(size, int) or is_concrete_int(size) else str(size)
 
 
+def _number(value):
+    """An int, or a symbolic int's value at the example (None when it has none)."""
+    return int(value) if isinstance(value, int) else _hint(value)
+
+
 def _hint(size):
     node = getattr(size, "node", None)
     try:
@@ -43,12 +48,49 @@ def _hint(size):
         return None
 
 
+def storage_order(val: torch.Tensor):
+    """The dims of ``val`` (a FakeTensor of the capture, or a real tensor), outermost first, in which its storage
+    starts with exactly its elements: storage offset 0 and the strides dense in that order (``val.permute(order)``
+    contiguous), proven for every size the capture allows (symbolic sizes compared without adding guards; the order
+    itself read from the example's strides); and the storage no larger than the elements, proven or, where the
+    solver cannot (``s//(s//4)`` forms of a ``view``), at the example. At another size a larger storage could only
+    matter to a read past the elements, which the ``as_strided`` kernel refuses at run time. None when not shown:
+    a slice, an expand, a view at an offset or of a larger storage; their flattened values are not their storage."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    try:
+        if val.layout != torch.strided or val.is_quantized:
+            return None
+        if not statically_known_true(val.storage_offset() == 0):
+            return None
+        strides = list(val.stride())
+        hints = [_number(st) for st in strides]
+        if None in hints:
+            return None
+        order = sorted(range(val.dim()), key=lambda d: -hints[d])  # stable: ties keep torch's dim order
+        expected = 1  # the dense stride of the next dim out; built from the strides once proven equal, since the
+        for d in reversed(order):  # solver proves more of those forms than of products of sizes
+            size = val.shape[d]
+            if statically_known_true(size == 1):
+                continue
+            if not statically_known_true(strides[d] == expected):
+                return None
+            expected = strides[d] * size
+        nbytes, needed = val.untyped_storage().nbytes(), expected * val.element_size()
+        at_example = _number(needed)
+        if not (statically_known_true(nbytes == needed) or (at_example is not None and _number(nbytes) == at_example)):
+            return None  # a view of a larger storage at the example
+        return order
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, functional wrappers)
+        return None
+
+
 def value_meta(val) -> ValueMeta:
     """ValueMeta of an example value (FakeTensor, SymInt, list...)."""
     if isinstance(val, torch.Tensor):
         shape = [_static_or_symbol(s) for s in val.shape]
         hint = [int(s) if isinstance(s, int) else _hint(s) for s in val.shape]
-        return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint)
+        return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint, storage_order=storage_order(val))
     if isinstance(val, bool):
         return ValueMeta("bool")
     if isinstance(val, (int, torch.SymInt)):

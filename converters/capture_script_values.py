@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from .capture_export import _dtype_name
+from .capture_export import _dtype_name, storage_order
 from .ir import Ref, ValueMeta
 
 
 def meta(value) -> ValueMeta:
     if isinstance(value, torch.Tensor):
         shape = [int(s) for s in value.shape]
-        return ValueMeta("tensor", shape, _dtype_name(value.dtype), hint=list(shape))
+        return ValueMeta("tensor", shape, _dtype_name(value.dtype), hint=list(shape), storage_order=storage_order(value))
     if isinstance(value, bool):
         return ValueMeta("bool")
     if isinstance(value, int):

@@ -28,6 +28,10 @@ class ValueMeta:
     ``kind``: "tensor", "int", "float", "bool", "list" or "none". For tensors, ``shape`` holds an int for a size that
     is static and a string (the symbolic expression) for a dynamic one; ``dtype`` is a name like "float32".
     ``hint`` holds the example's concrete sizes. For "list", ``items`` holds the element metas.
+    ``storage_order``: the capture showed the tensor's storage holding exactly its elements, at offset 0, with the
+    dims in this order (outermost first; ``list(range(rank))`` when contiguous): what ``as_strided`` reads is then
+    the tensor permuted to this order and flattened. None when not shown. Conversion-time evidence only, not
+    written to graph.json.
     """
 
     kind: str
@@ -35,6 +39,7 @@ class ValueMeta:
     dtype: Optional[str] = None
     items: Optional[list] = None
     hint: Optional[list] = None
+    storage_order: Optional[list] = None
 
     @property
     def rank(self) -> int:

@@ -104,7 +104,7 @@ def astype(ported, dtype):
     weights = {}
     for key, array in live.items():
         if mx.issubdtype(array.dtype, mx.floating):
-            array = array.astype(target)
+            array = _saturating_cast(array, target)
             graph["params"][key]["dtype"] = name
         weights[key] = array
     if name in HALF_NAMES:
@@ -118,6 +118,18 @@ def astype(ported, dtype):
     for name, m in copy.named_modules():  # the same tree: each module keeps its mode (refusals as checked)
         m._training = modes.get(name, m.training)
     return copy
+
+
+def _saturating_cast(array, target):
+    """``array.astype(target)``; to a half dtype, entries exactly float32's ``finfo.min``/``max`` become the half
+    dtype's finite extremes, not infinities: a constant captured as ``torch.tensor(torch.finfo(x.dtype).min)`` (GPT-
+    NeoX's causal ``mask_value``) is the half model's own ``finfo`` value in torch."""
+    if target not in (mx.float16, mx.bfloat16) or array.dtype != mx.float32:
+        return array.astype(target)
+    extreme = float(mx.finfo(mx.float32).max)
+    half = mx.array(float(mx.finfo(target).max), dtype=target)
+    cast = array.astype(target)
+    return mx.where(array == extreme, half, mx.where(array == -extreme, -half, cast))
 
 
 # kernels that pass values on without computing with them (a view's, a repeat's, a selection's values are its input's)

@@ -241,7 +241,22 @@ def _as_array(v, like):
         return mx.array(v)  # MLX would type a Python bool against a bool array as int32 (x ^ True)
     if dtype == mx.bool_ and isinstance(v, int):
         return mx.array(v, dtype=mx.int64)  # torch: bool tensor with an int scalar is int64 (MLX: int32)
-    return mx.array(v, dtype=dtype) if mx.issubdtype(dtype, mx.floating) else v
+    if not mx.issubdtype(dtype, mx.floating):
+        return v
+    return mx.array(float32_extreme_as(v, dtype) if isinstance(v, float) else v, dtype=dtype)
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def float32_extreme_as(value: float, dtype):
+    """``value``, or the finite extreme of half ``dtype`` when ``value`` is exactly float32's (``finfo.min`` /
+    ``finfo.max``): a graph captured in float32 carries ``torch.finfo(torch.float32).min`` where the model wrote
+    ``finfo(x.dtype).min`` (GPT-NeoX's and BERT-style additive masks ``(1 - mask) * finfo.min``); a half port would
+    overflow it to -inf, and a fully masked softmax row would differ from torch's half model's."""
+    if abs(value) == _FLOAT32_MAX and dtype in (mx.float16, mx.bfloat16):
+        return float(mx.finfo(dtype).max) * (1 if value > 0 else -1)
+    return value
 
 
 @kernel("binary", inputs=[SCALAR, SCALAR], attrs={"fn": Enum(*BINARY), "alpha": _NUMBER, "reverse": Bool()})

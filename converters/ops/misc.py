@@ -107,8 +107,12 @@ def k_roll(x, shifts, *, axes):
 def checked_indices(index, size: int, what: str):
     """``index`` unchanged when every entry is in ``[-size, size)``; else IndexError as torch raises. MLX's gathers
     do not check bounds (an index past the end reads other memory, or crashes), and indices can come from a
-    stored buffer of an artifact as well as from the caller."""
+    stored buffer of an artifact as well as from the caller. Returned under ``stop_gradient``: integer indices carry
+    no gradient, and MLX's scatters refuse to be asked for one (``Cannot calculate VJP with respect to indices``)
+    when the indices were computed from what is differentiated (a VQ-VAE's ``argmin`` code into a one-hot
+    ``scatter_``)."""
     if isinstance(index, mx.array) and index.size and not mx.issubdtype(index.dtype, mx.bool_):
+        index = mx.stop_gradient(index)
         if exporting():  # an exported function cannot stop to check on the host: a bad index reads entry 0
             export_note(f"{what}'s host-side index range check -> out-of-range indices read index 0")
             return mx.where((index >= -size) & (index < size), index, 0)

@@ -15,6 +15,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXIS, SCALAR, TENSOR, Bool, Enum, Float
+from ._layers import exporting
 from .misc import checked_indices
 
 REDUCTIONS = ("none", "sum", "prod", "mean", "amax", "amin")
@@ -67,6 +68,34 @@ def scatter_values(x, coords, values, reduce: str, include_self: bool):
             n = (count + 1 if include_self else mx.maximum(count, 1)).astype(x.dtype)
             out = mx.where(hit, out / n if mx.issubdtype(x.dtype, mx.inexact) else mx.floor_divide(out, n), x)
         return out
+    if not mx.issubdtype(x.dtype, mx.inexact) or exporting():
+        return _scatter_extreme(x, coords, values, reduce, include_self, hit)
+    forward = mx.custom_function(lambda a, v: _scatter_extreme(a, coords, v, reduce, include_self, hit))
+
+    @forward.vjp
+    def backward(primals, cotangent, output):
+        """torch's ``scatter_reduce`` amax/amin gradient: shared evenly among the entries equal to the result
+        (``self`` where it is included or untouched, and every tied source); MLX's own scatter-max VJP gave each
+        tied source the whole gradient (a GraphSAGE max over repeated messages)."""
+        a, v = primals
+        g, result = _single(cotangent), _single(output)
+        self_is = (a == result).astype(g.dtype)
+        src_is = (v == result[coords]).astype(g.dtype)
+        shares = self_is.at[coords].add(src_is)
+        shared = g / mx.where(shares == 0, mx.array(1, dtype=g.dtype), shares)
+        grad_self = self_is * shared
+        if not include_self:
+            grad_self = mx.where(hit, mx.array(0, dtype=g.dtype), grad_self)
+        return grad_self, src_is * shared[coords]
+
+    return forward(x, values)
+
+
+def _single(value):
+    return value[0] if isinstance(value, (list, tuple)) else value
+
+
+def _scatter_extreme(x, coords, values, reduce: str, include_self: bool, hit):
     fill = _lowest(x.dtype) if reduce == "amax" else _highest(x.dtype)
     base = x if include_self else mx.where(hit, mx.array(fill, dtype=x.dtype), x)
     out = base.at[coords].maximum(values) if reduce == "amax" else base.at[coords].minimum(values)
@@ -113,8 +142,9 @@ def k_index_scatter(x, index, src, *, axis, reduce, alpha):
     if x.ndim == 0:
         return k_index_scatter(x.reshape(1), index.reshape(-1), src, axis=0, reduce=reduce, alpha=alpha).reshape(())
     index = checked_indices(index.reshape(-1), x.shape[axis], "index_add/index_copy/index_fill") % x.shape[axis]
-    key = [slice(None)] * x.ndim
-    key[axis] = index
+    # no trailing slice(None)s in the key: with them MLX 0.32's scatter-add VJP fails ("[reshape] Cannot reshape
+    # array of size E into shape (E, C)" for x.at[(index, slice(None))].add(v)); without, it is right
+    key = [slice(None)] * axis + [index]
     shape = list(x.shape)
     shape[axis] = index.size
     if isinstance(src, mx.array) and src.ndim > 0:

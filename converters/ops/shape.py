@@ -594,10 +594,15 @@ def convert_tensor_split_tensor(ctx, call):
 @kernel("as_strided", inputs=[TENSOR], attrs={"size": Seq(Int(0, INT_LIMIT)), "stride": Seq(Int(0, INT_LIMIT)),
                                                "offset": Int(0, INT_LIMIT)})
 def k_as_strided(x, *, size, stride, offset):
-    """torch's ``as_strided`` of a contiguous ``x`` (torch layout): element ``i`` of the result is
-    ``x.flatten()[offset + sum(i_d * stride_d)]``, a gather of positions (overlapping windows allowed)."""
+    """torch's ``as_strided`` over the storage ``x`` holds (``x`` given in its storage's dim order, so its flattened
+    values are that storage): element ``i`` of the result is ``x.flatten()[offset + sum(i_d * stride_d)]``, a
+    gather of positions (overlapping windows allowed)."""
     if len(size) != len(stride):
         raise ValueError(f"as_strided: mismatch in length of strides and shape ({len(stride)} vs {len(size)})")
+    if any(int(v) < 0 for v in [*size, *stride]):
+        raise ValueError(f"as_strided: sizes and strides must be non-negative, got {list(size)} and {list(stride)}")
+    size, stride = [int(n) for n in size], [int(st) for st in stride]
+    check_elements(size, "as_strided")
     if 0 in size:
         return mx.zeros(tuple(size), dtype=x.dtype)
     last = offset + sum((n - 1) * st for n, st in zip(size, stride))
@@ -612,24 +617,48 @@ def k_as_strided(x, *, size, stride, offset):
     return mx.take(x.reshape(-1), index)
 
 
+@kernel("as_strided_sized", inputs=[TENSOR, SIZES, SIZES], attrs={"offset": Int(0, INT_LIMIT)})
+def k_as_strided_sized(x, size, stride, *, offset):
+    """``as_strided`` with sizes and strides read when the graph runs (symbolic in the capture: HF Longformer's
+    chunks follow the sequence length): the same gather as ``as_strided``."""
+    return k_as_strided(x, size=list(size), stride=list(stride), offset=offset)
+
+
 @register("aten.as_strided.default", "aten.as_strided_copy.default")
 def convert_as_strided(ctx, call):
-    """Only on a model input or a stored tensor, whose torch strides are known to be contiguous (an intermediate
-    may be a view of other storage, which the port does not track)."""
+    """On a model input or a stored tensor (contiguous in torch), or on an intermediate value the capture showed
+    holding exactly its own elements in its storage (``ValueMeta.storage_order``: contiguous, or dense in another
+    dim order, as HF Longformer's ``_chunk`` of a ``transpose(1, 2).reshape(...)`` that torch makes a view): the
+    storage is then the value permuted to that order and flattened. Refused on any other intermediate, a view of a
+    larger storage or at an offset, which the port does not track. Sizes and strides may be symbolic (read at run
+    time); the storage offset must be a number."""
     x = call.arg("self")
-    if not (x.name in ctx.graph.inputs or ctx.is_param(x)):
-        call.fail("self", "as_strided reads the storage behind its input; the port supports it on a model input or "
-                          "a stored tensor (contiguous), not on an intermediate value")
-    size, stride = call.arg("size"), call.arg("stride")
-    offset = call.arg("storage_offset") if call.has("storage_offset") else None
-    values = [*size, *stride, offset or 0]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        call.fail("size", "as_strided needs sizes, strides and offset known at conversion")
-    if any(v < 0 for v in values):
-        call.fail("stride", f"as_strided takes non-negative sizes, strides and offset, got {values}")
     rank = ctx.meta(x).rank
-    ctx.emit("as_strided", [ctx.tensor(x, L.identity(rank))],
-             {"size": list(size), "stride": list(stride), "offset": offset or 0}, perm=L.identity(len(size)))
+    order = ctx.meta(x).storage_order
+    if x.name in ctx.graph.inputs or ctx.is_param(x):
+        order = list(range(rank))
+    if order is None:
+        call.fail("self", "as_strided reads the storage behind its input; the port supports it on a model input, "
+                          "a stored tensor, or an intermediate value whose storage holds exactly its own elements, "
+                          "not on a view of other storage (a slice, an expand, a view at an offset)")
+    size, stride = list(call.arg("size")), list(call.arg("stride"))
+    offset = (call.arg("storage_offset") if call.has("storage_offset") else None) or 0
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        call.fail("storage_offset", "as_strided needs its storage offset known at conversion")
+    if len(size) != len(stride):
+        call.fail("stride", f"mismatch in length of strides and shape ({len(stride)} vs {len(size)})")
+    numbers = [v for v in [*size, *stride, offset] if not isinstance(v, Ref)]
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in numbers):
+        call.fail("size", f"as_strided takes integer sizes and strides, got {size} and {stride}")
+    if any(v < 0 for v in numbers):
+        call.fail("stride", f"as_strided takes non-negative sizes, strides and offset, got {[*size, *stride, offset]}")
+    source = ctx.tensor(x, tuple(order))  # the storage, in order
+    if len(numbers) == len(size) + len(stride) + 1:
+        ctx.emit("as_strided", [source],
+                 {"size": size, "stride": stride, "offset": offset}, perm=L.identity(len(size)))
+    else:
+        ctx.emit("as_strided_sized", [source, ctx.value(size), ctx.value(stride)],
+                 {"offset": offset}, perm=L.identity(len(size)))
 
 
 _SPLIT_DIMS = {"hsplit": (1, 1), "vsplit": (0, 2), "dsplit": (2, 3)}  # op -> (dim, least rank); hsplit of 1-d: dim 0

@@ -200,3 +200,37 @@ def test_masked_fill_past_the_half_range_saturates_like_finfo_of_the_dtype(dtype
 class _InfFill(nn.Module):
     def forward(self, scores, mask):
         return scores.masked_fill(~mask, float("-inf"))
+
+
+class AdditiveMasks(torch.nn.Module):
+    """GPT-NeoX's masks: ``where(causal, scores, torch.tensor(finfo(dtype).min))`` (a lifted constant) plus the
+    additive padding mask ``(1 - mask) * finfo(dtype).min`` (a literal) over a float 0/1 mask input (cast to the
+    half dtype on entry): both float32's extreme in a float32 capture. (A mask made float by ``.to(x.dtype)`` is
+    captured as ``.to(float32)`` and stays float32 in a half port: not this.)"""
+
+    def forward(self, scores, mask):
+        causal = torch.ones(scores.shape[-1], scores.shape[-1], dtype=torch.bool).tril()
+        mask_value = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype)
+        padding = (1.0 - mask[:, None, :]) * torch.finfo(scores.dtype).min
+        return torch.softmax(torch.where(causal, scores, mask_value) + padding, dim=-1)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_float32_extremes_saturate_in_a_half_port_like_finfo_of_the_dtype(dtype):
+    """In the half copy, the literal and the constant become the half dtype's finite minimum (what torch's half model
+    computes), not -inf: a query row whose only causal key is padded stays finite, as in torch's half model."""
+    import mlx.core as mx
+    import numpy as np
+    import porter
+
+    scores = torch.randn(2, 4, 4) * 0.01  # small: s + finfo.min rounds to finfo.min in half, as in torch
+    mask = torch.tensor([[1.0, 1, 1, 1], [0, 1, 1, 1]])
+    model = AdditiveMasks().eval()
+    half = porter.convert(model, (scores, mask), io_layout="torch").astype(dtype)
+    torch_dtype, mx_dtype = getattr(torch, dtype), getattr(mx, dtype)
+    with torch.no_grad():
+        expected = model(scores.to(torch_dtype), mask.to(torch_dtype)).float().numpy()
+    got = half(mx.array(scores.numpy()).astype(mx_dtype), mx.array(mask.numpy()).astype(mx_dtype))
+    got = np.array(got.astype(mx.float32))
+    assert np.isfinite(got).all() and np.isfinite(expected).all()
+    np.testing.assert_allclose(got, expected, atol=2e-2)

@@ -325,6 +325,65 @@ def test_gradients_through_unfold_fold_sort_and_scatter():
     np.testing.assert_allclose(np.array(grad), xt.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
+class IndicesFromTheGraph(nn.Module):
+    """Scatters and index writes whose indices are computed from the differentiated input (a VQ-VAE's nearest code
+    by ``argmin`` into a one-hot, GNN-style ``index_add_`` by ``argmax``, ``index_put`` by ``argsort``)."""
+
+    def forward(self, x):
+        codes = torch.cdist(x, x.flip(0)).argmin(dim=1)
+        one_hot = torch.zeros(x.shape[0], x.shape[0]).scatter_(1, codes.unsqueeze(1), 1)
+        summed = torch.zeros(3, x.shape[1]).index_add_(0, x.argmax(dim=1) % 3, x * 2)
+        columns = torch.zeros(x.shape[0], 3).index_add_(1, x.argmin(dim=0) % 3, x.sin())
+        placed = torch.zeros_like(x)
+        placed[x[:, 0].argsort()] = x.exp()
+        reduced = torch.zeros(x.shape[0], x.shape[1]).scatter_reduce(
+            0, codes.unsqueeze(1).expand_as(x), x, reduce="amax", include_self=False)
+        return one_hot @ x, summed, columns, placed, reduced
+
+
+def test_gradients_through_scatters_indexed_by_the_graph():
+    """MLX's scatters refuse a VJP with respect to their indices; integer indices carry none, so the port stops
+    their gradient (``checked_indices``) and the gradients to ``x`` are torch's. ``index_add`` along dim 0 also
+    met an MLX 0.32 VJP failure with trailing ``slice(None)``s in the scatter key (none now)."""
+    from porter.validation.grads import grad_parity
+
+    model = IndicesFromTheGraph().eval()
+    x = torch.randn(6, 4)
+    ported = porter.convert(model, x, io_layout="torch")
+    result = grad_parity(model, ported, (torch.randn(6, 4),), rtol=1e-5, atol=1e-6, seed=0)
+    assert result["ok"], result
+
+
+class TiedExtremes(nn.Module):
+    """``scatter_reduce`` amax/amin where sources tie with each other (a repeated message) and with ``self``."""
+
+    def __init__(self, reduce, include_self):
+        super().__init__()
+        self.reduce, self.include_self = reduce, include_self
+
+    def forward(self, x, index):
+        messages = x[torch.arange(index.shape[0]) % x.shape[0]]  # rows 0 and 1 sent twice to the same targets
+        base = x.flip(0) if self.include_self else torch.zeros_like(x)
+        return base.scatter_reduce(0, index.unsqueeze(-1).expand(-1, x.shape[1]), messages, reduce=self.reduce,
+                                   include_self=self.include_self)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_scatter_reduce_extremes_share_the_gradient_among_ties_as_torch(reduce, include_self):
+    """Torch divides the gradient evenly among every entry equal to the result (self included where it counts);
+    MLX's scatter-max VJP gave each tied source all of it (a GraphSAGE max over repeated messages was 2x off)."""
+    from porter.validation.grads import grad_parity
+
+    model = TiedExtremes(reduce, include_self).eval()
+    x = torch.randn(5, 3)
+    index = torch.tensor([0, 1, 2, 3, 4, 0, 1])  # self row 4 - i meets source i at target i when flipped: ties
+    ported = porter.convert(model, (x, index), io_layout="torch")
+    for data in (x, torch.tensor([[1.0, 2, 2], [0, 0, 1], [2, 2, 2], [0, 1, 0], [1, 0, 3]])):
+        result = grad_parity(model, ported, (data, index), rtol=1e-5, atol=1e-6, seed=0)
+        assert result["ok"], result
+
+
 def test_hostile_fold_geometry_is_refused_before_work():
     """A graph's kernel size / padding (attrs read from graph.json) cannot make unfold build 4e9 columns."""
     from porter.converters.limits import ResourceLimitError
