@@ -12,6 +12,8 @@ import math
 
 import mlx.core as mx
 
+from porter.layers._batch_norm_train import batch_norm_train
+
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
@@ -70,16 +72,18 @@ def k_batch_norm_batch_stats(x, weight, bias, *, axis, eps):
         count *= x.shape[i]
     if count == 1:  # torch's check in training-mode batch norm
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
-    xs = x.astype(mx.float32) if x.dtype in HALF else x
-    mean = mx.mean(xs, axis=axes, keepdims=True)
-    y = (xs - mean) * mx.rsqrt(mx.var(xs, axis=axes, keepdims=True) + eps)
-    shape = _channel_shape(x.ndim, axis, x.shape[axis])
-    weight, bias = upcast([weight, bias])
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    if bias is not None:
-        y = y + bias.reshape(shape)
-    return y.astype(x.dtype)
+    # porter.layers' batch-statistics normalization: torch's backward formula as its VJP, saving only the input
+    # (through MLX's ops the backward kept ~4 whole-input arrays); channels last for it, moved back after
+    last = x.ndim - 1
+    xs = x if axis == last else mx.moveaxis(x, axis, last)
+    if weight is None and bias is None:
+        y = batch_norm_train(xs, None, None, eps)[0]
+    else:
+        channels = x.shape[axis]
+        weight = weight if weight is not None else mx.ones((channels,), dtype=bias.dtype)
+        bias = bias if bias is not None else mx.zeros((channels,), dtype=weight.dtype)
+        y = batch_norm_train(xs, weight, bias, eps)[0]
+    return (y if axis == last else mx.moveaxis(y, last, axis)).astype(x.dtype)
 
 
 @register("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default", channels_last=True)
