@@ -85,3 +85,22 @@ def mutate_json(document, rng, values, counts) -> list:
             continue
         done.append((path, value))
     return done
+
+
+def quantized_artifact(tmp_path_factory):
+    """``(folder, port, torch model)``: a saved 4-bit port (a quantized 1x1 conv at '0', quantized Linear layers at '3'
+    and '5') of a small float model, for the tests that tamper with a quantized artifact."""
+    import torch
+    from torch import nn
+
+    import porter
+    from porter.layers import quantize_model
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(32, 32, 1), nn.ReLU(), nn.Flatten(), nn.Linear(512, 64), nn.ReLU(),
+                          nn.Linear(64, 10)).eval()
+    ported = porter.convert(model, torch.randn(1, 32, 4, 4))
+    assert quantize_model(ported, group_size=32, bits=4).quantized == ["0", "3", "5"]
+    directory = tmp_path_factory.mktemp("quantized") / "q-mlx"
+    porter.save(ported, directory)
+    return directory, ported, model

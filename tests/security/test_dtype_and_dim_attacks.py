@@ -17,6 +17,7 @@ import pytest
 
 import porter
 from porter.converters import ArtifactError
+from tests.security.attack_helpers import quantized_artifact
 
 
 def _header(path):
@@ -45,18 +46,7 @@ def _retype(directory, name, stored, recorded):
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     """A 4-bit port (a quantized 1x1 conv and two quantized Linear layers) and its float torch model."""
-    import torch
-    from torch import nn
-
-    from porter.layers import quantize_model
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(32, 32, 1), nn.ReLU(), nn.Flatten(), nn.Linear(512, 64), nn.ReLU(),
-                          nn.Linear(64, 10)).eval()
-    ported = porter.convert(model, torch.randn(1, 32, 4, 4))
-    assert quantize_model(ported, group_size=32, bits=4).quantized == ["0", "3", "5"]
-    directory = tmp_path_factory.mktemp("quantized") / "q-mlx"
-    porter.save(ported, directory)
+    directory, _, model = quantized_artifact(tmp_path_factory)
     return directory, model
 
 
