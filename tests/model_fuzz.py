@@ -229,6 +229,21 @@ class Builder:
                 return True
         return False
 
+    def _pool_args(self, avg: bool, divisor: bool = False) -> dict:
+        """Kernel, stride (None: the kernel), padding up to half the kernel, ceil mode; max: dilation; avg:
+        count_include_pad and (``divisor``) a divisor_override."""
+        r = self.rng
+        k = r.choice([2, 3])
+        args = {"k": k, "s": r.choice([1, 2, None]), "p": r.randint(0, k // 2)}
+        if not avg:
+            args["d"] = r.choice([1, 1, 2])
+        args["ceil"] = r.random() < 0.5
+        if avg:
+            args["cip"] = r.random() < 0.5
+            if divisor:
+                args["div"] = r.choice([None, None, 3])
+        return args
+
     def _pick(self, kind: str, recent: int = 4):
         idx = [i for i, v in enumerate(self.values) if v[2] == kind]
         return idx[-1] if self.rng.random() < 0.7 else self.rng.choice(idx[-recent:])
@@ -276,15 +291,8 @@ class Builder:
                                       output_padding=r.randrange(max(stride, dil)), groups=groups, dilation=dil,
                                       bias=r.random() < 0.7)
             return self._try(Step("convt", {}, (i,)), conv)
-        if choice == "maxpool":
-            k = r.choice([2, 3])
-            return self._try(Step("maxpool", {"k": k, "s": r.choice([1, 2, None]), "p": r.randint(0, k // 2),
-                                              "d": r.choice([1, 1, 2]), "ceil": r.random() < 0.5}, (i,)))
-        if choice == "avgpool":
-            k = r.choice([2, 3])
-            return self._try(Step("avgpool", {"k": k, "s": r.choice([1, 2, None]), "p": r.randint(0, k // 2),
-                                              "ceil": r.random() < 0.5, "cip": r.random() < 0.5,
-                                              "div": r.choice([None, None, 3])}, (i,)))
+        if choice in ("maxpool", "avgpool"):
+            return self._try(Step(choice, self._pool_args(choice == "avgpool", divisor=True), (i,)))
         if choice == "lppool":
             return self._try(Step("lppool", {"norm": r.choice([1, 2, 3]), "k": r.choice([2, 3]),
                                              "s": r.choice([1, 2]), "ceil": r.random() < 0.5}, (i,)))
@@ -418,14 +426,8 @@ class Builder:
             return self._try(Step("convt", {}, (i,)), convt(c, r.choice([c, 4]), r.choice([1, 2, 3]), stride,
                                                             r.choice([0, 1]), output_padding=r.randrange(max(stride, dil)),
                                                             dilation=dil))
-        if choice == "maxpool":
-            k = r.choice([2, 3])
-            return self._try(Step("maxpool_nd", {"k": k, "s": r.choice([1, 2, None]), "p": r.randint(0, k // 2),
-                                                 "d": r.choice([1, 1, 2]), "ceil": r.random() < 0.5}, (i,)))
-        if choice == "avgpool":
-            k = r.choice([2, 3])
-            return self._try(Step("avgpool_nd", {"k": k, "s": r.choice([1, 2, None]), "p": r.randint(0, k // 2),
-                                                 "ceil": r.random() < 0.5, "cip": r.random() < 0.5}, (i,)))
+        if choice in ("maxpool", "avgpool"):
+            return self._try(Step(f"{choice}_nd", self._pool_args(choice == "avgpool"), (i,)))
         if choice == "adaptive":
             return self._try(Step("adaptive_nd", {"avg": r.random() < 0.5, "size": r.choice([1, 2, 3, 5])}, (i,)))
         if choice == "bn":
