@@ -180,6 +180,23 @@ def _rand_weights(module: nn.Module, rng: random.Random):
                         (1.0 if name.endswith("weight") and p.ndim == 1 else 0.0))
 
 
+def _normalizes_constants(module, x) -> bool:
+    """Whether a norm layer would normalise a (near-)constant group of ``x``: its output is then rounding noise
+    times 1/sqrt(eps) on torch's side and the port's alike (a softmax over one channel feeding a GroupNorm), not a
+    comparison."""
+    if isinstance(module, nn.GroupNorm):
+        groups = x.reshape(x.shape[0], module.num_groups, -1)
+    elif isinstance(module, (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)):
+        groups = x.flatten(2)
+    elif isinstance(module, nn.LayerNorm):
+        groups = x.reshape(*x.shape[:x.ndim - len(module.normalized_shape)], -1)
+    elif isinstance(module, nn.ModuleList) and len(module) and isinstance(module[0], nn.LayerNorm):
+        groups = x.movedim(1, -1)  # ln_channels: a LayerNorm over the channels
+    else:
+        return False
+    return bool(groups.var(-1, unbiased=False).min() < 1e-6)
+
+
 class Builder:
     """Grows a network one random op at a time, keeping an op only if torch runs it at both sizes."""
 
@@ -212,6 +229,8 @@ class Builder:
             return False
         if ya.numel() == 0 or yb.numel() == 0 or ya.numel() > 200_000 or yb.numel() > 200_000 or \
                 not torch.isfinite(ya).all() or not torch.isfinite(yb).all() or ya.abs().max() > 1e4:
+            return False
+        if any(_normalizes_constants(module, x) for x in (xs_a[0], xs_b[0])):
             return False
         if module is not None:
             self.modules[name] = module
