@@ -125,3 +125,27 @@ def test_conversion_writes_no_buffer_it_did_not_change():
     out = model(*_x(6))
     out.sum().backward()  # torch: "modified by an inplace operation" if the index buffer had been rewritten
     assert model[0].attention_biases.grad is not None and np.isfinite(model[0].attention_biases.grad.numpy()).all()
+
+
+class BatchNormAct(nn.BatchNorm2d):
+    """timm's ``BatchNormAct2d``: a batch norm subclass with its activation inside."""
+
+    def forward(self, x):
+        return torch.relu(super().forward(x))
+
+
+def test_running_statistics_the_probes_update_are_put_back():
+    """The probes' training forwards update a batch norm subclass's running statistics in place without moving
+    their version counter: they are restored by value (GhostNet's ``ConvBnAct`` came out 2e3 off torch when only
+    the version was checked), and the port matches the eval model after."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), BatchNormAct(4), nn.Dropout(0.1), nn.Conv2d(4, 2, 1)).eval()
+    with torch.no_grad():
+        model[1].running_var.uniform_(0.5, 1.5)
+        model[1].running_mean.normal_()
+    stats = {name: b.clone() for name, b in model.named_buffers()}
+    x = (torch.randn(2, 3, 9, 7, generator=torch.Generator().manual_seed(1)),)
+    ported = porter.convert(model, x, io_layout="torch")
+    for name, b in model.named_buffers():
+        torch.testing.assert_close(b, stats[name], rtol=0, atol=0, msg=name)
+    assert_matches(ported, model, x)
