@@ -9,7 +9,8 @@ or the capture's assumptions tie the port to, refused by name.
 Found on the way (fixed, tested in ``test_capture_cached_tensors.py``): TinyViT's eval-mode
 ``attention_bias_cache``: Porter's probing forwards rewrote every buffer (its index buffer too), so a cache filled
 before the conversion could no longer be differentiated in torch; and a cache filled before the conversion is a
-frozen constant in the port, for which training mode is now refused by name.
+frozen constant in the port, for which training mode is now refused by name. Known, not fixed: timm's
+``BatchNormAct2d`` (GhostNet's ``ConvBnAct``) is captured in its eval form, so training mode is refused naming it.
 
 The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch| per output.
 """
@@ -175,10 +176,24 @@ def test_volo_trains_with_batch_statistics_as_torch():
 
 
 # ---------------------------------------------------------------------------------------------------- GhostNet
+def _plain_bn_act(bn_act):
+    """The same statistics and affine in a plain ``nn.BatchNorm2d`` followed by its ReLU."""
+    bn = torch.nn.BatchNorm2d(bn_act.num_features)
+    bn.load_state_dict(bn_act.state_dict())
+    return torch.nn.Sequential(bn, torch.nn.ReLU())
+
+
 @pytest.mark.slow
 def test_ghostnetv2_trains_with_batch_statistics_as_torch():
     """Every ghost module's and DFC branch's BatchNorm in train mode at the odd size, two steps, then eval."""
     model = copy.deepcopy(_converted("ghostnetv2")[0])
+    ported = porter.convert(model, image(2, 3, 64, 64)(0), io_layout="torch")
+    # timm's BatchNormAct2d (a BatchNorm2d subclass with its activation inside, the last stage's ConvBnAct) is
+    # captured in its eval form: training mode is refused naming it (known, not fixed)
+    assert set(ported.train_refusals) == {"blocks.5.0.bn1"}
+    with pytest.raises(porter.TrainModeError, match="blocks.5.0.bn1"):
+        ported.train()
+    model.blocks[5][0].bn1 = _plain_bn_act(model.blocks[5][0].bn1)  # the rest trains as torch
     ported = porter.convert(model, image(2, 3, 64, 64)(0), io_layout="torch")
     assert ported.train_refusals == {}
     model.train()
@@ -201,7 +216,9 @@ def test_tiny_vit_trains_and_refuses_another_size_by_name():
     model, ported = _converted("tiny_vit")
     with pytest.raises(ValueError, match=r"input 'x' \(input 0\) has size 64 in dim 3.*x.size\(3\) == 56"):
         run_ported(ported, image(1, 3, 72, 64)(0))
-    model = copy.deepcopy(model)
+    # a fresh twin: the converted one's attention_bias_cache holds a tensor with autograd history (Porter's eval
+    # probe filled it, as any eval forward outside no_grad does), which copy.deepcopy refuses
+    model = build("tiny_vit")
     ported = porter.convert(model, image(2, 3, 72, 56)(0), io_layout="torch", dynamic="batch")
     assert ported.train_refusals == {}
     model.train()
@@ -213,14 +230,11 @@ def test_tiny_vit_trains_and_refuses_another_size_by_name():
 
 # ---------------------------------------------------------------------------------------------------- EdgeNeXt
 @pytest.mark.slow
-def test_edgenext_refuses_images_under_its_smallest_traced_size_by_name():
-    """torch runs 48x48 (a 1x1 last stage); the capture assumed every size >= 2, so the port refuses it naming
-    the dim and the bound rather than computing a graph it never traced."""
+def test_edgenext_runs_a_one_by_one_last_stage():
+    """48x48: a 1x1 map at the last stage (the 9x9 depthwise conv all padding, XCA over one token), off the
+    conversion's grid sizes."""
     model, ported = _converted("edgenext")
-    with torch.no_grad():
-        model(*image(1, 3, 48, 48)(0))
-    with pytest.raises(ValueError, match=r"input 'x' \(input 0\) has size 48 in dim 2"):
-        run_ported(ported, image(1, 3, 48, 48)(0))
+    assert_matches(ported, model, image(1, 3, 48, 48)(0))
 
 
 # ---------------------------------------------------------------------------------------------------- float16
