@@ -109,9 +109,26 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, mar
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
     ported.capture_note = graph.capture_note or first_note
+    ported.frozen_constants = _frozen_refusals(graph.frozen_constants)
     if (example_inputs is not None or kwargs) and is_module(model):  # a program has no forward to ask
         _record_scalar_inputs(ported, model, normalise_inputs(example_inputs), kwargs)
     return ported
+
+
+def _frozen_refusals(frozen: dict) -> dict:
+    """``{module path: reason}`` for the tensors the capture took as constants although torch computed them from
+    parameters before it (their autograd history shows it): a cache in a Python attribute, such as timm's
+    eval-mode ``attention_bias_cache`` (TinyViT, LeViT, EfficientFormer) filled by an earlier eval forward
+    (``capture_attributes.py`` warns about it). The port keeps their values: its eval outputs are torch's (which
+    reads the same cache), but gradients cannot reach the parameters they came from, so training mode is refused
+    for those modules rather than run with those parameters dead."""
+    names = {}
+    for target, op in frozen.items():
+        names.setdefault(target.rsplit(".", 1)[0] if "." in target else "", []).append(f"{target} ({op})")
+    return {path: f"reads {', '.join(found)}, a tensor computed from parameters before the capture (a cache in a "
+                  "Python attribute) and frozen in the port, so gradients cannot reach those parameters; clear the "
+                  "cache before converting (timm: model.train().eval())"
+            for path, found in names.items()}
 
 
 def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=None) -> None:
@@ -137,6 +154,7 @@ def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=
     with neutral(marks):
         refusals = train_refusals(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs),
                                   handled)
+    refusals = {**getattr(ported, "frozen_constants", {}), **refusals}
     if refusals:
         graph["train_refusals"] = refusals
         ported._program.train_refusals = dict(refusals)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .capture_buffers import BufferSnapshot
+
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _FUNCTIONS = ("dropout", "scaled_dot_product_attention")
 _SDPA_ARGS = (("query", None), ("key", None), ("value", None), ("attn_mask", None), ("dropout_p", 0.0),
@@ -128,7 +130,7 @@ def survey(model, inputs: tuple, kwargs: dict) -> Survey:
     come from an eval forward."""
     named = list(model.named_modules())
     modes = [(m, m.training) for _, m in named]
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    buffers = BufferSnapshot(model)
     result = Survey()
     records: list = [{}, {}]
 
@@ -169,9 +171,7 @@ def survey(model, inputs: tuple, kwargs: dict) -> Survey:
         finally:
             for m, mode in modes:
                 m.training = mode
-            with torch.no_grad():
-                for b, saved in buffers:
-                    b.copy_(saved)
+            buffers.restore()
     paths = {m: path for path, m in named}
     result.ndims = {paths[m]: n for m, n in ndims.items() if m in paths}
     return result

@@ -247,6 +247,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     not_in_state_dict = set()  # non-persistent buffers and lifted constants: absent from torch's state_dict()
     first_name, aliases = {}, {}  # tensor identity -> its first state_dict name; tied name -> that name
     user_inputs, constants = [], []
+    frozen = {}  # lifted constants with an autograd history: Graph.frozen_constants
     found = leaf_locations(ep)
     locations = found[0] if found else None
     input_locations = [] if found else None  # per graph input: ("arg", i) or ("kw", key)
@@ -284,6 +285,8 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
                 trainable.add(target)
         elif spec.kind == InputKind.CONSTANT_TENSOR or not spec.persistent or target not in ep.state_dict:
             not_in_state_dict.add(target)
+        if spec.kind == InputKind.CONSTANT_TENSOR and tensor.grad_fn is not None:
+            frozen[target] = type(tensor.grad_fn).__name__  # computed from parameters outside this capture
         params[target] = host_view(t)
         param_dtypes[target] = _dtype_name(t.dtype)
         param_values[name] = target
@@ -353,6 +356,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
     except (output_tree.OutputTreeError, AttributeError) as e:
         graph.capture_note = f"the outputs are returned as a flat tuple ({e})"
     graph.input_checks, graph.dynamic_dims = input_checks(ep, user_inputs)
+    graph.frozen_constants = frozen
     if found is not None:
         graph.input_locations, graph.input_constants = input_locations, constants + [(n, None) for n in found[1]]
     return graph

@@ -25,6 +25,8 @@ import warnings
 
 import torch
 
+from .capture_buffers import BufferSnapshot
+
 # port layer types (layer_types.py) that compute torch's training behaviour themselves
 TRAIN_AWARE = frozenset({"BatchNorm", "InstanceNorm", "Dropout", "TorchDropout", "TorchRReLU",
                          "MultiheadAttention", "StochasticDepth"})
@@ -76,7 +78,7 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
                   and not (type(m).__module__.startswith("torch.nn") and type(m).__name__ in _FAST_PATH_ONLY)]
     if not candidates:
         return {}
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    buffers = BufferSnapshot(model)
     modes = [(m, m.training) for _, m in named]
     probes = [0]
 
@@ -88,9 +90,7 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
         return [x.detach() if isinstance(x, torch.Tensor) else x for x in torch.utils._pytree.tree_leaves(out)]
 
     def restore_buffers():
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
+        buffers.restore()
 
     def differs(group) -> bool:
         probes[0] += 1

@@ -119,6 +119,9 @@ class Graph:
     input_checks: Optional[list] = None
     dynamic_dims: Optional[list] = None
     capture_note: Optional[str] = None  # why the capture fell back to fewer dynamic dims, if it did
+    # lifted constant name -> the autograd op that computed it from parameters before the capture (a tensor the
+    # model cached in a Python attribute, e.g. timm's attention_bias_cache): the port holds its value frozen
+    frozen_constants: dict = field(default_factory=dict)
     capture_mode: object = None  # the dims the capture kept dynamic: "all", "batch", "static" or a list of dims
     # module path -> attributes read from the torch module itself (``momentum``), when the model was an nn.Module
     module_attrs: Optional[dict] = None
