@@ -53,12 +53,16 @@ def convert(model, example_inputs=None, *, example_kwargs=None, io_layout: str =
         dtype = check_dtype(dtype)  # before the (slow) capture
     path_modes = _path_modes(model)
     training = _eval_modes(model)
+    from .capture_buffers import ContainerSnapshot
+
+    containers = ContainerSnapshot(model)  # caches the conversion's forwards fill go back to what the user had
     try:
         marks = _train_marks(model, example_inputs, example_kwargs)
         ported = _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, marks)
         _record_train_refusals(ported, model, example_inputs, example_kwargs, marks)
     finally:
         _restore_modes(training)
+        containers.restore()
     if any(path_modes.values()):
         # the port follows the torch model's modes, module by module (a fine-tuning model with frozen batch norms)
         from .runtime import TrainModeError

@@ -1,4 +1,5 @@
-"""The model's buffers as they were before Porter's probing forwards (conversion time, imports torch).
+"""The model's buffers and plain containers as they were before Porter's probing forwards (conversion time, imports
+torch).
 
 The train-mode probe (``capture_train.py``) and the dropout survey (``capture_dropout_sites.py``) run the user's
 model eagerly in training mode, which updates running statistics and other buffers in place. :class:`BufferSnapshot`
@@ -7,6 +8,10 @@ unconditional ``copy_`` into every buffer would bump the version of buffers noth
 computed from one of them before the conversion and saved for backward (timm TinyViT's and LeViT's eval-mode cache of
 ``attention_biases[:, attention_bias_idxs]``) could then no longer be differentiated in torch ("modified by an
 inplace operation").
+
+:class:`ContainerSnapshot` does the same for the plain ``dict``/``list`` attributes of every submodule: a cache an
+eval forward fills (timm's ``attention_bias_cache``) would otherwise keep tensors computed by Porter's forwards, with
+autograd history (``copy.deepcopy(model)`` then raised "Only Tensors created explicitly by the user").
 """
 
 from __future__ import annotations
@@ -34,3 +39,31 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True
     return a.is_floating_point() and bool(torch.equal(torch.isnan(a), torch.isnan(b))) and bool(
         torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0)))
+
+
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))  # _parameters, _buffers, _modules, the hook dicts, ...
+
+
+class ContainerSnapshot:
+    """The plain ``dict`` and ``list`` attributes of every submodule of ``model`` (not torch's own bookkeeping) with
+    shallow copies of their contents; :meth:`restore` binds each attribute to its original object again (a
+    ``train()`` override may replace it: timm resets ``attention_bias_cache = {}``) and puts back the contents of
+    those whose entries changed."""
+
+    def __init__(self, model):
+        self._saved = []
+        for module in (model.modules() if isinstance(model, torch.nn.Module) else ()):
+            for key, value in vars(module).items():
+                if key not in _MODULE_INTERNALS and type(value) in (dict, list):
+                    self._saved.append((module, key, value, type(value)(value)))
+
+    def restore(self) -> None:
+        for module, key, container, saved in self._saved:
+            if vars(module).get(key) is not container:
+                vars(module)[key] = container
+            if isinstance(container, dict):
+                if container.keys() != saved.keys() or any(container[k] is not v for k, v in saved.items()):
+                    container.clear()
+                    container.update(saved)
+            elif len(container) != len(saved) or any(a is not b for a, b in zip(container, saved)):
+                container[:] = saved

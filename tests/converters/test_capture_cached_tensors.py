@@ -79,9 +79,32 @@ def test_an_empty_cache_converts_into_a_gather_that_gradients_reach():
     assert not [w for w in record if "neither a parameter nor a buffer" in str(w.message)]  # (torch warns)
     assert ported.train_refusals == {}
     assert_matches(ported, model, _x(1, 3))
+    # torch's reference gradient: assert_matches' no_grad forward filled the cache with a tensor gradients cannot
+    # reach through (timm's eval cache); empty again, torch computes the gather with history
+    model[0].attention_bias_cache.clear()
     result = grad_parity(model, ported, _x(2), rtol=1e-4, atol=1e-6, seed=1)
     assert result["ok"], result
     assert "0.attention_biases" in {r["name"] for r in result["parameters"]}
+
+
+def test_the_conversion_leaves_the_models_caches_as_it_found_them():
+    """Porter's forwards (the eval capture, the probes) would fill an empty eval cache with a tensor carrying autograd
+    history: the torch model the user keeps could then no longer be deep-copied ("Only Tensors created explicitly
+    by the user support the deepcopy protocol"), and its cache would hold Porter's tensors. Dict and list attributes
+    go back to their contents from before the conversion; a cache the user filled stays as it was."""
+    import copy
+
+    model = _model()
+    model[0].history = []
+    porter.convert(model, _x(0), io_layout="torch", dynamic="batch")
+    assert model[0].attention_bias_cache == {} and model[0].history == []
+    copy.deepcopy(model)
+    with torch.no_grad():
+        model(*_x(5))
+    filled = dict(model[0].attention_bias_cache)
+    porter.convert(model, _x(0), io_layout="torch", dynamic="batch")
+    assert model[0].attention_bias_cache.keys() == filled.keys()
+    assert all(model[0].attention_bias_cache[k] is v for k, v in filled.items())
 
 
 def test_a_filled_cache_is_a_frozen_constant_the_conversion_names_and_training_refuses():
