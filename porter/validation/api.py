@@ -141,6 +141,23 @@ def validate(model, ported, inputs=None, *, rtol: float = RTOL, atol: float = AT
     has_trace = callable(getattr(ported, "trace", None))
     if compare_modules and not has_trace:
         notes.append("the port has no trace(); per-module comparison skipped")
+    # the torch model's dict/list attributes go back to what the caller had before the gradient pass and at the end:
+    # a no_grad forward here would fill an eval cache (timm's attention_bias_cache) with a tensor gradients cannot
+    # reach through, and torch's gradient would then miss the cached parameters (a false gradient failure)
+    from porter.converters.capture_buffers import ContainerSnapshot
+
+    containers = ContainerSnapshot(model)
+    try:
+        return _validate_runs(model, ported, input_sets, compare_modules, has_trace, rtol, atol, half, grads,
+                              grad_rtol, seed, notes, source_name, containers)
+    finally:
+        containers.restore()
+
+
+def _validate_runs(model, ported, input_sets, compare_modules, has_trace, rtol, atol, half, grads, grad_rtol, seed,
+                   notes, source_name, containers):
+    from porter.validate_half import FALLBACK_RTOL, summarize
+
     runs, first = [], None
     for xs in input_sets:
         run = _run_once(model, ported, xs, compare_modules and has_trace, rtol, atol, half)
@@ -159,6 +176,7 @@ def validate(model, ported, inputs=None, *, rtol: float = RTOL, atol: float = AT
         if half is not None and grad_rtol is None:
             grad_bar = max(grad_bar, FALLBACK_RTOL[half["dtype"]])  # no torch half backward is run for a bar
             notes.append(f"gradients of the {half['dtype']} port are compared with rtol={grad_bar:g}")
+        containers.restore()
         grad_report = grad_parity(model, ported, input_sets[0], grad_bar, atol, seed)
     ok = all(row["ok"] for run in runs for row in run["outputs"])
     if grad_report is not None:

@@ -172,3 +172,15 @@ def test_running_statistics_the_probes_update_are_put_back():
     for name, b in model.named_buffers():
         torch.testing.assert_close(b, stats[name], rtol=0, atol=0, msg=name)
     assert_matches(ported, model, x)
+
+
+def test_validate_gradients_are_not_misled_by_an_eval_cache():
+    """porter.validate's own no_grad forwards filled the eval cache, so torch's gradient pass then read the cached
+    (history-free) tensor and reported ``attention_biases`` as a gradient failure ("torch has no gradient for it");
+    the model's containers go back before the gradient pass and after."""
+    model = _model()
+    ported = porter.convert(model, _x(0), io_layout="torch", dynamic="batch")
+    report = porter.validate(model, ported, [_x(1)], grads=True, rtol=1e-4)
+    assert report.ok, str(report)
+    assert "0.attention_biases" in {r["name"] for r in report.grads["parameters"]}
+    assert model[0].attention_bias_cache == {}
