@@ -68,7 +68,8 @@ def recorded_input_shapes(ported, meta: dict) -> list:
 def order_for_port(ported, shapes: list, option: str = "--input-shape") -> list:
     """``shapes`` (parsed ``--input-shape`` values; a keyword one named ``token_type_ids=`` or, inside a tuple
     argument, ``past_key_values[1][0]=``) in the port's input order, each checked against the input it feeds:
-    every input the port takes given once, nothing it does not take, each of the rank recorded for it.
+    every input the port takes given once, nothing it does not take, each of the rank recorded for it. All unnamed,
+    one per input, they go in the port's input order, keyword inputs included.
 
     Raises:
         InputError: a missing, extra or wrong-rank entry, naming it.
@@ -87,6 +88,11 @@ def order_for_port(ported, shapes: list, option: str = "--input-shape") -> list:
         raise InputError(f"{option} gives '{extra[0]}', which the converted model does not take (it takes {takes}).",
                          "Name each keyword input as the model's call does; a tuple argument's tensors by index, "
                          "e.g. past_key_values[0][1]=1,12,7,64.")
+    if not given_named and names and len(given_positional) == len(graph_inputs):
+        # every input unnamed, one per input: the port's own input order, keyword inputs too (what bench and
+        # validate took before keyword names were matched; scripts written then keep working)
+        given_named = {names[i]: s for i, s in zip(range(len(graph_inputs)), given_positional) if i in names}
+        given_positional = [s for i, s in enumerate(given_positional) if i not in names]
     missing = [names[i] for i in sorted(names) if names[i] not in given_named]
     if missing:
         raise InputError(f"{option} does not give '{missing[0]}', an input of the converted model (it takes "

@@ -2,7 +2,9 @@
 
 Also the per-channel and normalisation helpers the converters' kernels use: ``relu``, ``channel_affine`` (eval batch
 norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k=, eps=)`` and
-``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``), and
+``group_norm(x, groups, weight, bias, eps=)`` (Porter's arguments: see ``layers/layer_norm.py``),
+``batch_norm_train(x, weight, bias, eps)`` (batch statistics over every axis but the last, torch's backward as its
+VJP: ``layers/_batch_norm_train.py``), and
 ``concatenate(arrays, axis)`` (torch's ``cat``: one multi-threaded native copy on the CPU, ``layers/concat.py``) and
 ``channel_shuffle(x, groups)`` (torch's, along the last axis: a native copy on the CPU, ``layers/shuffle.py``).
 """
@@ -11,6 +13,7 @@ from .activation import exp, gelu, hardsigmoid, hardswish, hardtanh, relu, sigmo
 from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .affine import channel_affine
+from ._batch_norm_train import batch_norm_train
 from .concat import concatenate
 from .adaptive_max import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d
 from .avg_pool import avg_pool1d, avg_pool2d, avg_pool3d

@@ -12,13 +12,11 @@ import math
 
 import mlx.core as mx
 
-from porter.layers._batch_norm_train import batch_norm_train
-
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..spec import AXIS, MAX_LEN, TENSOR, Enum, Float, Int, Opt, Seq
-from ._layers import HALF, channel_affine, group_norm, l2_normalize, layer_norm, rms_norm, upcast
+from ._layers import HALF, batch_norm_train, channel_affine, group_norm, l2_normalize, layer_norm, rms_norm, upcast
 
 _EPS = Float()
 
