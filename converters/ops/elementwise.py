@@ -246,7 +246,7 @@ def _as_array(v, like):
     return mx.array(float32_extreme_as(v, dtype) if isinstance(v, float) else v, dtype=dtype)
 
 
-_FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT32_MAX = float(mx.finfo(mx.float32).max)
 
 
 def float32_extreme_as(value: float, dtype):

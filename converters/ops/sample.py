@@ -48,15 +48,15 @@ def _source(coord, size: int, padding: str, align_corners: bool, nan_to: int = 0
     coord = _unnormalise(coord, size, align_corners)
     if padding == "zeros":
         return coord
-    if padding == "reflection":
-        coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
     # torch's clip sends a NaN coordinate to 0 (2-d kernel) or to size - 1 (3-d kernel) under border and reflection
-    return mx.where(mx.isnan(coord), mx.full(coord.shape, nan_to, coord.dtype), mx.clip(coord, 0, size - 1))
+    # (reflecting keeps a NaN a NaN)
+    return mx.where(mx.isnan(coord), mx.full(coord.shape, nan_to, coord.dtype),
+                    _tap(coord, size, padding, align_corners))
 
 
 def _tap(coord, size: int, padding: str, align_corners: bool):
-    """torch's compute_coordinates for one integer bicubic tap: as is (zeros), clipped (border), or reflected then
-    clipped (reflection)."""
+    """torch's compute_coordinates (an unnormalised coordinate; for bicubic, each integer tap): as is (zeros),
+    clipped (border), or reflected then clipped (reflection)."""
     if padding == "zeros":
         return coord
     if padding == "reflection":
