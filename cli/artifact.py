@@ -3,6 +3,8 @@
 import os
 import re
 
+from porter.converters.safe_text import printable
+
 from .errors import InputError, first_line
 
 GRAPH = "graph.json"
@@ -84,10 +86,6 @@ def recorded_model(directory, against, meta, command):
                      f"--against {against} --model {spec}{kwargs}")
 
 
-def printable(text) -> str:
-    """Text read from an artifact made safe for a terminal: control characters (escape sequences that could
-    repaint the screen, a carriage return that overwrites the line) shown as escapes (``\\x1b``, ``\\r``)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def unused_note(directory: str, ported) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from .hub import check_repo_id
+from .safe_text import markdown_code
 
 CARD_FILE = "README.md"
 
@@ -22,29 +23,27 @@ def _yaml(value) -> str:
     return json.dumps(value)  # a JSON string is a valid YAML scalar: nothing in it can break the front matter
 
 
-def _code(text) -> str:
-    return "`" + str(text).replace("`", "'").replace("\n", " ")[:300] + "`"
 
 
 def _provenance(config: dict, metadata: dict) -> list:
     source = metadata.get("source") if isinstance(metadata.get("source"), dict) else {}
-    rows = [("Source class", _code(config.get("source_class") or "unknown")),
-            ("Porter version", _code(metadata.get("porter_version") or config.get("porter_version")))]
+    rows = [("Source class", markdown_code(config.get("source_class") or "unknown")),
+            ("Porter version", markdown_code(metadata.get("porter_version") or config.get("porter_version")))]
     if source.get("file"):
-        rows.append(("Converted from", _code(source["file"]) + (f" ({source['format']})" if source.get("format")
+        rows.append(("Converted from", markdown_code(source["file"]) + (f" ({source['format']})" if source.get("format")
                                                                  else "")))
     if source.get("model"):
         kwargs = source.get("model_kwargs") or {}
-        rows.append(("Architecture", _code(source["model"]) + (f" with {_code(json.dumps(kwargs))}" if kwargs
-                                                               else "")))
-    rows.append(("Capture", _code(config.get("frontend") or "unknown")))
-    rows.append(("I/O layout", _code(config.get("io_layout"))))
-    rows.append(("dtype", _code(config.get("dtype"))))
+        with_kwargs = f" with {markdown_code(json.dumps(kwargs))}" if kwargs else ""
+        rows.append(("Architecture", markdown_code(source["model"]) + with_kwargs))
+    rows.append(("Capture", markdown_code(config.get("frontend") or "unknown")))
+    rows.append(("I/O layout", markdown_code(config.get("io_layout"))))
+    rows.append(("dtype", markdown_code(config.get("dtype"))))
     for i, spec in enumerate(config.get("inputs", [])):
         if spec.get("kind") == "tensor":
             dyn = ", ".join(str(a) for a in spec["dynamic_axes"]) or "none"
-            rows.append((f"Input {i} ({_code(spec['name'])})",
-                         f"{_code(spec['layout'])}, example shape {_code(tuple(spec['shape']))}, "
+            rows.append((f"Input {i} ({markdown_code(spec['name'])})",
+                         f"{markdown_code(spec['layout'])}, example shape {markdown_code(tuple(spec['shape']))}, "
                          f"dynamic axes: {dyn}"))
     quant = config.get("quantization")
     if quant:
@@ -65,13 +64,13 @@ def _validation(summary) -> list:
         lines.append(f"Largest output error relative to the output's largest magnitude: "
                      f"{summary['max_rel_error']:.3g} (bar: rtol {summary.get('rtol')}, atol {summary.get('atol')}).")
     if summary.get("input_shapes"):
-        lines.append(f"Inputs (torch layout): {_code(json.dumps(summary['input_shapes']))}.")
+        lines.append(f"Inputs (torch layout): {markdown_code(json.dumps(summary['input_shapes']))}.")
     if summary.get("first_divergence"):
-        lines.append(f"First diverging module: {_code(summary['first_divergence'])}.")
+        lines.append(f"First diverging module: {markdown_code(summary['first_divergence'])}.")
     if summary.get("dtype"):  # a half-precision model (porter/validate_half.py)
-        lines.append(f"Run in {_code(summary['dtype'])} against the float32 torch model; the bar also allows a few "
-                     f"times torch's own {summary['dtype']} error. The module that loses the most: "
-                     f"{_code(summary.get('loses_most') or '-')}.")
+        lines.append(f"Run in {markdown_code(summary['dtype'])} against the float32 torch model; the bar also allows a "
+                     f"few times torch's own {summary['dtype']} error. The module that loses the most: "
+                     f"{markdown_code(summary.get('loses_most') or '-')}.")
     return lines + [""]
 
 
@@ -115,7 +114,7 @@ def model_card(config: dict, metadata: dict | None, *, name: str, base_model: st
     title = name.rstrip("/").rsplit("/", 1)[-1] or "model"
     body = ["", f"# {title}", "",
             f"This model was converted to [MLX](https://github.com/ml-explore/mlx) from the PyTorch model "
-            f"{_code(config.get('source_class') or 'unknown')} with Porter {config.get('porter_version')}"
+            f"{markdown_code(config.get('source_class') or 'unknown')} with Porter {config.get('porter_version')}"
             + (f" (base model: [{base_model}](https://huggingface.co/{base_model}))" if base_model else "") + ".",
             "The weights are stored in MLX layouts (safetensors metadata `porter_layout: mlx`).", "",
             "## Provenance", ""] + _provenance(config, metadata) + [""]

@@ -25,6 +25,7 @@ import os
 
 from porter.converters.files import remove_quietly, write_temporary_text
 from porter.converters.model_card import example_expression
+from porter.converters.safe_text import markdown_code
 
 FORMAT = "porter-mlxfn"
 VERSION = 1
@@ -81,9 +82,6 @@ def _variables(names: list) -> list:
     return out
 
 
-def _code(text) -> str:
-    """``text`` (read from an artifact: hostile) as inline code that cannot break the Markdown around it."""
-    return "`" + str(text).replace("`", "'").replace("\n", " ").replace("|", "/")[:300] + "`"
 
 
 def card(record: dict) -> str:
@@ -95,21 +93,21 @@ def card(record: dict) -> str:
         "at exactly the traced shapes (MLX refuses others)"
     lines = [f"# {file}", "",
              f"An MLX function exported by Porter from "
-             f"{_code(record['source_class']) if record.get('source_class') else 'a ported model'}. "
+             f"{markdown_code(record['source_class']) if record.get('source_class') else 'a ported model'}. "
              "It runs with `mx.import_function` in Python, C++ or Swift, without Porter or torch, "
              f"{shapes}.", "",
              "## Inputs, positionally, in this order", "",
              "| position | argument | dtype | layout | shape(s) | dynamic axes |", "|---|---|---|---|---|---|"]
     for spec in inputs:
-        name = _code(spec["name"]) + (" (keyword in torch)" if spec["keyword"] else "")
+        name = markdown_code(spec["name"]) + (" (keyword in torch)" if spec["keyword"] else "")
         traced = ", ".join(str(tuple(s)) for s in spec["traced_shapes"])
         lines.append(f"| {spec['position']} | {name} | {spec['dtype']} | {spec['layout'] or '-'} | {traced} | "
                      f"{', '.join(map(str, spec['dynamic_axes'])) or '-'} |")
     if record.get("port_call"):
-        lines += ["", f"The ported model's own call: {_code(record['port_call'])}; the file takes the inputs above "
-                  "positionally instead (an argument given by keyword to torch goes at its position here)."]
+        lines += ["", f"The ported model's own call: {markdown_code(record['port_call'])}; the file takes the inputs "
+                  "above positionally instead (an argument given by keyword to torch goes at its position here)."]
     lines += ["", "## Outputs", "", "A list, in this order: " + ", ".join(
-        f"{o['position']}: {_code(o['name'])}" for o in record["outputs"]) + "."]
+        f"{o['position']}: {markdown_code(o['name'])}" for o in record["outputs"]) + "."]
     lines += [f"- {note}" for note in record["notes"]]
     lines += ["", "## Usage (Python)", "", "```python", "import mlx.core as mx", "",
               f"fn = mx.import_function({json.dumps(file)})"]

@@ -1,0 +1,47 @@
+"""Cards written from a stranger's artifact (session 16): a crafted ``source_class`` (any text in graph.json) re-saved
+by ``porter.save`` (README.md model card) or exported (``PATH.md``) cannot put terminal controls, invisible
+reordering characters, a table-breaking ``|`` or a code-span-closing backtick into the card; ``porter inspect DIR``
+prints the same name escaped."""
+
+import pytest
+from click.testing import CliRunner
+
+import porter
+from porter.cli.main import main
+from porter.converters.safe_text import markdown_code, printable
+
+HOSTILE = "Net\x1b[2J\x1b]0;owned\x07\r\nsecond line\u202eevil\u2028| `code` |\x7f\x9b"
+
+
+def _control_free(text: str) -> bool:
+    return not any(not c.isprintable() and c not in "\n" for c in text)
+
+
+@pytest.mark.parametrize("text", [HOSTILE, "a" * 1000, "", 123, "plain.Module"])
+def test_markdown_code_is_one_printable_code_span(text):
+    code = markdown_code(text)
+    assert code.startswith("`") and code.endswith("`") and code.count("`") == 2
+    assert "|" not in code and "\n" not in code and _control_free(code) and len(code) <= 302
+    assert printable(text) == str(text) or "\\x1b" in printable(text)
+
+
+def test_hostile_source_class_cannot_reach_the_card_raw(tampered, tmp_path):
+    directory = tampered(lambda graph: graph.__setitem__("source_class", HOSTILE))
+    ported = porter.load(str(directory))
+    assert ported.source_class == HOSTILE  # loading keeps the text as data
+    porter.save(ported, str(tmp_path / "resaved"))
+    card = (tmp_path / "resaved" / "README.md").read_text()
+    assert _control_free(card) and "\\x1b[2J" in card and "\\u202e" in card
+    (row,) = [line for line in card.splitlines() if line.startswith("| Source class")]
+    assert row.count("|") == 3  # the row's own three bars: the name adds none
+    report = porter.export_function(ported, str(tmp_path / "m.mlxfn"), [(1, 16, 16, 3)])
+    (exported_card,) = [open(p).read() for p in report.card_paths if p.endswith(".md")]
+    assert "Net" in exported_card
+    assert _control_free(exported_card) and "\\x1b[2J" in exported_card
+
+
+def test_inspect_prints_the_name_escaped(tampered):
+    directory = tampered(lambda graph: graph.__setitem__("source_class", HOSTILE))
+    result = CliRunner().invoke(main, ["inspect", str(directory)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\u202e" not in result.output and "\\x1b[2J" in result.output
