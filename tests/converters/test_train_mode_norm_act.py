@@ -21,6 +21,7 @@ from torch import nn
 
 import porter
 from porter.validation.grads import grad_parity
+from tests.models._common import randomize_
 from tests.models.timm_norm_act import (BatchNormAct2d, GroupNormAct, LayerNormAct2d, efficientnet,
                                         sync_batch_norm_act)
 
@@ -75,13 +76,7 @@ def _shapes(name):
 
 
 def _randomized(model):
-    with torch.no_grad():  # statistics and affine parameters that are not the defaults
-        for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-            if name.endswith(("running_var", "weight")) and tensor.is_floating_point() and tensor.ndim == 1:
-                tensor.uniform_(0.5, 1.5)
-            elif name.endswith(("running_mean", "bias")) and tensor.ndim == 1:
-                tensor.uniform_(-0.4, 0.4)
-    return model.eval()
+    return randomize_(model, 0)
 
 
 def _assert_state(ported, model, what):
@@ -301,3 +296,54 @@ def test_timm_efficientnet_sgd_steps_match_torch():
     x = _x((2, 3, 27, 33), seed=7)
     with torch.no_grad():
         np.testing.assert_allclose(_run(ported, x), model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+
+@pytest.mark.parametrize("dtype, mx_dtype, rel", [(torch.float16, mx.float16, 4e-3),
+                                                   (torch.bfloat16, mx.bfloat16, 2e-2)])
+def test_half_bn_act_trains_as_torch(dtype, mx_dtype, rel):
+    """A float16/bfloat16 BatchNormAct2d: mapped (the check runs in the module's dtype), the training output within
+    the dtype's rounding of torch's, the statistics as torch's."""
+    torch.manual_seed(0)
+    model = _randomized(_conv_then(BatchNormAct2d(4, act_layer=nn.SiLU))).to(dtype)
+    ported = porter.convert(model, (_x((4, 3, 9, 7), dtype=dtype),), io_layout="torch")
+    assert ported.train_refusals == {} and ported.graph["modules"]["1"]["type"] == "BatchNorm"
+    model.train()
+    ported.train()
+    for step, shape in enumerate(((4, 3, 9, 7), (3, 3, 6, 11))):
+        x = _x(shape, seed=step + 1, dtype=dtype)
+        with torch.no_grad():
+            want = model(x).float().numpy()
+        got = np.array(ported(mx.array(x.float().numpy()).astype(mx_dtype)).astype(mx.float32))
+        assert np.abs(got - want).max() <= rel * np.abs(want).max(), f"step {step}"
+        arrays = ported.torch_parameters()
+        for name, value in model.state_dict().items():
+            got = np.array(arrays[name].astype(mx.float32) if value.is_floating_point() else arrays[name])
+            np.testing.assert_allclose(got, value.float().numpy() if value.is_floating_point() else value.numpy(),
+                                       rtol=rel, atol=rel * 1e-2, err_msg=f"{name} after step {step}")
+
+
+def test_uncounted_subclass_survives_save_and_load(tmp_path):
+    """``count_batches=False`` is recorded in graph.json (only where it differs) and the loaded port trains as
+    torch: statistics updated, the counter left where torch leaves it."""
+    torch.manual_seed(0)
+    model = _randomized(_conv_then(MyBN(4, momentum=0.3)))
+    ported = porter.convert(model, (_x((4, 3, 9, 7)),), io_layout="torch")
+    assert ported.graph["modules"]["1"]["config"]["count_batches"] is False
+    porter.save(ported, tmp_path / "m")
+    loaded = porter.load(tmp_path / "m")
+    model.train()
+    loaded.train()
+    x = _x((3, 3, 6, 11), seed=1)
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(_run(loaded, x), want, rtol=1e-4, atol=1e-5)
+    _assert_state(loaded, model, "after a training call")
+    assert int(model[1].num_batches_tracked) == 0
+
+
+def test_batch_norm_layer_refuses_uncounted_cumulative_average():
+    with pytest.raises(ValueError, match=r"\[BatchNorm\] 'count_batches'"):
+        porter.layers.BatchNorm(4, momentum=None, count_batches=False)
+    with pytest.raises(ValueError, match=r"\[BatchNorm\] 'count_batches'"):
+        porter.layers.BatchNorm(4, count_batches=1)

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._common import randomize_
+
 
 def _act(act_layer, apply_act: bool, inplace: bool):
     if not apply_act or act_layer is None:
@@ -210,14 +212,5 @@ class EfficientNet(nn.Module):
 
 
 def efficientnet(seed: int = 0) -> EfficientNet:
-    """The twin with seeded random weights and non-default statistics (eval must read them)."""
-    torch.manual_seed(seed)
-    model = EfficientNet()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.uniform_(-0.3, 0.3)
-                module.running_mean.uniform_(-0.2, 0.2)
-                module.running_var.uniform_(0.5, 1.5)
-    return model.eval()
+    """The twin with seeded random weights and statistics, in eval mode."""
+    return randomize_(EfficientNet(), seed)
