@@ -4,8 +4,8 @@ torch; conversion only).
 :func:`find` runs the eager survey (``capture_dropout_sites.py``: functional dropout and attention dropout that
 follow their module's flag, and the rank each module is called with), checks the stochastic depth candidates
 (``capture_droppath.py``) and the batch norm subclasses with a forward of their own (``capture_batch_norms.py``:
-those that train as torch's batch norm map to the port's layer); :func:`routed` wraps the capture so that those calls are recorded as Porter's marker
-ops (``capture_markers.py``). TorchScript modules and programs are not marked (their code cannot be rerouted):
+those that train as torch's batch norm map to the port's layer); :func:`routed` wraps the capture so that those
+calls are recorded as Porter's marker ops (``capture_markers.py``). TorchScript modules and programs are not marked (their code cannot be rerouted):
 their training differences stay refused.
 """
 

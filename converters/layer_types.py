@@ -11,7 +11,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | Conv / ConvTranspose | ``porter.layers.Conv{1,2,3}d`` / ``ConvTranspose{1,2,3}d`` | ``nn.Conv*`` / ``nn.ConvTranspose*`` |
 | Linear | ``porter.layers.Linear`` (an ``mlx.nn.Linear``) | ``nn.Linear`` |
 | Embedding | :class:`Embedding` (``mlx.nn.Embedding`` with torch's index check and ``padding_idx``) | ``nn.Embedding`` |
-| BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d``, ``nn.SyncBatchNorm``, subclasses (by behaviour) |
+| BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d``, ``nn.SyncBatchNorm``, subclasses by behaviour |
 | LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
 | RMSNorm | ``porter.layers.RMSNorm`` (an ``mlx.nn.RMSNorm``) | ``nn.RMSNorm`` |
 | Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |

@@ -22,8 +22,8 @@ from torch import nn
 import porter
 from porter.validation.grads import grad_parity
 from tests.models._common import randomize_
-from tests.models.timm_norm_act import (BatchNormAct2d, GroupNormAct, LayerNormAct2d, efficientnet,
-                                        sync_batch_norm_act)
+from tests.models.timm_norm_act import (BatchNormAct2d, FrozenBatchNormAct2d, GroupNormAct, LayerNormAct2d,
+                                        efficientnet, sync_batch_norm_act)
 
 
 def _x(shape, seed=0, dtype=torch.float32):
@@ -64,6 +64,7 @@ CASES = [
     ("sync_bn", lambda: _conv_then(nn.SyncBatchNorm(4, momentum=None)), "1"),
     ("user_subclass", lambda: _conv_then(MyBN(4, momentum=0.3)), "1"),
     ("subclass_1d_super_forward", lambda: nn.Sequential(nn.Conv1d(3, 4, 1), ScaledBN1d(4)), "1"),
+    ("frozen_bn_act", lambda: _conv_then(FrozenBatchNormAct2d(4, act_layer=nn.SiLU)), None),
     ("group_norm_act", lambda: _conv_then(GroupNormAct(4, num_groups=2, act_layer=nn.SiLU)), None),
     ("layer_norm_act2d", lambda: _conv_then(LayerNormAct2d(4, act_layer=nn.GELU)), None),
 ]
@@ -76,7 +77,12 @@ def _shapes(name):
 
 
 def _randomized(model):
-    return randomize_(model, 0)
+    model = randomize_(model, 0)
+    with torch.no_grad():  # randomize_ treats FrozenBatchNormAct2d's buffers as plain vectors: keep variances > 0
+        for name, buffer in model.named_buffers():
+            if name.endswith("running_var"):
+                buffer.abs_().add_(0.5)
+    return model
 
 
 def _assert_state(ported, model, what):
@@ -106,6 +112,7 @@ def test_norm_act_trains_as_torch(case):
         x = _x(shape, seed=step + 1)
         with torch.no_grad():
             want = model(x).numpy()
+        assert np.isfinite(want).all()
         np.testing.assert_allclose(_run(ported, x), want, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
         _assert_state(ported, model, f"after step {step}")
     result = grad_parity(model, ported, (_x(second, seed=5),), rtol=1e-4, atol=1e-5, seed=2)

@@ -6,7 +6,8 @@ from them (``timm/models/efficientnet.py``, ``_efficientnet_blocks.py``), with t
 ``running_mean``, ``running_var``, ``num_batches_tracked``) and its forward is a copy of torch's batch norm forward
 (``F.batch_norm`` with the momentum logic, the counter updated in place in training) followed by the ``drop`` and
 ``act`` children (``nn.Identity`` when absent, ``apply_act=False``). ``SyncBatchNormAct`` is timm's
-``nn.SyncBatchNorm`` subclass whose forward is the base's then ``drop``/``act`` where present; ``GroupNormAct`` and
+``nn.SyncBatchNorm`` subclass whose forward is the base's then ``drop``/``act`` where present;
+``FrozenBatchNormAct2d`` (not a batch norm subclass: buffers only, one multiply-add); ``GroupNormAct`` and
 ``LayerNormAct2d`` (channels permuted last around ``F.layer_norm``) have no training-mode behaviour of their own.
 
 The EfficientNet: ``conv_stem``, ``bn1``, ``blocks.<stage>.<i>`` (stage 0: ``DepthwiseSeparableConv`` with
@@ -81,6 +82,27 @@ def sync_batch_norm_act(bn: BatchNormAct2d) -> SyncBatchNormAct:
     out.num_batches_tracked = bn.num_batches_tracked
     out.act, out.drop = bn.act, bn.drop
     return out
+
+
+class FrozenBatchNormAct2d(nn.Module):
+    """timm ``FrozenBatchNormAct2d``: fixed statistics and affine, all four as buffers (``weight``, ``bias``,
+    ``running_mean``, ``running_var``), then ``drop`` and ``act``; the same in both modes."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, apply_act: bool = True, act_layer=nn.ReLU,
+                 inplace: bool = True, drop_layer=None):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("weight", torch.ones(num_features))
+        self.register_buffer("bias", torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.drop = drop_layer() if drop_layer is not None else nn.Identity()
+        self.act = _act(act_layer, apply_act, inplace)
+
+    def forward(self, x):
+        scale = self.weight.reshape(1, -1, 1, 1) * (self.running_var.reshape(1, -1, 1, 1) + self.eps).rsqrt()
+        shift = self.bias.reshape(1, -1, 1, 1) - self.running_mean.reshape(1, -1, 1, 1) * scale
+        return self.act(self.drop(x * scale + shift))
 
 
 class GroupNormAct(nn.GroupNorm):
