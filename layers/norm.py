@@ -57,9 +57,9 @@ class BatchNorm(nn.BatchNorm):
         if not isinstance(count_batches, bool) or (momentum is None and not count_batches):
             raise ValueError(f"[BatchNorm] 'count_batches' must be a bool, and True when 'momentum' is None (the "
                              f"cumulative average divides by the count), but got {count_batches!r}.")
-        self.count_batches = count_batches
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
                          track_running_stats=track_running_stats)
+        self.count_batches = count_batches
         if track_running_stats:
             self.num_batches_tracked = mx.array(0, dtype=mx.int64)
             self.freeze(keys=["running_mean", "running_var", "num_batches_tracked"], recurse=False)

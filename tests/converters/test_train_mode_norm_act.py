@@ -354,3 +354,29 @@ def test_batch_norm_layer_refuses_uncounted_cumulative_average():
         porter.layers.BatchNorm(4, momentum=None, count_batches=False)
     with pytest.raises(ValueError, match=r"\[BatchNorm\] 'count_batches'"):
         porter.layers.BatchNorm(4, count_batches=1)
+
+
+@pytest.mark.parametrize("builder", ["repvgg_small", "mobileone_small"])
+def test_timm_reparam_nets_train_as_torch(builder):
+    """timm's RepVGG and MobileOne train-time form (every branch's BN a BatchNormAct2d without act): two training
+    steps at two sizes (outputs, every statistic and counter), then eval."""
+    from tests.models import timm_reparam
+
+    model = _randomized(getattr(timm_reparam, builder)())
+    ported = porter.convert(model, (_x((2, 3, 32, 32)),), io_layout="torch")
+    assert ported.train_refusals == {}
+    model.train()
+    ported.train()
+    for step, shape in enumerate(((2, 3, 32, 32), (3, 3, 29, 35))):
+        x = _x(shape, seed=step + 1)
+        with torch.no_grad():
+            want = model(x).numpy()
+        np.testing.assert_allclose(_run(ported, x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
+                                   err_msg=f"step {step}")
+        _assert_state(ported, model, f"after step {step}")
+    model.eval()
+    ported.eval()
+    x = _x((1, 3, 29, 35), seed=7)
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(_run(ported, x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
