@@ -380,3 +380,30 @@ def test_timm_reparam_nets_train_as_torch(builder):
     with torch.no_grad():
         want = model(x).numpy()
     np.testing.assert_allclose(_run(ported, x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+class BlockDrop(nn.Module):
+    """A drop layer the port does not carry (timm's ``DropBlock2d`` kind: random 2x2 blocks zeroed in training)."""
+
+    def __init__(self, drop_prob=0.3):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        keep = (torch.rand(x.shape[0], x.shape[1], (x.shape[2] + 1) // 2, (x.shape[3] + 1) // 2) > self.drop_prob)
+        keep = keep.repeat_interleave(2, 2).repeat_interleave(2, 3)[:, :, :x.shape[2], :x.shape[3]]
+        return x * keep / (1 - self.drop_prob)
+
+
+def test_bn_act_with_an_unported_drop_layer_refuses_the_drop_layer_by_name():
+    """The batch norm maps and trains; its ``drop`` child computes something the port does not: refused by its path,
+    not the batch norm's."""
+    torch.manual_seed(0)
+    model = _randomized(_conv_then(BatchNormAct2d(4, drop_layer=BlockDrop)))
+    ported = porter.convert(model, (_x((4, 3, 9, 7)),), io_layout="torch")
+    assert ported.graph["modules"]["1"]["type"] == "BatchNorm"
+    assert set(ported.train_refusals) == {"1.drop"}
+    with pytest.raises(porter.TrainModeError, match=r"'1\.drop'.*BlockDrop"):
+        ported.train()
