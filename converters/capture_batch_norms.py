@@ -27,8 +27,8 @@ import torch
 
 from .capture_buffers import BufferSnapshot
 
-_SPATIAL = (5, 4, 3)  # the test batch's spatial sizes (unequal: a transposed axis shows)
-_BATCH = 4
+_SPATIAL = (4, 3, 2)  # the test batch's spatial sizes (unequal: a transposed axis shows)
+_BATCH = 3
 _TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
 
@@ -106,7 +106,6 @@ def check(module, ndim: int) -> "str | bool | None":
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             module.training = True  # its children keep their own (eval) modes
-            torch.manual_seed(0)
             trained = module(x.clone())
             after = (module.running_mean.clone(), module.running_var.clone(),
                      None if module.num_batches_tracked is None else module.num_batches_tracked.clone())
@@ -115,7 +114,6 @@ def check(module, ndim: int) -> "str | bool | None":
             module.training = False
             module.running_mean.copy_(mean)
             module.running_var.copy_(var)
-            torch.manual_seed(0)
             reference = module(x.clone())
     except Exception as e:  # noqa: BLE001  (not checkable: left unmapped)
         return f"could not be checked on a test batch ({type(e).__name__}: {str(e)[:120]})"
