@@ -99,7 +99,7 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, mar
 
     graph = capture(model, example_inputs, dynamic=dynamic, example_kwargs=example_kwargs, train_marks=marks)
     kwargs = normalise_kwargs(example_kwargs)
-    graph.module_attrs = _module_attrs(model)
+    graph.module_attrs = _module_attrs(model, marks)
     result = convert_graph(graph, io_layout)
     ported = PortedModel(result["graph"], result["weights"])
     first_note = graph.capture_note
@@ -109,7 +109,7 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, mar
         ported = result = None  # the first port's weights go before the second is built
         graph = capture(model, example_inputs, double_batch=False, dynamic=graph.capture_mode or dynamic,
                         example_kwargs=kwargs, train_marks=marks)
-        graph.module_attrs = _module_attrs(model)
+        graph.module_attrs = _module_attrs(model, marks)
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
     ported.capture_note = graph.capture_note or first_note
@@ -158,6 +158,10 @@ def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=
     with neutral(marks):
         refusals = train_refusals(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs),
                                   handled)
+    reasons = marks.batch_norm_reasons if marks is not None else {}
+    refusals = {path: (f"its forward ({type(model.get_submodule(path)).__name__}) is a batch norm subclass that "
+                       f"{reasons[path]}, and conversion captured the eval-mode forward" if path in reasons else why)
+                for path, why in refusals.items()}
     refusals = {**getattr(ported, "frozen_constants", {}), **refusals}
     if refusals:
         graph["train_refusals"] = refusals
@@ -191,9 +195,11 @@ def _restore_modes(modes: list) -> None:
         module.training = was_training
 
 
-def _module_attrs(model) -> dict:
+def _module_attrs(model, marks=None) -> dict:
     """What the captured ATen call does not carry but the MLX layer needs, read from the torch modules: batch
-    norm's ``momentum`` (``None``, the cumulative average, reaches ATen as ``0.0`` in eval mode)."""
+    norm's ``momentum`` (``None``, the cumulative average, reaches ATen as ``0.0`` in eval mode), and the torch
+    class a module maps as (a subclass keeping its base's forward, or a batch norm subclass torch showed trains as
+    its base: ``marks.batch_norms``, ``capture_batch_norms.py``)."""
     named = getattr(model, "named_modules", None)
     out: dict = {}
     if named is None:
@@ -209,6 +215,8 @@ def _module_attrs(model) -> dict:
         base = _torch_base(module, mappable)
         if base is not None:
             out.setdefault(path, {})["torch_type"] = base
+        if marks is not None and path in marks.batch_norms:
+            out.setdefault(path, {}).update(marks.batch_norms[path])
         if type(module).__name__ == "MultiheadAttention" and type(module).__module__.startswith("torch.nn"):
             if (getattr(module, "_qkv_same_embed_dim", False) and getattr(module, "bias_k", None) is None
                     and not getattr(module, "add_zero_attn", True)):

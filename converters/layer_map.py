@@ -161,6 +161,10 @@ def _batch_norm(node, source, info, shapes, module_type):
     config = {"num_features": channels, "eps": float(node["attrs"]["eps"]),
               "momentum": None if momentum is None else float(momentum), "affine": "weight" in slots,
               "track_running_stats": True}
+    if info.get("count_batches") is False:  # a subclass calling F.batch_norm itself (capture_batch_norms.py)
+        if momentum is None:
+            return None
+        config["count_batches"] = False
     return Mapping("BatchNorm", config, 0, slots)
 
 

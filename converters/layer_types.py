@@ -11,7 +11,7 @@ built. ``record(layer)`` goes the other way for ``porter.save``: the live layer'
 | Conv / ConvTranspose | ``porter.layers.Conv{1,2,3}d`` / ``ConvTranspose{1,2,3}d`` | ``nn.Conv*`` / ``nn.ConvTranspose*`` |
 | Linear | ``porter.layers.Linear`` (an ``mlx.nn.Linear``) | ``nn.Linear`` |
 | Embedding | :class:`Embedding` (``mlx.nn.Embedding`` with torch's index check and ``padding_idx``) | ``nn.Embedding`` |
-| BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d`` |
+| BatchNorm | ``porter.layers.BatchNorm`` | ``nn.BatchNorm{1,2,3}d``, ``nn.SyncBatchNorm``, subclasses by behaviour |
 | LayerNorm / GroupNorm / InstanceNorm | ``porter.layers.LayerNorm`` / ``GroupNorm`` / ``InstanceNorm`` | same names |
 | RMSNorm | ``porter.layers.RMSNorm`` (an ``mlx.nn.RMSNorm``) | ``nn.RMSNorm`` |
 | Dropout | ``mlx.nn.Dropout`` | ``nn.Dropout`` |
@@ -261,6 +261,14 @@ def _build_conv_transpose(c):
                                     tuple(c["dilation"]))
 
 
+def _batch_norm_config(layer) -> dict:
+    config = {"num_features": layer.num_features, "eps": layer.eps, "momentum": layer.momentum,
+              "affine": _has(layer, "weight"), "track_running_stats": layer.track_running_stats}
+    if not getattr(layer, "count_batches", True):  # recorded only where it differs: older readers load the rest
+        config["count_batches"] = False
+    return config
+
+
 def _dropout_p(layer) -> float:
     return float(1.0 - layer._p_1)
 
@@ -322,12 +330,11 @@ LAYER_TYPES = {t.name: t for t in (
               lambda c: Embedding(c["num_embeddings"], c["embedding_dim"], c.get("padding_idx")), (Embedding,),
               _embedding_config),
     LayerType("BatchNorm", S.Obj({"num_features": _SIZE, "eps": _EPS, "momentum": S.Opt(S.Float()),
-                                  "affine": S.Bool(), "track_running_stats": S.Bool()},
+                                  "affine": S.Bool(), "track_running_stats": S.Bool(), "count_batches": S.Bool()},
                                  ["num_features", "eps", "momentum", "affine", "track_running_stats"]),
               lambda c: PL.BatchNorm(c["num_features"], c["eps"], c["momentum"], c["affine"],
-                                     c["track_running_stats"]), (PL.BatchNorm,),
-              lambda m: {"num_features": m.num_features, "eps": m.eps, "momentum": m.momentum,
-                         "affine": _has(m, "weight"), "track_running_stats": m.track_running_stats}),
+                                     c["track_running_stats"], c.get("count_batches", True)), (PL.BatchNorm,),
+              _batch_norm_config),
     LayerType("LayerNorm", S.Obj({"normalized_shape": S.Ints(1, S.MAX_LEN, 1, (1 << 31) - 1), "eps": _EPS,
                                   "elementwise_affine": S.Bool(), "bias": S.Bool()},
                                  ["normalized_shape", "eps", "elementwise_affine", "bias"]),

@@ -5,7 +5,8 @@
 
 * training: normalize with the batch's biased variance; update ``running_mean``/``running_var`` with the batch's
   unbiased variance as ``(1 - m) * running + m * batch`` where ``m = momentum``, or ``1 / num_batches_tracked``
-  when ``momentum is None``; count ``num_batches_tracked``;
+  when ``momentum is None``; count ``num_batches_tracked`` (unless ``count_batches=False``: a subclass whose forward
+  calls ``F.batch_norm`` itself leaves torch's counter where it was);
 * eval (or ``track_running_stats=False`` in training): running statistics (or batch statistics when there are none).
 """
 
@@ -36,6 +37,9 @@ class BatchNorm(nn.BatchNorm):
         affine (bool, optional): learnable ``weight`` and ``bias``. Default: ``True``.
         track_running_stats (bool, optional): keep ``running_mean``, ``running_var`` and ``num_batches_tracked``.
             Default: ``True``.
+        count_batches (bool, optional): add one to ``num_batches_tracked`` per training call (torch's
+            ``BatchNorm``); ``False`` for a torch forward that calls ``F.batch_norm`` with a fixed momentum and
+            never counts (then ``momentum`` must not be ``None``). Default: ``True``.
 
     Shape: ``(N, C)`` or ``(N, *spatial, C)`` -> same. Parameters carry torch's ``state_dict`` names.
 
@@ -45,13 +49,17 @@ class BatchNorm(nn.BatchNorm):
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
-                 track_running_stats: bool = True):
+                 track_running_stats: bool = True, count_batches: bool = True):
         if not isinstance(num_features, int) or isinstance(num_features, bool) or num_features <= 0:
             raise ValueError(f"[BatchNorm] 'num_features' must be a positive int but got {num_features!r}.")
         if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
             raise ValueError(f"[BatchNorm] 'momentum' must be in [0, 1] or None but got {momentum!r}.")
+        if not isinstance(count_batches, bool) or (momentum is None and not count_batches):
+            raise ValueError(f"[BatchNorm] 'count_batches' must be a bool, and True when 'momentum' is None (the "
+                             f"cumulative average divides by the count), but got {count_batches!r}.")
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
                          track_running_stats=track_running_stats)
+        self.count_batches = count_batches
         if track_running_stats:
             self.num_batches_tracked = mx.array(0, dtype=mx.int64)
             self.freeze(keys=["running_mean", "running_var", "num_batches_tracked"], recurse=False)
@@ -79,7 +87,8 @@ class BatchNorm(nn.BatchNorm):
             # (saves the input only, _batch_norm_train.py)
             y, mean, var = batch_norm_train(x, self.get("weight"), self.get("bias"), self.eps)
             if self.training and self.track_running_stats:
-                self.num_batches_tracked = self.num_batches_tracked + 1
+                if self.count_batches:
+                    self.num_batches_tracked = self.num_batches_tracked + 1
                 factor = (1.0 / self.num_batches_tracked.astype(mx.float32) if self.momentum is None
                           else self.momentum)
                 unbiased = var * (count / max(count - 1, 1))
