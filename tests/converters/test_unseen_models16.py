@@ -28,6 +28,7 @@ import porter
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
 from tests.models import falcon, hiera, t5
+from tests.models._common import randomize_
 from tests.twin_suite import Twin, TwinSuite, image
 
 
@@ -215,36 +216,43 @@ def test_train_mode_with_dropout_zero_matches_torch(name):
     assert result["ok"], result
 
 
-def test_hiera_train_mode_with_drop_path_is_refused_or_matched():
-    """Drop path draws random numbers in train mode: converting that forward must not silently give torch's eval
-    output (either refused by name, or random per call like torch)."""
-    model = hiera.Hiera(drop_path_rate=0.2)
-    from tests.models._common import randomize_
-    randomize_(model, 0).train()
+def test_hiera_train_mode_drop_path_stays_random():
+    """Drop path in train mode (``bernoulli_`` per example): the port draws anew on every call like torch, never
+    freezing the capture's draw and never falling back to the eval forward."""
+    model = randomize_(hiera.Hiera(drop_path_rate=0.3), 0).train()
     x = image(2, 3, 32, 32)(0)
-    try:
-        ported = porter.convert(model, x, io_layout="torch", dynamic="batch")
-    except Exception as e:  # noqa: BLE001
-        assert "bernoulli" in str(e) or "random" in str(e), e
-        return
+    ported = porter.convert(model, x, io_layout="torch", dynamic="batch")
     first, second = run_ported(ported, x)[0], run_ported(ported, x)[0]
+    with torch.no_grad():
+        evaluated = model.eval()(*x)[0].numpy()
     assert not np.array_equal(first, second)
+    assert not np.allclose(first, evaluated) and not np.allclose(second, evaluated)
 
 
 def _first(out):
     return torch.utils._pytree.tree_leaves(out)[0]
 
 
+# torch has no CPU float16/bfloat16 kernel for antialiased bicubic resizing ("compute_index_ranges_weights")
+NO_TORCH_HALF = {"hiera_abswin"}
+
+
 @pytest.mark.parametrize("name", sorted(TWINS))
-def test_float16_port_matches_torch_float16(name):
-    """The float16 port against torch's float16 model on the same inputs, within 2% of the output's range (torch's
-    own float16 run against its float32 one is printed on failure)."""
+def test_float16_port_is_as_close_to_float32_as_torch_float16(name):
+    """The float16 port on the same inputs is no further from torch's float32 output than twice torch's own
+    float16 model is (plus 0.2% of the range): each side's half rounding differs (T5's norms and masks read the
+    dtype at capture, a float32 one: ``converters/precision.py``), so port and torch-half are compared through
+    float32, not with each other. Where torch has no half kernel, within 2% of the range of the float32 output."""
     model, ported = _converted(name)
     x = tuple(t.half() if t.is_floating_point() else t for t in TWINS[name].second(3))
     got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
     with torch.no_grad():
-        ref = _first(copy.deepcopy(model).half()(*x)).float().numpy()
         full = _first(model(*(t.float() if t.is_floating_point() else t for t in x))).numpy()
+        half = None if name in NO_TORCH_HALF else _first(copy.deepcopy(model).half()(*x)).float().numpy()
     assert np.isfinite(got).all()
-    err, own = np.abs(got - ref).max(), np.abs(full - ref).max()
-    assert err <= 2e-2 * np.abs(ref).max(), (err, own, np.abs(ref).max())
+    err, scale = np.abs(got - full).max(), np.abs(full).max()
+    if half is None:
+        assert err <= 2e-2 * scale, (err, scale)
+        return
+    own = np.abs(half - full).max()
+    assert err <= 2 * own + 2e-3 * scale, (err, own, scale)
