@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -54,6 +55,14 @@ class TwinSuite:
         model, ported = self.converted(name)
         assert_matches(ported, model, self.twins[name].inputs(1))
         assert_matches(ported, model, self.twins[name].second(2))
+
+    def parity_test(self):
+        """The test of every twin at both sizes, for a test module to bind as
+        ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()``."""
+        @pytest.mark.parametrize("name", sorted(self.twins))
+        def test_twin_matches_torch_at_two_sizes(name):
+            self.check(name)
+        return test_twin_matches_torch_at_two_sizes
 
     def round_trip(self, name):
         """A freshly built twin (other weights) loaded strictly with the port's ``torch_parameters()`` gives the

@@ -67,11 +67,7 @@ TWINS = {
 
 SUITE = TwinSuite(TWINS)
 build, _converted = SUITE.build, SUITE.converted
-
-
-@pytest.mark.parametrize("name", sorted(TWINS))
-def test_twin_matches_torch_at_two_sizes(name):
-    SUITE.check(name)
+test_twin_matches_torch_at_two_sizes = SUITE.parity_test()
 
 
 @pytest.mark.parametrize("name", sorted(TWINS))

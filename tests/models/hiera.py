@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.models.droppath import DropPath
+
 
 def _undo_windowing(x, shape, mu_shape):
     """[B, #MUs, *MU, C] -> [B, *shape, C]: mask units back into spatial order."""
@@ -113,18 +115,6 @@ class LayerScale(nn.Module):
 
     def forward(self, x):
         return x * self.gamma
-
-
-class DropPath(nn.Module):
-    def __init__(self, drop_prob=0.0):
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x):
-        if self.drop_prob == 0.0 or not self.training:
-            return x
-        keep = 1 - self.drop_prob
-        return x * x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep) / keep
 
 
 class Mlp(nn.Module):
