@@ -19,31 +19,20 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 
 import porter
-from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
 from tests.models import falcon, hiera, t5
 from tests.models._common import randomize_
-from tests.twin_suite import Twin, TwinSuite, image
+from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, image, token_ids
 
 
-def _ids(b, n, left=False, vocab=64):
-    """seed -> token ids (B, L) and a 0/1 mask where row i has i padded places (at the end, or the start)."""
-    def make(seed):
-        ids = torch.randint(1, vocab, (b, n), generator=torch.Generator().manual_seed(seed))
-        mask = torch.ones(b, n, dtype=torch.long)
-        for i in range(1, b):
-            if left:
-                mask[i, :i] = 0
-            else:
-                mask[i, -i:] = 0
-        return ids, mask
-    return make
+_ids = partial(token_ids, low=1)  # seed -> (ids, mask): row i has i padded places
 
 
 def _seq2seq(b, n, m):
@@ -116,10 +105,7 @@ def test_twins_keep_their_reference_names():
 @pytest.mark.parametrize("name", ["t5", "t5_v1_1"])
 def test_t5_gradients_to_every_parameter(name):
     """Through the bucket embeddings (both stacks), cross-attention, the tied (scaled) or untied head."""
-    model, ported = _converted(name)
-    result = grad_parity(model, ported, _seq2seq(3, 9, 6)(1), rtol=1e-3, atol=1e-5, seed=1)
-    assert result["ok"], result
-    assert {r["name"] for r in result["parameters"]} == {n for n, _ in model.named_parameters()}
+    SUITE.gradients_match(name, _seq2seq(3, 9, 6)(1))
 
 
 class _Labelled(torch.nn.Module):
@@ -150,9 +136,7 @@ def test_t5_labels_shift_right_and_the_loss_match_torch():
     model = _Labelled(build("t5"))
     ported = porter.convert(model, _labelled(2, 7, 5)(0), io_layout="torch")
     assert_matches(ported, model, _labelled(3, 11, 6)(4))
-    result = grad_parity(model, ported, _labelled(2, 8, 5)(7), rtol=1e-3, atol=1e-5, seed=2)
-    assert result["ok"], result
-    assert {r["name"] for r in result["parameters"]} == {n for n, _ in model.named_parameters()}
+    assert_gradients_match(model, ported, _labelled(2, 8, 5)(7), seed=2)
 
 
 # ---------------------------------------------------------------------------------------------------- Hiera
@@ -160,10 +144,7 @@ def test_t5_labels_shift_right_and_the_loss_match_torch():
 def test_hiera_gradients_to_every_parameter(name):
     """Through the unroll permutes, the window ``reshape``s, q pooling's ``amax`` (no ties in random data), the
     bicubic antialiased resize of the global table (``hiera_abswin``)."""
-    model, ported = _converted(name)
-    result = grad_parity(model, ported, image(2, 3, 32, 32)(1), rtol=1e-3, atol=1e-5, seed=1)
-    assert result["ok"], result
-    assert {r["name"] for r in result["parameters"]} == {n for n, _ in model.named_parameters()}
+    SUITE.gradients_match(name, image(2, 3, 32, 32)(1))
 
 
 def test_hiera_another_image_size_is_refused_naming_the_input():
@@ -190,10 +171,7 @@ def test_hiera_mask_unit_dropping_is_refused_naming_the_models_line():
 @pytest.mark.parametrize("name", ["falcon", "falcon_alibi"])
 def test_falcon_gradients_to_every_parameter(name):
     """Multi-query heads by fancy-index slices (``[..., [-2], :]``), rotary; ALiBi's cumulative positions."""
-    model, ported = _converted(name)
-    result = grad_parity(model, ported, _ids(3, 9, left=True)(1), rtol=1e-3, atol=1e-5, seed=1)
-    assert result["ok"], result
-    assert {r["name"] for r in result["parameters"]} == {n for n, _ in model.named_parameters()}
+    SUITE.gradients_match(name, _ids(3, 9, left=True)(1))
 
 
 # ---------------------------------------------------------------------------------------------------- all
@@ -208,8 +186,7 @@ def test_train_mode_with_dropout_zero_matches_torch(name):
             module.dropout = 0.0
     ported = porter.convert(model, TWINS[name].inputs(0), io_layout="torch", dynamic=TWINS[name].dynamic)
     assert_matches(ported, model, TWINS[name].second(1))
-    result = grad_parity(model, ported, TWINS[name].inputs(2), rtol=1e-3, atol=1e-5, seed=2)
-    assert result["ok"], result
+    assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
 
 
 def test_hiera_train_mode_drop_path_stays_random():
