@@ -27,7 +27,7 @@ import torch
 
 import porter
 from tests.converter_check import assert_matches, run_ported
-from tests.models import falcon, hiera, t5
+from tests.models import falcon, hiera, t5, xlnet
 from tests.models._common import randomize_
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, image, token_ids
 
@@ -43,6 +43,25 @@ def _seq2seq(b, n, m):
     return make
 
 
+def _segments(b, n):
+    """seed -> (input_ids, attention_mask, token_type_ids): two segments (the second from n // 2), padded rows."""
+    def make(seed):
+        ids, mask = _ids(b, n)(seed)
+        return ids, mask, (torch.arange(n)[None, :] >= n // 2).long().expand(b, n).contiguous()
+    return make
+
+
+def _two_stream(b, n, k):
+    """seed -> ``_segments`` plus a random ``perm_mask`` (B, n, n) and a ``target_mapping`` (B, k, n) that picks k
+    distinct positions per row."""
+    def make(seed):
+        gen = torch.Generator().manual_seed(seed + 50)
+        perm_mask = (torch.rand(b, n, n, generator=gen) < 0.3).float()
+        targets = torch.stack([torch.randperm(n, generator=gen)[:k] for _ in range(b)])
+        return *_segments(b, n)(seed), perm_mask, torch.nn.functional.one_hot(targets, n).float()
+    return make
+
+
 TWINS = {
     # 8 buckets up to distance 16: from 7 and 13 tokens both the exact and the logarithmic buckets are used
     "t5": Twin(t5.t5_small, _seq2seq(2, 7, 5), _seq2seq(3, 13, 9), fix=t5.norm_weights_),
@@ -52,6 +71,9 @@ TWINS = {
     "hiera_abswin": Twin(hiera.hiera_abswin_small, image(2, 3, 32, 32), image(1, 3, 32, 32), dynamic="batch"),
     "falcon": Twin(falcon.falcon_small, _ids(2, 7, left=True), _ids(3, 11, left=True)),
     "falcon_alibi": Twin(falcon.falcon_alibi_small, _ids(2, 7, left=True), _ids(3, 12, left=True)),
+    "xlnet": Twin(xlnet.xlnet_small, _segments(2, 7), _segments(3, 10)),
+    # the query stream: another batch, length and number of predicted positions
+    "xlnet_two_stream": Twin(xlnet.xlnet_small, _two_stream(2, 7, 3), _two_stream(3, 9, 2)),
 }
 
 SUITE = TwinSuite(TWINS)
@@ -90,6 +112,13 @@ def test_twins_keep_their_reference_names():
                    "transformer.ln_f.bias", "lm_head.weight"],
         "falcon_alibi": ["transformer.h.0.post_attention_layernorm.weight",
                          "transformer.h.1.self_attention.query_key_value.bias"],
+        "xlnet": ["transformer.word_embedding.weight", "transformer.mask_emb", "transformer.layer.0.rel_attn.q",
+                  "transformer.layer.0.rel_attn.k", "transformer.layer.0.rel_attn.v", "transformer.layer.0.rel_attn.o",
+                  "transformer.layer.0.rel_attn.r", "transformer.layer.1.rel_attn.r_r_bias",
+                  "transformer.layer.1.rel_attn.r_s_bias", "transformer.layer.1.rel_attn.r_w_bias",
+                  "transformer.layer.0.rel_attn.seg_embed", "transformer.layer.0.rel_attn.layer_norm.weight",
+                  "transformer.layer.1.ff.layer_1.weight", "transformer.layer.1.ff.layer_2.bias",
+                  "transformer.layer.0.ff.layer_norm.bias", "lm_loss.weight", "lm_loss.bias"],
     }
     for name, keys in expected.items():
         state = TWINS[name].builder().state_dict()
@@ -172,6 +201,14 @@ def test_hiera_mask_unit_dropping_is_refused_naming_the_models_line():
 def test_falcon_gradients_to_every_parameter(name):
     """Multi-query heads by fancy-index slices (``[..., [-2], :]``), rotary; ALiBi's cumulative positions."""
     SUITE.gradients_match(name, _ids(3, 9, left=True)(1))
+
+
+# ---------------------------------------------------------------------------------------------------- XLNet
+@pytest.mark.parametrize("name, inputs", [("xlnet", _segments(3, 8)), ("xlnet_two_stream", _two_stream(3, 8, 4))])
+def test_xlnet_gradients_to_every_parameter(name, inputs):
+    """Through the einsums, ``rel_shift_bnij``'s reshape-slice-reshape and ``index_select``, the segment one-hot;
+    the query stream's ``target_mapping`` gather and scatter from ``mask_emb``."""
+    SUITE.gradients_match(name, inputs(1))
 
 
 # ---------------------------------------------------------------------------------------------------- all
