@@ -2,16 +2,20 @@
 (``tests/models/t5.py``: encoder-decoder, relative position buckets with the logarithmic range, cross-attention,
 ``decoder_input_ids``, ``labels`` shifted right and a loss ignoring -100; the original ReLU/tied-head T5 and the
 gated-GELU v1.1), timm's ``Hiera`` (``hiera.py``: unrolled token order, mask-unit attention, q pooling by ``amax``,
-rerolled stage intermediates; the absolute-window position embedding with antialiased bicubic resizing) and
+rerolled stage intermediates; the absolute-window position embedding with antialiased bicubic resizing),
 transformers' ``FalconForCausalLM`` (``falcon.py``: multi-query parallel attention with rotary; ALiBi with
-bfloat16-rounded slopes, multi-head, sequential). Each converts and matches torch, run here on the same data, at its
-example size and a second one (another batch and length; Hiera's size is fixed by its position table, another batch);
-strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin, gradients to every parameter, train
-mode, float16.
+bfloat16-rounded slopes, multi-head, sequential) and ``XLNetLMHeadModel`` (``xlnet.py``: einsum relative attention,
+``rel_shift_bnij``, segments, two-stream attention with ``perm_mask`` and ``target_mapping``). Each converts and
+matches torch, run here on the same data, at its example size and a second one (another batch and length; Hiera's
+size is fixed by its position table: another batch); strict ``load_state_dict`` of the port's ``torch_parameters()``
+into the twin, gradients to every parameter, train mode, float16.
 
-Found on the way and fixed (``converters/capture_strategy.py::_failing_line``, tested below): a capture that failed on
-a data-dependent guard named torch's internal frame (``_prims_common/__init__.py:318 in eval_eager``) as the place;
-it now names the model's own line and code, which torch reports as "The following call raised this error".
+Found on the way and fixed: a capture that failed on a data-dependent guard named torch's internal frame
+(``_prims_common/__init__.py:318 in eval_eager``) as the place; it now names the model's own line and code, which
+torch reports as "The following call raised this error" (``converters/capture_strategy.py::_failing_line``, tested
+below with Hiera's MAE mask). XLNet's float16 port was NaN everywhere: ``attn_score - 1e30 * mask`` (the float32
+branch of its dtype test, the one captured) rounded 1e30 to inf in half and ``inf * 0`` is NaN, where torch's CPU
+``mul`` keeps a number in float32 (``ops/elementwise.py::k_binary``; ``test_ops_half_sweep.py``).
 
 The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch| per output.
 """
