@@ -76,6 +76,13 @@ class TwinSuite:
         assert_matches(ported, model, self.twins[name].inputs(1))
         assert_matches(ported, model, self.twins[name].second(2))
 
+    def assert_keeps_names(self, expected: dict):
+        """Each twin's ``state_dict`` holds the reference implementation's keys listed for it (name -> keys)."""
+        for name, keys in expected.items():
+            state = self.twins[name].builder().state_dict()
+            missing = [k for k in keys if k not in state]
+            assert not missing, f"{name}: missing {missing}"
+
     def parity_test(self):
         """The test of every twin at both sizes, for a test module to bind as
         ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()``."""

@@ -124,10 +124,7 @@ def test_twins_keep_their_reference_names():
                   "transformer.layer.1.ff.layer_1.weight", "transformer.layer.1.ff.layer_2.bias",
                   "transformer.layer.0.ff.layer_norm.bias", "lm_loss.weight", "lm_loss.bias"],
     }
-    for name, keys in expected.items():
-        state = TWINS[name].builder().state_dict()
-        missing = [k for k in keys if k not in state]
-        assert not missing, f"{name}: missing {missing}"
+    SUITE.assert_keeps_names(expected)
     assert "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight" not in build("t5").state_dict()
     assert "blocks.1.proj.weight" not in build("hiera_abswin").state_dict()  # expansion by max and mean pools
     qkv = build("falcon").state_dict()["transformer.h.0.self_attention.query_key_value.weight"]
