@@ -44,6 +44,21 @@ DYNAMIC_FACTOR, BATCH_FACTOR, DYNAMIC_MARGIN_S = 16.0, 4.0, 2.0
 
 
 _CAUSED_BY = re.compile(r"Caused by: \(([^)\n]{1,300})\)")
+# torch's user frame for a failed guard: 'The following call raised this error:\n  File "...", line N, in f\n  code'
+_RAISED_AT = re.compile(r'The following call raised this error:\s*File "([^"\n]{1,500})", line (\d+), in ([^\s]+)'
+                        r'(?:\n[ \t]+([^\n]{1,200}))?')
+
+
+def _failing_line(message: str) -> str:
+    """Where torch says a capture failed, in words: the model's own line when torch names it (``Caused by`` can
+    be a torch-internal frame, e.g. ``_prims_common`` for a ``view`` of a data-dependent size), else ``Caused by``'s
+    frame, else nothing."""
+    raised = _RAISED_AT.search(message)
+    if raised:
+        path, line, function, code = raised.groups()
+        return f" at {path}:{line} in {function}" + (f" ({code.strip()})" if code and code.strip() else "")
+    caused = _CAUSED_BY.search(message)
+    return f" at {caused.group(1)}" if caused else ""
 
 
 class CaptureTimeout(BaseException):
@@ -59,8 +74,7 @@ def _static(model, inputs, kwargs=None):
         raise
     except Exception as e:  # noqa: BLE001  (torch raises TypeError, RuntimeError, UserError, ... here)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        where = _CAUSED_BY.search(str(e))  # torch names the model's line for a data-dependent guard
-        at = f" at {where.group(1)}" if where else ""
+        at = _failing_line(str(e))
         raise CaptureError(
             f"torch.export could not capture the model's forward{at} ({type(e).__name__}: {first}). Porter "
             "converts what torch.export captures: Python control flow on tensor values, sizes read from tensor "

@@ -18,7 +18,9 @@ then follows torch's mixed-precision rules (CPU autocast and torch's half kernel
   instance norm) do the same in ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss
   op (``nll_loss``, ``mse_loss``, ...); a loss written with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
 
-Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does.
+Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does
+(a product or quotient by a Python number the dtype cannot hold is computed in float32 and rounded once, as
+torch's CPU ``mul``/``div``: ``ops/elementwise.py``).
 """
 
 from __future__ import annotations

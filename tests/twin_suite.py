@@ -9,10 +9,12 @@ from functools import lru_cache
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
 import porter
+from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches
 from tests.models._common import randomize_
 
@@ -28,6 +30,25 @@ class Twin(NamedTuple):
 def image(*shape):
     """seed -> one NCHW (or any shape) normal tensor."""
     return lambda seed: (torch.randn(shape, generator=torch.Generator().manual_seed(seed)),)
+
+
+def token_ids(b, n, padded=True, left=False, pad_id=None, low=0, vocab=64):
+    """seed -> token ids (B, L) in [low, vocab) and, with ``padded``, a 0/1 mask where row i has i padded places
+    (at the end, or at the start with ``left``); ``pad_id`` is written at padded places when given."""
+    def make(seed):
+        ids = torch.randint(low, vocab, (b, n), generator=torch.Generator().manual_seed(seed))
+        if not padded:
+            return (ids,)
+        mask = torch.ones(b, n, dtype=torch.long)
+        for i in range(1, b):
+            if left:
+                mask[i, :i] = 0
+            else:
+                mask[i, -i:] = 0
+        if pad_id is not None:
+            ids = torch.where(mask.bool(), ids, pad_id)
+        return ids, mask
+    return make
 
 
 class TwinSuite:
@@ -55,6 +76,26 @@ class TwinSuite:
         assert_matches(ported, model, self.twins[name].inputs(1))
         assert_matches(ported, model, self.twins[name].second(2))
 
+    def assert_keeps_names(self, expected: dict):
+        """Each twin's ``state_dict`` holds the reference implementation's keys listed for it (name -> keys)."""
+        for name, keys in expected.items():
+            state = self.twins[name].builder().state_dict()
+            missing = [k for k in keys if k not in state]
+            assert not missing, f"{name}: missing {missing}"
+
+    def parity_test(self):
+        """The test of every twin at both sizes, for a test module to bind as
+        ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()``."""
+        @pytest.mark.parametrize("name", sorted(self.twins))
+        def test_twin_matches_torch_at_two_sizes(name):
+            self.check(name)
+        return test_twin_matches_torch_at_two_sizes
+
+    def gradients_match(self, name, inputs):
+        """The converted twin's eval-mode gradients on ``inputs`` are torch's (:func:`assert_gradients_match`)."""
+        model, ported = self.converted(name)
+        assert_gradients_match(model, ported, inputs)
+
     def round_trip(self, name):
         """A freshly built twin (other weights) loaded strictly with the port's ``torch_parameters()`` gives the
         converted model's outputs, as a checkpoint saved by the reference code would; returns that twin."""
@@ -66,3 +107,10 @@ class TwinSuite:
         with torch.no_grad():
             torch.testing.assert_close(other(*inputs), model(*inputs))
         return other
+
+
+def assert_gradients_match(model, ported, inputs, seed=1):
+    """``grad_parity`` passes and covers every trainable parameter of ``model``."""
+    result = grad_parity(model, ported, inputs, rtol=1e-3, atol=1e-5, seed=seed)
+    assert result["ok"], result
+    assert {r["name"] for r in result["parameters"]} == {n for n, p in model.named_parameters() if p.requires_grad}

@@ -270,7 +270,36 @@ def k_binary(a, b, *, fn, alpha=1, reverse=False):
         a, b = b, a
     like = a if isinstance(a, mx.array) else b
     a, b = _zero_dim_as_scalar(a, b), _zero_dim_as_scalar(b, a)
+    if fn in _OPMATH_SCALAR_FNS and _half_with_inexact_scalar(a, b) and (fn == "mul" or isinstance(a, mx.array)):
+        return BINARY[fn](_in_float32(a), _in_float32(b)).astype(like.dtype)
     return BINARY[fn](_as_array(a, like), _as_array(b, like))
+
+
+# torch's CPU mul and div of a float16/bfloat16 tensor by a Python number keep the number in float32 (the kernels'
+# "opmath") and round the result once; MLX would round the number to the half dtype first: 1e30 becomes inf (and
+# inf * 0 = NaN where torch gives 0: XLNet's ``attn_score - 1e30 * mask``), 1e-8 becomes 0. (torch's add and sub
+# round the number to the tensor's dtype first, as MLX does.)
+_OPMATH_SCALAR_FNS = frozenset({"mul", "div"})
+
+
+def _half_with_inexact_scalar(a, b) -> bool:
+    """One operand a float16/bfloat16 array, the other a finite Python number that dtype does not hold exactly
+    (after the float32-extreme rule, :func:`float32_extreme_as`)."""
+    for array, number in ((a, b), (b, a)):
+        if (isinstance(array, mx.array) and array.dtype in (mx.float16, mx.bfloat16)
+                and isinstance(number, (int, float)) and not isinstance(number, bool)):
+            value = np.float32(float32_extreme_as(float(number), array.dtype))
+            if not np.isfinite(value):
+                return False
+            if array.dtype == mx.bfloat16:
+                return int(value.view(np.uint32)) & 0xFFFF != 0  # bfloat16 is float32's top half
+            with np.errstate(over="ignore"):
+                return bool(np.float32(np.float16(value)) != value)
+    return False
+
+
+def _in_float32(v):
+    return v.astype(mx.float32) if isinstance(v, mx.array) else mx.array(v, dtype=mx.float32)
 
 
 def _zero_dim_as_scalar(v, other):

@@ -64,3 +64,32 @@ def test_half_ops_match_torchs_half_results(name, dtype):
             assert np.isfinite(w).all() and np.isfinite(g).all(), (name, i)
             err, ulp = np.abs(g - w), _half_ulp(w, dtype)
             assert (err <= ulp).all(), f"{name} output {i}: {(err / ulp).max():.1f} ulps off torch's {dtype}"
+
+
+class ScalarArithmetic(nn.Module):
+    """Python numbers a half dtype does not hold exactly: 1e30 (inf in half; XLNet's ``score - 1e30 * mask``),
+    1e-8 (0 in half), 1/3, 1/sqrt(8) as factors and divisors; 7e4 (past float16's 65504) and 0.1 added, which torch
+    rounds to the half dtype first."""
+
+    def forward(self, x, mask):
+        return x - 1e30 * mask, x * 1e-8, 1e-8 * x, 7e4 - x, x + 0.1, x / 3.0, x * 0.3535533905932738
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scalar_arithmetic_keeps_the_number_in_float32_as_torch(dtype):
+    """torch's CPU mul and div of a half tensor by a number compute in float32 and round once (add and sub round
+    the number first): the port gives torch's values exactly, infinities where torch has them and no NaN (before:
+    MLX's ``inf * 0`` in the masked product, 0 for ``x * 1e-8``)."""
+    model = ScalarArithmetic()
+
+    def inputs(shape, seed):
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randn(*shape, generator=gen).mul(6).to(dtype), (torch.rand(*shape, generator=gen) < 0.5).to(dtype)
+
+    ported = porter.convert(model, inputs((2, 3), 0), io_layout="torch")
+    for shape, seed in (((2, 3), 1), ((4, 5), 2)):
+        x, mask = inputs(shape, seed)
+        outs = ported(*(mx.array(t.float().numpy()).astype(_MX[dtype]) for t in (x, mask)))
+        for i, (got, want) in enumerate(zip(outs, model(x, mask))):
+            assert got.dtype == _MX[want.dtype], i
+            np.testing.assert_array_equal(np.array(got.astype(mx.float32)), want.float().numpy(), err_msg=f"output {i}")

@@ -19,6 +19,7 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import mlx.core as mx
 import numpy as np
@@ -31,26 +32,10 @@ from tests.converter_check import assert_matches, run_ported
 from tests.models import bloom, deberta_v2, mistral, whisper
 from tests.models._common import randomize_
 from tests.models.sequence import sinusoids
-from tests.twin_suite import Twin, TwinSuite
+from tests.twin_suite import Twin, TwinSuite, token_ids
 
 
-def _ids(b, n, padded=True, left=False, pad_id=None, vocab=64):
-    """seed -> token ids (B, L) in [1, vocab) and, with ``padded``, a 0/1 mask where row i has i padded places
-    (at the end, or at the start with ``left``); ``pad_id`` is written at padded places when given."""
-    def make(seed):
-        ids = torch.randint(1, vocab, (b, n), generator=torch.Generator().manual_seed(seed))
-        if not padded:
-            return (ids,)
-        mask = torch.ones(b, n, dtype=torch.long)
-        for i in range(1, b):
-            if left:
-                mask[i, :i] = 0
-            else:
-                mask[i, -i:] = 0
-        if pad_id is not None:
-            ids = torch.where(mask.bool(), ids, pad_id)
-        return ids, mask
-    return make
+_ids = partial(token_ids, low=1)
 
 
 def _real_rope(model):

@@ -36,26 +36,10 @@ from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
 from tests.models import gnn, gpt_neox, longformer, vqvae
 from tests.models._common import randomize_
-from tests.twin_suite import Twin, TwinSuite, image
+from tests.twin_suite import Twin, TwinSuite, image, token_ids
 
 
-def _ids(b, n, padded=True, left=False, pad_id=None, low=0, vocab=64):
-    """seed -> token ids (B, L) and, with ``padded``, a 0/1 mask where row i has i padded places (at the end, or
-    at the start with ``left``); ``pad_id`` is written at padded places when given."""
-    def make(seed):
-        ids = torch.randint(low, vocab, (b, n), generator=torch.Generator().manual_seed(seed))
-        if not padded:
-            return (ids,)
-        mask = torch.ones(b, n, dtype=torch.long)
-        for i in range(1, b):
-            if left:
-                mask[i, :i] = 0
-            else:
-                mask[i, -i:] = 0
-        if pad_id is not None:
-            ids = torch.where(mask.bool(), ids, pad_id)
-        return ids, mask
-    return make
+_ids = token_ids
 
 
 def _longformer_ids(b, n):
