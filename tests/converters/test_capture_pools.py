@@ -189,3 +189,23 @@ def test_torch_is_itself_after_the_capture():
             dict(torch.ops.aten.max_pool1d.default.py_kernels)) == before
     x = torch.randn(2, 3, 7, 9)
     assert torch.equal(F.adaptive_max_pool2d(x, (None, 3)), nn.AdaptiveMaxPool2d((None, 3))(x))
+
+
+@pytest.mark.parametrize("pool", [nn.MaxPool2d(2, 3, ceil_mode=True), nn.MaxPool1d(2, 3, padding=1, ceil_mode=True),
+                                  nn.AvgPool2d(2, 3, padding=1, ceil_mode=True, count_include_pad=False),
+                                  nn.AdaptiveMaxPool2d((None, 3)), nn.AdaptiveMaxPool3d((2, None, 2))],
+                         ids=["max2d", "max1d", "avg2d", "adaptive-none-k", "adaptive-3d"])
+def test_input_gradient_at_a_second_size(pool):
+    """The rewritten captures carry torch's gradient too, at a size other than the example's."""
+    import mlx.core as mx
+    import numpy as np
+
+    model = Wrap(pool).eval()
+    example = {1: (2, 3, 11), 2: (2, 3, 10, 13), 3: (2, 2, 5, 6, 7)}
+    rank = {nn.MaxPool1d: 1, nn.AdaptiveMaxPool3d: 3}.get(type(pool), 2)
+    ported = porter.convert(model, (torch.randn(*example[rank]),), io_layout="torch")
+    x = torch.randn(*{1: (3, 3, 14), 2: (1, 3, 15, 8), 3: (1, 2, 4, 9, 6)}[rank], requires_grad=True)
+    weight = torch.randn(model(x).shape)
+    (model(x) * weight).sum().backward()
+    grad = mx.grad(lambda v: (ported(v) * mx.array(weight.numpy())).sum())(mx.array(x.detach().numpy()))
+    np.testing.assert_allclose(np.array(grad), x.grad.numpy(), rtol=1e-5, atol=1e-6)
