@@ -69,17 +69,12 @@ def _branch_free(original):
     return pooling_output_shape_pad_lr
 
 
-def _output_sizes(output_size, n: int):
-    return [output_size] * n if isinstance(output_size, (int, torch.SymInt)) or output_size is None \
-        else list(output_size)
-
-
 def _keeping_none_dims(dispatch, n: int):
     """``F.adaptive_max_pool{n}d`` (``dispatch``) with ``None`` output sizes over symbolic input dims pooled without
     reading those sizes as numbers."""
 
     def pool(input, output_size, return_indices=False):
-        sizes = _output_sizes(output_size, n)
+        sizes = list(output_size) if isinstance(output_size, (list, tuple)) else []  # None only inside a tuple
         kept = [d for d, v in enumerate(sizes) if v is None]
         if (return_indices or not kept or len(sizes) != n or not isinstance(input, torch.Tensor)
                 or input.dim() not in (n + 1, n + 2)

@@ -209,3 +209,13 @@ def test_input_gradient_at_a_second_size(pool):
     (model(x) * weight).sum().backward()
     grad = mx.grad(lambda v: (ported(v) * mx.array(weight.numpy())).sum())(mx.array(x.detach().numpy()))
     np.testing.assert_allclose(np.array(grad), x.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [None, (None, 3, 2), (None, -1)], ids=["none", "three", "negative"])
+def test_bad_adaptive_sizes_get_torch_error_in_a_capture(size):
+    """Sizes torch refuses are refused in a capture too, with torch's error type (nothing becomes a silent identity)."""
+    x = torch.randn(2, 3, 7, 9)
+    with pytest.raises(Exception) as expected:
+        nn.functional.adaptive_max_pool2d(x, size)
+    with pytest.raises(type(expected.value)):
+        porter.convert(Wrap(nn.AdaptiveMaxPool2d(size)).eval(), (x,), io_layout="torch", dynamic="all")
