@@ -1,6 +1,6 @@
 """Pooling output sizes that stay symbolic while ``torch.export`` captures (imports torch; conversion only).
 
-Two places in torch fixed something about an input size that the port does not need fixed:
+Three places in torch fixed something about an input size that the port does not need fixed:
 
 - **Ceil-mode pooling** (max, avg and LP pools, 1-d to 3-d). Torch's shape rule (``_meta_registrations.
   pooling_output_shape_pad_lr``) computes ``O = (L + pl + pr - d(k-1) - 1 + s - 1) // s + 1`` and then *branches*:
@@ -12,9 +12,9 @@ Two places in torch fixed something about an input size that the port does not n
   allows at most half the effective kernel), so the branch lowers ``O`` exactly when ``O - 1`` equals the second
   term, to that term, and otherwise ``O`` is the smaller one. When ``s <= d(k-1) + 1 - pr`` (GoogLeNet's and
   SqueezeNet's ``MaxPool2d(3, 2, ceil_mode=True)``, any stride-1 pool) the two terms never meet, and ``O`` is
-  written alone. Porter's pooling layers compute the ceil-mode size
-  themselves, as torch does (docs/SEMANTICS.md), so nothing else depends on the guard. Outside that range, on
-  concrete sizes or without ceil mode, torch's rule runs unchanged.
+  written alone (torch's guard there held at every size: those models were never refused). Porter's pooling layers
+  compute the ceil-mode size themselves, as torch does (docs/SEMANTICS.md), so nothing else depended on the guard.
+  Outside that range, on concrete sizes or without ceil mode, torch's rule runs unchanged.
 
 - **Adaptive max pooling with a ``None`` output size** (``nn.AdaptiveMaxPool2d((None, 7))``). ``None`` means "the
   input's size", and the C++ op takes the output size as plain ints, so export read the symbolic size as a number
