@@ -10,12 +10,11 @@ otherwise. Torch's kernel is back when the capture ends; the folded value is com
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 
 import torch
 
-_KEY = torch._C.DispatchKey.CompositeImplicitAutograd
+from .capture_kernels import composite_kernels
 
 
 def _by_length(input, r: int = 2, with_replacement: bool = False):
@@ -31,18 +30,6 @@ def _by_length(input, r: int = 2, with_replacement: bool = False):
     return input[torch.tensor(rows, dtype=torch.long)]
 
 
-@contextlib.contextmanager
 def combinations_by_length():
     """Give ``aten.combinations`` the kernel :func:`_by_length` for one capture (torch's restored afterwards)."""
-    op = torch.ops.aten.combinations.default
-    saved = op.py_kernels.get(_KEY)
-    op.py_kernels[_KEY] = _by_length
-    op._dispatch_cache.clear()
-    try:
-        yield
-    finally:
-        if saved is None:
-            op.py_kernels.pop(_KEY, None)
-        else:
-            op.py_kernels[_KEY] = saved
-        op._dispatch_cache.clear()
+    return composite_kernels({torch.ops.aten.combinations.default: _by_length})

@@ -296,8 +296,9 @@ def test_torchscript_branch_on_a_size_pins_that_dim():
 
 
 class PoolThenView(nn.Module):
-    """max_pool1d's C++ kernel fixes the width while torch works out its output shape; the view then bakes the
-    pooled width (4 at width 9) into the graph as a literal."""
+    """max_pool1d's C++ kernel fixed the width while torch worked out its output shape, and the view then baked the
+    pooled width (4 at width 9) into the graph; the capture now runs it as a 2-d pool whose size stays symbolic
+    (``capture_pools.py``), so the view reads the pooled width at run time."""
 
     def __init__(self, view: bool):
         super().__init__()
@@ -308,13 +309,26 @@ class PoolThenView(nn.Module):
         return y.reshape(y.size(0), -1, y.size(2)) if self.view else y
 
 
-def test_a_size_fixed_inside_an_op_binds_the_port_only_when_the_graph_bakes_sizes():
-    plain = porter.convert(PoolThenView(False), torch.randn(2, 3, 9), io_layout="torch")
-    assert {"input": 0, "axis": 2} in plain.dynamic_dims  # Porter's max_pool1d runs at any width
-    _assert_torch_numbers(plain, PoolThenView(False), (2, 3, 12), exact=True)
-    baked = porter.convert(PoolThenView(True), torch.randn(2, 3, 9), io_layout="torch")
-    _assert_torch_numbers(baked, PoolThenView(True), (2, 3, 9), exact=True)
-    _assert_refused(baked, (2, 3, 12), "size 12 in dim 2", "x.size(2) == 9")
+@pytest.mark.parametrize("view", [False, True])
+def test_max_pool1d_then_a_view_runs_at_any_width(view):
+    ported = porter.convert(PoolThenView(view), torch.randn(2, 3, 9), io_layout="torch")
+    assert {"input": 0, "axis": 2} in ported.dynamic_dims
+    for width in (9, 12, 13):
+        _assert_torch_numbers(ported, PoolThenView(view), (2, 3, width), exact=True)
+
+
+def test_a_size_fixed_inside_a_kernel_binds_the_port_only_when_the_graph_bakes_sizes():
+    """A size a C++ kernel fixed (``x.size(2) == 9``) matters only where the graph builds shapes from literal
+    sizes or holds that number as a literal (a view may have baked it in); an excluded value (``!=``) never pins
+    a size."""
+    from porter.converters.capture_guards import _needed
+
+    dim = {"dim": [0, 2]}
+    assert _needed("kernel-call", "eq", dim, 9, {9, "sizes"})
+    assert _needed("kernel-call", "eq", dim, 9, {9})
+    assert not _needed("kernel-call", "eq", dim, 9, {4, 3})
+    assert not _needed("kernel-call", "ne", dim, 9, {9, "sizes"})
+    assert _needed("kernel-call", "ge", dim, 3, set())  # a size limit always binds
 
 
 class _CausalText(nn.Module):
