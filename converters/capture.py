@@ -137,8 +137,9 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
         from .capture_train_marks import routed
 
         with routed(model, train_marks):
-            ep, doubled, note, graph_mode = export_program(model, inputs, dynamic=mode, double_batch=double_batch,
-                                                           kwargs=kwargs)
+            ep, doubled, note, graph_mode = export_program(
+                model, inputs, dynamic=mode, double_batch=double_batch, kwargs=kwargs,
+                forward_cpu_s=getattr(train_marks, "forward_cpu_s", None))
         from .capture_attributes import warn_baked_attributes
 
         warn_baked_attributes(model, ep)

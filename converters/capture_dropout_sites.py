@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -40,10 +41,13 @@ _DROPOUT_ARGS = (("input", None), ("p", 0.5), ("training", True), ("inplace", Fa
 @dataclass
 class Survey:
     """What the eager training forwards showed: ``sites`` ``{call key: training rate}`` for the calls that follow
-    their module's flag, ``ndims`` ``{module: rank of its first tensor input}``."""
+    their module's flag, ``ndims`` ``{module: rank of its first tensor input}``, ``forward_cpu_s`` the CPU seconds
+    of the first forward that ran (None if none did): what the capture budget scales with
+    (``capture_strategy.export_program``)."""
 
     sites: dict = field(default_factory=dict)
     ndims: dict = field(default_factory=dict)
+    forward_cpu_s: "float | None" = None
 
 
 def _bind(table, args, kwargs) -> dict:
@@ -142,7 +146,10 @@ def survey(model, inputs: tuple, kwargs: dict) -> Survey:
         with _Calls(handler, ndims), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
+            start = time.process_time()
             model(*inputs, **kwargs)
+            if result.forward_cpu_s is None:
+                result.forward_cpu_s = time.process_time() - start
 
     def norm(module) -> bool:
         return isinstance(module, (torch.nn.modules.batchnorm._NormBase, torch.nn.SyncBatchNorm))

@@ -2,14 +2,19 @@
 
 ``torch.export`` with ``Dim.AUTO`` reasons about every dynamic size with sympy. On most models that costs well
 under a second, but on some (many floor divisions and paddings: EfficientNet's "same" padding, Swin's windows)
-it runs for minutes, or fails inside sympy. Porter's default, ``dynamic="auto"``, therefore captures with static
-shapes first (fast; its time measures the model on this machine, loaded or not) and then tries, each attempt
-under a budget proportional to that time, and at most ``PORTER_CAPTURE_BUDGET`` seconds (default 25) together
+it runs for minutes, or fails inside sympy. Porter's default, ``dynamic="auto"``, therefore tries, each attempt
+under a budget proportional to what a static capture of the model costs on this machine (16x it + 2 s for every
+dim, 4x + 2 s for the batch dim), and at most ``PORTER_CAPTURE_BUDGET`` seconds (default 25) together
 (``PORTER_CAPTURE_BUDGET=off``: no budget, each attempt runs to completion):
 
 1. every dim dynamic (``Dim.AUTO``: torch makes static what the model fixes, e.g. channels);
 2. the batch dim only;
-3. otherwise the static capture is kept (a port of it accepts the example's sizes only).
+3. otherwise static shapes (a port of it accepts the example's sizes only).
+
+The static capture's cost is estimated from the eager forward conversion's survey timed (``forward_cpu_s``: 400x
+it, the top of the measured range) so that the usual case, every dim captured at the first attempt, never pays for
+a static capture; it is captured (and its time measured, for the batch-only budget) only once an attempt fails, or
+first when no forward was timed (a frontend without the survey).
 
 Budgets are CPU seconds of this process (other processes' load does not count). The first attempt that finishes
 wins; a failure or timeout falls through to the next (a warning says why). Whatever is captured, the port checks the conditions it was built under on every call (``capture_guards.py``).
@@ -42,6 +47,9 @@ DEFAULT_BUDGET_S = 25.0  # the most the dynamic attempts may take together, what
 # A dynamic capture normally costs 1.5-9x the static one (measured on tests/models); 100x and more means sympy is
 # lost in the model's size arithmetic. Budgets: every dim, 16x static + 2 s; batch only, 4x static + 2 s.
 DYNAMIC_FACTOR, BATCH_FACTOR, DYNAMIC_MARGIN_S = 16.0, 4.0, 2.0
+# A static capture costs 130-400x the model's eager forward (CPU time, 1 thread; 2026-11-28, nine twins from a
+# 1 ms ConvNeXt to T5 and NFNet): the upper end stands for it until a static capture is measured.
+STATIC_PER_FORWARD, MIN_STATIC_S = 400.0, 0.1
 
 
 _CAUSED_BY = re.compile(r"Caused by: \(([^)\n]{1,300})\)")
@@ -281,12 +289,15 @@ def _attempt(model, inputs, mode, seconds, double_batch, kwargs=None):
     return _export(model, inputs, mode, seconds, kwargs), False
 
 
-def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool = True, kwargs=None):
+def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool = True, kwargs=None,
+                   forward_cpu_s=None):
     """Capture ``model`` (in its current mode) with ``torch.export``; returns ``(program, doubled, note, mode)``.
 
     ``kwargs``: keyword example inputs (torch.export's ``kwargs``; their dims follow ``dynamic`` as positional
     ones do). ``note`` says, when the capture fell back, what was tried and why (also issued as a warning); ``mode`` is
-    the dims that were kept dynamic ("all", "batch", "static" or the user's list).
+    the dims that were kept dynamic ("all", "batch", "static" or the user's list). ``forward_cpu_s``: the CPU
+    seconds of one eager forward of the model on the example, the budgets' scale for ``"auto"`` (None: a static
+    capture first measures it).
     """
     mode = normalise_dynamic(dynamic)
     for x in torch.utils._pytree.tree_leaves((tuple(inputs), dict(kwargs or {}))):
@@ -305,35 +316,44 @@ def export_program(model, inputs: tuple, *, dynamic="auto", double_batch: bool =
         except Exception as e:  # noqa: BLE001
             failures.append(_failed(mode, start, e))
         return _fallback(_static(model, inputs, kwargs), failures, "static")
-    # "auto": the static capture first (fast, and the fallback); its time scales the dynamic attempts' budgets,
-    # all in this process's CPU time, so that a loaded machine does not turn a normal capture into a timeout
-    start = time.process_time()
-    static = _static(model, inputs, kwargs)
-    static_s = time.process_time() - start
+    # "auto": each dynamic attempt under a budget in this process's CPU time (a loaded machine does not turn a
+    # normal capture into a timeout), scaled by what a static capture of this model costs on this machine
     cap = budget_seconds()
-    if cap is None:  # PORTER_CAPTURE_BUDGET=off: each attempt runs to completion
-        plan, deadline = (("all", None), ("batch", None)), None
-    else:
-        deadline = time.process_time() + cap
-        batch_s = min(BATCH_FACTOR * static_s + DYNAMIC_MARGIN_S, cap / 3)  # kept for the batch-only attempt
-        plan = (("all", min(DYNAMIC_FACTOR * static_s + DYNAMIC_MARGIN_S, cap - batch_s)), ("batch", batch_s))
-    for attempt, seconds in plan:
+    static = None
+    if forward_cpu_s is None:  # no eager forward was timed: the static capture first, its time the scale
+        static, scale = _timed_static(model, inputs, kwargs)
+    else:  # estimated from the eager forward; the static capture only when an attempt fails (the fallback)
+        scale = max(STATIC_PER_FORWARD * forward_cpu_s, MIN_STATIC_S)
+    deadline = None if cap is None else time.process_time() + cap
+    for attempt, factor in (("all", DYNAMIC_FACTOR), ("batch", BATCH_FACTOR)):
+        seconds = None
         if deadline is not None:
-            seconds = min(seconds, deadline - time.process_time())
+            # the every-dim attempt leaves the batch-only one its share
+            reserve = min(BATCH_FACTOR * scale + DYNAMIC_MARGIN_S, cap / 3) if attempt == "all" else 0.0
+            seconds = min(factor * scale + DYNAMIC_MARGIN_S, deadline - time.process_time() - reserve)
             if seconds <= 0.1:
                 failures.append(f"no time left for {_describe(attempt)} within PORTER_CAPTURE_BUDGET={cap:g} s")
                 continue
         start = time.monotonic()
         try:
             ep, doubled = _attempt(model, inputs, attempt, seconds, double_batch, kwargs)
+            return _fallback(ep, failures, attempt, doubled)
         except CaptureTimeout:
             failures.append(f"{_describe(attempt)} capture ran past its budget of {seconds:.1f} CPU s")
-            continue
         except Exception as e:  # noqa: BLE001  (sympy's NotImplementedError and friends: try the next plan)
             failures.append(_failed(attempt, start, e))
-            continue
-        return _fallback(ep, failures, attempt, doubled)
+        if static is None:  # the fallback, and the measured scale for the batch-only attempt
+            static, scale = _timed_static(model, inputs, kwargs)
+            if deadline is not None:
+                deadline += scale  # the static capture is not the dynamic attempts' time
     return _fallback(static, failures, "static")
+
+
+def _timed_static(model, inputs, kwargs):
+    """``(static capture, its CPU seconds)``."""
+    start = time.process_time()
+    static = _static(model, inputs, kwargs)
+    return static, time.process_time() - start
 
 
 def _failed(attempt, start, error) -> str:

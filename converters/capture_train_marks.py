@@ -22,12 +22,14 @@ class TrainMarks:
     """``drop_paths``: ``{module path: capture_droppath.DropPath}``; ``sites``: ``{call key: training rate}``;
     ``batch_norms``: ``{module path: {"torch_type", "count_batches"}}`` (batch norm subclasses that train as their
     torch base class, ``capture_batch_norms.find``);
-    ``batch_norm_reasons``: ``{module path: what differs}`` (the other subclasses). Only the first two are routed."""
+    ``batch_norm_reasons``: ``{module path: what differs}`` (the other subclasses); ``forward_cpu_s``: the survey's
+    first eager forward in CPU seconds (the capture budget's scale). Only the first two are routed."""
 
     drop_paths: dict = field(default_factory=dict)
     sites: dict = field(default_factory=dict)
     batch_norms: dict = field(default_factory=dict)
     batch_norm_reasons: dict = field(default_factory=dict)
+    forward_cpu_s: "float | None" = None
 
     def __bool__(self) -> bool:
         return bool(self.drop_paths or self.sites)
@@ -42,7 +44,8 @@ def find(model, inputs: tuple, kwargs: dict) -> TrainMarks:
 
     survey = capture_dropout_sites.survey(model, inputs, kwargs)
     norms, reasons = capture_batch_norms.find(model, survey.ndims, mapped_torch_types())
-    return TrainMarks(capture_droppath.find(model, survey.ndims), survey.sites, norms, reasons)
+    return TrainMarks(capture_droppath.find(model, survey.ndims), survey.sites, norms, reasons,
+                      survey.forward_cpu_s)
 
 
 @contextlib.contextmanager
