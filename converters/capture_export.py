@@ -238,7 +238,9 @@ def leaf_locations(ep) -> "tuple | None":
     return locations, nones
 
 
-def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
+def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "", followers=frozenset()) -> Graph:
+    """``ep`` as an IR graph; ``followers``: its call nodes whose float dtype follows the model's tensors
+    (``capture_dtypes.py``), recorded as ``graph.dtype_follows``."""
     from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
     sig = ep.graph_signature
@@ -300,7 +302,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
 
     store = ConstantStore(params, param_values, param_dtypes, not_in_state_dict, metas)
     folder = ExportFolder(ep, foldable, store) if capture_fold.ENABLED else None
-    inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place, folder)
+    inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place, folder, followers)
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             input_meta[fx_node.name] = metas[fx_node.name] = value_meta(fx_node.meta.get("val"))
@@ -349,6 +351,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         param_dtypes=param_dtypes,
         not_in_state_dict=not_in_state_dict,
         aliases=aliases,
+        dtype_follows=inliner.followed,
     )
     graph.output_structure = _output_structure(ep, len(outputs))
     try:

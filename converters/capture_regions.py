@@ -122,8 +122,10 @@ class Inliner:
     """
 
     def __init__(self, make_node: Callable, scopes_of: Callable, nodes: list, metas: dict, in_place: Callable,
-                 folder=None):
+                 folder=None, followers=frozenset()):
         self.folder = folder  # constant folding (capture_fold_export.ExportFolder), or None
+        self.followers = followers  # fx call nodes whose float dtype follows the model's (capture_dtypes.py)
+        self.followed: set = set()  # the IR names of their nodes
         self.make_node = make_node
         self.scopes_of = scopes_of
         self.nodes = nodes
@@ -153,6 +155,8 @@ class Inliner:
             env[fx_node.name] = prefix + fx_node.name
             return
         node = self.make_node(fx_node, prefix + fx_node.name, resolve)
+        if fx_node in self.followers:
+            self.followed.add(node.name)
         if self.folder is not None:
             self.folder.rewrite(node, fx_node)  # folded values it reads -> graph constants
         for ref in node.refs():

@@ -7,14 +7,13 @@ Created tensors take the dtype the example run recorded for them (torch's promot
 
 from __future__ import annotations
 
-import math
-
 import mlx.core as mx
 
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..limits import check_elements
+from ..precision import saturating_cast
 from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, MAX_LEN, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq,
                     Str, DTYPES)
 from . import _float64
@@ -361,16 +360,7 @@ def k_masked_fill(mask, value, x):
     """
     if not isinstance(x, mx.array) or not mx.issubdtype(x.dtype, mx.floating):
         return k_where(mask, value, x)
-    info = mx.finfo(x.dtype)
-    low, high = float(info.min), float(info.max)
-    if isinstance(value, mx.array):
-        wide = value.astype(mx.float32) if value.dtype != mx.float64 else value
-        value = mx.where(mx.isinf(wide) | mx.isnan(wide), wide, mx.clip(wide, low, high)).astype(x.dtype)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        value = mx.array(min(max(float(value), low), high), dtype=x.dtype)
-    else:
-        value = mx.array(value, dtype=x.dtype)
-    return mx.where(mask, value, x)
+    return mx.where(mask, saturating_cast(value, x.dtype, clip=True), x)
 
 
 @register("aten.flip.default")

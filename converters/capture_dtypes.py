@@ -1,0 +1,98 @@
+"""Which captured calls take their floating dtype from the model's tensors (imports torch; conversion only).
+
+A float32 capture records ``mask.to(hidden.dtype)``, ``t.type_as(inv_freq)``, ``torch.zeros(..., dtype=q.dtype)``
+and ``torch.where(causal, scores, mask_value)`` with a float32 result, exactly as it records ``x.float()`` or
+``.to(torch.float32)``: torch.export sees the dtype as a value, not where it came from. A half port must tell them
+apart: torch's ``model.half()`` computes the first kind in float16 (its finfo extremes, overflow and rounding) and
+keeps the second in float32 (an upcast softmax, RMSNorm's statistics).
+
+:func:`dtype_followers` exports the model once more with its float32 parameters, buffers and inputs in float64
+(static shapes, the capture's example sizes): a call whose result is float32 in the capture and float64 in this
+probe takes its dtype from the model's tensors; a call that stays float32 was written float32. The calls are paired
+as the longest runs of the same ops in the same order (a dynamic capture keeps a few calls a static one leaves out,
+such as a full-range slice). The conversion marks the first kind (``graph.json``'s ``dtype_follows``) and a half
+port computes them in its dtype (``converters/precision.py``). When most calls do not pair (a branch on a dtype)
+or the probe cannot run, nothing is marked and every dtype stays as captured: the rule for TorchScript and
+``ExportedProgram`` inputs too (no model to probe).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+
+import torch
+
+__all__ = ["dtype_followers"]
+
+_FROM, _TO = torch.float32, torch.float64
+
+
+def _widened(tensor):
+    """``tensor``'s float64 copy (a parameter stays a parameter), or None when it is not float32."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != _FROM:
+        return None
+    wide = tensor.detach().to(_TO)
+    return torch.nn.Parameter(wide, tensor.requires_grad) if isinstance(tensor, torch.nn.Parameter) else wide
+
+
+def _wide_model(model):
+    """A deep copy of ``model`` with every float32 parameter and buffer in float64 (the float32 ones are never
+    copied as float32 first: tied tensors stay tied through the memo)."""
+    memo = {}
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        wide = _widened(tensor)
+        if wide is not None:
+            memo.setdefault(id(tensor), wide)
+    return copy.deepcopy(model, memo)
+
+
+def _wide(value):
+    return torch.utils._pytree.tree_map(lambda v: v if _widened(v) is None else v.detach().to(_TO), value)
+
+
+def _tensor_calls(gm) -> list:
+    """The calls with a tensor result, in order, of ``gm`` and its region bodies (``no_grad``/``autocast``
+    blocks: submodules), which both programs share; size arithmetic and assertions (a dynamic capture's only) are
+    left out."""
+    calls = []
+    for _, module in gm.named_modules():
+        if isinstance(module, torch.fx.GraphModule):
+            calls += [n for n in module.graph.nodes
+                      if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor)]
+    return calls
+
+
+def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> tuple:
+    """``(nodes, note)``: the call nodes of ``ep`` (the float32 capture of ``model`` on ``inputs``/``kwargs``, the
+    examples it was captured at) whose float32 result follows the model's floating dtype, and ``None``; or an
+    empty set and why the probe could not tell (the capture then keeps every dtype as recorded)."""
+    from .capture_strategy import CaptureTimeout, _export, budget_seconds
+
+    tensors = list(model.parameters()) + list(model.buffers()) + torch.utils._pytree.tree_leaves((inputs, kwargs))
+    if not any(_widened(t) is not None for t in tensors):
+        return frozenset(), "no float32 parameter, buffer or input"
+    try:
+        wide = _export(_wide_model(model), _wide(tuple(inputs)), "static", budget_seconds(), _wide(dict(kwargs)))
+    except CaptureTimeout:
+        return frozenset(), "the float64 probe ran past the capture budget"
+    except Exception as e:  # noqa: BLE001  (whatever stops the probe leaves the capture's dtypes as recorded)
+        return frozenset(), f"the float64 probe failed ({type(e).__name__}: {str(e).strip()[:200]})"
+    from .capture_decompose import decompose_unsupported
+
+    ours, theirs = _tensor_calls(ep.graph_module), _tensor_calls(decompose_unsupported(wide).graph_module)
+    pairs = _aligned(ours, theirs)
+    if len(pairs) < len(ours) // 2:
+        return frozenset(), "the float64 probe made other calls than the capture (a branch on a dtype?)"
+    return frozenset(a for a, b in pairs if a.meta["val"].dtype == _FROM and b.meta["val"].dtype == _TO), None
+
+
+def _aligned(ours: list, theirs: list) -> list:
+    """The calls of the two programs paired: the runs of the same ops in the same order (a static probe leaves out
+    some calls a dynamic capture keeps, a full-range ``x[:, None]`` slice), each pair of the same rank."""
+    def key(node):
+        return str(node.target), node.meta["val"].dim()
+
+    matcher = difflib.SequenceMatcher(None, [key(n) for n in ours], [key(n) for n in theirs], autojunk=False)
+    return [(ours[block.a + k], theirs[block.b + k]) for block in matcher.get_matching_blocks()
+            for k in range(block.size)]
