@@ -134,9 +134,15 @@ def k_index_select_0d(x, index):
     the result is ``x`` (0-d), read through the index so a bad one is caught as torch catches it."""
     if index.size != 1:
         raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.size} value(s)")
-    index = checked_indices(index.reshape(1), 1, "index_select")
-    if not exporting() and index.item() < 0:
-        raise IndexError(f"index_select: index {index.item()} is out of range for a 0-d tensor (only 0 is valid)")
+    index = mx.stop_gradient(index.reshape(1))
+    if exporting():
+        index = checked_indices(index, 1, "index_select")  # no host check: a bad index reads entry 0
+    else:
+        value = index.item()  # one host read: the range check and torch's "only 0" rule together
+        if not -1 <= value < 1:
+            raise IndexError(f"index_select: index {value} is out of range for a dimension of size 1")
+        if value < 0:
+            raise IndexError(f"index_select: index {value} is out of range for a 0-d tensor (only 0 is valid)")
     return mx.take(x.reshape(1), mx.maximum(index, 0), axis=0).reshape(())
 
 
