@@ -11,9 +11,9 @@ keeps the second in float32 (an upcast softmax, RMSNorm's statistics).
 probe takes its dtype from the model's tensors; a call that stays float32 was written float32. The calls are paired
 as the longest runs of the same ops in the same order (a dynamic capture keeps a few calls a static one leaves out,
 such as a full-range slice). The conversion marks the first kind (``graph.json``'s ``dtype_follows``) and a half
-port computes them in its dtype (``converters/precision.py``). When most calls do not pair (a branch on a dtype)
-or the probe cannot run, nothing is marked and every dtype stays as captured: the rule for TorchScript and
-``ExportedProgram`` inputs too (no model to probe).
+port computes them in its dtype (``converters/precision.py``). When a call other than a view is left unpaired (a
+branch on a dtype) or the probe cannot run, nothing is marked and every dtype stays as captured: the rule for
+TorchScript and ``ExportedProgram`` inputs too (no model to probe).
 """
 
 from __future__ import annotations
@@ -82,9 +82,17 @@ def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> tuple:
 
     ours, theirs = _tensor_calls(ep.graph_module), _tensor_calls(decompose_unsupported(wide).graph_module)
     pairs = _aligned(ours, theirs)
-    if len(pairs) < len(ours) // 2:
+    paired = {id(n) for pair in pairs for n in pair}
+    if any(id(n) not in paired and not _shape_only(n.target) for n in ours + theirs):
         return frozenset(), "the float64 probe made other calls than the capture (a branch on a dtype?)"
     return frozenset(a for a, b in pairs if a.meta["val"].dtype == _FROM and b.meta["val"].dtype == _TO), None
+
+
+def _shape_only(target) -> bool:
+    """A view (slice, unsqueeze, reshape...), which sets no dtype: the only calls one program may have alone."""
+    from .capture_regions import _is_view
+
+    return _is_view(target) and not str(target).startswith("aten.to.")
 
 
 def _aligned(ours: list, theirs: list) -> list:

@@ -96,20 +96,90 @@ def test_real_architecture_error_bounded_by_torch_own(name, dtype):
     assert err <= FACTOR * torch_err, (err, torch_err)
 
 
-def test_explicit_float32_casts_in_the_model_code_are_kept():
-    """LLaMA's RMSNorm casts to float32 in its own code (``hidden.to(torch.float32)``, then back to the input's
-    dtype, which was float32 at capture): the port keeps those casts, so its residual stream stays float32 between
-    half matmuls (the projections still run in the dtype) and its output is float32."""
+def test_explicit_float32_casts_are_kept_and_casts_to_a_tensors_dtype_followed():
+    """LLaMA's RMSNorm upcasts with ``.to(torch.float32)`` (kept: its statistics are float32, in torch's half model
+    too) and casts back with ``.to(input_dtype)``, a dtype read from a tensor: float32 at capture, followed by the
+    port (``capture_dtypes.py``), so its residual stream and output are bfloat16 as in torch's bfloat16 model."""
     spec = REGISTRY["llama"]
     model = spec.builder(0)
     xs = _rounded(make_inputs(spec.inputs), "bfloat16")
     ported = porter.convert(model, xs, dtype="bfloat16")
+    casts = [n for n in ported.graph["nodes"] if n["kernel"] == "cast" and n["attrs"]["dtype"] == "float32"]
+    following = set(ported.graph["dtype_follows"])
+    assert casts and {n["outputs"][0] for n in casts if n["outputs"][0] not in following}  # the upcasts
     out, record = ported.trace(*_port_inputs(ported, xs))
-    assert out.dtype == mx.float32 and record["norm"].dtype == mx.float32
+    with torch.no_grad():
+        want = copy.deepcopy(model).to(torch.bfloat16)(*[x.to(torch.bfloat16) for x in xs])
+    assert want.dtype == torch.bfloat16 and out.dtype == mx.bfloat16 and record["norm"].dtype == mx.bfloat16
     projections = [k for k in record if k.endswith(("q_proj", "k_proj", "v_proj", "o_proj", "down_proj"))]
     assert len(projections) == 10 and all(record[k].dtype == mx.bfloat16 for k in projections)
     ref, torch_err = _torch_half_error(model, xs, "bfloat16")
-    assert np.abs(np.array(out) - ref).max() <= FACTOR * torch_err
+    assert np.abs(np.array(out.astype(mx.float32)) - ref).max() <= FACTOR * torch_err
+
+
+class DtypeFlow(nn.Module):
+    """Dtypes a model takes from its tensors next to dtypes it writes: a padding mask made float with
+    ``.to(h.dtype)`` and scaled by ``finfo(h.dtype).min``, positions ``type_as`` a buffer, a fill created with
+    ``dtype=h.dtype``, and a softmax upcast with ``.float()`` then cast back with ``type_as``."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("freq", torch.linspace(0.5, 3.0, 8))
+
+    def forward(self, h, keep):
+        h = self.proj(h)
+        mask = (1.0 - keep[:, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+        pos = torch.arange(h.shape[1]).type_as(self.freq)[:, None] * self.freq
+        fill = torch.full((h.shape[1], h.shape[1]), torch.finfo(h.dtype).min, dtype=h.dtype).triu(1)
+        scores = h @ h.transpose(1, 2) + mask + fill
+        weights = torch.softmax(scores.float(), dim=-1).type_as(h)
+        return weights @ (h + pos.sin()), scores.float().amax(-1)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_dtypes_taken_from_tensors_follow_the_half_dtype_as_in_torch(dtype):
+    """Torch's half model computes the mask, positions and fill in the half dtype (its finfo extremes, its
+    rounding) and keeps the explicit ``.float()`` upcasts in float32; the port does the same: the fully masked
+    first row (every key padded) and the rest within torch's own half error. Before, every such cast stayed float32
+    as captured, and the padded rows were 0.5 of the output's range off."""
+    torch.manual_seed(0)
+    model = DtypeFlow().eval()
+    keep = torch.ones(3, 6, dtype=torch.long)
+    keep[1, :2], keep[2, :] = 0, 0  # row 2: every key padded
+    h = torch.randn(3, 6, 8).to(DTYPES[dtype][0]).float()
+    ported = porter.convert(model, (torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.long)), io_layout="torch")
+    following = ported.graph["dtype_follows"]
+    kernels = {n["outputs"][0]: n["kernel"] for n in ported.graph["nodes"]}
+    assert {kernels[name] for name in following} == {"cast", "full"}
+    half = ported.astype(dtype)
+    with torch.no_grad():
+        want = copy.deepcopy(model).to(DTYPES[dtype][0])(h.to(DTYPES[dtype][0]), keep)
+        full = model(h, keep)
+    got = half(mx.array(h.numpy()).astype(DTYPES[dtype][1]), mx.array(keep.numpy()))
+    assert got[0].dtype == DTYPES[dtype][1] and got[1].dtype == mx.float32  # the .float() upcast kept
+    assert want[1].dtype == torch.float32
+    np.testing.assert_array_equal(np.array(got[1]), want[1].numpy())  # the half dtype's finfo, as torch's
+    err = np.abs(np.array(got[0].astype(mx.float32)) - want[0].float().numpy()).max()
+    own = (full[0] - want[0].float()).abs().max().item()
+    assert err <= own, (err, own)
+
+
+def test_a_probe_that_cannot_pair_the_calls_leaves_the_dtypes_as_captured():
+    """A branch on the dtype makes the float64 probe another program: nothing is marked (the dtypes stay as
+    captured), and the capture says why."""
+    from porter.converters.capture import capture
+
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.dtype == torch.float32:
+                return (x.sin() * 2).to(x.dtype)
+            return x.cos().exp().tanh().abs().to(x.dtype)
+
+    graph = capture(Branchy(), (torch.randn(2, 3),))
+    assert graph.dtype_follows == set() and "other calls" in graph.dtype_note
+    graph = capture(DtypeFlow().eval(), (torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.long)))
+    assert graph.dtype_note is None and graph.dtype_follows
 
 
 # ---------------------------------------------------------------------------------------------------- float32 stats
@@ -317,8 +387,9 @@ def test_an_input_the_graph_casts_to_float32_keeps_its_dtype():
     with torch.no_grad():
         want = copy.deepcopy(model).half()(t, x, s)
     got = ported(mx.array(t.numpy()), mx.array(x.float().numpy()), mx.array(s.float().numpy()))
-    # .to(x.dtype) was captured from the float32 model as a cast to float32 (kept in a half port): rounded here
-    emb, want_emb = np.array(got[0].astype(mx.float16)).astype(np.float64), want[0].double().numpy()
+    # .to(x.dtype): float32 at capture, the half dtype in torch's half model and in the port (capture_dtypes.py)
+    assert got[0].dtype == mx.float16
+    emb, want_emb = np.array(got[0]).astype(np.float64), want[0].double().numpy()
     ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(want_emb), 2.0 ** -14))) - 10)
     assert (np.abs(emb - want_emb) <= ulp).all()
     np.testing.assert_allclose(np.array(got[1].astype(mx.float32)), want[1].float().numpy(), rtol=2e-2, atol=2e-2)
