@@ -145,16 +145,16 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
             ep = decompose_unsupported(ep)
             examples = (tuple(_doubled(x) for x in inputs), {k: _doubled(v) for k, v in kwargs.items()}) \
                 if doubled else (inputs, kwargs)
-            followers, dtype_note = dtype_followers(model, *examples, ep)  # dtypes taken from tensors
+            flow = dtype_followers(model, *examples, ep)  # dtypes taken from tensors, float32 literals
         from .capture_attributes import warn_baked_attributes
 
         warn_baked_attributes(model, ep)
-        graph = capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}", followers)
+        graph = capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}", flow)
         _record_signature(graph, model, strict=bool(kwargs))
         graph.batch_doubled = doubled
         graph.capture_note = note
         graph.capture_mode = graph_mode
-        graph.dtype_note = dtype_note
+        graph.dtype_note = flow.note
         return graph
     raise TypeError(
         "model must be a torch.nn.Module, a torch.export.ExportedProgram or a torch.jit.ScriptModule, "

@@ -11,7 +11,9 @@ keeps the second in float32 (an upcast softmax, RMSNorm's statistics).
 probe takes its dtype from the model's tensors; a call that stays float32 was written float32. The calls are paired
 as the longest runs of the same ops in the same order (a dynamic capture keeps a few calls a static one leaves out,
 such as a full-range slice). The conversion marks the first kind (``graph.json``'s ``dtype_follows``) and a half
-port computes them in its dtype (``converters/precision.py``). When a call other than a view is left unpaired (a
+port computes them in its dtype (``converters/precision.py``); a constant folded from calls of the second kind (a
+timestep embedding's frequencies, ``torch.arange(..., dtype=torch.float32)``) stays float32 in a half port
+(``graph.json``'s ``float32_constants``), where every other parameter, buffer and constant takes the half dtype. When a call other than a view is left unpaired (a
 branch on a dtype) or the probe cannot run, nothing is marked and every dtype stays as captured: the rule for
 TorchScript and ``ExportedProgram`` inputs too (no model to probe).
 """
@@ -20,10 +22,24 @@ from __future__ import annotations
 
 import copy
 import difflib
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
-__all__ = ["dtype_followers"]
+__all__ = ["DtypeFlow", "dtype_followers"]
+
+
+@dataclass(frozen=True)
+class DtypeFlow:
+    """What the probe tells: ``follow``, the call nodes whose float32 result follows the model's floating dtype;
+    ``literal``, the call nodes and lifted constants (their names) that are float32 whatever the model's dtype
+    (``torch.arange(..., dtype=torch.float32).exp()``: a folded constant a half port keeps in float32, as torch's
+    half model computes it); ``note``, why the probe could not tell, when it could not (both sets empty)."""
+
+    follow: frozenset = frozenset()
+    literal: frozenset = frozenset()
+    note: Optional[str] = None
 
 _FROM, _TO = torch.float32, torch.float64
 
@@ -63,29 +79,32 @@ def _tensor_calls(gm) -> list:
     return calls
 
 
-def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> tuple:
-    """``(nodes, note)``: the call nodes of ``ep`` (the float32 capture of ``model`` on ``inputs``/``kwargs``, the
-    examples it was captured at) whose float32 result follows the model's floating dtype, and ``None``; or an
-    empty set and why the probe could not tell (the capture then keeps every dtype as recorded)."""
+def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> DtypeFlow:
+    """The :class:`DtypeFlow` of ``ep``, the float32 capture of ``model`` on ``inputs``/``kwargs`` (the examples it
+    was captured at); empty, with a note, when the probe cannot tell (every dtype then stays as recorded)."""
     from .capture_strategy import CaptureTimeout, _export, budget_seconds
 
     tensors = list(model.parameters()) + list(model.buffers()) + torch.utils._pytree.tree_leaves((inputs, kwargs))
     if not any(_widened(t) is not None for t in tensors):
-        return frozenset(), "no float32 parameter, buffer or input"
+        return DtypeFlow(note="no float32 parameter, buffer or input")
     try:
         wide = _export(_wide_model(model), _wide(tuple(inputs)), "static", budget_seconds(), _wide(dict(kwargs)))
     except CaptureTimeout:
-        return frozenset(), "the float64 probe ran past the capture budget"
+        return DtypeFlow(note="the float64 probe ran past the capture budget")
     except Exception as e:  # noqa: BLE001  (whatever stops the probe leaves the capture's dtypes as recorded)
-        return frozenset(), f"the float64 probe failed ({type(e).__name__}: {str(e).strip()[:200]})"
+        return DtypeFlow(note=f"the float64 probe failed ({type(e).__name__}: {str(e).strip()[:200]})")
     from .capture_decompose import decompose_unsupported
 
-    ours, theirs = _tensor_calls(ep.graph_module), _tensor_calls(decompose_unsupported(wide).graph_module)
+    wide = decompose_unsupported(wide)
+    ours, theirs = _tensor_calls(ep.graph_module), _tensor_calls(wide.graph_module)
     pairs = _aligned(ours, theirs)
     paired = {id(n) for pair in pairs for n in pair}
     if any(id(n) not in paired and not _shape_only(n.target) for n in ours + theirs):
-        return frozenset(), "the float64 probe made other calls than the capture (a branch on a dtype?)"
-    return frozenset(a for a, b in pairs if a.meta["val"].dtype == _FROM and b.meta["val"].dtype == _TO), None
+        return DtypeFlow(note="the float64 probe made other calls than the capture (a branch on a dtype?)")
+    kept = [name for name, t in ep.constants.items() if isinstance(t, torch.Tensor) and t.dtype == _FROM
+            and getattr(wide.constants.get(name), "dtype", None) == _FROM]
+    return DtypeFlow(frozenset(a for a, b in pairs if a.meta["val"].dtype == _FROM and b.meta["val"].dtype == _TO),
+                     frozenset([a for a, b in pairs if a.meta["val"].dtype == b.meta["val"].dtype == _FROM] + kept))
 
 
 def _shape_only(target) -> bool:

@@ -450,6 +450,9 @@ def convert_graph(graph: Graph, io_layout: str = "mlx", *, weights: bool = True)
     follows = _dtype_follows(nodes, graph.dtype_follows)
     if follows:
         runtime_graph["dtype_follows"] = follows
+    kept = sorted(name for name in graph.float32_constants if params.get(name, {}).get("dtype") == "float32")
+    if kept:
+        runtime_graph["float32_constants"] = kept  # float32 in a half port too (capture_dtypes.py)
     return {"graph": runtime_graph, "weights": weights}
 
 

@@ -133,6 +133,8 @@ class Graph:
     # the probe could not tell, when it could not (every dtype then stays as recorded)
     dtype_follows: set = field(default_factory=set)
     dtype_note: Optional[str] = None
+    # constants (param names) that are float32 whatever the model's dtype: a half port keeps them float32
+    float32_constants: set = field(default_factory=set)
     # where each input came from, ("arg", i) or ("kw", key), and the non-tensor example arguments baked in
     # ([(location, value)]); None when the frontend does not know (capture_signature.py)
     input_locations: Optional[list] = None

@@ -82,9 +82,10 @@ def dtype_of(graph: dict) -> str:
 
 def astype(ported, dtype):
     """A copy of ``ported`` with every floating parameter and buffer in ``dtype`` and, for float16/bfloat16,
-    computed in it (see the module docstring); ``ported`` is left as it was. Integer and bool arrays (indices,
-    ``num_batches_tracked``) are untouched. ``astype("float32")`` goes back to a float32 model (of the rounded
-    weights).
+    computed in it (see the module docstring); ``ported`` is left as it was. To a half dtype, the constants the
+    model computes in float32 whatever its dtype (``graph["float32_constants"]``) stay float32. Integer and bool
+    arrays (indices, ``num_batches_tracked``) are untouched. ``astype("float32")`` goes back to a float32 model (of
+    the rounded weights).
 
     Args:
         ported (PortedModel): the model.
@@ -105,8 +106,10 @@ def astype(ported, dtype):
     graph["params"], live = _live_params(ported, graph["modules"])
     graph["params"] = json.loads(json.dumps(graph["params"]))
     weights = {}
+    kept = set(graph.get("float32_constants", ()))  # float32 in torch's half model too (capture_dtypes.py)
     for key, array in live.items():
-        if mx.issubdtype(array.dtype, mx.floating):
+        if mx.issubdtype(array.dtype, mx.floating) and not (
+                key in kept and name in HALF_NAMES and array.dtype == mx.float32):
             array = saturating_cast(array, target)
             graph["params"][key]["dtype"] = name
         weights[key] = array

@@ -9,6 +9,7 @@ at most ``FACTOR`` times as much.
 import copy
 import functools
 import json
+import math
 import os
 import struct
 import subprocess
@@ -163,6 +164,34 @@ def test_dtypes_taken_from_tensors_follow_the_half_dtype_as_in_torch(dtype):
     err = np.abs(np.array(got[0].astype(mx.float32)) - want[0].float().numpy()).max()
     own = (full[0] - want[0].float()).abs().max().item()
     assert err <= own, (err, own)
+
+
+class SinusoidalTime(nn.Module):
+    """diffusers' timestep embedding: frequencies computed in the forward from ``torch.arange(..., dtype=float32)``
+    (a constant the capture folds), applied to the timestep upcast with ``.float()``, cast to the sample's dtype."""
+
+    def forward(self, t, sample):
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(0, 16, dtype=torch.float32) / 16)
+        arg = t[:, None].float() * freqs[None, :]
+        return torch.cat([arg.sin(), arg.cos()], dim=-1).to(sample.dtype) + sample
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_constants_computed_in_float32_stay_float32_in_a_half_port(dtype):
+    """Torch's half model computes the frequencies in float32 whatever its dtype; the port keeps that folded
+    constant float32 (``float32_constants``) where every other array takes the half dtype. Rounded to half, the
+    frequencies put the sines of timesteps near 900 off by up to 0.5."""
+    model = SinusoidalTime().eval()
+    ported = porter.convert(model, (torch.tensor([3.0, 5.0]), torch.randn(2, 32)), io_layout="torch")
+    assert len(ported.graph["float32_constants"]) == 1
+    half = ported.astype(dtype)
+    assert half.named_arrays()[ported.graph["float32_constants"][0]].dtype == mx.float32
+    t, sample = torch.tensor([901.37, 17.5, 433.0]), torch.randn(3, 32).to(DTYPES[dtype][0])
+    with torch.no_grad():
+        want = copy.deepcopy(model).to(DTYPES[dtype][0])(t, sample)
+    got = half(mx.array(t.numpy()), mx.array(sample.float().numpy()).astype(DTYPES[dtype][1]))
+    assert got.dtype == DTYPES[dtype][1]
+    np.testing.assert_array_equal(np.array(got.astype(mx.float32)), want.float().numpy())
 
 
 def test_a_probe_that_cannot_pair_the_calls_leaves_the_dtypes_as_captured():
