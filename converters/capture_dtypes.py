@@ -7,7 +7,7 @@ apart: torch's ``model.half()`` computes the first kind in float16 (its finfo ex
 keeps the second in float32 (an upcast softmax, RMSNorm's statistics).
 
 :func:`dtype_followers` exports the model once more with its float32 parameters, buffers and inputs in float64
-(static shapes, the capture's example sizes): a call whose result is float32 in the capture and float64 in this
+(fake tensors: no copy of the weights; static shapes, the capture's example sizes): a call whose result is float32 in the capture and float64 in this
 probe takes its dtype from the model's tensors; a call that stays float32 was written float32. The calls are paired
 as the longest runs of the same ops in the same order (a dynamic capture keeps a few calls a static one leaves out,
 such as a full-range slice). The conversion marks the first kind (``graph.json``'s ``dtype_follows``) and a half
@@ -44,27 +44,34 @@ class DtypeFlow:
 _FROM, _TO = torch.float32, torch.float64
 
 
-def _widened(tensor):
-    """``tensor``'s float64 copy (a parameter stays a parameter), or None when it is not float32."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype != _FROM:
-        return None
-    wide = tensor.detach().to(_TO)
-    return torch.nn.Parameter(wide, tensor.requires_grad) if isinstance(tensor, torch.nn.Parameter) else wide
+class _Widened:
+    """Float64 stand-ins for a model's float32 tensors, as fake tensors (shapes and dtypes, no memory: the probe
+    reads only dtypes, and a real float64 copy would hold twice the model's weights)."""
 
+    def __init__(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-def _wide_model(model):
-    """A deep copy of ``model`` with every float32 parameter and buffer in float64 (the float32 ones are never
-    copied as float32 first: tied tensors stay tied through the memo)."""
-    memo = {}
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        wide = _widened(tensor)
-        if wide is not None:
-            memo.setdefault(id(tensor), wide)
-    return copy.deepcopy(model, memo)
+        self.mode = FakeTensorMode(shape_env=ShapeEnv())
 
+    def tensor(self, t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        if t.dtype != _FROM:
+            return self.mode.from_tensor(t, static_shapes=True)
+        with self.mode:
+            wide = torch.empty(t.shape, dtype=_TO)
+        return torch.nn.Parameter(wide, t.requires_grad) if isinstance(t, torch.nn.Parameter) else wide
 
-def _wide(value):
-    return torch.utils._pytree.tree_map(lambda v: v if _widened(v) is None else v.detach().to(_TO), value)
+    def model(self, model):
+        """A deep copy of ``model`` whose parameters and buffers are stand-ins (tied tensors stay tied)."""
+        memo = {}
+        for t in list(model.parameters()) + list(model.buffers()):
+            memo.setdefault(id(t), self.tensor(t))
+        return copy.deepcopy(model, memo)
+
+    def inputs(self, value):
+        return torch.utils._pytree.tree_map(self.tensor, value)
 
 
 def _tensor_calls(gm) -> list:
@@ -85,10 +92,12 @@ def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> DtypeFlow:
     from .capture_strategy import CaptureTimeout, _export, budget_seconds
 
     tensors = list(model.parameters()) + list(model.buffers()) + torch.utils._pytree.tree_leaves((inputs, kwargs))
-    if not any(_widened(t) is not None for t in tensors):
+    if not any(isinstance(t, torch.Tensor) and t.dtype == _FROM for t in tensors):
         return DtypeFlow(note="no float32 parameter, buffer or input")
     try:
-        wide = _export(_wide_model(model), _wide(tuple(inputs)), "static", budget_seconds(), _wide(dict(kwargs)))
+        stand_ins = _Widened()
+        wide = _export(stand_ins.model(model), stand_ins.inputs(tuple(inputs)), "static", budget_seconds(),
+                       stand_ins.inputs(dict(kwargs)))
     except CaptureTimeout:
         return DtypeFlow(note="the float64 probe ran past the capture budget")
     except Exception as e:  # noqa: BLE001  (whatever stops the probe leaves the capture's dtypes as recorded)

@@ -513,3 +513,25 @@ def test_compute_dtype_is_checked(tmp_path):
     path.write_text(json.dumps(graph))
     with pytest.raises(porter.ArtifactError, match="compute_dtype"):
         porter.load(tmp_path / "m")
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("dtype_follows", ["linear"], "not the output of a node with a float32 'dtype'"),
+    ("dtype_follows", "to", "dtype_follows"),
+    ("float32_constants", ["proj.weight"], "not a float32 parameter"),
+])
+def test_dtype_records_are_checked_on_load(tmp_path, key, value, words):
+    """A saved half model keeps ``dtype_follows`` and ``float32_constants``; a name that is not a float32-typed
+    node output / a float32 parameter is refused by name (``proj.weight`` is bfloat16 here)."""
+    model = DtypeFlow().eval()
+    ported = porter.convert(model, (torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.long)), dtype="bfloat16")
+    porter.save(ported, tmp_path / "m")
+    path = tmp_path / "m" / "graph.json"
+    graph = json.loads(path.read_text())
+    assert graph["format_version"] == 6 and graph["dtype_follows"]
+    loaded = porter.load(tmp_path / "m")
+    assert loaded.graph["dtype_follows"] == ported.graph["dtype_follows"]
+    graph[key] = value
+    path.write_text(json.dumps(graph))
+    with pytest.raises(porter.ArtifactError, match=words):
+        porter.load(tmp_path / "m")
