@@ -18,6 +18,12 @@ then follows torch's mixed-precision rules (CPU autocast and torch's half kernel
   instance norm) do the same in ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss
   op (``nll_loss``, ``mse_loss``, ...); a loss written with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
 
+* a cast or creation whose float32 dtype the model took from a tensor (``mask.to(h.dtype)``, ``type_as``,
+  ``zeros(dtype=q.dtype)``; ``graph["dtype_follows"]``, found at conversion by ``capture_dtypes.py``) gives its
+  result in the model's dtype, float32's finfo extremes saturating (:func:`saturating_cast`), as torch's half model
+  computes it; casts written float32 (``.float()``) stay float32, and so do the constants the model computes in
+  float32 whatever its dtype (``graph["float32_constants"]``).
+
 Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does.
 """
 
