@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -40,6 +41,7 @@ class DtypeFlow:
     follow: frozenset = frozenset()
     literal: frozenset = frozenset()
     note: Optional[str] = None
+
 
 _FROM, _TO = torch.float32, torch.float64
 
@@ -96,8 +98,10 @@ def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> DtypeFlow:
         return DtypeFlow(note="no float32 parameter, buffer or input")
     try:
         stand_ins = _Widened()
-        wide = _export(stand_ins.model(model), stand_ins.inputs(tuple(inputs)), "static", budget_seconds(),
-                       stand_ins.inputs(dict(kwargs)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the capture itself has said what torch.export had to say
+            wide = _export(stand_ins.model(model), stand_ins.inputs(tuple(inputs)), "static", budget_seconds(),
+                           stand_ins.inputs(dict(kwargs)))
     except CaptureTimeout:
         return DtypeFlow(note="the float64 probe ran past the capture budget")
     except Exception as e:  # noqa: BLE001  (whatever stops the probe leaves the capture's dtypes as recorded)
