@@ -44,6 +44,7 @@ class DtypeFlow:
 
 
 _FROM, _TO = torch.float32, torch.float64
+ENABLED = True  # switch: False leaves every captured dtype as recorded (read at conversion)
 
 
 class _Widened:
@@ -93,6 +94,8 @@ def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> DtypeFlow:
     was captured at); empty, with a note, when the probe cannot tell (every dtype then stays as recorded)."""
     from .capture_strategy import CaptureTimeout, _export, budget_seconds
 
+    if not ENABLED:
+        return DtypeFlow(note="the dtype probe is switched off (capture_dtypes.ENABLED)")
     tensors = list(model.parameters()) + list(model.buffers()) + torch.utils._pytree.tree_leaves((inputs, kwargs))
     if not any(isinstance(t, torch.Tensor) and t.dtype == _FROM for t in tensors):
         return DtypeFlow(note="no float32 parameter, buffer or input")
