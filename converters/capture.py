@@ -136,18 +136,26 @@ def capture(model, example_inputs, *, double_batch: bool = True, dynamic="auto",
         _check_binds(model, inputs, kwargs)
         from .capture_train_marks import routed
 
+        from .capture_dtypes import dtype_followers
+        from .capture_strategy import _doubled
+
         with routed(model, train_marks):
             ep, doubled, note, graph_mode = export_program(
                 model, inputs, dynamic=mode, double_batch=double_batch, kwargs=kwargs,
                 forward_cpu_s=getattr(train_marks, "forward_cpu_s", None))
+            ep = decompose_unsupported(ep)
+            examples = (tuple(_doubled(x) for x in inputs), {k: _doubled(v) for k, v in kwargs.items()}) \
+                if doubled else (inputs, kwargs)
+            flow = dtype_followers(model, *examples, ep)  # dtypes taken from tensors, float32 literals
         from .capture_attributes import warn_baked_attributes
 
         warn_baked_attributes(model, ep)
-        graph = capture_exported(decompose_unsupported(ep), f"{type(model).__module__}.{type(model).__qualname__}")
+        graph = capture_exported(ep, f"{type(model).__module__}.{type(model).__qualname__}", flow)
         _record_signature(graph, model, strict=bool(kwargs))
         graph.batch_doubled = doubled
         graph.capture_note = note
         graph.capture_mode = graph_mode
+        graph.dtype_note = flow.note
         return graph
     raise TypeError(
         "model must be a torch.nn.Module, a torch.export.ExportedProgram or a torch.jit.ScriptModule, "

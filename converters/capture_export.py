@@ -238,7 +238,12 @@ def leaf_locations(ep) -> "tuple | None":
     return locations, nones
 
 
-def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "") -> Graph:
+def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "", flow=None) -> Graph:
+    """``ep`` as an IR graph; ``flow``: what the float64 probe told (``capture_dtypes.DtypeFlow``), recorded as
+    ``graph.dtype_follows`` and ``graph.float32_constants``."""
+    from .capture_dtypes import DtypeFlow
+
+    flow = flow or DtypeFlow()
     from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
     sig = ep.graph_signature
@@ -300,7 +305,8 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
 
     store = ConstantStore(params, param_values, param_dtypes, not_in_state_dict, metas)
     folder = ExportFolder(ep, foldable, store) if capture_fold.ENABLED else None
-    inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place, folder)
+    inliner = Inliner(_make_node, _scopes, nodes, metas, _in_place, folder, flow.follow, flow.literal)
+    store.literal_keys = inliner.literal_keys  # folded values float32 whatever the model's dtype
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             input_meta[fx_node.name] = metas[fx_node.name] = value_meta(fx_node.meta.get("val"))
@@ -349,6 +355,9 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "")
         param_dtypes=param_dtypes,
         not_in_state_dict=not_in_state_dict,
         aliases=aliases,
+        dtype_follows=inliner.followed,
+        float32_constants={name for name in store.float32_constants | (flow.literal & not_in_state_dict)
+                           if name in params},
     )
     graph.output_structure = _output_structure(ep, len(outputs))
     try:

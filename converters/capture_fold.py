@@ -152,6 +152,8 @@ class ConstantStore:
         self.not_in_state_dict, self.metas = not_in_state_dict, metas
         self._snapshots: dict = {}  # (key, torch version counter) -> Ref
         self.names: set = set()  # the torch names this store added
+        self.literal_keys: set = set()  # keys of values float32 whatever the model's dtype (capture_dtypes.py)
+        self.float32_constants: set = set()  # the float32 constants stored from them
 
     def value(self, value, key: str):
         """The graph form of a folded ``value`` computed by node ``key``."""
@@ -180,6 +182,8 @@ class ConstantStore:
             name, n = f"{base}_v{n}", n + 1
         snapshot = t.detach().clone(memory_format=torch.contiguous_format)
         self.params[name] = host_view(snapshot)
+        if key in self.literal_keys and t.dtype == torch.float32:
+            self.float32_constants.add(name)
         self.param_dtypes[name] = _dtype_name(t.dtype)
         self.not_in_state_dict.add(name)
         self.param_values[f"c{name}"] = name

@@ -122,8 +122,12 @@ class Inliner:
     """
 
     def __init__(self, make_node: Callable, scopes_of: Callable, nodes: list, metas: dict, in_place: Callable,
-                 folder=None):
+                 folder=None, followers=frozenset(), literals=frozenset()):
         self.folder = folder  # constant folding (capture_fold_export.ExportFolder), or None
+        # fx call nodes whose float dtype follows the model's / is float32 whatever it is (capture_dtypes.py)
+        self.followers, self.literals = followers, literals
+        self.followed: set = set()  # the IR names of the first
+        self.literal_keys: set = set()  # the names of the second, as folding keys them
         self.make_node = make_node
         self.scopes_of = scopes_of
         self.nodes = nodes
@@ -148,11 +152,15 @@ class Inliner:
             if region is not None:
                 env[fx_node.name] = region[fx_node.args[1]]
                 return
+        if fx_node in self.literals:
+            self.literal_keys.add(prefix + fx_node.name)
         if self.folder is not None and self.folder.folds(prefix + fx_node.name):
             self.folder.run(fx_node, prefix + fx_node.name, env)  # a constant: evaluated now, no graph call
             env[fx_node.name] = prefix + fx_node.name
             return
         node = self.make_node(fx_node, prefix + fx_node.name, resolve)
+        if fx_node in self.followers:
+            self.followed.add(node.name)
         if self.folder is not None:
             self.folder.rewrite(node, fx_node)  # folded values it reads -> graph constants
         for ref in node.refs():

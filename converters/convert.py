@@ -447,7 +447,21 @@ def convert_graph(graph: Graph, io_layout: str = "mlx", *, weights: bool = True)
         runtime_graph["signature"] = graph.signature
     if graph.aliases:
         runtime_graph["tied_weights"] = {alias: name for alias, name in graph.aliases.items() if name in params}
+    follows = _dtype_follows(nodes, graph.dtype_follows)
+    if follows:
+        runtime_graph["dtype_follows"] = follows
+    kept = sorted(name for name in graph.float32_constants if params.get(name, {}).get("dtype") == "float32")
+    if kept:
+        runtime_graph["float32_constants"] = kept  # float32 in a half port too (capture_dtypes.py)
     return {"graph": runtime_graph, "weights": weights}
+
+
+def _dtype_follows(nodes: list, followers: set) -> list:
+    """The runtime nodes computing a captured call whose float32 dtype the model took from a tensor
+    (``capture_dtypes.py``) with that dtype as an attribute (a cast, a creation, a result cast to the captured
+    dtype): their outputs, which a half port computes in its dtype (``precision.node_policies``)."""
+    return [node["outputs"][0] for node in nodes
+            if node["outputs"][0] in followers and node["attrs"].get("dtype") == "float32"]
 
 
 def _mlx_weight(array, dtype: str) -> mx.array:

@@ -128,6 +128,13 @@ class Graph:
     # tied weights: state_dict name -> the name of the tensor it is (torch's ``named_parameters()`` keeps the first
     # name of a shared tensor; the graph reads only that one, so a port trains it as one array, as torch does)
     aliases: dict = field(default_factory=dict)
+    # IR names of calls whose float32 result takes its dtype from the model's tensors (``x.to(h.dtype)``,
+    # ``type_as``, ``zeros(dtype=q.dtype)``): a half port computes them in its dtype (capture_dtypes.py); and why
+    # the probe could not tell, when it could not (every dtype then stays as recorded)
+    dtype_follows: set = field(default_factory=set)
+    dtype_note: Optional[str] = None
+    # constants (param names) that are float32 whatever the model's dtype: a half port keeps them float32
+    float32_constants: set = field(default_factory=set)
     # where each input came from, ("arg", i) or ("kw", key), and the non-tensor example arguments baked in
     # ([(location, value)]); None when the frontend does not know (capture_signature.py)
     input_locations: Optional[list] = None

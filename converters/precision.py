@@ -18,6 +18,12 @@ then follows torch's mixed-precision rules (CPU autocast and torch's half kernel
   instance norm) do the same in ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss
   op (``nll_loss``, ``mse_loss``, ...); a loss written with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
 
+* a cast or creation whose float32 dtype the model took from a tensor (``mask.to(h.dtype)``, ``type_as``,
+  ``zeros(dtype=q.dtype)``; ``graph["dtype_follows"]``, found at conversion by ``capture_dtypes.py``) gives its
+  result in the model's dtype, float32's finfo extremes saturating (:func:`saturating_cast`), as torch's half model
+  computes it; casts written float32 (``.float()``) stay float32, and so do the constants the model computes in
+  float32 whatever its dtype (``graph["float32_constants"]``).
+
 Everything else (elementwise ops, pooling, activations) runs in the input's dtype, rounding per op as torch does
 (a product or quotient by a Python number the dtype cannot hold is computed in float32 and rounded once, as
 torch's CPU ``mul``/``div``: ``ops/elementwise.py``).
@@ -26,6 +32,7 @@ torch's CPU ``mul``/``div``: ``ops/elementwise.py``).
 from __future__ import annotations
 
 import json
+import math
 
 import mlx.core as mx
 
@@ -33,6 +40,8 @@ from porter.layers.functional import in_float32
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 HALF_NAMES = ("float16", "bfloat16")
+_HALF = (mx.float16, mx.bfloat16)
+_FLOAT32_MAX = float(mx.finfo(mx.float32).max)
 # torch's CPU autocast "lower_precision_fp" ops, as Porter's kernels
 LOWER_PRECISION_KERNELS = frozenset({"conv", "conv_transpose", "conv_runtime_groups",
                                      "conv_transpose_runtime_groups", "linear", "matmul", "addmm", "sdpa",
@@ -46,7 +55,7 @@ FLOAT32_KERNELS = frozenset({"softmax", "logsumexp", "variance", "vector_norm", 
 _FLOAT32_REDUCE = ("mean", "sum")
 
 __all__ = ["DTYPES", "HALF_NAMES", "check_dtype", "astype", "dtype_of", "cast_input", "inputs_cast_first",
-           "node_policies"]
+           "node_policies", "saturating_cast"]
 
 
 def check_dtype(dtype, argument: str = "dtype") -> str:
@@ -81,9 +90,10 @@ def dtype_of(graph: dict) -> str:
 
 def astype(ported, dtype):
     """A copy of ``ported`` with every floating parameter and buffer in ``dtype`` and, for float16/bfloat16,
-    computed in it (see the module docstring); ``ported`` is left as it was. Integer and bool arrays (indices,
-    ``num_batches_tracked``) are untouched. ``astype("float32")`` goes back to a float32 model (of the rounded
-    weights).
+    computed in it (see the module docstring); ``ported`` is left as it was. To a half dtype, the constants the
+    model computes in float32 whatever its dtype (``graph["float32_constants"]``) stay float32. Integer and bool
+    arrays (indices, ``num_batches_tracked``) are untouched. ``astype("float32")`` goes back to a float32 model (of
+    the rounded weights).
 
     Args:
         ported (PortedModel): the model.
@@ -104,9 +114,11 @@ def astype(ported, dtype):
     graph["params"], live = _live_params(ported, graph["modules"])
     graph["params"] = json.loads(json.dumps(graph["params"]))
     weights = {}
+    kept = set(graph.get("float32_constants", ()))  # float32 in torch's half model too (capture_dtypes.py)
     for key, array in live.items():
-        if mx.issubdtype(array.dtype, mx.floating):
-            array = _saturating_cast(array, target)
+        if mx.issubdtype(array.dtype, mx.floating) and not (
+                key in kept and name in HALF_NAMES and array.dtype == mx.float32):
+            array = saturating_cast(array, target)
             graph["params"][key]["dtype"] = name
         weights[key] = array
     if name in HALF_NAMES:
@@ -122,16 +134,43 @@ def astype(ported, dtype):
     return copy
 
 
-def _saturating_cast(array, target):
-    """``array.astype(target)``; to a half dtype, entries exactly float32's ``finfo.min``/``max`` become the half
-    dtype's finite extremes, not infinities: a constant captured as ``torch.tensor(torch.finfo(x.dtype).min)`` (GPT-
-    NeoX's causal ``mask_value``) is the half model's own ``finfo`` value in torch."""
-    if target not in (mx.float16, mx.bfloat16) or array.dtype != mx.float32:
-        return array.astype(target)
-    extreme = float(mx.finfo(mx.float32).max)
-    half = mx.array(float(mx.finfo(target).max), dtype=target)
-    cast = array.astype(target)
-    return mx.where(array == extreme, half, mx.where(array == -extreme, -half, cast))
+def saturating_cast(value, dtype, *, clip: bool = False):
+    """``value`` (an array or a Python number) as an array of ``dtype``, with float32's finite extremes (a float32
+    array's entries or a number exactly ``finfo(float32).min``/``max``) becoming a half ``dtype``'s finite extremes,
+    not infinities: a graph captured in float32 carries ``torch.finfo(torch.float32).min`` where the model wrote
+    ``finfo(x.dtype).min`` (GPT-NeoX's causal ``mask_value``, BERT-style additive masks ``(1 - mask) * finfo.min``),
+    which torch's half model computes with its own ``finfo``; overflowed to -inf, a fully masked softmax row
+    turned NaN. Other values past the half range overflow as torch's casts do.
+
+    ``clip``: every finite value past ``dtype``'s finite range saturates (``masked_fill``'s fill value, any floating
+    ``dtype``); infinities and NaN are kept.
+    """
+    info = mx.finfo(dtype) if mx.issubdtype(dtype, mx.floating) else None
+    if isinstance(value, mx.array):
+        if clip and info is not None:
+            wide = value.astype(mx.float32) if value.dtype != mx.float64 else value
+            bounded = mx.clip(wide, float(info.min), float(info.max))
+            return mx.where(mx.isinf(wide) | mx.isnan(wide), wide, bounded).astype(dtype)
+        if dtype not in _HALF or value.dtype != mx.float32:
+            return value.astype(dtype)
+        half = mx.array(float(info.max), dtype=dtype)
+        return mx.where(value == _FLOAT32_MAX, half, mx.where(value == -_FLOAT32_MAX, -half, value.astype(dtype)))
+    if info is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if clip and math.isfinite(value):
+            value = min(max(float(value), float(info.min)), float(info.max))
+        elif isinstance(value, float) and abs(value) == _FLOAT32_MAX and dtype in _HALF:
+            value = float(info.max) * (1 if value > 0 else -1)
+    return mx.array(value, dtype=dtype)
+
+
+def _following(fn, dtype):
+    """``fn`` whose float32 result (a cast or creation whose dtype the model took from a tensor,
+    ``capture_dtypes.py``) is given in the half ``dtype``, as torch's half model computes it."""
+    def run(*args, **attrs):
+        out = fn(*args, **attrs)
+        return saturating_cast(out, dtype) if isinstance(out, mx.array) and out.dtype == mx.float32 else out
+
+    return run
 
 
 # kernels that pass values on without computing with them (a view's, a repeat's, a selection's values are its input's)
@@ -162,6 +201,7 @@ def inputs_cast_first(graph: dict) -> frozenset:
         for name in _refs(node["inputs"], []):
             readers.setdefault(name, []).append(node)
     returned = set(_refs([o["value"] for o in graph["outputs"]], []))
+    following = set(graph.get("dtype_follows", ()))  # casts to "the dtype of a tensor": half in a half model
     keep = set()
     for spec in graph["inputs"]:
         frontier, casts, ok = [spec["name"]], 0, True
@@ -169,7 +209,8 @@ def inputs_cast_first(graph: dict) -> frozenset:
             name = frontier.pop()
             ok = name not in returned
             for node in readers.get(name, []):
-                if node["kernel"] == "cast" and node["attrs"].get("dtype") in _WIDE:
+                if (node["kernel"] == "cast" and node["attrs"].get("dtype") in _WIDE
+                        and node["outputs"][0] not in following):
                     casts += 1
                 elif (node["kernel"] in _VALUE_PRESERVING and _refs(node["inputs"][:1], []) == [name]
                       and name not in _refs(node["inputs"][1:], [])):  # the data input; the others are sizes
@@ -211,9 +252,12 @@ def node_policies(graph: dict, kernels: list) -> tuple:
     dtype = DTYPES[graph["compute_dtype"]]
     out, layer_nodes = [], set()
     modules = graph.get("modules", {})
+    following = set(graph.get("dtype_follows", ()))
     for i, (node, fn) in enumerate(zip(graph["nodes"], kernels)):
         name, attrs = node["kernel"], node["attrs"]
-        if fn is None:
+        if fn is not None and node["outputs"][0] in following:
+            fn = _following(fn, dtype)
+        elif fn is None:
             if modules.get(attrs.get("module"), {}).get("type") in LOWER_PRECISION_LAYERS:
                 layer_nodes.add(i)
         elif name in LOWER_PRECISION_KERNELS:

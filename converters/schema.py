@@ -12,7 +12,9 @@ a parameter, an input) and the field. What is checked:
 * ``params``: transform name and attributes from an allow-list, shapes and dtypes;
 * optional ``signature`` (the forward's parameters and each input's argument: ``input_binding.py``; names are
   identifiers, distinct, in Python's order), ``input_checks`` (per-call input shape checks), ``dynamic_dims`` and ``compute_dtype`` (``float16`` or
-  ``bfloat16``: a half-precision model, ``converters/precision.py``);
+  ``bfloat16``: a half-precision model, ``converters/precision.py``), ``dtype_follows`` (outputs of nodes with a
+  float32 ``dtype`` attribute that a half model computes in its dtype) and ``float32_constants`` (float32 parameters
+  a half model keeps in float32; both ``converters/capture_dtypes.py``);
 * sizes: nesting depth, counts and string lengths are bounded; the file size is bounded by the loader.
 
 Nothing here resolves a name from the file to code: kernel names index the registry, every other name is compared
@@ -26,11 +28,13 @@ import inspect
 from . import spec as S
 from .limits import max_elements
 
-FORMAT_VERSION = 5  # 2: the module tree ("modules", "module_types", call_module nodes); 3: the forward's
+FORMAT_VERSION = 6  # 2: the module tree ("modules", "module_types", call_module nodes); 3: the forward's
 # "signature" (keyword inputs), params' "state_dict" flag, new kernels and split modes; 4: training mode
 # ("train_refusals", "train_state"), kernels tensor_from_scalars, broadcast_all, addbmm, pdist, batch_norm_batch_stats,
 # sdpa's "gqa", group_norm's groups=None; 5: stochastic depth and functional dropout in training mode (kernels
-# stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 1, 2, 3 and 4 still load
+# stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 6: "dtype_follows" (nodes whose float32
+# dtype a half port follows) and "float32_constants" (constants it keeps float32), converters/capture_dtypes.py;
+# 1 to 5 still load
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32
@@ -46,7 +50,7 @@ _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structu
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
              "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights", "output_tree", "signature",
-             "train_refusals", "train_state")
+             "train_refusals", "train_state", "dtype_follows", "float32_constants")
 _CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
@@ -131,6 +135,13 @@ class _Checker:
             self.check_train_refusals(g["train_refusals"])
         self.check_inputs(g["inputs"])
         self.check_nodes(g["nodes"])
+        if "dtype_follows" in g:  # float32 dtypes a half port follows (converters/capture_dtypes.py)
+            self.check_dtype_follows(g["dtype_follows"], g["nodes"])
+        if "float32_constants" in g:  # constants a half port keeps in float32
+            self.match(S.Seq(_NAME, 0, MAX_NODES), g["float32_constants"], "the file", "float32_constants")
+            for i, name in enumerate(g["float32_constants"]):
+                if g["params"].get(name, {}).get("dtype") != "float32":
+                    self.fail("the file", f"float32_constants[{i}]", f"{name[:80]!r} is not a float32 parameter")
         self.check_outputs(g["outputs"], g["output_structure"])
         self.check_module_outputs(g["module_outputs"])
         if "train_state" in g:  # spectral norm's power iteration in training mode (train_state.py), over checked nodes
@@ -347,6 +358,14 @@ class _Checker:
             if name in self.defined:
                 self.fail(where, "outputs[0]", f"the value {name[:80]!r} is defined twice")
             self.defined.add(name)
+
+    def check_dtype_follows(self, names, nodes):
+        self.match(S.Seq(_NAME, 0, MAX_NODES), names, "the file", "dtype_follows")
+        typed = {node["outputs"][0] for node in nodes if node["attrs"].get("dtype") == "float32"}
+        for i, name in enumerate(names):
+            if name not in typed:
+                self.fail("the file", f"dtype_follows[{i}]",
+                          f"{name[:80]!r} is not the output of a node with a float32 'dtype' attribute")
 
     def check_call_module(self, node, where):
         self.match(S.Obj({"module": _NAME}, ["module"]), node["attrs"], where, "attrs")

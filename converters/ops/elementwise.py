@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import layout as L
 from ..ir import Ref
+from ..precision import saturating_cast
 from ..registry import kernel, register
 from ..spec import AXIS, SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
 from . import _float64 as f64
@@ -243,20 +244,7 @@ def _as_array(v, like):
         return mx.array(v, dtype=mx.int64)  # torch: bool tensor with an int scalar is int64 (MLX: int32)
     if not mx.issubdtype(dtype, mx.floating):
         return v
-    return mx.array(float32_extreme_as(v, dtype) if isinstance(v, float) else v, dtype=dtype)
-
-
-_FLOAT32_MAX = float(mx.finfo(mx.float32).max)
-
-
-def float32_extreme_as(value: float, dtype):
-    """``value``, or the finite extreme of half ``dtype`` when ``value`` is exactly float32's (``finfo.min`` /
-    ``finfo.max``): a graph captured in float32 carries ``torch.finfo(torch.float32).min`` where the model wrote
-    ``finfo(x.dtype).min`` (GPT-NeoX's and BERT-style additive masks ``(1 - mask) * finfo.min``); a half port would
-    overflow it to -inf, and a fully masked softmax row would differ from torch's half model's."""
-    if abs(value) == _FLOAT32_MAX and dtype in (mx.float16, mx.bfloat16):
-        return float(mx.finfo(dtype).max) * (1 if value > 0 else -1)
-    return value
+    return saturating_cast(v, dtype)  # float32's finfo extremes as a half dtype's (converters/precision.py)
 
 
 @kernel("binary", inputs=[SCALAR, SCALAR], attrs={"fn": Enum(*BINARY), "alpha": _NUMBER, "reverse": Bool()})
@@ -284,11 +272,13 @@ _OPMATH_SCALAR_FNS = frozenset({"mul", "div"})
 
 def _half_with_inexact_scalar(a, b) -> bool:
     """One operand a float16/bfloat16 array, the other a finite Python number that dtype does not hold exactly
-    (after the float32-extreme rule, :func:`float32_extreme_as`)."""
+    (float32's finfo extremes excepted: they become the half dtype's own, :func:`saturating_cast`)."""
     for array, number in ((a, b), (b, a)):
         if (isinstance(array, mx.array) and array.dtype in (mx.float16, mx.bfloat16)
                 and isinstance(number, (int, float)) and not isinstance(number, bool)):
-            value = np.float32(float32_extreme_as(float(number), array.dtype))
+            if isinstance(number, float) and abs(number) == float(mx.finfo(mx.float32).max):
+                return False
+            value = np.float32(number)
             if not np.isfinite(value):
                 return False
             if array.dtype == mx.bfloat16:

@@ -7,14 +7,13 @@ Created tensors take the dtype the example run recorded for them (torch's promot
 
 from __future__ import annotations
 
-import math
-
 import mlx.core as mx
 
 from .. import layout as L
 from ..ir import Ref
 from ..registry import kernel, register
 from ..limits import check_elements
+from ..precision import saturating_cast
 from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, MAX_LEN, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq,
                     Str, DTYPES)
 from . import _float64
@@ -135,9 +134,15 @@ def k_index_select_0d(x, index):
     the result is ``x`` (0-d), read through the index so a bad one is caught as torch catches it."""
     if index.size != 1:
         raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.size} value(s)")
-    index = checked_indices(index.reshape(1), 1, "index_select")
-    if not exporting() and index.item() < 0:
-        raise IndexError(f"index_select: index {index.item()} is out of range for a 0-d tensor (only 0 is valid)")
+    index = mx.stop_gradient(index.reshape(1))
+    if exporting():
+        index = checked_indices(index, 1, "index_select")  # no host check: a bad index reads entry 0
+    else:
+        value = index.item()  # one host read: the range check and torch's "only 0" rule together
+        if not -1 <= value < 1:
+            raise IndexError(f"index_select: index {value} is out of range for a dimension of size 1")
+        if value < 0:
+            raise IndexError(f"index_select: index {value} is out of range for a 0-d tensor (only 0 is valid)")
     return mx.take(x.reshape(1), mx.maximum(index, 0), axis=0).reshape(())
 
 
@@ -361,16 +366,7 @@ def k_masked_fill(mask, value, x):
     """
     if not isinstance(x, mx.array) or not mx.issubdtype(x.dtype, mx.floating):
         return k_where(mask, value, x)
-    info = mx.finfo(x.dtype)
-    low, high = float(info.min), float(info.max)
-    if isinstance(value, mx.array):
-        wide = value.astype(mx.float32) if value.dtype != mx.float64 else value
-        value = mx.where(mx.isinf(wide) | mx.isnan(wide), wide, mx.clip(wide, low, high)).astype(x.dtype)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        value = mx.array(min(max(float(value), low), high), dtype=x.dtype)
-    else:
-        value = mx.array(value, dtype=x.dtype)
-    return mx.where(mask, value, x)
+    return mx.where(mask, saturating_cast(value, x.dtype, clip=True), x)
 
 
 @register("aten.flip.default")

@@ -302,10 +302,13 @@ void group_stats(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, double 
   }
 }
 
-// out[n, s, c] = x[n, s, c] * p[n, c] + q[n, c] (+ g[n, s, c] * r[n, c] when g is given), one pass over (n, s).
+// One pass over (n, s): out[n, s, c] = g[n, s, c] * r[n, c] + x[n, s, c] * p[n, c] + q[n, c] when g is given (the
+// input gradient), else (x[n, s, c] - m[n, c]) * p[n, c] + q[n, c] (the forward, centred first: a group of one value
+// gives exactly the bias, and a large mean cancels before the scaling; folded, x * p + (b - m * p) missed the bias by
+// the products' roundings, as torch's CPU kernel, which folds too, misses it by its own).
 template <typename T>
-void apply_per_channel(const T* x, const T* g, int64_t N, int64_t S, int64_t C, const NormAcc<T>* p,
-                       const NormAcc<T>* q, const NormAcc<T>* r, T* out) {
+void apply_per_channel(const T* x, const T* g, int64_t N, int64_t S, int64_t C, const NormAcc<T>* m,
+                       const NormAcc<T>* p, const NormAcc<T>* q, const NormAcc<T>* r, T* out) {
   using A = NormAcc<T>;
   parallel_for(N * S, C * 2, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -320,13 +323,14 @@ void apply_per_channel(const T* x, const T* g, int64_t N, int64_t S, int64_t C, 
           oi[c] = static_cast<T>(static_cast<A>(gi[c]) * rn[c] + static_cast<A>(xi[c]) * pn[c] + qn[c]);
         }
       } else {
-        for (int64_t c = 0; c < C; ++c) oi[c] = static_cast<T>(static_cast<A>(xi[c]) * pn[c] + qn[c]);
+        const A* mn = m + n * C;
+        for (int64_t c = 0; c < C; ++c) oi[c] = static_cast<T>((static_cast<A>(xi[c]) - mn[c]) * pn[c] + qn[c]);
       }
     }
   });
 }
 
-// torch's channels-last form: y = x * (rstd w) + (b - mean rstd w) per (n, c).
+// y = (x - mean) (rstd w) + b per (n, c).
 template <typename T>
 void group_norm(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, const NormAcc<T>* w, const NormAcc<T>* b,
                 NormAcc<T> eps, T* y) {
@@ -337,12 +341,11 @@ void group_norm(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, const No
   const int64_t Cg = C / G;
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t c = 0; c < C; ++c) {
-      const double sc = rstd[n * G + c / Cg] * (w ? static_cast<double>(w[c]) : 1.0);
-      scale[n * C + c] = static_cast<A>(sc);
-      shift[n * C + c] = static_cast<A>((b ? static_cast<double>(b[c]) : 0.0) - mean[n * G + c / Cg] * sc);
+      scale[n * C + c] = static_cast<A>(rstd[n * G + c / Cg] * (w ? static_cast<double>(w[c]) : 1.0));
+      shift[n * C + c] = b ? b[c] : A(0);
     }
   }
-  apply_per_channel<T>(x, nullptr, N, S, C, scale.data(), shift.data(), nullptr, y);
+  apply_per_channel<T>(x, nullptr, N, S, C, mean_c.data(), scale.data(), shift.data(), nullptr, y);
 }
 
 // With xhat = (x - mean) rstd, dxhat = g w: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) per (n, g),
@@ -404,7 +407,7 @@ void group_norm_grad(const T* x, const T* g, int64_t N, int64_t S, int64_t C, in
     }
   }
   for (int64_t c = 0; c < C; ++c) dw[c] = static_cast<A>(dwd[c]), db[c] = static_cast<A>(dbd[c]);
-  apply_per_channel<T>(x, g, N, S, C, P.data(), Q.data(), R.data(), dx);
+  apply_per_channel<T>(x, g, N, S, C, nullptr, P.data(), Q.data(), R.data(), dx);
 }
 
 }  // namespace porter

@@ -66,6 +66,26 @@ def test_index_select_of_a_0d_tensor_checks_its_index_as_torch():
             ported(x.numpy(), np.array(bad))
 
 
+def test_index_select_of_a_0d_tensor_reads_its_index_once(monkeypatch):
+    """The range check and torch's 0-only rule share one host read of the index (``.item()``): no separate
+    evaluation of its min and max first (``checked_indices``' ``mx.eval``, a second sync per call)."""
+    import types
+
+    import mlx.core as mx
+    from porter.converters.ops import misc
+
+    evals = []
+    proxy = types.SimpleNamespace(**{k: getattr(mx, k) for k in dir(mx) if not k.startswith("__")})
+    proxy.eval = lambda *arrays: evals.append(arrays) or mx.eval(*arrays)
+    monkeypatch.setattr(misc, "mx", proxy)
+    x = mx.array([[1.5, 2.0]]).sum()
+    assert misc.k_index_select_0d(x, mx.array([0])).item() == 3.5
+    for bad, words in (([1], "dimension of size 1"), ([-1], "only 0 is valid"), ([-2], "dimension of size 1")):
+        with pytest.raises(IndexError, match=f"index {bad[0]} is out of range.*{words}"):
+            misc.k_index_select_0d(x, mx.array(bad))
+    assert evals == []
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_model(dtype):
     import mlx.core as mx

@@ -181,11 +181,14 @@ def test_unet2d_condition_odd_latent_upsamples_to_the_skip_size():
 @pytest.mark.slow
 def test_unet2d_condition_gradients_and_float16():
     """Gradients to the latent, the encoder states and every parameter (GEGLU, cross attention, GroupNorm, the
-    nearest upsample); the float16 port against torch's float16 model on the same float16 inputs, within 1.5% of
-    the output's range (measured 0.8%; torch's own float16 run is 4% off its float32 one at these timesteps).
+    nearest upsample); the float16 port against torch's float16 model on the same float16 inputs, within twice
+    torch's own float16 error (its float16 run against its float32 one on the same inputs): measured 0.41% of the
+    output's range, torch's own 0.30%.
     A float32 timestep near 600 given to both: torch's float16 UNet keeps it float32 into the sinusoid
     (``timesteps[:, None].float()``), and so does the port (``precision.inputs_cast_first``: the graph casts it to
-    float32 before any other use); cast to float16 on entry it was 3.1% off, now 1.2% (the same 1.5% bound)."""
+    float32 before any other use); cast to float16 on entry it was 3.1% off. The sinusoid's frequencies
+    (``torch.arange(..., dtype=torch.float32)``, folded) stay float32 too (``float32_constants``): rounded to
+    float16 they left the port 1.2% off; now 0.30% (torch's own 0.33%)."""
     model, ported = _converted("unet2d_condition")
     result = grad_parity(model, ported, _latent(2, 8, 8)(1), rtol=1e-3, atol=1e-5, seed=1)
     assert result["ok"], result
@@ -195,7 +198,8 @@ def test_unet2d_condition_gradients_and_float16():
     got = np.array(half(*[mx.array(t.float().numpy()) for t in x])[0].astype(mx.float32))
     with torch.no_grad():
         ref = copy.deepcopy(model).half()(*x)[0].float().numpy()
-    assert np.abs(got - ref).max() <= 1.5e-2 * np.abs(ref).max()
+        own = np.abs(model(*[t.float() for t in x])[0].numpy() - ref).max()
+    assert np.abs(got - ref).max() <= 2 * own
     assert half._program.inputs_as_given == frozenset({"timestep"})
     sample, t, enc = x
     t = torch.full(t.shape, 601.3)  # float32, as diffusers' schedulers give it
@@ -203,7 +207,8 @@ def test_unet2d_condition_gradients_and_float16():
                    .astype(mx.float32))
     with torch.no_grad():
         ref = copy.deepcopy(model).half()(sample, t, enc)[0].float().numpy()
-    assert np.abs(got - ref).max() <= 1.5e-2 * np.abs(ref).max()
+        own = np.abs(model(sample.float(), t, enc.float())[0].numpy() - ref).max()
+    assert np.abs(got - ref).max() <= 2 * own
 
 
 # ---------------------------------------------------------------------------------------------------- RoBERTa

@@ -191,6 +191,21 @@ def test_group_norm_module_matches_torch():
     np.testing.assert_allclose(mx_to_numpy(gn(torch_to_mx(x, True)), True), tgn(x).detach().numpy(), atol=1e-5)
 
 
+@pytest.mark.parametrize("shape, groups", [((2, 8, 1, 1), 8), ((4, 6), 6), ((3, 6, 1), 6), ((2, 4, 1, 1, 1), 4)])
+def test_group_norm_of_one_value_per_group_gives_the_bias(shape, groups):
+    """A group holding one value is its own mean: torch's formula ``(x - mean) * rstd * w + b`` is the bias itself
+    (torch in float64, rounded to float32, says so). The native kernel centres before it scales; folded into
+    ``x * s + (b - mean * s)`` (``s = w / sqrt(eps)``, about 300 here) it was off by the products' roundings, 1e-4
+    at values near 5, as is torch's own float32 CPU kernel, which folds."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape) * 3 + 5
+    w, b = torch.randn(shape[1]), torch.randn(shape[1])
+    exact = F.group_norm(x.double(), groups, w.double(), b.double(), 1e-5).float()
+    assert torch.equal(exact, b.view(1, -1, *[1] * (len(shape) - 2)).expand(shape))
+    got = PF.group_norm(torch_to_mx(x, True), groups, mx.array(w.numpy()), mx.array(b.numpy()), 1e-5)
+    np.testing.assert_array_equal(mx_to_numpy(got, True), exact.numpy())
+
+
 # ---------------------------------------------------------------------------------------------------- edge cases
 @pytest.mark.parametrize("c", [1, 3, 95, 96, 97, 1000])
 def test_layer_norm_non_finite_and_large_rows_match_torch(c):
