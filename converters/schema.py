@@ -26,11 +26,12 @@ import inspect
 from . import spec as S
 from .limits import max_elements
 
-FORMAT_VERSION = 5  # 2: the module tree ("modules", "module_types", call_module nodes); 3: the forward's
+FORMAT_VERSION = 6  # 2: the module tree ("modules", "module_types", call_module nodes); 3: the forward's
 # "signature" (keyword inputs), params' "state_dict" flag, new kernels and split modes; 4: training mode
 # ("train_refusals", "train_state"), kernels tensor_from_scalars, broadcast_all, addbmm, pdist, batch_norm_batch_stats,
 # sdpa's "gqa", group_norm's groups=None; 5: stochastic depth and functional dropout in training mode (kernels
-# stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 1, 2, 3 and 4 still load
+# stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 6: timm's DropBlock2d in training mode
+# (kernel drop_block); 1 to 5 still load
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32

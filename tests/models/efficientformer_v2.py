@@ -22,6 +22,7 @@ from typing import Dict
 import torch
 from torch import nn
 
+from .timm_hybrid import _BiasCache
 from .timm_norm_act import BatchNormAct2d
 
 
@@ -53,9 +54,9 @@ def _grid(rows, cols, step=1):
                                       indexing="ij")).flatten(1)
 
 
-class _BiasTable(nn.Module):
-    """The learnt ``attention_biases`` (heads, N) read through ``attention_bias_idxs``; cached per device in eval
-    as timm does (the cache is emptied when the module goes back to training)."""
+class _BiasTable(_BiasCache, nn.Module):
+    """The learnt ``attention_biases`` (heads, N) read through ``attention_bias_idxs``, cached per device in eval as
+    timm does (``_BiasCache``); the q/k/v projections both attentions share."""
 
     attention_bias_cache: Dict[str, torch.Tensor]
 
@@ -64,20 +65,14 @@ class _BiasTable(nn.Module):
         self.register_buffer("attention_bias_idxs", idxs, persistent=False)
         self.attention_bias_cache = {}
 
-    @torch.no_grad()
-    def train(self, mode=True):
-        super().train(mode)
-        if mode and self.attention_bias_cache:
-            self.attention_bias_cache = {}
-        return self
-
-    def get_attention_biases(self, device):
-        if torch.jit.is_tracing() or self.training:
-            return self.attention_biases[:, self.attention_bias_idxs]
-        key = str(device)
-        if key not in self.attention_bias_cache:
-            self.attention_bias_cache[key] = self.attention_biases[:, self.attention_bias_idxs]
-        return self.attention_bias_cache[key]
+    def _project(self, x, queries):
+        """q (B, heads, queries, key_dim), k (B, heads, key_dim, N), v (B, heads, N, d) and ``v_local(v)``."""
+        B = x.shape[0]
+        q = self.q(x).reshape(B, self.num_heads, -1, queries).permute(0, 1, 3, 2)
+        k = self.k(x).reshape(B, self.num_heads, -1, self.N)
+        v = self.v(x)
+        v_local = self.v_local(v)
+        return q, k, v.reshape(B, self.num_heads, -1, self.N).permute(0, 1, 3, 2), v_local
 
 
 class Attention2d(_BiasTable):
@@ -110,17 +105,12 @@ class Attention2d(_BiasTable):
         self._bias_table(num_heads, self.N, rel[0] * resolution[1] + rel[1])
 
     def forward(self, x):
-        B = x.shape[0]
         if self.stride_conv is not None:
             x = self.stride_conv(x)
-        q = self.q(x).reshape(B, self.num_heads, -1, self.N).permute(0, 1, 3, 2)
-        k = self.k(x).reshape(B, self.num_heads, -1, self.N)
-        v = self.v(x)
-        v_local = self.v_local(v)
-        v = v.reshape(B, self.num_heads, -1, self.N).permute(0, 1, 3, 2)
+        q, k, v, v_local = self._project(x, self.N)
         attn = (q @ k) * self.scale + self.get_attention_biases(x.device)
         attn = self.talking_head2(self.talking_head1(attn).softmax(dim=-1))
-        x = (attn @ v).transpose(2, 3).reshape(B, self.dh, *self.resolution) + v_local
+        x = (attn @ v).transpose(2, 3).reshape(x.shape[0], self.dh, *self.resolution) + v_local
         if self.upsample is not None:
             x = self.upsample(x)
         return self.proj(self.act(x))
@@ -161,14 +151,9 @@ class Attention2dDownsample(_BiasTable):
         self._bias_table(num_heads, self.N, rel[0] * self.resolution[1] + rel[1])
 
     def forward(self, x):
-        B = x.shape[0]
-        q = self.q(x).reshape(B, self.num_heads, -1, self.N2).permute(0, 1, 3, 2)
-        k = self.k(x).reshape(B, self.num_heads, -1, self.N)
-        v = self.v(x)
-        v_local = self.v_local(v)
-        v = v.reshape(B, self.num_heads, -1, self.N).permute(0, 1, 3, 2)
+        q, k, v, v_local = self._project(x, self.N2)
         attn = ((q @ k) * self.scale + self.get_attention_biases(x.device)).softmax(dim=-1)
-        x = (attn @ v).transpose(2, 3).reshape(B, self.dh, *self.resolution2) + v_local
+        x = (attn @ v).transpose(2, 3).reshape(x.shape[0], self.dh, *self.resolution2) + v_local
         return self.proj(self.act(x))
 
 
