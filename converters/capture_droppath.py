@@ -81,7 +81,7 @@ def training_draws(module, x: torch.Tensor, draws: int):
             outs = []
             for draw in range(draws):
                 torch.manual_seed(draw)
-                out = module(x)
+                out = module(x.clone())  # a copy: an in-place drop (timm's inplace=True) must not change x
                 if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype:
                     return None
                 outs.append(out)

@@ -96,11 +96,13 @@ def test_output_and_input_gradient_are_torchs_given_the_ports_mask():
     np.testing.assert_allclose(grad, (keep * scale).numpy(), rtol=1e-6, atol=0)
 
 
-def test_eval_is_exact_and_a_resnet_block_net_converts_in_training_mode():
-    """timm's ResNet blocks with a drop block after each BN: eval matches torch; a model converted in training mode
-    is not refused, and its port trains (BN batch statistics, blocks drawn)."""
+@pytest.mark.parametrize("inplace", [False, True])
+def test_eval_is_exact_and_a_resnet_block_net_converts_in_training_mode(inplace):
+    """timm's ResNet blocks with a drop block after each BN (``x = self.drop_block(x)``; timm's ``inplace`` form
+    too): eval matches torch; a model converted in training mode is not refused, and its port trains (BN batch
+    statistics, blocks drawn)."""
     torch.manual_seed(0)
-    model = randomize_(M.resnet_blocks(lambda: M.DropBlock2d(0.1, 3, 0.25)), 0)
+    model = randomize_(M.resnet_blocks(lambda: M.DropBlock2d(0.1, 3, 0.25, inplace=inplace)), 0)
     x = torch.randn(2, 3, 16, 12)
     ported = porter.convert(model, (x,), io_layout="torch")
     assert ported.train_refusals == {}
