@@ -152,7 +152,7 @@ def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=
         ported._program.set_train_state(state)
     handled = {path for path, m in graph.get("modules", {}).items() if m["type"] in TRAIN_AWARE}
     handled |= {entry["module"] for entry in graph.get("train_state", [])}
-    handled |= {node["module"] for node in graph["nodes"] if node["kernel"] == "stochastic_depth"}
+    handled |= {node["module"] for node in graph["nodes"] if node["kernel"] in ("stochastic_depth", "drop_block")}
     from .capture_train_marks import neutral
 
     with neutral(marks):

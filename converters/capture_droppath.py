@@ -17,7 +17,6 @@ module's path.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -45,26 +44,32 @@ def _rate(module):
     return None
 
 
-def candidates(model) -> dict:
-    """``{path: (module, p)}``: modules that might be stochastic depth (not yet checked)."""
+def leaves_with(model, read) -> dict:
+    """``{path: (module, read(module))}`` over the modules outside torch with no parameters, buffers or children
+    (nor TorchScript), where ``read`` finds the settings of a drop layer (None: not one): where a drop layer of
+    another library can be."""
     found = {}
     for path, module in model.named_modules():
-        cls = type(module)
-        if not path or cls.__module__.startswith("torch.") or isinstance(module, torch.jit.ScriptModule):
+        if not path or type(module).__module__.startswith("torch.") or isinstance(module, torch.jit.ScriptModule):
             continue
         if any(True for _ in module.children()) or any(True for _ in module.parameters(recurse=False)) \
                 or any(True for _ in module.buffers(recurse=False)):
             continue
-        p = _rate(module)
-        if p is not None:
-            found[path] = (module, p)
+        settings = read(module)
+        if settings is not None:
+            found[path] = (module, settings)
     return found
 
 
-def recognise(module, p: float, ndim: int) -> "DropPath | None":
-    """The module's stochastic depth, as torch shows it on a test batch of rank ``ndim``, or None."""
-    shape = (_BATCH,) + (2,) * (ndim - 1)
-    x = torch.rand(shape, generator=torch.Generator().manual_seed(0)) + 0.5  # positive: a ratio per element
+def candidates(model) -> dict:
+    """``{path: (module, p)}``: modules that might be stochastic depth (not yet checked)."""
+    return leaves_with(model, _rate)
+
+
+def training_draws(module, x: torch.Tensor, draws: int):
+    """``module``'s training-mode outputs on ``x`` under torch seeds ``0 .. draws - 1`` (a forked RNG: the caller's
+    stream is untouched), or None when its eval output is not ``x`` or a call fails or returns something else than a
+    tensor of ``x``'s shape and dtype. The module's mode is restored."""
     was = module.training
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -73,17 +78,28 @@ def recognise(module, p: float, ndim: int) -> "DropPath | None":
             if not isinstance(out, torch.Tensor) or not torch.equal(out, x):
                 return None
             module.training = True
-            ratios = []
-            for draw in range(_DRAWS):
+            outs = []
+            for draw in range(draws):
                 torch.manual_seed(draw)
-                out = module(x)
+                out = module(x.clone())  # a copy: an in-place drop (timm's inplace=True) must not change x
                 if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype:
                     return None
-                ratios.append((out / x).reshape(_BATCH, -1))
-    except Exception:  # noqa: BLE001  (not callable like stochastic depth: left as it was)
+                outs.append(out)
+            return outs
+    except Exception:  # noqa: BLE001  (not callable like a drop layer: left as it was)
         return None
     finally:
         module.training = was
+
+
+def recognise(module, p: float, ndim: int) -> "DropPath | None":
+    """The module's stochastic depth, as torch shows it on a test batch of rank ``ndim``, or None."""
+    shape = (_BATCH,) + (2,) * (ndim - 1)
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(0)) + 0.5  # positive: a ratio per element
+    outs = training_draws(module, x, _DRAWS)
+    if outs is None:
+        return None
+    ratios = [(out / x).reshape(_BATCH, -1) for out in outs]
     ratios = torch.stack(ratios)  # (draws, examples, elements)
     per_example = ratios[..., :1]
     if not torch.allclose(ratios, per_example.expand_as(ratios), rtol=1e-6, atol=0.0):
@@ -129,27 +145,10 @@ def find(model, ndims: dict) -> dict:
     return found
 
 
-@contextlib.contextmanager
 def routed(model, found: dict):
     """Within the block, each recognised module's forward calls the ``porter::drop_path`` marker (its eval output:
     a copy of the input); restored on exit, even on errors."""
-    from .capture_markers import drop_path
+    from .capture_markers import drop_path, forwards_replaced
 
-    modules = dict(model.named_modules())
-    saved = []
-    try:
-        for path, depth in found.items():
-            module = modules[path]
-            saved.append((module, module.__dict__.get("forward")))
-
-            def forward(x, _depth=depth):
-                return drop_path(x, _depth.p, _depth.mode == "batch", _depth.scale)
-
-            module.forward = forward
-        yield
-    finally:
-        for module, previous in saved:
-            if previous is None:
-                module.__dict__.pop("forward", None)
-            else:
-                module.forward = previous
+    return forwards_replaced(model, {
+        path: (lambda x, _d=depth: drop_path(x, _d.p, _d.mode == "batch", _d.scale)) for path, depth in found.items()})

@@ -33,8 +33,8 @@ FORMAT_VERSION = 6  # 2: the module tree ("modules", "module_types", call_module
 # ("train_refusals", "train_state"), kernels tensor_from_scalars, broadcast_all, addbmm, pdist, batch_norm_batch_stats,
 # sdpa's "gqa", group_norm's groups=None; 5: stochastic depth and functional dropout in training mode (kernels
 # stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 6: "dtype_follows" (nodes whose float32
-# dtype a half port follows) and "float32_constants" (constants it keeps float32), converters/capture_dtypes.py;
-# 1 to 5 still load
+# dtype a half port follows) and "float32_constants" (constants it keeps float32), converters/capture_dtypes.py, and
+# timm's DropBlock2d in training mode (kernel drop_block); 1 to 5 still load
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32

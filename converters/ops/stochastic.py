@@ -1,7 +1,7 @@
 """Random training-mode ops a capture marks (``converters/capture_markers.py``): stochastic depth (torchvision's
-``StochasticDepth``, timm's ``DropPath``), functional dropout and attention dropout whose rate follows the module's
-training flag. Identity (the eval forward, exactly) unless the node's module trains; then torch's training
-distribution (``converters/layer_dropout.py``).
+``StochasticDepth``, timm's ``DropPath``), timm's ``DropBlock2d``, functional dropout and attention dropout whose
+rate follows the module's training flag. Identity (the eval forward, exactly) unless the node's module trains; then
+torch's training distribution (``converters/layer_dropout.py``).
 
 The capture records them as ``porter.*`` marker ops in their eval form; their kernels take ``training=`` from the
 runtime (the mode of the node's torch module, or of its nearest holder in the tree: ``registry.kernel(...,
@@ -11,9 +11,10 @@ also get a layer at their torch path (``layer_map.py``).
 
 from __future__ import annotations
 
+from ..layer_dropblock import drop_block
 from ..layer_dropout import DEPTH_MODES, dropout, stochastic_depth
 from ..registry import kernel, register
-from ..spec import TENSOR, Bool, Enum, Float, Int, Opt, GEOMETRY
+from ..spec import TENSOR, Bool, Enum, Float, Int, Ints, Opt, GEOMETRY
 from .. import layout as L
 from .linear import attention
 
@@ -42,6 +43,26 @@ def convert_drop_path(ctx, call):
     attrs = {"p": _rate(call, "p"), "mode": "batch" if call.arg("batch") else "row", "scale": bool(call.arg("scale")),
              "axis": list(perm).index(0)}
     ctx.emit("stochastic_depth", [ctx.tensor(x)], attrs, perm=perm)
+
+
+@kernel("drop_block", inputs=[TENSOR], attrs={"drop_prob": _RATE, "block_size": Int(1), "gamma_scale": Float(),
+                                            "axes": Ints(2, 2, 0, GEOMETRY)}, training=True)
+def k_drop_block(x, *, drop_prob, block_size, gamma_scale, axes, training=False):
+    return drop_block(x, drop_prob, block_size, gamma_scale, tuple(axes), training)
+
+
+@register("porter.drop_block.default")
+def convert_drop_block(ctx, call):
+    x = call.arg("x")
+    perm = ctx.perm(x)
+    if ctx.meta(x).rank != 4:
+        call.fail("x", "timm's DropBlock2d takes a 4-d (B, C, H, W) map")
+    block = call.arg("block_size")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        call.fail("block_size", "must be a positive int")
+    attrs = {"drop_prob": _rate(call, "drop_prob"), "block_size": block, "gamma_scale": float(call.arg("gamma_scale")),
+             "axes": [list(perm).index(2), list(perm).index(3)]}  # where torch's H and W are in the array
+    ctx.emit("drop_block", [ctx.tensor(x)], attrs, perm=perm)
 
 
 @kernel("train_dropout", inputs=[TENSOR], attrs={"p": _RATE}, training=True)
