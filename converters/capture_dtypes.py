@@ -99,6 +99,8 @@ def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> DtypeFlow:
     tensors = list(model.parameters()) + list(model.buffers()) + torch.utils._pytree.tree_leaves((inputs, kwargs))
     if not any(isinstance(t, torch.Tensor) and t.dtype == _FROM for t in tensors):
         return DtypeFlow(note="no float32 parameter, buffer or input")
+    if not _sets_a_dtype(ep):
+        return DtypeFlow()  # every floating result follows its floating inputs: a half port's own dtype flow
     try:
         stand_ins = _Widened()
         with warnings.catch_warnings():
@@ -121,6 +123,28 @@ def dtype_followers(model, inputs: tuple, kwargs: dict, ep) -> DtypeFlow:
             and getattr(wide.constants.get(name), "dtype", None) == _FROM]
     return DtypeFlow(frozenset(a for a, b in pairs if a.meta["val"].dtype == _FROM and b.meta["val"].dtype == _TO),
                      frozenset([a for a, b in pairs if a.meta["val"].dtype == b.meta["val"].dtype == _FROM] + kept))
+
+
+def _sets_a_dtype(ep) -> bool:
+    """Whether some call of ``ep`` may choose its floating result's dtype itself (the only calls the probe can tell
+    apart): a cast (``to``, ``_to_copy``, ``type_as``...), a call with a dtype argument, a floating result with no
+    floating tensor argument (a creation, an integer tensor promoted to the default dtype), or a lifted float32
+    constant. Without any, every floating result takes its dtype from floating inputs, in a half port as in torch's
+    half model, and the probe (a second export) would mark nothing a half port does not already do."""
+    if any(isinstance(t, torch.Tensor) and t.is_floating_point() for t in ep.constants.values()):
+        return True
+    for node in _tensor_calls(ep.graph_module):
+        if "dtype" in node.kwargs or any(isinstance(a, torch.dtype) for a in node.args):
+            return True
+        name = str(node.target)
+        if name.startswith(("aten.to.", "aten._to_copy", "aten.type_as", "aten._autocast")):
+            return True
+        if node.meta["val"].is_floating_point() and not any(
+                isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor)
+                and a.meta["val"].is_floating_point()
+                for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))):
+            return True
+    return False
 
 
 def _shape_only(target) -> bool:
