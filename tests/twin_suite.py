@@ -66,3 +66,21 @@ class TwinSuite:
         with torch.no_grad():
             torch.testing.assert_close(other(*inputs), model(*inputs))
         return other
+
+    def float16_errors(self, name, x):
+        """``(port_err, torch_err)``: the float16 port's and torch's float16 model's max error on the float16 input
+        ``x``, each against torch's float32 output, relative to that output's largest magnitude."""
+        import copy
+
+        import mlx.core as mx
+
+        model, ported = self.converted(name)
+        x = x.half()
+        got = ported.astype("float16")(mx.array(x.float().numpy()))
+        assert got.dtype == mx.float16
+        got = np.array(got.astype(mx.float32))
+        with torch.no_grad():
+            ref16 = copy.deepcopy(model).half()(x).float().numpy()
+            ref32 = model(x.float()).numpy()
+        scale = np.abs(ref32).max()
+        return np.abs(got - ref32).max() / scale, np.abs(ref16 - ref32).max() / scale

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 
-import mlx.core as mx
 import numpy as np
 import pytest
 import torch
@@ -235,15 +234,5 @@ def test_float16_ports_are_as_close_to_float32_as_torchs_float16_model(name, siz
     """The float16 port and torch's float16 model on the same float16 image, each against torch's float32 output:
     the port's error within twice torch's own (FocalNet measured 2.0% of the output's range for the port, 1.2% for
     torch: random deep weights through GELU-gated products; VOLO 0.25% and 0.27%)."""
-    model, ported = _converted(name)
-    x = image(*size)(6)[0].half()
-    half = ported.astype("float16")
-    got = half(mx.array(x.float().numpy()))
-    assert got.dtype == mx.float16
-    got = np.array(got.astype(mx.float32))
-    with torch.no_grad():
-        ref16 = copy.deepcopy(model).half()(x).float().numpy()
-        ref32 = model(x.float()).numpy()
-    scale = np.abs(ref32).max()
-    port_err, torch_err = np.abs(got - ref32).max() / scale, np.abs(ref16 - ref32).max() / scale
+    port_err, torch_err = SUITE.float16_errors(name, image(*size)(6)[0])
     assert port_err <= max(2 * torch_err, 5e-3), (port_err, torch_err)
