@@ -9,9 +9,10 @@ embedding fixes the patch grid) are refused by name, as torch itself fails there
 
 BasicUNet (``monai_basic_unet.py``: max pools, replicate padding of the upsampled map where a pool floored an odd
 size) converts at an even and at an odd volume; the padding is a Python branch on the sizes, so each port keeps the
-parity pattern it was converted at. Its gradients are not checked here yet: its conv biases feed instance norms
-(their true gradient is 0, both sides give rounding noise) and at 67x69x32 the volume's gradient differed 1.4%
-from torch's, not yet traced to conditioning or a fault.
+parity pattern it was converted at. Its gradients match at the odd conversion volume (35x37x32); at 67x69x32 the
+port's are ~0.1-1% from torch's (the volume's 1.4%) while torch's float32 ones are within 1e-6 of float64 and the
+forward and every module's output match to 5e-6 (a strict xfail below records it; cause not found: the last
+UpCat and the final conv alone, fed torch's activations at that size, match to 1e-5).
 
 DynUNet's training forward (deep supervision: the heads nearest-resized and stacked on dim 1) is a branch on
 ``self.training`` in the root module; Porter captures the eval forward, so ``ported.train()`` is refused naming the
@@ -100,6 +101,25 @@ def _input_gradient_error(model, x, dtype):
         (out * g).sum().backward()
         grads.append(xx.grad.double())
     return float((grads[0] - grads[1]).abs().max() / grads[1].abs().max())
+
+
+def test_basic_unet_gradients_at_the_odd_conversion_volume():
+    """Max pools over odd sizes, the replicate pad's gradient (summed into the padded edge), instance norm + leaky
+    ReLU; conv biases before an instance norm have a true gradient of 0 (rounding noise on both sides): left out."""
+    model, ported = _converted("basic_unet_odd")
+    result = grad_parity(model, ported, TWINS["basic_unet_odd"].inputs(1), rtol=1e-3, atol=1e-5, seed=1)
+    assert result["inputs"][0]["ok"], result["inputs"]
+    bad = [r for r in result["parameters"] if not r["ok"] and not r["name"].endswith("conv.bias")]
+    assert not bad, bad
+    assert all(r["scale"] < 1e-2 for r in result["parameters"] if not r["ok"])
+
+
+@pytest.mark.xfail(strict=True, reason="BasicUNet's port gradients at 67x69x32 are 0.1-1.4% from torch's; see the "
+                                       "module docstring")
+def test_basic_unet_gradients_at_a_larger_odd_volume():
+    model, ported = _converted("basic_unet_odd")
+    result = grad_parity(model, ported, TWINS["basic_unet_odd"].second(1), rtol=1e-3, atol=1e-5, seed=1)
+    assert result["inputs"][0]["ok"], result["inputs"]
 
 
 def test_unetr_gradients_are_as_close_to_torch_as_torchs_own_float32():
