@@ -67,6 +67,13 @@ class TwinSuite:
             torch.testing.assert_close(other(*inputs), model(*inputs))
         return other
 
+    def assert_reference_names(self, expected: dict):
+        """Each twin's ``state_dict`` holds the reference library's names ``expected[name]`` lists."""
+        for name, keys in expected.items():
+            state = self.twins[name].builder().state_dict()
+            missing = [k for k in keys if k not in state]
+            assert not missing, f"{name}: missing {missing}"
+
     def float16_errors(self, name, x):
         """``(port_err, torch_err)``: the float16 port's and torch's float16 model's max error on the float16 input
         ``x``, each against torch's float32 output, relative to that output's largest magnitude."""

@@ -2,7 +2,8 @@
 norm ResBlocks, trilinear or transposed-conv upsampling), DynUNet (nnU-Net's plan: affine instance norm, leaky ReLU,
 anisotropic (3,3,1) kernels and (2,2,1) strides, plain and residual blocks, every weight twice in the
 ``state_dict`` through ``skip_layers``) and UNETR (a ViT over 16^3 patches, ``proj_feat`` reshapes, transposed-conv
-decoders). Each converts at one volume and matches torch, run here on the same data, there and at another batch
+decoders), SwinUNETR (``monai_swin_unetr.py``: 3-D shifted windows of 7 over padded volumes, the roll mask,
+relative position bias, patch merging of volumes). Each converts at one volume and matches torch, run here on the same data, there and at another batch
 and D/H/W; a checkpoint round-trips strictly; gradients to the volume and every parameter; float16; the sizes the
 networks cannot take (MONAI concatenates and adds skips without padding or cropping, and UNETR's position
 embedding fixes the patch grid) are refused by name, as torch itself fails there.
@@ -35,7 +36,7 @@ import porter
 from porter.converters.runtime import TrainModeError
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
-from tests.models import monai_basic_unet, monai_nets, monai_unetr
+from tests.models import monai_basic_unet, monai_nets, monai_swin_unetr, monai_unetr
 from tests.twin_suite import Twin, TwinSuite, image
 
 TWINS = {
@@ -54,18 +55,28 @@ TWINS = {
     "basic_unet_odd": Twin(monai_basic_unet.basic_unet_small, image(1, 2, 35, 37, 32), image(1, 2, 67, 69, 32)),
     # a 2x2x1 patch grid fixed by the position embedding: the batch only
     "unetr": Twin(monai_unetr.unetr_small, image(2, 2, 32, 32, 16), image(3, 2, 32, 32, 16), dynamic="batch"),
+    # stages 32x16x16 (windows 7, padded to 35x21x21, shifted by 3), 16x8x8, 8x4x4 (windows 7x4x4, shifted in D
+    # only), 4x2x2 (one window), 2x1x1 at the bottom. The shifted-window mask is built from Python sizes (a constant
+    # of the capture): the volume is fixed, the batch dynamic
+    "swin_unetr": Twin(monai_swin_unetr.swin_unetr_small, image(1, 2, 64, 32, 32), image(2, 2, 64, 32, 32),
+                       dynamic="batch"),
 }
+SLOW = {"swin_unetr"}  # ~30 s to convert on a loaded core
 
 SUITE = TwinSuite(TWINS)
 build, _converted = SUITE.build, SUITE.converted
 
 
-@pytest.mark.parametrize("name", sorted(TWINS))
+def _marked(names):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(names)]
+
+
+@pytest.mark.parametrize("name", _marked(TWINS))
 def test_twin_matches_torch_at_two_sizes(name):
     SUITE.check(name)
 
 
-@pytest.mark.parametrize("name", sorted(TWINS))
+@pytest.mark.parametrize("name", _marked(TWINS))
 def test_a_checkpoint_round_trips_through_the_port(name):
     """DynUNet's ``state_dict`` names each weight twice (``input_block.*`` and ``skip_layers.downsample.*``): the
     port gives both names, and a strict load of them rebuilds the model."""
@@ -122,16 +133,17 @@ def test_basic_unet_gradients_at_a_larger_odd_volume():
     assert result["inputs"][0]["ok"], result["inputs"]
 
 
-def test_unetr_gradients_are_as_close_to_torch_as_torchs_own_float32():
-    """UNETR's gradients are ill-conditioned at random weights (12 blocks, non-affine instance norms): torch's own
-    float32 gradient of the volume is ~1% from its float64 one here, so the port is held to torch's float32 with a
-    bar of 3%, and the test checks that torch's own float32 error is of that order (the bar is not loose for
-    nothing)."""
-    model, ported = _converted("unetr")
-    x = TWINS["unetr"].second(1)
+@pytest.mark.parametrize("name", ["unetr", pytest.param("swin_unetr", marks=pytest.mark.slow)])
+def test_transformer_gradients_are_as_close_to_torch_as_torchs_own_float32(name):
+    """UNETR's and SwinUNETR's gradients are ill-conditioned at random weights (12 ViT blocks or four Swin stages,
+    non-affine instance norms): torch's own float32 gradient of the volume is 1.1% (UNETR) and 0.25% (SwinUNETR)
+    from its float64 one here, and the port's equally far from torch's, so the port is held to torch's float32
+    with a bar of three times torch's own float32 error, measured here (and checked to be of that order). SwinUNETR: the padded, rolled and masked windows, the gathered bias, patch merging."""
+    model, ported = _converted(name)
+    x = TWINS[name].second(1)
     torch_err = _input_gradient_error(model, x[0], torch.float32)
-    assert 2e-3 < torch_err < 3e-2, torch_err
-    result = grad_parity(model, ported, x, rtol=3e-2, atol=1e-5, seed=1)
+    assert 1e-3 < torch_err < 3e-2, torch_err
+    result = grad_parity(model, ported, x, rtol=3 * torch_err, atol=1e-5, seed=1)
     assert result["ok"], result
     assert {r["name"] for r in result["parameters"]} == {n for n, _ in model.named_parameters()}
 
@@ -149,6 +161,14 @@ def test_twins_keep_their_reference_names():
                     "skip_layers.next_layer.super_head.conv.conv.weight",
                     "skip_layers.next_layer.next_layer.next_layer.conv1.conv.weight"],
         "dynunet_res": ["input_block.conv3.conv.weight", "input_block.norm3.weight", "bottleneck.conv3.conv.weight"],
+        "swin_unetr": ["swinViT.patch_embed.proj.weight", "swinViT.layers1.0.blocks.0.norm1.weight",
+                       "swinViT.layers1.0.blocks.1.attn.relative_position_bias_table",
+                       "swinViT.layers1.0.blocks.1.attn.relative_position_index", "swinViT.layers2.0.blocks.0.attn.qkv.bias",
+                       "swinViT.layers3.0.blocks.1.attn.proj.weight", "swinViT.layers4.0.blocks.1.mlp.linear2.bias",
+                       "swinViT.layers1.0.downsample.reduction.weight", "swinViT.layers4.0.downsample.norm.bias",
+                       "encoder1.layer.conv3.conv.weight", "encoder2.layer.conv1.conv.weight",
+                       "encoder10.layer.conv2.conv.weight", "decoder5.transp_conv.conv.weight",
+                       "decoder1.conv_block.conv3.conv.weight", "out.conv.conv.weight"],
         "unetr": ["vit.patch_embedding.patch_embeddings.weight", "vit.patch_embedding.position_embeddings",
                   "vit.blocks.0.mlp.linear1.weight", "vit.blocks.11.attn.qkv.weight", "vit.blocks.5.attn.out_proj.bias",
                   "vit.blocks.3.norm2.weight", "vit.norm.bias", "encoder1.layer.conv3.conv.weight",
@@ -157,10 +177,7 @@ def test_twins_keep_their_reference_names():
                   "encoder4.transp_conv_init.conv.weight", "decoder5.transp_conv.conv.weight",
                   "decoder2.conv_block.conv3.conv.weight", "out.conv.conv.bias"],
     }
-    for name, keys in expected.items():
-        state = TWINS[name].builder().state_dict()
-        missing = [k for k in keys if k not in state]
-        assert not missing, f"{name}: missing {missing}"
+    SUITE.assert_reference_names(expected)
     state = TWINS["unetr"].builder().state_dict()
     assert "vit.blocks.0.attn.qkv.bias" not in state and "vit.blocks.0.cross_attn.to_q.weight" not in state
     assert "input_block.conv3.conv.weight" not in TWINS["dynunet"].builder().state_dict()
@@ -174,14 +191,30 @@ def test_twins_keep_their_reference_names():
     ("dynunet", (1, 2, 12, 16, 4), r"has size 12 in dim 2 .*which breaks the condition"),
     # a 3x2x1 patch grid against the 2x2x1 position embedding
     ("unetr", (1, 2, 48, 32, 16), r"has size 48 in dim 2 .*x_in.size\(2\) == 32"),
+    # not a multiple of 32: MONAI's own check
+    pytest.param("swin_unetr", (1, 2, 64, 48, 32), r"has size 48 in dim 3 .*x_in.size\(3\) == 32",
+                 marks=pytest.mark.slow),
 ])
 def test_sizes_torch_cannot_run_are_refused_by_name(name, shape, where):
     model, ported = _converted(name)
     x = torch.randn(shape)
-    with pytest.raises(RuntimeError):
+    with pytest.raises((RuntimeError, ValueError)):  # a shape error, or MONAI's own size check
         model(x)
     with pytest.raises(ValueError, match=where):
         run_ported(ported, (x,))
+
+
+@pytest.mark.slow
+def test_swin_unetr_keeps_its_volume_and_converts_at_another():
+    """32x64x64 runs in torch (other window paddings: 16x32x32 -> 21x35x35) but the port converted at 64x32x32
+    refuses it by name (the mask and window arithmetic are Python sizes in the capture); converted there, it
+    matches torch."""
+    model, ported = _converted("swin_unetr")
+    x = image(1, 2, 32, 64, 64)(0)
+    with pytest.raises(ValueError, match=r"has size 32 in dim 2 .*x_in.size\(2\) == 64"):
+        run_ported(ported, x)
+    other = porter.convert(model, x, io_layout="torch", dynamic="batch")
+    assert_matches(other, model, image(2, 2, 32, 64, 64)(1))
 
 
 # ---------------------------------------------------------------------------------------------------- training
