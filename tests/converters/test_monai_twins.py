@@ -1,12 +1,13 @@
-"""MONAI's 3-D segmentation networks (twins: ``tests/models/monai_nets.py``, ``monai_unetr.py``): SegResNet (group
-norm ResBlocks, trilinear or transposed-conv upsampling), DynUNet (nnU-Net's plan: affine instance norm, leaky ReLU,
-anisotropic (3,3,1) kernels and (2,2,1) strides, plain and residual blocks, every weight twice in the
-``state_dict`` through ``skip_layers``) and UNETR (a ViT over 16^3 patches, ``proj_feat`` reshapes, transposed-conv
-decoders), SwinUNETR (``monai_swin_unetr.py``: 3-D shifted windows of 7 over padded volumes, the roll mask,
-relative position bias, patch merging of volumes). Each converts at one volume and matches torch, run here on the same data, there and at another batch
-and D/H/W; a checkpoint round-trips strictly; gradients to the volume and every parameter; float16; the sizes the
-networks cannot take (MONAI concatenates and adds skips without padding or cropping, and UNETR's position
-embedding fixes the patch grid) are refused by name, as torch itself fails there.
+"""MONAI's 3-D segmentation networks (twins in ``tests/models/``): SegResNet (``monai_nets.py``: group norm
+ResBlocks, trilinear or transposed-conv upsampling), DynUNet (``monai_nets.py``: nnU-Net's plan, affine instance
+norm, leaky ReLU, anisotropic (3,3,1) kernels and (2,2,1) strides, plain and residual blocks, every weight twice in
+the ``state_dict`` through ``skip_layers``), UNETR (``monai_unetr.py``: a ViT over 16^3 patches, ``proj_feat``
+reshapes, transposed-conv decoders) and SwinUNETR (``monai_swin_unetr.py``: 3-D shifted windows of 7 over padded
+volumes, the roll mask, relative position bias, patch merging of volumes). Each converts at one volume and matches
+torch, run here on the same data, there and at another batch and D/H/W (SwinUNETR and UNETR: the batch; their
+volume is fixed by the capture and refused by name); a checkpoint round-trips strictly; gradients to the volume and
+every parameter; float16; the sizes the networks cannot take (MONAI concatenates and adds skips without padding or
+cropping, UNETR's position embedding fixes the patch grid) are refused by name, as torch itself fails there.
 
 BasicUNet (``monai_basic_unet.py``: max pools, replicate padding of the upsampled map where a pool floored an odd
 size) converts at an even and at an odd volume; the padding is a Python branch on the sizes, so each port keeps the
@@ -260,10 +261,11 @@ def test_dynunet_training_forward_is_refused_and_its_heads_convert():
 
 
 # ---------------------------------------------------------------------------------------------------- float16
-@pytest.mark.parametrize("name", ["segresnet", "dynunet", "unetr"])
+@pytest.mark.parametrize("name", ["segresnet", "dynunet", "unetr",
+                                  pytest.param("swin_unetr", marks=pytest.mark.slow)])
 def test_float16_ports_are_as_close_to_float32_as_torchs_float16_model(name):
     """The float16 port and torch's float16 model on the same float16 volume, each against torch's float32 output:
     the port's error within twice torch's own (measured: SegResNet 0.21% vs torch's 0.19%, DynUNet 0.37% vs
-    0.24%, UNETR 0.31% vs 0.27% of the output's range)."""
+    0.24%, UNETR 0.31% vs 0.27%, SwinUNETR 0.38% vs 0.37% of the output's range)."""
     port_err, torch_err = SUITE.float16_errors(name, TWINS[name].second(6)[0])
     assert port_err <= max(2 * torch_err, 5e-3), (port_err, torch_err)
