@@ -67,6 +67,12 @@ class TwinSuite:
             torch.testing.assert_close(other(*inputs), model(*inputs))
         return other
 
+    def params(self, slow=()):
+        """The twins' names for ``pytest.mark.parametrize``, those in ``slow`` marked ``slow``."""
+        import pytest
+
+        return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in sorted(self.twins)]
+
     def assert_reference_names(self, expected: dict):
         """Each twin's ``state_dict`` holds the reference library's names ``expected[name]`` lists."""
         for name, keys in expected.items():

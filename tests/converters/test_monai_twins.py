@@ -40,7 +40,7 @@ from torch import nn
 import porter
 from porter.converters.runtime import TrainModeError
 from porter.validation.grads import grad_parity
-from tests.converter_check import assert_matches, run_ported
+from tests.converter_check import assert_matches, assert_state_matches, run_ported
 from tests.models import monai_attention_unet, monai_basic_unet, monai_nets, monai_swin_unetr, monai_unetr
 from tests.twin_suite import Twin, TwinSuite, image
 
@@ -74,16 +74,12 @@ SUITE = TwinSuite(TWINS)
 build, _converted = SUITE.build, SUITE.converted
 
 
-def _marked(names):
-    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(names)]
-
-
-@pytest.mark.parametrize("name", _marked(TWINS))
+@pytest.mark.parametrize("name", SUITE.params(SLOW))
 def test_twin_matches_torch_at_two_sizes(name):
     SUITE.check(name)
 
 
-@pytest.mark.parametrize("name", _marked(TWINS))
+@pytest.mark.parametrize("name", SUITE.params(SLOW))
 def test_a_checkpoint_round_trips_through_the_port(name):
     """DynUNet's ``state_dict`` names each weight twice (``input_block.*`` and ``skip_layers.downsample.*``): the
     port gives both names, and a strict load of them rebuilds the model."""
@@ -267,9 +263,7 @@ def test_attention_unet_trains_with_batch_statistics_as_torch():
     ported.train()
     for step, size in enumerate(((2, 2, 16, 16, 8), (3, 2, 8, 12, 20))):
         assert_matches(ported, model, image(*size)(10 + step))
-    arrays = ported.torch_parameters()
-    for name, value in model.state_dict().items():
-        np.testing.assert_allclose(np.array(arrays[name]), value.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_state_matches(ported, model)
     model.eval()
     ported.eval()
     assert_matches(ported, model, image(1, 2, 8, 12, 20)(12))

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 
 import porter
 from porter.validation.grads import grad_parity
-from tests.converter_check import assert_matches, run_ported
+from tests.converter_check import assert_matches, assert_state_matches, run_ported
 from tests.models import edgenext, focalnet, ghostnet, tiny_vit, volo
 from tests.twin_suite import Twin, TwinSuite, image
 
@@ -173,9 +172,7 @@ def test_volo_trains_with_batch_statistics_as_torch():
     model.train()
     ported.train()
     assert_matches(ported, model, image(3, 3, 72, 72)(10))
-    arrays = ported.torch_parameters()
-    for name, value in model.state_dict().items():
-        np.testing.assert_allclose(np.array(arrays[name]), value.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_state_matches(ported, model)
 
 
 # ---------------------------------------------------------------------------------------------------- GhostNet
@@ -191,9 +188,7 @@ def test_ghostnetv2_trains_with_batch_statistics_as_torch():
     ported.train()
     for step, size in enumerate(((2, 3, 64, 64), (3, 3, 45, 39))):
         assert_matches(ported, model, image(*size)(10 + step))
-    arrays = ported.torch_parameters()
-    for name, value in model.state_dict().items():
-        np.testing.assert_allclose(np.array(arrays[name]), value.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_state_matches(ported, model)
     model.eval()
     ported.eval()
     assert_matches(ported, model, image(1, 3, 33, 47)(12))
