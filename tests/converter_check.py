@@ -56,3 +56,10 @@ def check_converted(model, *input_sets, io_layout="torch", rel=RTOL):
     for inputs in input_sets:
         assert_matches(ported, model, inputs, rel=rel)
     return ported
+
+
+def assert_state_matches(ported, model, rtol=1e-5, atol=1e-6):
+    """Every ``state_dict`` entry of ``model`` (running statistics after training steps too) equals the port's."""
+    arrays = ported.torch_parameters()
+    for name, value in model.state_dict().items():
+        np.testing.assert_allclose(np.array(arrays[name]), value.numpy(), rtol=rtol, atol=atol, err_msg=name)

@@ -108,6 +108,37 @@ class TwinSuite:
             torch.testing.assert_close(other(*inputs), model(*inputs))
         return other
 
+    def params(self, slow=()):
+        """The twins' names for ``pytest.mark.parametrize``, those in ``slow`` marked ``slow``."""
+        import pytest
+
+        return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in sorted(self.twins)]
+
+    def assert_reference_names(self, expected: dict):
+        """Each twin's ``state_dict`` holds the reference library's names ``expected[name]`` lists."""
+        for name, keys in expected.items():
+            state = self.twins[name].builder().state_dict()
+            missing = [k for k in keys if k not in state]
+            assert not missing, f"{name}: missing {missing}"
+
+    def float16_errors(self, name, x):
+        """``(port_err, torch_err)``: the float16 port's and torch's float16 model's max error on the float16 input
+        ``x``, each against torch's float32 output, relative to that output's largest magnitude."""
+        import copy
+
+        import mlx.core as mx
+
+        model, ported = self.converted(name)
+        x = x.half()
+        got = ported.astype("float16")(mx.array(x.float().numpy()))
+        assert got.dtype == mx.float16
+        got = np.array(got.astype(mx.float32))
+        with torch.no_grad():
+            ref16 = copy.deepcopy(model).half()(x).float().numpy()
+            ref32 = model(x.float()).numpy()
+        scale = np.abs(ref32).max()
+        return np.abs(got - ref32).max() / scale, np.abs(ref16 - ref32).max() / scale
+
 
 def assert_gradients_match(model, ported, inputs, seed=1):
     """``grad_parity`` passes and covers every trainable parameter of ``model``."""

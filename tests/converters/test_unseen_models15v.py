@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import copy
 
-import mlx.core as mx
-import numpy as np
 import pytest
 import torch
 
 import porter
 from porter.validation.grads import grad_parity
-from tests.converter_check import assert_matches, run_ported
+from tests.converter_check import assert_matches, assert_state_matches, run_ported
 from tests.models import edgenext, focalnet, ghostnet, tiny_vit, volo
 from tests.twin_suite import Twin, TwinSuite, image
 
@@ -174,9 +172,7 @@ def test_volo_trains_with_batch_statistics_as_torch():
     model.train()
     ported.train()
     assert_matches(ported, model, image(3, 3, 72, 72)(10))
-    arrays = ported.torch_parameters()
-    for name, value in model.state_dict().items():
-        np.testing.assert_allclose(np.array(arrays[name]), value.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_state_matches(ported, model)
 
 
 # ---------------------------------------------------------------------------------------------------- GhostNet
@@ -192,9 +188,7 @@ def test_ghostnetv2_trains_with_batch_statistics_as_torch():
     ported.train()
     for step, size in enumerate(((2, 3, 64, 64), (3, 3, 45, 39))):
         assert_matches(ported, model, image(*size)(10 + step))
-    arrays = ported.torch_parameters()
-    for name, value in model.state_dict().items():
-        np.testing.assert_allclose(np.array(arrays[name]), value.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_state_matches(ported, model)
     model.eval()
     ported.eval()
     assert_matches(ported, model, image(1, 3, 33, 47)(12))
@@ -235,15 +229,5 @@ def test_float16_ports_are_as_close_to_float32_as_torchs_float16_model(name, siz
     """The float16 port and torch's float16 model on the same float16 image, each against torch's float32 output:
     the port's error within twice torch's own (FocalNet measured 2.0% of the output's range for the port, 1.2% for
     torch: random deep weights through GELU-gated products; VOLO 0.25% and 0.27%)."""
-    model, ported = _converted(name)
-    x = image(*size)(6)[0].half()
-    half = ported.astype("float16")
-    got = half(mx.array(x.float().numpy()))
-    assert got.dtype == mx.float16
-    got = np.array(got.astype(mx.float32))
-    with torch.no_grad():
-        ref16 = copy.deepcopy(model).half()(x).float().numpy()
-        ref32 = model(x.float()).numpy()
-    scale = np.abs(ref32).max()
-    port_err, torch_err = np.abs(got - ref32).max() / scale, np.abs(ref16 - ref32).max() / scale
+    port_err, torch_err = SUITE.float16_errors(name, image(*size)(6)[0])
     assert port_err <= max(2 * torch_err, 5e-3), (port_err, torch_err)
