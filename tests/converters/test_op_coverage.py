@@ -55,7 +55,7 @@ from tests.converters import test_torchscript_literals as ts_literals
 from tests.converters import test_unseen_models as unseen
 from tests.converters import test_unseen_models_more as unseen_more
 from tests.converter_check import assert_matches
-from tests.models import REGISTRY, droppath, make_inputs
+from tests.models import REGISTRY, dropblock, droppath, make_inputs
 from porter.converters import supported_ops
 
 
@@ -219,6 +219,9 @@ EXERCISERS["test_ops_small:Writes"] = Exerciser(lambda: (small_ops._Fn(lambda x:
     torch.nextafter(x.clone(), x).nextafter_(x), *torch.mode(x))), (torch.randn(4, 4),)))
 EXERCISERS["test_exported_models:mobilenet_v3"] = Exerciser(
     lambda: (REGISTRY["mobilenet_v3"].builder(), make_inputs(REGISTRY["mobilenet_v3"].inputs)), "decomposed")
+# timm's DropBlock2d (fast form) recognised in a ResNet block: the drop_block marker (test_train_mode_dropblock)
+EXERCISERS["test_train_mode_dropblock:resnet_blocks"] = Exerciser(
+    _case(dropblock.resnet_blocks(lambda: dropblock.DropBlock2d(0.2, 3)).eval(), (2, 3, 12, 12)), "dynamic")
 
 
 def _convert(exerciser: Exerciser):
