@@ -252,31 +252,37 @@ void layer_norm_grad(const T* x, const T* g, int64_t rows, int64_t C, const Norm
 }
 
 // -------------------------------------------------------------------------------------------------- GroupNorm
-// Per-(n, c) sums over the S positions of sample n of value(x[n, s, c], c), in A per chunk of at most
-// kSumChunk positions, the chunks combined in double: out[n * C + c]. A float accumulator over n terms errs by up to
-// n ulp; chunks of 8192 (a whole 32 Ki-element block for 4 channels) put BasicUNet's weight gradients 0.1-1% off
-// torch's (its cascade sums) on 148 Ki-position volumes; 256 keeps a float sum within ~1.5e-5 of exact.
+// Per-(n, c) sums over the S positions of sample n of value(x[n, s, c], c): each task (a block of positions, 32 Ki
+// elements) adds kSumChunk positions at a time in A and those partial sums in double, the tasks combined in double:
+// out[n * C + c]. A float accumulator over n terms errs by up to n ulp; one per task (8192 positions for 4 channels)
+// put BasicUNet's gradients 0.1-1% off torch's (its cascade sums) on 148 Ki-position volumes; 256 positions keep
+// a float partial sum within ~1.5e-5 of exact.
 constexpr int64_t kSumChunk = 256;
 template <typename T, typename F>
 void channel_sums(const T* x, int64_t N, int64_t S, int64_t C, F&& value, std::vector<double>& out) {
   using A = NormAcc<T>;
-  const int64_t per = std::clamp<int64_t>((int64_t{1} << 15) / std::max<int64_t>(C, 1), 1, kSumChunk);
+  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(C, 1));  // positions per task
   const int64_t splits = (S + per - 1) / per, tasks = N * splits;
-  std::vector<A> part(tasks * C, A(0));
+  std::vector<double> part(tasks * C, 0.0);
   parallel_for(tasks, std::min(per, S) * C * 2, [&](int64_t begin, int64_t end) {
+    std::vector<A> acc(C);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t n = t / splits, s0 = (t % splits) * per, s1 = std::min(S, s0 + per);
-      A* p = part.data() + t * C;
-      for (int64_t s = s0; s < s1; ++s) {
-        const T* xs = x + (n * S + s) * C;
-        for (int64_t c = 0; c < C; ++c) p[c] += value(static_cast<A>(xs[c]), c, n);
+      double* p = part.data() + t * C;
+      for (int64_t b = s0; b < s1; b += kSumChunk) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t s = b; s < std::min(s1, b + kSumChunk); ++s) {
+          const T* xs = x + (n * S + s) * C;
+          for (int64_t c = 0; c < C; ++c) acc[c] += value(static_cast<A>(xs[c]), c, n);
+        }
+        for (int64_t c = 0; c < C; ++c) p[c] += acc[c];
       }
     }
   });
   out.assign(N * C, 0.0);
   for (int64_t t = 0; t < tasks; ++t) {
     double* o = out.data() + (t / splits) * C;
-    const A* p = part.data() + t * C;
+    const double* p = part.data() + t * C;
     for (int64_t c = 0; c < C; ++c) o[c] += p[c];
   }
 }
@@ -364,18 +370,23 @@ void group_norm_grad(const T* x, const T* g, int64_t N, int64_t S, int64_t C, in
   // sums of g and of g * (x - mean) (centred: less cancellation than g * x - mean * g)
   channel_sums(g, N, S, C, [](A v, int64_t, int64_t) { return v; }, sg);
   {
-    const int64_t per = std::clamp<int64_t>((int64_t{1} << 15) / C, 1, kSumChunk);  // as channel_sums
+    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 15) / C);  // positions per task, as channel_sums
     const int64_t splits = (S + per - 1) / per, tasks = N * splits;
-    std::vector<A> part(tasks * C, A(0));
+    std::vector<double> part(tasks * C, 0.0);
     parallel_for(tasks, std::min(per, S) * C * 2, [&](int64_t begin, int64_t end) {
+      std::vector<A> acc(C);
       for (int64_t t = begin; t < end; ++t) {
         const int64_t n = t / splits, s0 = (t % splits) * per, s1 = std::min(S, s0 + per);
-        A* p = part.data() + t * C;
+        double* p = part.data() + t * C;
         const A* m = mean_c.data() + n * C;
-        for (int64_t s = s0; s < s1; ++s) {
-          const T* xs = x + (n * S + s) * C;
-          const T* gs = g + (n * S + s) * C;
-          for (int64_t c = 0; c < C; ++c) p[c] += static_cast<A>(gs[c]) * (static_cast<A>(xs[c]) - m[c]);
+        for (int64_t b = s0; b < s1; b += kSumChunk) {  // float partial sums of kSumChunk positions, in double
+          std::fill(acc.begin(), acc.end(), A(0));
+          for (int64_t s = b; s < std::min(s1, b + kSumChunk); ++s) {
+            const T* xs = x + (n * S + s) * C;
+            const T* gs = g + (n * S + s) * C;
+            for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<A>(gs[c]) * (static_cast<A>(xs[c]) - m[c]);
+          }
+          for (int64_t c = 0; c < C; ++c) p[c] += acc[c];
         }
       }
     });
