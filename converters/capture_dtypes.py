@@ -6,16 +6,16 @@ and ``torch.where(causal, scores, mask_value)`` with a float32 result, exactly a
 apart: torch's ``model.half()`` computes the first kind in float16 (its finfo extremes, overflow and rounding) and
 keeps the second in float32 (an upcast softmax, RMSNorm's statistics).
 
-:func:`dtype_followers` exports the model once more with its float32 parameters, buffers and inputs in float64
-(fake tensors: no copy of the weights; static shapes, the capture's example sizes): a call whose result is float32 in the capture and float64 in this
-probe takes its dtype from the model's tensors; a call that stays float32 was written float32. The calls are paired
-as the longest runs of the same ops in the same order (a dynamic capture keeps a few calls a static one leaves out,
-such as a full-range slice). The conversion marks the first kind (``graph.json``'s ``dtype_follows``) and a half
-port computes them in its dtype (``converters/precision.py``); a constant folded from calls of the second kind (a
-timestep embedding's frequencies, ``torch.arange(..., dtype=torch.float32)``) stays float32 in a half port
-(``graph.json``'s ``float32_constants``), where every other parameter, buffer and constant takes the half dtype. When a call other than a view is left unpaired (a
-branch on a dtype) or the probe cannot run, nothing is marked and every dtype stays as captured: the rule for
-TorchScript and ``ExportedProgram`` inputs too (no model to probe).
+:func:`dtype_followers` exports the model once more with its float32 parameters, buffers and inputs in float64 (fake
+tensors: no copy of the weights; static shapes, the capture's example sizes): a call whose result is float32 in the
+capture and float64 in this probe takes its dtype from the model's tensors; a call that stays float32 was written
+float32. The calls are paired as the longest runs of the same ops in the same order (a dynamic capture keeps a few calls
+a static one leaves out, such as a full-range slice). The conversion marks the first kind (``graph.json``'s
+``dtype_follows``) and a half port computes them in its dtype (``converters/precision.py``); a constant folded from
+calls of the second kind (a timestep embedding's frequencies, ``torch.arange(..., dtype=torch.float32)``) stays float32
+in a half port (``graph.json``'s ``float32_constants``), where every other parameter, buffer and constant takes the half
+dtype. When a call other than a view is left unpaired (a branch on a dtype) or the probe cannot run, nothing is marked
+and every dtype stays as captured: the rule for TorchScript and ``ExportedProgram`` inputs too (no model to probe).
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ The static capture's cost is estimated from the warm eager forward conversion's 
 a static capture; it is captured (and its time measured, for the batch-only budget) only once an attempt fails, or
 first when no forward was timed (a frontend without the survey).
 
-Budgets are CPU seconds of this process (other processes' load does not count). The first attempt that finishes
-wins; a failure or timeout falls through to the next (a warning says why). Whatever is captured, the port checks the conditions it was built under on every call (``capture_guards.py``).
-``dynamic="static"``, ``"batch"``, ``"all"`` (every dim, no budget, no fallback) or a list of torch dims choose
-directly.
+Budgets are CPU seconds of this process (other processes' load does not count). The first attempt that finishes wins; a
+failure or timeout falls through to the next (a warning says why). Whatever is captured, the port checks the conditions
+it was built under on every call (``capture_guards.py``). ``dynamic="static"``, ``"batch"``, ``"all"`` (every dim, no
+budget, no fallback) or a list of torch dims choose directly.
 """
 
 from __future__ import annotations

@@ -13,10 +13,11 @@ then follows torch's mixed-precision rules (CPU autocast and torch's half kernel
   an explicit ``.float()``, an attention mask built with ``torch.finfo(torch.float32).min``) never turns the rest
   of the model into float32;
 * statistics and normalising reductions (:data:`FLOAT32_KERNELS`: softmax / log_softmax, logsumexp, mean / sum,
-  var / std, vector norms, cumsum / cumprod / logcumsumexp, prod) and ``grid_sample``'s coordinates and weights
-  are computed in float32 and rounded back once to their input's dtype; the norm layers (batch / layer / group /
-  instance norm) do the same in ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss
-  op (``nll_loss``, ``mse_loss``, ...); a loss written with these ops (``-log_softmax(x).gather(...).mean()``) gets their float32 rule.
+  var / std, vector norms, cumsum / cumprod / logcumsumexp, prod) and ``grid_sample``'s coordinates and weights are
+  computed in float32 and rounded back once to their input's dtype; the norm layers (batch / layer / group / instance
+  norm) do the same in ``porter.layers`` itself (``layers/_precision.py``). Porter converts no ATen loss op
+  (``nll_loss``, ``mse_loss``, ...); a loss written with these ops (``-log_softmax(x).gather(...).mean()``) gets their
+  float32 rule.
 
 * a cast or creation whose float32 dtype the model took from a tensor (``mask.to(h.dtype)``, ``type_as``,
   ``zeros(dtype=q.dtype)``; ``graph["dtype_follows"]``, found at conversion by ``capture_dtypes.py``) gives its

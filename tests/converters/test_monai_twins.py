@@ -1,14 +1,14 @@
 """MONAI's 3-D segmentation networks (twins in ``tests/models/``): SegResNet (``monai_nets.py``: group norm
-ResBlocks, trilinear or transposed-conv upsampling), DynUNet (``monai_nets.py``: nnU-Net's plan, affine instance
-norm, leaky ReLU, anisotropic (3,3,1) kernels and (2,2,1) strides, plain and residual blocks, every weight twice in
-the ``state_dict`` through ``skip_layers``), UNETR (``monai_unetr.py``: a ViT over 16^3 patches, ``proj_feat``
-reshapes, transposed-conv decoders) SwinUNETR (``monai_swin_unetr.py``: 3-D shifted windows of 7 over padded
-volumes, the roll mask, relative position bias, patch merging of volumes) and AttentionUnet
-(``monai_attention_unet.py``: attention gates, batch norms that train with batch statistics). Each converts at one volume and matches
-torch, run here on the same data, there and at another batch and D/H/W (SwinUNETR and UNETR: the batch; their
-volume is fixed by the capture and refused by name); a checkpoint round-trips strictly; gradients to the volume and
-every parameter; float16; the sizes the networks cannot take (MONAI concatenates and adds skips without padding or
-cropping, UNETR's position embedding fixes the patch grid) are refused by name, as torch itself fails there.
+ResBlocks, trilinear or transposed-conv upsampling), DynUNet (``monai_nets.py``: nnU-Net's plan, affine instance norm,
+leaky ReLU, anisotropic (3,3,1) kernels and (2,2,1) strides, plain and residual blocks, every weight twice in the
+``state_dict`` through ``skip_layers``), UNETR (``monai_unetr.py``: a ViT over 16^3 patches, ``proj_feat`` reshapes,
+transposed-conv decoders) SwinUNETR (``monai_swin_unetr.py``: 3-D shifted windows of 7 over padded volumes, the roll
+mask, relative position bias, patch merging of volumes) and AttentionUnet (``monai_attention_unet.py``: attention gates,
+batch norms that train with batch statistics). Each converts at one volume and matches torch, run here on the same data,
+there and at another batch and D/H/W (SwinUNETR and UNETR: the batch; their volume is fixed by the capture and refused
+by name); a checkpoint round-trips strictly; gradients to the volume and every parameter; float16; the sizes the
+networks cannot take (MONAI concatenates and adds skips without padding or cropping, UNETR's position embedding fixes
+the patch grid) are refused by name, as torch itself fails there.
 
 BasicUNet (``monai_basic_unet.py``: max pools, replicate padding of the upsampled map where a pool floored an odd
 size) converts at an even and at an odd volume; the padding is a Python branch on the sizes, so each port keeps the
@@ -152,7 +152,8 @@ def test_transformer_gradients_are_as_close_to_torch_as_torchs_own_float32(name)
     """UNETR's and SwinUNETR's gradients are ill-conditioned at random weights (12 ViT blocks or four Swin stages,
     non-affine instance norms): torch's own float32 gradient of the volume is 1.1% (UNETR) and 0.25% (SwinUNETR)
     from its float64 one here, and the port's equally far from torch's, so the port is held to torch's float32
-    with a bar of three times torch's own float32 error, measured here (and checked to be of that order). SwinUNETR: the padded, rolled and masked windows, the gathered bias, patch merging."""
+    with a bar of three times torch's own float32 error, measured here (and checked to be of that order). SwinUNETR:
+    the padded, rolled and masked windows, the gathered bias, patch merging."""
     model, ported = _converted(name)
     x = TWINS[name].second(1)
     torch_err = _input_gradient_error(model, x[0], torch.float32)
@@ -177,7 +178,8 @@ def test_twins_keep_their_reference_names():
         "dynunet_res": ["input_block.conv3.conv.weight", "input_block.norm3.weight", "bottleneck.conv3.conv.weight"],
         "swin_unetr": ["swinViT.patch_embed.proj.weight", "swinViT.layers1.0.blocks.0.norm1.weight",
                        "swinViT.layers1.0.blocks.1.attn.relative_position_bias_table",
-                       "swinViT.layers1.0.blocks.1.attn.relative_position_index", "swinViT.layers2.0.blocks.0.attn.qkv.bias",
+                       "swinViT.layers1.0.blocks.1.attn.relative_position_index",
+                       "swinViT.layers2.0.blocks.0.attn.qkv.bias",
                        "swinViT.layers3.0.blocks.1.attn.proj.weight", "swinViT.layers4.0.blocks.1.mlp.linear2.bias",
                        "swinViT.layers1.0.downsample.reduction.weight", "swinViT.layers4.0.downsample.norm.bias",
                        "encoder1.layer.conv3.conv.weight", "encoder2.layer.conv1.conv.weight",

@@ -62,8 +62,9 @@ class UpCat(nn.Module):
 
 class BasicUNet(nn.Module):
     """MONAI ``BasicUNet(spatial_dims=3, features=...)``: ``conv_0``, ``down_1..4``, ``upcat_4..1``,
-    ``final_conv``. Any D, H, W >= 32 (instance norm needs two elements at the bottom); each odd size on the way down is one pad on the way up (a branch on the
-    sizes, so a port keeps the parity pattern of the volume it was converted at)."""
+    ``final_conv``. Any D, H, W >= 32 (instance norm needs two elements at the bottom); each odd size on the way down is
+    one pad on the way up (a branch on the sizes, so a port keeps the parity pattern of the volume it was converted
+    at)."""
 
     def __init__(self, in_channels=1, out_channels=2, features=(32, 32, 64, 128, 256, 32)):
         super().__init__()
