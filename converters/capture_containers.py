@@ -12,24 +12,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from .capture_buffers import ContainerSnapshot
+
 
 @contextmanager
 def shared_containers_kept(model):
     """Around a capture of ``model``: every list and dict in a module's plain attributes is the same object after
-    it, holding what it held before (writes the traced forward made into it undone)."""
-    saved = []
-    for module in model.modules():
-        for name, value in vars(module).items():
-            if type(value) in (list, dict):  # torch's own bookkeeping is dicts under _names: left alone
-                if not name.startswith("_"):
-                    saved.append((module, name, value, value.copy()))
+    it, holding what it held before (writes the traced forward made into it undone): the conversion's own
+    :class:`ContainerSnapshot`, taken before the capture and restored after it."""
+    snapshot = ContainerSnapshot(model)
     try:
         yield
     finally:
-        for module, name, value, contents in saved:
-            if type(value) is list:
-                value[:] = contents
-            else:
-                value.clear()
-                value.update(contents)
-            module.__dict__[name] = value
+        snapshot.restore()
