@@ -95,5 +95,6 @@ def test_backward_keeps_only_the_input():
     plain = peak(lambda x: _batch_norm_train._forward(x, bn.weight, bn.bias, bn.eps)[0])
     ours = peak(bn)
     # measured: 7.0 input sizes (the input's gradient, the output and its square, the backward's temporaries)
-    # against 13.0 through MLX's ops
-    assert ours <= 8 and plain >= ours + 4, (ours, plain)
+    # against 13.0 through MLX's ops here and 9.0 on another CI machine (MLX's own peak depends on its eval order):
+    # the bound is on ours; the plain path only has to be worse, so the measure is seen to tell them apart
+    assert ours <= 8 and plain > ours + 1, (ours, plain)
