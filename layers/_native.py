@@ -545,8 +545,8 @@ def _fused_blas() -> bool:
 
             sgemm = _mlx_sgemm()[0]
             if sgemm:
-                # the per-thread setter where the library has it, else the process-wide pair (scipy-openblas 0.3.34
-                # has only that: without it the passes ran on one thread, each small GEMM threaded by the BLAS)
+                # the passes use the process-wide pair (set once around a pass, csrc/conv3d_fused_kernels.h's
+                # BlasSerialScope); the "local" setter only where a library lacks the pair
                 kernels().winograd3d_set_blas(sgemm, address("openblas_set_num_threads_local"),
                                               address("openblas_set_num_threads"),
                                               address("openblas_get_num_threads"))

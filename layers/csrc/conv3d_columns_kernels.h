@@ -96,12 +96,10 @@ inline void cols3d_conv(const float* x, const float* w, const Cols3dGeometry& ge
   const int64_t block = std::clamp<int64_t>(g.block, 1, std::max<int64_t>(rows_all, 1));
   const int64_t nb = (rows_all + block - 1) / block;
   const bool threaded = blas.can_serialize() && num_threads() > 1;
-  const bool local = blas.set_threads_local != nullptr;
   auto body = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch;  // kept between calls: one block of columns per thread
     const size_t need = static_cast<size_t>(block * K);
     if (scratch.size() < need) scratch.resize(need);
-    const int previous = threaded && local ? blas.set_threads_local(1) : 0;
     for (int64_t b = begin; b < end; ++b) {
       const int64_t r0 = b * block, rows = std::min(block, rows_all - r0);
       cols3d_gather(x, g, r0, rows, scratch.data());
@@ -109,7 +107,6 @@ inline void cols3d_conv(const float* x, const float* w, const Cols3dGeometry& ge
       blas.sgemm(101, 111, 112, static_cast<int>(rows), static_cast<int>(co), static_cast<int>(K), 1.0f,
                  scratch.data(), static_cast<int>(K), w, static_cast<int>(K), 0.0f, y + r0 * co, static_cast<int>(co));
     }
-    if (threaded && local) blas.set_threads_local(previous);
   };
   if (threaded) {
     BlasSerialScope serial(blas, true);

@@ -10,8 +10,8 @@
 //   GEMMs:  M[p] = sum_j ring[(o + j) % kD][p] @ U[j][p]   (16 * kD sgemm calls per output frame, BLAS row-major)
 //   output: M -> y for frame o, tiles that are not finite redone directly (wino3d_direct), as in wino3d_output
 // The GEMMs call the BLAS MLX calls (its cblas_sgemm, handed over by layers/_native.py); when that BLAS can be told
-// to run single-threaded in the calling thread (OpenBLAS's openblas_set_num_threads_local), units run on Porter's
-// threads, else on the calling thread with the BLAS threading each GEMM.
+// to run single-threaded for the pass (BlasSerialScope), units run on Porter's threads, else on the calling thread
+// with the BLAS threading each GEMM.
 #pragma once
 
 #include <algorithm>
@@ -42,24 +42,32 @@ struct Wino3dBlas {
   bool can_serialize() const { return set_threads_local != nullptr || (set_threads && get_threads); }
 };
 
-// While alive (and `active`), the library's GEMMs run single-threaded in their calling threads: where it has only the
-// process-wide setter, its thread count is 1 for the whole pass and restored after (the pass runs as one task on
-// MLX's CPU stream thread, the only thread issuing MLX's BLAS calls, which wait for it); with the per-thread setter,
-// each pool thread sets its own (in the passes' bodies) and nothing happens here. Without either, the passes run on
-// the calling thread and the BLAS threads each GEMM (at 2 threads a 2-d conv run as one frame lost 1.5-1.7x wall).
+// While alive (and `active`), the library's GEMMs run single-threaded wherever they are called from: the count is set
+// to 1 once, on the calling thread, before the pool starts, and restored after every pool thread is done (the pass runs
+// as one task on MLX's CPU stream thread, the only thread issuing MLX's BLAS calls, which waits for it). The
+// process-wide pair (openblas_get/set_num_threads) is preferred: OpenBLAS's openblas_set_num_threads_local sets the
+// process-wide count too (cmeel-openblas 0.3.31: one thread's call changed what every thread read back), so pool
+// threads that each saved and restored it raced, and a pass could leave the count at 1 for every later GEMM in the
+// process (EfficientNetV2-S at batch 1: its 1x1 convs ran on one thread after the first fused 3x3). Only where the
+// library has the "local" setter alone is it used, here, on the calling thread.
 struct BlasSerialScope {
   const Wino3dBlas& blas;
-  bool global = false;
+  enum class How { kNone, kGlobal, kLocal } how = How::kNone;
   int saved = 0;
   BlasSerialScope(const Wino3dBlas& b, bool active) : blas(b) {
-    global = active && b.set_threads_local == nullptr && b.set_threads && b.get_threads;
-    if (global) {
+    if (!active) return;
+    if (b.set_threads && b.get_threads) {
+      how = How::kGlobal;
       saved = b.get_threads();
       b.set_threads(1);
+    } else if (b.set_threads_local) {
+      how = How::kLocal;
+      saved = b.set_threads_local(1);
     }
   }
   ~BlasSerialScope() {
-    if (global) blas.set_threads(saved);
+    if (how == How::kGlobal) blas.set_threads(saved);
+    if (how == How::kLocal) blas.set_threads_local(saved);
   }
   BlasSerialScope(const BlasSerialScope&) = delete;
   BlasSerialScope& operator=(const BlasSerialScope&) = delete;
@@ -146,7 +154,6 @@ inline void wino3d_fused(const float* x, const float* u, const float* w, const W
     if (scratch.size() < need) scratch.resize(need);
     float* ring = scratch.data();
     float* m = ring + kd * 16 * block * C;
-    const int previous = blas.set_threads_local ? blas.set_threads_local(1) : 0;
     for (int64_t unit = begin; unit < end; ++unit) {
       const int64_t b = unit / splits, s = unit % splits;
       const int64_t r0 = b * block, rows = std::min(block, rows_all - r0);
@@ -168,7 +175,6 @@ inline void wino3d_fused(const float* x, const float* u, const float* w, const W
         wino3d_fused_output(m, x, w, g, co, o, r0, rows, block, y);
       }
     }
-    if (blas.set_threads_local) blas.set_threads_local(previous);
   };
   if (threaded) {
     BlasSerialScope serial(blas, true);
@@ -207,7 +213,6 @@ inline void wino3d_fused_du(const float* x, const float* gy, const Wino3dGeometr
     if (scratch.size() < need) scratch.resize(need);
     float* ring = scratch.data();
     float* m = ring + kd * 16 * block * C;
-    const int previous = blas.set_threads_local ? blas.set_threads_local(1) : 0;
     for (int64_t unit = t; unit < units; unit += threads) {
       const int64_t b = unit / splits, s = unit % splits;
       const int64_t r0 = b * block, rows = std::min(block, rows_all - r0);
@@ -242,7 +247,6 @@ inline void wino3d_fused_du(const float* x, const float* gy, const Wino3dGeometr
         }
       }
     }
-    if (blas.set_threads_local) blas.set_threads_local(previous);
   };
   std::fill(du, du + size, 0.0f);
   if (threads > 1) {

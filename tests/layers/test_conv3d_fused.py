@@ -179,20 +179,30 @@ def test_fused_op_checks_its_arguments():
 
 
 def test_fused_passes_leave_the_blas_thread_count_as_they_found_it():
-    """Where the BLAS has only a process-wide thread setter (scipy-openblas), the fused passes set it to 1 while
-    Porter's threads run their GEMMs and restore it after: the forward and the weight gradient on two threads leave
-    the library's count unchanged, and give torch's numbers."""
+    """The fused passes set the BLAS's thread count to 1 while Porter's threads run their GEMMs and restore it after:
+    the 3-d forward and weight gradient, a large 2-d 3x3 (the fused 2-d pass) and R(2+1)D's temporal conv (the blocked
+    columns) on two threads leave the library's count at 2, and give torch's numbers. OpenBLAS's "local" setter is
+    process-wide, and each pool thread saving and restoring it left the count at 1 for the rest of the process."""
     assert _native._fused_blas()
     getter = _native.mlx_blas_symbol("openblas_get_num_threads")
-    if getter is None:
-        pytest.skip("this BLAS has no openblas_get_num_threads")
+    setter = _native.mlx_blas_symbol("openblas_set_num_threads")
+    if getter is None or setter is None:
+        pytest.skip("this BLAS has no openblas_get/set_num_threads")
     before_blas, before = getter(), _native.kernels().num_threads()
     _native.set_num_threads(2)
+    setter(2)
     try:
-        check_module(3, (2, 16, 5, 11, 16), 16, 24, 3, padding=1, seed=9)
-        x = mx.random.normal((4, 40, 40, 32), key=mx.random.key(0))
-        w = mx.random.normal((32, 3, 3, 32), key=mx.random.key(1)) * 0.1
-        mx.eval(mx.grad(lambda w: PF.conv2d(x, w, padding=1).sum())(w))
+        for _ in range(3):
+            check_module(3, (2, 16, 5, 11, 16), 16, 24, 3, padding=1, seed=9)
+            assert getter() == 2
+            x = mx.random.normal((4, 40, 40, 32), key=mx.random.key(0))
+            w = mx.random.normal((32, 3, 3, 32), key=mx.random.key(1)) * 0.1
+            mx.eval(mx.grad(lambda w: PF.conv2d(x, w, padding=1).sum())(w))
+            x = mx.random.normal((1, 192, 192, 24), key=mx.random.key(2))
+            mx.eval(PF.conv2d(x, mx.random.normal((24, 3, 3, 24), key=mx.random.key(3)), padding=1))
+            x = mx.random.normal((2, 8, 20, 20, 48), key=mx.random.key(4))
+            mx.eval(PF.conv3d(x, mx.random.normal((16, 3, 1, 1, 48), key=mx.random.key(5)), padding=(1, 0, 0)))
+            assert getter() == 2
     finally:
         _native.set_num_threads(before)
-    assert getter() == before_blas
+        setter(before_blas)
