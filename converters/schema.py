@@ -34,7 +34,8 @@ FORMAT_VERSION = 6  # 2: the module tree ("modules", "module_types", call_module
 # sdpa's "gqa", group_norm's groups=None; 5: stochastic depth and functional dropout in training mode (kernels
 # stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 6: "dtype_follows" (nodes whose float32
 # dtype a half port follows) and "float32_constants" (constants it keeps float32), converters/capture_dtypes.py, and
-# timm's DropBlock2d in training mode (kernel drop_block); 1 to 5 still load
+# timm's DropBlock2d in training mode (kernel drop_block), BatchNorm's "count_batches"; 1 to 5 still load, holding
+# nothing newer than their version (converters/format_versions.py)
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32
@@ -167,6 +168,16 @@ class _Checker:
             self.check_input_checks(g["input_checks"])
         if "dynamic_dims" in g:
             self.check_dynamic_dims(g["dynamic_dims"])
+        self.check_version_features(version)
+
+    def check_version_features(self, version):
+        """Nothing newer than the file's own format version (``converters/format_versions.py``)."""
+        from .format_versions import features
+
+        for since, where, field in features(self.graph):
+            if since > version:
+                self.fail(where, field, f"was added in format version {since} but the file says format version "
+                          f"{version} (not written by the Porter it names)")
 
     def depth(self, value, field):
         stack = [(value, 1)]
