@@ -45,3 +45,32 @@ def test_inspect_prints_the_name_escaped(tampered):
     result = CliRunner().invoke(main, ["inspect", str(directory)])
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "\u202e" not in result.output and "\\x1b[2J" in result.output
+
+
+HOSTILE_MARKDOWN = "pt | <img src=x onerror=alert(1)>\n\n# Injected heading\n`code` \x1b[2J"
+
+
+def test_hostile_metadata_cannot_reach_the_card_raw(tampered, tmp_path):
+    """``porter update`` keeps graph.json's ``metadata`` (a stranger's text) and writes a new README.md from it: the
+    source's ``format`` went into the card raw (a table row broken by ``|``, a heading, HTML); a re-save that keeps
+    the metadata also wrote the validation bar's ``rtol``/``atol``/``dtype`` raw (session 17)."""
+    import torch
+
+    from tests.cli import tinynets
+
+    validation = {"ok": True, "max_rel_error": 0.0, "rtol": HOSTILE_MARKDOWN, "atol": 1e-4, "dtype": HOSTILE_MARKDOWN}
+    directory = tampered(lambda graph: graph["metadata"].update(
+        source={**graph["metadata"]["source"], "file": "w.pt", "format": HOSTILE_MARKDOWN}, validation=validation))
+    torch.save(tinynets.seeded().state_dict(), tmp_path / "w.pt")
+    result = CliRunner().invoke(main, ["update", str(directory), str(tmp_path / "w.pt"), "-o", str(tmp_path / "up")])
+    assert result.exit_code == 0, result.output
+    ported = porter.load(str(directory))
+    porter.save(ported, str(tmp_path / "resaved"), metadata=ported.graph["metadata"])
+    for card in ((tmp_path / "up" / "README.md").read_text(), (tmp_path / "resaved" / "README.md").read_text()):
+        assert _control_free(card) and "`pt / <img" in card  # shown, as code
+        assert "\n# Injected" not in card  # no heading of the stranger's
+        (row,) = [line for line in card.splitlines() if line.startswith("| Converted from")]
+        assert row.count("|") == 3 and row.endswith("|"), row
+    resaved = (tmp_path / "resaved" / "README.md").read_text()
+    (bar,) = [line for line in resaved.splitlines() if line.startswith("Largest output error")]
+    assert "`pt / <img" in bar and "atol 0.0001" in bar, bar
