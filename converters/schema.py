@@ -143,6 +143,7 @@ class _Checker:
             for i, name in enumerate(g["float32_constants"]):
                 if g["params"].get(name, {}).get("dtype") != "float32":
                     self.fail("the file", f"float32_constants[{i}]", f"{name[:80]!r} is not a float32 parameter")
+            self.distinct(g["float32_constants"], "float32_constants")
         self.check_outputs(g["outputs"], g["output_structure"])
         self.check_module_outputs(g["module_outputs"])
         if "train_state" in g:  # spectral norm's power iteration in training mode (train_state.py), over checked nodes
@@ -377,6 +378,15 @@ class _Checker:
             if name not in typed:
                 self.fail("the file", f"dtype_follows[{i}]",
                           f"{name[:80]!r} is not the output of a node with a float32 'dtype' attribute")
+        self.distinct(names, "dtype_follows")
+
+    def distinct(self, names, field):
+        """A list of names a writer produces from a set: each name once."""
+        seen = set()
+        for i, name in enumerate(names):
+            if name in seen:
+                self.fail("the file", f"{field}[{i}]", f"{name[:80]!r} is listed twice")
+            seen.add(name)
 
     def check_call_module(self, node, where):
         self.match(S.Obj({"module": _NAME}, ["module"]), node["attrs"], where, "attrs")
