@@ -3,7 +3,8 @@
 them in ``train()``, so a bad value used to load fine and then compute garbage with no error (a rate of 2.0 dropped
 everything, -1.0 halved every element, ``drop_block`` over axes ``[1, 1]`` dropped rows as blocks) or fail deep in
 the kernel (``IndexError``). Each is refused at load, naming the file, the node and the field; values the runtime
-can only judge on the input (an axis past its rank) are refused at the call by the kernel's own check."""
+can only judge on the input (an axis past its rank) are refused at the call by the kernel's own check. A batch
+norm's counter from the weights file is checked at load too."""
 
 import mlx.core as mx
 import pytest
@@ -94,3 +95,26 @@ def test_functional_forms_check_their_arguments(fn, args, problem):
     """The functions behind the kernels check too (a port built in Python, not from a file, reaches them directly)."""
     with pytest.raises(ValueError, match=problem):
         fn(mx.ones((2, 3)), *args)
+
+
+def _with_counter(tampered, count, momentum):
+    directory = tampered(lambda g: g["modules"]["bn1"]["config"].update(momentum=momentum))
+    arrays, metadata = mx.load(str(directory / "model.safetensors"), return_metadata=True)
+    arrays["bn1.num_batches_tracked"] = mx.array(count, dtype=mx.int64)
+    mx.save_safetensors(str(directory / "model.safetensors"), arrays, metadata)
+    return directory
+
+
+@pytest.mark.parametrize("count,momentum", [(-1, None), (-5, None), (-1, 0.1)])
+def test_negative_batch_count_refused_at_load(tampered, count, momentum):
+    """A batch norm's ``num_batches_tracked`` from the weights file: at -1 with ``momentum=None`` the first training
+    step divided by a count of 0 (torch raises ZeroDivisionError) and the running statistics became inf/NaN."""
+    with pytest.raises(ArtifactError, match=rf"'bn1.num_batches_tracked' must be >= 0 .* but is {count}"):
+        porter.load(_with_counter(tampered, count, momentum))
+
+
+def test_a_zero_batch_count_trains(tampered):
+    model = porter.load(_with_counter(tampered, 0, None))
+    model.train()
+    mx.eval(model(mx.random.normal((4, 16, 16, 3))))
+    assert model.bn1.num_batches_tracked.item() == 1 and bool(mx.all(mx.isfinite(model.bn1.running_mean)))
