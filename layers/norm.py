@@ -68,8 +68,8 @@ class BatchNorm(nn.BatchNorm):
         """Refuse loaded buffers torch never holds: a negative ``num_batches_tracked`` (at -1, ``momentum=None``'s
         first training step divided by a count of 0: torch raises, the statistics became inf/NaN)."""
         if self.track_running_stats and self.num_batches_tracked.ndim == 0 and self.num_batches_tracked.item() < 0:
-            raise ValueError(f"[BatchNorm] '{path}.num_batches_tracked' must be >= 0 (a count of training batches) "
-                             f"but is {self.num_batches_tracked.item()}")
+            raise ValueError(f"[BatchNorm] {path + '.num_batches_tracked'!r} must be >= 0 (a count of training "
+                             f"batches) but is {self.num_batches_tracked.item()}")
 
     def unfreeze(self, *args, **kwargs):
         """Running statistics stay frozen (they are buffers in torch)."""

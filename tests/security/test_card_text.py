@@ -74,3 +74,16 @@ def test_hostile_metadata_cannot_reach_the_card_raw(tampered, tmp_path):
     resaved = (tmp_path / "resaved" / "README.md").read_text()
     (bar,) = [line for line in resaved.splitlines() if line.startswith("Largest output error")]
     assert "`pt / <img" in bar and "atol 0.0001" in bar, bar
+
+
+def test_command_line_errors_quoting_the_file_are_escaped(tampered):
+    """An error paragraph quoting graph.json (a shape check's ``message`` and ``guard``, shown when an input breaks
+    it) printed the file's terminal controls raw (session 17): a title set by OSC, a cleared screen."""
+    directory = tampered(lambda graph: graph.update(input_checks=[
+        {"lhs": {"dim": [0, 0]}, "cmp": "eq", "rhs": 999, "guard": "g\x1b[2J", "message": "EVIL\x1b]0;owned\x07"}]))
+    for command in (["bench", str(directory), "--repeat", "1", "--warmup", "0"],
+                    ["export", str(directory), "-o", str(directory) + ".mlxfn"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2, result.output
+        assert "\x1b" not in result.output and "\x07" not in result.output, result.output
+        assert "EVIL\\x1b]0;owned\\x07" in result.output and "g\\x1b[2J" in result.output
