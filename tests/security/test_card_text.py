@@ -1,8 +1,11 @@
 """Cards written from a stranger's artifact (session 16): a crafted ``source_class`` (any text in graph.json) re-saved
 by ``porter.save`` (README.md model card) or exported (``PATH.md``) cannot put terminal controls, invisible
 reordering characters, a table-breaking ``|`` or a code-span-closing backtick into the card; ``porter inspect DIR``
-prints the same name escaped."""
+prints the same name escaped. Session 17: the metadata a re-save keeps (source format, validation bar) in the card,
+and the refusals that quote graph.json (a shape check's message, a train refusal's reason) on the command line and
+in the Python API."""
 
+import mlx.core as mx
 import pytest
 from click.testing import CliRunner
 
@@ -87,3 +90,17 @@ def test_command_line_errors_quoting_the_file_are_escaped(tampered):
         assert result.exit_code == 2, result.output
         assert "\x1b" not in result.output and "\x07" not in result.output, result.output
         assert "EVIL\\x1b]0;owned\\x07" in result.output and "g\\x1b[2J" in result.output
+
+
+def test_library_refusals_quoting_the_file_are_escaped(tampered):
+    """The Python API's refusals quote the same texts (a shape check's message, a train refusal's reason)."""
+    directory = tampered(lambda graph: graph.update(
+        input_checks=[{"lhs": {"dim": [0, 0]}, "cmp": "eq", "rhs": 999, "guard": "g", "message": "EVIL\x1b[2J"}],
+        train_refusals={"bn1": "reason\x1b]0;owned\x07"}))
+    model = porter.load(str(directory))
+    with pytest.raises(ValueError) as shape_refusal:
+        model(mx.zeros((1, 16, 16, 3)))
+    with pytest.raises(ValueError) as train_refusal:
+        model.train()
+    for error in (shape_refusal.value, train_refusal.value):
+        assert "\x1b" not in str(error) and "\\x1b" in str(error), str(error)
