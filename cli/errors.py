@@ -12,6 +12,7 @@ import click
 
 from porter.checkpoints import CheckpointError
 from porter.checkpoints.errors import first_line, torch_error_line  # noqa: F401  (re-exported for the commands)
+from porter.converters.safe_text import printable_lines
 
 EXIT_OK = 0
 EXIT_VALIDATION = 1
@@ -32,9 +33,10 @@ class InputError(click.ClickException):
     exit_code = EXIT_INPUT
 
     def __init__(self, what: str, hint: str = "", details=None):
-        self.what = what
-        self.hint = hint
-        self.details = list(details or [])
+        # the text may quote a stranger's file (a guard's message in graph.json): no terminal controls reach the screen
+        self.what = printable_lines(what)
+        self.hint = printable_lines(hint)
+        self.details = [printable_lines(line) for line in details or []]
         super().__init__(self.render())
 
     @classmethod

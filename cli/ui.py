@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import click
 
 from porter.checkpoints import CheckpointError
+from porter.converters.safe_text import printable
 
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, ValidationFailed, first_line
 
@@ -212,7 +213,7 @@ def run_reporting_errors(ui, run):
             raise converted
         if ui.debug:
             raise
-        message = (f"{ui.command} failed unexpectedly with {type(exc).__name__}: {first_line(exc)}. "
+        message = (f"{ui.command} failed unexpectedly with {type(exc).__name__}: {printable(first_line(exc))}. "
                    "This is a bug in Porter, not in your input: re-run with --debug for the traceback and report it.")
         ui.emit_json({"ok": False, "exit_code": EXIT_INTERNAL, "error": message})
         error = click.ClickException(message)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import itertools
 import operator
 
+from .safe_text import printable
+
 CMPS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
         "ge": operator.ge}
 CMP_TEXT = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -112,6 +114,8 @@ class InputChecks:
             cmp = entry["cmp"]
             if cmp not in CMPS:
                 raise ValueError(f"bad input check {entry!r}: 'cmp' must be one of {sorted(CMPS)}")
+            # the texts are only shown, in refusals: a stranger's terminal controls escaped (safe_text.py)
+            entry = {**entry, "guard": printable(entry["guard"]), "message": printable(entry["message"])}
             self.checks.append((compile_expr(entry["lhs"]), CMPS[cmp], compile_expr(entry["rhs"]), entry))
         # per check: the dims it reads and its cost, computed once (a refusal's search asks for them per size tried)
         self._dims = [dims_of(e["lhs"]) + dims_of(e["rhs"]) for *_, e in self.checks]

@@ -46,6 +46,9 @@ def drop_block(x: mx.array, drop_prob: float, block_size: int, gamma_scale: floa
     """timm's fast ``DropBlock2d`` on ``x`` whose torch dims 2 and 3 (H, W) are array axes ``axes``."""
     _check("drop_prob", drop_prob, not isinstance(drop_prob, bool) and 0.0 <= drop_prob <= 1.0, "must be in [0, 1]")
     _check("block_size", block_size, isinstance(block_size, int) and block_size >= 1, "must be a positive int")
+    _check("axes", axes, len(axes) == 2 and axes[0] != axes[1] and all(
+        not isinstance(a, bool) and isinstance(a, int) and 0 <= a < x.ndim for a in axes),
+        f"must be two different axes of the {x.ndim}-d input (where torch's H and W are)")
     if not training or drop_prob == 0.0:
         return x
     h, w = x.shape[axes[0]], x.shape[axes[1]]

@@ -112,6 +112,13 @@ class TorchRReLU(nn.Module):
         return mx.where(x <= 0, x * slope, x)
 
 
+def _check_rate(owner: str, name: str, p) -> None:
+    """A drop rate in [0, 1] (the kernels take it from a file: 2.0 dropped everything and -1.0 halved every
+    element, with no error)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"[{owner}] '{name}' must be a number in [0, 1] but got {p!r}")
+
+
 def _keep_noise(p: float, shape: tuple, dtype, scale: bool = True) -> mx.array:
     """Bernoulli(``1 - p``) in ``dtype``, divided by ``1 - p`` when ``scale`` and ``p < 1`` (torch's noise)."""
     noise = mx.random.bernoulli(1.0 - p, shape).astype(dtype) if p < 1.0 else mx.zeros(shape, dtype)
@@ -121,6 +128,7 @@ def _keep_noise(p: float, shape: tuple, dtype, scale: bool = True) -> mx.array:
 def dropout(x: mx.array, p: float, training: bool) -> mx.array:
     """``F.dropout(x, p, training)`` as ATen computes it on the CPU: identity unless ``training`` and ``p > 0``;
     then each element kept with probability ``1 - p`` and scaled by ``1 / (1 - p)`` (``p = 1``: ``x * 0``)."""
+    _check_rate("dropout", "p", p)
     if not training or p == 0.0:
         return x
     return x * _keep_noise(p, x.shape, x.dtype)
@@ -130,6 +138,9 @@ def stochastic_depth(x: mx.array, p: float, mode: str = "row", scale: bool = Tru
                      training: bool = True) -> mx.array:
     """torchvision's ``stochastic_depth`` / timm's ``drop_path`` on an array whose torch dim 0 is array axis
     ``axis``: identity unless ``training`` and ``p > 0``."""
+    _check_rate("StochasticDepth", "p", p)
+    if mode not in DEPTH_MODES:
+        raise ValueError(f"[StochasticDepth] 'mode' must be one of {DEPTH_MODES} but got {mode!r}")
     if not training or p == 0.0:
         return x
     if mode == "row":
@@ -161,8 +172,7 @@ class StochasticDepth(nn.Module):
 
     def __init__(self, p: float, mode: str = "row", scale: bool = True, axis: int = 0):
         super().__init__()
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"[StochasticDepth] 'p' must be in [0, 1] but got {p!r}")
+        _check_rate("StochasticDepth", "p", p)
         if mode not in DEPTH_MODES:
             raise ValueError(f"[StochasticDepth] 'mode' must be one of {DEPTH_MODES} but got {mode!r}")
         if isinstance(axis, bool) or not isinstance(axis, int) or axis < 0:

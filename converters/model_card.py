@@ -30,8 +30,8 @@ def _provenance(config: dict, metadata: dict) -> list:
     rows = [("Source class", markdown_code(config.get("source_class") or "unknown")),
             ("Porter version", markdown_code(metadata.get("porter_version") or config.get("porter_version")))]
     if source.get("file"):
-        rows.append(("Converted from", markdown_code(source["file"]) + (f" ({source['format']})" if source.get("format")
-                                                                 else "")))
+        rows.append(("Converted from", markdown_code(source["file"]) + (f" ({markdown_code(source['format'])})"
+                                                                 if source.get("format") else "")))
     if source.get("model"):
         kwargs = source.get("model_kwargs") or {}
         with_kwargs = f" with {markdown_code(json.dumps(kwargs))}" if kwargs else ""
@@ -53,6 +53,11 @@ def _provenance(config: dict, metadata: dict) -> list:
     return ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
 
 
+def _number(value) -> str:
+    """A number of the metadata as written; anything else (text from a re-saved stranger's graph.json) as code."""
+    return repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else markdown_code(value)
+
+
 def _validation(summary) -> list:
     if not isinstance(summary, dict):
         return []
@@ -62,14 +67,15 @@ def _validation(summary) -> list:
              "from these files."]
     if isinstance(summary.get("max_rel_error"), (int, float)):
         lines.append(f"Largest output error relative to the output's largest magnitude: "
-                     f"{summary['max_rel_error']:.3g} (bar: rtol {summary.get('rtol')}, atol {summary.get('atol')}).")
+                     f"{summary['max_rel_error']:.3g} (bar: rtol {_number(summary.get('rtol'))}, atol "
+                     f"{_number(summary.get('atol'))}).")
     if summary.get("input_shapes"):
         lines.append(f"Inputs (torch layout): {markdown_code(json.dumps(summary['input_shapes']))}.")
     if summary.get("first_divergence"):
         lines.append(f"First diverging module: {markdown_code(summary['first_divergence'])}.")
     if summary.get("dtype"):  # a half-precision model (porter/validate_half.py)
         lines.append(f"Run in {markdown_code(summary['dtype'])} against the float32 torch model; the bar also allows a "
-                     f"few times torch's own {summary['dtype']} error. The module that loses the most: "
+                     f"few times torch's own {markdown_code(summary['dtype'])} error. The module that loses the most: "
                      f"{markdown_code(summary.get('loses_most') or '-')}.")
     return lines + [""]
 

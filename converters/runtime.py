@@ -24,6 +24,7 @@ from .guards import InputChecks
 from .input_binding import Binding
 from .limits import check_elements
 from .registry import get_kernel, takes_training
+from .safe_text import printable
 from .fusion import activation_name, batch_norm_activation_pairs
 from . import static_values
 from .layer_types import Activation
@@ -126,7 +127,8 @@ class TrainModeError(ValueError):
 
     def __init__(self, refusals: dict, converting: bool = False):
         self.refusals = dict(refusals)
-        listed = "; ".join(f"{path or '<root>'!r}: {why}" for path, why in list(refusals.items())[:8])
+        # the reasons may come from a stranger's graph.json (train_refusals): shown with their controls escaped
+        listed = "; ".join(f"{path or '<root>'!r}: {printable(why)}" for path, why in list(refusals.items())[:8])
         more = f" (and {len(refusals) - 8} more)" if len(refusals) > 8 else ""
         if converting:
             where = "the torch model is in training mode, and its port cannot run in training mode as torch does"

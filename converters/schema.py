@@ -34,7 +34,8 @@ FORMAT_VERSION = 6  # 2: the module tree ("modules", "module_types", call_module
 # sdpa's "gqa", group_norm's groups=None; 5: stochastic depth and functional dropout in training mode (kernels
 # stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 6: "dtype_follows" (nodes whose float32
 # dtype a half port follows) and "float32_constants" (constants it keeps float32), converters/capture_dtypes.py, and
-# timm's DropBlock2d in training mode (kernel drop_block); 1 to 5 still load
+# timm's DropBlock2d in training mode (kernel drop_block), BatchNorm's "count_batches"; 1 to 5 still load, holding
+# nothing newer than their version (converters/format_versions.py)
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32
@@ -142,6 +143,7 @@ class _Checker:
             for i, name in enumerate(g["float32_constants"]):
                 if g["params"].get(name, {}).get("dtype") != "float32":
                     self.fail("the file", f"float32_constants[{i}]", f"{name[:80]!r} is not a float32 parameter")
+            self.distinct(g["float32_constants"], "float32_constants")
         self.check_outputs(g["outputs"], g["output_structure"])
         self.check_module_outputs(g["module_outputs"])
         if "train_state" in g:  # spectral norm's power iteration in training mode (train_state.py), over checked nodes
@@ -167,6 +169,16 @@ class _Checker:
             self.check_input_checks(g["input_checks"])
         if "dynamic_dims" in g:
             self.check_dynamic_dims(g["dynamic_dims"])
+        self.check_version_features(version)
+
+    def check_version_features(self, version):
+        """Nothing newer than the file's own format version (``converters/format_versions.py``)."""
+        from .format_versions import features
+
+        for since, where, field in features(self.graph):
+            if since > version:
+                self.fail(where, field, f"was added in format version {since} but the file says format version "
+                          f"{version} (not written by the Porter it names)")
 
     def depth(self, value, field):
         stack = [(value, 1)]
@@ -366,6 +378,15 @@ class _Checker:
             if name not in typed:
                 self.fail("the file", f"dtype_follows[{i}]",
                           f"{name[:80]!r} is not the output of a node with a float32 'dtype' attribute")
+        self.distinct(names, "dtype_follows")
+
+    def distinct(self, names, field):
+        """A list of names a writer produces from a set: each name once."""
+        seen = set()
+        for i, name in enumerate(names):
+            if name in seen:
+                self.fail("the file", f"{field}[{i}]", f"{name[:80]!r} is listed twice")
+            seen.add(name)
 
     def check_call_module(self, node, where):
         self.match(S.Obj({"module": _NAME}, ["module"]), node["attrs"], where, "attrs")

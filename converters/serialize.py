@@ -12,6 +12,7 @@ import math
 import os
 import struct
 
+from .format_versions import needed_version
 from .runtime import PortedModel
 from .schema import FORMAT_VERSION, ArtifactError, check_graph
 from .transforms import mlx_shape
@@ -62,6 +63,8 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
     graph["metadata"] = metadata if metadata is not None else {}
     graph["input_layouts"] = ported.input_layouts
     graph["output_layouts"] = ported.output_layouts
+    # a model loaded from an older folder keeps its version unless it now records something newer (format_versions)
+    graph["format_version"] = max(graph["format_version"], needed_version(graph))
     text = graph_text(encode_floats(graph))
     check_graph(parse_json(text.encode("utf-8"), os.path.join(directory, GRAPH_FILE)),
                 os.path.join(directory, GRAPH_FILE))

@@ -8,7 +8,8 @@ present value may be.
 
 Vocabulary (small on purpose):
 
-* ``Int(lo, hi)``, ``Float()`` (finite unless ``allow_inf``; an int is accepted), ``Bool()``, ``Enum(*names)``,
+* ``Int(lo, hi)``, ``Float(lo=None, hi=None)`` (finite unless ``allow_inf``; an int is accepted; in ``[lo, hi]`` where
+  given; ``PROBABILITY`` is ``Float(0, 1)``), ``Bool()``, ``Enum(*names)``,
   ``Str(max_len, chars)`` (free text limited to a character set, e.g. an einsum equation);
 * ``Text(max_len)``: display-only text (module paths, messages), never resolved to anything;
 * ``Seq(item, min_len, max_len)`` a list of ``item``; ``Ints(min_len, max_len, lo, hi)`` shorthand for a list of ints;
@@ -83,8 +84,8 @@ class Int(Spec):
 
 
 class Float(Spec):
-    def __init__(self, allow_inf: bool = False, allow_nan: bool = False):
-        self.allow_inf, self.allow_nan = allow_inf, allow_nan
+    def __init__(self, allow_inf: bool = False, allow_nan: bool = False, lo=None, hi=None):
+        self.allow_inf, self.allow_nan, self.lo, self.hi = allow_inf, allow_nan, lo, hi
 
     def check(self, value, on_ref):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -92,12 +93,18 @@ class Float(Spec):
         if isinstance(value, int):
             if abs(value) > INT_LIMIT:
                 self.fail(value)
-            return
-        if (math.isnan(value) and not self.allow_nan) or (math.isinf(value) and not self.allow_inf):
+        elif (math.isnan(value) and not self.allow_nan) or (math.isinf(value) and not self.allow_inf):
+            self.fail(value)
+        if (self.lo is not None and not value >= self.lo) or (self.hi is not None and not value <= self.hi):
             self.fail(value)
 
     def describe(self):
-        return "a number" if self.allow_inf else "a finite number"
+        kind = "a number" if self.allow_inf else "a finite number"
+        if self.lo is not None and self.hi is not None:
+            return f"{kind} in [{self.lo}, {self.hi}]"
+        if self.lo is not None or self.hi is not None:
+            return f"{kind} {'>= ' + str(self.lo) if self.lo is not None else '<= ' + str(self.hi)}"
+        return kind
 
 
 class Bool(Spec):
@@ -256,6 +263,7 @@ DTYPE = Enum(*DTYPES)
 TENSOR = Ref()
 INT = Int()
 SCALAR = OneOf(Ref(), Float(allow_inf=True, allow_nan=True), Bool())
+PROBABILITY = Float(lo=0.0, hi=1.0)  # a drop rate: torch's dropouts refuse any other
 INT_OR_REF = OneOf(Int(), Ref())
 SIZES = OneOf(Ref(), Seq(Opt(OneOf(Int(), Ref()))))
 AXIS = Int(-MAX_LEN, MAX_LEN)

@@ -188,6 +188,8 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
                 buffers.append(leaf)
         if made is not None:  # after each array's own shape and dtype checks, which name the more precise fault
             _check_foreign(node, record, module, made, built, read)
+        if record is not None and hasattr(module, "check_loaded"):  # values a layer refuses (a negative batch count)
+            module.check_loaded(path)
         if expected:
             raise ValueError(f"the {record['type']} layer at {path!r} has no recorded weight for "
                              f"{sorted(expected)} (every array of a mapped layer must come from the weights)")

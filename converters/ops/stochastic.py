@@ -14,11 +14,11 @@ from __future__ import annotations
 from ..layer_dropblock import drop_block
 from ..layer_dropout import DEPTH_MODES, dropout, stochastic_depth
 from ..registry import kernel, register
-from ..spec import TENSOR, Bool, Enum, Float, Int, Ints, Opt, GEOMETRY
+from ..spec import TENSOR, Bool, Enum, Float, Int, Ints, Opt, GEOMETRY, PROBABILITY, SpecError
 from .. import layout as L
 from .linear import attention
 
-_RATE = Float()
+_RATE = PROBABILITY  # a file's rate outside [0, 1] is refused at load, as torch refuses it at construction
 
 
 def _rate(call, name: str) -> float:
@@ -45,8 +45,15 @@ def convert_drop_path(ctx, call):
     ctx.emit("stochastic_depth", [ctx.tensor(x)], attrs, perm=perm)
 
 
-@kernel("drop_block", inputs=[TENSOR], attrs={"drop_prob": _RATE, "block_size": Int(1), "gamma_scale": Float(),
-                                            "axes": Ints(2, 2, 0, GEOMETRY)}, training=True)
+def _check_drop_block(inputs, attrs):
+    if "axes" in attrs and attrs["axes"][0] == attrs["axes"][1]:
+        raise SpecError(f"torch's H and W must be two different array axes but both are {attrs['axes'][0]}", ".axes")
+
+
+# block_size past any map's side only costs a longer loop (the block is clipped to the map): bounded as a pool window
+@kernel("drop_block", inputs=[TENSOR], attrs={"drop_prob": _RATE, "block_size": Int(1, GEOMETRY),
+                                            "gamma_scale": Float(lo=0.0), "axes": Ints(2, 2, 0, GEOMETRY)},
+        check=_check_drop_block, training=True)
 def k_drop_block(x, *, drop_prob, block_size, gamma_scale, axes, training=False):
     return drop_block(x, drop_prob, block_size, gamma_scale, tuple(axes), training)
 

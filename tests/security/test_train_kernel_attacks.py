@@ -1,0 +1,120 @@
+"""Training-time kernels' arguments from a stranger's graph.json (session 17): the random kernels (``drop_block``,
+``stochastic_depth``, ``train_dropout``, ``sdpa_dropout``) read their rates and geometry from the file and only use
+them in ``train()``, so a bad value used to load fine and then compute garbage with no error (a rate of 2.0 dropped
+everything, -1.0 halved every element, ``drop_block`` over axes ``[1, 1]`` dropped rows as blocks) or fail deep in
+the kernel (``IndexError``). Each is refused at load, naming the file, the node and the field; values the runtime
+can only judge on the input (an axis past its rank) are refused at the call by the kernel's own check. A batch
+norm's counter from the weights file is checked at load too."""
+
+import mlx.core as mx
+import pytest
+
+import porter
+from porter import ArtifactError
+from porter.converters.layer_dropout import dropout, stochastic_depth
+
+_DROP_BLOCK = {"drop_prob": 0.1, "block_size": 3, "gamma_scale": 1.0, "axes": [1, 2]}
+_DEPTH = {"p": 0.2, "mode": "row", "scale": True, "axis": 0}
+
+
+def _between_pool_and_conv(kernel, attrs, inputs=None):
+    """An edit putting a ``kernel`` node between TinyNet's max pool and its second conv (training follows the root)."""
+
+    def edit(graph):
+        at = next(i for i, n in enumerate(graph["nodes"]) if n["outputs"] == ["max_pool2d"]) + 1
+        graph["nodes"].insert(at, {"kernel": kernel, "inputs": inputs or [{"ref": "max_pool2d"}], "attrs": attrs,
+                                   "outputs": ["evil"], "layout": [0, 2, 3, 1], "op": "", "module": "",
+                                   "module_type": ""})
+        for node in graph["nodes"][at + 1:]:
+            node["inputs"] = [{"ref": "evil"} if x == {"ref": "max_pool2d"} else x for x in node["inputs"]]
+
+    return edit
+
+
+_QKV = [{"ref": "max_pool2d"}] * 3
+REFUSED_AT_LOAD = {
+    "drop_block drop_prob above 1": ("drop_block", {**_DROP_BLOCK, "drop_prob": 2.0}, None, "attrs.drop_prob"),
+    "drop_block drop_prob negative": ("drop_block", {**_DROP_BLOCK, "drop_prob": -0.5}, None, "attrs.drop_prob"),
+    "drop_block gamma_scale negative": ("drop_block", {**_DROP_BLOCK, "gamma_scale": -1.0}, None,
+                                        "attrs.gamma_scale"),
+    "drop_block huge block": ("drop_block", {**_DROP_BLOCK, "block_size": 1 << 40}, None, "attrs.block_size"),
+    "drop_block one axis twice": ("drop_block", {**_DROP_BLOCK, "axes": [1, 1]}, None, "attrs.axes"),
+    "stochastic_depth p above 1": ("stochastic_depth", {**_DEPTH, "p": 2.0}, None, "attrs.p"),
+    "stochastic_depth p negative": ("stochastic_depth", {**_DEPTH, "p": -1.0}, None, "attrs.p"),
+    "train_dropout p above 1": ("train_dropout", {"p": 2.0}, None, "attrs.p"),
+    "train_dropout p negative": ("train_dropout", {"p": -1.0}, None, "attrs.p"),
+    "sdpa_dropout rate above 1": ("sdpa_dropout", {"scale": None, "is_causal": False, "dropout": 1.5}, _QKV,
+                                  "attrs.dropout"),
+    "sdpa_dropout rate negative": ("sdpa_dropout", {"scale": None, "is_causal": False, "dropout": -0.1}, _QKV,
+                                   "attrs.dropout"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_AT_LOAD))
+def test_training_kernel_argument_refused_at_load(case, tampered):
+    kernel, attrs, inputs, field = REFUSED_AT_LOAD[case]
+    with pytest.raises(ArtifactError) as info:
+        porter.load(tampered(_between_pool_and_conv(kernel, attrs, inputs)))
+    assert info.value.file.endswith("graph.json") and info.value.field == field, str(info.value)
+    assert info.value.where == f"node 4 (kernel {kernel!r})", str(info.value)
+
+
+@pytest.mark.parametrize("kernel,attrs,problem", [
+    ("drop_block", {**_DROP_BLOCK, "axes": [5, 6]}, r"\[DropBlock2d\] 'axes' must be two different axes of the 4-d"),
+    ("stochastic_depth", {**_DEPTH, "axis": 9}, r"\[StochasticDepth\] a 4-d input has no batch axis 9"),
+])
+@pytest.mark.parametrize("train", [True, False])
+def test_training_kernel_axis_past_the_input_refused_at_the_call(kernel, attrs, problem, train, tampered):
+    """An axis the file cannot be judged on without the input: the kernel's own check, in both modes for drop_block
+    (its axes used to fail with an IndexError in training only)."""
+    model = porter.load(tampered(_between_pool_and_conv(kernel, attrs)))
+    model.train(train)
+    if kernel == "stochastic_depth" and not train:  # identity in eval: it never reads the axis
+        mx.eval(model(mx.zeros((2, 16, 16, 3))))
+        return
+    with pytest.raises(ValueError, match=problem):
+        model(mx.zeros((2, 16, 16, 3)))
+
+
+@pytest.mark.parametrize("kernel,attrs", [("drop_block", _DROP_BLOCK), ("stochastic_depth", {**_DEPTH, "p": 1.0}),
+                                          ("train_dropout", {"p": 1.0}), ("train_dropout", {"p": 0})])
+def test_training_kernel_edge_rates_still_load_and_train(kernel, attrs, tampered):
+    """The bounds are torch's: 0 and 1 are rates torch takes (1 drops everything, as torch's kernels do)."""
+    model = porter.load(tampered(_between_pool_and_conv(kernel, attrs)))
+    model.train()
+    out = model(mx.random.normal((2, 16, 16, 3)))
+    assert out.shape == (2, 5) and bool(mx.all(mx.isfinite(out)))
+
+
+@pytest.mark.parametrize("fn,args,problem", [
+    (dropout, (2.0, True), r"\[dropout\] 'p' must be a number in \[0, 1\]"),
+    (stochastic_depth, (-1.0,), r"\[StochasticDepth\] 'p' must be a number in \[0, 1\]"),
+    (stochastic_depth, (0.5, "rows"), r"\[StochasticDepth\] 'mode' must be one of"),
+])
+def test_functional_forms_check_their_arguments(fn, args, problem):
+    """The functions behind the kernels check too (a port built in Python, not from a file, reaches them directly)."""
+    with pytest.raises(ValueError, match=problem):
+        fn(mx.ones((2, 3)), *args)
+
+
+def _with_counter(tampered, count, momentum):
+    directory = tampered(lambda g: g["modules"]["bn1"]["config"].update(momentum=momentum))
+    arrays, metadata = mx.load(str(directory / "model.safetensors"), return_metadata=True)
+    arrays["bn1.num_batches_tracked"] = mx.array(count, dtype=mx.int64)
+    mx.save_safetensors(str(directory / "model.safetensors"), arrays, metadata)
+    return directory
+
+
+@pytest.mark.parametrize("count,momentum", [(-1, None), (-5, None), (-1, 0.1)])
+def test_negative_batch_count_refused_at_load(tampered, count, momentum):
+    """A batch norm's ``num_batches_tracked`` from the weights file: at -1 with ``momentum=None`` the first training
+    step divided by a count of 0 (torch raises ZeroDivisionError) and the running statistics became inf/NaN."""
+    with pytest.raises(ArtifactError, match=rf"'bn1.num_batches_tracked' must be >= 0 .* but is {count}"):
+        porter.load(_with_counter(tampered, count, momentum))
+
+
+def test_a_zero_batch_count_trains(tampered):
+    model = porter.load(_with_counter(tampered, 0, None))
+    model.train()
+    mx.eval(model(mx.random.normal((4, 16, 16, 3))))
+    assert model.bn1.num_batches_tracked.item() == 1 and bool(mx.all(mx.isfinite(model.bn1.running_mean)))
