@@ -19,6 +19,7 @@ import mlx.nn as nn
 
 from . import _native
 from ._batch_norm_train import batch_norm_train
+from . import _export
 from ._precision import upcast
 
 FUSED_ACTIVATIONS = ("relu", "relu6", "silu", "hardswish")  # BatchNorm.eval_activation
@@ -122,11 +123,22 @@ class BatchNorm(nn.BatchNorm):
         return _native.channel_affine(x, alpha, beta, activation=activation)
 
     def _alpha_beta(self):
+        """The eval forward's per-channel ``alpha = weight / sqrt(var + eps)`` and ``beta = bias - mean * alpha`` (float32
+        for 16-bit statistics), ``(C,)`` each. Kept while the running statistics, weight and bias are the same arrays
+        and eps the same value: a plain eval call then builds none of these ops again (a training step, an update or
+        an assignment makes new arrays, and a gradient call passes its own). Not kept while exporting (the weights may
+        be the exported function's inputs)."""
+        arrays = (self.running_mean, self.running_var, self.get("weight"), self.get("bias"))
+        kept = self.__dict__.get("_alpha_beta_kept")
+        if kept is not None and kept[1] == self.eps and all(a is b for a, b in zip(kept[0], arrays)):
+            return kept[2]
         mean, var = upcast(self.running_mean), upcast(self.running_var)
         alpha = mx.rsqrt(var + self.eps)
         if "weight" in self:
             alpha = alpha * upcast(self.weight)
         beta = upcast(self.bias) - mean * alpha if "bias" in self else -mean * alpha
+        if not _export.active():
+            object.__setattr__(self, "_alpha_beta_kept", (arrays, self.eps, (alpha, beta)))  # not a tree entry
         return alpha, beta
 
     def _eval_affine(self, x: mx.array) -> mx.array:
