@@ -69,11 +69,11 @@ std::vector<mx::array> vmap_pair(const std::vector<mx::array>& inputs, const std
   std::vector<mx::array> out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (axes[i] >= 0) {
-      out.push_back(mx::contiguous(mx::moveaxis(inputs[i], axes[i], 0, s), false, s));
+      out.push_back(mx::moveaxis(inputs[i], axes[i], 0, s));
     } else {
       mx::Shape shape = inputs[i].shape();
       shape.insert(shape.begin(), v);
-      out.push_back(mx::contiguous(mx::broadcast_to(mx::expand_dims(inputs[i], 0, s), shape, s), false, s));
+      out.push_back(mx::broadcast_to(mx::expand_dims(inputs[i], 0, s), shape, s));
     }
   }
   return out;
@@ -110,7 +110,7 @@ class Activation : public mx::UnaryPrimitive {
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
     return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<Activation>(stream(), kind_),
-                       {mx::contiguous(inputs[0], false, stream())})},
+                       {inputs[0]})},
             {axes[0]}};
   }
 
@@ -179,7 +179,7 @@ mx::array make_activation_grad(mx::Stream s, Act kind, const mx::array& x, const
   auto gc = cast_like(g, x, s);
   if (gc.shape() != x.shape()) gc = mx::broadcast_to(gc, x.shape(), s);
   return mx::array(x.shape(), x.dtype(), std::make_shared<ActivationGrad>(s, kind),
-                   {mx::contiguous(x, false, s), mx::contiguous(gc, false, s)});
+                   {x, gc});
 }
 
 Act parse_act(const std::string& name) {
@@ -194,7 +194,7 @@ mx::array activation_op(const mx::array& x, const std::string& kind) {
   auto s = cpu_stream("activation");
   Act k = parse_act(kind);
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("activation", "x must be floating point");
-  return mx::array(x.shape(), x.dtype(), std::make_shared<Activation>(s, k), {mx::contiguous(x, false, s)});
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Activation>(s, k), {x});
 }
 
 mx::array activation_grad_op(const mx::array& x, const mx::array& g, const std::string& kind) {

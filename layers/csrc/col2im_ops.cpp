@@ -83,7 +83,7 @@ class Col2Im : public mx::UnaryPrimitive {
 mx::array col2im_make(ColKind kind, const mx::array& a, const ColAxis& ay, const ColAxis& ax, mx::Shape shape,
                       mx::Stream s) {
   auto p = std::make_shared<Col2Im>(s, ay, ax, kind, shape);
-  return mx::array(std::move(shape), a.dtype(), std::move(p), {mx::contiguous(a, false, s)});
+  return mx::array(std::move(shape), a.dtype(), std::move(p), {a});
 }
 
 namespace {

@@ -94,7 +94,7 @@ mx::array concat_op(const std::vector<mx::array>& arrays, int axis) {
       if (d != axis && a.shape(d) != first.shape(d)) fail("concat", "arrays must match in every dim but the axis");
     }
     shape[axis] += a.shape(axis);
-    inputs.push_back(mx::contiguous(a, false, s));
+    inputs.push_back(a);
   }
   return mx::array(std::move(shape), first.dtype(), std::make_shared<Concat>(s, axis), std::move(inputs));
 }

@@ -125,7 +125,6 @@ class Winograd3d : public mx::UnaryPrimitive {
 
 mx::array wino3d_pass(mx::Stream s, Wino3dKind kind, const Wino3dGeometry& g, std::vector<mx::array> in) {
   auto shape = Winograd3d::out_shape(kind, g, in);
-  for (auto& a : in) a = mx::contiguous(a, false, s);
   return mx::array(std::move(shape), mx::float32, std::make_shared<Winograd3d>(s, kind, g), std::move(in));
 }
 
@@ -310,7 +309,7 @@ class Conv3dColumns : public mx::UnaryPrimitive {
                                              static_cast<int>(g_.wo), in[1].shape(0)};
                              auto p = std::make_shared<Conv3dColumns>(stream(), g_);
                              return std::vector<mx::array>{mx::array(std::move(shape), mx::float32, std::move(p),
-                                                                     {mx::contiguous(in[0], false, stream()), in[1]})};
+                                                                     {in[0], in[1]})};
                            });
   }
 
@@ -343,7 +342,7 @@ mx::array conv3d_columns_op(const mx::array& x, const mx::array& w, const Ints& 
   mx::Shape shape{x.shape(0), static_cast<int>(dout), static_cast<int>(ho), static_cast<int>(wo), w.shape(0)};
   auto p = std::make_shared<Conv3dColumns>(s, g);
   return mx::array(std::move(shape), mx::float32, std::move(p),
-                   {mx::contiguous(x, false, s), mx::contiguous(w, false, s)});
+                   {x, w});
 }
 
 void bind_conv3d(nb::module_& m) {

@@ -58,7 +58,7 @@ class DepthwiseConv : public mx::Primitive {
     };
     const auto& a = primals[0];
     const auto& b = primals[1];
-    auto ct = mx::contiguous(cast_like(cotangents[0], a, s), false, s);
+    auto ct = cast_like(cotangents[0], a, s);
     std::vector<mx::array> grads;
     for (int arg : argnums) {
       switch (kind_) {
@@ -91,7 +91,7 @@ class DepthwiseConv : public mx::Primitive {
                              shape.push_back(fwd ? in[1].shape(0) : static_cast<int>(in[1].shape(0) / params_.mult));
                              return std::vector<mx::array>{mx::array(
                                  shape, in[0].dtype(), std::make_shared<DepthwiseConv>(stream(), params_, kind_),
-                                 {mx::contiguous(in[0], false, stream()), in[1]})};
+                                 {in[0], in[1]})};
                            });
   }
   bool is_equivalent(const mx::Primitive& other) const override {
@@ -140,8 +140,8 @@ mx::array depthwise_conv_op(const mx::array& x, const mx::array& w, const Ints& 
   for (size_t d = 0; d < nd; ++d) p.extent.push_back(x.shape(1 + d));
   const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
   const mx::Dtype run = half ? mx::float32 : x.dtype();
-  auto xin = mx::contiguous(mx::astype(x, run, s), false, s);
-  auto win = mx::contiguous(mx::astype(w, run, s), false, s);
+  auto xin = mx::astype(x, run, s);
+  auto win = mx::astype(w, run, s);
   mx::Shape shape{x.shape(0)};
   for (int64_t o : out) shape.push_back(static_cast<int>(o));
   shape.push_back(w.shape(0));

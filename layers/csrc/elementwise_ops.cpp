@@ -49,8 +49,8 @@ class ReluGrad : public mx::UnaryPrimitive {
 };
 
 mx::array relu_grad_op(const mx::array& g, const mx::array& y, mx::Stream s) {
-  auto gc = mx::contiguous(cast_like(g, y, s), false, s);
-  return mx::array(y.shape(), y.dtype(), std::make_shared<ReluGrad>(s), {gc, mx::contiguous(y, false, s)});
+  auto gc = cast_like(g, y, s);
+  return mx::array(y.shape(), y.dtype(), std::make_shared<ReluGrad>(s), {gc, y});
 }
 
 // torch's hardtanh (ReLU6 = hardtanh(0, 6)) as one threaded pass, with torch's backward (hardtanh_backward on the
@@ -99,8 +99,7 @@ class Hardtanh : public mx::Primitive {
     return grads;
   }
   mx::array make(mx::Stream s, std::vector<mx::array> in) const {
-    for (auto& a : in) a = mx::contiguous(a, false, s);
-    auto shape = in.back().shape();
+      auto shape = in.back().shape();
     auto dtype = in.back().dtype();
     return mx::array(shape, dtype, std::make_shared<Hardtanh>(s, lo_, hi_, grad_), std::move(in));
   }
@@ -184,8 +183,8 @@ std::vector<mx::array> channel_affine_grad_arr(const mx::array& x, const mx::arr
   const int c = x.shape(-1);
   return mx::array::make_arrays(
       {x.shape(), {c}, {c}}, {x.dtype(), mx::float32, mx::float32}, std::make_shared<ChannelAffineGrad>(s),
-      {mx::contiguous(x, false, s), mx::contiguous(mx::astype(alpha, mx::float32, s), false, s),
-       mx::contiguous(cast_like(g, x, s), false, s)});
+      {x, mx::astype(alpha, mx::float32, s),
+       cast_like(g, x, s)});
 }
 
 class ChannelAffine : public mx::Primitive {
@@ -218,7 +217,7 @@ class ChannelAffine : public mx::Primitive {
                            [&](const std::vector<mx::array>& in) {
       return std::vector<mx::array>{mx::array(in[0].shape(), in[0].dtype(),
                                               std::make_shared<ChannelAffine>(stream(), act_),
-                                              {mx::contiguous(in[0], false, stream()), in[1], in[2]})};
+                                              {in[0], in[1], in[2]})};
     });
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -266,7 +265,7 @@ class Relu : public mx::UnaryPrimitive {
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
     return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<Relu>(stream()),
-                       {mx::contiguous(inputs[0], false, stream())})},
+                       {inputs[0]})},
             {axes[0]}};
   }
   bool is_equivalent(const mx::Primitive& other) const override { return same_type<Relu>(*this, other); }
@@ -279,7 +278,7 @@ class Relu : public mx::UnaryPrimitive {
 mx::array relu_op(const mx::array& x) {
   auto s = cpu_stream("relu");
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("relu", "x must be floating point");
-  return mx::array(x.shape(), x.dtype(), std::make_shared<Relu>(s), {mx::contiguous(x, false, s)});
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Relu>(s), {x});
 }
 
 class LpRoot : public mx::UnaryPrimitive {
@@ -312,7 +311,7 @@ class LpRoot : public mx::UnaryPrimitive {
   std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
                                                            const std::vector<int>& axes) override {
     return {{mx::array(inputs[0].shape(), inputs[0].dtype(), std::make_shared<LpRoot>(stream(), scale_, inv_p_),
-                       {mx::contiguous(inputs[0], false, stream())})},
+                       {inputs[0]})},
             {axes[0]}};
   }
 
@@ -323,7 +322,7 @@ class LpRoot : public mx::UnaryPrimitive {
 mx::array lp_root_op(const mx::array& a, double scale, double inv_p) {
   auto s = cpu_stream("lp_root");
   if (a.dtype() != mx::float32 && a.dtype() != mx::float64) fail("lp_root", "a must be float32 or float64");
-  return mx::array(a.shape(), a.dtype(), std::make_shared<LpRoot>(s, scale, inv_p), {mx::contiguous(a, false, s)});
+  return mx::array(a.shape(), a.dtype(), std::make_shared<LpRoot>(s, scale, inv_p), {a});
 }
 
 mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx::array& beta,
@@ -354,8 +353,8 @@ mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx
   }
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("channel_affine", "x must be floating point");
   return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelAffine>(s, act),
-                   {mx::contiguous(x, false, s), mx::contiguous(mx::astype(alpha, mx::float32, s), false, s),
-                    mx::contiguous(mx::astype(beta, mx::float32, s), false, s)});
+                   {x, mx::astype(alpha, mx::float32, s),
+                    mx::astype(beta, mx::float32, s)});
 }
 
 mx::array hardtanh_op(const mx::array& x, double lo, double hi) {

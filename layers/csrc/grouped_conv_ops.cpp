@@ -58,7 +58,7 @@ class GroupedConv : public mx::UnaryPrimitive {
                              shape.push_back(fwd ? in[1].shape(0) : static_cast<int>(in[1].shape(-1) * groups_));
                              return std::vector<mx::array>{
                                  mx::array(shape, in[0].dtype(), std::make_shared<GroupedConv>(stream(), p_, groups_, kind_),
-                                           {mx::contiguous(in[0], false, stream()), in[1]})};
+                                           {in[0], in[1]})};
                            });
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -85,7 +85,7 @@ class GroupedConv : public mx::UnaryPrimitive {
   mx::array make(DwKind kind, const mx::array& a, const mx::array& b, const mx::Shape& shape) {
     auto s = stream();
     return mx::array(shape, a.dtype(), std::make_shared<GroupedConv>(s, p_, groups_, kind),
-                     {mx::contiguous(a, false, s), mx::contiguous(cast_like(b, a, s), false, s)});
+                     {a, cast_like(b, a, s)});
   }
   DwParams p_;
   int64_t groups_;
@@ -128,7 +128,7 @@ mx::array grouped_conv_op(const mx::array& x, const mx::array& w, const Ints& st
   for (int64_t o : out) shape.push_back(static_cast<int>(o));
   shape.push_back(w.shape(0));
   return mx::array(shape, x.dtype(), std::make_shared<GroupedConv>(s, std::move(p), groups, DwKind::forward),
-                   {mx::contiguous(x, false, s), mx::contiguous(w, false, s)});
+                   {x, w});
 }
 
 void bind_grouped_conv(nb::module_& m) {

@@ -79,8 +79,8 @@ mx::array linear_op(const mx::array& x, const mx::array& w, const std::optional<
   if (kind == LinearKind::kRows && x.shape(0) > kSmallLinearRows) fail(what, "x must be (M, K) with M <= 16");
   if (w.ndim() != 2 || w.shape(1) != x.shape(1)) fail(what, "weight must be (O, K) for x's K");
   if (b && (b->ndim() != 1 || b->shape(0) != w.shape(0))) fail(what, "bias must be (O,)");
-  std::vector<mx::array> in{mx::contiguous(x, false, s), mx::contiguous(w, false, s)};
-  if (b) in.push_back(mx::contiguous(*b, false, s));
+  std::vector<mx::array> in{x, w};
+  if (b) in.push_back(*b);
   return mx::array({x.shape(0), w.shape(0)}, mx::float32, std::make_shared<SmallLinear>(s, kind), std::move(in));
 }
 

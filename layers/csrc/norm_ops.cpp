@@ -154,7 +154,7 @@ class Norm : public mx::UnaryPrimitive {
     if (groups_ == 0) {  // rows are independent: the mapped axis joins them (it must not be the normalised one)
       const int last = static_cast<int>(inputs[0].ndim()) - 1;
       mx::array x = axes[0] == last ? mx::moveaxis(inputs[0], last, 0, s) : inputs[0];
-      std::vector<mx::array> in{mx::contiguous(x, false, s)};
+      std::vector<mx::array> in{x};
       for (size_t i = 1; i < inputs.size(); ++i) in.push_back(inputs[i]);
       return {{mx::array(in[0].shape(), in[0].dtype(), std::make_shared<Norm>(s, 0, eps_, has_w_, has_b_), in)},
               {axes[0] == last ? 0 : axes[0]}};
@@ -162,7 +162,7 @@ class Norm : public mx::UnaryPrimitive {
     std::vector<bool> batched(inputs.size(), false);
     batched[0] = true;
     auto build = [&](const std::vector<mx::array>& in) {
-      std::vector<mx::array> ins{mx::contiguous(in[0], false, s)};
+      std::vector<mx::array> ins{in[0]};
       for (size_t i = 1; i < in.size(); ++i) ins.push_back(in[i]);
       return std::vector<mx::array>{
           mx::array(in[0].shape(), in[0].dtype(), std::make_shared<Norm>(s, groups_, eps_, has_w_, has_b_), ins)};

@@ -167,7 +167,7 @@ class FractionalMax : public mx::Primitive {
       for (size_t d = 0; d < out_.size(); ++d) shape[1 + d] = static_cast<int>(out_[d]);
       return mx::array::make_arrays({shape, shape}, {in[0].dtype(), mx::int64},
                                     std::make_shared<FractionalMax>(stream(), kernel_, out_, column_),
-                                    {in[0], mx::contiguous(in[1], false, stream())});
+                                    {in[0], in[1]});
     });
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -227,7 +227,7 @@ class WindowSum : public mx::Primitive {
       for (size_t d = 0; d < nd; ++d) {  // forward: window outputs; adjoint: back to the input extents
         shape[1 + d] = grad_ ? plane_[d] : static_cast<int>(axes_[3 - nd + d].out());
       }
-      auto input = grad_ ? mx::contiguous(in[0], false, stream()) : in[0];
+      auto input = grad_ ? in[0] : in[0];
       return std::vector<mx::array>{mx::array(
           shape, in[0].dtype(),
           std::make_shared<WindowSum>(stream(), axes_, override_, sequential_, grad_, plane_, power_), {input})};
@@ -295,7 +295,7 @@ class PlaneScatter : public mx::Primitive {
         dtypes.push_back(mx::int64);
       }
       return mx::array::make_arrays(shapes, dtypes, std::make_shared<PlaneScatter>(stream(), dims_, assign_),
-                                    {mx::contiguous(in[0], false, stream()), mx::contiguous(in[1], false, stream())});
+                                    {in[0], in[1]});
     });
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
@@ -361,26 +361,26 @@ class PlaneGather : public mx::Primitive {
 };
 
 mx::array make_window_max_grad(mx::Stream s, const std::vector<Axis>& axes, const mx::array& x, const mx::array& g) {
-  return mx::array(x.shape(), x.dtype(), std::make_shared<WindowMaxGrad>(s, axes), {x, mx::contiguous(g, false, s)});
+  return mx::array(x.shape(), x.dtype(), std::make_shared<WindowMaxGrad>(s, axes), {x, g});
 }
 
 mx::array make_window_sum(mx::Stream s, const std::vector<Axis>& axes, int64_t ov, bool seq, bool grad,
                           const mx::Shape& shape, const mx::array& in, const mx::Shape& plane) {
   return mx::array(shape, in.dtype(), std::make_shared<WindowSum>(s, axes, ov, seq, grad, plane),
-                   {grad ? mx::contiguous(in, false, s) : in});
+                   {grad ? in : in});
 }
 
 mx::array make_scatter_add(mx::Stream s, const mx::Shape& shape, const mx::array& src, const mx::array& index) {
   mx::Shape dims(shape.begin() + 1, shape.end() - 1);
   return mx::array(shape, src.dtype(), std::make_shared<PlaneScatter>(s, dims, false),
-                   {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+                   {src, mx::astype(index, mx::int64, s)});
 }
 
 mx::array make_gather(mx::Stream s, const mx::array& src, const mx::array& index) {
   int64_t plane = 1;
   for (size_t d = 1; d + 1 < src.ndim(); ++d) plane *= src.shape(d);
   return mx::array(index.shape(), src.dtype(), std::make_shared<PlaneGather>(s, plane),
-                   {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+                   {src, mx::astype(index, mx::int64, s)});
 }
 
 // ------------------------------------------------------------------------------------------------ ops
@@ -425,7 +425,7 @@ std::vector<mx::array> fractional_max_op(const mx::array& x, const mx::array& sa
   auto shape = out_shape(x, out);
   return mx::array::make_arrays({shape, shape}, {x.dtype(), mx::int64},
                                 std::make_shared<FractionalMax>(s, kernel, out, column),
-                                {x, mx::contiguous(samples, false, s)});
+                                {x, samples});
 }
 
 mx::array window_max_grad_op(const mx::array& x, const mx::array& grad, const Table& first, const Table& end,
@@ -443,7 +443,7 @@ mx::array window_max_grad_op(const mx::array& x, const mx::array& grad, const Ta
     }
   }
   return mx::array(x.shape(), x.dtype(), std::make_shared<WindowMaxGrad>(s, std::move(axes)),
-                   {x, mx::contiguous(grad, false, s)});
+                   {x, grad});
 }
 
 mx::array window_sum_op(const mx::array& x, const Table& first, const Table& end, const Table& divisor,
@@ -481,7 +481,7 @@ mx::array window_sum_grad_op(const mx::array& grad, const Ints& plane, const Tab
   mx::Shape plane_shape(in_shape.begin() + 1, in_shape.end() - 1);
   return mx::array(in_shape, grad.dtype(),
                    std::make_shared<WindowSum>(s, std::move(axes), override_div, sequential, true, plane_shape),
-                   {mx::contiguous(grad, false, s)});
+                   {grad});
 }
 
 // With `assign` (max unpool), also returns the number of out-of-range indices (skipped) as an int64 scalar.
@@ -506,7 +506,7 @@ std::vector<mx::array> plane_scatter_op(const mx::array& src, const mx::array& i
   }
   return mx::array::make_arrays(
       shapes, dtypes, std::make_shared<PlaneScatter>(s, mx::Shape(shape.begin() + 1, shape.end() - 1), assign),
-      {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+      {src, mx::astype(index, mx::int64, s)});
 }
 
 mx::array plane_gather_op(const mx::array& src, const mx::array& index) {
@@ -519,7 +519,7 @@ mx::array plane_gather_op(const mx::array& src, const mx::array& index) {
   int64_t flat = 1;
   for (size_t d = 1; d + 1 < src.ndim(); ++d) flat *= src.shape(d);
   return mx::array(index.shape(), src.dtype(), std::make_shared<PlaneGather>(s, flat),
-                   {mx::contiguous(src, false, s), mx::contiguous(mx::astype(index, mx::int64, s), false, s)});
+                   {src, mx::astype(index, mx::int64, s)});
 }
 
 void bind_pool(nb::module_& m) {

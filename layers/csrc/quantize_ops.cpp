@@ -74,7 +74,7 @@ mx::array dequantize_affine_op(const mx::array& w, const mx::array& scales, cons
   }
   return mx::array(mx::Shape{static_cast<int>(rows), static_cast<int>(K)}, mx::float32,
                    std::make_shared<DequantizeAffine>(s, group_size, bits),
-                   {mx::contiguous(w, false, s), mx::contiguous(scales, false, s), mx::contiguous(biases, false, s)});
+                   {w, scales, biases});
 }
 
 void bind_quantize(nb::module_& m) {

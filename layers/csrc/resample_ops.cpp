@@ -61,7 +61,7 @@ class Bilinear2d : public mx::UnaryPrimitive {
     shape[1] = static_cast<int>(adjoint ? ah_->in : ah_->out());
     shape[2] = static_cast<int>(adjoint ? aw_->in : aw_->out());
     return mx::array(std::move(shape), x.dtype(), std::make_shared<Bilinear2d>(s, ah_, aw_, adjoint),
-                     {mx::contiguous(x, false, s)});
+                     {x});
   }
 
  private:

@@ -57,7 +57,7 @@ mx::array channel_shuffle_op(const mx::array& x, int64_t groups) {
     fail("channel_shuffle", "groups must divide the last dim (" + std::to_string(x.shape(-1)) + " channels, " +
                                 std::to_string(groups) + " groups)");
   }
-  return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelShuffle>(s, groups), {mx::contiguous(x, false, s)});
+  return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelShuffle>(s, groups), {x});
 }
 
 void bind_shuffle(nb::module_& m) {

@@ -72,7 +72,7 @@ mx::array flip_conv_weight_op(const mx::array& w, int groups) {
   shape.front() = w.shape(-1) * groups;
   shape.back() = w.shape(0) / groups;
   return mx::array(std::move(shape), w.dtype(), std::make_shared<FlipConvWeight>(s, groups),
-                   {mx::contiguous(w, false, s)});
+                   {w});
 }
 
 void bind_flip_conv_weight(nb::module_& m) {

@@ -129,7 +129,6 @@ mx::array wino_pass(mx::Stream s, WinoKind kind, const WinoGeometry& g, std::vec
       shape = {static_cast<int>(g.n), static_cast<int>(g.ho), static_cast<int>(g.wo), in[0].shape(2)};
       break;
   }
-  for (auto& a : in) a = mx::contiguous(a, false, s);
   return mx::array(std::move(shape), mx::float32, std::make_shared<Winograd>(s, kind, g), std::move(in));
 }
 
