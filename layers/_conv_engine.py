@@ -6,7 +6,7 @@ and returns ``(N, *out, C_out)`` without the bias. The choice, in order (:func:`
 
 * float64: ``layers/_conv_f64.py`` (MLX's conv computes float64 in float32; the native kernels take float32);
 * 1x1, one group, no padding: a matmul over channels (:data:`MATMUL_1X1`; float32 with a short K over many rows:
-  the native short-K GEMM of ``linear.py``, else BLAS);
+  the native short-K GEMM of ``linear.py``, else one native node over MLX's BLAS, ``linear.BLAS_NODE``);
 * depthwise (``groups == C_in``): the native kernel, else a tap sum with a written-out VJP (``_conv_depthwise.py``);
 * grouped with narrow groups: the native direct grouped conv (:data:`GROUPED_MAX_GROUP_WIDTH`);
 * stride-1 3x3, large enough: native Winograd F(2x2, 3x3) (:data:`WINOGRAD`, :data:`WINOGRAD_MIN_TILES`); a large
@@ -37,7 +37,7 @@ from ._conv3d_grads import input_grad as strided_input_grad
 from ._conv3d_grads import weight_grad as strided_weight_grad
 from ._conv_depthwise import NATIVE_DTYPES as _NATIVE_DTYPES
 from ._conv_depthwise import depthwise_conv
-from .linear import small_k_product
+from .linear import blas_product, small_k_product
 
 # 1x1 convolutions (no padding, one group; a stride just subsamples) run as a plain matmul when this is on. Measured
 # with mlx 0.32 CPU on (8,56,56,64)->256, (8,28,28,128) s2, (32,7,7,512): forward about equal to mx.conv_general,
@@ -113,6 +113,19 @@ def conv(x, weight, stride, lo, hi, dilation, groups) -> mx.array:
     return conv_core(x, weight, stride, lo, hi, dilation, groups)
 
 
+def pointwise_with_bias(x, weight, bias, stride, lo, hi, groups):
+    """A 1x1 one-group unpadded float32 conv with its bias added inside the product (one native node: the short-K
+    GEMM or MLX's BLAS with the bias as the GEMM's C), or ``None`` where :func:`conv_core` and a separate add run."""
+    kernel = weight.shape[1:-1]
+    if not (MATMUL_1X1 and groups == 1 and all(k == 1 for k in kernel) and not any(lo) and not any(hi)
+            and x.dtype == mx.float32):
+        return None
+    if any(s != 1 for s in stride):
+        x = x[(slice(None),) + tuple(slice(None, None, s) for s in stride)]
+    y = small_k_product(x, weight, bias)
+    return blas_product(x, weight, bias) if y is None else y
+
+
 def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True) -> mx.array:
     """:func:`conv` for float16/bfloat16/float32: the first strategy that applies, in the module docstring's order."""
     kernel = weight.shape[1:-1]
@@ -120,11 +133,14 @@ def conv_core(x, weight, stride, lo, hi, dilation, groups, winograd: bool = True
         # a 1x1 conv is a matmul over channels; stride just subsamples the input
         if any(s != 1 for s in stride):
             x = x[(slice(None),) + tuple(slice(None, None, s) for s in stride)]
+        # one native node where it can: the short-K GEMM (ResNet-50's 64 -> 256 at 56x56), else MLX's BLAS
+        y = small_k_product(x, weight)
+        y = blas_product(x, weight) if y is None else y
+        if y is not None:
+            return y
         c_out, c_in = weight.shape[0], weight.shape[-1]
         x2, w2 = x.reshape(-1, c_in), weight.reshape(c_out, c_in)
-        y = small_k_product(x2, w2)  # short K (ResNet-50's 64 -> 256 at 56x56): the native GEMM; else BLAS
-        y = x2 @ w2.T if y is None else y
-        return y.reshape(*x.shape[:-1], c_out)
+        return (x2 @ w2.T).reshape(*x.shape[:-1], c_out)
     if groups > 1 and groups == x.shape[-1]:
         if x.dtype in _NATIVE_DTYPES and _native.active("depthwise conv"):
             # one pass per output, padding never materialized; gradients in the primitive (layers/csrc)

@@ -150,7 +150,11 @@ def conv_nd(input, weight, bias, stride, padding, dilation, groups, *, nd: int, 
         out_spatial = tuple((p - e) // s + 1 for p, e, s in zip(padded, extent, stride))
         y = mx.zeros((x.shape[0], *out_spatial, c_out), dtype=x.dtype)
     else:  # the strategy (float64, native, Winograd, MLX's conv...) is the engine's choice
-        y = _conv_engine.conv(x, weight, stride, lo, hi, dilation, groups)
+        y = None if bias is None else _conv_engine.pointwise_with_bias(x, weight, bias, stride, lo, hi, groups)
+        if y is not None:
+            bias = None  # added inside the product
+        else:
+            y = _conv_engine.conv(x, weight, stride, lo, hi, dilation, groups)
         if _conv_nonfinite.multiplies_padding(x.dtype, nd, dilation, groups, c_in):  # torch's NaN at the borders
             y = _conv_nonfinite.with_padding_products(y, weight, spatial, stride, lo, dilation)
     if bias is not None:

@@ -7,8 +7,8 @@ shape whose product is 1) runs ``csrc/linear_kernels.h`` instead: each weight ro
 threads. Many rows with a short ``in_features`` (at most :data:`SMALL_K_MAX`: Swin's and ConvNeXt's first stage,
 96 -> 288/384; or up to :data:`SMALL_K_LONG_MAX` into few outputs: their 384 -> 96) are output-bound GEMMs where
 OpenBLAS runs 1.3-1.4x torch's time on AMD Zen 3: they run that file's register-tiled GEMM (bias in the tile, the
-output written once; switch :data:`SMALL_K`). Everything else (other
-dtypes, other devices, export) is MLX's ``addmm``, as ``mlx.nn.Linear``.
+output written once; switch :data:`SMALL_K`). Other float32 products are one native node calling MLX's own BLAS
+(:data:`BLAS_NODE`). Everything else (other dtypes, other devices, export) is MLX's ``addmm``, as ``mlx.nn.Linear``.
 """
 
 from __future__ import annotations
@@ -35,10 +35,22 @@ SMALL_K_LONG_OUT = 128
 SMALL_K_LONG_ROWS = 2048
 
 
+# Float32 products that no kernel above takes run as one native node calling the BLAS MLX calls (its cblas_sgemm:
+# csrc/linear_ops.cpp kind kBlas) when this is on: MLX's matmul/addmm of an (..., K) input and a transposed weight is
+# 3-5 graph nodes (flatten/reshape, transpose, matmul, unflatten), each ~10 us on the CPU stream, ~4 per 1x1 conv and
+# linear in a batch-1 forward. Same GEMM call, same numbers. False: MLX's ops (an A/B switch).
+BLAS_NODE = True
+
+
+def _float32_product(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> bool:
+    """``x (..., K)``, ``weight (O, ...)`` holding O * K elements, ``bias`` ``(O,)`` or None, all float32, non-empty."""
+    return (x.dtype == mx.float32 and weight.dtype == mx.float32 and (bias is None or bias.dtype == mx.float32)
+            and x.ndim >= 1 and x.shape[-1] > 0 and x.size > 0 and weight.ndim >= 2 and weight.shape[0] > 0
+            and weight.size == weight.shape[0] * x.shape[-1])
+
+
 def _small_k(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> bool:
-    if not (SMALL_K and x.dtype == mx.float32 and weight.dtype == mx.float32 and weight.ndim == 2
-            and (bias is None or bias.dtype == mx.float32) and x.ndim >= 1 and x.shape[-1] > 0
-            and weight.shape[0] > 0):
+    if not (SMALL_K and _float32_product(x, weight, bias)):
         return False
     k, rows, out = x.shape[-1], x.size // x.shape[-1], weight.shape[0]
     short = k <= SMALL_K_MAX and rows >= SMALL_K_MIN_ROWS
@@ -47,11 +59,21 @@ def _small_k(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> bool:
 
 
 def small_k_product(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> Optional[mx.array]:
-    """``x @ weight.T (+ bias)`` for ``x (M, K)`` by the short-K GEMM when it applies (float32, native kernels, the
-    sizes above), else ``None`` (the caller's own product). Used by the 1x1 conv."""
+    """``x @ weight.T (+ bias)`` for ``x (..., K)`` and ``weight (O, ...)`` read as ``(O, K)`` (a 1x1 conv's
+    ``(O, 1, 1, K)``) by the short-K GEMM when it applies (float32, native kernels, the sizes above), else ``None``
+    (the caller's own product); output ``(..., O)``."""
     if not _small_k(x, weight, bias):
         return None
     return _native.kernels().small_k_linear(x, weight, bias)
+
+
+def blas_product(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> Optional[mx.array]:
+    """The same product as one native node over MLX's own BLAS (:data:`BLAS_NODE`; float32, native kernels, MLX's
+    sgemm found, every size a BLAS int), else ``None``."""
+    if not (BLAS_NODE and _float32_product(x, weight, bias) and x.size // x.shape[-1] < 2**31
+            and max(x.shape[-1], weight.shape[0]) < 2**31 and _native.active("linear") and _native._fused_blas()):
+        return None
+    return _native.kernels().blas_linear(x, weight, bias)
 
 
 def _one_row(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> bool:
@@ -76,11 +98,12 @@ def linear(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> mx
     if x.ndim < 1 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"[linear] 'input' must end in in_features={weight.shape[1]} but got shape {tuple(x.shape)}.")
     if _one_row(x, weight, bias):
-        y = _native.kernels().small_linear(x.reshape(1, x.shape[-1]), weight, bias)
-        return y.reshape(*x.shape[:-1], weight.shape[0])
+        return _native.kernels().small_linear(x, weight, bias)
     if _small_k(x, weight, bias):
-        y = _native.kernels().small_k_linear(x.reshape(-1, x.shape[-1]), weight, bias)
-        return y.reshape(*x.shape[:-1], weight.shape[0])
+        return _native.kernels().small_k_linear(x, weight, bias)
+    y = blas_product(x, weight, bias)
+    if y is not None:
+        return y
     return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
 
 

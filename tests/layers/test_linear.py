@@ -106,12 +106,12 @@ def test_short_k_rows_take_the_native_gemm(backend, monkeypatch):
     y = linear(x, w, b)
     np.testing.assert_allclose(np.array(y), np.array(mx.addmm(b, x, w.T)), rtol=1e-5, atol=1e-5)
     assert calls == (["small_k_linear"] if backend == "native" else [])
-    linear(mx.random.normal((300, 129)), mx.random.normal((5, 129)))  # K past SMALL_K_MAX, rows < 2048: MLX's
-    linear(mx.random.normal((20, 96)), w, b)  # 20 rows: MLX's
+    linear(mx.random.normal((300, 129)), mx.random.normal((5, 129)))  # K past SMALL_K_MAX, rows < 2048: BLAS
+    linear(mx.random.normal((20, 96)), w, b)  # 20 rows: BLAS
     linear(x.astype(mx.float16), w.astype(mx.float16), b.astype(mx.float16))  # float16: MLX's
-    monkeypatch.setattr(linear_module, "SMALL_K", False)  # the switch: MLX's addmm
+    monkeypatch.setattr(linear_module, "SMALL_K", False)  # the switch: the BLAS node
     linear(x, w, b)
-    assert len(calls) == (1 if backend == "native" else 0)
+    assert calls == (["small_k_linear"] + ["blas_linear"] * 3 if backend == "native" else [])
 
 
 @pytest.mark.parametrize("rows", [1, 13], ids=["one row", "short-K GEMM"])
@@ -148,3 +148,39 @@ def test_vmap_and_compile(rows, few_rows):
     np.testing.assert_allclose(np.array(mx.vmap(lambda x: linear(x, w, b))(xs)), np.array(expected), rtol=1e-5,
                                atol=1e-5)
     np.testing.assert_allclose(np.array(mx.compile(linear)(xs[0], w, b)), np.array(expected[0]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_blas_node_matches_torch_with_gradients_vmap_and_its_switch(backend, bias, monkeypatch):
+    """Float32 products no other kernel takes are one native node over MLX's BLAS (``linear.BLAS_NODE``): an (..., K)
+    input, torch's numbers and gradients for x, weight and bias, MLX's own addmm bit for bit, vmap over the input or
+    the weight, and the switch off giving MLX's ops."""
+    g = torch.Generator().manual_seed(3)
+    tx = torch.randn(2, 3, 7, 40, generator=g, requires_grad=True)
+    tw = torch.randn(24, 40, generator=g, requires_grad=True)
+    tb = torch.randn(24, generator=g, requires_grad=True) if bias else None
+    ty = torch.nn.functional.linear(tx, tw, tb)
+    (ty * torch.linspace(-1, 1, 24)).sum().backward()
+    x, w = mx.array(tx.detach().numpy()), mx.array(tw.detach().numpy())
+    b = mx.array(tb.detach().numpy()) if bias else None
+    cot = mx.array(np.linspace(-1, 1, 24, dtype=np.float32))
+
+    def loss(x, w, b):
+        return (linear(x, w, b) * cot).sum()
+
+    y = linear(x, w, b)
+    assert y.shape == (2, 3, 7, 24)
+    np.testing.assert_allclose(np.array(y), ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+    mlx_own = mx.addmm(b, x, w.T) if bias else x @ w.T
+    np.testing.assert_array_equal(np.array(y), np.array(mlx_own))
+    grads = mx.grad(loss, argnums=(0, 1, 2) if bias else (0, 1))(x, w, b)
+    for got, want in zip(grads, (tx.grad, tw.grad) + ((tb.grad,) if bias else ())):
+        np.testing.assert_allclose(np.array(got), want.numpy(), rtol=1e-4, atol=1e-4)
+    stacked_w = mx.stack([w, 2 * w])
+    by_weight = mx.vmap(lambda v: linear(x, v, b))(stacked_w)
+    np.testing.assert_allclose(np.array(by_weight[1]), 2 * np.array(y) - (np.array(b) if bias else 0),
+                               rtol=1e-5, atol=1e-4)
+    by_input = mx.vmap(lambda v: linear(v, w, b), in_axes=2)(x)
+    np.testing.assert_allclose(np.array(by_input), np.array(y).transpose(2, 0, 1, 3), rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(linear_module, "BLAS_NODE", False)
+    np.testing.assert_array_equal(np.array(linear(x, w, b)), np.array(y))
