@@ -20,10 +20,7 @@ import math
 import torch
 from torch import nn
 
-
-class NewGELUActivation(nn.Module):
-    def forward(self, input):
-        return 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))))
+from tests.models.hf_text_more import NewGELUActivation
 
 
 class AlbertEmbeddings(nn.Module):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.models.albert import NewGELUActivation
+from tests.models.hf_text_more import NewGELUActivation
 
 
 def create_sinusoidal_positions(num_pos: int, dim: int) -> torch.Tensor:

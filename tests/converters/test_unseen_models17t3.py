@@ -1,0 +1,114 @@
+"""Session 17's encoder twins: transformers' ``PerceiverForSequenceClassification`` (``tests/models/perceiver.py``:
+learned latents cross-attending to the token embeddings, score and value widths apart, the self-attention stack run
+``num_blocks`` times with the same weights, a one-query classification decoder) and
+``DistilBertForSequenceClassification`` (``distilbert.py``: ``masked_fill`` of the expanded padding mask, post-norm
+blocks; learned positions, or numpy sinusoids frozen with ``requires_grad = False``). Each converts and matches torch,
+run here on the same data, at its example size and at another batch and length (padded rows), the Perceiver's
+latents too; strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin, gradients to every
+trainable parameter (the frozen table gets none, in torch and in the port), train mode, float16.
+
+No converter change was needed for these.
+
+The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch| per output.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+import porter
+from tests.converter_check import assert_matches, run_ported
+from tests.models import distilbert, perceiver
+from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, token_ids
+
+_ids = partial(token_ids, low=1)
+
+TWINS = {
+    "perceiver": Twin(perceiver.perceiver_small, _ids(2, 7), _ids(3, 13)),
+    "perceiver_default_channels": Twin(perceiver.perceiver_default_channels_small, _ids(2, 7, False),
+                                       _ids(1, 12, False)),
+    "distilbert": Twin(distilbert.distilbert_small, _ids(2, 7, pad_id=0), _ids(3, 13, pad_id=0)),
+    "distilbert_sinusoidal": Twin(distilbert.distilbert_sinusoidal_small, _ids(2, 7, pad_id=0),
+                                  _ids(3, 11, pad_id=0), fix=distilbert.real_sinusoids),
+}
+
+SUITE = TwinSuite(TWINS)
+_PARAMS = SUITE.params(slow=("perceiver_default_channels",))  # a conversion of its own (~10 s wall)
+
+
+@pytest.mark.parametrize("name", _PARAMS)
+def test_twin_matches_torch_at_two_sizes(name):
+    SUITE.check(name)
+
+
+@pytest.mark.parametrize("name", _PARAMS)
+def test_a_checkpoint_round_trips_through_the_port(name):
+    SUITE.round_trip(name)
+
+
+def test_twins_keep_their_reference_names():
+    layer = "perceiver.encoder.cross_attention."
+    decoder = "perceiver.decoder.decoder."
+    SUITE.assert_keeps_names({
+        "perceiver": ["perceiver.input_preprocessor.embeddings.weight",
+                      "perceiver.input_preprocessor.position_embeddings.weight", "perceiver.embeddings.latents",
+                      layer + "attention.self.layernorm1.weight", layer + "attention.self.layernorm2.bias",
+                      layer + "attention.self.query.weight", layer + "attention.self.key.bias",
+                      layer + "attention.self.value.weight", layer + "attention.output.dense.weight",
+                      layer + "layernorm.weight", layer + "mlp.dense1.weight", layer + "mlp.dense2.bias",
+                      "perceiver.encoder.self_attends.1.attention.self.query.weight",
+                      decoder + "output_position_encodings.position_embeddings",
+                      decoder + "decoding_cross_attention.attention.self.layernorm2.weight",
+                      decoder + "final_layer.weight"],
+        "distilbert": ["distilbert.embeddings.word_embeddings.weight",
+                       "distilbert.embeddings.position_embeddings.weight", "distilbert.embeddings.LayerNorm.weight",
+                       "distilbert.transformer.layer.0.attention.q_lin.weight",
+                       "distilbert.transformer.layer.1.attention.out_lin.bias",
+                       "distilbert.transformer.layer.0.sa_layer_norm.weight",
+                       "distilbert.transformer.layer.1.ffn.lin1.weight",
+                       "distilbert.transformer.layer.0.ffn.lin2.bias",
+                       "distilbert.transformer.layer.1.output_layer_norm.bias", "pre_classifier.weight",
+                       "classifier.bias"],
+    })
+    state = TWINS["perceiver"].builder().state_dict()
+    assert not any("self_attends.2" in k or "self_attends.0.attention.self.layernorm2" in k for k in state)
+    assert "distilbert.embeddings.position_ids" not in TWINS["distilbert"].builder().state_dict()
+
+
+@pytest.mark.parametrize("name", ["perceiver", "distilbert", "distilbert_sinusoidal"])
+def test_gradients_to_every_parameter(name):
+    """Perceiver: the latents through their expand, the self-attention weights summed over the blocks that reuse
+    them, the decoder's query; DistilBERT: through the masked fill; the frozen sinusoid table gets none."""
+    model, ported = SUITE.converted(name)
+    assert_gradients_match(model, ported, _ids(2, 9, pad_id=0)(1))
+    if name == "distilbert_sinusoidal":
+        assert not model.distilbert.embeddings.position_embeddings.weight.requires_grad
+
+
+@pytest.mark.slow  # a fresh train-mode conversion each (8-12 s wall)
+@pytest.mark.parametrize("name", ["perceiver", "distilbert"])
+def test_train_mode_matches_torch(name):
+    model = SUITE.build(name).train()
+    ported = porter.convert(model, TWINS[name].inputs(0), io_layout="torch")
+    assert_matches(ported, model, TWINS[name].second(1))
+    assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
+
+
+@pytest.mark.parametrize("name", ["perceiver", "distilbert"])
+def test_float16_port_matches_torch_float16(name):
+    """The float16 port against torch's float16 model on the same ids, within 2% of the output's range (torch's own
+    float16 run against its float32 one printed on failure)."""
+    model, ported = SUITE.converted(name)
+    x = TWINS[name].second(3)
+    got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
+    with torch.no_grad():
+        ref = torch.utils._pytree.tree_leaves(copy.deepcopy(model).half()(*x))[0].float().numpy()
+        full = torch.utils._pytree.tree_leaves(model(*x))[0].numpy()
+    assert np.isfinite(got).all()
+    err, own = np.abs(got - ref).max(), np.abs(full - ref).max()
+    assert err <= 2e-2 * np.abs(ref).max(), (err, own, np.abs(ref).max())
