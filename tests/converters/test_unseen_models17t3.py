@@ -1,4 +1,6 @@
-"""Session 17's encoder twins: transformers' ``PerceiverForSequenceClassification`` (``tests/models/perceiver.py``:
+"""Session 17's encoder twins: transformers' ``SiglipModel`` (``tests/models/siglip.py``: vision and text towers in
+one forward, the attention-pooling head's probe through ``nn.MultiheadAttention``, last-token text pooling, the
+sigmoid logits between L2-normalised embeddings; as many texts as images or not), ``PerceiverForSequenceClassification`` (``tests/models/perceiver.py``:
 learned latents cross-attending to the token embeddings, score and value widths apart, the self-attention stack run
 ``num_blocks`` times with the same weights, a one-query classification decoder) and
 ``DistilBertForSequenceClassification`` (``distilbert.py``: ``masked_fill`` of the expanded padding mask, post-norm
@@ -23,12 +25,24 @@ import torch
 
 import porter
 from tests.converter_check import assert_matches, run_ported
-from tests.models import distilbert, perceiver
+from tests.models import distilbert, perceiver, siglip
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, token_ids
 
 _ids = partial(token_ids, low=1)
 
+
+def _texts_and_images(texts, length, images, padded=True):
+    """seed -> SigLIP's ``(input_ids (texts, length), pixel_values (images, 3, 24, 24)[, attention_mask])``."""
+    def make(seed):
+        ids = _ids(texts, length, padded=padded)(seed)
+        pixels = torch.randn(images, 3, 24, 24, generator=torch.Generator().manual_seed(seed + 100))
+        return (ids[0], pixels) + ids[1:]
+    return make
+
+
 TWINS = {
+    # 2 texts against 3 images, then 3 longer texts against 1 image
+    "siglip": Twin(siglip.siglip_small, _texts_and_images(2, 7, 3), _texts_and_images(3, 13, 1)),
     "perceiver": Twin(perceiver.perceiver_small, _ids(2, 7), _ids(3, 13)),
     "perceiver_default_channels": Twin(perceiver.perceiver_default_channels_small, _ids(2, 7, False),
                                        _ids(1, 12, False)),
@@ -65,6 +79,15 @@ def test_twins_keep_their_reference_names():
                       decoder + "output_position_encodings.position_embeddings",
                       decoder + "decoding_cross_attention.attention.self.layernorm2.weight",
                       decoder + "final_layer.weight"],
+        "siglip": ["vision_model.embeddings.patch_embedding.weight", "vision_model.embeddings.position_embedding.weight",
+                   "vision_model.encoder.layers.1.self_attn.q_proj.weight",
+                   "vision_model.encoder.layers.0.layer_norm1.bias", "vision_model.encoder.layers.0.mlp.fc2.weight",
+                   "vision_model.post_layernorm.weight", "vision_model.head.probe",
+                   "vision_model.head.attention.in_proj_weight", "vision_model.head.attention.out_proj.bias",
+                   "vision_model.head.layernorm.weight", "vision_model.head.mlp.fc1.bias",
+                   "text_model.embeddings.token_embedding.weight", "text_model.embeddings.position_embedding.weight",
+                   "text_model.encoder.layers.1.self_attn.out_proj.bias", "text_model.final_layer_norm.weight",
+                   "text_model.head.weight", "logit_scale", "logit_bias"],
         "distilbert": ["distilbert.embeddings.word_embeddings.weight",
                        "distilbert.embeddings.position_embeddings.weight", "distilbert.embeddings.LayerNorm.weight",
                        "distilbert.transformer.layer.0.attention.q_lin.weight",
@@ -77,7 +100,15 @@ def test_twins_keep_their_reference_names():
     })
     state = TWINS["perceiver"].builder().state_dict()
     assert not any("self_attends.2" in k or "self_attends.0.attention.self.layernorm2" in k for k in state)
+    assert not any("position_ids" in k for k in TWINS["siglip"].builder().state_dict())
     assert "distilbert.embeddings.position_ids" not in TWINS["distilbert"].builder().state_dict()
+
+
+def test_siglip_gradients_to_the_pixels_and_every_parameter():
+    """Through the logits' ``logit_scale.exp()``, both normalisations, the pooling head's multihead attention and
+    its probe's ``repeat``, the patch conv; the text tower's last-token pooling under the padding mask."""
+    model, ported = SUITE.converted("siglip")
+    assert_gradients_match(model, ported, _texts_and_images(3, 9, 2)(1))
 
 
 @pytest.mark.parametrize("name", ["perceiver", "distilbert", "distilbert_sinusoidal"])
@@ -90,8 +121,8 @@ def test_gradients_to_every_parameter(name):
         assert not model.distilbert.embeddings.position_embeddings.weight.requires_grad
 
 
-@pytest.mark.slow  # a fresh train-mode conversion each (8-12 s wall)
-@pytest.mark.parametrize("name", ["perceiver", "distilbert"])
+@pytest.mark.slow  # a fresh train-mode conversion each (8-20 s wall)
+@pytest.mark.parametrize("name", ["siglip", "perceiver", "distilbert"])
 def test_train_mode_matches_torch(name):
     model = SUITE.build(name).train()
     ported = porter.convert(model, TWINS[name].inputs(0), io_layout="torch")
@@ -99,16 +130,17 @@ def test_train_mode_matches_torch(name):
     assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
 
 
-@pytest.mark.parametrize("name", ["perceiver", "distilbert"])
+@pytest.mark.parametrize("name", ["siglip", "perceiver", "distilbert"])
 def test_float16_port_matches_torch_float16(name):
-    """The float16 port against torch's float16 model on the same ids, within 2% of the output's range (torch's own
+    """The float16 port against torch's float16 model on the same ids (and float16 pixels), within 2% of the output's range (torch's own
     float16 run against its float32 one printed on failure)."""
     model, ported = SUITE.converted(name)
-    x = TWINS[name].second(3)
+    x = tuple(t.half() if t.is_floating_point() else t for t in TWINS[name].second(3))
     got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
     with torch.no_grad():
         ref = torch.utils._pytree.tree_leaves(copy.deepcopy(model).half()(*x))[0].float().numpy()
-        full = torch.utils._pytree.tree_leaves(model(*x))[0].numpy()
+        full = torch.utils._pytree.tree_leaves(model(*(t.float() if t.is_floating_point() else t for t in x)))[0]
+        full = full.numpy()
     assert np.isfinite(got).all()
     err, own = np.abs(got - ref).max(), np.abs(full - ref).max()
     assert err <= 2e-2 * np.abs(ref).max(), (err, own, np.abs(ref).max())
