@@ -83,13 +83,21 @@ class TwinSuite:
             missing = [k for k in keys if k not in state]
             assert not missing, f"{name}: missing {missing}"
 
-    def parity_test(self):
+    def parity_test(self, slow=()):
         """The test of every twin at both sizes, for a test module to bind as
-        ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()``."""
-        @pytest.mark.parametrize("name", sorted(self.twins))
+        ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()`` (twins in ``slow`` marked ``slow``)."""
+        @pytest.mark.parametrize("name", self.params(slow))
         def test_twin_matches_torch_at_two_sizes(name):
             self.check(name)
         return test_twin_matches_torch_at_two_sizes
+
+    def round_trip_test(self, slow=()):
+        """:meth:`round_trip` of every twin, for a test module to bind as
+        ``test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test()``."""
+        @pytest.mark.parametrize("name", self.params(slow))
+        def test_a_checkpoint_round_trips_through_the_port(name):
+            self.round_trip(name)
+        return test_a_checkpoint_round_trips_through_the_port
 
     def gradients_match(self, name, inputs):
         """The converted twin's eval-mode gradients on ``inputs`` are torch's (:func:`assert_gradients_match`)."""
@@ -110,8 +118,6 @@ class TwinSuite:
 
     def params(self, slow=()):
         """The twins' names for ``pytest.mark.parametrize``, those in ``slow`` marked ``slow``."""
-        import pytest
-
         return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in sorted(self.twins)]
 
     def assert_reference_names(self, expected: dict):

@@ -38,11 +38,7 @@ TWINS = {
 
 SUITE = TwinSuite(TWINS)
 test_twin_matches_torch_at_two_sizes = SUITE.parity_test()
-
-
-@pytest.mark.parametrize("name", sorted(TWINS))
-def test_a_checkpoint_round_trips_through_the_port(name):
-    SUITE.round_trip(name)
+test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test()
 
 
 def test_twins_keep_their_reference_names():

@@ -58,17 +58,9 @@ TWINS = {
 
 SUITE = TwinSuite(TWINS)
 # the variants each cost a conversion of their own (6-10 s wall on the loaded machine)
-_PARAMS = SUITE.params(slow=("gemma2_uncapped", "gptj_full_rotary"))
-
-
-@pytest.mark.parametrize("name", _PARAMS)
-def test_twin_matches_torch_at_two_sizes(name):
-    SUITE.check(name)
-
-
-@pytest.mark.parametrize("name", _PARAMS)
-def test_a_checkpoint_round_trips_through_the_port(name):
-    SUITE.round_trip(name)
+_SLOW = ("gemma2_uncapped", "gptj_full_rotary")
+test_twin_matches_torch_at_two_sizes = SUITE.parity_test(slow=_SLOW)
+test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test(slow=_SLOW)
 
 
 def test_twins_keep_their_reference_names():

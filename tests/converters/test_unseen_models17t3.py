@@ -52,17 +52,10 @@ TWINS = {
 }
 
 SUITE = TwinSuite(TWINS)
-_PARAMS = SUITE.params(slow=("perceiver_default_channels",))  # a conversion of its own (~10 s wall)
-
-
-@pytest.mark.parametrize("name", _PARAMS)
-def test_twin_matches_torch_at_two_sizes(name):
-    SUITE.check(name)
-
-
-@pytest.mark.parametrize("name", _PARAMS)
-def test_a_checkpoint_round_trips_through_the_port(name):
-    SUITE.round_trip(name)
+# a conversion of its own (~10 s wall)
+_SLOW = ("perceiver_default_channels",)
+test_twin_matches_torch_at_two_sizes = SUITE.parity_test(slow=_SLOW)
+test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test(slow=_SLOW)
 
 
 def test_twins_keep_their_reference_names():

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.models.llm_variants import GemmaRMSNorm, PytorchGELUTanh
-from tests.models.mistral import MistralRotaryEmbedding, apply_rotary_pos_emb, prepare_4d_causal_mask, repeat_kv
+from tests.models.mistral import MistralAttention, MistralRotaryEmbedding, decoder_inputs, repeat_kv
 
 
 class Gemma2MLP(nn.Module):
@@ -51,32 +51,16 @@ def eager_attention_forward(module, query, key, value, attention_mask, softcap: 
     return torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous()
 
 
-class Gemma2Attention(nn.Module):
+class Gemma2Attention(MistralAttention):
     def __init__(self, layer_idx: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
                  query_pre_attn_scalar: float, attn_logit_softcapping: Optional[float], sliding_window: int):
-        super().__init__()
-        self.head_dim = head_dim
-        self.num_key_value_groups = heads // kv_heads
+        super().__init__(hidden, heads, kv_heads, head_dim, qkv_bias=False, implementation="eager")
         self.scaling = query_pre_attn_scalar ** -0.5
-        self.attention_dropout = 0.0
         self.attn_logit_softcapping = attn_logit_softcapping
         self.sliding_window = sliding_window if not bool(layer_idx % 2) else None
-        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
 
-    def forward(self, hidden_states, position_embeddings, attention_mask):
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        attn_output = eager_attention_forward(self, query_states, key_states, value_states, attention_mask,
-                                              softcap=self.attn_logit_softcapping)
-        return self.o_proj(attn_output.reshape(*input_shape, -1).contiguous())
+    def attend(self, query, key, value, attention_mask):
+        return eager_attention_forward(self, query, key, value, attention_mask, softcap=self.attn_logit_softcapping)
 
 
 class Gemma2DecoderLayer(nn.Module):
@@ -123,12 +107,7 @@ class Gemma2Model(nn.Module):
         self.rotary_emb = MistralRotaryEmbedding(head_dim, 10000.0)
 
     def forward(self, input_ids, attention_mask=None):
-        inputs_embeds = self.embed_tokens(input_ids)
-        cache_position = torch.arange(0, inputs_embeds.shape[1], device=inputs_embeds.device)
-        causal_mask = prepare_4d_causal_mask(attention_mask, inputs_embeds.shape[1], inputs_embeds.shape[1],
-                                             inputs_embeds.dtype, cache_position, inputs_embeds.shape[0], None)
-        hidden_states = inputs_embeds
-        position_embeddings = self.rotary_emb(hidden_states, cache_position.unsqueeze(0))
+        hidden_states, causal_mask, position_embeddings = decoder_inputs(self, input_ids, attention_mask, None)
         normalizer = torch.tensor(self.hidden_size ** 0.5, dtype=hidden_states.dtype)
         hidden_states = hidden_states * normalizer
         for decoder_layer in self.layers:

@@ -24,7 +24,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.models.mistral import MistralAttention, MistralMLP, MistralRMSNorm, MistralRotaryEmbedding, \
-    prepare_4d_causal_mask
+    decoder_inputs
+
+
+def route(block, hidden_states, normalize: bool):
+    """The routing both blocks run on ``(tokens, hidden)`` states: ``(router_logits, routing_weights (tokens,
+    top_k), a zero output buffer, expert_mask (experts, top_k, tokens))``."""
+    router_logits = block.gate(hidden_states)
+    routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+    routing_weights, selected_experts = torch.topk(routing_weights, block.top_k, dim=-1)
+    if normalize:
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+    routing_weights = routing_weights.to(hidden_states.dtype)
+    final_hidden_states = torch.zeros(hidden_states.shape, dtype=hidden_states.dtype, device=hidden_states.device)
+    expert_mask = F.one_hot(selected_experts, num_classes=block.num_experts).permute(2, 1, 0)
+    return router_logits, routing_weights, final_hidden_states, expert_mask
 
 
 class MixtralBlockSparseTop2MLP(nn.Module):
@@ -54,14 +68,7 @@ class MixtralSparseMoeBlock(nn.Module):
         if self.training and self.jitter_noise > 0:
             hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
         hidden_states = hidden_states.view(-1, hidden_dim)
-        router_logits = self.gate(hidden_states)
-        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
-        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
-        routing_weights = routing_weights.to(hidden_states.dtype)
-        final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype,
-                                          device=hidden_states.device)
-        expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        router_logits, routing_weights, final_hidden_states, expert_mask = route(self, hidden_states, True)
         expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
         for expert_idx in expert_hit:
             expert_layer = self.experts[expert_idx]
@@ -88,15 +95,8 @@ class Qwen2MoeSparseMoeBlock(nn.Module):
     def forward(self, hidden_states):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
         hidden_states = hidden_states.view(-1, hidden_dim)
-        router_logits = self.gate(hidden_states)
-        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
-        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        if self.norm_topk_prob:
-            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
-        routing_weights = routing_weights.to(hidden_states.dtype)
-        final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype,
-                                          device=hidden_states.device)
-        expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        router_logits, routing_weights, final_hidden_states, expert_mask = route(self, hidden_states,
+                                                                                 self.norm_topk_prob)
         for expert_idx in range(self.num_experts):
             expert_layer = self.experts[expert_idx]
             idx, top_x = torch.where(expert_mask[expert_idx])
@@ -154,13 +154,8 @@ class MixtralModel(nn.Module):
         self.rotary_emb = MistralRotaryEmbedding(head_dim, 10000.0)
 
     def forward(self, input_ids, attention_mask=None):
-        inputs_embeds = self.embed_tokens(input_ids)
-        cache_position = torch.arange(0, inputs_embeds.shape[1], device=inputs_embeds.device)
-        causal_mask = prepare_4d_causal_mask(attention_mask, inputs_embeds.shape[1], inputs_embeds.shape[1],
-                                             inputs_embeds.dtype, cache_position, inputs_embeds.shape[0],
-                                             self.sliding_window)
-        hidden_states = inputs_embeds
-        position_embeddings = self.rotary_emb(hidden_states, cache_position.unsqueeze(0))
+        hidden_states, causal_mask, position_embeddings = decoder_inputs(self, input_ids, attention_mask,
+                                                                         self.sliding_window)
         all_router_logits = ()
         for decoder_layer in self.layers:
             hidden_states, router_logits = decoder_layer(hidden_states, causal_mask, position_embeddings)
