@@ -11,6 +11,7 @@ import torch
 
 import porter
 from porter.converters import TrainModeError
+from porter.converters.capture_moe import _dense_differs, dense_forward
 from tests.converter_check import assert_matches
 from tests.models._common import randomize_
 from tests.models.mixtral import MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock
@@ -105,3 +106,13 @@ def test_the_torch_model_is_left_as_it_was():
     assert "forward" not in vars(block) and block.training
     with torch.no_grad():
         torch.testing.assert_close(block.eval()(*x)[0], before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_the_dense_form_is_recognised_in_other_dtypes(dtype):
+    """A checkpoint kept in half precision (or float64) is checked in its own dtype, to that dtype's rounding; a
+    wrong dense form is still told apart."""
+    block = _block(num_experts=4, top_k=2).to(dtype)
+    assert _dense_differs(block, dense_forward(block)) is None
+    wrong = _block(_NotRenormalised, num_experts=4, top_k=2).to(dtype)
+    assert _dense_differs(wrong, dense_forward(wrong)) is not None
