@@ -1,4 +1,6 @@
-"""Session 17's encoder twins: transformers' ``SiglipModel`` (``tests/models/siglip.py``: vision and text towers in
+"""Session 17's encoder twins: transformers' ``HubertModel`` (``tests/models/hubert.py``: wav2vec2's conv feature
+encoder with its group norm and weight-normed positional conv, the audio padding mask turned into a frame mask by
+conv length arithmetic and ``flip``-``cumsum``-``flip``), ``SiglipModel`` (``tests/models/siglip.py``: vision and text towers in
 one forward, the attention-pooling head's probe through ``nn.MultiheadAttention``, last-token text pooling, the
 sigmoid logits between L2-normalised embeddings; as many texts as images or not), ``PerceiverForSequenceClassification`` (``tests/models/perceiver.py``:
 learned latents cross-attending to the token embeddings, score and value widths apart, the self-attention stack run
@@ -25,7 +27,7 @@ import torch
 
 import porter
 from tests.converter_check import assert_matches, run_ported
-from tests.models import distilbert, perceiver, siglip
+from tests.models import distilbert, hubert, perceiver, siglip
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, token_ids
 
 _ids = partial(token_ids, low=1)
@@ -40,7 +42,24 @@ def _texts_and_images(texts, length, images, padded=True):
     return make
 
 
+def _audio(b, samples, padded=True):
+    """seed -> HuBERT's ``(input_values (b, samples)[, attention_mask])``: row i loses its last 37 * i samples
+    (zeroed, as a feature extractor pads)."""
+    def make(seed):
+        x = torch.randn(b, samples, generator=torch.Generator().manual_seed(seed))
+        if not padded:
+            return (x,)
+        mask = torch.ones(b, samples, dtype=torch.long)
+        for i in range(1, b):
+            mask[i, samples - 37 * i:] = 0
+        return x * mask, mask
+    return make
+
+
 TWINS = {
+    # 400 samples -> 19 frames (the padded row: 17); 333 -> 16 frames (the padded rows: 14 and 12)
+    "hubert": Twin(hubert.hubert_small, _audio(2, 400), _audio(3, 333)),
+    "hubert_no_mask": Twin(hubert.hubert_small, _audio(2, 400, False), _audio(1, 357, False)),
     # 2 texts against 3 images, then 3 longer texts against 1 image
     "siglip": Twin(siglip.siglip_small, _texts_and_images(2, 7, 3), _texts_and_images(3, 13, 1)),
     "perceiver": Twin(perceiver.perceiver_small, _ids(2, 7), _ids(3, 13)),
@@ -53,7 +72,7 @@ TWINS = {
 
 SUITE = TwinSuite(TWINS)
 # a conversion of its own (~10 s wall)
-_SLOW = ("perceiver_default_channels",)
+_SLOW = ("perceiver_default_channels", "hubert_no_mask")
 test_twin_matches_torch_at_two_sizes = SUITE.parity_test(slow=_SLOW)
 test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test(slow=_SLOW)
 
@@ -72,6 +91,14 @@ def test_twins_keep_their_reference_names():
                       decoder + "output_position_encodings.position_embeddings",
                       decoder + "decoding_cross_attention.attention.self.layernorm2.weight",
                       decoder + "final_layer.weight"],
+        "hubert": ["feature_extractor.conv_layers.0.conv.weight", "feature_extractor.conv_layers.0.layer_norm.weight",
+                   "feature_extractor.conv_layers.2.conv.weight", "feature_projection.layer_norm.bias",
+                   "feature_projection.projection.weight",
+                   "encoder.pos_conv_embed.conv.parametrizations.weight.original0",
+                   "encoder.pos_conv_embed.conv.parametrizations.weight.original1", "encoder.layer_norm.weight",
+                   "encoder.layers.0.attention.k_proj.bias", "encoder.layers.1.attention.out_proj.weight",
+                   "encoder.layers.0.layer_norm.weight", "encoder.layers.1.feed_forward.intermediate_dense.weight",
+                   "encoder.layers.0.feed_forward.output_dense.bias", "encoder.layers.1.final_layer_norm.weight"],
         "siglip": ["vision_model.embeddings.patch_embedding.weight", "vision_model.embeddings.position_embedding.weight",
                    "vision_model.encoder.layers.1.self_attn.q_proj.weight",
                    "vision_model.encoder.layers.0.layer_norm1.bias", "vision_model.encoder.layers.0.mlp.fc2.weight",
@@ -97,6 +124,12 @@ def test_twins_keep_their_reference_names():
     assert "distilbert.embeddings.position_ids" not in TWINS["distilbert"].builder().state_dict()
 
 
+def test_hubert_gradients_to_the_audio_and_every_parameter():
+    """Through the conv stack and its group norm, the weight norm's ``g`` and ``v``, the zeroed padded frames."""
+    model, ported = SUITE.converted("hubert")
+    assert_gradients_match(model, ported, _audio(2, 371)(1))
+
+
 def test_siglip_gradients_to_the_pixels_and_every_parameter():
     """Through the logits' ``logit_scale.exp()``, both normalisations, the pooling head's multihead attention and
     its probe's ``repeat``, the patch conv; the text tower's last-token pooling under the padding mask."""
@@ -115,7 +148,7 @@ def test_gradients_to_every_parameter(name):
 
 
 @pytest.mark.slow  # a fresh train-mode conversion each (8-20 s wall)
-@pytest.mark.parametrize("name", ["siglip", "perceiver", "distilbert"])
+@pytest.mark.parametrize("name", ["hubert", "siglip", "perceiver", "distilbert"])
 def test_train_mode_matches_torch(name):
     model = SUITE.build(name).train()
     ported = porter.convert(model, TWINS[name].inputs(0), io_layout="torch")
@@ -123,9 +156,9 @@ def test_train_mode_matches_torch(name):
     assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
 
 
-@pytest.mark.parametrize("name", ["siglip", "perceiver", "distilbert"])
+@pytest.mark.parametrize("name", ["hubert", "siglip", "perceiver", "distilbert"])
 def test_float16_port_matches_torch_float16(name):
-    """The float16 port against torch's float16 model on the same ids (and float16 pixels), within 2% of the output's range (torch's own
+    """The float16 port against torch's float16 model on the same ids (and float16 pixels or audio), within 2% of the output's range (torch's own
     float16 run against its float32 one printed on failure)."""
     model, ported = SUITE.converted(name)
     x = tuple(t.half() if t.is_floating_point() else t for t in TWINS[name].second(3))
