@@ -15,7 +15,7 @@ from torch import nn
 
 import porter
 from porter.validation.grads import grad_parity
-from tests.converter_check import assert_matches
+from tests.converter_check import assert_matches, run_ported
 from tests.models._common import randomize_
 
 
@@ -115,6 +115,31 @@ class TwinSuite:
         with torch.no_grad():
             torch.testing.assert_close(other(*inputs), model(*inputs))
         return other
+
+    def train_mode_check(self, name):
+        """Converted in train mode (dropout at 0): outputs at the second size and eval-style gradients to every
+        parameter as torch's train-mode model's."""
+        twin = self.twins[name]
+        model = self.build(name).train()
+        ported = porter.convert(model, twin.inputs(0), io_layout="torch", dynamic=twin.dynamic)
+        assert_matches(ported, model, twin.second(1))
+        assert_gradients_match(model, ported, twin.inputs(2), seed=2)
+
+    def float16_check(self, name, rel=2e-2):
+        """The float16 port against torch's float16 model on the second size's inputs (float inputs in float16, ids
+        as they are): the first output finite and within ``rel`` of its range (torch's own float16 error against its
+        float32 model is printed on failure, as the yardstick)."""
+        import copy
+
+        model, ported = self.converted(name)
+        x = tuple(t.half() if t.is_floating_point() else t for t in self.twins[name].second(3))
+        got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
+        with torch.no_grad():
+            ref = torch.utils._pytree.tree_leaves(copy.deepcopy(model).half()(*x))[0].float().numpy()
+            full = torch.utils._pytree.tree_leaves(model(*(t.float() if t.is_floating_point() else t for t in x)))[0]
+        assert np.isfinite(got).all()
+        err, own = np.abs(got - ref).max(), np.abs(full.numpy() - ref).max()
+        assert err <= rel * np.abs(ref).max(), (err, own, np.abs(ref).max())
 
     def params(self, slow=()):
         """The twins' names for ``pytest.mark.parametrize``, those in ``slow`` marked ``slow``."""

@@ -14,15 +14,10 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 
 from __future__ import annotations
 
-import copy
 from functools import partial
 
-import numpy as np
 import pytest
-import torch
 
-import porter
-from tests.converter_check import assert_matches, run_ported
 from tests.converters.test_unseen_models14t import _real_rope
 from tests.models import mixtral
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, token_ids
@@ -73,22 +68,11 @@ def test_gradients_to_every_parameter(name, left):
 
 @pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
 def test_train_mode_matches_torch(name):
-    model = SUITE.build(name).train()
-    ported = porter.convert(model, TWINS[name].inputs(0), io_layout="torch")
-    assert_matches(ported, model, TWINS[name].second(1))
-    assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
+    SUITE.train_mode_check(name)
 
 
 @pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
 def test_float16_port_matches_torch_float16(name):
     """The float16 port against torch's float16 model on the same ids, within 2% of the output's range (the
     router's softmax in float32 in both; torch's own float16 run against its float32 one printed on failure)."""
-    model, ported = SUITE.converted(name)
-    x = TWINS[name].second(3)
-    got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
-    with torch.no_grad():
-        ref = copy.deepcopy(model).half()(*x)[0].float().numpy()
-        full = model(*x)[0].numpy()
-    assert np.isfinite(got).all()
-    err, own = np.abs(got - ref).max(), np.abs(full - ref).max()
-    assert err <= 2e-2 * np.abs(ref).max(), (err, own, np.abs(ref).max())
+    SUITE.float16_check(name)

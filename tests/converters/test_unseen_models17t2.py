@@ -1,12 +1,12 @@
-"""Session 17's other text twins: transformers' ``MarianMTModel`` (``tests/models/marian.py``: encoder-decoder,
-frozen sinusoidal positions, one embedding under three names), ``Gemma2ForCausalLM`` (``tests/models/gemma2.py``: attention and
-final logit soft-capping, sliding-window layers alternating with global ones, pre and post norms), ``AlbertModel``
-(``albert.py``: one layer group's weights run by every layer, factorized embeddings) and ``GPTJForCausalLM``
-(``gptj.py``: the interleaved rotary embedding on part of each head, parallel attention and MLP). Each converts and
-matches torch, run here on the same data, at its example size and at another batch and length (padded rows, left or
-right); strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin, gradients to every parameter,
-train mode, float16. ALBERT's port holds its shared layer once, under its one ``state_dict`` name, and sums its
-gradient over the layers that run it.
+"""Session 17's other text twins: transformers' ``MarianMTModel`` (``tests/models/marian.py``: encoder-decoder, frozen
+sinusoidal positions, one embedding under three names), ``Gemma2ForCausalLM`` (``tests/models/gemma2.py``: attention
+and final logit soft-capping, sliding-window layers alternating with global ones, pre and post norms),
+``AlbertModel`` (``albert.py``: one layer group's weights run by every layer, factorized embeddings) and
+``GPTJForCausalLM`` (``gptj.py``: the interleaved rotary embedding on part of each head, parallel attention and MLP).
+Each converts and matches torch, run here on the same data, at its example size and at another batch and length
+(padded rows, left or right); strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin,
+gradients to every parameter, train mode, float16. ALBERT's port holds its shared layer once, under its one
+``state_dict`` name, and sums its gradient over the layers that run it.
 
 No converter change was needed for these.
 
@@ -15,16 +15,11 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 
 from __future__ import annotations
 
-import copy
 from functools import partial
 
-import numpy as np
 import pytest
-import torch
 from mlx.utils import tree_flatten
 
-import porter
-from tests.converter_check import assert_matches, run_ported
 from tests.converters.test_unseen_models14t import _real_rope
 from tests.models import albert, gemma2, gptj, marian
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, token_ids
@@ -138,10 +133,7 @@ def test_gradients_to_every_parameter(name, left):
 @pytest.mark.slow  # a fresh train-mode conversion each (6-10 s wall)
 @pytest.mark.parametrize("name", ["marian", "gemma2", "albert", "gptj"])
 def test_train_mode_matches_torch(name):
-    model = SUITE.build(name).train()
-    ported = porter.convert(model, TWINS[name].inputs(0), io_layout="torch")
-    assert_matches(ported, model, TWINS[name].second(1))
-    assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
+    SUITE.train_mode_check(name)
 
 
 @pytest.mark.parametrize("name", ["marian", "gemma2", "albert", "gptj"])
@@ -149,12 +141,4 @@ def test_float16_port_matches_torch_float16(name):
     """The float16 port against torch's float16 model on the same ids, within 2% of the output's range (torch's own
     float16 run against its float32 one printed on failure). Gemma2's masks and GPT-J's are ``finfo.min`` of the
     working dtype; GPT-J's attention runs in float32 and its logits come back as float32."""
-    model, ported = SUITE.converted(name)
-    x = TWINS[name].second(3)
-    got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
-    with torch.no_grad():
-        ref = torch.utils._pytree.tree_leaves(copy.deepcopy(model).half()(*x))[0].float().numpy()
-        full = torch.utils._pytree.tree_leaves(model(*x))[0].numpy()
-    assert np.isfinite(got).all()
-    err, own = np.abs(got - ref).max(), np.abs(full - ref).max()
-    assert err <= 2e-2 * np.abs(ref).max(), (err, own, np.abs(ref).max())
+    SUITE.float16_check(name)

@@ -1,15 +1,16 @@
 """Session 17's encoder twins: transformers' ``HubertModel`` (``tests/models/hubert.py``: wav2vec2's conv feature
 encoder with its group norm and weight-normed positional conv, the audio padding mask turned into a frame mask by
-conv length arithmetic and ``flip``-``cumsum``-``flip``), ``SiglipModel`` (``tests/models/siglip.py``: vision and text towers in
-one forward, the attention-pooling head's probe through ``nn.MultiheadAttention``, last-token text pooling, the
-sigmoid logits between L2-normalised embeddings; as many texts as images or not), ``PerceiverForSequenceClassification`` (``tests/models/perceiver.py``:
-learned latents cross-attending to the token embeddings, score and value widths apart, the self-attention stack run
-``num_blocks`` times with the same weights, a one-query classification decoder) and
-``DistilBertForSequenceClassification`` (``distilbert.py``: ``masked_fill`` of the expanded padding mask, post-norm
-blocks; learned positions, or numpy sinusoids frozen with ``requires_grad = False``). Each converts and matches torch,
-run here on the same data, at its example size and at another batch and length (padded rows), the Perceiver's
-latents too; strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin, gradients to every
-trainable parameter (the frozen table gets none, in torch and in the port), train mode, float16.
+conv length arithmetic and ``flip``-``cumsum``-``flip``), ``SiglipModel`` (``tests/models/siglip.py``: vision and
+text towers in one forward, the attention-pooling head's probe through ``nn.MultiheadAttention``, last-token text
+pooling, the sigmoid logits between L2-normalised embeddings; as many texts as images or not),
+``PerceiverForSequenceClassification`` (``tests/models/perceiver.py``: learned latents cross-attending to the token
+embeddings, score and value widths apart, the self-attention stack run ``num_blocks`` times with the same weights, a
+one-query classification decoder) and ``DistilBertForSequenceClassification`` (``distilbert.py``: ``masked_fill`` of
+the expanded padding mask, post-norm blocks; learned positions, or numpy sinusoids frozen with ``requires_grad =
+False``). Each converts and matches torch, run here on the same data, at its example size and at another batch and
+length (padded rows), the Perceiver's latents too; strict ``load_state_dict`` of the port's ``torch_parameters()``
+into the twin, gradients to every trainable parameter (the frozen table gets none, in torch and in the port), train
+mode, float16.
 
 No converter change was needed for these.
 
@@ -18,15 +19,11 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 
 from __future__ import annotations
 
-import copy
 from functools import partial
 
-import numpy as np
 import pytest
 import torch
 
-import porter
-from tests.converter_check import assert_matches, run_ported
 from tests.models import distilbert, hubert, perceiver, siglip
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, token_ids
 
@@ -99,7 +96,8 @@ def test_twins_keep_their_reference_names():
                    "encoder.layers.0.attention.k_proj.bias", "encoder.layers.1.attention.out_proj.weight",
                    "encoder.layers.0.layer_norm.weight", "encoder.layers.1.feed_forward.intermediate_dense.weight",
                    "encoder.layers.0.feed_forward.output_dense.bias", "encoder.layers.1.final_layer_norm.weight"],
-        "siglip": ["vision_model.embeddings.patch_embedding.weight", "vision_model.embeddings.position_embedding.weight",
+        "siglip": ["vision_model.embeddings.patch_embedding.weight",
+                   "vision_model.embeddings.position_embedding.weight",
                    "vision_model.encoder.layers.1.self_attn.q_proj.weight",
                    "vision_model.encoder.layers.0.layer_norm1.bias", "vision_model.encoder.layers.0.mlp.fc2.weight",
                    "vision_model.post_layernorm.weight", "vision_model.head.probe",
@@ -150,23 +148,11 @@ def test_gradients_to_every_parameter(name):
 @pytest.mark.slow  # a fresh train-mode conversion each (8-20 s wall)
 @pytest.mark.parametrize("name", ["hubert", "siglip", "perceiver", "distilbert"])
 def test_train_mode_matches_torch(name):
-    model = SUITE.build(name).train()
-    ported = porter.convert(model, TWINS[name].inputs(0), io_layout="torch")
-    assert_matches(ported, model, TWINS[name].second(1))
-    assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
+    SUITE.train_mode_check(name)
 
 
 @pytest.mark.parametrize("name", ["hubert", "siglip", "perceiver", "distilbert"])
 def test_float16_port_matches_torch_float16(name):
-    """The float16 port against torch's float16 model on the same ids (and float16 pixels or audio), within 2% of the output's range (torch's own
-    float16 run against its float32 one printed on failure)."""
-    model, ported = SUITE.converted(name)
-    x = tuple(t.half() if t.is_floating_point() else t for t in TWINS[name].second(3))
-    got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
-    with torch.no_grad():
-        ref = torch.utils._pytree.tree_leaves(copy.deepcopy(model).half()(*x))[0].float().numpy()
-        full = torch.utils._pytree.tree_leaves(model(*(t.float() if t.is_floating_point() else t for t in x)))[0]
-        full = full.numpy()
-    assert np.isfinite(got).all()
-    err, own = np.abs(got - ref).max(), np.abs(full - ref).max()
-    assert err <= 2e-2 * np.abs(ref).max(), (err, own, np.abs(ref).max())
+    """The float16 port against torch's float16 model on the same ids (and float16 pixels or audio), within 2% of
+    the output's range (torch's own float16 run against its float32 one printed on failure)."""
+    SUITE.float16_check(name)

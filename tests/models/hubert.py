@@ -22,6 +22,7 @@ from torch import nn
 
 from tests.models.marian import MarianAttention
 from tests.models.speech import Wav2Vec2FeatureEncoder, Wav2Vec2PositionalConvEmbedding
+from tests.models.wavlm import WavLMFeedForward
 
 _KERNELS, _STRIDES = (10, 3, 2), (5, 2, 2)
 
@@ -45,18 +46,8 @@ class HubertAttention(MarianAttention):
     """transformers' Hubert attention is BART's, as Marian's: the same projections and arithmetic."""
 
 
-class HubertFeedForward(nn.Module):
-    def __init__(self, hidden: int, intermediate: int):
-        super().__init__()
-        self.intermediate_dropout = nn.Dropout(0.0)
-        self.intermediate_dense = nn.Linear(hidden, intermediate)
-        self.intermediate_act_fn = nn.GELU()
-        self.output_dense = nn.Linear(intermediate, hidden)
-        self.output_dropout = nn.Dropout(0.0)
-
-    def forward(self, hidden_states):
-        hidden_states = self.intermediate_dropout(self.intermediate_act_fn(self.intermediate_dense(hidden_states)))
-        return self.output_dropout(self.output_dense(hidden_states))
+class HubertFeedForward(WavLMFeedForward):
+    """transformers' Hubert feed-forward is wav2vec2's, as WavLM's: the same names and arithmetic."""
 
 
 class HubertEncoderLayer(nn.Module):
