@@ -40,6 +40,7 @@ from .capture_containers import shared_containers_kept
 from .capture_combinations import combinations_by_length
 from .capture_literals import symbolic_tensor_literals
 from .capture_pools import symbolic_pool_sizes
+from .capture_moe import sparse_experts_dense
 from .capture_rnn import symbolic_recurrent_shapes
 from .errors import CaptureError
 
@@ -261,7 +262,7 @@ def _export(model, inputs, mode, seconds, kwargs=None):
     extra = {"kwargs": kwargs} if kwargs else {}  # keyword example inputs (a dict of them: torch's ``kwargs``)
     with _quiet_solver(), _mask_hints_as_given(), symbolic_recurrent_shapes(), combinations_by_length(), \
             symbolic_tensor_literals(), symbolic_pool_sizes(), shared_containers_kept(model), \
-            time_limit(seconds):
+            sparse_experts_dense(model), time_limit(seconds):
         return torch.export.export(model, inputs, dynamic_shapes=_dynamic_shapes(mode, inputs, model, kwargs),
                                     strict=False, **extra)
 

@@ -15,7 +15,7 @@ from torch import nn
 
 import porter
 from porter.validation.grads import grad_parity
-from tests.converter_check import assert_matches
+from tests.converter_check import assert_matches, run_ported
 from tests.models._common import randomize_
 
 
@@ -83,13 +83,21 @@ class TwinSuite:
             missing = [k for k in keys if k not in state]
             assert not missing, f"{name}: missing {missing}"
 
-    def parity_test(self):
+    def parity_test(self, slow=()):
         """The test of every twin at both sizes, for a test module to bind as
-        ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()``."""
-        @pytest.mark.parametrize("name", sorted(self.twins))
+        ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()`` (twins in ``slow`` marked ``slow``)."""
+        @pytest.mark.parametrize("name", self.params(slow))
         def test_twin_matches_torch_at_two_sizes(name):
             self.check(name)
         return test_twin_matches_torch_at_two_sizes
+
+    def round_trip_test(self, slow=()):
+        """:meth:`round_trip` of every twin, for a test module to bind as
+        ``test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test()``."""
+        @pytest.mark.parametrize("name", self.params(slow))
+        def test_a_checkpoint_round_trips_through_the_port(name):
+            self.round_trip(name)
+        return test_a_checkpoint_round_trips_through_the_port
 
     def gradients_match(self, name, inputs):
         """The converted twin's eval-mode gradients on ``inputs`` are torch's (:func:`assert_gradients_match`)."""
@@ -108,10 +116,33 @@ class TwinSuite:
             torch.testing.assert_close(other(*inputs), model(*inputs))
         return other
 
+    def train_mode_check(self, name):
+        """Converted in train mode (dropout at 0): outputs at the second size and eval-style gradients to every
+        parameter as torch's train-mode model's."""
+        twin = self.twins[name]
+        model = self.build(name).train()
+        ported = porter.convert(model, twin.inputs(0), io_layout="torch", dynamic=twin.dynamic)
+        assert_matches(ported, model, twin.second(1))
+        assert_gradients_match(model, ported, twin.inputs(2), seed=2)
+
+    def float16_check(self, name, rel=2e-2):
+        """The float16 port against torch's float16 model on the second size's inputs (float inputs in float16, ids
+        as they are): the first output finite and within ``rel`` of its range (torch's own float16 error against its
+        float32 model is printed on failure, as the yardstick)."""
+        import copy
+
+        model, ported = self.converted(name)
+        x = tuple(t.half() if t.is_floating_point() else t for t in self.twins[name].second(3))
+        got = run_ported(ported.astype("float16"), x)[0].astype(np.float32)
+        with torch.no_grad():
+            ref = torch.utils._pytree.tree_leaves(copy.deepcopy(model).half()(*x))[0].float().numpy()
+            full = torch.utils._pytree.tree_leaves(model(*(t.float() if t.is_floating_point() else t for t in x)))[0]
+        assert np.isfinite(got).all()
+        err, own = np.abs(got - ref).max(), np.abs(full.numpy() - ref).max()
+        assert err <= rel * np.abs(ref).max(), (err, own, np.abs(ref).max())
+
     def params(self, slow=()):
         """The twins' names for ``pytest.mark.parametrize``, those in ``slow`` marked ``slow``."""
-        import pytest
-
         return [pytest.param(n, marks=pytest.mark.slow) if n in slow else n for n in sorted(self.twins)]
 
     def assert_reference_names(self, expected: dict):

@@ -118,10 +118,14 @@ class MistralAttention(nn.Module):
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        attn_output = _ATTENTION[self.implementation](
-            self, query_states, key_states, value_states, attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling)
+        attn_output = self.attend(query_states, key_states, value_states, attention_mask)
         return self.o_proj(attn_output.reshape(*input_shape, -1).contiguous())
+
+    def attend(self, query, key, value, attention_mask):
+        """``(B, L, heads, head_dim)`` attention output (the twins of later models override it)."""
+        return _ATTENTION[self.implementation](self, query, key, value, attention_mask,
+                                               dropout=0.0 if not self.training else self.attention_dropout,
+                                               scaling=self.scaling)
 
 
 class MistralMLP(nn.Module):
@@ -175,6 +179,16 @@ def prepare_4d_causal_mask(attention_mask, sequence_length: int, target_length: 
     return causal_mask
 
 
+def decoder_inputs(model, input_ids, attention_mask, sliding_window: Optional[int]):
+    """What transformers' model forward gives its decoder layers, no cache: the token embeddings (``model
+    .embed_tokens``), the 4-d causal mask, RoPE's ``(cos, sin)`` (``model.rotary_emb``) at positions ``0..L-1``."""
+    inputs_embeds = model.embed_tokens(input_ids)
+    cache_position = torch.arange(0, inputs_embeds.shape[1], device=inputs_embeds.device)
+    causal_mask = prepare_4d_causal_mask(attention_mask, inputs_embeds.shape[1], inputs_embeds.shape[1],
+                                         inputs_embeds.dtype, cache_position, inputs_embeds.shape[0], sliding_window)
+    return inputs_embeds, causal_mask, model.rotary_emb(inputs_embeds, cache_position.unsqueeze(0))
+
+
 class MistralModel(nn.Module):
     """``forward(input_ids, attention_mask=None)`` -> ``last_hidden_state`` ``(B, L, hidden)``; ids ``(B, L)``,
     mask ``(B, L)`` of 0/1."""
@@ -193,14 +207,8 @@ class MistralModel(nn.Module):
         self.rotary_emb = MistralRotaryEmbedding(head_dim, rope_theta)
 
     def forward(self, input_ids, attention_mask=None):
-        inputs_embeds = self.embed_tokens(input_ids)
-        cache_position = torch.arange(0, inputs_embeds.shape[1], device=inputs_embeds.device)
-        position_ids = cache_position.unsqueeze(0)
-        causal_mask = prepare_4d_causal_mask(attention_mask, inputs_embeds.shape[1], inputs_embeds.shape[1],
-                                             inputs_embeds.dtype, cache_position, inputs_embeds.shape[0],
-                                             self.sliding_window)
-        hidden_states = inputs_embeds
-        position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        hidden_states, causal_mask, position_embeddings = decoder_inputs(self, input_ids, attention_mask,
+                                                                         self.sliding_window)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(hidden_states, causal_mask, position_embeddings)
         return self.norm(hidden_states)
