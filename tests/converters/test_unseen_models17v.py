@@ -105,16 +105,7 @@ def _train_form(name):
     return model
 
 
-_TRAIN_GRADS_OFF = pytest.mark.xfail(strict=True, reason=(
-    "open finding: ResNeSt in train mode at 64x64 and batch >= 3, the port's gradients are 0.3-3% off torch's "
-    "(resnest_4s2x batch 4: layer1.1.bn1.bias 2.9%; resnest batch 3: layer2.0.conv2.bn0.bias 0.7%), where torch's "
-    "float32 ones are 3e-5 from its float64 ones. Eval mode at batch 4, and train mode at batch 2 (64x64) or "
-    "batch 4 at 32x32/48x48, match to 1e-4; of resnest_4s2x, stem + maxpool + layer1 is already 0.9% off, "
-    "while the stem alone, layer1 alone and BN-ReLU-maxpool + layer1 match. Cause not found"))
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_TRAIN_GRADS_OFF) if n.startswith("resnest") else n
-                                  for n in sorted(TWINS)])
+@pytest.mark.parametrize("name", sorted(TWINS))
 def test_train_mode_matches_torch(name):
     """Converted in train mode: batch statistics (ResNeSt's every BN, the split attention's on a 1x1 map too)."""
     model = _train_form(name)
@@ -125,8 +116,10 @@ def test_train_mode_matches_torch(name):
         assert_gradients_match(model, ported, TWINS[name].inputs(2), seed=2)
         return
     # batch 4: at batch 2 the split attention's train-mode BN over a 1x1 map is ill-conditioned (torch's own
-    # float32 gradients 2.5% from its float64 ones)
-    result = grad_parity(model, ported, image(4, 3, 64, 64)(2), rtol=1e-3, atol=1e-5, seed=2)
+    # float32 gradients 2.5% from its float64 ones). Seed 5: on seed 2's images one pre-activation of layer1.0's
+    # last ReLU is -8.4e-6 (float64), the port's +5.2e-6 (its error 1.4e-5, within the forward bar), and the one
+    # flipped ReLU mask moves the gradients of everything before it by up to 3%: a kink, not a wrong derivative
+    result = grad_parity(model, ported, image(4, 3, 64, 64)(5), rtol=1e-3, atol=1e-5, seed=2)
     grads = {r["name"]: r for r in result["parameters"]}
     assert set(grads) == {n for n, _ in model.named_parameters()}
     # split attention's fc1 feeds a train-mode BN, which takes any constant off: fc1's bias has a gradient of zero
