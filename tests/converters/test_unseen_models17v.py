@@ -4,7 +4,9 @@ it, average-pool shortcuts that round up), ``Sequencer2d`` (``sequencer.py``: bi
 and the rows of an NHWC map, concatenated or added) and facebookresearch/DiT (``dit.py``: adaLN-Zero modulation, the
 sinusoidal timestep and label embeddings, patchify/unpatchify by einsum, classifier-free guidance). Each converts and
 matches torch, run here on the same data, at its example size and a second one (another batch, and sizes the
-strides do not divide; DiT's latent size is fixed by its position table: another batch); strict ``load_state_dict``
+strides do not divide; DiT's latent size is fixed by its position table: another batch; Swin3D's window sizes
+and shifts are Python branches on the sizes, so its dynamic capture runs past the budget: the batch only, and a
+second port at a clip no patch or window divides); strict ``load_state_dict``
 of the port's ``torch_parameters()`` into the twin, gradients to every trainable parameter, train mode, float16.
 
 The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch| per output.
@@ -22,7 +24,7 @@ import porter
 from porter.validate_half import DEFAULT_FACTOR
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
-from tests.models import dit, resnest, sequencer
+from tests.models import dit, resnest, sequencer, swin3d
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, image
 
 
@@ -34,6 +36,8 @@ TWINS = {
     "sequencer": Twin(sequencer.sequencer2d_small, image(2, 3, 32, 32), image(3, 3, 40, 24)),
     "sequencer_add": Twin(sequencer.sequencer2d_add_small, image(2, 3, 32, 32), image(1, 3, 24, 48)),
     "dit": Twin(dit.dit_small, dit.latents(2), dit.latents(3)),
+    # 8 frames of 32x32: 4x8x8 tokens, shifted 4x4x4 windows, then 4x4x4 (one window: no shift)
+    "swin3d": Twin(swin3d.swin3d_small, image(2, 3, 8, 32, 32), image(3, 3, 8, 32, 32), dynamic="batch"),
 }
 
 SUITE = TwinSuite(TWINS)
@@ -66,6 +70,13 @@ def test_twins_keep_their_reference_names():
             "stages.0.blocks.0.mlp_channels.fc2.bias", "stages.1.downsample.down.weight",
             "stages.2.downsample.down.bias", "norm.weight", "head.fc.weight"],
         "sequencer_add": ["stages.1.blocks.0.rnn_tokens.rnn_h.weight_ih_l1_reverse"],
+        "swin3d": [
+            "patch_embed.proj.weight", "patch_embed.norm.bias", "features.0.0.norm1.weight",
+            "features.0.0.attn.qkv.weight", "features.0.1.attn.proj.bias",
+            "features.0.1.attn.relative_position_bias_table", "features.0.1.attn.relative_position_index",
+            "features.0.0.norm2.weight", "features.0.0.mlp.0.weight", "features.0.1.mlp.3.bias",
+            "features.1.reduction.weight", "features.1.norm.weight", "features.2.1.attn.qkv.bias", "norm.weight",
+            "head.weight", "head.bias"],
         "dit": [
             "pos_embed", "x_embedder.proj.weight", "x_embedder.proj.bias", "t_embedder.mlp.0.weight",
             "t_embedder.mlp.2.bias", "y_embedder.embedding_table.weight", "blocks.0.attn.qkv.weight",
@@ -77,6 +88,16 @@ def test_twins_keep_their_reference_names():
     assert "stages.0.downsample.down.weight" not in build("sequencer").state_dict()
     assert build("dit").state_dict()["y_embedder.embedding_table.weight"].shape[0] == 11  # the null class row
     assert not build("dit").pos_embed.requires_grad
+    table = build("swin3d").state_dict()["features.0.0.attn.relative_position_bias_table"]
+    assert table.shape == (7 * 7 * 7, 2)  # (2 * 4 - 1) ** 3 offsets, one column per head
+
+
+def test_swin3d_at_a_clip_no_patch_or_window_divides():
+    """Converted at 6 frames of 40x28: 3x10x7 tokens (patch padding), the frame window shrunk to 3 without a temporal
+    shift, H and W padded to 12x8 under the 4x4 windows, then 3x5x4 after merging (odd H padded); another batch."""
+    model = build("swin3d")
+    ported = porter.convert(model, image(1, 3, 6, 40, 28)(0), io_layout="torch", dynamic="batch")
+    assert_matches(ported, model, image(2, 3, 6, 40, 28)(1))
 
 
 def test_resnest_avd_pools_sit_where_timm_puts_them():
