@@ -4,7 +4,7 @@ it, average-pool shortcuts that round up), ``Sequencer2d`` (``sequencer.py``: bi
 and the rows of an NHWC map, concatenated or added) and facebookresearch/DiT (``dit.py``: adaLN-Zero modulation, the
 sinusoidal timestep and label embeddings, patchify/unpatchify by einsum, classifier-free guidance). Each converts and
 matches torch, run here on the same data, at its example size and a second one (another batch, and sizes the
-strides do not divide; DiT's latent size is fixed by its position table: another batch; Swin3D's window sizes
+strides do not divide; DiT's latent and CrossViT's image size are fixed by their position tables: another batch; Swin3D's window sizes
 and shifts are Python branches on the sizes, so its dynamic capture runs past the budget: the batch only, and a
 second port at a clip no patch or window divides); strict ``load_state_dict``
 of the port's ``torch_parameters()`` into the twin, gradients to every trainable parameter, train mode, float16.
@@ -24,7 +24,7 @@ import porter
 from porter.validate_half import DEFAULT_FACTOR
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
-from tests.models import dit, resnest, sequencer, swin3d
+from tests.models import crossvit, dit, resnest, sequencer, swin3d
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, image
 
 
@@ -36,6 +36,8 @@ TWINS = {
     "sequencer": Twin(sequencer.sequencer2d_small, image(2, 3, 32, 32), image(3, 3, 40, 24)),
     "sequencer_add": Twin(sequencer.sequencer2d_add_small, image(2, 3, 32, 32), image(1, 3, 24, 48)),
     "dit": Twin(dit.dit_small, dit.latents(2), dit.latents(3)),
+    "crossvit": Twin(crossvit.crossvit_small, image(2, 3, 48, 48), image(3, 3, 48, 48)),
+    "crossvit_crop": Twin(crossvit.crossvit_crop_small, image(2, 3, 48, 48), image(1, 3, 48, 48)),
     # 8 frames of 32x32: 4x8x8 tokens, shifted 4x4x4 windows, then 4x4x4 (one window: no shift)
     "swin3d": Twin(swin3d.swin3d_small, image(2, 3, 8, 32, 32), image(3, 3, 8, 32, 32), dynamic="batch"),
 }
@@ -77,6 +79,15 @@ def test_twins_keep_their_reference_names():
             "features.0.0.norm2.weight", "features.0.0.mlp.0.weight", "features.0.1.mlp.3.bias",
             "features.1.reduction.weight", "features.1.norm.weight", "features.2.1.attn.qkv.bias", "norm.weight",
             "head.weight", "head.bias"],
+        "crossvit": [
+            "cls_token_0", "cls_token_1", "pos_embed_0", "pos_embed_1", "patch_embed.0.proj.weight",
+            "patch_embed.1.proj.bias", "blocks.0.blocks.0.0.norm1.weight", "blocks.0.blocks.0.0.attn.qkv.weight",
+            "blocks.0.blocks.1.1.attn.proj.bias", "blocks.0.blocks.1.0.mlp.fc1.weight",
+            "blocks.0.blocks.1.1.mlp.fc2.bias", "blocks.0.projs.0.0.weight", "blocks.0.projs.1.2.weight",
+            "blocks.1.fusion.0.norm1.weight", "blocks.1.fusion.0.attn.wq.weight", "blocks.1.fusion.1.attn.wk.bias",
+            "blocks.1.fusion.1.attn.wv.weight", "blocks.1.fusion.0.attn.proj.weight",
+            "blocks.1.revert_projs.0.2.weight", "blocks.1.revert_projs.1.0.bias", "norm.0.weight", "norm.1.bias",
+            "head.0.weight", "head.1.bias"],
         "dit": [
             "pos_embed", "x_embedder.proj.weight", "x_embedder.proj.bias", "t_embedder.mlp.0.weight",
             "t_embedder.mlp.2.bias", "y_embedder.embedding_table.weight", "blocks.0.attn.qkv.weight",
@@ -88,6 +99,9 @@ def test_twins_keep_their_reference_names():
     assert "stages.0.downsample.down.weight" not in build("sequencer").state_dict()
     assert build("dit").state_dict()["y_embedder.embedding_table.weight"].shape[0] == 11  # the null class row
     assert not build("dit").pos_embed.requires_grad
+    cross = build("crossvit").state_dict()
+    assert cross["pos_embed_0"].shape == (1, 1 + 4 * 4, 16) and cross["pos_embed_1"].shape == (1, 1 + 5 * 5, 32)
+    assert cross["blocks.0.fusion.0.attn.wq.weight"].shape == (32, 32)  # branch 0's token at branch 1's width
     table = build("swin3d").state_dict()["features.0.0.attn.relative_position_bias_table"]
     assert table.shape == (7 * 7 * 7, 2)  # (2 * 4 - 1) ** 3 offsets, one column per head
 
