@@ -86,10 +86,19 @@ class TwinSuite:
     def parity_test(self):
         """The test of every twin at both sizes, for a test module to bind as
         ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()``."""
+        return self._per_twin(self.check)
+
+    def round_trip_test(self):
+        """The checkpoint round trip of every twin (:meth:`round_trip`), for a test module to bind as
+        ``test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test()``."""
+        return self._per_twin(self.round_trip)
+
+    def _per_twin(self, check):
+        """A test running ``check(name)`` for every twin (pytest names it after the module attribute bound)."""
         @pytest.mark.parametrize("name", sorted(self.twins))
-        def test_twin_matches_torch_at_two_sizes(name):
-            self.check(name)
-        return test_twin_matches_torch_at_two_sizes
+        def test(name):
+            check(name)
+        return test
 
     def gradients_match(self, name, inputs):
         """The converted twin's eval-mode gradients on ``inputs`` are torch's (:func:`assert_gradients_match`)."""

@@ -4,9 +4,9 @@ it, average-pool shortcuts that round up), ``Sequencer2d`` (``sequencer.py``: bi
 and the rows of an NHWC map, concatenated or added) and facebookresearch/DiT (``dit.py``: adaLN-Zero modulation, the
 sinusoidal timestep and label embeddings, patchify/unpatchify by einsum, classifier-free guidance). Each converts and
 matches torch, run here on the same data, at its example size and a second one (another batch, and sizes the
-strides do not divide; DiT's latent and CrossViT's image size are fixed by their position tables: another batch; Swin3D's window sizes
-and shifts are Python branches on the sizes, so its dynamic capture runs past the budget: the batch only, and a
-second port at a clip no patch or window divides); strict ``load_state_dict``
+strides do not divide; DiT's latent and CrossViT's image size are fixed by their position tables: another batch;
+Swin3D's window sizes and shifts are Python branches on the sizes, so its dynamic capture runs past the budget: the
+batch only, and a second port at a clip no patch or window divides); strict ``load_state_dict``
 of the port's ``torch_parameters()`` into the twin, gradients to every trainable parameter, train mode, float16.
 
 The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch| per output.
@@ -45,11 +45,7 @@ TWINS = {
 SUITE = TwinSuite(TWINS)
 build, _converted = SUITE.build, SUITE.converted
 test_twin_matches_torch_at_two_sizes = SUITE.parity_test()
-
-
-@pytest.mark.parametrize("name", sorted(TWINS))
-def test_a_checkpoint_round_trips_through_the_port(name):
-    SUITE.round_trip(name)
+test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test()
 
 
 def test_twins_keep_their_reference_names():

@@ -19,27 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.models.droppath import Attention
-from tests.models.timm_more import Mlp
-
-
-class Block(nn.Module):
-    """timm's ViT ``Block`` (pre-norm, no layer scale, no drop path)."""
-
-    def __init__(self, dim, num_heads, mlp_ratio=4., qkv_bias=True, norm_layer=nn.LayerNorm):
-        super().__init__()
-        self.norm1 = norm_layer(dim)
-        self.attn = Attention(dim, num_heads=num_heads, qkv_bias=qkv_bias)
-        self.ls1 = nn.Identity()
-        self.drop_path1 = nn.Identity()
-        self.norm2 = norm_layer(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio))
-        self.ls2 = nn.Identity()
-        self.drop_path2 = nn.Identity()
-
-    def forward(self, x):
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))
-        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+from tests.models.timm_hybrid import Block
 
 
 class PatchEmbed(nn.Module):
@@ -102,7 +82,7 @@ class MultiScaleBlock(nn.Module):
         super().__init__()
         n = self.num_branches = len(dim)
         self.blocks = nn.ModuleList([
-            nn.Sequential(*[Block(dim[d], num_heads[d], mlp_ratio[d], qkv_bias, norm_layer) for _ in range(depth[d])])
+            nn.Sequential(*[Block(dim[d], num_heads[d], mlp_ratio[d]) for _ in range(depth[d])])
             for d in range(n)])
         self.projs = nn.ModuleList([_proj(norm_layer, dim[d], dim[(d + 1) % n]) for d in range(n)])
         # timm's configurations have depth[-1] == 0: one cross-attention block per branch, not wrapped

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.zoo.twins.swin import PatchMerging, SwinTransformerBlock
+from tests.zoo.twins.swin import (PatchMerging, SwinTransformerBlock, attend_and_project, masked_windows,
+                                  region_mask)
 
 
 def _get_window_and_shift_size(shift_size, size_dhw, window_size):
@@ -54,10 +55,8 @@ def _compute_attention_mask_3d(x, size_dhw, window_size, shift_size):
                 count += 1
     attn_mask = attn_mask.view(size_dhw[0] // window_size[0], window_size[0], size_dhw[1] // window_size[1],
                                window_size[1], size_dhw[2] // window_size[2], window_size[2])
-    attn_mask = attn_mask.permute(0, 2, 4, 1, 3, 5).reshape(num_windows,
-                                                            window_size[0] * window_size[1] * window_size[2])
-    attn_mask = attn_mask.unsqueeze(1) - attn_mask.unsqueeze(2)
-    return attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))
+    return region_mask(attn_mask.permute(0, 2, 4, 1, 3, 5).reshape(num_windows,
+                                                                   window_size[0] * window_size[1] * window_size[2]))
 
 
 def shifted_window_attention_3d(input, qkv_weight, proj_weight, relative_position_bias, window_size, num_heads,
@@ -84,14 +83,8 @@ def shifted_window_attention_3d(input, qkv_weight, proj_weight, relative_positio
     attn = attn + relative_position_bias
     if sum(shift_size) > 0:
         attn_mask = _compute_attention_mask_3d(x, padded_size, window_size, shift_size)
-        attn = attn.view(x.size(0) // num_windows, num_windows, num_heads, x.size(1), x.size(1))
-        attn = attn + attn_mask.unsqueeze(1).unsqueeze(0)
-        attn = attn.view(-1, num_heads, x.size(1), x.size(1))
-    attn = F.softmax(attn, dim=-1)
-    attn = F.dropout(attn, p=attention_dropout, training=training)
-    x = attn.matmul(v).transpose(1, 2).reshape(x.size(0), x.size(1), c)
-    x = F.linear(x, proj_weight, proj_bias)
-    x = F.dropout(x, p=dropout, training=training)
+        attn = masked_windows(attn, attn_mask, num_windows, num_heads)
+    x = attend_and_project(attn, v, c, proj_weight, proj_bias, attention_dropout, dropout, training)
     x = x.view(b, padded_size[0] // window_size[0], padded_size[1] // window_size[1], padded_size[2] // window_size[2],
                window_size[0], window_size[1], window_size[2], c)
     x = x.permute(0, 1, 4, 2, 5, 3, 6, 7).reshape(b, tp, hp, wp, c)
@@ -104,11 +97,8 @@ class ShiftedWindowAttention3d(nn.Module):
     def __init__(self, dim, window_size, shift_size, num_heads, qkv_bias=True, proj_bias=True,
                  attention_dropout=0.0, dropout=0.0):
         super().__init__()
-        self.window_size = window_size
-        self.shift_size = shift_size
-        self.num_heads = num_heads
-        self.attention_dropout = attention_dropout
-        self.dropout = dropout
+        self.window_size, self.shift_size, self.num_heads = window_size, shift_size, num_heads
+        self.attention_dropout, self.dropout = attention_dropout, dropout
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim, bias=proj_bias)
         ws = window_size
