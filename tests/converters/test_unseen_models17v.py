@@ -24,6 +24,7 @@ import porter
 from porter.validate_half import DEFAULT_FACTOR
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
+from tests.models._common import randomize_
 from tests.models import crossvit, dit, resnest, sequencer, swin3d
 from tests.twin_suite import Twin, TwinSuite, assert_gradients_match, image
 
@@ -173,6 +174,18 @@ def test_dit_train_mode_with_label_dropout_is_refused():
     # the root is named: DiT's own forward hands ``self.training`` to the label embedder
     with pytest.raises(porter.TrainModeError, match="'<root>': its forward \\(DiT\\).*set their rates to 0"):
         porter.convert(model, x, io_layout="torch")
+
+
+def test_dit_classifier_free_guidance_converts_at_its_batch_and_refuses_others():
+    """``forward_with_cfg`` (the sampler's call) matches torch at the conversion batch. Its ``x[: len(x) // 2]``
+    and ``torch.split(eps, len(eps) // 2)`` read the batch through Python's ``len()``, which must return an int: the
+    non-strict capture pins the batch to the example's, and the port refuses another batch (torch runs any even
+    one). An open limit: the refusal says which size but not which line pinned it."""
+    model = randomize_(dit.dit_guided_small(), 0)  # not in TWINS: one batch only
+    ported = porter.convert(model, dit.latents(4)(0), io_layout="torch")
+    assert_matches(ported, model, dit.latents(4)(1))
+    with pytest.raises(ValueError, match=r"size 6 in dim 0.*x\.size\(0\) == 4"):
+        run_ported(ported, dit.latents(6)(2))
 
 
 @pytest.mark.parametrize("name", sorted(TWINS))
