@@ -16,11 +16,12 @@ training mode (the others in eval), a forward on the example that differs from t
 matter; group testing (halves) names them. The forwards run with gradients enabled, so torch's inference fast paths
 (``nn.TransformerEncoderLayer``, ``nn.MultiheadAttention``) are off in both, under a forked RNG (the caller's torch
 random stream is untouched), and every buffer is restored afterwards (running statistics, spectral norm's vectors).
-A forward also differs when it draws random numbers the eval forward does not (more calls of aten ops tagged
-``nondeterministic_seeded``: ``rand``, ``bernoulli``, ``native_dropout``, ...), whatever its output: a rare random
-event (DiT's label dropout at 10% on a batch of 2) may leave the one probed output unchanged, and the port would
-compute the eval numbers on every training call. A train-only difference the example does not show (a branch taken
-only at other sizes) is not found.
+A forward also differs when it draws from torch's random stream otherwise than the eval forward (each forward starts
+from seed 0; the generator's state after it is compared), whatever its output: a rare random event (DiT's label
+dropout at 10% on a batch of 2) may leave the one probed output unchanged, and the port would compute the eval
+numbers on every training call. (Counting the draws op by op under a dispatch mode made the probe's forwards 4x
+slower; the generator's state costs nothing.) A generator of the model's own is not watched. A train-only difference
+the example does not show (a branch taken only at other sizes) is not found.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import warnings
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .capture_buffers import BufferSnapshot
 
@@ -88,12 +88,13 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
     probes = [0]
 
     def forward():
-        with torch.enable_grad(), warnings.catch_warnings(), RandomDraws() as draws:
+        with torch.enable_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
             out = model(*inputs, **kwargs)
-        return [draws.count] + [x.detach() if isinstance(x, torch.Tensor) else x
-                                for x in torch.utils._pytree.tree_leaves(out)]
+        drawn = torch.random.get_rng_state()  # where the random stream stands: equal iff the same draws were made
+        leaves = torch.utils._pytree.tree_leaves(out)
+        return [drawn] + [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves]
 
     def restore_buffers():
         buffers.restore()
@@ -136,19 +137,6 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
                 m.training = mode
             restore_buffers()
     return {path: reason_for(m) for path, m in found}
-
-
-class RandomDraws(TorchDispatchMode):
-    """Counts the aten calls that draw from torch's random stream (ops tagged ``nondeterministic_seeded``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if torch.Tag.nondeterministic_seeded in func.tags:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _same(a: list, b: list) -> bool:
