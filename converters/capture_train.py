@@ -19,7 +19,7 @@ random stream is untouched), and every buffer is restored afterwards (running st
 A forward also differs when it draws from torch's random stream otherwise than the eval forward (each forward starts
 from seed 0; the generator's state after it is compared), whatever its output: a rare random event (DiT's label
 dropout at 10% on a batch of 2) may leave the one probed output unchanged, and the port would compute the eval
-numbers on every training call. (Counting the draws op by op under a dispatch mode made the probe's forwards 4x
+numbers on every training call. (Counting the draws op by op under a dispatch mode made the probe's forwards 2-3x
 slower; the generator's state costs nothing.) A generator of the model's own is not watched. A train-only difference
 the example does not show (a branch taken only at other sizes) is not found.
 """
