@@ -9,11 +9,19 @@ capture these ops' Python kernels (torch's decompositions, registered for ``Comp
 ``(T, N, D * H_out)``, batch-major with ``batch_first``; final states shaped as the initial ones), with no loop and
 no guard; on real tensors, and for inputs of another rank, torch's kernel runs. Torch's kernels are restored when
 the capture ends.
+
+Non-strict ``torch.export`` swaps a module's parameters for fake tensors, and ``nn.RNNBase`` rebuilds its
+``_flat_weights`` list whenever a weight is set, so every capture of an ``nn.LSTM``/``GRU``/``RNN`` made torch warn
+"The tensor attributes self.<path>._flat_weights[0], ... were assigned during export. Such attributes must be
+registered as buffers": torch's own bookkeeping (restored after the capture), nothing the user can change. That
+warning is silenced during the capture when every attribute it names is an ``_flat_weights`` entry; one naming a
+user's own tensor attribute is still shown.
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 
@@ -52,6 +60,11 @@ def recurrent_ops() -> list:
 
 _KEYS = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
 
+# torch's warning (``_functorch/_aot_autograd``) when it names nothing but RNN modules' ``_flat_weights`` entries
+_FLAT_WEIGHT = r"self\.(?:\w+\.)*_flat_weights\[\d+\]"
+FLAT_WEIGHTS_WARNING = (rf"The tensor attributes? {_FLAT_WEIGHT}(?:, {_FLAT_WEIGHT})* (?:was|were) assigned "
+                        r"during export\.")
+
 
 @contextlib.contextmanager
 def symbolic_recurrent_shapes():
@@ -67,7 +80,9 @@ def symbolic_recurrent_shapes():
             op.py_kernels[key] = _shapes_only(op, original)
         op._dispatch_cache.clear()
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=FLAT_WEIGHTS_WARNING, category=UserWarning)
+            yield
     finally:
         for op, key, original in saved:
             op.py_kernels[key] = original

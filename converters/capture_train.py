@@ -16,7 +16,12 @@ training mode (the others in eval), a forward on the example that differs from t
 matter; group testing (halves) names them. The forwards run with gradients enabled, so torch's inference fast paths
 (``nn.TransformerEncoderLayer``, ``nn.MultiheadAttention``) are off in both, under a forked RNG (the caller's torch
 random stream is untouched), and every buffer is restored afterwards (running statistics, spectral norm's vectors).
-A train-only difference the example does not show (a branch taken only at other sizes) is not found.
+A forward also differs when it draws from torch's random stream otherwise than the eval forward (each forward starts
+from seed 0; the generator's state after it is compared), whatever its output: a rare random event (DiT's label
+dropout at 10% on a batch of 2) may leave the one probed output unchanged, and the port would compute the eval
+numbers on every training call. (Counting the draws op by op under a dispatch mode made the probe's forwards 2-3x
+slower; the generator's state costs nothing.) A generator of the model's own is not watched. A train-only difference
+the example does not show (a branch taken only at other sizes) is not found.
 """
 
 from __future__ import annotations
@@ -87,7 +92,9 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
             out = model(*inputs, **kwargs)
-        return [x.detach() if isinstance(x, torch.Tensor) else x for x in torch.utils._pytree.tree_leaves(out)]
+        drawn = torch.random.get_rng_state()  # where the random stream stands: equal iff the same draws were made
+        leaves = torch.utils._pytree.tree_leaves(out)
+        return [drawn] + [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves]
 
     def restore_buffers():
         buffers.restore()

@@ -86,18 +86,19 @@ class TwinSuite:
     def parity_test(self, slow=()):
         """The test of every twin at both sizes, for a test module to bind as
         ``test_twin_matches_torch_at_two_sizes = SUITE.parity_test()`` (twins in ``slow`` marked ``slow``)."""
-        @pytest.mark.parametrize("name", self.params(slow))
-        def test_twin_matches_torch_at_two_sizes(name):
-            self.check(name)
-        return test_twin_matches_torch_at_two_sizes
+        return self._per_twin(self.check, slow)
 
     def round_trip_test(self, slow=()):
         """:meth:`round_trip` of every twin, for a test module to bind as
         ``test_a_checkpoint_round_trips_through_the_port = SUITE.round_trip_test()``."""
+        return self._per_twin(self.round_trip, slow)
+
+    def _per_twin(self, check, slow=()):
+        """A test running ``check(name)`` for every twin (pytest names it after the module attribute bound)."""
         @pytest.mark.parametrize("name", self.params(slow))
-        def test_a_checkpoint_round_trips_through_the_port(name):
-            self.round_trip(name)
-        return test_a_checkpoint_round_trips_through_the_port
+        def test(name):
+            check(name)
+        return test
 
     def gradients_match(self, name, inputs):
         """The converted twin's eval-mode gradients on ``inputs`` are torch's (:func:`assert_gradients_match`)."""

@@ -126,6 +126,35 @@ def test_a_training_difference_is_refused_by_name(case):
     _eval_matches(ported, model, _x(shape, 1))
 
 
+class RareDrop(nn.Module):
+    """Rows zeroed at random in training with a tiny probability (DiT's label dropout at 10% on a small batch is
+    the case found): on the probed example the training output equals the eval output."""
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        return torch.where(torch.rand(x.shape[0], 1) < 1e-9, 0.0, x)
+
+
+def test_a_random_draw_that_leaves_the_example_unchanged_is_refused():
+    """The probe counts random draws: a training forward that draws where eval does not is refused, even though
+    its output on the example (torch's, shown here for several seeds) is the eval output."""
+    model = nn.Sequential(nn.Linear(6, 8), RareDrop()).eval()
+    x = _x(FLAT)
+    with torch.no_grad():
+        want = model(x)
+        model.train()
+        for seed in range(5):
+            torch.manual_seed(seed)
+            assert torch.equal(model(x), want)
+        model.eval()
+    ported = porter.convert(model, (x,), io_layout="torch")
+    assert "1" in ported.train_refusals and "RareDrop" in ported.train_refusals["1"]
+    with pytest.raises(porter.TrainModeError, match="RareDrop"):
+        ported.train()
+    _eval_matches(ported, model, _x(FLAT, 1))
+
+
 @pytest.mark.parametrize("case", ALLOWED, ids=[c[0] for c in ALLOWED])
 def test_a_module_whose_training_changes_nothing_trains(case):
     _, factory, shape = case

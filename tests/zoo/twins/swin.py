@@ -58,6 +58,29 @@ class PatchMergingV2(nn.Module):
         return self.norm(self.reduction(_patch_merging_pad(x)))
 
 
+def region_mask(ids):
+    """Window token region ids (num_windows, N) -> the shift mask: -100 between tokens of different regions."""
+    mask = ids.unsqueeze(1) - ids.unsqueeze(2)
+    return mask.masked_fill(mask != 0, float(-100.0)).masked_fill(mask == 0, float(0.0))
+
+
+def masked_windows(attn, mask, num_windows, num_heads):
+    """Window attention logits (B * num_windows, heads, N, N) plus each window's ``mask`` (num_windows, N, N)."""
+    n = attn.size(-1)
+    attn = attn.view(attn.size(0) // num_windows, num_windows, num_heads, n, n)
+    attn = attn + mask.unsqueeze(1).unsqueeze(0)
+    return attn.view(-1, num_heads, n, n)
+
+
+def attend_and_project(attn, v, C, proj_weight, proj_bias, attention_dropout, dropout, training):
+    """Softmax over the logits, the values' weighted sum back to (windows, N, C), the output projection."""
+    attn = F.softmax(attn, dim=-1)
+    attn = F.dropout(attn, p=attention_dropout, training=training)
+    x = attn.matmul(v).transpose(1, 2).reshape(v.size(0), v.size(2), C)
+    x = F.linear(x, proj_weight, proj_bias)
+    return F.dropout(x, p=dropout, training=training)
+
+
 def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_bias, window_size, num_heads,
                              shift_size, attention_dropout=0.0, dropout=0.0, qkv_bias=None, proj_bias=None,
                              logit_scale=None, training=True, mask_out_of_place=False):
@@ -118,18 +141,8 @@ def shifted_window_attention(input, qkv_weight, proj_weight, relative_position_b
     if sum(shift_size) > 0:
         attn_mask = attn_mask.view(pad_H // window_size[0], window_size[0], pad_W // window_size[1], window_size[1])
         attn_mask = attn_mask.permute(0, 2, 1, 3).reshape(num_windows, window_size[0] * window_size[1])
-        attn_mask = attn_mask.unsqueeze(1) - attn_mask.unsqueeze(2)
-        attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))
-        attn = attn.view(x.size(0) // num_windows, num_windows, num_heads, x.size(1), x.size(1))
-        attn = attn + attn_mask.unsqueeze(1).unsqueeze(0)
-        attn = attn.view(-1, num_heads, x.size(1), x.size(1))
-
-    attn = F.softmax(attn, dim=-1)
-    attn = F.dropout(attn, p=attention_dropout, training=training)
-
-    x = attn.matmul(v).transpose(1, 2).reshape(x.size(0), x.size(1), C)
-    x = F.linear(x, proj_weight, proj_bias)
-    x = F.dropout(x, p=dropout, training=training)
+        attn = masked_windows(attn, region_mask(attn_mask), num_windows, num_heads)
+    x = attend_and_project(attn, v, C, proj_weight, proj_bias, attention_dropout, dropout, training)
 
     x = x.view(B, pad_H // window_size[0], pad_W // window_size[1], window_size[0], window_size[1], C)
     x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, pad_H, pad_W, C)
