@@ -17,7 +17,7 @@ import numbers
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _conv_engine, _conv_nonfinite
+from . import _blocked_sum, _conv_engine, _conv_nonfinite
 from ._utils import ntuple
 from .padding import pad
 
@@ -154,7 +154,7 @@ def conv_nd(input, weight, bias, stride, padding, dilation, groups, *, nd: int, 
         if _conv_nonfinite.multiplies_padding(x.dtype, nd, dilation, groups, c_in):  # torch's NaN at the borders
             y = _conv_nonfinite.with_padding_products(y, weight, spatial, stride, lo, dilation)
     if bias is not None:
-        y = y + bias
+        y = _blocked_sum.add_bias(y, bias)  # its gradient over N x spatial in blocks
     return y if batched else y[0]
 
 

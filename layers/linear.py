@@ -18,7 +18,7 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _native
+from . import _blocked_sum, _native
 
 
 # The short-K GEMM (csrc/linear_kernels.h small_k_linear) for float32: in_features <= SMALL_K_MAX with at least
@@ -78,10 +78,15 @@ def linear(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> mx
     if _one_row(x, weight, bias):
         y = _native.kernels().small_linear(x.reshape(1, x.shape[-1]), weight, bias)
         return y.reshape(*x.shape[:-1], weight.shape[0])
-    if _small_k(x, weight, bias):
-        y = _native.kernels().small_k_linear(x.reshape(-1, x.shape[-1]), weight, bias)
-        return y.reshape(*x.shape[:-1], weight.shape[0])
-    return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+    if bias is None:
+        y = small_k_product(x.reshape(-1, x.shape[-1]), weight)
+        return x @ weight.T if y is None else y.reshape(*x.shape[:-1], weight.shape[0])
+    # over many rows the bias gradient is a blocked sum (MLX's one accumulator per output errs ~1e-5 there)
+    routed = _blocked_sum.routes((*x.shape[:-1], weight.shape[0]), x.dtype, bias)
+    b = mx.stop_gradient(bias) if routed else bias
+    y = small_k_product(x.reshape(-1, x.shape[-1]), weight, b)
+    y = mx.addmm(b, x, weight.T) if y is None else y.reshape(*x.shape[:-1], weight.shape[0])
+    return _blocked_sum.route_bias_grad(y, bias) if routed else y
 
 
 class Linear(nn.Linear):
