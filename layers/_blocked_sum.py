@@ -32,17 +32,36 @@ def blocked_sum(x: mx.array, axes, keepdims: bool = False) -> mx.array:
     axes = sorted(a % x.ndim for a in ((axes,) if isinstance(axes, int) else axes))
     if not axes:
         return x
-    first, last = axes[0], axes[-1] + 1
-    n = math.prod(x.shape[first:last])
-    if axes != list(range(first, last)) or n < BLOCKED_MIN or x.dtype not in (mx.float32, *_HALF):
+    if not _applies(x, axes):
         return x.sum(axis=axes, keepdims=keepdims)
-    work = x.reshape(math.prod(x.shape[:first]), n, -1)
+    first, last = axes[0], axes[-1] + 1
+    work = x.reshape(math.prod(x.shape[:first]), math.prod(x.shape[first:last]), -1)
     if x.dtype in _HALF:
         work = work.astype(mx.float32)
     while work.shape[1] > SUM_BLOCK:
         work = _partial_sums(work)
     kept = x.shape[:first] + ((1,) * len(axes) if keepdims else ()) + x.shape[last:]
     return work.sum(axis=1).astype(x.dtype).reshape(kept)
+
+
+def blocked_mean(x: mx.array, axes, keepdims: bool = False) -> mx.array:
+    """``x.mean(axis=axes, keepdims=keepdims)`` from :func:`blocked_sum` (float16/bfloat16: the float32 sum divided,
+    then rounded once); MLX's own mean where the blocked sum would not apply."""
+    axes = sorted(a % x.ndim for a in ((axes,) if isinstance(axes, int) else axes))
+    count = math.prod(x.shape[a] for a in axes)
+    if not _applies(x, axes):
+        return x.mean(axis=axes, keepdims=keepdims)
+    wide = x.astype(mx.float32) if x.dtype in _HALF else x
+    return (blocked_sum(wide, axes, keepdims) / count).astype(x.dtype)
+
+
+def _applies(x: mx.array, axes: list) -> bool:
+    """Consecutive sorted ``axes`` over at least BLOCKED_MIN elements of a float32/float16/bfloat16 ``x``."""
+    if not axes:
+        return False
+    first, last = axes[0], axes[-1] + 1
+    return (axes == list(range(first, last)) and math.prod(x.shape[first:last]) >= BLOCKED_MIN
+            and x.dtype in (mx.float32, *_HALF))
 
 
 def _partial_sums(x: mx.array) -> mx.array:
