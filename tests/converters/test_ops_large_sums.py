@@ -8,15 +8,7 @@ import pytest
 import torch
 
 import porter
-
-
-class Reduce(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
+from tests.converter_check import Fn
 
 
 REDUCTIONS = {
@@ -36,7 +28,7 @@ def _rel(a, ref):
 def test_large_reductions_are_as_accurate_as_torchs(name):
     torch.manual_seed(0)
     x = torch.rand(2, 3, 64, 64, 64) + 0.5  # one-signed: where a single accumulator drifts most
-    model = Reduce(REDUCTIONS[name])
+    model = Fn(REDUCTIONS[name])
     ported = porter.convert(model, (x,), io_layout="torch")
     outputs = ported(mx.array(x.numpy()))
     outputs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
