@@ -20,7 +20,7 @@ def _rel(a, ref):
 
 # shape, axes: leading axes, a remainder at every level, a middle run with outer axes (a strided block view)
 SUMS = [((4096, 3), (0,)), ((64 * 64 * 3 + 17, 5), (0,)), ((2, 33, 257, 4), (0, 1, 2)), ((3, 70, 90, 2), (1, 2)),
-        ((2, 9000), (1,)), ((5, 4100, 3), (1,))]
+        ((2, 9000), (1,)), ((5, 4100, 3), (1,)), ((2, 4099, 3), (1,))]  # 4099: prime, no block divides it
 
 
 @pytest.mark.parametrize("shape, axes", SUMS)
@@ -133,3 +133,20 @@ def test_norm_gradients_in_training_over_a_large_map(ref, port, backend):
     torch.manual_seed(2)
     x = torch.randn(2, 8, 96, 96) * 2 + 1
     _check_parity(_randomised(ref()), port(), x, torch.rand(2, 8, 96, 96), ("weight", "bias"))
+
+
+def test_per_example_bias_gradients_under_vmap_and_compile():
+    """The routed bias gradient maps (``mx.vmap`` of ``mx.grad``: per-example gradients) and compiles; each example's
+    is its own blocked sum, against float64."""
+    from porter.layers.linear import linear
+
+    w, b = mx.array(RNG.normal(size=(8, 16)).astype(np.float32)), mx.array(RNG.normal(size=8).astype(np.float32))
+    x = mx.array(RNG.normal(size=(3, 5000, 16)).astype(np.float32))
+
+    def loss(bias, xs):
+        return (linear(xs, w, bias) ** 2).sum()
+
+    xn, wn, bn = (np.array(a).astype(np.float64) for a in (x, w, b))
+    exact = np.stack([2 * (xn[i] @ wn.T + bn).sum(axis=0) for i in range(3)])
+    assert _rel(mx.vmap(mx.grad(loss), in_axes=(None, 0))(b, x), exact) < 1e-6
+    assert _rel(mx.compile(mx.grad(loss))(b, x[1]), exact[1]) < 1e-6
