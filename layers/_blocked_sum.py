@@ -4,7 +4,7 @@ MLX's CPU sum keeps one float accumulator per output over the whole reduced exte
 one-signed values (a conv bias's gradient on a 64^3 volume) it errs by ~1e-5 relative, torch's cascade sum by ~4e-8.
 :func:`blocked_sum` sums blocks of :data:`SUM_BLOCK` terms, then those partial sums the same way, level by level (a
 float sum of 64 terms errs by at most 64 ulp, and each level adds its own 64 at most: torch's float32 error within a
-few times, at +1-2% of a conv's or batch norm's forward+backward). float16 and bfloat16 are
+few times, at most +2% of a conv's or batch norm's forward+backward). float16 and bfloat16 are
 summed in float32 and rounded once, as MLX's own sum does; float64 is left to MLX (one double accumulator is already
 far below float32's error).
 
