@@ -15,6 +15,7 @@ import functools
 import mlx.core as mx
 
 from . import _export
+from ._blocked_sum import blocked_sum
 from ._precision import upcast
 
 
@@ -33,8 +34,9 @@ def batch_norm_train(x: mx.array, weight, bias, eps: float):
 def _forward(x, weight, bias, eps):
     axes = tuple(range(x.ndim - 1))
     xs = upcast(x)
-    mean = mx.mean(xs, axis=axes)
-    var = mx.var(xs, axis=axes)
+    count = x.size // x.shape[-1]  # the statistics over N x spatial in blocks (MLX's one accumulator errs ~1e-5)
+    mean = blocked_sum(xs, axes) / count
+    var = blocked_sum(mx.square(xs - mean), axes) / count
     y = (xs - mean) * mx.rsqrt(var + eps)
     if weight is not None:
         y = upcast(weight) * y + upcast(bias)
@@ -60,8 +62,8 @@ def _function(eps: float, affine: bool):
         axes = tuple(range(x.ndim - 1))
         invstd = mx.rsqrt(var + eps)
         xhat = (upcast(x) - mean) * invstd
-        sum_dy = mx.sum(dy, axis=axes)
-        sum_dy_xhat = mx.sum(dy * xhat, axis=axes)
+        sum_dy = blocked_sum(dy, axes)
+        sum_dy_xhat = blocked_sum(dy * xhat, axes)
         count = x.size // x.shape[-1]
         scale = invstd if not affine else upcast(primals[1]) * invstd
         dx = (scale * (dy - sum_dy / count - xhat * (sum_dy_xhat / count))).astype(x.dtype)

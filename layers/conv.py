@@ -17,7 +17,7 @@ import numbers
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _conv_engine, _conv_nonfinite
+from . import _blocked_sum, _conv_engine, _conv_nonfinite
 from ._utils import ntuple
 from .padding import pad
 
@@ -150,15 +150,20 @@ def conv_nd(input, weight, bias, stride, padding, dilation, groups, *, nd: int, 
         out_spatial = tuple((p - e) // s + 1 for p, e, s in zip(padded, extent, stride))
         y = mx.zeros((x.shape[0], *out_spatial, c_out), dtype=x.dtype)
     else:  # the strategy (float64, native, Winograd, MLX's conv...) is the engine's choice
-        y = None if bias is None else _conv_engine.pointwise_with_bias(x, weight, bias, stride, lo, hi, groups)
-        if y is not None:
-            bias = None  # added inside the product
-        else:
+        y = None
+        if bias is not None:  # a 1x1 conv: the bias inside the product, its gradient still a blocked sum
+            routed = _blocked_sum.routes((*x.shape[:-1], c_out), x.dtype, bias)
+            y = _conv_engine.pointwise_with_bias(x, weight, mx.stop_gradient(bias) if routed else bias, stride, lo,
+                                                 hi, groups)
+            if y is not None:
+                y = _blocked_sum.route_bias_grad(y, bias) if routed else y
+                bias = None  # added inside the product
+        if y is None:
             y = _conv_engine.conv(x, weight, stride, lo, hi, dilation, groups)
         if _conv_nonfinite.multiplies_padding(x.dtype, nd, dilation, groups, c_in):  # torch's NaN at the borders
             y = _conv_nonfinite.with_padding_products(y, weight, spatial, stride, lo, dilation)
     if bias is not None:
-        y = y + bias
+        y = _blocked_sum.add_bias(y, bias)  # its gradient over N x spatial in blocks
     return y if batched else y[0]
 
 

@@ -22,7 +22,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _conv_transpose_engine
+from . import _blocked_sum, _conv_transpose_engine
 from ._conv_transpose_engine import base_size as _base_size
 from ._utils import ntuple
 from .conv import (
@@ -94,7 +94,7 @@ def conv_transpose_nd(
     else:  # the strategy (float64, patch matmul, per-phase convs, zero-stuffed dilated conv) is the engine's choice
         y = _conv_transpose_engine.conv_transpose(x, weight, stride, padding, output_padding, dilation, groups)
     if bias is not None:
-        y = y + bias
+        y = _blocked_sum.add_bias(y, bias)  # its gradient over N x spatial in blocks
     return y if batched else y[0]
 
 

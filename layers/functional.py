@@ -6,7 +6,9 @@ norm's ``x * alpha + beta`` over the last axis), ``layer_norm(x, weight, bias, k
 ``batch_norm_train(x, weight, bias, eps)`` (batch statistics over every axis but the last, torch's backward as its
 VJP: ``layers/_batch_norm_train.py``), and
 ``concatenate(arrays, axis)`` (torch's ``cat``: one multi-threaded native copy on the CPU, ``layers/concat.py``) and
-``channel_shuffle(x, groups)`` (torch's, along the last axis: a native copy on the CPU, ``layers/shuffle.py``).
+``channel_shuffle(x, groups)`` (torch's, along the last axis: a native copy on the CPU, ``layers/shuffle.py``), and
+``blocked_sum``/``blocked_mean(x, axes, keepdims)`` (sums over many elements in blocks, torch's accuracy:
+``layers/_blocked_sum.py``).
 """
 
 from .activation import exp, gelu, hardsigmoid, hardswish, hardtanh, relu, sigmoid, silu, softmax, tanh
@@ -14,6 +16,7 @@ from ._export import contiguous
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .affine import channel_affine
 from ._batch_norm_train import batch_norm_train
+from ._blocked_sum import blocked_mean, blocked_sum
 from .concat import concatenate
 from .adaptive_max import adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d
 from .avg_pool import avg_pool1d, avg_pool2d, avg_pool3d

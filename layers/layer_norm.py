@@ -20,7 +20,7 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _native
+from . import _blocked_sum, _native
 
 __all__ = ["GroupNorm", "LayerNorm", "InstanceNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "group_norm", "layer_norm"]
@@ -63,11 +63,9 @@ def _native_ok(x: mx.array) -> bool:
 
 
 def _affine(y: mx.array, weight, bias, dtype) -> mx.array:
-    if weight is not None:
-        y = y * weight.astype(y.dtype)
-    if bias is not None:
-        y = y + bias.astype(y.dtype)
-    return y.astype(dtype)
+    # the parameters' gradients sum over every position: in blocks (MLX's one accumulator errs ~1e-5 over 64^3)
+    return _blocked_sum.affine(y, None if weight is None else weight.astype(y.dtype),
+                               None if bias is None else bias.astype(y.dtype)).astype(dtype)
 
 
 def layer_norm(input: mx.array, normalized_shape, weight: Optional[mx.array] = None,
@@ -118,6 +116,10 @@ def layer_norm(input: mx.array, normalized_shape, weight: Optional[mx.array] = N
     if k == 1 and xs.dtype == mx.float32:
         ws = None if weight is None else weight.astype(mx.float32)
         bs = None if bias is None else bias.astype(mx.float32)
+        param = ws if ws is not None else bs
+        if param is not None and _blocked_sum.routes(xs.shape, xs.dtype, param):
+            # the fused kernel's VJP sums the affine's gradients over the rows in one accumulator
+            return _blocked_sum.affine(mx.fast.layer_norm(xs, None, None, eps), ws, bs).astype(x.dtype)
         return mx.fast.layer_norm(xs, ws, bs, eps).astype(x.dtype)
     axes = tuple(range(x.ndim - k, x.ndim))
     mean = mx.mean(xs, axis=axes, keepdims=True)
@@ -166,8 +168,9 @@ def group_norm(input: mx.array, num_groups: int, weight: Optional[mx.array] = No
     xs = x.astype(mx.float32) if x.dtype in _HALF else x
     n = x.shape[0]
     g = xs.reshape(n, -1, num_groups, c // num_groups)
-    mean = mx.mean(g, axis=(1, 3), keepdims=True)
-    var = mx.mean(mx.square(g - mean), axis=(1, 3), keepdims=True)
+    count = g.shape[1] * g.shape[3]  # over the positions in blocks (MLX's one accumulator errs ~1e-5 over 64^3)
+    mean = _blocked_sum.blocked_sum(g, 1, keepdims=True).sum(axis=3, keepdims=True) / count
+    var = _blocked_sum.blocked_sum(mx.square(g - mean), 1, keepdims=True).sum(axis=3, keepdims=True) / count
     return _affine(((g - mean) * mx.rsqrt(var + eps)).reshape(x.shape), weight, bias, x.dtype)
 
 

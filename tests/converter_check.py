@@ -17,6 +17,17 @@ from porter.converters.output_tree import leaves
 from porter.compare import RTOL, assert_close, declared_layouts, mlx_to_numpy, port_inputs, to_torch_layout
 
 
+class Fn(torch.nn.Module):
+    """A module whose forward is ``fn`` (a torch function or lambda under test)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
 def run_ported(ported, inputs, kwargs=None):
     """The port's outputs on torch-layout ``inputs`` (and keyword inputs ``kwargs``, passed by name as to torch),
     in torch's layout, in their own dtypes (numpy)."""

@@ -5,7 +5,8 @@ Every conv/pool/pad kernel calls ``fn("max_pool2d")``: the exact torch semantics
 layers. Names come from an artifact, so they are looked up in the explicit table :data:`FUNCTIONS`, never with
 ``getattr`` on the module. The other kernels import what they need from here by name: the activations and softmax,
 ``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle`` and ``linear`` (native passes on the CPU, MLX
-ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``/``batch_norm_train``, and
+ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``/``batch_norm_train``,
+``blocked_sum``/``blocked_mean`` (torch's accuracy over many elements), and
 export mode's ``exporting()``/``export_note()`` for kernels that must build serializable ops while exporting.
 """
 
@@ -16,6 +17,8 @@ from porter.layers import functional as _functional
 from porter.layers.functional import (  # noqa: F401
     HALF,
     batch_norm_train,
+    blocked_mean,
+    blocked_sum,
     channel_affine,
     channel_shuffle,
     concatenate,

@@ -11,27 +11,30 @@ from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXES, AXIS, DTYPE, TENSOR, Bool, Enum, Float, Opt
 from . import _float64
-from ._layers import softmax
+from ._layers import blocked_mean, blocked_sum, softmax
 from .misc import mx_dtype
 from .shape import _dims
 
-_REDUCE = {"mean": mx.mean, "sum": mx.sum, "amax": mx.max, "amin": mx.min, "any": mx.any, "all": mx.all}
+# mean and sum over many elements in blocks (torch's accuracy: MLX's one float accumulator errs ~1e-5 over 64^3)
+_REDUCE = {"mean": blocked_mean, "sum": blocked_sum, "amax": mx.max, "amin": mx.min, "any": mx.any, "all": mx.all}
 
 
 @kernel("reduce", inputs=[TENSOR], attrs={"fn": Enum(*_REDUCE), "axes": AXES, "keepdims": Bool(), "dtype": Opt(DTYPE)})
 def k_reduce(x, *, fn, axes, keepdims, dtype=None):
     if dtype is not None:
         x = x.astype(mx_dtype(dtype))
+    if fn in ("mean", "sum"):
+        return _REDUCE[fn](x, range(x.ndim) if axes is None else axes, keepdims=keepdims)
     return _REDUCE[fn](x, axis=axes, keepdims=keepdims)
 
 
 @kernel("variance", inputs=[TENSOR], attrs={"axes": AXES, "keepdims": Bool(), "correction": Float(), "std": Bool()})
 def k_variance(x, *, axes, keepdims, correction, std):
-    mean = mx.mean(x, axis=axes, keepdims=True)
+    mean = blocked_mean(x, axes, keepdims=True)
     count = 1
     for a in axes:
         count *= x.shape[a]
-    v = mx.sum(mx.square(x - mean), axis=axes, keepdims=keepdims) / max(count - correction, 0)
+    v = blocked_sum(mx.square(x - mean), axes, keepdims=keepdims) / max(count - correction, 0)
     return mx.sqrt(v) if std else v
 
 
@@ -40,7 +43,7 @@ def k_variance(x, *, axes, keepdims, correction, std):
 def k_variance_mean(x, *, axes, keepdims, correction, std):
     """``(var or std, mean)`` as ``torch.var_mean`` / ``torch.std_mean`` return them."""
     return [k_variance(x, axes=axes, keepdims=keepdims, correction=correction, std=std),
-            mx.mean(x, axis=axes, keepdims=keepdims)]
+            blocked_mean(x, axes, keepdims=keepdims)]
 
 
 @kernel("softmax", inputs=[TENSOR], attrs={"axis": AXIS, "log": Bool(), "dtype": Opt(DTYPE)})

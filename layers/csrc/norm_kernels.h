@@ -252,15 +252,15 @@ void layer_norm_grad(const T* x, const T* g, int64_t rows, int64_t C, const Norm
 }
 
 // -------------------------------------------------------------------------------------------------- GroupNorm
-// Per-(n, c) sums over the S positions of sample n of value(x[n, s, c], c): each task (a block of positions, 32 Ki
-// elements) adds kSumChunk positions at a time in A and those partial sums in double, the tasks combined in double:
-// out[n * C + c]. A float accumulator over n terms errs by up to n ulp; one per task (8192 positions for 4 channels)
-// put BasicUNet's gradients 0.1-1% off torch's (its cascade sums) on 148 Ki-position volumes; 256 positions keep
-// a float partial sum within ~1.5e-5 of exact.
+// Per-(n, c) sums over the S positions of sample n: add_position(n, s, acc) adds position (n, s)'s C values to the
+// accumulators acc[0..C) (in A). Each task (a block of positions, 32 Ki elements) sums kSumChunk positions at a time
+// in A and those partial sums in double, the tasks combined in double: out[n * C + c]. A float accumulator over n
+// terms errs by up to n ulp; one per task (8192 positions for 4 channels) put BasicUNet's gradients 0.1-1% off
+// torch's (its cascade sums) on 148 Ki-position volumes; 256 positions keep a float partial sum within ~1.5e-5 of
+// exact.
 constexpr int64_t kSumChunk = 256;
-template <typename T, typename F>
-void channel_sums(const T* x, int64_t N, int64_t S, int64_t C, F&& value, std::vector<double>& out) {
-  using A = NormAcc<T>;
+template <typename A, typename F>
+void channel_sums(int64_t N, int64_t S, int64_t C, F&& add_position, std::vector<double>& out) {
   const int64_t per = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(C, 1));  // positions per task
   const int64_t splits = (S + per - 1) / per, tasks = N * splits;
   std::vector<double> part(tasks * C, 0.0);
@@ -271,10 +271,7 @@ void channel_sums(const T* x, int64_t N, int64_t S, int64_t C, F&& value, std::v
       double* p = part.data() + t * C;
       for (int64_t b = s0; b < s1; b += kSumChunk) {
         std::fill(acc.begin(), acc.end(), A(0));
-        for (int64_t s = b; s < std::min(s1, b + kSumChunk); ++s) {
-          const T* xs = x + (n * S + s) * C;
-          for (int64_t c = 0; c < C; ++c) acc[c] += value(static_cast<A>(xs[c]), c, n);
-        }
+        for (int64_t s = b; s < std::min(s1, b + kSumChunk); ++s) add_position(n, s, acc.data());
         for (int64_t c = 0; c < C; ++c) p[c] += acc[c];
       }
     }
@@ -287,6 +284,16 @@ void channel_sums(const T* x, int64_t N, int64_t S, int64_t C, F&& value, std::v
   }
 }
 
+// Per-(n, c) sums of v over the positions (channel_sums of the values themselves).
+template <typename T>
+void value_sums(const T* v, int64_t N, int64_t S, int64_t C, std::vector<double>& out) {
+  using A = NormAcc<T>;
+  channel_sums<A>(N, S, C, [&](int64_t n, int64_t s, A* __restrict acc) {
+    const T* vs = v + (n * S + s) * C;
+    for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<A>(vs[c]);
+  }, out);
+}
+
 // mean and rstd per (n, g), and the same broadcast per (n, c) in A for the vector loops.
 template <typename T>
 void group_stats(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, double eps, std::vector<double>& mean,
@@ -295,7 +302,7 @@ void group_stats(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, double 
   const int64_t Cg = C / G;
   const double count = static_cast<double>(S) * static_cast<double>(Cg);
   std::vector<double> sums;
-  channel_sums(x, N, S, C, [](A v, int64_t, int64_t) { return v; }, sums);
+  value_sums(x, N, S, C, sums);
   mean.assign(N * G, 0.0);
   rstd.assign(N * G, 0.0);
   mean_c.assign(N * C, A(0));
@@ -304,7 +311,14 @@ void group_stats(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, double 
     for (int64_t q = 0; q < G; ++q) mean[n * G + q] /= count;
     for (int64_t c = 0; c < C; ++c) mean_c[n * C + c] = static_cast<A>(mean[n * G + c / Cg]);
   }
-  channel_sums(x, N, S, C, [&](A v, int64_t c, int64_t n) { const A d = v - mean_c[n * C + c]; return d * d; }, sums);
+  channel_sums<A>(N, S, C, [&](int64_t n, int64_t s, A* __restrict acc) {
+    const T* xs = x + (n * S + s) * C;
+    const A* m = mean_c.data() + n * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const A d = static_cast<A>(xs[c]) - m[c];
+      acc[c] += d * d;
+    }
+  }, sums);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t c = 0; c < C; ++c) rstd[n * G + c / Cg] += sums[n * C + c];
     for (int64_t q = 0; q < G; ++q) rstd[n * G + q] = 1.0 / std::sqrt(rstd[n * G + q] / count + eps);
@@ -368,33 +382,13 @@ void group_norm_grad(const T* x, const T* g, int64_t N, int64_t S, int64_t C, in
   std::vector<A> mean_c;
   group_stats(x, N, S, C, G, static_cast<double>(eps), mean, rstd, mean_c);
   // sums of g and of g * (x - mean) (centred: less cancellation than g * x - mean * g)
-  channel_sums(g, N, S, C, [](A v, int64_t, int64_t) { return v; }, sg);
-  {
-    const int64_t per = std::max<int64_t>(1, (int64_t{1} << 15) / C);  // positions per task, as channel_sums
-    const int64_t splits = (S + per - 1) / per, tasks = N * splits;
-    std::vector<double> part(tasks * C, 0.0);
-    parallel_for(tasks, std::min(per, S) * C * 2, [&](int64_t begin, int64_t end) {
-      std::vector<A> acc(C);
-      for (int64_t t = begin; t < end; ++t) {
-        const int64_t n = t / splits, s0 = (t % splits) * per, s1 = std::min(S, s0 + per);
-        double* p = part.data() + t * C;
-        const A* m = mean_c.data() + n * C;
-        for (int64_t b = s0; b < s1; b += kSumChunk) {  // float partial sums of kSumChunk positions, in double
-          std::fill(acc.begin(), acc.end(), A(0));
-          for (int64_t s = b; s < std::min(s1, b + kSumChunk); ++s) {
-            const T* xs = x + (n * S + s) * C;
-            const T* gs = g + (n * S + s) * C;
-            for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<A>(gs[c]) * (static_cast<A>(xs[c]) - m[c]);
-          }
-          for (int64_t c = 0; c < C; ++c) p[c] += acc[c];
-        }
-      }
-    });
-    sgx.assign(N * C, 0.0);
-    for (int64_t t = 0; t < tasks; ++t) {
-      for (int64_t c = 0; c < C; ++c) sgx[(t / splits) * C + c] += part[t * C + c];
-    }
-  }
+  value_sums(g, N, S, C, sg);
+  channel_sums<A>(N, S, C, [&](int64_t n, int64_t s, A* __restrict acc) {
+    const T* xs = x + (n * S + s) * C;
+    const T* gs = g + (n * S + s) * C;
+    const A* m = mean_c.data() + n * C;
+    for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<A>(gs[c]) * (static_cast<A>(xs[c]) - m[c]);
+  }, sgx);
   const int64_t Cg = C / G;
   const double count = static_cast<double>(S) * static_cast<double>(Cg);
   std::vector<A> P(N * C), Q(N * C), R(N * C);

@@ -10,16 +10,7 @@ import pytest
 import torch
 
 import porter
-from tests.converter_check import check_converted
-
-
-class Wrap(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+from tests.converter_check import Fn, check_converted
 
 
 def _dynamic_axes(ported):
@@ -39,7 +30,7 @@ def _spatial_shapes(x):  # Deformable DETR: (h, w) per level as a long tensor, t
     (lambda x: x * torch.as_tensor([[x.shape[-2]], [x.shape[-1]]], dtype=torch.float32).sum(), (3, 3, 5, 6)),
 ], ids=["spatial-shapes", "scalar", "mixed-float", "nested-dtype"])
 def test_tensors_of_sizes_keep_the_sizes_dynamic(fn, second):
-    ported = check_converted(Wrap(fn), torch.randn(2, 3, 8, 10), torch.randn(*second))
+    ported = check_converted(Fn(fn), torch.randn(2, 3, 8, 10), torch.randn(*second))
     assert {(0, 2), (0, 3)} <= _dynamic_axes(ported)
 
 
@@ -52,7 +43,7 @@ def test_tensors_of_sizes_keep_the_sizes_dynamic(fn, second):
 def test_linspace_over_a_size(fn, width):
     """``steps`` from a size: torch's values at every width (one point, ``steps - 1 = 1``, odd and even counts,
     longer than a vector), converted once at width 6."""
-    model = Wrap(fn)
+    model = Fn(fn)
     ported = check_converted(model, torch.randn(2, 4, 6), torch.randn(1, 3, width))
     assert (0, 2) in _dynamic_axes(ported)
 
@@ -68,7 +59,7 @@ def test_literal_tensors_without_sizes_are_torch_own():
         c = torch.linspace(0, 1, 4, dtype=torch.float64).float()
         return x[..., :2] @ a + b + c.sum()
 
-    check_converted(Wrap(fn), torch.randn(2, 5, 2), torch.randn(3, 4, 2))
+    check_converted(Fn(fn), torch.randn(2, 5, 2), torch.randn(3, 4, 2))
     assert (torch.tensor, torch.as_tensor, torch.linspace) == originals
 
 
@@ -80,5 +71,5 @@ def test_torch_functions_restored_after_a_failed_capture():
         return x[x > 0]  # a data-dependent shape: the capture fails
 
     with pytest.raises(Exception):
-        porter.convert(Wrap(fn), (torch.randn(2, 5),))
+        porter.convert(Fn(fn), (torch.randn(2, 5),))
     assert (torch.tensor, torch.as_tensor, torch.linspace) == originals

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.converter_check import run_ported
+from tests.converter_check import Fn, run_ported
 
 import porter
 
@@ -20,15 +20,6 @@ REL = 1e-13
 GRID = torch.tensor([*np.linspace(-30.0, 30.0, 601), 0.0, -0.0, math.pi, -math.pi, math.pi / 2, 3 * math.pi / 2,
                      1e5 + 0.25, -7e5, 1e-300, -1e-300, 700.0, -700.0], dtype=torch.float64)
 SPECIAL = torch.tensor([math.inf, -math.inf, math.nan], dtype=torch.float64)
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 CASES = {

@@ -14,6 +14,13 @@ pytestmark = pytest.mark.slow  # ~5 s a network
 
 SEEDS = 16
 BLOCKS = 4
+# (seed, ops, dtype) of networks that once failed, each with its cause
+REGRESSIONS = [
+    # InstanceNorm2d -> tokens -> attention: torch's norm backward with a channels-last grad_output (its bug; the
+    # oracle's contiguous_norm_grads hook, tests/converters/test_torch_norm_grad_bug.py)
+    (2000, 10, "float32"),
+    (2000, 10, "float64"),
+]
 
 
 @pytest.mark.parametrize("block", range(BLOCKS))
@@ -32,3 +39,11 @@ def test_random_networks_match_torch_at_two_sizes(block):
                           f"scripts/fuzz_models.py --start SEED --seeds 1 --dtype {dtype}):\n" + "\n".join(failures))
     ran = sum(r["status"] == "ok" for r in results)
     assert ran >= per_block // 2, [r.get("refusal") for r in results]
+
+
+@pytest.mark.parametrize("seed, ops, dtype", REGRESSIONS)
+def test_networks_that_once_failed(seed, ops, dtype):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = model_fuzz.run_seed(seed, ops=ops, dtype=dtype)
+    assert result["status"] != "fail", f"seed={seed}: {result['net']}\n  " + "\n  ".join(result["problems"])
