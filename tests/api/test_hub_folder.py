@@ -207,7 +207,7 @@ def test_model_card_front_matter_and_provenance(model, ported, tmp_path):
     assert _front_matter(tmp_path / "a" / "README.md") == {"library_name": "mlx", "tags": ["mlx", "porter"],
                                                            "base_model": "pytorch/vision"}
     assert "`" + ported.source_class + "`" in card and f"Porter version | `{porter.__version__}`" in card
-    assert "`hubnet.pt` (torch-save)" in card and "`hub_helpers:hub_net`" in card
+    assert "`hubnet.pt` (`torch-save`)" in card and "`hub_helpers:hub_net`" in card
     assert "Result: **PASS**" in card and f"{report.summary()['max_rel_error']:.3g}" in card
     assert 'porter.load("me/hubnet-mlx")' in card
 
