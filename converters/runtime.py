@@ -37,8 +37,9 @@ CALL_MODULE = "call_module"
 # evaluate while Python builds the rest (mx.async_eval), and drops each value from the walk's table after its last
 # reader, so evaluated intermediates are freed as in a single eval. 0: build the whole graph first (the caller's
 # eval computes it). Under mx.grad/vmap/compile MLX refuses async_eval and the call builds the graph as before.
-# Off until measured on a quiet machine (the graph's Python build is 6-26% of a batch-1 forward's time: EfficientNetV2-S
-# 9.6 ms, RegNetY-400MF 4.5, MobileNetV2 2.7, ResNet-18 1.8 of thread CPU).
+# Off: measured on a quiet 2-core AVX-512 machine (batch 1, wall, 15 interleaved rounds, after the session-17 node
+# reductions), k=8 against 0: EfficientNetV2-S 0.99, RegNetY-400MF 0.93, ResNet-18 1.00, MobileNetV2 0.99, Swin-T 0.97,
+# ResNet-50 1.03 (the Python thread takes a core the kernels' second thread wanted). Too mixed to be the default.
 OVERLAP_EVERY = 0
 
 
