@@ -13,16 +13,17 @@
 
 namespace porter {
 
-// srcs[i]: input i's data; chunks[i]: its row length in bytes; out: outer rows of sum(chunks) bytes.
-inline void concat_rows(const std::vector<const uint8_t*>& srcs, const std::vector<int64_t>& chunks, int64_t outer,
-                        uint8_t* out) {
+// srcs[i]: input i's data; chunks[i]: its row length in bytes; steps[i]: bytes from one of its rows to the next (its
+// chunk for a contiguous input, more for a view such as a channel slice x[..., :c]); out: outer rows of sum(chunks).
+inline void concat_rows(const std::vector<const uint8_t*>& srcs, const std::vector<int64_t>& chunks,
+                        const std::vector<int64_t>& steps, int64_t outer, uint8_t* out) {
   int64_t row = 0;
   for (int64_t c : chunks) row += c;
   parallel_for(outer, row / 4 + 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       uint8_t* dst = out + r * row;
       for (size_t i = 0; i < srcs.size(); ++i) {
-        std::memcpy(dst, srcs[i] + r * chunks[i], chunks[i]);
+        std::memcpy(dst, srcs[i] + r * steps[i], chunks[i]);
         dst += chunks[i];
       }
     }

@@ -13,17 +13,46 @@ class Concat : public mx::UnaryPrimitive {
   Concat(mx::Stream s, int axis) : mx::UnaryPrimitive(s), axis_(axis) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
-    launch(stream(), inputs, output, [axis = axis_](auto& in, auto& out) {
+    // an input whose rows are contiguous, one step apart (a channel slice from a split), is read in place by the
+    // threaded copy; others are copied row-contiguous first (one thread)
+    const int axis = axis_;
+    auto readable = [axis](const mx::array& a) { return row_step(a, axis) >= 0; };
+    launch_readable(stream(), inputs, output, readable, [axis](auto& in, auto& out) {
       int64_t outer = 1;
       for (int d = 0; d < axis; ++d) outer *= out[0].shape(d);
       std::vector<const uint8_t*> srcs;
-      std::vector<int64_t> chunks;
+      std::vector<int64_t> chunks, steps;
       for (auto& a : in) {
         srcs.push_back(a.template data<uint8_t>());
-        chunks.push_back(outer ? static_cast<int64_t>(a.nbytes()) / outer : 0);
+        int64_t chunk = a.itemsize();
+        for (int d = axis; d < static_cast<int>(a.ndim()); ++d) chunk *= a.shape(d);
+        chunks.push_back(chunk);
+        steps.push_back(row_step(a, axis) * static_cast<int64_t>(a.itemsize()));
       }
-      concat_rows(srcs, chunks, outer, out[0].template data<uint8_t>());
+      concat_rows(srcs, chunks, steps, outer, out[0].template data<uint8_t>());
     });
+  }
+  // Elements from one row (the dims before `axis`, flattened) to the next when the dims from `axis` on are
+  // row-contiguous and the dims before it collapse to one stride; -1 otherwise.
+  static int64_t row_step(const mx::array& a, int axis) {
+    const int nd = static_cast<int>(a.ndim());
+    int64_t chunk = 1;
+    for (int d = nd - 1; d >= axis; --d) {
+      if (a.shape(d) != 1 && a.strides()[d] != chunk) return -1;
+      chunk *= a.shape(d);
+    }
+    int64_t step = -1, next = 0;
+    for (int d = axis - 1; d >= 0; --d) {
+      if (a.shape(d) == 1) continue;
+      if (step < 0) {
+        step = a.strides()[d];
+      } else if (a.strides()[d] != next) {
+        return -1;
+      }
+      next = a.strides()[d] * a.shape(d);
+    }
+    if (step < 0) step = chunk;  // one row
+    return step >= chunk ? step : -1;
   }
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("concat"); }
   const char* name() const override { return "PorterConcat"; }

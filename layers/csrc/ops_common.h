@@ -89,15 +89,14 @@ inline void strided_copy(const char* src, char* dst, const mx::Shape& shape, con
   }
 }
 
-// Calls f(inputs) inside eval_cpu with every input row-contiguous: `inputs` itself when they all are (so a donatable
-// input stays donatable), else a copy of the list in which each other input is a row-contiguous copy, made by a task
-// dispatched on the stream before f's (the encoder keeps both arrays alive until it has run). An op whose primitive
-// does this needs no mx::contiguous node in front of it: each graph node costs ~10 us to schedule and run on the CPU
-// stream (measured: one more `+ 0` node per eval), as much as LayerNorm's whole kernel on a (49, 96) Swin window.
-template <typename F>
-void with_row_contiguous(const std::vector<mx::array>& inputs, mx::Stream s, F&& f) {
+// Calls f(inputs) inside eval_cpu with every input in a layout the kernel reads (`readable(a)`): `inputs` itself when
+// they all are (so a donatable input stays donatable), else a copy of the list in which each other input is a
+// row-contiguous copy, made by a task dispatched on the stream before f's (the encoder keeps both arrays alive until
+// it has run).
+template <typename P, typename F>
+void with_readable(const std::vector<mx::array>& inputs, mx::Stream s, P&& readable, F&& f) {
   bool all = true;
-  for (const auto& a : inputs) all = all && a.flags().row_contiguous;
+  for (const auto& a : inputs) all = all && readable(a);
   if (all) {
     f(inputs);
     return;
@@ -105,7 +104,7 @@ void with_row_contiguous(const std::vector<mx::array>& inputs, mx::Stream s, F&&
   auto& enc = mx::cpu::get_command_encoder(s);
   std::vector<mx::array> copies;
   for (const auto& a : inputs) {
-    if (a.flags().row_contiguous) {
+    if (readable(a)) {
       copies.push_back(a);
       continue;
     }
@@ -120,6 +119,14 @@ void with_row_contiguous(const std::vector<mx::array>& inputs, mx::Stream s, F&&
     copies.push_back(c);
   }
   f(copies);
+}
+
+// with_readable for kernels that read row-contiguous data only. An op whose primitive does this needs no
+// mx::contiguous node in front of it: each graph node costs ~10 us to schedule and run on the CPU stream (measured: one
+// more `+ 0` node per eval), as much as LayerNorm's whole kernel on a (49, 96) Swin window.
+template <typename F>
+void with_row_contiguous(const std::vector<mx::array>& inputs, mx::Stream s, F&& f) {
+  with_readable(inputs, s, [](const mx::array& a) { return a.flags().row_contiguous; }, std::forward<F>(f));
 }
 
 template <typename Body>
@@ -153,6 +160,15 @@ template <typename Body>
 void dispatch_body(mx::Stream s, const std::vector<mx::array>& given, std::vector<mx::array>& outputs, Body body) {
   with_row_contiguous(given, s,
                       [&](const std::vector<mx::array>& inputs) { dispatch_contiguous(s, inputs, outputs, body); });
+}
+
+// One output, `body` run on inputs as `readable` accepts them (the rest copied row-contiguous first).
+template <typename P, typename Body>
+void launch_readable(mx::Stream s, const std::vector<mx::array>& given, mx::array& output, P&& readable, Body body) {
+  output.set_data(mx::allocator::malloc(output.nbytes()));
+  std::vector<mx::array> outputs{output};
+  with_readable(given, s, std::forward<P>(readable),
+                [&](const std::vector<mx::array>& inputs) { dispatch_contiguous(s, inputs, outputs, body); });
 }
 
 // Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.

@@ -110,3 +110,32 @@ def test_native_concat_checks_shapes():
         _native.concat([mx.zeros((2, 3)), mx.zeros((3, 3))], 1)
     with pytest.raises(ValueError, match="share rank and dtype"):
         _native.concat([mx.zeros((2, 3)), mx.zeros((2, 3), dtype=mx.int32)], 1)
+
+
+@pytest.mark.parametrize("case", ["split halves", "swapped", "strided rows", "transposed", "broadcast", "one row"])
+def test_concat_of_views_matches_torch(case, monkeypatch):
+    """Views join without a copy node: a channel slice (ShuffleNet's split) is read in place, one step per row, by the
+    threaded copy; other strided layouts are copied first inside the op. torch.cat of the same views is the oracle,
+    bit for bit."""
+    monkeypatch.setattr(concat_module, "NATIVE_MIN_ELEMENTS", 0)  # the native kernel whenever it runs
+    x = torch.randn(4, 6, 5, 10, generator=torch.Generator().manual_seed(0))
+    m = mx.array(x.numpy())
+    views = {
+        "split halves": (lambda t: [t[..., :4], t[..., 4:]], -1),
+        "swapped": (lambda t: [t[..., 4:], t[..., :4], t[..., 2:3]], -1),
+        "strided rows": (lambda t: [t[::2, :, 1::2, 3:7], t[1::2, :, 1::2, :2]], -1),
+        "transposed": (lambda t: [t.transpose(1, 2), t[..., :3].transpose(1, 2)], -1),
+        "broadcast": (lambda t: [t[:, :1].expand(4, 3, 5, 10), t[:, 2:4]], 1),
+        "one row": (lambda t: [t[:1, :1, :1], t[:1, :1, 2:4]], 2),
+    }
+    pick, axis = views[case]
+    torch_views = pick(x)
+    mlx_views = [mx.array(v.contiguous().numpy()) for v in torch_views] if case == "broadcast" else None
+    if case == "transposed":
+        mlx_views = [m.transpose(0, 2, 1, 3), m[..., :3].transpose(0, 2, 1, 3)]
+    elif case == "broadcast":
+        mlx_views = [mx.broadcast_to(m[:, :1], (4, 3, 5, 10)), m[:, 2:4]]
+    elif mlx_views is None:
+        mlx_views = pick(m)
+    got = concatenate(mlx_views, axis)
+    np.testing.assert_array_equal(np.array(got), torch.cat(torch_views, axis).numpy())
