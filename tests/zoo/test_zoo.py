@@ -156,7 +156,10 @@ def test_training_matches_torch(name):
         m_opt.update(model, grads)
         mx.eval(model.state, m_opt.state)
         t32, t64 = t_losses
-        assert abs(loss.item() - t64) <= 4 * abs(t32 - t64) + 1e-4 * abs(t64), (i, loss.item(), t32, t64)
+        # a floor of 0.5%: which float32 rounding lands nearer torch's float64 trajectory is chance in these
+        # networks (batch-norm sums in blocks, 10x closer to float64 per layer, moved ShuffleNet's step-1 loss from
+        # 1.9e-4 to 2.3e-3 off it); the float64 test below holds the math itself to 1e-5
+        assert abs(loss.item() - t64) <= 4 * abs(t32 - t64) + 5e-3 * abs(t64), (i, loss.item(), t32, t64)
     state32, state64 = numpy_state_dict(twin), numpy_state_dict(twin64)
     params = dict(tree_flatten(model.parameters()))
     for key, (path, _, transform) in torch_parameter_specs(model).items():
@@ -165,6 +168,54 @@ def test_training_matches_torch(name):
         got = np.array(params[path]).astype(np.float64)
         scale = max(float(np.abs(exact).max()), 1e-3)
         assert np.abs(got - exact).max() <= 4 * torch_err + 5e-4 * scale, f"{key} drifted from torch's"
+
+
+# Found with this test (session 17), not fixed: in float64 these two leave torch's trajectory by 1.5% (Inception v3,
+# step 2) and 0.8% (Swin V2-T, step 1) while every other family stays within 2e-6; their float32 runs pass the
+# looser test above. Strict: the test fails once they match.
+FLOAT64_TRAIN_DIVERGES = {"inception_v3": "loss 1.5% off torch float64 at step 2",
+                          "swin_v2_t": "loss 0.8% off torch float64 at step 1"}
+
+
+def _float64_params() -> list:
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FLOAT64_TRAIN_DIVERGES[n]))
+            if n in FLOAT64_TRAIN_DIVERGES else n for n in TRAIN_MODELS]
+
+
+@pytest.mark.parametrize("name", _float64_params())
+def test_training_matches_torch_in_float64(name):
+    """The same training steps with the zoo model and torch's twin both in float64: no rounding for the network's
+    conditioning to amplify, so the losses follow torch's to 1e-5 of their size (measured <= 2e-6 over three steps on
+    every family but the two above) and a difference in the training math itself (batch statistics, momentum, a
+    gradient) shows."""
+    import copy
+
+    case = CASES[name]
+    twin = seeded_twin(name, **case.train_kwargs).train()
+    model = loaded_zoo_model(name, twin, **case.train_kwargs)
+    model.train()
+    model.set_dtype(mx.float64)
+    twin64 = copy.deepcopy(twin).double()
+    x = torch.randn(*case.train_input, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    with torch.no_grad():
+        out_shape = _outputs(twin64(x))[0].shape
+    target = torch.randn(*out_shape, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    xm = mx.array(_channels_last(x.numpy()), dtype=mx.float64)
+    tm = mx.array(_channels_last(target.numpy()), dtype=mx.float64)
+    lr, momentum = 0.005, 0.9
+    t_opt = torch.optim.SGD(twin64.parameters(), lr=lr, momentum=momentum)
+    m_opt = optim.SGD(learning_rate=lr, momentum=momentum)
+    step = mnn.value_and_grad(model, lambda m, v: ((_outputs(m(v))[0] - tm) ** 2).mean())
+    for i in range(3):
+        t_opt.zero_grad()
+        t_loss = ((_outputs(twin64(x))[0] - target) ** 2).mean()
+        t_loss.backward()
+        t_opt.step()
+        loss, grads = step(model, xm)
+        m_opt.update(model, grads)
+        mx.eval(model.state, m_opt.state)
+        assert loss.dtype == mx.float64
+        assert abs(loss.item() - t_loss.item()) <= 1e-5 * abs(t_loss.item()), (i, loss.item(), t_loss.item())
 
 
 def test_input_gradient_matches_torch():
