@@ -109,12 +109,21 @@ def route_bias_grad(y: mx.array, bias: mx.array) -> mx.array:
     return _route(y, bias)
 
 
+def bias_inside(shape: tuple, dtype, bias: mx.array, product):
+    """``product(b)``, which adds ``b`` (``bias`` itself, or with its gradient stopped) to an output of ``shape`` and
+    ``dtype`` (a GEMM's C, an add), with the bias gradient summed by :func:`blocked_sum` where :func:`routes` says;
+    ``None`` when ``product`` returns ``None`` (the caller's other path)."""
+    routed = routes(shape, dtype, bias)
+    y = product(mx.stop_gradient(bias) if routed else bias)
+    if y is None:
+        return None
+    return route_bias_grad(y, bias) if routed else y
+
+
 def add_bias(y: mx.array, bias: mx.array) -> mx.array:
     """``y + bias`` (``bias`` over ``y``'s trailing axes, the same values) with the bias gradient summed by
     :func:`blocked_sum` where ``y`` has at least :data:`BLOCKED_MIN` positions."""
-    if not routes(y.shape, y.dtype, bias):
-        return y + bias
-    return route_bias_grad(y + mx.stop_gradient(bias), bias)
+    return bias_inside(y.shape, y.dtype, bias, lambda b: y + b)
 
 
 @mx.custom_function

@@ -152,11 +152,9 @@ def conv_nd(input, weight, bias, stride, padding, dilation, groups, *, nd: int, 
     else:  # the strategy (float64, native, Winograd, MLX's conv...) is the engine's choice
         y = None
         if bias is not None:  # a 1x1 conv: the bias inside the product, its gradient still a blocked sum
-            routed = _blocked_sum.routes((*x.shape[:-1], c_out), x.dtype, bias)
-            y = _conv_engine.pointwise_with_bias(x, weight, mx.stop_gradient(bias) if routed else bias, stride, lo,
-                                                 hi, groups)
+            pointwise = lambda b: _conv_engine.pointwise_with_bias(x, weight, b, stride, lo, hi, groups)  # noqa: E731
+            y = _blocked_sum.bias_inside((*x.shape[:-1], c_out), x.dtype, bias, pointwise)
             if y is not None:
-                y = _blocked_sum.route_bias_grad(y, bias) if routed else y
                 bias = None  # added inside the product
         if y is None:
             y = _conv_engine.conv(x, weight, stride, lo, hi, dilation, groups)

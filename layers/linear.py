@@ -99,16 +99,20 @@ def linear(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> mx
         raise ValueError(f"[linear] 'input' must end in in_features={weight.shape[1]} but got shape {tuple(x.shape)}.")
     if _one_row(x, weight, bias):
         return _native.kernels().small_linear(x, weight, bias)
+    if bias is None:
+        return _product(x, weight, None)
     # over many rows the bias gradient is a blocked sum (MLX's one accumulator per output errs ~1e-5 there)
-    routed = bias is not None and _blocked_sum.routes((*x.shape[:-1], weight.shape[0]), x.dtype, bias)
-    b = mx.stop_gradient(bias) if routed else bias
-    if _small_k(x, weight, b):
-        y = _native.kernels().small_k_linear(x, weight, b)
-    else:
-        y = blas_product(x, weight, b)
-        if y is None:
-            y = x @ weight.T if b is None else mx.addmm(b, x, weight.T)
-    return _blocked_sum.route_bias_grad(y, bias) if routed else y
+    return _blocked_sum.bias_inside((*x.shape[:-1], weight.shape[0]), x.dtype, bias, lambda b: _product(x, weight, b))
+
+
+def _product(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.array:
+    """``x @ weight.T (+ bias)``: the short-K GEMM, the BLAS node, else MLX's matmul/addmm."""
+    if _small_k(x, weight, bias):
+        return _native.kernels().small_k_linear(x, weight, bias)
+    y = blas_product(x, weight, bias)
+    if y is not None:
+        return y
+    return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
 
 
 class Linear(nn.Linear):
