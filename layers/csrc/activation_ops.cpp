@@ -219,10 +219,7 @@ class Softmax : public mx::UnaryPrimitive {
  public:
   Softmax(mx::Stream s, int axis, bool rows) : mx::UnaryPrimitive(s), axis_(axis), rows_(rows) {}
 
-  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
-    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, output); });
-  }
-  void eval_contiguous(const std::vector<mx::array>& inputs, mx::array& output) {
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
     // in place when x is donated: both kernels read an element (a whole row, for the rows kernel) before writing it
     launch_in_place(stream(), inputs, output, [axis = axis_, rows = rows_](auto& in, auto& out) {
       auto [outer, len, inner] = split_axis(in[0].shape(), axis);
@@ -271,10 +268,7 @@ class SoftmaxGrad : public mx::UnaryPrimitive {
  public:
   SoftmaxGrad(mx::Stream s, int axis, bool rows) : mx::UnaryPrimitive(s), axis_(axis), rows_(rows) {}
 
-  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
-    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, output); });
-  }
-  void eval_contiguous(const std::vector<mx::array>& inputs, mx::array& output) {
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
     launch(stream(), inputs, output, [axis = axis_, rows = rows_](auto& in, auto& out) {
       auto [outer, len, inner] = split_axis(in[0].shape(), axis);
       dispatch_float(in[0].dtype(), "softmax_grad", [&](auto tag) {

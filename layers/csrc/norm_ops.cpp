@@ -48,10 +48,7 @@ class NormGrad : public mx::Primitive {
  public:
   NormGrad(mx::Stream s, int groups, double eps) : mx::Primitive(s), groups_(groups), eps_(eps) {}
 
-  void eval_cpu(const std::vector<mx::array>& given, std::vector<mx::array>& outputs) override {
-    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, outputs); });
-  }
-  void eval_contiguous(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) {
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     launch(stream(), inputs, outputs, [groups = groups_, eps = eps_](auto& in, auto& out) {
       auto [N, S, C] = norm_dims(in[0], groups);
       dispatch_float(in[0].dtype(), groups ? "group_norm_grad" : "layer_norm_grad", [&](auto tag) {
@@ -118,10 +115,7 @@ class Norm : public mx::UnaryPrimitive {
   Norm(mx::Stream s, int groups, double eps, bool has_w, bool has_b)
       : mx::UnaryPrimitive(s), groups_(groups), eps_(eps), has_w_(has_w), has_b_(has_b) {}
 
-  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
-    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) { eval_contiguous(inputs, output); });
-  }
-  void eval_contiguous(const std::vector<mx::array>& inputs, mx::array& output) {
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
     launch(stream(), inputs, output, [groups = groups_, eps = eps_, hw = has_w_, hb = has_b_](auto& in, auto& out) {
       auto [N, S, C] = norm_dims(in[0], groups);
       dispatch_float(in[0].dtype(), groups ? "group_norm" : "layer_norm", [&](auto tag) {
@@ -216,7 +210,7 @@ mx::array norm_op(const mx::array& x, const std::optional<mx::array>& weight, co
   if (groups < 0 || (groups && c % groups)) fail(what, "'groups' must divide the channel count");
   if (!(eps >= 0.0)) fail(what, "'eps' must be >= 0");
   const mx::Dtype at = norm_acc_dtype(x.dtype());
-  // no mx::contiguous nodes: Norm::eval_cpu makes its inputs row-contiguous (with_row_contiguous)
+  // no mx::contiguous nodes: launch (dispatch_body) makes Norm's inputs row-contiguous
   std::vector<mx::array> in{x};
   for (const auto* p : {&weight, &bias}) {
     if (!*p) continue;
@@ -251,19 +245,17 @@ class L2NormalizeGrad : public mx::UnaryPrimitive {
  public:
   L2NormalizeGrad(mx::Stream s, double eps) : mx::UnaryPrimitive(s), eps_(eps) {}
 
-  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
-    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) {
-      launch(stream(), inputs, output, [eps = eps_](auto& in, auto& out) {
-        const int64_t C = in[0].shape(-1), rows = C ? static_cast<int64_t>(in[0].size()) / C : 0;
-        dispatch_float(in[0].dtype(), "l2_normalize_grad", [&](auto tag) {
-          using T = decltype(tag);
-          if constexpr (std::is_same_v<T, double>) {
-            fail("l2_normalize_grad", "float64 is not supported (the layer keeps MLX ops for it)");
-          } else {
-            l2_normalize_grad_lastdim<T>(in[0].template data<T>(), in[1].template data<T>(), rows, C,
-                                         static_cast<float>(eps), out[0].template data<T>());
-          }
-        });
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [eps = eps_](auto& in, auto& out) {
+      const int64_t C = in[0].shape(-1), rows = C ? static_cast<int64_t>(in[0].size()) / C : 0;
+      dispatch_float(in[0].dtype(), "l2_normalize_grad", [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, double>) {
+          fail("l2_normalize_grad", "float64 is not supported (the layer keeps MLX ops for it)");
+        } else {
+          l2_normalize_grad_lastdim<T>(in[0].template data<T>(), in[1].template data<T>(), rows, C,
+                                       static_cast<float>(eps), out[0].template data<T>());
+        }
       });
     });
   }
@@ -295,19 +287,17 @@ class L2Normalize : public mx::UnaryPrimitive {
  public:
   L2Normalize(mx::Stream s, double eps) : mx::UnaryPrimitive(s), eps_(eps) {}
 
-  void eval_cpu(const std::vector<mx::array>& given, mx::array& output) override {
-    with_row_contiguous(given, stream(), [&](const std::vector<mx::array>& inputs) {
-      launch(stream(), inputs, output, [eps = eps_](auto& in, auto& out) {
-        const int64_t C = in[0].shape(-1), rows = C ? static_cast<int64_t>(in[0].size()) / C : 0;
-        dispatch_float(in[0].dtype(), "l2_normalize", [&](auto tag) {
-          using T = decltype(tag);
-          if constexpr (std::is_same_v<T, double>) {
-            fail("l2_normalize", "float64 is not supported (the layer keeps MLX ops for it)");
-          } else {
-            l2_normalize_lastdim<T>(in[0].template data<T>(), rows, C, static_cast<float>(eps),
-                                    out[0].template data<T>());
-          }
-        });
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch(stream(), inputs, output, [eps = eps_](auto& in, auto& out) {
+      const int64_t C = in[0].shape(-1), rows = C ? static_cast<int64_t>(in[0].size()) / C : 0;
+      dispatch_float(in[0].dtype(), "l2_normalize", [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (std::is_same_v<T, double>) {
+          fail("l2_normalize", "float64 is not supported (the layer keeps MLX ops for it)");
+        } else {
+          l2_normalize_lastdim<T>(in[0].template data<T>(), rows, C, static_cast<float>(eps),
+                                  out[0].template data<T>());
+        }
       });
     });
   }
@@ -349,7 +339,7 @@ void check_l2_normalize(const mx::array& x, double eps, const char* what) {
 mx::array l2_normalize_op(const mx::array& x, double eps) {
   check_l2_normalize(x, eps, "l2_normalize");
   auto s = cpu_stream("l2_normalize");
-  // no mx::contiguous node: L2Normalize::eval_cpu makes its input row-contiguous (with_row_contiguous)
+  // no mx::contiguous node: launch (dispatch_body) makes L2Normalize's input row-contiguous
   return mx::array(x.shape(), x.dtype(), std::make_shared<L2Normalize>(s, eps), {x});
 }
 

@@ -89,25 +89,21 @@ inline void strided_copy(const char* src, char* dst, const mx::Shape& shape, con
   }
 }
 
-// Calls f(inputs) inside eval_cpu with every input in a layout the kernel reads (`readable(a)`): `inputs` itself when
-// they all are (so a donatable input stays donatable), else a copy of the list in which each other input is a
-// row-contiguous copy, made by a task dispatched on the stream before f's (the encoder keeps both arrays alive until
-// it has run).
-template <typename P, typename F>
-void with_readable(const std::vector<mx::array>& inputs, mx::Stream s, P&& readable, F&& f) {
-  bool all = true;
-  for (const auto& a : inputs) all = all && readable(a);
-  if (all) {
-    f(inputs);
-    return;
-  }
-  auto& enc = mx::cpu::get_command_encoder(s);
-  std::vector<mx::array> copies;
-  for (const auto& a : inputs) {
+// The inputs of a primitive's eval_cpu in a layout its kernel reads (`readable(a)`): each input as given where it is
+// (so a donatable input stays donatable), else a row-contiguous copy made by a task dispatched on the stream before the
+// kernel's (the encoder keeps both arrays alive until it has run). `copied[i]` says which are such private copies.
+template <typename P>
+std::vector<mx::array> readable_inputs(const std::vector<mx::array>& inputs, mx::Stream s, P&& readable,
+                                       std::vector<bool>& copied) {
+  copied.assign(inputs.size(), false);
+  std::vector<mx::array> out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const mx::array& a = inputs[i];
     if (readable(a)) {
-      copies.push_back(a);
+      out.push_back(a);
       continue;
     }
+    auto& enc = mx::cpu::get_command_encoder(s);
     mx::array c(a.shape(), a.dtype(), nullptr, {});
     c.set_data(mx::allocator::malloc(c.nbytes()));
     enc.set_input_array(a);
@@ -116,22 +112,19 @@ void with_readable(const std::vector<mx::array>& inputs, mx::Stream s, P&& reada
       strided_copy(src.data<char>(), dst.data<char>(), src.shape(), src.strides(), src.itemsize());
     });
     enc.add_temporary(c);
-    copies.push_back(c);
+    out.push_back(c);
+    copied[i] = true;
   }
-  f(copies);
+  return out;
 }
 
-// with_readable for kernels that read row-contiguous data only. An op whose primitive does this needs no
-// mx::contiguous node in front of it: each graph node costs ~10 us to schedule and run on the CPU stream (measured: one
-// more `+ 0` node per eval), as much as LayerNorm's whole kernel on a (49, 96) Swin window.
-template <typename F>
-void with_row_contiguous(const std::vector<mx::array>& inputs, mx::Stream s, F&& f) {
-  with_readable(inputs, s, [](const mx::array& a) { return a.flags().row_contiguous; }, std::forward<F>(f));
-}
+inline bool is_row_contiguous(const mx::array& a) { return a.flags().row_contiguous; }
 
+// Dispatches `body(inputs, outputs)` on the stream's CPU thread (the outputs' buffers already set), the inputs as
+// given: the callers make them readable first.
 template <typename Body>
-void dispatch_contiguous(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs,
-                         Body& body) {
+void dispatch_as_given(mx::Stream s, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs,
+                       Body& body) {
   auto& enc = mx::cpu::get_command_encoder(s);
   std::vector<mx::array> ins, outs;
   for (auto& i : inputs) {
@@ -153,13 +146,14 @@ void dispatch_contiguous(mx::Stream s, const std::vector<mx::array>& inputs, std
 }
 
 // Runs `body(inputs, outputs)` on the stream's CPU thread (the outputs' buffers already set), every input
-// row-contiguous (with_row_contiguous: a strided input is copied by a task of its own first). The ops therefore put no
-// mx::contiguous node in front of their inputs: one graph node more per input per call, ~10 us each on the CPU stream
-// (a batch-1 RegNetY-400MF forward had 264 of them among its 881 nodes).
+// row-contiguous (a strided input is copied by a task of its own first). The ops therefore put no mx::contiguous node
+// in front of their inputs: each graph node costs ~10 us to schedule and run on the CPU stream (a batch-1
+// RegNetY-400MF forward had 264 of them among its 881 nodes), as much as LayerNorm's whole kernel on a (49, 96) Swin
+// window.
 template <typename Body>
 void dispatch_body(mx::Stream s, const std::vector<mx::array>& given, std::vector<mx::array>& outputs, Body body) {
-  with_row_contiguous(given, s,
-                      [&](const std::vector<mx::array>& inputs) { dispatch_contiguous(s, inputs, outputs, body); });
+  std::vector<bool> copied;
+  dispatch_as_given(s, readable_inputs(given, s, is_row_contiguous, copied), outputs, body);
 }
 
 // One output, `body` run on inputs as `readable` accepts them (the rest copied row-contiguous first).
@@ -167,8 +161,8 @@ template <typename P, typename Body>
 void launch_readable(mx::Stream s, const std::vector<mx::array>& given, mx::array& output, P&& readable, Body body) {
   output.set_data(mx::allocator::malloc(output.nbytes()));
   std::vector<mx::array> outputs{output};
-  with_readable(given, s, std::forward<P>(readable),
-                [&](const std::vector<mx::array>& inputs) { dispatch_contiguous(s, inputs, outputs, body); });
+  std::vector<bool> copied;
+  dispatch_as_given(s, readable_inputs(given, s, std::forward<P>(readable), copied), outputs, body);
 }
 
 // Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.
@@ -187,19 +181,23 @@ void launch(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& outpu
 
 // The same for an elementwise kernel whose output has its first input's shape and dtype and which reads each element
 // before writing the same index: the output takes that input's buffer when nothing else holds it (MLX's own unary
-// ops do the same). MLX's CPU eval loop allocates outputs up to ~10 tasks before they are computed, so every buffer
-// an op does not allocate is one fewer held live during that run-ahead (issue 15: run-time memory).
+// ops do the same), or the buffer of the private row-contiguous copy a strided first input gets. MLX's CPU eval loop
+// allocates outputs up to ~10 tasks before they are computed, so every buffer an op does not allocate is one fewer
+// held live during that run-ahead (issue 15: run-time memory).
 template <typename Body>
-void launch_in_place(mx::Stream s, const std::vector<mx::array>& inputs, mx::array& output, Body body) {
+void launch_in_place(mx::Stream s, const std::vector<mx::array>& given, mx::array& output, Body body) {
+  const bool donatable = given[0].is_donatable();  // before the list below holds a second reference to it
+  std::vector<bool> copied;
+  std::vector<mx::array> inputs = readable_inputs(given, s, is_row_contiguous, copied);
   const mx::array& x = inputs[0];
   std::vector<mx::array> outputs{output};
-  if (x.is_donatable() && x.flags().row_contiguous && x.data_size() == x.size() && x.dtype() == output.dtype() &&
-      x.size() == output.size()) {
+  if ((copied[0] || donatable) && x.flags().row_contiguous && x.data_size() == x.size() &&
+      x.dtype() == output.dtype() && x.size() == output.size()) {
     outputs[0].copy_shared_buffer(x);
   } else {
     outputs[0].set_data(mx::allocator::malloc(output.nbytes()));
   }
-  dispatch_body(s, inputs, outputs, std::move(body));
+  dispatch_as_given(s, inputs, outputs, body);
 }
 
 // Every primitive's eval_gpu: the kernels are CPU code (the layers keep their pure-MLX path on GPUs).

@@ -104,3 +104,24 @@ def test_chain_holds_about_one_buffer():
     assert live <= 1.5 * nbytes, f"live peak {live / nbytes:.2f}x one buffer"
     ref = torch.sigmoid(TF.relu(TF.gelu(TF.relu(torch.from_numpy(np.array(x)) * 1.5 * 0.5 + 0.1))))
     assert_close(np.array(out), (ref * 0.5 + 0.1).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("index", [2, 3], ids=["relu", "gelu"])
+def test_strided_input_is_written_into_its_private_copy(index):
+    """A strided input (a transposed view) is copied row-contiguous inside the op; the output takes that copy's
+    buffer instead of a third one: the op's live peak is one buffer above the held input, not two (two before:
+    the copy and a fresh output)."""
+    _, op, ref = _ops()[index]
+    x = mx.array(np.random.default_rng(4).standard_normal((8, 64, 128, 128)).astype(np.float32))
+    mx.eval(x)
+    nbytes = x.nbytes
+    mx.eval(op(x.transpose(0, 2, 3, 1)))  # warm-up
+    base = mx.get_active_memory()
+    mx.reset_peak_memory()
+    out = op(x.transpose(0, 2, 3, 1))
+    mx.eval(out)
+    live = mx.get_peak_memory() - base
+    assert live <= 1.25 * nbytes, f"live peak {live / nbytes:.2f}x one buffer"
+    expected = ref(torch.from_numpy(np.array(x)).permute(0, 2, 3, 1)).numpy()
+    assert_close(np.array(out), expected, atol=1e-6)
+    np.testing.assert_array_equal(np.array(x), np.array(mx.array(np.array(x))))  # the held input kept its values
