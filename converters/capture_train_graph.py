@@ -65,8 +65,7 @@ def _merge(ported, train: dict, train_weights: dict, paths: list) -> tuple:
     """``(graph, weights)``: ``ported``'s graph with ``train`` as its ``train_graph`` record, layers and parameter
     records merged (module docstring)."""
     base = ported.graph
-    strip = lambda inputs: [{k: v for k, v in i.items() if k != "scalar_size"} for i in inputs]  # noqa: E731
-    if strip(base["inputs"]) != strip(train["inputs"]) or base.get("signature") != train.get("signature"):
+    if _call_form(base["inputs"]) != _call_form(train["inputs"]) or base.get("signature") != train.get("signature"):
         raise NotReproduced("its training-mode capture takes other inputs than the eval capture")
     modules = dict(base.get("modules", {}))
     for path, record in train.get("modules", {}).items():
@@ -85,6 +84,17 @@ def _merge(ported, train: dict, train_weights: dict, paths: list) -> tuple:
     graph["module_types"] = {**train.get("module_types", {}), **base.get("module_types", {})}
     graph[KEY] = {"switch": sorted(paths), **{key: train[key] for key in PER_GRAPH if key in train}}
     return graph, weights
+
+
+def _call_form(inputs: list) -> list:
+    """What a call binds and checks of the graph inputs: names, layouts, kinds, dtypes, ranks, example sizes. The
+    dims each capture kept symbolic may differ (a training branch reading a size pins it): the training graph's own
+    ``input_checks`` hold its sizes."""
+    form = []
+    for spec in inputs:
+        meta = {k: v for k, v in spec["meta"].items() if k != "shape"}
+        form.append((spec["name"], spec["perm"], meta, len(spec["meta"].get("shape") or ())))
+    return form
 
 
 def _reproduces(port, model, inputs: tuple, kwargs: dict, paths: list) -> bool:
