@@ -49,7 +49,7 @@ def with_train_graph(ported, model, inputs: tuple, kwargs: dict, paths: list, ma
         merged, weights = _merge(ported, result["graph"], result["weights"], paths)
         try:
             port = PortedModel(merged, weights)
-        except ValueError as e:
+        except (ValueError, TypeError) as e:  # a tree the two captures' layers cannot share
             raise NotReproduced(f"its training-mode capture does not fit the eval port ({e})") from None
         if not _reproduces(port, model, inputs, kwargs, paths):
             raise NotReproduced("its training-mode capture does not reproduce torch's training forward on the example")

