@@ -42,6 +42,7 @@ _FAST_PATH_ONLY = ("TransformerEncoderLayer", "TransformerEncoder", "Transformer
                    "Transformer")
 
 MAX_PROBES = 256  # forwards the group testing may spend; past that, every untested candidate is refused
+MAX_BRANCH_CHECKS = 16  # refused modules :func:`deterministic` tests (two forwards each); more: all stay refused
 
 _REASONS = {
     "Dropout1d": "zeroes whole random channels in training, and this one was not mapped to the port's dropout",
@@ -149,10 +150,12 @@ def deterministic(model, inputs: tuple, kwargs: dict, paths) -> list:
     """The modules among ``paths`` (refused by :func:`train_refusals`) whose training forward differs from their
     eval forward without a random op or a state update: alone in training mode (every other module in eval), the
     forward draws from torch's generator as the eval forward does, leaves every buffer as it was and gives the
-    same output from two seeds. Those a second capture
-    in training mode can reproduce (``capture_train_graph.py``). ``model`` in eval mode; its modes, buffers and
-    torch's RNG are as before on return."""
+    same output from two seeds. Those a second capture in training mode can reproduce (``capture_train_graph.py``);
+    none past :data:`MAX_BRANCH_CHECKS` paths. ``model`` in eval mode; its modes, buffers and torch's RNG are as
+    before on return."""
     found = []
+    if len(paths) > MAX_BRANCH_CHECKS:
+        return found
     buffers = BufferSnapshot(model)
     with torch.random.fork_rng(devices=[]):
         try:

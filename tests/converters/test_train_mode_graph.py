@@ -300,3 +300,19 @@ def test_distilled_deit_trains_with_both_heads():
     model, ported = _twin_case(model, _x((2, 3, 48, 48)))
     _train_like_torch(model, ported, ((2, 3, 48, 48), (3, 3, 48, 48), (2, 3, 48, 48)), 10, 0.1, 1e-4, 1e-5)
     _eval_like_torch(model, ported, (2, 3, 48, 48), 1e-4, 1e-5)
+
+
+def test_past_the_branch_check_budget_the_modules_stay_refused(monkeypatch):
+    """More refused modules than ``MAX_BRANCH_CHECKS`` (two forwards each): none is captured again, all stay
+    refused by name (the budget at 0 here), and eval is exact."""
+    from porter.converters import capture_train
+
+    monkeypatch.setattr(capture_train, "MAX_BRANCH_CHECKS", 0)
+    model = seeded(nn.Sequential(nn.Linear(4, 6), Residual(), nn.Linear(6, 3)))
+    x = _x((5, 4))
+    ported = porter.convert(model, (x,), io_layout="torch")
+    assert "train_graph" not in ported.graph and set(ported.train_refusals) == {"1"}
+    with pytest.raises(porter.TrainModeError, match="Residual"):
+        ported.train()
+    with torch.no_grad():
+        np.testing.assert_allclose(np.array(ported(mx.array(x.numpy()))), model(x).numpy(), rtol=1e-5, atol=1e-6)
