@@ -58,8 +58,8 @@ def convert(model, example_inputs=None, *, example_kwargs=None, io_layout: str =
     containers = ContainerSnapshot(model)  # caches the conversion's forwards fill go back to what the user had
     try:
         marks = _train_marks(model, example_inputs, example_kwargs)
-        ported = _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, marks)
-        _record_train_refusals(ported, model, example_inputs, example_kwargs, marks)
+        ported, settings = _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, marks)
+        ported = _record_train_refusals(ported, model, example_inputs, example_kwargs, marks, settings)
     finally:
         _restore_modes(training)
         containers.restore()
@@ -94,7 +94,9 @@ def _train_marks(model, example_inputs, example_kwargs):
     return find(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs))
 
 
-def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, marks=None):
+def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, marks=None) -> tuple:
+    """``(port, settings)``: the eval-mode port and the capture settings that made it (``io_layout``, ``dynamic``,
+    ``double_batch``: a training-mode capture repeats them, ``capture_train_graph.py``)."""
     from .capture import capture, is_module, normalise_inputs, normalise_kwargs, reproduces
 
     graph = capture(model, example_inputs, dynamic=dynamic, example_kwargs=example_kwargs, train_marks=marks)
@@ -103,6 +105,7 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, mar
     result = convert_graph(graph, io_layout)
     ported = PortedModel(result["graph"], result["weights"])
     first_note = graph.capture_note
+    settings = {"io_layout": io_layout, "dynamic": graph.capture_mode or dynamic, "double_batch": True}
     if graph.batch_doubled and not reproduces(ported, model, normalise_inputs(example_inputs), kwargs):
         # the graph captured at batch two differs at batch one (e.g. x.squeeze(0)): keep the example's batch
         # (with the dims that capture managed: the fallbacks need not be tried again)
@@ -112,11 +115,12 @@ def _convert_eval(model, example_inputs, example_kwargs, io_layout, dynamic, mar
         graph.module_attrs = _module_attrs(model, marks)
         result = convert_graph(graph, io_layout)
         ported = PortedModel(result["graph"], result["weights"])
+        settings.update(dynamic=graph.capture_mode or dynamic, double_batch=False)
     ported.capture_note = graph.capture_note or first_note
     ported.frozen_constants = _frozen_refusals(graph.frozen_constants)
     if (example_inputs is not None or kwargs) and is_module(model):  # a program has no forward to ask
         _record_scalar_inputs(ported, model, normalise_inputs(example_inputs), kwargs)
-    return ported
+    return ported, settings
 
 
 def _frozen_refusals(frozen: dict) -> dict:
@@ -135,14 +139,16 @@ def _frozen_refusals(frozen: dict) -> dict:
             for path, found in names.items()}
 
 
-def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=None) -> None:
+def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=None, settings=None):
     """Record the modules whose training mode the port cannot reproduce (``capture_train.py``): the port then
     refuses training mode by name. Only an ``nn.Module`` (a program has no modes to switch). The functional
-    dropouts ``marks`` routed into the port run in their eval form while the probe looks for the rest."""
+    dropouts ``marks`` routed into the port run in their eval form while the probe looks for the rest. Modules
+    whose training forward differs without a random op get a training-mode capture instead
+    (``capture_train_graph.py``): returns the port that carries it, or ``ported``."""
     from .capture import is_module, normalise_inputs, normalise_kwargs
 
     if not is_module(model) or not hasattr(model, "named_modules"):
-        return
+        return ported
     from .capture_train import TRAIN_AWARE, spectral_norm_state, train_refusals
 
     graph = ported._program.graph
@@ -155,17 +161,43 @@ def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=
     handled |= {node["module"] for node in graph["nodes"] if node["kernel"] in ("stochastic_depth", "drop_block")}
     from .capture_train_marks import neutral
 
+    inputs, kwargs = normalise_inputs(example_inputs), normalise_kwargs(example_kwargs)
     with neutral(marks):
-        refusals = train_refusals(model, normalise_inputs(example_inputs), normalise_kwargs(example_kwargs),
-                                  handled)
+        refusals = train_refusals(model, inputs, kwargs, handled)
+    import torch
+
+    if refusals and settings is not None and not isinstance(model, torch.jit.ScriptModule):  # a script's code
+        # cannot be captured in another mode
+        ported, refusals = _capture_training_branches(ported, model, inputs, kwargs, marks, settings, refusals)
     reasons = marks.batch_norm_reasons if marks is not None else {}
     refusals = {path: (f"its forward ({type(model.get_submodule(path)).__name__}) is a batch norm subclass that "
                        f"{reasons[path]}, and conversion captured the eval-mode forward" if path in reasons else why)
                 for path, why in refusals.items()}
     refusals = {**getattr(ported, "frozen_constants", {}), **refusals}
     if refusals:
-        graph["train_refusals"] = refusals
+        ported._program.graph["train_refusals"] = refusals
         ported._program.train_refusals = dict(refusals)
+    return ported
+
+
+def _capture_training_branches(ported, model, inputs, kwargs, marks, settings, refusals) -> tuple:
+    """``(port, refusals)``: the refused modules whose training forward is deterministic
+    (``capture_train.deterministic``) captured a second time in training mode into the port
+    (``capture_train_graph.py``) and no longer refused; where that capture cannot stand for torch's, they stay
+    refused, with the reason."""
+    from .capture_train import deterministic
+    from .capture_train_graph import NotReproduced, with_train_graph
+    from .capture_train_marks import neutral
+
+    with neutral(marks):
+        paths = deterministic(model, inputs, kwargs, list(refusals))
+    if not paths:
+        return ported, refusals
+    try:
+        ported = with_train_graph(ported, model, inputs, kwargs, paths, marks, settings)
+    except NotReproduced as e:
+        return ported, {path: f"{why}; {e}" if path in paths else why for path, why in refusals.items()}
+    return ported, {path: why for path, why in refusals.items() if path not in paths}
 
 
 def _record_scalar_inputs(ported, model, inputs, kwargs) -> None:

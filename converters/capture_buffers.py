@@ -25,6 +25,10 @@ class BufferSnapshot:
     def __init__(self, model: torch.nn.Module):
         self._saved = [(b, b._version, b.detach().clone()) for b in model.buffers()]
 
+    def changed(self) -> bool:
+        """Whether some buffer differs from its copy now."""
+        return any(buffer._version != version and not _same(buffer, saved) for buffer, version, saved in self._saved)
+
     def restore(self) -> None:
         with torch.no_grad():
             for buffer, version, saved in self._saved:

@@ -42,6 +42,7 @@ _FAST_PATH_ONLY = ("TransformerEncoderLayer", "TransformerEncoder", "Transformer
                    "Transformer")
 
 MAX_PROBES = 256  # forwards the group testing may spend; past that, every untested candidate is refused
+MAX_BRANCH_CHECKS = 16  # refused modules :func:`deterministic` tests (two forwards each); more: all stay refused
 
 _REASONS = {
     "Dropout1d": "zeroes whole random channels in training, and this one was not mapped to the port's dropout",
@@ -88,13 +89,7 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
     probes = [0]
 
     def forward():
-        with torch.enable_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.manual_seed(0)
-            out = model(*inputs, **kwargs)
-        drawn = torch.random.get_rng_state()  # where the random stream stands: equal iff the same draws were made
-        leaves = torch.utils._pytree.tree_leaves(out)
-        return [drawn] + [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves]
+        return _forward(model, inputs, kwargs)
 
     def restore_buffers():
         buffers.restore()
@@ -137,6 +132,52 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
                 m.training = mode
             restore_buffers()
     return {path: reason_for(m) for path, m in found}
+
+
+def _forward(model, inputs: tuple, kwargs: dict, seed: int = 0) -> list:
+    """``[torch's generator state after the forward, output leaves...]`` of one forward from ``seed``: equal states
+    iff the same draws were made."""
+    with torch.enable_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(seed)
+        out = model(*inputs, **kwargs)
+    drawn = torch.random.get_rng_state()
+    leaves = torch.utils._pytree.tree_leaves(out)
+    return [drawn] + [x.detach() if isinstance(x, torch.Tensor) else x for x in leaves]
+
+
+def deterministic(model, inputs: tuple, kwargs: dict, paths) -> list:
+    """The modules among ``paths`` (refused by :func:`train_refusals`) whose training forward differs from their
+    eval forward without a random op or a state update: alone in training mode (every other module in eval), the
+    forward draws from torch's generator as the eval forward does, leaves every buffer as it was and gives the
+    same output from two seeds. Those a second capture in training mode can reproduce (``capture_train_graph.py``);
+    none past :data:`MAX_BRANCH_CHECKS` paths. ``model`` in eval mode; its modes, buffers and torch's RNG are as
+    before on return."""
+    found = []
+    if len(paths) > MAX_BRANCH_CHECKS:
+        return found
+    buffers = BufferSnapshot(model)
+    with torch.random.fork_rng(devices=[]):
+        try:
+            reference = _forward(model, inputs, kwargs)[0]
+            for path in paths:
+                module = model.get_submodule(path)
+                module.training = True
+                try:
+                    first = _forward(model, inputs, kwargs)
+                    kept = not buffers.changed()  # a training forward that writes state (running statistics) is
+                    # not a branch a capture can hold
+                    second = _forward(model, inputs, kwargs, seed=1)
+                except Exception:  # noqa: BLE001  (a training forward that fails is not reproducible)
+                    continue
+                finally:
+                    module.training = False
+                    buffers.restore()
+                if kept and torch.equal(first[0], reference) and _same(first[1:], second[1:]):
+                    found.append(path)
+        finally:
+            buffers.restore()
+    return found
 
 
 def _same(a: list, b: list) -> bool:

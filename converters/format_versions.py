@@ -13,7 +13,7 @@ from __future__ import annotations
 
 # top-level keys of graph.json
 KEYS = {"modules": 2, "module_types": 2, "signature": 3, "train_refusals": 4, "train_state": 4,
-        "dtype_follows": 6, "float32_constants": 6}
+        "dtype_follows": 6, "float32_constants": 6, "train_graph": 7}
 # runtime kernels of nodes ("call_module": a node calling a layer of the module tree)
 KERNELS = {"call_module": 2, "tensor_from_scalars": 4, "broadcast_all": 4, "addbmm": 4, "pdist": 4,
            "batch_norm_batch_stats": 4, "stochastic_depth": 5, "train_dropout": 5, "sdpa_dropout": 5,

@@ -27,6 +27,7 @@ from .registry import get_kernel, takes_training
 from .safe_text import printable
 from .fusion import activation_name, batch_norm_activation_pairs
 from . import static_values
+from . import train_graph
 from .layer_types import Activation
 from .graph_budget import GraphBudget
 from .tree import TorchNamed, TreeError, build_tree, resolve, unused_arrays
@@ -81,6 +82,14 @@ class _Program:
         self.static = static_values.StaticValues(graph)
         self.identity = get_kernel("identity")  # run as an alias, no call
         self.budget = GraphBudget(graph)  # bytes alive at once and multiply-adds per call (graph_budget.py)
+        # the forward captured with some modules in training mode (train_graph.py): run while all of them train
+        record = graph.get(train_graph.KEY)
+        self.switch = tuple(record["switch"]) if record is not None else ()
+        self.train = _Program(train_graph.view(graph)) if record is not None else None
+
+    def programs(self) -> list:
+        """This program and its training-mode program, if any (they share the module tree)."""
+        return [self] + ([self.train] if self.train is not None else [])
 
     def set_train_state(self, entries: list) -> None:
         """Spectral norm entries (``train_state.py``) and, per entry, the nodes reading ``u`` and ``v`` (a pair per
@@ -122,13 +131,19 @@ def _params_read(graph: dict) -> set:
             for item in spec:
                 walk(item)
 
-    for node in graph["nodes"]:
-        walk(node["inputs"])
-    for output in graph["outputs"]:
-        walk(output["value"])
+    for nodes, outputs in train_graph.parameters_read(graph):  # the training-mode graph's too
+        for node in nodes:
+            walk(node["inputs"])
+        for output in outputs:
+            walk(output["value"])
     for entry in graph.get("train_state", []):  # spectral norm's weight and vectors, updated between calls
         found.update(entry[k] for k in ("weight", "u", "v"))
     return found
+
+
+def output_layouts(outputs: list) -> list:
+    """Per graph output, its layout in words (``"NCHW->NHWC"``, ``"as-is"``)."""
+    return [L.describe(tuple(o["perm"])) if o["perm"] is not None else "as-is" for o in outputs]
 
 
 def _check_result(result, node) -> None:
@@ -217,7 +232,8 @@ class PortedModel(TorchNamed):
                                           graph.get("module_types", {}), read)
         except TreeError as e:
             raise ValueError(f"the converted graph's names do not form a module tree: {e}") from None
-        self._program.keys, self._program.layer_keys = keys, layer_keys
+        for program in self._program.programs():
+            program.keys, program.layer_keys = keys, layer_keys
         self._program.unused = unused_arrays(graph["params"], graph.get("modules", {}), read)
         self.eval()  # a converted model starts in eval mode, as it was captured; .train() switches
 
@@ -246,7 +262,9 @@ class PortedModel(TorchNamed):
 
     @property
     def output_layouts(self) -> list:
-        return [L.describe(tuple(o["perm"])) if o["perm"] is not None else "as-is" for o in self._program.graph["outputs"]]
+        """Per output of the graph the port runs in its modes now (the training-mode graph's while its modules
+        train, ``train_graph.py``)."""
+        return output_layouts(self._current_program(strict=False).graph["outputs"])
 
     @property
     def tied_weights(self) -> dict:
@@ -277,7 +295,8 @@ class PortedModel(TorchNamed):
         """Bound each call to ``max_bytes`` of arrays alive at once and ``max_macs`` multiply-adds (``None``: the
         default, ``converters/graph_budget.py``); a call over either raises ``GraphLimitError`` before anything
         of it is evaluated."""
-        self._program.budget.set_limits(max_bytes, max_macs)
+        for program in self._program.programs():
+            program.budget.set_limits(max_bytes, max_macs)
 
     @property
     def source_class(self) -> str:
@@ -333,20 +352,38 @@ class PortedModel(TorchNamed):
             raise e from None
 
     def _check_mode(self) -> None:
-        """Refuse a call in training mode where a refused module would train (``.train()`` on a submodule too)."""
+        """Refuse a call in training mode where a refused module would train (``.train()`` on a submodule too), or
+        where the modules of the training-mode graph's switch are in mixed modes."""
         for path in self._program.train_refusals:
             if _nearest_module(self, path).training:
                 raise TrainModeError(self._program.train_refusals)
+        self._current_program()
 
-    def _update_train_state(self) -> dict:
+    def _current_program(self, strict: bool = True) -> _Program:
+        """The graph to run in the modes now: the training-mode graph (``train_graph.py``) when every module of its
+        switch trains (its nearest holder in the tree), the eval graph when none does. Mixed modes raise
+        :class:`TrainModeError` naming the modules (``strict=False``: the eval graph)."""
+        program = self._program
+        if program.train is None:
+            return program
+        modes = {path: _nearest_module(self, path).training for path in program.switch}
+        if all(modes.values()):
+            return program.train
+        if any(modes.values()) and strict:
+            training = sorted(path or "<root>" for path, on in modes.items() if on)
+            raise TrainModeError({path: f"its training forward was captured together with {training} in training "
+                                        "mode; put these modules in one mode" for path, on in modes.items() if not on})
+        return program
+
+    def _update_train_state(self, program: _Program) -> dict:
         """Spectral norm's power iteration for each recorded weight whose module trains, before the forward reads
         ``u``/``v`` (``train_state.py``): the port's vectors change as torch's buffers do. Returns ``{node index:
         {parameter: array}}``: the vectors each reading node sees (a module called twice: the second call's nodes
         read the vectors after two rounds)."""
         from .train_state import power_iterate
 
-        keys, overrides = self._program.keys, {}
-        for entry, (u_nodes, v_nodes) in zip(self._program.train_state, self._program.train_readers):
+        keys, overrides = program.keys, {}
+        for entry, (u_nodes, v_nodes) in zip(program.train_state, program.train_readers):
             if not _nearest_module(self, entry["module"]).training:
                 continue
             weight = self._to_torch(entry["weight"], resolve(self, keys[entry["weight"]]))
@@ -377,8 +414,9 @@ class PortedModel(TorchNamed):
     def _run(self, inputs, record: Optional[dict]):
         if self._program.train_refusals:
             self._check_mode()
-        overrides = self._update_train_state() if self._program.train_state else {}
-        specs = self._program.graph["inputs"]
+        program = self._current_program()
+        overrides = self._update_train_state(program) if program.train_state else {}
+        specs = program.graph["inputs"]
         if len(inputs) != len(specs):
             raise TypeError(f"PortedModel expects {len(specs)} input(s) but got {len(inputs)}")
         env = {}
@@ -387,28 +425,28 @@ class PortedModel(TorchNamed):
                 if not isinstance(x, mx.array):
                     x = _mx_array(x) if spec["meta"].get("dtype") == "float64" else mx.array(np.asarray(x))
                 if x.ndim == 0 and "scalar_size" in spec:
-                    x = self._program.input_checks.repeat_scalar(x, spec["scalar_size"], inputs, spec["name"])
+                    x = program.input_checks.repeat_scalar(x, spec["scalar_size"], inputs, spec["name"])
                 if x.ndim != len(spec["perm"]):
                     raise ValueError(
                         f"input {spec['name']!r} must have {len(spec['perm'])} dims "
                         f"({L.describe(tuple(spec['perm']))}) but got shape {tuple(x.shape)}"
                     )
             env[spec["name"]] = x
-        self._program.input_checks.check([env[spec["name"]] for spec in specs])  # sizes it was built for only
-        half = self._program.compute_dtype
+        program.input_checks.check([env[spec["name"]] for spec in specs])  # sizes it was built for only
+        half = program.compute_dtype
         if half is not None:
             from .precision import cast_input, lower
 
             env.update({spec["name"]: cast_input(env[spec["name"]], half) for spec in specs
-                        if spec["name"] not in self._program.inputs_as_given})
-        nodes, fusable, skip = self._program.graph["nodes"], self._program.fusable, -1
-        static, kept, static_key = self._static_lookup(env, record, overrides)
+                        if spec["name"] not in program.inputs_as_given})
+        nodes, fusable, skip = program.graph["nodes"], program.fusable, -1
+        static, kept, static_key = self._static_lookup(env, record, overrides, program)
         alias = static_values.ENABLED  # identity nodes as aliases (the switch's old path: called)
-        walk = self._program.budget.walk(env)  # refuses, before anything is evaluated, a call over the bounds
+        walk = program.budget.walk(env)  # refuses, before anything is evaluated, a call over the bounds
         overlap = OVERLAP_EVERY if record is None and not (static_key is not None and kept is None) \
             and not exporting() else 0
-        frees = self._program.budget.frees
-        for index, (node, fn) in enumerate(zip(nodes, self._program.kernels)):
+        frees = program.budget.frees
+        for index, (node, fn) in enumerate(zip(nodes, program.kernels)):
             if index:
                 walk.done(index - 1)
                 if overlap:
@@ -420,15 +458,15 @@ class PortedModel(TorchNamed):
             if index == skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
-            if alias and fn is self._program.identity and index not in overrides:
+            if alias and fn is program.identity and index not in overrides:
                 (env[node["outputs"][0]],) = args
-                if record is None or node["outputs"][0] not in self._program.module_outputs:
+                if record is None or node["outputs"][0] not in program.module_outputs:
                     continue
             if index in overrides:  # spectral norm's vectors for this call (train_state.py)
                 args = [overrides[index].get(s["param"], a) if isinstance(s, dict) and set(s) == {"param"} else a
                         for s, a in zip(node["inputs"], args)]
             if record is None and index in fusable:
-                fused = self._fused(index, args[0])
+                fused = self._fused(index, args[0], program)
                 if fused is not None:  # the batch norm and its activation in one pass: the activation's output
                     _check_result(fused, nodes[index + 1])
                     walk.add(index + 1, nodes[index + 1], args, fused)
@@ -436,13 +474,13 @@ class PortedModel(TorchNamed):
                     skip = index + 1
                     continue
             if fn is None:  # call_module: the layer now at that path (a user may have replaced it)
-                fn = resolve(self, self._program.layer_keys[node["attrs"]["module"]])
+                fn = resolve(self, program.layer_keys[node["attrs"]["module"]])
                 attrs = {}
-                if index in self._program.layer_casts:
+                if index in program.layer_casts:
                     args = [lower(a, half) for a in args]
             else:
                 attrs = node["attrs"]
-                if index in self._program.mode_nodes:  # its torch module's mode, or its nearest holder's
+                if index in program.mode_nodes:  # its torch module's mode, or its nearest holder's
                     attrs = dict(attrs, training=_nearest_module(self, node["module"]).training)
             try:
                 result = fn(*args, **attrs)
@@ -457,8 +495,8 @@ class PortedModel(TorchNamed):
             walk.add(index, node, args, result)
             (name,) = node["outputs"]
             env[name] = result
-            if record is not None and name in self._program.module_outputs:
-                for entry in self._program.module_outputs[name]:
+            if record is not None and name in program.module_outputs:
+                for entry in program.module_outputs[name]:
                     perm = tuple(entry["perm"])
                     if len(perm) != result.ndim:  # a crafted graph.json: the schema cannot know the rank
                         raise ValueError(f"module_outputs: the layout {list(perm)} recorded for module "
@@ -468,22 +506,22 @@ class PortedModel(TorchNamed):
                     record[entry["module"]] = torch_value
         if static_key is not None and kept is None:
             static.store(static_key, env)
-        outs = tuple(self._resolve(o["value"], env) for o in self._program.graph["outputs"])
-        if self._program.graph["output_structure"] == "single":
+        outs = tuple(self._resolve(o["value"], env) for o in program.graph["outputs"])
+        if program.graph["output_structure"] == "single":
             return outs[0]
-        if "output_tree" in self._program.graph:
-            return output_tree.build(self._program.graph["output_tree"], outs)
+        if "output_tree" in program.graph:
+            return output_tree.build(program.graph["output_tree"], outs)
         return outs
 
-    def _static_lookup(self, env: dict, record, overrides) -> tuple:
+    def _static_lookup(self, env: dict, record, overrides, program: _Program) -> tuple:
         """``(StaticValues, kept values or None, key or None)`` for this call (``static_values.py``): the values
         of the input-independent nodes put into ``env`` when they were computed from the arrays now in the tree;
         key ``None`` when the cache is not used this call (training mode, export mode, a per-module trace, spectral
         norm's per-call vectors)."""
-        static = self._program.static
+        static = program.static
         if not (static and static_values.ENABLED) or self.training or record is not None or overrides or exporting():
             return static, None, None
-        keys, layer_keys = self._program.keys, self._program.layer_keys
+        keys, layer_keys = program.keys, program.layer_keys
         key = [resolve(self, keys[name]) for name in static.params]
         for path in static.modules:  # the layer now at the path, its mode and its arrays
             layer = resolve(self, layer_keys[path])
@@ -496,11 +534,11 @@ class PortedModel(TorchNamed):
             env.update(kept)
         return static, kept, key
 
-    def _fused(self, index: int, x):
+    def _fused(self, index: int, x, program: _Program):
         """Batch norm node ``index`` and its activation (the next node) as one pass, or ``None`` (run both): only
         when the layers now at those paths are a batch norm with ``eval_activation`` and that activation."""
-        nodes, keys = self._program.graph["nodes"], self._program.layer_keys
-        activation = self._program.fusable[index]
+        nodes, keys = program.graph["nodes"], program.layer_keys
+        activation = program.fusable[index]
         after = nodes[index + 1]
         if after["kernel"] == "call_module":
             layer = resolve(self, keys[after["attrs"]["module"]])

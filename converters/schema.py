@@ -15,6 +15,8 @@ a parameter, an input) and the field. What is checked:
   ``bfloat16``: a half-precision model, ``converters/precision.py``), ``dtype_follows`` (outputs of nodes with a
   float32 ``dtype`` attribute that a half model computes in its dtype) and ``float32_constants`` (float32 parameters
   a half model keeps in float32; both ``converters/capture_dtypes.py``);
+* optional ``train_graph`` (``train_graph.py``): its keys and ``switch`` (distinct module paths), then the
+  training-mode graph it makes with the shared inputs, parameters and layers, checked as above;
 * sizes: nesting depth, counts and string lengths are bounded; the file size is bounded by the loader.
 
 Nothing here resolves a name from the file to code: kernel names index the registry, every other name is compared
@@ -28,14 +30,15 @@ import inspect
 from . import spec as S
 from .limits import max_elements
 
-FORMAT_VERSION = 6  # 2: the module tree ("modules", "module_types", call_module nodes); 3: the forward's
+FORMAT_VERSION = 7  # 2: the module tree ("modules", "module_types", call_module nodes); 3: the forward's
 # "signature" (keyword inputs), params' "state_dict" flag, new kernels and split modes; 4: training mode
 # ("train_refusals", "train_state"), kernels tensor_from_scalars, broadcast_all, addbmm, pdist, batch_norm_batch_stats,
 # sdpa's "gqa", group_norm's groups=None; 5: stochastic depth and functional dropout in training mode (kernels
 # stochastic_depth, train_dropout, sdpa_dropout; layer type StochasticDepth); 6: "dtype_follows" (nodes whose float32
 # dtype a half port follows) and "float32_constants" (constants it keeps float32), converters/capture_dtypes.py, and
-# timm's DropBlock2d in training mode (kernel drop_block), BatchNorm's "count_batches"; 1 to 5 still load, holding
-# nothing newer than their version (converters/format_versions.py)
+# timm's DropBlock2d in training mode (kernel drop_block), BatchNorm's "count_batches"; 7: "train_graph" (the forward
+# captured with modules whose training branch is deterministic in training mode, converters/train_graph.py); 1 to 6
+# still load, holding nothing newer than their version (converters/format_versions.py)
 MAX_NODES = 1 << 20
 MAX_NAME = 1024
 MAX_DEPTH = 32
@@ -51,7 +54,7 @@ _REQUIRED = ("format_version", "io_layout", "inputs", "outputs", "output_structu
              "module_outputs", "num_transposes")
 _OPTIONAL = ("source_class", "frontend", "metadata", "input_layouts", "output_layouts", "input_checks",
              "dynamic_dims", "modules", "module_types", "compute_dtype", "tied_weights", "output_tree", "signature",
-             "train_refusals", "train_state", "dtype_follows", "float32_constants")
+             "train_refusals", "train_state", "dtype_follows", "float32_constants", "train_graph")
 _CALL_MODULE = "call_module"  # a node that calls the mapped layer at attrs.module (converters/runtime.py)
 
 
@@ -169,7 +172,32 @@ class _Checker:
             self.check_input_checks(g["input_checks"])
         if "dynamic_dims" in g:
             self.check_dynamic_dims(g["dynamic_dims"])
+        if "train_graph" in g:  # the forward captured in training mode (train_graph.py)
+            self.check_train_graph(g)
         self.check_version_features(version)
+
+    def check_train_graph(self, g):
+        """The training-mode graph's own keys and switch, then the graph it makes with the shared inputs,
+        parameters and layers (``train_graph.view``), checked as the eval graph is: its failures name
+        ``train_graph``."""
+        from . import train_graph as T
+
+        record = g[T.KEY]
+        if not isinstance(record, dict):
+            self.fail("the file", T.KEY, f"expected an object but got {S.kind_of(record)}")
+        missing = [k for k in T.REQUIRED if k not in record]
+        if missing:
+            self.fail("the file", f"{T.KEY}.{missing[0]}", "this required key is missing")
+        unknown = [k for k in record if k not in T.REQUIRED + T.PER_GRAPH]
+        if unknown:
+            self.fail("the file", f"{T.KEY}.{str(unknown[0])[:80]}", "unknown key (written by a newer Porter, or not "
+                      "by Porter)")
+        self.match(S.Seq(_NAME, 1, T.MAX_SWITCH), record["switch"], "the file", f"{T.KEY}.switch")
+        self.distinct(record["switch"], f"{T.KEY}.switch")
+        try:
+            _Checker(T.view(g), self.file).run()
+        except ArtifactError as e:
+            raise ArtifactError(self.file, f"{T.KEY}: {e.where}", e.field, e.problem) from None
 
     def check_version_features(self, version):
         """Nothing newer than the file's own format version (``converters/format_versions.py``)."""

@@ -13,7 +13,7 @@ import os
 import struct
 
 from .format_versions import needed_version
-from .runtime import PortedModel
+from .runtime import PortedModel, output_layouts
 from .schema import FORMAT_VERSION, ArtifactError, check_graph
 from .transforms import mlx_shape
 
@@ -62,7 +62,7 @@ def save(ported: PortedModel, directory, *, metadata=None, max_shard_size=None, 
         quantization = _quantization_block(graph["modules"])
     graph["metadata"] = metadata if metadata is not None else {}
     graph["input_layouts"] = ported.input_layouts
-    graph["output_layouts"] = ported.output_layouts
+    graph["output_layouts"] = output_layouts(graph["outputs"])  # the eval graph's, whatever the modes now
     # a model loaded from an older folder keeps its version unless it now records something newer (format_versions)
     graph["format_version"] = max(graph["format_version"], needed_version(graph))
     text = graph_text(encode_floats(graph))

@@ -32,11 +32,9 @@ import copy
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import porter
-from porter.converters.runtime import TrainModeError
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, assert_state_matches, run_ported
 from tests.models import monai_attention_unet, monai_basic_unet, monai_nets, monai_swin_unetr, monai_unetr
@@ -270,35 +268,28 @@ def test_attention_unet_trains_with_batch_statistics_as_torch():
     assert_matches(ported, model, image(1, 2, 8, 12, 20)(12))
 
 
-class DeepSupervision(nn.Module):
-    """DynUNet's training output as a forward of its own: the output block and the heads ``skip_layers`` writes,
-    nearest-resized to the output's size and stacked on dim 1 (what ``DynUNet.forward`` returns in training)."""
-
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-
-    def forward(self, x):
-        out = self.net.output_block(self.net.skip_layers(x))
-        return torch.stack([out] + [F.interpolate(h, out.shape[2:]) for h in self.net.heads], dim=1)
-
-
-def test_dynunet_training_forward_is_refused_and_its_heads_convert():
-    """``ported.train()`` is refused naming the root (the eval capture has no heads), and so is converting the model
-    in training mode; the stacked heads as a forward's output match torch's training output at both sizes (instance
-    norm without running statistics trains as it evaluates, so the two forwards compute the same)."""
+def test_dynunet_trains_with_deep_supervision():
+    """DynUNet's training forward (a branch on ``self.training`` in the root: the output block and the heads
+    ``skip_layers`` writes, nearest-resized to the output's size and stacked on dim 1) is captured in training mode
+    (``capture_train_graph.py``): the port in training mode matches torch's training output at both sizes (instance
+    norm without running statistics trains as it evaluates), with gradients, and eval stays the output alone."""
     model, ported = _converted("dynunet")
-    with pytest.raises(TrainModeError, match=r"'<root>'.*DynUNet"):
-        ported.train()
-    heads = porter.convert(DeepSupervision(model), image(2, 2, 16, 16, 12)(0), io_layout="torch")
+    assert ported.train_refusals == {} and ported.graph["train_graph"]["switch"] == [""]
     model.train()
+    ported.train()
     try:
         for x in (image(2, 2, 16, 16, 12)(3), image(1, 2, 8, 24, 4)(4)):
             with torch.no_grad():
                 assert model(*x).shape[1] == 3  # the output and two heads
-            assert_matches(heads, model, x)
+            assert_matches(ported, model, x)
+        result = grad_parity(model, ported, image(2, 2, 16, 16, 12)(5), rtol=1e-3, atol=1e-5, seed=1)
+        assert result["ok"], result
+        heads = {n for n, _ in model.named_parameters() if n.startswith("deep_supervision_heads")}
+        assert heads and heads <= {r["name"] for r in result["parameters"]}  # the heads train
     finally:
         model.eval()
+        ported.eval()
+    assert_matches(ported, model, image(2, 2, 16, 16, 12)(6))
 
 
 # ---------------------------------------------------------------------------------------------------- float16

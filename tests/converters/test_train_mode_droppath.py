@@ -495,7 +495,7 @@ def test_save_load_round_trip_trains(tmp_path):
     x = _x((4, 5, 8))
     porter.save(_convert(model, x), tmp_path / "m")
     graph = json.loads((tmp_path / "m" / "graph.json").read_text())
-    assert graph["format_version"] == 6 and "train_refusals" not in graph
+    assert graph["format_version"] >= 6 and "train_refusals" not in graph  # a new conversion: the current version
     loaded = porter.load(tmp_path / "m")
     assert isinstance(loaded["0"].drop_path1, PortStochasticDepth) and loaded["0"].drop_path1.p == 0.5
     with torch.no_grad():

@@ -1,9 +1,11 @@
 """Training-mode differences a port cannot compute are refused by name, never run silently in their eval form.
 
 Conversion captures the eval forward; a module whose torch training forward differs in a way the port does not
-reproduce (random noise added ``if self.training``, a branch on ``self.training``, a ``F.dropout`` written in place,
-...) makes ``ported.train()`` raise :class:`porter.TrainModeError` naming it, while eval stays exact. (Stochastic
-depth and functional dropout that follows the flag train: ``test_train_mode_droppath.py``.) Torch, in each test,
+reproduce (random noise added ``if self.training``, a branch on ``self.training`` that writes a buffer, a
+``F.dropout`` written in place, ...) makes ``ported.train()`` raise :class:`porter.TrainModeError` naming it, while
+eval stays exact. (Stochastic depth and functional dropout that follows the flag train:
+``test_train_mode_droppath.py``; a deterministic branch on ``self.training`` trains through a training-mode capture:
+``test_train_mode_graph.py``.) Torch, in each test,
 shows that the module's training forward differs (or does not, for the cases that must train)."""
 
 from __future__ import annotations
@@ -42,10 +44,25 @@ class FunctionalDropout(nn.Module):
 
 
 class TrainBranch(nn.Module):
-    """A forward whose Python branch on ``self.training`` torch.export resolves to the eval side."""
+    """A forward whose Python branch on ``self.training`` torch.export resolves to the eval side (captured again in
+    training mode)."""
 
     def forward(self, x):
         return x * 2 if self.training else x
+
+
+class CountingBranch(nn.Module):
+    """A branch on ``self.training`` that also counts its training calls in a buffer: state a capture cannot write."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        self.calls.add_(1)
+        return x * 2
 
 
 class Attention(nn.Module):
@@ -79,12 +96,13 @@ REFUSED = [
     ("noise", lambda: _conv(GaussianNoise(0.2)), IMAGE, "1", "GaussianNoise"),
     ("functional_dropout", lambda: nn.Sequential(nn.Linear(6, 8), FunctionalDropout()), FLAT, "1",
      "FunctionalDropout"),
-    ("branch_on_training", lambda: nn.Sequential(nn.Linear(6, 8), TrainBranch()), FLAT, "1", "TrainBranch"),
-    ("root_branch", lambda: TrainBranch(), FLAT, "", "TrainBranch"),
+    ("branch_writing_state", lambda: nn.Sequential(nn.Linear(6, 8), CountingBranch()), FLAT, "1", "CountingBranch"),
+    ("root_branch_writing_state", lambda: CountingBranch(), FLAT, "", "CountingBranch"),
     ("masked_attention_dropout", lambda: Attention(0.5, masked=True), SEQUENCE, "attn", "MultiheadAttention"),
     ("lstm_dropout", lambda: Recurrent(0.5), SEQUENCE, "lstm", "LSTM"),
 ]
-# the same modules where training changes nothing: the port trains (and equals torch where deterministic)
+# the same modules where training changes nothing, and deterministic branches: the port trains (and equals torch
+# where deterministic)
 ALLOWED = [
     ("dropout2d_p0", lambda: _conv(nn.Dropout2d(0.0)), IMAGE),
     ("noise_p0", lambda: _conv(GaussianNoise(0.0)), IMAGE),
@@ -92,6 +110,8 @@ ALLOWED = [
     ("masked_attention_no_dropout", lambda: Attention(0.0, masked=True), SEQUENCE),
     ("lstm_no_dropout", lambda: Recurrent(0.0), SEQUENCE),
     ("group_and_layer_norm", lambda: _conv(nn.GroupNorm(2, 6), nn.LayerNorm(7)), IMAGE),
+    ("branch_on_training", lambda: nn.Sequential(nn.Linear(6, 8), TrainBranch()), FLAT),  # captured in training
+    ("root_branch", lambda: TrainBranch(), FLAT),
 ]
 
 
@@ -250,8 +270,8 @@ def test_refusals_survive_save_and_load(tmp_path):
 
 
 def test_a_scripted_model_is_checked_too():
-    """A TorchScript module: its ``if self.training`` branch is refused by its own class name; the scripted
-    Dropout2d maps and trains."""
+    """A TorchScript module: its ``if self.training`` branch is refused by its own class name (a script's code is
+    not captured again in training mode); the scripted Dropout2d maps and trains."""
     model = torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 1), TrainBranch(), nn.Dropout2d(0.3)).eval())
     x = _x(IMAGE)
     ported = porter.convert(model, (x,), io_layout="torch")

@@ -1,0 +1,103 @@
+"""Attacks on ``graph.json``'s ``train_graph`` (format 7, ``converters/train_graph.py``): the training-mode graph is
+checked on load as the eval graph is, with the shared inputs, parameters and layers, and every failure names
+``train_graph``, the place and the field; nothing is built from a file that fails."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import porter
+from porter import ArtifactError
+from tests.converters.train_branch_models import AuxNet, seeded
+
+
+@pytest.fixture(scope="module")
+def train_artifact(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("train-graph") / "aux-mlx"
+    x = torch.randn(4, 3, 10, 9, generator=torch.Generator().manual_seed(0))
+    porter.save(porter.convert(seeded(AuxNet()), (x,)), directory)
+    return directory
+
+
+def _tampered(train_artifact, tmp_path, edit):
+    directory = tmp_path / "t-mlx"
+    shutil.copytree(train_artifact, directory)
+    path = directory / "graph.json"
+    graph = json.loads(path.read_text())
+    edit(graph)
+    path.write_text(json.dumps(graph))
+    return directory
+
+
+def _set(key, value):
+    return lambda g: g["train_graph"].__setitem__(key, value)
+
+
+def _node(edit):
+    """Edit the training graph's last node reading a parameter or value (``edit(node, graph)``)."""
+
+    def apply(graph):
+        node = graph["train_graph"]["nodes"][-1]
+        edit(node, graph)
+
+    return apply
+
+
+def _call_module(graph):
+    return next(n for n in graph["train_graph"]["nodes"] if n["kernel"] == "call_module")
+
+
+CASES = {  # edit, (where pattern, field)
+    "not an object": (lambda g: g.update(train_graph=[1]), ("the file", "train_graph")),
+    "no nodes": (lambda g: g["train_graph"].pop("nodes"), ("the file", "train_graph.nodes")),
+    "no switch": (lambda g: g["train_graph"].pop("switch"), ("the file", "train_graph.switch")),
+    "unknown key": (_set("params", {}), ("the file", "train_graph.params")),
+    "nested training graph": (lambda g: g["train_graph"].update(train_graph=dict(g["train_graph"])),
+                              ("the file", "train_graph.train_graph")),
+    "empty switch": (_set("switch", []), ("the file", "train_graph.switch")),
+    "switch not names": (_set("switch", [3]), ("the file", "train_graph.switch[0]")),
+    "switch twice": (_set("switch", ["", ""]), ("the file", "train_graph.switch[1]")),
+    "unknown kernel": (_node(lambda n, g: n.update(kernel="os.system")), ("train_graph: node", "kernel")),
+    "undefined value": (_node(lambda n, g: n.update(inputs=[{"ref": "nowhere"}])), ("train_graph: node",
+                                                                                    "inputs[0]")),
+    "unrecorded parameter": (lambda g: _call_module(g).update(inputs=[{"param": "evil.weight"}]),
+                             ("train_graph: node", "inputs[0]")),
+    "unknown layer": (lambda g: _call_module(g)["attrs"].update(module="not.a.layer"),
+                      ("train_graph: node", "attrs.module")),
+    "value defined twice": (lambda g: g["train_graph"]["nodes"].append(dict(g["train_graph"]["nodes"][-1])),
+                            ("train_graph: node", "outputs[0]")),
+    "output of nothing": (lambda g: g["train_graph"]["outputs"][0].update(value={"ref": "nowhere"}),
+                          ("train_graph: the file", "outputs[0].value")),
+    "single with two outputs": (_set("output_structure", "single"), ("train_graph: the file", "outputs")),
+    "tree over too few outputs": (lambda g: g["train_graph"]["output_tree"]["items"].pop(),
+                                  ("train_graph: the file", "output_tree")),
+    "bad input check": (_set("input_checks", [{"lhs": {"dim": [7, 0]}, "cmp": "eq", "rhs": 1, "guard": "",
+                                               "message": ""}]), ("train_graph: input_checks[0]", "lhs.dim[0]")),
+    "module output of nothing": (_set("module_outputs", [{"value": "nowhere", "module": "fc", "perm": [0, 1]}]),
+                                 ("train_graph: module_outputs[0]", "value")),
+    "dtype_follows of an untyped node": (lambda g: g["train_graph"].update(
+        dtype_follows=[g["train_graph"]["nodes"][-1]["outputs"][0]]), ("train_graph: the file", "dtype_follows[0]")),
+    "under a version-6 header": (lambda g: g.update(format_version=6), ("the file", "train_graph")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_tampered_training_graph_is_refused_by_name(case, train_artifact, tmp_path):
+    edit, (where, field) = CASES[case]
+    with pytest.raises(ArtifactError) as info:
+        porter.load(_tampered(train_artifact, tmp_path, edit))
+    assert info.value.where.startswith(where) and info.value.field == field, str(info.value)
+    assert info.value.file.endswith("graph.json")
+
+
+def test_the_untampered_artifact_loads(train_artifact):
+    """The control: the same folder loads and runs both graphs (so each case above fails for its edit alone)."""
+    import mlx.core as mx
+
+    loaded = porter.load(train_artifact)
+    x = mx.random.normal((2, 10, 9, 3))
+    assert loaded(x).shape == (2, 5)
+    loaded.train()
+    assert [tuple(o.shape) for o in loaded(x)] == [(2, 5), (2, 5)]
