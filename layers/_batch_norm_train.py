@@ -6,6 +6,12 @@ and again for the output, the normalized input, and the input); R3D-18's trainin
 them. The VJP here keeps only the input (and the output the caller keeps anyway), and recomputes the normalized
 input in the backward, as torch's ``native_batch_norm_backward`` does:
 ``dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))``, ``dw = sum(dy * xhat)``, ``db = sum(dy)``.
+
+With Porter's native kernels on the CPU, one primitive (``batch_norm_train`` in ``csrc/norm_ops.cpp``): GroupNorm's
+kernel with one group per channel over ``x`` viewed as ``(1, positions, C)``, writing the mean and variance too;
+its gradient is the native ``norm_grad`` (the same formula, threaded, statistics recomputed from the input; second
+derivatives and jvp in MLX ops). Through MLX's ops the forward was ~6 single-threaded passes and the backward ~8,
+each holding a whole-input temporary.
 """
 
 from __future__ import annotations
@@ -14,21 +20,31 @@ import functools
 
 import mlx.core as mx
 
-from . import _export
+from . import _export, _native
 from ._blocked_sum import blocked_sum
 from ._precision import upcast
 
 
 def batch_norm_train(x: mx.array, weight, bias, eps: float):
     """``(y, mean, var)``: ``x`` normalized with its batch mean and biased variance (float32 at least), then
-    ``weight * . + bias`` when ``weight`` is not None; ``y`` float32 (the caller rounds it to ``x``'s dtype). ``mean``
-    and ``var`` (shape ``(C,)``) are for the running statistics: their cotangents are taken as zero, so the caller
-    must not differentiate through them (it updates buffers with ``mx.stop_gradient`` of them)."""
+    ``weight * . + bias`` when ``weight`` is not None; ``y`` float32 (the caller rounds it to ``x``'s dtype; the native
+    path returns it rounded already). ``mean`` and ``var`` (shape ``(C,)``) are for the running statistics: the MLX
+    path takes their cotangents as zero, so the caller must not differentiate through them (it updates buffers with
+    ``mx.stop_gradient`` of them)."""
     if _export.active():  # a custom VJP cannot be serialized; the same forward in plain ops
         return _forward(x, weight, bias, eps)
+    if x.size and _native.active("batch norm (batch statistics)"):
+        return _native_forward(x, weight, bias, eps)
     if weight is None:
         return _function(float(eps), False)(x)
     return _function(float(eps), True)(x, weight, bias)
+
+
+def _native_forward(x, weight, bias, eps):
+    """``(y, mean, var)`` by the native kernel; ``y`` in ``x``'s dtype (computed in float32 at least, rounded once)."""
+    c = x.shape[-1]
+    y, mean, var = _native.kernels().batch_norm_train(x.reshape(1, -1, c), weight, bias, float(eps))
+    return y.reshape(x.shape), mean.reshape(c), var.reshape(c)
 
 
 def _forward(x, weight, bias, eps):

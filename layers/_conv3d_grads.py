@@ -7,8 +7,8 @@ Used by ``layers/_conv_engine.py``'s strided conv (MLX's forward) for 5-d inputs
   ``sum_m g[q - m] * w[r + m*s]``, so each phase ``r`` (``prod(s)`` of them) is a stride-1 conv of ``g`` with the
   sub-kernel ``w[r::s]`` (flipped, channels swapped): every tap is used once, the multiply-adds of the forward, no
   zero-stuffed cotangent; the phases are interleaved by one reshape.
-* weight gradient as ``g^T @ cols`` GEMMs over chunks of output frames, ``cols`` the chunk's im2col (at most
-  :data:`COLS_BYTES` at a time, accumulated with ``mx.addmm``): the memory stays bounded at any batch size.
+* weight gradient as ``g^T @ cols`` GEMMs over chunks of examples and output frames, ``cols`` the chunk's im2col
+  (at most :data:`COLS_BYTES` at a time, accumulated with ``mx.addmm``): the memory stays bounded at any batch size.
 
 Measured (mlx 0.32 CPU, 1 thread, batch 1, 3x3x3 stride 2, against MLX's vjp of the space-to-depth conv): 64->128 on
 16x56x56 input gradient 46 -> 41 ms, weight gradient 54 -> 28 ms; 256->512 on 4x14x14 81 -> 16 / 15 -> 5 ms.
@@ -21,8 +21,10 @@ import itertools
 
 import mlx.core as mx
 
-# im2col bytes the weight gradient holds at once (a chunk of output frames; at least one frame of one example)
-COLS_BYTES = 64 << 20
+# im2col bytes of one chunk of the weight gradient (output frames of some examples; at least one frame of one
+# example). MLX's eval loop allocates a few tasks ahead of the compute, so about three chunks are live at once: 64 MiB
+# chunks put R3D-18's stem gradient 200 MiB above its cotangent at batch 2 (~0.9 GiB at batch 8)
+COLS_BYTES = 16 << 20
 
 
 def input_grad(g, weight, x_shape, stride, lo):
@@ -57,15 +59,18 @@ def weight_grad(x, g, w_shape, stride, lo):
     pad = [(a, max(nd - size - a, 0)) for a, nd, size in zip(lo, need, spatial)]
     xp = mx.pad(x, [(0, 0)] + pad + [(0, 0)])
     taps = list(itertools.product(*(range(k) for k in kernel)))
-    frame_bytes = n * out[1] * out[2] * len(taps) * c_in * x.dtype.size
-    chunk = max(1, min(out[0], COLS_BYTES // max(frame_bytes, 1)))
+    frame_bytes = out[1] * out[2] * len(taps) * c_in * x.dtype.size  # one output frame of one example
+    frames = max(1, min(out[0], COLS_BYTES // max(frame_bytes, 1)))
+    samples = max(1, min(n, COLS_BYTES // max(frame_bytes * frames, 1))) if frames == out[0] else 1
     gw = None
-    for o0 in range(0, out[0], chunk):
-        o1 = min(out[0], o0 + chunk)
-        cols = [xp[:, a + o0 * stride[0]: a + (o1 - 1) * stride[0] + 1: stride[0],
-                   b: b + (out[1] - 1) * stride[1] + 1: stride[1],
-                   c: c + (out[2] - 1) * stride[2] + 1: stride[2]] for a, b, c in taps]
-        cols = mx.concatenate(cols, axis=-1).reshape(-1, len(taps) * c_in)
-        gc = g[:, o0:o1].reshape(-1, c_out).T
-        gw = gc @ cols if gw is None else mx.addmm(gw, gc, cols)
+    for n0 in range(0, n, samples):
+        n1 = min(n, n0 + samples)
+        for o0 in range(0, out[0], frames):
+            o1 = min(out[0], o0 + frames)
+            cols = [xp[n0:n1, a + o0 * stride[0]: a + (o1 - 1) * stride[0] + 1: stride[0],
+                       b: b + (out[1] - 1) * stride[1] + 1: stride[1],
+                       c: c + (out[2] - 1) * stride[2] + 1: stride[2]] for a, b, c in taps]
+            cols = mx.concatenate(cols, axis=-1).reshape(-1, len(taps) * c_in)
+            gc = g[n0:n1, o0:o1].reshape(-1, c_out).T
+            gw = gc @ cols if gw is None else mx.addmm(gw, gc, cols)
     return gw.reshape(c_out, *kernel, c_in)

@@ -17,7 +17,7 @@ import numbers
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _blocked_sum, _conv_engine, _conv_nonfinite
+from . import _blocked_sum, _conv_engine, _conv_nonfinite, _grad_order
 from ._utils import ntuple
 from .padding import pad
 
@@ -292,15 +292,15 @@ class _ConvNd(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         layer = type(self).__name__
-        bias = self.bias
+        x, weight, bias = _grad_order.weights_first(self, x, self.weight, self.bias)
         padding = self.padding
         if self.padding_mode != "zeros":
-            check_arrays(x, self.weight, bias, self.nd, layer, f"conv{self.nd}d")  # before padding a bad input
+            check_arrays(x, weight, bias, self.nd, layer, f"conv{self.nd}d")  # before padding a bad input
             # torch pads explicitly first (F.pad order: last spatial dim first), then convolves unpadded
             pairs = [v for lo, hi in zip(self._pad_lo[::-1], self._pad_hi[::-1]) for v in (lo, hi)]
             x = pad(x, pairs, mode=self.padding_mode)
             padding = 0
-        return conv_nd(x, self.weight, bias, self.stride, padding, self.dilation, self.groups, nd=self.nd, layer=layer)
+        return conv_nd(x, weight, bias, self.stride, padding, self.dilation, self.groups, nd=self.nd, layer=layer)
 
     def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine", quantize_input: bool = False):
         """``QuantizedConv{nd}d.from_conv(self, ...)`` (what ``mlx.nn.quantize`` calls), or ``self`` left in float

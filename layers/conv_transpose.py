@@ -22,7 +22,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _blocked_sum, _conv_transpose_engine
+from . import _blocked_sum, _conv_transpose_engine, _grad_order
 from ._conv_transpose_engine import base_size as _base_size
 from ._utils import ntuple
 from .conv import (
@@ -235,10 +235,11 @@ class _ConvTransposeNd(nn.Module):
         if not isinstance(x, mx.array) or x.ndim not in (self.nd + 1, self.nd + 2):
             check_arrays(x, self.weight, self.bias, self.nd, layer, f"conv_transpose{self.nd}d")
         output_padding = self._output_padding(x, output_size)
+        x, weight, bias = _grad_order.weights_first(self, x, self.weight, self.bias)
         return conv_transpose_nd(
             x,
-            self.weight,
-            self.bias,
+            weight,
+            bias,
             self.stride,
             self.padding,
             output_padding,

@@ -18,7 +18,7 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _blocked_sum, _native
+from . import _blocked_sum, _grad_order, _native
 
 
 # The short-K GEMM (csrc/linear_kernels.h small_k_linear) for float32: in_features <= SMALL_K_MAX with at least
@@ -131,4 +131,4 @@ class Linear(nn.Linear):
     """
 
     def __call__(self, x: mx.array) -> mx.array:
-        return linear(x, self["weight"], self["bias"] if "bias" in self else None)
+        return linear(*_grad_order.weights_first(self, x, self["weight"], self["bias"] if "bias" in self else None))

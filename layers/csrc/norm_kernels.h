@@ -297,7 +297,7 @@ void value_sums(const T* v, int64_t N, int64_t S, int64_t C, std::vector<double>
 // mean and rstd per (n, g), and the same broadcast per (n, c) in A for the vector loops.
 template <typename T>
 void group_stats(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, double eps, std::vector<double>& mean,
-                 std::vector<double>& rstd, std::vector<NormAcc<T>>& mean_c) {
+                 std::vector<double>& rstd, std::vector<NormAcc<T>>& mean_c, std::vector<double>* var = nullptr) {
   using A = NormAcc<T>;
   const int64_t Cg = C / G;
   const double count = static_cast<double>(S) * static_cast<double>(Cg);
@@ -321,7 +321,11 @@ void group_stats(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, double 
   }, sums);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t c = 0; c < C; ++c) rstd[n * G + c / Cg] += sums[n * C + c];
-    for (int64_t q = 0; q < G; ++q) rstd[n * G + q] = 1.0 / std::sqrt(rstd[n * G + q] / count + eps);
+    for (int64_t q = 0; q < G; ++q) {
+      const double v = rstd[n * G + q] / count;
+      if (var) (*var)[n * G + q] = v;
+      rstd[n * G + q] = 1.0 / std::sqrt(v + eps);
+    }
   }
 }
 
@@ -353,14 +357,17 @@ void apply_per_channel(const T* x, const T* g, int64_t N, int64_t S, int64_t C, 
   });
 }
 
-// y = (x - mean) (rstd w) + b per (n, c).
+// y = (x - mean) (rstd w) + b per (n, c); the per-(n, g) mean and biased variance written to mean_out / var_out when
+// given (batch norm's batch statistics: one group per channel).
 template <typename T>
 void group_norm(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, const NormAcc<T>* w, const NormAcc<T>* b,
-                NormAcc<T> eps, T* y) {
+                NormAcc<T> eps, T* y, NormAcc<T>* mean_out = nullptr, NormAcc<T>* var_out = nullptr) {
   using A = NormAcc<T>;
-  std::vector<double> mean, rstd;
+  std::vector<double> mean, rstd, var(N * G);
   std::vector<A> mean_c, scale(N * C), shift(N * C);
-  group_stats(x, N, S, C, G, static_cast<double>(eps), mean, rstd, mean_c);
+  group_stats(x, N, S, C, G, static_cast<double>(eps), mean, rstd, mean_c, &var);
+  for (int64_t i = 0; mean_out && i < N * G; ++i) mean_out[i] = static_cast<A>(mean[i]);
+  for (int64_t i = 0; var_out && i < N * G; ++i) var_out[i] = static_cast<A>(var[i]);
   const int64_t Cg = C / G;
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t c = 0; c < C; ++c) {

@@ -163,6 +163,25 @@ class Norm : public mx::UnaryPrimitive {
     };
     return vmap_into_batch(s, "group_norm", inputs, axes, batched, build);
   }
+  // the same function written in MLX ops, differentiated forward by MLX
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override {
+    auto s = stream();
+    const int groups = groups_;
+    const double eps = eps_;
+    const bool hw = has_w_, hb = has_b_;
+    const mx::Dtype xt = primals[0].dtype(), at = norm_acc_dtype(xt);
+    auto f = [=](const std::vector<mx::array>& p) {
+      auto y = norm_reference(mx::astype(p[0], at, s), groups, eps, s);
+      if (hw) y = mx::multiply(y, p[1], s);
+      if (hb) y = mx::add(y, p[hw ? 2 : 1], s);
+      return std::vector<mx::array>{mx::astype(y, xt, s)};
+    };
+    std::vector<mx::array> full;
+    for (const auto& p : primals) full.push_back(mx::zeros_like(p, s));
+    for (size_t j = 0; j < argnums.size(); ++j) full[argnums[j]] = tangents[j];
+    return mx::jvp(f, primals, full).second;
+  }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>&) override {
     auto s = stream();
@@ -227,6 +246,111 @@ std::vector<mx::array> norm_grad_op(const mx::array& x, const mx::array& g, cons
   std::optional<mx::array> w;
   if (weight) w = mx::astype(*weight, norm_acc_dtype(x.dtype()), s);
   return make_norm_grad(s, groups, eps, x, g, w);
+}
+
+// ------------------------------------------------------------------------------------------------ batch norm, batch statistics
+// Batch norm with the batch's statistics: GroupNorm's kernel with one group per channel over x (N, *S, C) (batch norm
+// passes x viewed as (1, positions, C)), which also writes the per-(n, c) mean and biased variance (for the running
+// statistics) in the compute type. Inputs: x, then weight and bias if present (in the compute type). Outputs: y in
+// x's dtype (computed in float32 at least, rounded once), mean (N, C), var (N, C). Gradient: NormGrad with one group
+// per channel (torch's batch-norm backward, statistics recomputed from x); the mean and variance are not
+// differentiated (their cotangents are ignored: batch norm updates its running statistics under stop_gradient).
+class BatchNormTrain : public mx::Primitive {
+ public:
+  BatchNormTrain(mx::Stream s, double eps, bool has_w, bool has_b)
+      : mx::Primitive(s), eps_(eps), has_w_(has_w), has_b_(has_b) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
+    launch(stream(), inputs, outputs, [eps = eps_, hw = has_w_, hb = has_b_](auto& in, auto& out) {
+      auto [N, S, C] = norm_dims(in[0], 1);
+      dispatch_float(in[0].dtype(), "batch_norm_train", [&](auto tag) {
+        using T = decltype(tag);
+        using A = NormAcc<T>;
+        const A* w = hw ? in[1].template data<A>() : nullptr;
+        const A* b = hb ? in[hw ? 2 : 1].template data<A>() : nullptr;
+        group_norm<T>(in[0].template data<T>(), N, S, C, C, w, b, static_cast<A>(eps), out[0].template data<T>(),
+                      out[1].template data<A>(), out[2].template data<A>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override { no_gpu("batch_norm_train"); }
+  const char* name() const override { return "PorterBatchNormTrain"; }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    if (!same_type<BatchNormTrain>(*this, other)) return false;
+    const auto& o = static_cast<const BatchNormTrain&>(other);
+    return o.eps_ == eps_ && o.has_w_ == has_w_ && o.has_b_ == has_b_;
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    std::vector<bool> batched(inputs.size(), false);
+    batched[0] = true;
+    auto s = stream();
+    return vmap_into_batch(s, "batch_norm_train", inputs, axes, batched, [&](const std::vector<mx::array>& in) {
+      return make(s, eps_, has_w_, has_b_, in);
+    });
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>&) override {
+    std::optional<mx::array> w;
+    if (has_w_) w = primals[1];
+    auto grads = make_norm_grad(stream(), primals[0].shape(-1), eps_, primals[0], cotangents[0], w);
+    std::vector<mx::array> out;
+    for (int arg : argnums) out.push_back(grads[arg == 0 ? 0 : (arg == 1 && has_w_ ? 1 : 2)]);
+    return out;
+  }
+  // the same function in MLX ops, differentiated forward by MLX
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override {
+    auto s = stream();
+    const double eps = eps_;
+    const bool hw = has_w_, hb = has_b_;
+    const mx::Dtype xt = primals[0].dtype(), at = norm_acc_dtype(xt);
+    auto f = [=](const std::vector<mx::array>& p) {
+      auto [N, S, C] = norm_dims(p[0], 1);
+      auto x = mx::reshape(mx::astype(p[0], at, s), {static_cast<int>(N), -1, static_cast<int>(C)}, s);
+      auto mean = mx::mean(x, 1, true, s);
+      auto d = mx::subtract(x, mean, s);
+      auto var = mx::mean(mx::square(d, s), 1, true, s);
+      auto y = mx::multiply(d, mx::rsqrt(mx::add(var, mx::array(eps, at), s), s), s);
+      if (hw) y = mx::multiply(y, p[1], s);
+      if (hb) y = mx::add(y, p[hw ? 2 : 1], s);
+      return std::vector<mx::array>{mx::astype(mx::reshape(y, p[0].shape(), s), xt, s), mx::squeeze(mean, 1, s),
+                                    mx::squeeze(var, 1, s)};
+    };
+    std::vector<mx::array> full;
+    for (const auto& p : primals) full.push_back(mx::zeros_like(p, s));
+    for (size_t j = 0; j < argnums.size(); ++j) full[argnums[j]] = tangents[j];
+    return mx::jvp(f, primals, full).second;
+  }
+
+  static std::vector<mx::array> make(mx::Stream s, double eps, bool hw, bool hb, const std::vector<mx::array>& in) {
+    const mx::Dtype at = norm_acc_dtype(in[0].dtype());
+    const int n = in[0].shape(0), c = in[0].shape(-1);
+    return mx::array::make_arrays({in[0].shape(), {n, c}, {n, c}}, {in[0].dtype(), at, at},
+                                  std::make_shared<BatchNormTrain>(s, eps, hw, hb), in);
+  }
+
+ private:
+  double eps_;
+  bool has_w_, has_b_;
+};
+
+std::vector<mx::array> batch_norm_train_op(const mx::array& x, const std::optional<mx::array>& weight,
+                                           const std::optional<mx::array>& bias, double eps) {
+  const char* what = "batch_norm_train";
+  auto s = cpu_stream(what);
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail(what, "x must be floating point");
+  if (x.ndim() < 2) fail(what, "x must be (N, *spatial, C)");
+  if (!(eps >= 0.0)) fail(what, "'eps' must be >= 0");
+  if (weight.has_value() != bias.has_value()) fail(what, "weight and bias must be given together");
+  const int c = x.shape(-1);
+  std::vector<mx::array> in{x};
+  for (const auto* p : {&weight, &bias}) {
+    if (!*p) continue;
+    if ((*p)->ndim() != 1 || (*p)->shape(0) != c) fail(what, "weight and bias must be (C,) for x's last axis");
+    in.push_back(mx::astype(**p, norm_acc_dtype(x.dtype()), s));
+  }
+  return BatchNormTrain::make(s, eps, weight.has_value(), bias.has_value(), in);
 }
 
 // ------------------------------------------------------------------------------------------------ L2 normalize
@@ -355,6 +479,8 @@ void bind_norm(nb::module_& m) {
         nb::arg("eps"));
   m.def("norm_grad", &porter::norm_grad_op, nb::arg("x"), nb::arg("g"), nb::arg("weight").none(), nb::arg("groups"),
         nb::arg("eps"));
+  m.def("batch_norm_train", &porter::batch_norm_train_op, nb::arg("x"), nb::arg("weight").none(),
+        nb::arg("bias").none(), nb::arg("eps"));
   m.def("l2_normalize", &porter::l2_normalize_op, nb::arg("x"), nb::arg("eps"));
   m.def("l2_normalize_grad", &porter::l2_normalize_grad_op, nb::arg("x"), nb::arg("g"), nb::arg("eps"));
 }

@@ -5,6 +5,7 @@ chunked im2col GEMMs; pure MLX, so both backends). Odd sizes, uneven ('same') pa
 size, and the dtypes that must not take the float32 paths."""
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 import torch
@@ -199,3 +200,38 @@ def test_winograd3d_forward_in_chunks_of_examples(monkeypatch):
     spy = _Spy(monkeypatch, _native, "winograd_conv3d")
     check_module(3, (3, 16, 4, 7, 9), 16, 16, 3, padding=1, seed=5)
     assert spy.calls >= 1
+
+
+def test_strided_weight_gradient_in_chunks_of_examples(monkeypatch):
+    """A budget of all frames of two examples: three examples in two GEMMs, accumulated; torch's numbers."""
+    per_example = 2 * 3 * 4 * (1 * 3 * 3) * 3 * 4  # output frames x H x W x taps x C_in x float32 bytes
+    monkeypatch.setattr(grads_module, "COLS_BYTES", 2 * per_example)
+    check_module(3, (3, 3, 2, 6, 8), 3, 8, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+
+
+@pytest.mark.native_only
+@pytest.mark.parametrize("budget", [1 << 20, 1 << 30])
+def test_strided_weight_gradient_memory_is_bounded(budget, monkeypatch):
+    """R3D-18's stem (3x7x7, stride (1, 2, 2), 3 channels): its weight gradient's im2col is 9x the output. In chunks
+    of COLS_BYTES the peak above the input stays near the cotangent, the gradient's own buffers and a few chunks
+    (MLX's eval loop allocates a few tasks ahead); one chunk of everything (a budget of 1 GiB) holds the whole im2col."""
+    from porter.layers import Conv3d
+
+    monkeypatch.setattr(grads_module, "COLS_BYTES", budget)
+    x = mx.random.normal((2, 8, 56, 56, 3), key=mx.random.key(0))
+    conv = Conv3d(3, 64, (3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3), bias=False)
+    conv.train()
+    cot = mx.random.normal((2, 8, 28, 28, 64), key=mx.random.key(1))
+    mx.eval(x, cot, conv.parameters())
+    grad = nn.value_and_grad(conv, lambda m, x: (m(x) * cot).sum())
+    mx.eval(grad(conv, x))
+    mx.synchronize()
+    base = mx.get_active_memory()
+    mx.reset_peak_memory()
+    mx.eval(grad(conv, x))
+    cols = 2 * 8 * 28 * 28 * (3 * 7 * 7 * 3) * 4
+    peak = mx.get_peak_memory() - base
+    if budget < cols:
+        assert peak <= 3 * cot.nbytes + 6 * budget, (peak / 2**20, cot.nbytes / 2**20)
+    else:
+        assert peak >= cols, (peak / 2**20, cols / 2**20)  # the measure sees the im2col

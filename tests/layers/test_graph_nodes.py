@@ -42,6 +42,7 @@ def test_pointwise_conv_with_bias_is_one_node(backend, stride):
     torch.manual_seed(0)
     tconv = torch.nn.Conv2d(40, 24, 1, stride=stride)
     conv = Conv2d(40, 24, 1, stride=stride)
+    conv.eval()  # inference: a training-mode layer adds the gradient-order gate (layers/_grad_order.py)
     conv.update({"weight": mx.array(tconv.weight.detach().permute(0, 2, 3, 1).numpy()),
                  "bias": mx.array(tconv.bias.detach().numpy())})
     tx = torch.randn(2, 40, 9, 11)
@@ -56,6 +57,7 @@ def test_linear_over_a_3d_input_is_one_node(backend):
     torch.manual_seed(1)
     tlin = torch.nn.Linear(300, 50)
     lin = Linear(300, 50)
+    lin.eval()  # inference: a training-mode layer adds the gradient-order gate (layers/_grad_order.py)
     lin.update({"weight": mx.array(tlin.weight.detach().numpy()), "bias": mx.array(tlin.bias.detach().numpy())})
     tx = torch.randn(2, 9, 300)
     y = lin(mx.array(tx.numpy()))
