@@ -23,6 +23,7 @@ from . import transforms
 from .guards import InputChecks
 from .input_binding import Binding
 from .limits import check_elements
+from .axis_checks import axis_fields, check as check_axes
 from .registry import get_kernel, takes_training
 from .safe_text import printable
 from .fusion import activation_name, batch_norm_activation_pairs
@@ -80,6 +81,7 @@ class _Program:
         # nodes no input reaches (Swin's attention masks, relative-position biases): computed once per weights
         self.static = static_values.StaticValues(graph)
         self.identity = get_kernel("identity")  # run as an alias, no call
+        self.axis_nodes = axis_fields(graph)  # nodes whose axis attributes are checked against their inputs' rank
         self.budget = GraphBudget(graph)  # bytes alive at once and multiply-adds per call (graph_budget.py)
 
     def set_train_state(self, entries: list) -> None:
@@ -420,6 +422,8 @@ class PortedModel(TorchNamed):
             if index == skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
+            if index in self._program.axis_nodes:  # a crafted axis past the rank (MLX wraps some silently)
+                check_axes(index, node, self._program.axis_nodes[index], args)
             if alias and fn is self._program.identity and index not in overrides:
                 (env[node["outputs"][0]],) = args
                 if record is None or node["outputs"][0] not in self._program.module_outputs:
