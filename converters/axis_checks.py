@@ -18,6 +18,8 @@ from . import spec as S
 
 # kernels whose axis indexes their output, one dim more than their input
 _OUTPUT_AXIS = frozenset({"stack", "unsqueeze"})
+# axis attributes whose spec bounds them otherwise (non-negative, by a geometry bound): the training kernels'
+_MORE_AXES = {"drop_block": ("axes",), "stochastic_depth": ("axis",)}
 
 
 class NodeAxisError(ValueError):
@@ -35,7 +37,7 @@ class NodeAxisError(ValueError):
 
 def axis_fields(graph: dict) -> dict:
     """``{node index: [attribute name, ...]}``: the nodes of ``graph`` with an axis attribute (one the kernel's spec
-    declares as ``spec.AXIS``/``spec.AXES``, possibly optional)."""
+    declares as ``spec.AXIS``/``spec.AXES``, possibly optional, and those of :data:`_MORE_AXES`)."""
     from .registry import get_kernel_spec
 
     found = {}
@@ -44,7 +46,8 @@ def axis_fields(graph: dict) -> dict:
         if kernel_spec is None:
             continue
         names = [name for name, item in kernel_spec.attrs.items()
-                 if (item.spec if isinstance(item, S.Opt) else item) in (S.AXIS, S.AXES)]
+                 if (item.spec if isinstance(item, S.Opt) else item) in (S.AXIS, S.AXES)
+                 or name in _MORE_AXES.get(node["kernel"], ())]
         if names:
             found[index] = names
     return found
