@@ -18,6 +18,10 @@ KEYS = {"modules": 2, "module_types": 2, "signature": 3, "train_refusals": 4, "t
 KERNELS = {"call_module": 2, "tensor_from_scalars": 4, "broadcast_all": 4, "addbmm": 4, "pdist": 4,
            "batch_norm_batch_stats": 4, "stochastic_depth": 5, "train_dropout": 5, "sdpa_dropout": 5,
            "drop_block": 6}
+# a node's attribute, recorded (sdpa's grouped-query flag, written only when set) or null (group_norm over a channel
+# count known at run time): both from the session-11 converters that version 4 announced
+NODE_ATTRS = {("sdpa", "gqa"): 4}
+NULL_ATTRS = {("group_norm", "groups"): 4}
 LAYER_TYPES = {"StochasticDepth": 5}
 LAYER_FIELDS = {("BatchNorm", "count_batches"): 6}  # a layer config's key
 PARAM_FIELDS = {"state_dict": 3}  # a params entry's key
@@ -41,8 +45,14 @@ def features(graph: dict):
             if (entry["type"], key) in LAYER_FIELDS:
                 yield LAYER_FIELDS[entry["type"], key], where, f"config.{key}"
     for i, node in enumerate(graph.get("nodes", [])):
+        where = f"node {i} (kernel {node['kernel'][:40]!r})"
         if node["kernel"] in KERNELS:
-            yield KERNELS[node["kernel"]], f"node {i} (kernel {node['kernel'][:40]!r})", "kernel"
+            yield KERNELS[node["kernel"]], where, "kernel"
+        for key, value in node["attrs"].items():
+            if (node["kernel"], key) in NODE_ATTRS:
+                yield NODE_ATTRS[node["kernel"], key], where, f"attrs.{key}"
+            if value is None and (node["kernel"], key) in NULL_ATTRS:
+                yield NULL_ATTRS[node["kernel"], key], where, f"attrs.{key}"
 
 
 def needed_version(graph: dict) -> int:
