@@ -451,10 +451,10 @@ class PortedModel(TorchNamed):
             try:
                 result = fn(*args, **attrs)
             except (ValueError, TypeError) as e:
-                where = f" in module {node['module']!r}" if node["module"] else ""
+                where = (f" in module {node['module']!r}" if node["module"] else "") + f", node {index}"
                 raise type(e)(f"{e} (while running {node['op'] or node['kernel']}{where})") from e
             except (IndexError, KeyError, AttributeError, ArithmeticError) as e:  # a wrong axis or value: not a crash
-                where = f" in module {node['module']!r}" if node["module"] else ""
+                where = (f" in module {node['module']!r}" if node["module"] else "") + f", node {index}"
                 raise ValueError(f"kernel {node['kernel']!r} failed with {type(e).__name__}: {e} "
                                  f"(while running {node['op'] or node['kernel']}{where})") from e
             _check_result(result, node)
