@@ -22,8 +22,11 @@ KERNELS = {"call_module": 2, "tensor_from_scalars": 4, "broadcast_all": 4, "addb
 # count known at run time): both from the session-11 converters that version 4 announced
 NODE_ATTRS = {("sdpa", "gqa"): 4}
 NULL_ATTRS = {("group_norm", "groups"): 4}
-LAYER_TYPES = {"StochasticDepth": 5}
-LAYER_FIELDS = {("BatchNorm", "count_batches"): 6}  # a layer config's key
+# layer types and a layer config's keys; version 4's came with its training mode (TorchDropout, TorchRReLU, the
+# instance norm's running statistics), Embedding's padding_idx after version 5
+LAYER_TYPES = {"TorchDropout": 4, "TorchRReLU": 4, "StochasticDepth": 5}
+LAYER_FIELDS = {("InstanceNorm", "momentum"): 4, ("InstanceNorm", "track_running_stats"): 4,
+                ("Embedding", "padding_idx"): 5, ("BatchNorm", "count_batches"): 6}
 PARAM_FIELDS = {"state_dict": 3}  # a params entry's key
 
 

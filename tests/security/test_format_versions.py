@@ -70,7 +70,17 @@ CASES = {  # version in the header, edit, (where, field) named
     "v2 with a state_dict flag": (2, lambda g: g["params"]["fc.bias"].update(state_dict=False),
                                   ("params['fc.bias']", "state_dict")),
     "v1 with the module tree": (1, None, ("the file", "modules")),
-    # nested in a node's attributes (session 18: loaded before)
+    # nested in layer records and node attributes (session 18: loaded before)
+    "v3 with a TorchDropout layer": (3, lambda g: g["modules"].update(
+        drop={"type": "TorchDropout", "config": {"p": 0.1, "kind": "feature", "axes": [0, 3]}}),
+        ("modules['drop']", "type")),
+    "v3 with a TorchRReLU layer": (3, lambda g: g["modules"].update(
+        act={"type": "TorchRReLU", "config": {"lower": 0.1, "upper": 0.3}}), ("modules['act']", "type")),
+    "v3 with instance norm statistics": (3, lambda g: g["modules"].update(norm={"type": "InstanceNorm", "config": {
+        "num_features": 8, "eps": 1e-5, "affine": False, "momentum": 0.1, "track_running_stats": False}}),
+        ("modules['norm']", "config.momentum")),
+    "v4 with an embedding's padding_idx": (4, lambda g: g["modules"].update(emb={"type": "Embedding", "config": {
+        "num_embeddings": 4, "embedding_dim": 2, "padding_idx": 0}}), ("modules['emb']", "config.padding_idx")),
     "v3 with sdpa's gqa": (3, _node(_GQA), ("node 4 (kernel 'sdpa')", "attrs.gqa")),
     "v3 with group_norm's null groups": (3, _node(_GROUPS_AT_RUN_TIME),
                                          ("node 4 (kernel 'group_norm')", "attrs.groups")),
