@@ -12,8 +12,11 @@ Only features whose version is known are listed: a key or kernel not here is tak
 from __future__ import annotations
 
 # top-level keys of graph.json
-KEYS = {"modules": 2, "module_types": 2, "signature": 3, "train_refusals": 4, "train_state": 4,
-        "dtype_follows": 6, "float32_constants": 6}
+KEYS = {"modules": 2, "module_types": 2, "compute_dtype": 2, "tied_weights": 2, "output_tree": 2, "signature": 3,
+        "train_refusals": 4, "train_state": 4, "dtype_follows": 6, "float32_constants": 6}
+# a graph input's key (a 0-d value repeated to a 1-d input's size; written by version 2's Porter, as the three keys
+# above: added after the bump to 2, with no bump of their own)
+INPUT_FIELDS = {"scalar_size": 2}
 # runtime kernels of nodes ("call_module": a node calling a layer of the module tree)
 KERNELS = {"call_module": 2, "tensor_from_scalars": 4, "broadcast_all": 4, "addbmm": 4, "pdist": 4,
            "batch_norm_batch_stats": 4, "stochastic_depth": 5, "train_dropout": 5, "sdpa_dropout": 5,
@@ -36,6 +39,10 @@ def features(graph: dict):
     for key in graph:
         if key in KEYS:
             yield KEYS[key], "the file", key
+    for i, entry in enumerate(graph.get("inputs", [])):
+        for key in entry:
+            if key in INPUT_FIELDS:
+                yield INPUT_FIELDS[key], f"input {i} ({entry['name'][:80]!r})", key
     for name, entry in graph.get("params", {}).items():
         for key in entry:
             if key in PARAM_FIELDS:

@@ -5,9 +5,11 @@ version that added it (``converters/format_versions.py``), naming the place and 
 the version its graph needs."""
 
 import json
+import shutil
 
 import mlx.core as mx
 import pytest
+import torch
 
 import porter
 from porter import ArtifactError
@@ -162,3 +164,58 @@ def test_config_format_version_must_be_graphs_int(tampered, value):
     with pytest.raises(ArtifactError, match="expected an int") as info:
         porter.load(directory)
     assert info.value.file.endswith("config.json") and info.value.field == "porter_format_version"
+
+
+class _Functional(torch.nn.Module):
+    """No mapped layer (a version-1 file has no module tree), no parameter; a 1-d input (one that may record a
+    ``scalar_size``)."""
+
+    def forward(self, x):
+        return torch.softmax(x, dim=-1) * 2.0
+
+
+@pytest.fixture(scope="module")
+def version_1(tmp_path_factory):
+    """A real version-1 folder: a port of :class:`_Functional` with its header and config saying 1 and the keys
+    version 1 lacked removed."""
+    directory = tmp_path_factory.mktemp("v1") / "v1-mlx"
+    porter.save(porter.convert(_Functional().eval(), torch.randn(4)), directory)
+    graph = json.loads((directory / "graph.json").read_text())
+    for key, since in KEYS.items():
+        if since > 1:
+            graph.pop(key, None)
+    for record in graph["params"].values():
+        record.pop("state_dict", None)
+    graph["format_version"] = 1
+    (directory / "graph.json").write_text(json.dumps(graph))
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "porter_format_version": 1}))
+    return directory
+
+
+V1_EDITS = {  # written by version 2's Porter (added after its bump): under a version-1 header, refused
+    "compute_dtype": (lambda g: g.update(compute_dtype="float16"), ("the file", "compute_dtype")),
+    "tied_weights": (lambda g: g.update(tied_weights={}), ("the file", "tied_weights")),
+    "output_tree": (lambda g: g.update(output_structure="tuple", output_tree={"dict": [["y", {"leaf": 0}]]}),
+                    ("the file", "output_tree")),
+    "an input's scalar_size": (lambda g: g["inputs"][0].update(scalar_size=4), ("input 0 ('x')", "scalar_size")),
+}
+
+
+def test_a_version_1_folder_loads_and_matches_torch(version_1):
+    x = torch.randn(4)
+    out = porter.load(version_1)(mx.array(x.numpy()))
+    assert mx.allclose(out, mx.array(_Functional()(x).numpy()), rtol=1e-6, atol=1e-6).item()
+
+
+@pytest.mark.parametrize("case", sorted(V1_EDITS))
+def test_a_version_2_feature_under_a_version_1_header_is_refused(version_1, tmp_path, case):
+    edit, (where, field) = V1_EDITS[case]
+    directory = tmp_path / "t-mlx"
+    shutil.copytree(version_1, directory)
+    graph = json.loads((directory / "graph.json").read_text())
+    edit(graph)
+    (directory / "graph.json").write_text(json.dumps(graph))
+    with pytest.raises(ArtifactError, match="was added in format version 2") as info:
+        porter.load(directory)
+    assert (info.value.where, info.value.field) == (where, field), str(info.value)
