@@ -7,6 +7,8 @@ Created tensors take the dtype the example run recorded for them (torch's promot
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 
 from .. import layout as L
@@ -181,6 +183,10 @@ def k_max_dim(x, *, axis, keepdims, fn):
 
 @kernel("logsumexp", inputs=[TENSOR], attrs={"axes": AXES, "keepdims": Bool()})
 def k_logsumexp(x, *, axes, keepdims):
+    if x.size == 0:  # MLX refuses an empty array; torch's sum of no terms is 0, its log -inf
+        kept = {a % x.ndim for a in axes}
+        shape = [1 if i in kept else n for i, n in enumerate(x.shape) if keepdims or i not in kept]
+        return mx.full(shape, -math.inf, x.dtype)
     if x.dtype == mx.float64:  # MLX's is float32-precise there (_float64.py)
         return _float64.logsumexp(x, axes, keepdims)
     return mx.logsumexp(x, axis=axes, keepdims=keepdims)
