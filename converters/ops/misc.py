@@ -112,10 +112,10 @@ def checked_indices(index, size: int, what: str):
     no gradient, and MLX's scatters refuse to be asked for one (``Cannot calculate VJP with respect to indices``)
     when the indices were computed from what is differentiated (a VQ-VAE's ``argmin`` code into a one-hot
     ``scatter_``)."""
-    if isinstance(index, mx.array) and not (mx.issubdtype(index.dtype, mx.integer) or index.dtype == mx.bool_):
-        # a float index (a crafted graph feeding a weight or an activation in) failed inside MLX's evaluation
+    if isinstance(index, mx.array) and not mx.issubdtype(index.dtype, mx.integer):
+        # a float or bool index (a crafted graph feeding a weight or a mask in) failed inside MLX's evaluation
         raise TypeError(f"{what}: expected an integer index array but got {index.dtype}")
-    if isinstance(index, mx.array) and index.size and not mx.issubdtype(index.dtype, mx.bool_):
+    if isinstance(index, mx.array) and index.size:
         index = mx.stop_gradient(index)
         if exporting():  # an exported function cannot stop to check on the host: a bad index reads entry 0
             export_note(f"{what}'s host-side index range check -> out-of-range indices read index 0")

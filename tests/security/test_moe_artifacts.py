@@ -4,8 +4,8 @@ densely. A stranger can change ``k``, or feed the scatter an index array of thei
 float array where the index goes. MLX's scatters and gathers do not check bounds themselves.
 
 Already refused (kept here as regressions): ``k`` past the experts or negative, indices out of range in either
-direction (the host-side range check). Fixed: a float index array failed inside MLX's evaluation ("Cannot gather
-with indices type", a RuntimeError naming nothing); now a TypeError naming the kernel and the node.
+direction (the host-side range check). Fixed: a float or bool index array failed inside MLX's evaluation ("Cannot
+gather with indices type", a RuntimeError naming nothing); now a TypeError naming the kernel and the node.
 """
 
 import json
@@ -87,12 +87,13 @@ def test_scatter_index_out_of_range_is_refused(moe, tmp_path, value):
         model(_x())
 
 
-def test_a_float_index_is_refused_naming_the_kernel_and_node(moe, tmp_path):
-    """torch refuses it too (``scatter(): Expected dtype int32/int64 for index``)."""
-    directory = _tampered(moe, tmp_path, _index_from("evil", "float32", "scatter"),
-                          {"evil": mx.zeros((6, 2), dtype=mx.float32)})
+@pytest.mark.parametrize("dtype", ["float32", "bool"])
+def test_a_float_or_bool_index_is_refused_naming_the_kernel_and_node(moe, tmp_path, dtype):
+    """torch refuses them too (``scatter(): Expected dtype int32/int64 for index``)."""
+    directory = _tampered(moe, tmp_path, _index_from("evil", dtype, "scatter"),
+                          {"evil": mx.zeros((6, 2), dtype=mx.bool_ if dtype == "bool" else mx.float32)})
     node = _index_of(json.loads((directory / "graph.json").read_text()), "scatter")
-    problem = rf"scatter: expected an integer index array but got .*float32 .* node {node}\)"
+    problem = rf"scatter: expected an integer index array but got .*{dtype} .* node {node}\)"
     with pytest.raises(TypeError, match=problem):
         porter.load(directory)(_x())
     with pytest.raises(RuntimeError, match="Expected dtype int32/int64 for index"):
