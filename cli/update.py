@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import stat
 
 import click
 
@@ -102,14 +103,25 @@ def update(ui, directory, checkpoint, output, force, no_strict, trust_pickle, ma
 
 def _carry_over(old: str, new: str) -> None:
     """Copy the old folder's other entries (files porter.save does not write) into the new folder, links as
-    links (never followed)."""
-    for name in os.listdir(old):
+    links (never followed). Anything else (a named pipe, a socket, a device: opening a pipe to copy it waits for a
+    writer forever) is refused naming it, before DIR is replaced: dropping it would lose it with the old folder."""
+    for name in sorted(os.listdir(old)):
         if _written_by_save(name) or os.path.lexists(os.path.join(new, name)):
             continue
         source, dest = os.path.join(old, name), os.path.join(new, name)
         if os.path.islink(source):
             os.symlink(os.readlink(source), dest)
         elif os.path.isdir(source):
-            shutil.copytree(source, dest, symlinks=True)
-        elif os.path.isfile(source):
-            shutil.copy2(source, dest)
+            shutil.copytree(source, dest, symlinks=True, copy_function=_copy_regular)
+        else:
+            _copy_regular(source, dest)
+
+
+def _copy_regular(source: str, dest: str) -> None:
+    mode = os.lstat(source).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device file"
+        raise InputError(f"Cannot carry '{source}' over into the updated folder: it is {kind}, not a regular file, "
+                         "folder or link; nothing was written.",
+                         "Move it out of the folder, or write the update elsewhere with -o OUT.")
+    shutil.copy2(source, dest)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from .axis_checks import NodeAxisError
 from .limits import ResourceLimitError
 from .schema import ArtifactError
 
@@ -238,6 +239,8 @@ def check_example(ported, path: str) -> None:
         ported._run(inputs, None)
     except GraphLimitError as e:
         raise GraphArtifactError(path, "nodes", "", f"at the example's sizes, {e}") from None
+    except NodeAxisError as e:  # the ranks are the example's: an axis past one is the file's fault at any size
+        raise ArtifactError(path, e.where, e.field, e.problem) from None
     except Exception:  # noqa: BLE001 - not the bound's business: every call is checked again for its sizes
         pass
     finally:  # nothing of the walk is kept: the first call computes (and checks) the input-independent values

@@ -206,6 +206,9 @@ def read_config(directory: str, graph: dict) -> dict | None:
     if not isinstance(config, dict):
         raise ArtifactError(path, "the file", "", "is not a JSON object")
     version = config.get("porter_format_version", FORMAT_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int):  # 6.0 == 6 and True == 1 in Python
+        raise ArtifactError(path, "the file", "porter_format_version",
+                            f"expected an int (graph.json's format version) but got {repr(version)[:40]}")
     if version != graph.get("format_version"):
         raise ArtifactError(path, "the file", "porter_format_version",
                             f"is {str(version)[:40]}, but graph.json has format version {graph.get('format_version')}")

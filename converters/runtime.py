@@ -23,6 +23,7 @@ from . import transforms
 from .guards import InputChecks
 from .input_binding import Binding
 from .limits import check_elements
+from .axis_checks import axis_fields, check as check_axes
 from .registry import get_kernel, takes_training
 from .safe_text import printable
 from .fusion import activation_name, batch_norm_activation_pairs
@@ -81,6 +82,7 @@ class _Program:
         # nodes no input reaches (Swin's attention masks, relative-position biases): computed once per weights
         self.static = static_values.StaticValues(graph)
         self.identity = get_kernel("identity")  # run as an alias, no call
+        self.axis_nodes = axis_fields(graph)  # nodes whose axis attributes are checked against their inputs' rank
         self.budget = GraphBudget(graph)  # bytes alive at once and multiply-adds per call (graph_budget.py)
         # the forward captured with some modules in training mode (train_graph.py): run while all of them train
         record = graph.get(train_graph.KEY)
@@ -458,6 +460,8 @@ class PortedModel(TorchNamed):
             if index == skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
+            if index in program.axis_nodes:  # a crafted axis past the rank (MLX wraps some silently)
+                check_axes(index, node, program.axis_nodes[index], args)
             if alias and fn is program.identity and index not in overrides:
                 (env[node["outputs"][0]],) = args
                 if record is None or node["outputs"][0] not in program.module_outputs:
@@ -485,10 +489,10 @@ class PortedModel(TorchNamed):
             try:
                 result = fn(*args, **attrs)
             except (ValueError, TypeError) as e:
-                where = f" in module {node['module']!r}" if node["module"] else ""
+                where = (f" in module {node['module']!r}" if node["module"] else "") + f", node {index}"
                 raise type(e)(f"{e} (while running {node['op'] or node['kernel']}{where})") from e
             except (IndexError, KeyError, AttributeError, ArithmeticError) as e:  # a wrong axis or value: not a crash
-                where = f" in module {node['module']!r}" if node["module"] else ""
+                where = (f" in module {node['module']!r}" if node["module"] else "") + f", node {index}"
                 raise ValueError(f"kernel {node['kernel']!r} failed with {type(e).__name__}: {e} "
                                  f"(while running {node['op'] or node['kernel']}{where})") from e
             _check_result(result, node)

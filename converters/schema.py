@@ -46,6 +46,7 @@ MAX_CHECKS = 4096
 
 _SYMBOLIC = S.Str(512, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ +-*/%().,<>=!")
 _NAME = S.Text(MAX_NAME)
+_FLOATING = ("float64", "float32", "float16", "bfloat16")  # the dtypes precision.astype casts
 _LAYOUT = S.Opt(S.PERM)
 _VALUE = S.Opt(S.OneOf(S.SCALAR, S.Seq(S.Opt(S.SCALAR), 0, 1 << 16)))
 _CMP = ("eq", "ne", "lt", "le", "gt", "ge")
@@ -147,6 +148,8 @@ class _Checker:
                 if g["params"].get(name, {}).get("dtype") != "float32":
                     self.fail("the file", f"float32_constants[{i}]", f"{name[:80]!r} is not a float32 parameter")
             self.distinct(g["float32_constants"], "float32_constants")
+        if "compute_dtype" in g:
+            self.check_half_params(g["params"], g["compute_dtype"], set(g.get("float32_constants", ())))
         self.check_outputs(g["outputs"], g["output_structure"])
         self.check_module_outputs(g["module_outputs"])
         if "train_state" in g:  # spectral norm's power iteration in training mode (train_state.py), over checked nodes
@@ -407,6 +410,17 @@ class _Checker:
                 self.fail("the file", f"dtype_follows[{i}]",
                           f"{name[:80]!r} is not the output of a node with a float32 'dtype' attribute")
         self.distinct(names, "dtype_follows")
+
+    def check_half_params(self, params, dtype, kept):
+        """A half port holds every floating parameter in its dtype, as torch's ``model.half()`` does, except the
+        float32 constants it lists (``precision.astype`` writes no other). A float32 (or float64) one besides them
+        ran the ops reading it in float32 (a mixed-precision model torch never computes): refused, not guessed."""
+        for name, entry in params.items():
+            recorded = entry.get("dtype")
+            if recorded in _FLOATING and recorded != dtype and name not in kept:
+                self.fail(f"params[{name[:80]!r}]", "dtype", f"a {dtype} port (compute_dtype) records this "
+                          f"parameter as {recorded}: a half port holds its floating parameters in {dtype}, except "
+                          "the float32 constants listed in 'float32_constants'")
 
     def distinct(self, names, field):
         """A list of names a writer produces from a set: each name once."""

@@ -310,7 +310,8 @@ def load(source, *, revision=None, local_files_only=False, max_graph_bytes=None,
     check_limit(max_graph_bytes, "max_graph_bytes")
     check_limit(max_graph_macs, "max_graph_macs")
     from .hub_config import read_config
-    from .shards import read_weights
+    from .shards import read_weights, weights_file_of
+    from .tree import LoadedArrayError
 
     directory = resolve_source(source, revision=revision, local_files_only=local_files_only)
     graph_path = os.path.join(directory, GRAPH_FILE)
@@ -329,6 +330,8 @@ def load(source, *, revision=None, local_files_only=False, max_graph_bytes=None,
             weights[name] = weights[name].reshape(())  # safetensors via MLX may store scalars as shape [1]
     try:
         ported = PortedModel(graph, weights)
+    except LoadedArrayError as e:  # a value in the weights a layer refuses: the file holding that array
+        raise ArtifactError(weights_file_of(directory, e.name), f"tensor {e.name[:80]!r}", "", e.problem) from None
     except (ValueError, TypeError, OverflowError, RuntimeError) as e:  # a layer config its constructor refuses
         # (sizes beyond MLX's int32 dims, groups that do not divide), weights that do not fit a layer
         raise ArtifactError(graph_path, "modules", "", f"cannot build the model's layers ({e})") from None

@@ -208,6 +208,16 @@ def read_weights(directory: str, params: dict) -> dict:
     return weights
 
 
+def weights_file_of(directory: str, name: str) -> str:
+    """The path of the weights file of ``directory`` holding tensor ``name`` (the shard the index maps it to, else
+    ``model.safetensors``), for an error about the value stored there."""
+    index_path = os.path.join(directory, INDEX_FILE)
+    if not os.path.lexists(index_path):
+        return os.path.join(directory, WEIGHTS_FILE)
+    weight_map, _ = _read_index(index_path)
+    return os.path.join(directory, weight_map[name]) if name in weight_map else index_path
+
+
 def _nbytes(entry) -> int:
     begin, end = entry["data_offsets"]
     return end - begin

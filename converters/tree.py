@@ -86,6 +86,19 @@ class TreeError(ValueError):
     """The recorded names or modules cannot form a tree (a name both an array and a module, an empty segment)."""
 
 
+class LoadedArrayError(ValueError):
+    """A mapped layer refuses the value of one of its arrays (a negative batch count): the weights' fault.
+
+    Attributes:
+        name (str): the array's torch name.
+        problem (str): what is wrong with it.
+    """
+
+    def __init__(self, name: str, problem: str):
+        self.name, self.problem = name, problem
+        super().__init__(f"{name!r} {problem}")
+
+
 def _as_index(key: str):
     return int(key) if key.isdigit() and (key == "0" or not key.startswith("0")) else None
 
@@ -188,8 +201,11 @@ def build_tree(root: nn.Module, params: dict, arrays: dict, modules: dict, types
                 buffers.append(leaf)
         if made is not None:  # after each array's own shape and dtype checks, which name the more precise fault
             _check_foreign(node, record, module, made, built, read)
-        if record is not None and hasattr(module, "check_loaded"):  # values a layer refuses (a negative batch count)
-            module.check_loaded(path)
+        if record is not None and hasattr(module, "loaded_problem"):  # values a layer refuses (a negative batch count)
+            problem = module.loaded_problem()
+            if problem is not None:
+                leaf, text = problem
+                raise LoadedArrayError(node["arrays"].get(leaf, f"{path}.{leaf}"), text)
         if expected:
             raise ValueError(f"the {record['type']} layer at {path!r} has no recorded weight for "
                              f"{sorted(expected)} (every array of a mapped layer must come from the weights)")

@@ -77,8 +77,11 @@ def blas_product(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None)
 
 
 def _one_row(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> bool:
+    # not an empty product: with in_features 0 every (..., 0) input has "one row" of size 0, and the kernel left
+    # the output unwritten (whatever the allocator held) where torch gives the bias
     return (x.dtype == mx.float32 and weight.dtype == mx.float32 and (bias is None or bias.dtype == mx.float32)
-            and x.ndim >= 1 and x.size == x.shape[-1] and weight.ndim == 2 and _native.active("linear"))
+            and x.ndim >= 1 and x.size == x.shape[-1] > 0 and weight.ndim == 2 and weight.shape[0] > 0
+            and _native.active("linear"))
 
 
 def linear(x: mx.array, weight: mx.array, bias: Optional[mx.array] = None) -> mx.array:
@@ -112,6 +115,8 @@ def _product(x: mx.array, weight: mx.array, bias: Optional[mx.array]) -> mx.arra
     y = blas_product(x, weight, bias)
     if y is not None:
         return y
+    if bias is not None and x.shape[-1] == 0:  # MLX's addmm cannot reshape a 3-d or wider product of in_features 0
+        return x @ weight.T + bias
     return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
 
 

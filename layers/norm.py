@@ -65,12 +65,14 @@ class BatchNorm(nn.BatchNorm):
             self.num_batches_tracked = mx.array(0, dtype=mx.int64)
             self.freeze(keys=["running_mean", "running_var", "num_batches_tracked"], recurse=False)
 
-    def check_loaded(self, path: str) -> None:
-        """Refuse loaded buffers torch never holds: a negative ``num_batches_tracked`` (at -1, ``momentum=None``'s
-        first training step divided by a count of 0: torch raises, the statistics became inf/NaN)."""
+    def loaded_problem(self):
+        """``(leaf, problem)`` for a loaded buffer torch never holds, else ``None``: a negative ``num_batches_tracked``
+        (at -1, ``momentum=None``'s first training step divided by a count of 0: torch raises, the statistics became
+        inf/NaN). The loader names the file and the array (``converters/tree.py``)."""
         if self.track_running_stats and self.num_batches_tracked.ndim == 0 and self.num_batches_tracked.item() < 0:
-            raise ValueError(f"[BatchNorm] {path + '.num_batches_tracked'!r} must be >= 0 (a count of training "
-                             f"batches) but is {self.num_batches_tracked.item()}")
+            return "num_batches_tracked", (f"must be >= 0 (a count of training batches) but is "
+                                           f"{self.num_batches_tracked.item()}")
+        return None
 
     def unfreeze(self, *args, **kwargs):
         """Running statistics stay frozen (they are buffers in torch)."""

@@ -7,6 +7,8 @@ Created tensors take the dtype the example run recorded for them (torch's promot
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 
 from .. import layout as L
@@ -110,7 +112,10 @@ def checked_indices(index, size: int, what: str):
     no gradient, and MLX's scatters refuse to be asked for one (``Cannot calculate VJP with respect to indices``)
     when the indices were computed from what is differentiated (a VQ-VAE's ``argmin`` code into a one-hot
     ``scatter_``)."""
-    if isinstance(index, mx.array) and index.size and not mx.issubdtype(index.dtype, mx.bool_):
+    if isinstance(index, mx.array) and not mx.issubdtype(index.dtype, mx.integer):
+        # a float or bool index (a crafted graph feeding a weight or a mask in) failed inside MLX's evaluation
+        raise TypeError(f"{what}: expected an integer index array but got {index.dtype}")
+    if isinstance(index, mx.array) and index.size:
         index = mx.stop_gradient(index)
         if exporting():  # an exported function cannot stop to check on the host: a bad index reads entry 0
             export_note(f"{what}'s host-side index range check -> out-of-range indices read index 0")
@@ -178,6 +183,10 @@ def k_max_dim(x, *, axis, keepdims, fn):
 
 @kernel("logsumexp", inputs=[TENSOR], attrs={"axes": AXES, "keepdims": Bool()})
 def k_logsumexp(x, *, axes, keepdims):
+    if x.size == 0:  # MLX refuses an empty array; torch's sum of no terms is 0, its log -inf
+        kept = {a % x.ndim for a in axes}
+        shape = [1 if i in kept else n for i, n in enumerate(x.shape) if keepdims or i not in kept]
+        return mx.full(shape, -math.inf, x.dtype)
     if x.dtype == mx.float64:  # MLX's is float32-precise there (_float64.py)
         return _float64.logsumexp(x, axes, keepdims)
     return mx.logsumexp(x, axis=axes, keepdims=keepdims)

@@ -52,8 +52,8 @@ def k_softmax(x, *, axis, log=False, dtype=None):
         x = x.astype(mx_dtype(dtype))
     if x.dtype == mx.float64:  # MLX's exp is float32-precise there (_float64.py)
         return _float64.log_softmax(x, axis) if log else _float64.softmax(x, axis)
-    if log:
-        return x - mx.logsumexp(x, axis=axis, keepdims=True)
+    if log:  # an empty x: MLX's logsumexp refuses it, torch returns it as it is
+        return x if x.size == 0 else x - mx.logsumexp(x, axis=axis, keepdims=True)
     return softmax(x, axis)  # one native pass on CPU (porter.layers.functional.softmax)
 
 

@@ -254,3 +254,15 @@ def test_float32_extremes_saturate_in_a_half_port_like_finfo_of_the_dtype(dtype)
     got = np.array(got.astype(mx.float32))
     assert np.isfinite(got).all() and np.isfinite(expected).all()
     np.testing.assert_allclose(got, expected, atol=2e-2)
+
+
+class _EmptyLogSums(nn.Module):
+    def forward(self, x):
+        return torch.logsumexp(x, 1), torch.log_softmax(x, 1), torch.logsumexp(x, (1, 2), keepdim=True)
+
+
+@pytest.mark.parametrize("shape", [(2, 0, 4), (0, 3, 4)])
+def test_log_sums_over_empty_inputs(shape):
+    """An empty input (a zero-size dim reached from a crafted graph or a real one): torch's logsumexp over no terms
+    is -inf and log_softmax returns the empty input; MLX's logsumexp refused both ("Received empty array")."""
+    check_converted(_EmptyLogSums().eval(), torch.randn(shape))

@@ -184,3 +184,24 @@ def test_blas_node_matches_torch_with_gradients_vmap_and_its_switch(backend, bia
     np.testing.assert_allclose(np.array(by_input), np.array(y).transpose(2, 0, 1, 3), rtol=1e-6, atol=1e-6)
     monkeypatch.setattr(linear_module, "BLAS_NODE", False)
     np.testing.assert_array_equal(np.array(linear(x, w, b)), np.array(y))
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [((1, 0), (8, 0)), ((300, 0), (8, 0)), ((1, 1, 0), (4, 0)),
+                                              ((1, 16), (0, 16)), ((300, 16), (0, 16)), ((2, 0, 16), (8, 16))])
+@pytest.mark.parametrize("bias", [True, False])
+def test_empty_products_match_torch(x_shape, w_shape, bias, few_rows):
+    """Zero-size dims (session 18, a crafted weight of in_features 0 in a graph.json): with in_features 0 the
+    one-row kernel took every input (its size equals its last dim, 0) and returned memory it never wrote (-1.5e13,
+    denormals) where torch gives the bias; out_features 0 on one row was refused; MLX's addmm could not reshape a
+    3-d product of in_features 0. Gradients to the bias too."""
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
+    tb = torch.tensor(b, requires_grad=True) if bias else None
+    want = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), tb)
+    got = linear(mx.array(x), mx.array(w), mx.array(b) if bias else None)
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_array_equal(np.array(got), want.detach().numpy())
+    if bias and want.numel():
+        want.sum().backward()
+        grad = mx.grad(lambda bb: linear(mx.array(x), mx.array(w), bb).sum())(mx.array(b))
+        np.testing.assert_array_equal(np.array(grad), tb.grad.numpy())

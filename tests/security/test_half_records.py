@@ -7,6 +7,7 @@ import json
 import shutil
 
 import mlx.core as mx
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -85,3 +86,33 @@ def test_a_float32_constant_recorded_in_half_is_refused(half_artifact, tmp_path)
 def test_the_untouched_half_artifact_loads(half_artifact):
     out = porter.load(half_artifact)(mx.ones((2, 4), dtype=mx.float16))
     assert out.dtype == mx.float16 and out.shape == (2, 4)
+
+
+@pytest.mark.parametrize("stored", [mx.float32, mx.float16])
+@pytest.mark.parametrize("recorded", ["float32", "bfloat16"])
+def test_a_floating_parameter_outside_the_port_dtype_and_unlisted_is_refused(half_artifact, tmp_path, recorded,
+                                                                             stored):
+    """``fc.weight`` recorded (and stored) in another floating dtype than the port's float16 and not listed in
+    ``float32_constants``. Before (session 18): it loaded and the Linear ran in float32 (autocast's rule casts only
+    the input), a mixed-precision model torch's ``model.half()`` never computes. Refused, naming the parameter."""
+    target = {"float32": mx.float32, "bfloat16": mx.bfloat16}[recorded]
+
+    def edit(graph):
+        graph["params"]["fc.weight"]["dtype"] = recorded
+
+    directory = _copy(half_artifact, tmp_path, edit, lambda a: a.update(**{"fc.weight": a["fc.weight"].astype(
+        stored).astype(target)}))
+    with pytest.raises(ArtifactError, match=f"a float16 port .* records this parameter as {recorded}") as info:
+        porter.load(directory)
+    assert info.value.file.endswith("graph.json") and info.value.where == "params['fc.weight']"
+    assert info.value.field == "dtype"
+
+
+def test_the_half_port_computes_torchs_half_model(half_artifact):
+    """The untouched file, against torch's own float16 model (the seeded weights of the fixture's conversion)."""
+    torch.manual_seed(0)
+    model = HalfRecords().eval()
+    x = torch.randn(2, 4)
+    out = porter.load(half_artifact)(mx.array(x.numpy()).astype(mx.float16))
+    expected = model.half()(x.half()).float().detach().numpy()
+    np.testing.assert_allclose(np.array(out.astype(mx.float32)), expected, rtol=2e-3, atol=2e-3)

@@ -2,9 +2,11 @@
 ``stochastic_depth``, ``train_dropout``, ``sdpa_dropout``) read their rates and geometry from the file and only use
 them in ``train()``, so a bad value used to load fine and then compute garbage with no error (a rate of 2.0 dropped
 everything, -1.0 halved every element, ``drop_block`` over axes ``[1, 1]`` dropped rows as blocks) or fail deep in
-the kernel (``IndexError``). Each is refused at load, naming the file, the node and the field; values the runtime
-can only judge on the input (an axis past its rank) are refused at the call by the kernel's own check. A batch
-norm's counter from the weights file is checked at load too."""
+the kernel (``IndexError``). Each is refused at load, naming the file, the node and the field, an axis past the rank
+of the value the node reads too (session 18; known from the example's sizes). A batch norm's counter from the
+weights file is checked at load too, naming the weights file."""
+
+import json
 
 import mlx.core as mx
 import pytest
@@ -59,21 +61,31 @@ def test_training_kernel_argument_refused_at_load(case, tampered):
     assert info.value.where == f"node 4 (kernel {kernel!r})", str(info.value)
 
 
+@pytest.mark.parametrize("kernel,attrs,field", [("drop_block", {**_DROP_BLOCK, "axes": [5, 6]}, "attrs.axes[0]"),
+                                                ("stochastic_depth", {**_DEPTH, "axis": 9}, "attrs.axis")])
+def test_training_kernel_axis_past_the_input_refused_at_load(kernel, attrs, field, tampered):
+    """An axis past the rank of the value the node reads (4-d here; known at load from the example's sizes:
+    ``converters/axis_checks.py``). Session 17 refused these only when called, drop_block's in training only."""
+    with pytest.raises(ArtifactError, match="axis .* is out of range for a 4-d value") as info:
+        porter.load(tampered(_between_pool_and_conv(kernel, attrs)))
+    assert info.value.file.endswith("graph.json") and info.value.field == field, str(info.value)
+    assert info.value.where == f"node 4 (kernel {kernel!r})", str(info.value)
+
+
 @pytest.mark.parametrize("kernel,attrs,problem", [
-    ("drop_block", {**_DROP_BLOCK, "axes": [5, 6]}, r"\[DropBlock2d\] 'axes' must be two different axes of the 4-d"),
-    ("stochastic_depth", {**_DEPTH, "axis": 9}, r"\[StochasticDepth\] a 4-d input has no batch axis 9"),
+    ("drop_block", {**_DROP_BLOCK, "axes": [1, 5]}, r"\[DropBlock2d\] 'axes' must be two different axes of the 3-d"),
+    ("stochastic_depth", {**_DEPTH, "axis": 3}, r"\[StochasticDepth\] a 3-d input has no batch axis 3"),
 ])
-@pytest.mark.parametrize("train", [True, False])
-def test_training_kernel_axis_past_the_input_refused_at_the_call(kernel, attrs, problem, train, tampered):
-    """An axis the file cannot be judged on without the input: the kernel's own check, in both modes for drop_block
-    (its axes used to fail with an IndexError in training only)."""
-    model = porter.load(tampered(_between_pool_and_conv(kernel, attrs)))
-    model.train(train)
-    if kernel == "stochastic_depth" and not train:  # identity in eval: it never reads the axis
-        mx.eval(model(mx.zeros((2, 16, 16, 3))))
-        return
+def test_training_kernel_functions_check_the_axis(kernel, attrs, problem):
+    """The functions behind the kernels keep their own check (a port built in Python reaches them directly)."""
+    from porter.converters.layer_dropblock import drop_block
+
+    x = mx.zeros((2, 4, 4))
     with pytest.raises(ValueError, match=problem):
-        model(mx.zeros((2, 16, 16, 3)))
+        if kernel == "drop_block":
+            drop_block(x, attrs["drop_prob"], attrs["block_size"], attrs["gamma_scale"], attrs["axes"], True)
+        else:
+            stochastic_depth(x, attrs["p"], attrs["mode"], attrs["scale"], attrs["axis"], True)
 
 
 @pytest.mark.parametrize("kernel,attrs", [("drop_block", _DROP_BLOCK), ("stochastic_depth", {**_DEPTH, "p": 1.0}),
@@ -109,8 +121,24 @@ def _with_counter(tampered, count, momentum):
 def test_negative_batch_count_refused_at_load(tampered, count, momentum):
     """A batch norm's ``num_batches_tracked`` from the weights file: at -1 with ``momentum=None`` the first training
     step divided by a count of 0 (torch raises ZeroDivisionError) and the running statistics became inf/NaN."""
-    with pytest.raises(ArtifactError, match=rf"'bn1.num_batches_tracked' must be >= 0 .* but is {count}"):
+    with pytest.raises(ArtifactError, match=rf"'bn1.num_batches_tracked': must be >= 0 .* but is {count}") as info:
         porter.load(_with_counter(tampered, count, momentum))
+    # the value lives in the weights file, not in graph.json (which session 17's refusal named)
+    assert info.value.file.endswith("model.safetensors") and info.value.where == "tensor 'bn1.num_batches_tracked'"
+
+
+def test_negative_batch_count_in_a_shard_names_the_shard(tiny_artifact, tmp_path):
+    """A sharded port: the shard the index maps the counter to."""
+    ported = porter.load(tiny_artifact[0])
+    ported.bn1.num_batches_tracked = mx.array(-3, dtype=mx.int64)
+    directory = tmp_path / "sharded-mlx"
+    porter.save(ported, directory, max_shard_size=256)
+    index = json.loads((directory / "model.safetensors.index.json").read_text())
+    shard = index["weight_map"]["bn1.num_batches_tracked"]
+    assert len(set(index["weight_map"].values())) > 1
+    with pytest.raises(ArtifactError, match=r"must be >= 0 .* but is -3") as info:
+        porter.load(directory)
+    assert info.value.file == str(directory / shard)
 
 
 def test_a_zero_batch_count_trains(tampered):
