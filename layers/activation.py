@@ -3,8 +3,9 @@
 On the CPU with Porter's native kernels built, each is one multi-threaded, vectorized pass
 (``csrc/activation_kernels.h``; MLX's own CPU ops call libm per element on one thread, 15-35x slower than torch), and
 so is its gradient. Elsewhere (Apple GPUs, CUDA, no build) the same functions run as MLX ops, with the same results
-to float rounding. Elementwise functions accept any shape; :func:`softmax` takes the axis of the array as laid out
-(channels-last: torch's ``dim=1`` of an ``(N, C, H, W)`` tensor is ``axis=-1`` here).
+to float rounding; float64 arrays there take ``_float64.py``'s forms of ``exp``, ``sigmoid`` and ``softmax`` (MLX's
+own compute float64 in float32 precision). Elementwise functions accept any shape; :func:`softmax` takes the axis of
+the array as laid out (channels-last: torch's ``dim=1`` of an ``(N, C, H, W)`` tensor is ``axis=-1`` here).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _native
+from . import _float64, _native
 
 APPROXIMATE = ("none", "tanh")
 # Last-axis softmax on the native path takes the vector rows kernel (csrc/softmax_kernels.h; 0.96x torch's CPU time
@@ -35,6 +36,12 @@ def _in_float32(fn, x: mx.array) -> mx.array:
     if x.dtype in (mx.float16, mx.bfloat16):
         return fn(x.astype(mx.float32)).astype(x.dtype)
     return fn(x)
+
+
+def _mlx_form(fn, fn64, x: mx.array) -> mx.array:
+    """The MLX-ops path: ``fn64(x)`` for float64 (``_float64.py``: MLX's ``exp``/``sigmoid``/``softmax`` are only
+    float32-accurate there), else ``fn`` in float32 for 16-bit ``x``."""
+    return fn64(x) if x.dtype == mx.float64 else _in_float32(fn, x)
 
 
 def _checked(x, what: str) -> mx.array:
@@ -66,19 +73,21 @@ def hardtanh(x: mx.array, min_val: float = -1.0, max_val: float = 1.0) -> mx.arr
 def exp(x: mx.array) -> mx.array:
     """``e ** x`` elementwise (torch's ``exp``). Shape: any."""
     x = _checked(x, "exp")
-    return _native.activation(x, "exp") if _native_ok(x, "exp") else _in_float32(mx.exp, x)
+    return _native.activation(x, "exp") if _native_ok(x, "exp") else _mlx_form(mx.exp, _float64.exp, x)
 
 
 def sigmoid(x: mx.array) -> mx.array:
     """``1 / (1 + e ** -x)`` elementwise (torch's ``sigmoid``). Shape: any."""
     x = _checked(x, "sigmoid")
-    return _native.activation(x, "sigmoid") if _native_ok(x, "sigmoid") else _in_float32(mx.sigmoid, x)
+    return _native.activation(x, "sigmoid") if _native_ok(x, "sigmoid") else _mlx_form(mx.sigmoid, _float64.sigmoid, x)
 
 
 def silu(x: mx.array) -> mx.array:
     """``x * sigmoid(x)`` elementwise (torch's ``silu``, a.k.a. swish). Shape: any."""
     x = _checked(x, "silu")
-    return _native.activation(x, "silu") if _native_ok(x, "silu") else _in_float32(lambda a: a * mx.sigmoid(a), x)
+    if _native_ok(x, "silu"):
+        return _native.activation(x, "silu")
+    return _mlx_form(lambda a: a * mx.sigmoid(a), lambda a: a * _float64.sigmoid(a), x)
 
 
 def tanh(x: mx.array) -> mx.array:
@@ -140,7 +149,7 @@ def softmax(x: mx.array, axis: int = -1) -> mx.array:
         raise ValueError(f"[softmax] 'axis' must be in [{-x.ndim}, {x.ndim - 1}] for a {x.ndim}-d input but got {axis}")
     if _native_ok(x, "softmax"):
         return _native.softmax(x, axis, SOFTMAX_ROWS)
-    return _in_float32(lambda a: mx.softmax(a, axis=axis), x)
+    return _mlx_form(lambda a: mx.softmax(a, axis=axis), lambda a: _float64.softmax(a, axis), x)
 
 
 class _Elementwise(nn.Module):

@@ -7,6 +7,7 @@ layers. Names come from an artifact, so they are looked up in the explicit table
 ``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle`` and ``linear`` (native passes on the CPU, MLX
 ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``/``batch_norm_train``,
 ``blocked_sum``/``blocked_mean`` (torch's accuracy over many elements), and
+``float64_math`` (float64-accurate ``exp``, ``sin``, ``softmax``, ... where MLX's are float32-accurate), and
 export mode's ``exporting()``/``export_note()`` for kernels that must build serializable ops while exporting.
 """
 
@@ -23,6 +24,7 @@ from porter.layers.functional import (  # noqa: F401
     channel_shuffle,
     concatenate,
     exp,
+    float64_math,
     gelu,
     group_norm,
     hardsigmoid,

@@ -1,5 +1,5 @@
 """float64 ports keep float64 accuracy in the functions MLX computes in float32 precision for float64 arrays
-(``converters/ops/_float64.py``): sin, cos, exp-based activations (elu, celu, selu, log_sigmoid, softplus, mish,
+(``layers/_float64.py``): sin, cos, exp-based activations (elu, celu, selu, log_sigmoid, softplus, mish,
 glu), logsumexp, softmax, log_softmax, sinc; and ``nan_to_num``, which MLX refuses for float64 at evaluation. Torch
 float64 is the oracle in each test, over a grid with the functions' hard points (zeros of sin/cos, large arguments,
 signed zeros, +-inf, NaN); the bar, 1e-13 of the output's magnitude, is 4-6 orders below what MLX's own float64

@@ -6,8 +6,9 @@ near their zeros, exp 7e-7, sigmoid 6e-7, logaddexp 8e-6); its ``tan``, ``sinh``
 ``log``, ``log1p``, ``sqrt``, ``arctan`` and ``power`` are float64-exact (0 to 1 ulp). A float64 port, which a user
 asks for to get torch's float64 numbers, used MLX's and silently lost 9 digits (a converted ``torch.sin`` on
 float64 was 3e-7 off). These are built from the exact ones and float64 arithmetic only, so they hold on every device
-and without Porter's native kernels; each takes and returns float64 arrays of any shape (elementwise, or along
-``axis``).
+and without Porter's native kernels (the layers' MLX-ops path for float64 ``exp``/``sigmoid``/``silu``/``softmax``,
+the converters' float64 kernels, the zoo through those layers); each takes and returns float64 arrays of any shape
+(elementwise, or along ``axis``).
 
 * :func:`sin`, :func:`cos`: fdlibm's scheme: ``x = k pi/2 + r`` with pi/2 split in three parts (Cody-Waite; the
   first two products exact for ``|k| < 2**20``, so ``|x|`` up to ~1.6e6 reduces to within an ulp of ``r``), then
