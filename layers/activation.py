@@ -3,8 +3,8 @@
 On the CPU with Porter's native kernels built, each is one multi-threaded, vectorized pass
 (``csrc/activation_kernels.h``; MLX's own CPU ops call libm per element on one thread, 15-35x slower than torch), and
 so is its gradient. Elsewhere (Apple GPUs, CUDA, no build) the same functions run as MLX ops, with the same results
-to float rounding; float64 arrays there take ``_float64.py``'s forms of ``exp``, ``sigmoid`` and ``softmax`` (MLX's
-own compute float64 in float32 precision). Elementwise functions accept any shape; :func:`softmax` takes the axis of
+to float rounding; float64 arrays there take ``_float64.py``'s forms of ``exp``, ``sigmoid`` and ``softmax`` and
+``_erf64.py``'s ``erfc`` for GELU (MLX's own compute float64 in float32 precision). Elementwise functions accept any shape; :func:`softmax` takes the axis of
 the array as laid out (channels-last: torch's ``dim=1`` of an ``(N, C, H, W)`` tensor is ``axis=-1`` here).
 """
 
@@ -15,7 +15,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _float64, _native
+from . import _erf64, _float64, _native
 
 APPROXIMATE = ("none", "tanh")
 # Last-axis softmax on the native path takes the vector rows kernel (csrc/softmax_kernels.h; 0.96x torch's CPU time
@@ -132,7 +132,9 @@ def gelu(x: mx.array, approximate: str = "none") -> mx.array:
         return _native.activation(x, "gelu" if approximate == "none" else "gelu_tanh")
     if approximate == "tanh":
         return _in_float32(lambda a: 0.5 * a * (1 + mx.tanh(_GELU_BETA * (a + 0.044715 * a**3))), x)
-    return _in_float32(lambda a: 0.5 * a * (1 + mx.erf(a * _SQRT_HALF)), x)
+    # float64: erfc(-x / sqrt 2) = 1 + erf(x / sqrt 2) from float64 tables (MLX's erf is float32-accurate there)
+    return _mlx_form(lambda a: 0.5 * a * (1 + mx.erf(a * _SQRT_HALF)),
+                     lambda a: 0.5 * a * _erf64.erfc(a * -_SQRT_HALF), x)
 
 
 def softmax(x: mx.array, axis: int = -1) -> mx.array:

@@ -183,17 +183,16 @@ def test_activation_second_derivative_and_float64(kind, backend):
     (g2,) = torch.autograd.grad(g1.sum(), tx)
     xm = mx.array(x, dtype=mx.float64)
     # float64: the native kernels use libm (double precision); MLX's own CPU exp/sigmoid/erf are float32-accurate
-    # even for float64, so the pure path builds exp, sigmoid and silu from float64-exact MLX ops (layers/_float64.py);
-    # its erf GELU and the second derivative (built from MLX ops) stay at ~1e-7.
-    rtol = 1e-12 if backend == "native" or kind != "gelu" else 1e-6
+    # even for float64, so the pure path builds them from float64-exact MLX ops and float64 tables
+    # (layers/_float64.py, layers/_erf64.py); the native second derivative (MLX ops) takes the native exp/sigmoid.
+    rtol = 1e-12
     out = fn(xm)
     assert out.dtype == mx.float64
-    atol = rtol * 1e-2 if backend == "native" else 1e-6
+    atol = rtol * 1e-2
     np.testing.assert_allclose(np.array(out), tfn(torch.from_numpy(x)).numpy(), rtol=rtol, atol=atol)
     first = mx.grad(lambda a: fn(a).sum())
     np.testing.assert_allclose(np.array(first(xm)), g1.detach().numpy(), rtol=rtol, atol=atol)
-    np.testing.assert_allclose(np.array(mx.grad(lambda a: first(a).sum())(xm)), g2.numpy(), rtol=2e-6,
-                               atol=1e-8 if backend == "native" else 1e-6)
+    np.testing.assert_allclose(np.array(mx.grad(lambda a: first(a).sum())(xm)), g2.numpy(), rtol=1e-11, atol=1e-13)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
