@@ -114,7 +114,19 @@ def hardsigmoid(x: mx.array) -> mx.array:
     x = _checked(x, "hardsigmoid")
     if _native_ok(x, "hardsigmoid"):
         return _native.activation(x, "hardsigmoid")
-    return _in_float32(lambda a: _hard_gate(a) / 6, x)
+    return _mlx_form(lambda a: _hard_gate(a) / 6, _hardsigmoid64, x)
+
+
+# torch's double hardsigmoid backward multiplies by 1/6 rounded to float32 (a `1.0f / 6.0f` constant), 3e-8 from
+# 1/6; the native kernel does too
+_SIXTH_F32 = 0.1666666716337204
+
+
+def _hardsigmoid64(a: mx.array) -> mx.array:
+    """``gate / 6`` whose gradient is ``gate' * _SIXTH_F32``, as torch's float64 hardsigmoid (value within an ulp)."""
+    gate = _hard_gate(a)
+    slope = gate * _SIXTH_F32
+    return slope + mx.stop_gradient(gate / 6 - slope)
 
 
 def gelu(x: mx.array, approximate: str = "none") -> mx.array:
