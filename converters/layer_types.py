@@ -160,9 +160,7 @@ class MultiheadAttention(nn.Module):
 
         q, k, v = heads(project(query, 0)), heads(project(key, 1)), heads(project(value, 2))
         if self.training and self.dropout > 0:
-            probs = mx.softmax((q * (q.shape[-1] ** -0.5)) @ k.swapaxes(-1, -2), axis=-1, precise=True)
-            probs = nn.Dropout(self.dropout)(probs)
-            out = probs @ v
+            out = _attention(q, k, v, self.dropout)  # Porter's softmax: MLX's is float32-accurate in float64
         else:
             out = k_sdpa(q, k, v)
         n, length = out.shape[0], out.shape[2]

@@ -3,8 +3,9 @@
 On the CPU with Porter's native kernels built, each is one multi-threaded, vectorized pass
 (``csrc/activation_kernels.h``; MLX's own CPU ops call libm per element on one thread, 15-35x slower than torch), and
 so is its gradient. Elsewhere (Apple GPUs, CUDA, no build) the same functions run as MLX ops, with the same results
-to float rounding. Elementwise functions accept any shape; :func:`softmax` takes the axis of the array as laid out
-(channels-last: torch's ``dim=1`` of an ``(N, C, H, W)`` tensor is ``axis=-1`` here).
+to float rounding; float64 arrays there take ``_float64.py``'s forms of ``exp``, ``sigmoid`` and ``softmax`` and
+``_erf64.py``'s ``erfc`` for GELU (MLX's own compute float64 in float32 precision). Elementwise functions accept any shape; :func:`softmax` takes the axis of
+the array as laid out (channels-last: torch's ``dim=1`` of an ``(N, C, H, W)`` tensor is ``axis=-1`` here).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import _native
+from . import _erf64, _float64, _native
 
 APPROXIMATE = ("none", "tanh")
 # Last-axis softmax on the native path takes the vector rows kernel (csrc/softmax_kernels.h; 0.96x torch's CPU time
@@ -35,6 +36,12 @@ def _in_float32(fn, x: mx.array) -> mx.array:
     if x.dtype in (mx.float16, mx.bfloat16):
         return fn(x.astype(mx.float32)).astype(x.dtype)
     return fn(x)
+
+
+def _mlx_form(fn, fn64, x: mx.array) -> mx.array:
+    """The MLX-ops path: ``fn64(x)`` for float64 (``_float64.py``: MLX's ``exp``/``sigmoid``/``softmax`` are only
+    float32-accurate there), else ``fn`` in float32 for 16-bit ``x``."""
+    return fn64(x) if x.dtype == mx.float64 else _in_float32(fn, x)
 
 
 def _checked(x, what: str) -> mx.array:
@@ -66,19 +73,21 @@ def hardtanh(x: mx.array, min_val: float = -1.0, max_val: float = 1.0) -> mx.arr
 def exp(x: mx.array) -> mx.array:
     """``e ** x`` elementwise (torch's ``exp``). Shape: any."""
     x = _checked(x, "exp")
-    return _native.activation(x, "exp") if _native_ok(x, "exp") else _in_float32(mx.exp, x)
+    return _native.activation(x, "exp") if _native_ok(x, "exp") else _mlx_form(mx.exp, _float64.exp, x)
 
 
 def sigmoid(x: mx.array) -> mx.array:
     """``1 / (1 + e ** -x)`` elementwise (torch's ``sigmoid``). Shape: any."""
     x = _checked(x, "sigmoid")
-    return _native.activation(x, "sigmoid") if _native_ok(x, "sigmoid") else _in_float32(mx.sigmoid, x)
+    return _native.activation(x, "sigmoid") if _native_ok(x, "sigmoid") else _mlx_form(mx.sigmoid, _float64.sigmoid, x)
 
 
 def silu(x: mx.array) -> mx.array:
     """``x * sigmoid(x)`` elementwise (torch's ``silu``, a.k.a. swish). Shape: any."""
     x = _checked(x, "silu")
-    return _native.activation(x, "silu") if _native_ok(x, "silu") else _in_float32(lambda a: a * mx.sigmoid(a), x)
+    if _native_ok(x, "silu"):
+        return _native.activation(x, "silu")
+    return _mlx_form(lambda a: a * mx.sigmoid(a), lambda a: a * _float64.sigmoid(a), x)
 
 
 def tanh(x: mx.array) -> mx.array:
@@ -105,7 +114,19 @@ def hardsigmoid(x: mx.array) -> mx.array:
     x = _checked(x, "hardsigmoid")
     if _native_ok(x, "hardsigmoid"):
         return _native.activation(x, "hardsigmoid")
-    return _in_float32(lambda a: _hard_gate(a) / 6, x)
+    return _mlx_form(lambda a: _hard_gate(a) / 6, _hardsigmoid64, x)
+
+
+# torch's double hardsigmoid backward multiplies by 1/6 rounded to float32 (a `1.0f / 6.0f` constant), 3e-8 from
+# 1/6; the native kernel does too
+_SIXTH_F32 = 0.1666666716337204
+
+
+def _hardsigmoid64(a: mx.array) -> mx.array:
+    """``gate / 6`` whose gradient is ``gate' * _SIXTH_F32``, as torch's float64 hardsigmoid (value within an ulp)."""
+    gate = _hard_gate(a)
+    slope = gate * _SIXTH_F32
+    return slope + mx.stop_gradient(gate / 6 - slope)
 
 
 def gelu(x: mx.array, approximate: str = "none") -> mx.array:
@@ -123,7 +144,9 @@ def gelu(x: mx.array, approximate: str = "none") -> mx.array:
         return _native.activation(x, "gelu" if approximate == "none" else "gelu_tanh")
     if approximate == "tanh":
         return _in_float32(lambda a: 0.5 * a * (1 + mx.tanh(_GELU_BETA * (a + 0.044715 * a**3))), x)
-    return _in_float32(lambda a: 0.5 * a * (1 + mx.erf(a * _SQRT_HALF)), x)
+    # float64: erfc(-x / sqrt 2) = 1 + erf(x / sqrt 2) from float64 tables (MLX's erf is float32-accurate there)
+    return _mlx_form(lambda a: 0.5 * a * (1 + mx.erf(a * _SQRT_HALF)),
+                     lambda a: 0.5 * a * _erf64.erfc(a * -_SQRT_HALF), x)
 
 
 def softmax(x: mx.array, axis: int = -1) -> mx.array:
@@ -140,7 +163,7 @@ def softmax(x: mx.array, axis: int = -1) -> mx.array:
         raise ValueError(f"[softmax] 'axis' must be in [{-x.ndim}, {x.ndim - 1}] for a {x.ndim}-d input but got {axis}")
     if _native_ok(x, "softmax"):
         return _native.softmax(x, axis, SOFTMAX_ROWS)
-    return _in_float32(lambda a: mx.softmax(a, axis=axis), x)
+    return _mlx_form(lambda a: mx.softmax(a, axis=axis), lambda a: _float64.softmax(a, axis), x)
 
 
 class _Elementwise(nn.Module):

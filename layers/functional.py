@@ -8,11 +8,17 @@ VJP: ``layers/_batch_norm_train.py``), and
 ``concatenate(arrays, axis)`` (torch's ``cat``: one multi-threaded native copy on the CPU, ``layers/concat.py``) and
 ``channel_shuffle(x, groups)`` (torch's, along the last axis: a native copy on the CPU, ``layers/shuffle.py``), and
 ``blocked_sum``/``blocked_mean(x, axes, keepdims)`` (sums over many elements in blocks, torch's accuracy:
-``layers/_blocked_sum.py``).
+``layers/_blocked_sum.py``), and
+``float64_math`` (float64-accurate ``exp``, ``sigmoid``, ``sin``, ``cos``, ``softmax``, ``logsumexp``, ... for the
+float64 arrays whose MLX functions compute in float32 precision: ``layers/_float64.py``), ``float64_erf`` (float64
+``erf``/``erfc``/``erfcx``: ``layers/_erf64.py``) and ``polevl``/``chbevl`` (Horner and Chebyshev series:
+``layers/_series.py``; the converters' special functions use them too).
 """
 
 from .activation import exp, gelu, hardsigmoid, hardswish, hardtanh, relu, sigmoid, silu, softmax, tanh
 from ._export import contiguous
+from . import _erf64 as float64_erf, _float64 as float64_math
+from ._series import chbevl, polevl
 from .adaptive_avg import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .affine import channel_affine
 from ._batch_norm_train import batch_norm_train

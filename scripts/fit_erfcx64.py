@@ -1,4 +1,4 @@
-"""The float64 coefficients of ``converters/ops/_special_normal64.py``, recomputed with mpmath (run by hand).
+"""The float64 coefficients of ``layers/_erf64.py``, recomputed with mpmath (run by hand).
 
 ``erfcx(z) = exp(z^2) erfc(z)`` for ``z >= 1/2`` as Schonfelder's form (J. L. Schonfelder, "Chebyshev expansions for
 the error and related functions", Math. Comp. 32, 1978): ``(1 + 2z) erfcx(z) = sum_j c_j T_j(u)`` with

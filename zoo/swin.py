@@ -24,6 +24,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+import porter.layers.functional as F
 from porter.layers import Conv2d
 from porter.layers import GELU, LayerNorm  # native CPU kernels (MLX's own are 15-35x slower)
 
@@ -176,7 +177,7 @@ class ShiftedWindowAttentionV2(ShiftedWindowAttention):
         return apply_sequence(self.cpb_mlp, self.relative_coords_table).reshape(-1, self.num_heads)
 
     def relative_position_bias(self) -> mx.array:
-        return 16 * mx.sigmoid(super().relative_position_bias())
+        return 16 * F.sigmoid(super().relative_position_bias())
 
     def _qkv(self, x: mx.array) -> mx.array:
         if "bias" not in self.qkv:
@@ -190,7 +191,7 @@ class ShiftedWindowAttentionV2(ShiftedWindowAttention):
             # position's key: no key bias) gets torch's gradient rather than 0/0
             return t / mx.sqrt(mx.maximum(mx.sum(t * t, axis=-1, keepdims=True), 1e-24))
 
-        logit_scale = mx.exp(mx.minimum(self.logit_scale, math.log(100.0)))
+        logit_scale = F.exp(mx.minimum(self.logit_scale, math.log(100.0)))
         return normalize(q) * logit_scale, normalize(k), 1.0
 
 

@@ -7,6 +7,8 @@ layers. Names come from an artifact, so they are looked up in the explicit table
 ``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle`` and ``linear`` (native passes on the CPU, MLX
 ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``/``batch_norm_train``,
 ``blocked_sum``/``blocked_mean`` (torch's accuracy over many elements), and
+``float64_math``/``float64_erf`` (float64-accurate ``exp``, ``sin``, ``softmax``, ``erf``, ... where MLX's are
+float32-accurate) and ``polevl``/``chbevl`` (series evaluation), and
 export mode's ``exporting()``/``export_note()`` for kernels that must build serializable ops while exporting.
 """
 
@@ -21,8 +23,11 @@ from porter.layers.functional import (  # noqa: F401
     blocked_sum,
     channel_affine,
     channel_shuffle,
+    chbevl,
     concatenate,
     exp,
+    float64_erf,
+    float64_math,
     gelu,
     group_norm,
     hardsigmoid,
@@ -33,6 +38,7 @@ from porter.layers.functional import (  # noqa: F401
     l2_normalize,
     layer_norm,
     linear,
+    polevl,
     relu,
     rms_norm,
     sigmoid,

@@ -4,7 +4,7 @@ Elementwise, any shape, in the working dtype (``_special_series.working``). ``ex
 (``porter.layers.functional.exp``): MLX's own float32 ``exp`` gives inf from 88.3 on (torch: from 88.73) and 0
 below -88 (no subnormals), and computes float64 in float32.
 
-float64 arrays take ``_special_normal64``'s float64-grade ``erf``, ``erfc`` and ``erfcx`` (and through them
+float64 arrays take ``layers/_erf64.py``'s float64-grade ``erf``, ``erfc`` and ``erfcx`` (and through them
 ``log_ndtr``, ``erfinv``'s Newton steps and ``ndtr``); the fits below are float32-grade.
 
 * ``erf``: ``x P(x^2)`` for ``|x| <= 1`` (a degree-7 least-squares fit, relative error 4e-11), ``1 - erfc(|x|)``
@@ -33,7 +33,7 @@ import math
 
 import mlx.core as mx
 
-from . import _special_normal64 as F64
+from ._layers import float64_erf as F64
 from ._layers import exp
 from ._special_series import polevl
 

@@ -12,6 +12,8 @@ import math
 
 import mlx.core as mx
 
+from ._layers import chbevl, polevl  # noqa: F401  (Porter's layers hold them: the float64 erf there uses them)
+
 PI = math.pi
 
 
@@ -26,27 +28,6 @@ def result_dtype(x):
     """torch's result dtype of a float-valued unary op of ``x``: a floating input keeps its dtype, integers and bool
     give float32."""
     return x.dtype if mx.issubdtype(x.dtype, mx.floating) else mx.float32
-
-
-def polevl(x, coeffs):
-    """``coeffs[0] x^N + ... + coeffs[N]`` by Horner's rule (Cephes' ``polevl``; highest power first)."""
-    out = coeffs[0] * x + coeffs[1]  # from the array itself, not its shape: traceable without shapes
-    for c in coeffs[2:]:
-        out = out * x + c
-    return out
-
-
-def chbevl(x, coeffs):
-    """Sum of the Chebyshev series ``coeffs`` at ``x`` (Cephes' ``chbevl``: Clenshaw's recurrence, highest order
-    first, the first coefficient halved by the final ``0.5 * (b0 - b2)``)."""
-    b1 = mx.zeros_like(x)
-    b0 = b1 + coeffs[0]
-    b2 = b1
-    for c in coeffs[1:]:
-        b2 = b1
-        b1 = b0
-        b0 = x * b1 - b2 + c
-    return 0.5 * (b0 - b2)
 
 
 def is_integer(x):

@@ -17,7 +17,7 @@ from ..ir import Ref
 from ..precision import saturating_cast
 from ..registry import kernel, register
 from ..spec import AXIS, SCALAR, TENSOR, Bool, Enum, Float, Opt, SpecError
-from . import _float64 as f64
+from ._layers import float64_math as f64
 from . import _layers as act
 from . import _special_functions as special_functions
 
@@ -34,7 +34,7 @@ def _softplus(x, beta=1.0, threshold=20.0):
 
 
 def _float64_or(mlx_fn, float64_fn):
-    """``float64_fn`` for float64 arrays (MLX computes ``mlx_fn`` in float32 precision there: ``_float64.py``)."""
+    """``float64_fn`` for float64 arrays (MLX computes ``mlx_fn`` in float32 precision there: ``layers/_float64.py``)."""
     return lambda x: float64_fn(x) if x.dtype == mx.float64 else mlx_fn(x)
 
 

@@ -18,7 +18,7 @@ from ..limits import check_elements
 from ..precision import saturating_cast
 from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, MAX_LEN, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq,
                     Str, DTYPES)
-from . import _float64
+from ._layers import float64_math as _float64
 from ._layers import channel_shuffle, export_note, exporting
 from .elementwise import aligned_inputs, k_where
 from .shape import _dims
@@ -187,7 +187,7 @@ def k_logsumexp(x, *, axes, keepdims):
         kept = {a % x.ndim for a in axes}
         shape = [1 if i in kept else n for i, n in enumerate(x.shape) if keepdims or i not in kept]
         return mx.full(shape, -math.inf, x.dtype)
-    if x.dtype == mx.float64:  # MLX's is float32-precise there (_float64.py)
+    if x.dtype == mx.float64:  # MLX's is float32-precise there (layers/_float64.py)
         return _float64.logsumexp(x, axes, keepdims)
     return mx.logsumexp(x, axis=axes, keepdims=keepdims)
 

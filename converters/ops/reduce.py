@@ -10,7 +10,7 @@ import mlx.core as mx
 from .. import layout as L
 from ..registry import kernel, register
 from ..spec import AXES, AXIS, DTYPE, TENSOR, Bool, Enum, Float, Opt
-from . import _float64
+from ._layers import float64_math as _float64
 from ._layers import blocked_mean, blocked_sum, softmax
 from .misc import mx_dtype
 from .shape import _dims
@@ -50,7 +50,7 @@ def k_variance_mean(x, *, axes, keepdims, correction, std):
 def k_softmax(x, *, axis, log=False, dtype=None):
     if dtype is not None:
         x = x.astype(mx_dtype(dtype))
-    if x.dtype == mx.float64:  # MLX's exp is float32-precise there (_float64.py)
+    if x.dtype == mx.float64:  # MLX's exp is float32-precise there (layers/_float64.py)
         return _float64.log_softmax(x, axis) if log else _float64.softmax(x, axis)
     if log:  # an empty x: MLX's logsumexp refuses it, torch returns it as it is
         return x if x.size == 0 else x - mx.logsumexp(x, axis=axis, keepdims=True)

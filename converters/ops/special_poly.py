@@ -17,7 +17,7 @@ import mlx.core as mx
 
 from ..registry import kernel, register
 from ..spec import SCALAR, Enum
-from . import _float64
+from ._layers import float64_math as _float64
 from .elementwise import aligned_inputs
 
 MAX_DEGREE = 100_000  # the recurrence is one graph step per degree

@@ -20,19 +20,24 @@ const char* act_name(Act kind) {
 }
 
 mx::array make_activation_grad(mx::Stream s, Act kind, const mx::array& x, const mx::array& g);
+mx::array make_activation(mx::Stream s, Act kind, const mx::array& x);
 
-// f''(x) in MLX ops, in x's dtype.
+// f''(x) in MLX ops, in x's dtype. MLX's CPU exp and sigmoid of a float64 array are only float32-accurate (~1e-7),
+// so float64 takes this file's own passes for those (libm in double); other dtypes keep MLX's.
 mx::array activation_second(Act kind, const mx::array& x, mx::Stream s) {
   auto dt = x.dtype();
   auto c = [&](double v) { return mx::array(v, dt); };
+  const bool wide = dt == mx::float64;
+  auto exp = [&](const mx::array& a) { return wide ? make_activation(s, Act::exp, a) : mx::exp(a, s); };
+  auto sigmoid = [&](const mx::array& a) { return wide ? make_activation(s, Act::sigmoid, a) : mx::sigmoid(a, s); };
   switch (kind) {
-    case Act::exp: return mx::exp(x, s);
+    case Act::exp: return exp(x);
     case Act::sigmoid: {
-      auto y = mx::sigmoid(x, s);  // y (1 - y) (1 - 2y)
+      auto y = sigmoid(x);  // y (1 - y) (1 - 2y)
       return mx::multiply(mx::multiply(y, mx::subtract(c(1), y, s), s), mx::subtract(c(1), mx::multiply(c(2), y, s), s), s);
     }
     case Act::silu: {
-      auto y = mx::sigmoid(x, s);  // y (1 - y) (2 + x (1 - 2y))
+      auto y = sigmoid(x);  // y (1 - y) (2 + x (1 - 2y))
       auto inner = mx::add(c(2), mx::multiply(x, mx::subtract(c(1), mx::multiply(c(2), y, s), s), s), s);
       return mx::multiply(mx::multiply(y, mx::subtract(c(1), y, s), s), inner, s);
     }
@@ -41,7 +46,7 @@ mx::array activation_second(Act kind, const mx::array& x, mx::Stream s) {
       return mx::multiply(mx::multiply(c(-2), t, s), mx::subtract(c(1), mx::square(t, s), s), s);
     }
     case Act::gelu: {  // phi(x) (2 - x^2)
-      auto pdf = mx::multiply(mx::exp(mx::multiply(c(-0.5), mx::square(x, s), s), s), c(0.39894228040143268), s);
+      auto pdf = mx::multiply(exp(mx::multiply(c(-0.5), mx::square(x, s), s)), c(0.39894228040143268), s);
       return mx::multiply(pdf, mx::subtract(c(2), mx::square(x, s), s), s);
     }
     case Act::gelu_tanh: {  // (1 - t^2) u' + x/2 (1 - t^2) (u'' - 2 t u'^2)
@@ -175,6 +180,10 @@ class ActivationGrad : public mx::UnaryPrimitive {
   Act kind_;
 };
 
+mx::array make_activation(mx::Stream s, Act kind, const mx::array& x) {
+  return mx::array(x.shape(), x.dtype(), std::make_shared<Activation>(s, kind), {x});
+}
+
 mx::array make_activation_grad(mx::Stream s, Act kind, const mx::array& x, const mx::array& g) {
   auto gc = cast_like(g, x, s);
   if (gc.shape() != x.shape()) gc = mx::broadcast_to(gc, x.shape(), s);
@@ -194,7 +203,7 @@ mx::array activation_op(const mx::array& x, const std::string& kind) {
   auto s = cpu_stream("activation");
   Act k = parse_act(kind);
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("activation", "x must be floating point");
-  return mx::array(x.shape(), x.dtype(), std::make_shared<Activation>(s, k), {x});
+  return make_activation(s, k, x);
 }
 
 mx::array activation_grad_op(const mx::array& x, const mx::array& g, const std::string& kind) {

@@ -1,5 +1,5 @@
 """float64 ports keep float64 accuracy in the functions MLX computes in float32 precision for float64 arrays
-(``converters/ops/_float64.py``): sin, cos, exp-based activations (elu, celu, selu, log_sigmoid, softplus, mish,
+(``layers/_float64.py``): sin, cos, exp-based activations (elu, celu, selu, log_sigmoid, softplus, mish,
 glu), logsumexp, softmax, log_softmax, sinc; and ``nan_to_num``, which MLX refuses for float64 at evaluation. Torch
 float64 is the oracle in each test, over a grid with the functions' hard points (zeros of sin/cos, large arguments,
 signed zeros, +-inf, NaN); the bar, 1e-13 of the output's magnitude, is 4-6 orders below what MLX's own float64
@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from tests.converter_check import Fn, run_ported
 
 import porter
+from porter.layers import _native
 
 REL = 1e-13
 GRID = torch.tensor([*np.linspace(-30.0, 30.0, 601), 0.0, -0.0, math.pi, -math.pi, math.pi / 2, 3 * math.pi / 2,
@@ -72,6 +73,47 @@ def test_float64_gradients_match_torch(name):
     xm = mx.array(x.detach().numpy(), dtype=mx.float64)
     wm = mx.array(weights.numpy(), dtype=mx.float64)
     grad = mx.grad(lambda a: (ported(a) * wm).sum())(xm)
+    _check(np.array(grad), x.grad.numpy())
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "mlx_ops"])
+def test_float64_exp_over_its_whole_range(native):
+    """``exp`` and its gradient elementwise to a few ulps of torch's from the subnormals (below -708) to the overflow
+    (709.78), inf/0/NaN at the ends, and no NaN gradient at a masked score (HF BERT's ``finfo(float64).min``): the
+    MLX-ops form's former ``1 / (cosh + sinh)`` had a zero gradient past -355 and a NaN one at ``-1.8e308``."""
+    x = torch.cat([torch.linspace(-746.0, -690.0, 4001, dtype=torch.float64),
+                   torch.linspace(-400.0, 400.0, 8001, dtype=torch.float64),
+                   torch.linspace(690.0, 709.78, 2001, dtype=torch.float64),
+                   torch.tensor([torch.finfo(torch.float64).min, -math.inf, math.inf, 1e308, 709.79],
+                                dtype=torch.float64)]).requires_grad_(True)
+    model = Fn(torch.exp).eval()
+    ported = porter.convert(model, (x.detach(),), io_layout="torch", dynamic="static")
+    torch.exp(x).sum().backward()
+    want = x.grad.numpy()  # exp's gradient is exp: one reference for both
+    xm = mx.array(x.detach().numpy(), dtype=mx.float64)
+    with _native.use_native(native):
+        results = np.array(ported(xm)), np.array(mx.grad(lambda a: ported(a).sum())(xm))
+    for got in results:
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        finite = np.isfinite(want)
+        normal = finite & (want >= np.finfo(np.float64).tiny)
+        assert np.all(np.abs(got[normal] - want[normal]) <= 4 * np.spacing(want[normal]))
+        assert np.all(np.abs(got[finite & ~normal] - want[finite & ~normal]) <= 2 * np.spacing(0.0))
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "mlx_ops"])
+def test_float64_softmax_gradient_at_a_masked_score(native):
+    """A float64 attention score masked with ``finfo(float64).min`` (HF BERT's additive mask): torch's gradient, not
+    NaN."""
+    mask = torch.tensor([0.0, torch.finfo(torch.float64).min, 0.0, 0.0], dtype=torch.float64)
+    x = torch.linspace(-1.0, 2.0, 8, dtype=torch.float64).reshape(2, 4).requires_grad_(True)
+    weights = torch.linspace(-1, 1, 8, dtype=torch.float64).reshape(2, 4)
+    model = Fn(lambda t: torch.softmax(t + mask, dim=-1)).eval()
+    ported = porter.convert(model, (x.detach(),), io_layout="torch", dynamic="static")
+    (model(x) * weights).sum().backward()
+    wm = mx.array(weights.numpy(), dtype=mx.float64)
+    with _native.use_native(native):
+        grad = mx.grad(lambda a: (ported(a) * wm).sum())(mx.array(x.detach().numpy(), dtype=mx.float64))
     _check(np.array(grad), x.grad.numpy())
 
 

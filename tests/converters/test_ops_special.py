@@ -198,7 +198,7 @@ def _float64_grid():
 
 
 def test_float64_inputs():
-    """float64 computes in float64 with float64 tables and algorithms (the erf family too: ``_special_normal64``),
+    """float64 computes in float64 with float64 tables and algorithms (the erf family too: ``layers/_erf64.py``),
     avoiding MLX's float64 ``sin``/``cos``/``exp`` (computed in float32): within 16 float64 ulps, plus the ulps the
     input's own rounding moves the function by (``|x f'(x)|``: ``erfinv`` near +-1)."""
     names = [n for n in OPS if n not in ("polygamma5",)]

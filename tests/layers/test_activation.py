@@ -182,17 +182,17 @@ def test_activation_second_derivative_and_float64(kind, backend):
     (g1,) = torch.autograd.grad(tfn(tx).sum(), tx, create_graph=True)
     (g2,) = torch.autograd.grad(g1.sum(), tx)
     xm = mx.array(x, dtype=mx.float64)
-    # float64: the native kernels use libm (double precision); MLX's own CPU exp/erf are float32-accurate even for
-    # float64, which bounds the pure path and the second derivative (built from MLX ops) at ~1e-7.
-    rtol = 1e-12 if backend == "native" else 1e-6
+    # float64: the native kernels use libm (double precision); MLX's own CPU exp/sigmoid/erf are float32-accurate
+    # even for float64, so the pure path builds them from float64-exact MLX ops and float64 tables
+    # (layers/_float64.py, layers/_erf64.py); the native second derivative (MLX ops) takes the native exp/sigmoid.
+    rtol = 1e-12
     out = fn(xm)
     assert out.dtype == mx.float64
-    atol = rtol * 1e-2 if backend == "native" else 1e-6
+    atol = rtol * 1e-2
     np.testing.assert_allclose(np.array(out), tfn(torch.from_numpy(x)).numpy(), rtol=rtol, atol=atol)
     first = mx.grad(lambda a: fn(a).sum())
     np.testing.assert_allclose(np.array(first(xm)), g1.detach().numpy(), rtol=rtol, atol=atol)
-    np.testing.assert_allclose(np.array(mx.grad(lambda a: first(a).sum())(xm)), g2.numpy(), rtol=2e-6,
-                               atol=1e-8 if backend == "native" else 1e-6)
+    np.testing.assert_allclose(np.array(mx.grad(lambda a: first(a).sum())(xm)), g2.numpy(), rtol=1e-11, atol=1e-13)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -278,7 +278,9 @@ def test_softmax_gradients_match_torch(shape, axis, backend):
     (g2,) = torch.autograd.grad((g1 * torch.from_numpy(w)).sum(), td)
     wm, xdm = mx.array(w, dtype=mx.float64), mx.array(xd, dtype=mx.float64)
     first = mx.grad(lambda a: (F.softmax(a, axis) * wm).sum() ** 2)
-    rtol = 1e-10 if backend == "native" else 2e-6  # MLX's CPU exp is float32-accurate even in float64
+    # both paths float64-accurate: the native kernel in double, the MLX path through layers/_float64.py (MLX's own
+    # CPU exp is float32-accurate even in float64: 3e-8 off)
+    rtol = 1e-10
     np.testing.assert_allclose(np.array(first(xdm)), g1.detach().numpy(), rtol=rtol, atol=rtol * 1e-2)
     second = mx.grad(lambda a: (first(a) * wm).sum())(xdm)
     np.testing.assert_allclose(np.array(second), g2.numpy(), rtol=max(rtol, 1e-6), atol=1e-9)

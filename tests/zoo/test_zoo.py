@@ -1,5 +1,6 @@
 """porter.zoo: every registered model against its torch reference, strict loading, the registry, torch-free loading."""
 
+import copy
 import importlib
 import json
 import subprocess
@@ -124,8 +125,6 @@ def test_training_matches_torch(name):
     norm's backward): torch's own float32 run drifts from its float64 run by up to a few percent in early layers. So
     the bar is torch's own: the MLX run must be about as close to torch's float64 trajectory as torch's float32 is.
     """
-    import copy
-
     case = CASES[name]
     twin = seeded_twin(name, **case.train_kwargs).train()
     model = loaded_zoo_model(name, twin, **case.train_kwargs)
@@ -170,53 +169,66 @@ def test_training_matches_torch(name):
         assert np.abs(got - exact).max() <= 4 * torch_err + 5e-4 * scale, f"{key} drifted from torch's"
 
 
-# Found with this test (session 17), not fixed: Swin V2-T's float64 port is only float32-accurate somewhere (its
-# step-0 gradients 3e-5 from torch's float64: likely MLX's fast attention, which computes float64 in float32), and
-# the step-1 loss is 0.8% off; its float32 run passes the test above. Strict: the test fails once it matches.
-FLOAT64_TRAIN_DIVERGES = {"swin_v2_t": "float32-accurate float64 attention: loss 0.8% off torch float64 at step 1"}
+def _float64_losses(twin, x, target, steps: int, nudge: float = 0.0) -> list:
+    """torch's float64 losses over ``steps`` SGD steps (the test's settings), every parameter first multiplied by
+    ``1 + nudge * N(0, 1)`` (seeded)."""
+    net = copy.deepcopy(twin).double()
+    gen = torch.Generator().manual_seed(13)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(1 + nudge * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    opt = torch.optim.SGD(net.parameters(), lr=0.005, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((_outputs(net(x))[0] - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
 
 
-def _float64_params() -> list:
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FLOAT64_TRAIN_DIVERGES[n]))
-            if n in FLOAT64_TRAIN_DIVERGES else n for n in TRAIN_MODELS]
-
-
-@pytest.mark.parametrize("name", _float64_params())
+@pytest.mark.parametrize("name", TRAIN_MODELS)
 def test_training_matches_torch_in_float64(name):
     """The same training steps with the zoo model and torch's twin both in float64: no rounding for the network's
     conditioning to amplify, so the losses follow torch's to 1e-9 of their size (measured <= 1.6e-11 over three steps
-    on every family but the one above) and a difference in the training math itself (batch statistics, momentum, a
-    gradient) shows."""
-    import copy
+    on most families) and a difference in the training math itself (batch statistics, momentum, a gradient) shows.
 
+    Where a step misses that bar, the bar is torch's own sensitivity instead: 4x how far torch's float64 losses move
+    when its parameters are nudged by a relative 1e-14 (about the rounding one float64 forward and backward
+    accumulates: the port's step-0 loss is 3e-14 off torch's). Swin V2-T's small training case is chaotic there (a
+    nudge of 1e-14 moves its step-2 loss by 5e-4, its step-1 loss by 8e-9): the port is 1.3e-6 off at step 2, and a
+    float32-accurate op still fails at step 1 (float32 exp/sigmoid in its attention: 0.8% off)."""
     case = CASES[name]
     twin = seeded_twin(name, **case.train_kwargs).train()
     model = loaded_zoo_model(name, twin, **case.train_kwargs)
     model.train()
     model.set_dtype(mx.float64)
-    twin64 = copy.deepcopy(twin).double()
     x = torch.randn(*case.train_input, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
     with torch.no_grad():
-        out_shape = _outputs(twin64(x))[0].shape
+        out_shape = _outputs(copy.deepcopy(twin).double()(x))[0].shape
     target = torch.randn(*out_shape, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
     xm = mx.array(_channels_last(x.numpy()), dtype=mx.float64)
     tm = mx.array(_channels_last(target.numpy()), dtype=mx.float64)
-    lr, momentum = 0.005, 0.9
-    t_opt = torch.optim.SGD(twin64.parameters(), lr=lr, momentum=momentum)
+    steps = 3
     # a float64 learning rate: MLX's optimizer keeps a Python float as a float32 array, whose 2e-8 error in every
     # update grows through training-mode batch norms (Inception v3: 1.5% off torch at step 2 with it, 9e-12 without)
-    m_opt = optim.SGD(learning_rate=mx.array(lr, dtype=mx.float64), momentum=momentum)
+    m_opt = optim.SGD(learning_rate=mx.array(0.005, dtype=mx.float64), momentum=0.9)
     step = mnn.value_and_grad(model, lambda m, v: ((_outputs(m(v))[0] - tm) ** 2).mean())
-    for i in range(3):
-        t_opt.zero_grad()
-        t_loss = ((_outputs(twin64(x))[0] - target) ** 2).mean()
-        t_loss.backward()
-        t_opt.step()
+    losses = []
+    for _ in range(steps):
         loss, grads = step(model, xm)
         m_opt.update(model, grads)
         mx.eval(model.state, m_opt.state)
         assert loss.dtype == mx.float64
-        assert abs(loss.item() - t_loss.item()) <= 1e-9 * abs(t_loss.item()), (i, loss.item(), t_loss.item())
+        losses.append(loss.item())
+    t_losses = _float64_losses(twin, x, target, steps)
+    off = [abs(a - b) for a, b in zip(losses, t_losses)]
+    if all(d <= 1e-9 * abs(t) for d, t in zip(off, t_losses)):
+        return
+    nudged = _float64_losses(twin, x, target, steps, nudge=1e-14)
+    for i, (d, t, n) in enumerate(zip(off, t_losses, nudged)):
+        assert d <= max(1e-9 * abs(t), 4 * abs(n - t)), (i, losses[i], t, n)
 
 
 def test_input_gradient_matches_torch():

@@ -6,8 +6,9 @@ near their zeros, exp 7e-7, sigmoid 6e-7, logaddexp 8e-6); its ``tan``, ``sinh``
 ``log``, ``log1p``, ``sqrt``, ``arctan`` and ``power`` are float64-exact (0 to 1 ulp). A float64 port, which a user
 asks for to get torch's float64 numbers, used MLX's and silently lost 9 digits (a converted ``torch.sin`` on
 float64 was 3e-7 off). These are built from the exact ones and float64 arithmetic only, so they hold on every device
-and without Porter's native kernels; each takes and returns float64 arrays of any shape (elementwise, or along
-``axis``).
+and without Porter's native kernels (the layers' MLX-ops path for float64 ``exp``/``sigmoid``/``silu``/``softmax``,
+the converters' float64 kernels, the zoo through those layers); each takes and returns float64 arrays of any shape
+(elementwise, or along ``axis``).
 
 * :func:`sin`, :func:`cos`: fdlibm's scheme: ``x = k pi/2 + r`` with pi/2 split in three parts (Cody-Waite; the
   first two products exact for ``|k| < 2**20``, so ``|x|`` up to ~1.6e6 reduces to within an ulp of ``r``), then
@@ -15,8 +16,8 @@ and without Porter's native kernels; each takes and returns float64 arrays of an
   grows with ``|x|`` as the reduction's does (about ``|x| * 2**-70`` absolute). inf and NaN give NaN, ``-0.0`` keeps
   its sign in ``sin``.
 * :func:`exp`: ``cosh(x) + sinh(|x|)`` (exact terms, no cancellation: both positive) for ``x >= 0``, its reciprocal's
-  mirror for ``x < 0``: within 2 ulps. Below ``x = -709.78`` (``cosh`` overflows) the result is 0 where libm still returns
-  subnormals (down to ``x = -745``).
+  mirror for ``x < 0``: within 2 ulps; beyond ``|x| = 700`` times ``e^(|x| - 700)`` (or divided by it), so it
+  overflows and underflows (through the subnormals, to ``x = -745``) where libm's does, with finite gradients.
 * :func:`sigmoid`, :func:`softplus`, :func:`log_sigmoid`, :func:`logaddexp`, :func:`logsumexp`, :func:`softmax`, :func:`log_softmax`
   from :func:`exp`, ``log1p`` and the running maximum, in the forms that do not overflow.
 
@@ -84,11 +85,36 @@ def _abs(x):
     return mx.where(x >= 0, x, -x)
 
 
+_LOG2E = 1.44269504088896338700e+00
+_LN2_HI = 6.93147180369123816490e-01  # fdlibm's ln 2 in two parts: k * _LN2_HI is exact for |k| < 2**20
+_LN2_LO = 1.90821492927058770002e-10
+_EXP_OVERFLOW = 709.782712893384  # the largest x with a finite e^x
+_EXP_UNDERFLOW = -746.0  # below, e^x is 0 (libm's smallest subnormal is e^-744.4)
+
+
+def _grow(a):
+    """``e^a`` for ``a >= 0``: ``cosh(a) + sinh(a)``, both terms positive (no cancellation)."""
+    return mx.cosh(a) + mx.sinh(a)
+
+
 def exp(x):
-    """``exp(x)`` of a float64 array from MLX's exact ``cosh``/``sinh``."""
-    a = _abs(x)
-    grow = mx.cosh(a) + mx.sinh(a)  # e^|x|: both terms positive
-    return mx.where(x >= 0, grow, 1.0 / grow)
+    """``exp(x)`` of a float64 array from MLX's exact ``cosh``/``sinh``: ``x = k ln 2 + r`` (Cody-Waite, ``|r| <=
+    0.35``, up to 0.7 at the top), ``e^r`` as ``cosh + sinh`` of ``|r|`` (or its reciprocal), times ``2^k`` in two halves (exact, and
+    rounded once into the subnormals as libm's). Within 2 ulps; inf from 709.78 (with an inf gradient, as torch's)
+    and 0 below -745, through the subnormals. Every intermediate of value and gradient stays near 1: ``e^|x|`` and
+    its reciprocal overflowed in the derivative past ``|x| = 355`` (gradient 0 there) and in value past 709.78 (a
+    masked score's ``-1.8e308`` had a NaN gradient). Each branch reads 0 where the other is taken: MLX's ``where``
+    gives its untaken input the cotangent times 0."""
+    big = x > _EXP_OVERFLOW
+    over = _grow(mx.where(big, x, 0.0))
+    xs = mx.where(big, 0.0, mx.maximum(x, _EXP_UNDERFLOW))
+    # k <= 1023: the gradient's 2^k (before e^r) stays finite wherever e^x is
+    k = mx.stop_gradient(mx.minimum(mx.round(xs * _LOG2E), 1023.0))
+    r = (xs - k * _LN2_HI) - k * _LN2_LO
+    up = r >= 0
+    er = mx.where(up, _grow(mx.where(up, r, 0.0)), 1.0 / _grow(mx.where(up, 0.0, -r)))
+    half = mx.floor(k * 0.5)
+    return mx.where(big, over, (er * mx.power(2.0, half)) * mx.power(2.0, k - half))
 
 
 def _exp_minus_abs(x, exp_fn):

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ._layers import exp
-from ._special_series import chbevl, polevl
+from ._float64 import exp
+from ._series import chbevl, polevl
 
 _ERFCX_CHEB = (1.80896684155156e-17, -2.184987852077837e-17, -5.415558885519265e-16, 1.16900844678344e-15,
                1.6260780477370666e-14, -6.436254591098305e-14, -4.4406526024697593e-13, 3.3790897880065392e-12,
