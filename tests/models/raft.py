@@ -323,21 +323,23 @@ class Updates(nn.Module):
 
 
 def raft_small_twin(num_flow_updates=3):
-    """``raft_small``'s options (bottleneck blocks, instance norm / no norm, 4 levels of radius 3, one 3x3 GRU,
-    bilinear upsampling) at 8-24 channels."""
+    """``raft_small``'s options (bottleneck blocks, instance norm / no norm, radius 3, one 3x3 GRU, bilinear
+    upsampling) at 8-24 channels. Three pyramid levels, not four: at 64x64 frames (8x8 features) a fourth level is
+    1x1, where the lookup's ``2 * x / (w - 1) - 1`` divides by zero and every flow is NaN (torchvision's smallest
+    frames, 128x128, give a 2x2 fourth level)."""
     return Updates(_raft(
         feature_layers=(8, 8, 16, 16, 24), feature_block=BottleneckBlock, feature_norm=nn.InstanceNorm2d,
         context_layers=(8, 8, 16, 16, 24), context_block=BottleneckBlock, context_norm=None,
-        num_levels=4, radius=3, corr_layers=(24,), flow_layers=(16, 8), motion_out=20, hidden=16,
+        num_levels=3, radius=3, corr_layers=(24,), flow_layers=(16, 8), motion_out=20, hidden=16,
         gru_kernels=(3,), gru_padding=(1,), head_hidden=16, mask_hidden=None), num_flow_updates)
 
 
 def raft_large_twin(num_flow_updates=2):
     """``raft_large``'s options (residual blocks, instance norm / batch norm, radius 4, the separable GRU pair,
-    convex upsampling by the mask predictor) at 8-32 channels."""
+    convex upsampling by the mask predictor) at 8-32 channels; three pyramid levels, as above."""
     return Updates(_raft(
         feature_layers=(8, 8, 16, 16, 32), feature_block=ResidualBlock, feature_norm=nn.InstanceNorm2d,
         context_layers=(8, 8, 16, 16, 32), context_block=ResidualBlock, context_norm=nn.BatchNorm2d,
-        num_levels=4, radius=4, corr_layers=(32, 24), flow_layers=(16, 8), motion_out=20, hidden=16,
+        num_levels=3, radius=4, corr_layers=(32, 24), flow_layers=(16, 8), motion_out=20, hidden=16,
         gru_kernels=((1, 5), (5, 1)), gru_padding=((0, 2), (2, 0)), head_hidden=16, mask_hidden=32),
         num_flow_updates)
