@@ -174,19 +174,22 @@ def test_odd_sizes_on_a_port_converted_there(name, size):
     assert_matches(ported, model, image(size[0] + 1, *size[1:])(1))
 
 
-def _instance_norm_biases(model):
-    """Biases of convs that feed an ``InstanceNorm2d`` without affine parameters (RAFT's feature encoders): the norm
-    takes any per-channel constant off, so their gradients are zero in exact arithmetic and both sides hold
-    rounding noise (1e-4 against 1e3 for the conv weights)."""
+def _normalised_biases(model):
+    """Biases of convs that feed a norm which takes any per-channel constant off: an ``InstanceNorm2d`` (RAFT's
+    feature encoders; affine-free) or a training-mode ``BatchNorm2d`` (RAFT large's context encoder in train mode).
+    Their gradients are zero in exact arithmetic and both sides hold rounding noise (1e-4 against 1e3 for the conv
+    weights)."""
+    def centres(norm):
+        return isinstance(norm, nn.InstanceNorm2d) or (isinstance(norm, nn.BatchNorm2d) and norm.training)
     return {f"{name}.0.bias" for name, m in model.named_modules()
             if isinstance(m, nn.Sequential) and len(m) > 1 and isinstance(m[0], nn.Conv2d) and m[0].bias is not None
-            and isinstance(m[1], nn.InstanceNorm2d) and not m[1].affine}
+            and centres(m[1])}
 
 
 def _check_gradients(model, ported, inputs, seed):
-    """Gradients to the inputs and every trainable parameter as torch's; a conv bias before an affine-free instance
-    norm only has to be noise-sized next to its weight's gradient."""
-    noise = _instance_norm_biases(model)
+    """Gradients to the inputs and every trainable parameter as torch's; a conv bias before a centring norm only has
+    to be noise-sized next to its weight's gradient."""
+    noise = _normalised_biases(model)
     if not noise:
         assert_gradients_match(model, ported, inputs, seed=seed)
         return

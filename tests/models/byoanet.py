@@ -21,16 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.models.ghostnet import make_divisible
 from tests.models.timm_norm_act import BatchNormAct2d
 from tests.models.timm_reparam import ClassifierHead
-
-
-def make_divisible(v, divisor=8, min_value=None, round_limit=0.9):
-    min_value = min_value or divisor
-    new_v = max(min_value, int(v + divisor / 2) // divisor * divisor)
-    if new_v < round_limit * v:
-        new_v += divisor
-    return new_v
 
 
 class ConvNormAct(nn.Module):
@@ -109,6 +102,18 @@ class SelfAttnBlock(nn.Module):
         return self.act(x)
 
 
+def _head_dims(attn: nn.Module, dim_out, num_heads, dim_head, qk_ratio, scale_pos_embed):
+    """timm's attention sizes, the same in BottleneckAttn and HaloAttn: q/k heads of ``dim_head`` (or the output
+    width times ``qk_ratio``, rounded to 8, per head), v heads of ``dim_out // num_heads``."""
+    attn.num_heads = num_heads
+    attn.dim_head_qk = dim_head or make_divisible(dim_out * qk_ratio, divisor=8) // num_heads
+    attn.dim_head_v = dim_out // num_heads
+    attn.dim_out_qk = num_heads * attn.dim_head_qk
+    attn.dim_out_v = num_heads * attn.dim_head_v
+    attn.scale = attn.dim_head_qk ** -0.5
+    attn.scale_pos_embed = scale_pos_embed
+
+
 # ------------------------------------------------------------------------------------------------ BoTNet attention
 def bottleneck_rel_logits_1d(q, rel_k, permute_mask: List[int]):
     """Relative logits along one axis of a (B, H, W, dim) query, as absolute (.., W, W) logits over that axis."""
@@ -142,14 +147,7 @@ class BottleneckAttn(nn.Module):
     def __init__(self, dim, dim_out=None, feat_size=None, stride=1, num_heads=4, dim_head=None, qk_ratio=1.0,
                  qkv_bias=False, scale_pos_embed=False):
         super().__init__()
-        dim_out = dim_out or dim
-        self.num_heads = num_heads
-        self.dim_head_qk = dim_head or make_divisible(dim_out * qk_ratio, divisor=8) // num_heads
-        self.dim_head_v = dim_out // num_heads
-        self.dim_out_qk = num_heads * self.dim_head_qk
-        self.dim_out_v = num_heads * self.dim_head_v
-        self.scale = self.dim_head_qk ** -0.5
-        self.scale_pos_embed = scale_pos_embed
+        _head_dims(self, dim_out or dim, num_heads, dim_head, qk_ratio, scale_pos_embed)
         self.qkv = nn.Conv2d(dim, self.dim_out_qk * 2 + self.dim_out_v, 1, bias=qkv_bias)
         self.pos_embed = BottleneckPosEmbedRel(feat_size, dim_head=self.dim_head_qk, scale=self.scale)
         self.pool = nn.AvgPool2d(2, 2) if stride == 2 else nn.Identity()
@@ -206,14 +204,7 @@ class HaloAttn(nn.Module):
     def __init__(self, dim, dim_out=None, feat_size=None, stride=1, num_heads=8, dim_head=None, block_size=8,
                  halo_size=3, qk_ratio=1.0, qkv_bias=False, avg_down=False, scale_pos_embed=False):
         super().__init__()
-        dim_out = dim_out or dim
-        self.num_heads = num_heads
-        self.dim_head_qk = dim_head or make_divisible(dim_out * qk_ratio, divisor=8) // num_heads
-        self.dim_head_v = dim_out // num_heads
-        self.dim_out_qk = num_heads * self.dim_head_qk
-        self.dim_out_v = num_heads * self.dim_head_v
-        self.scale = self.dim_head_qk ** -0.5
-        self.scale_pos_embed = scale_pos_embed
+        _head_dims(self, dim_out or dim, num_heads, dim_head, qk_ratio, scale_pos_embed)
         self.block_size = self.block_size_ds = block_size
         self.halo_size = halo_size
         self.win_size = block_size + halo_size * 2

@@ -105,6 +105,24 @@ class ChannelAttention(nn.Module):
         return self.proj(x.transpose(1, 2).reshape(B, N, C))
 
 
+def _add_position_and_mlp(block: nn.Module, dim, mlp_ratio, norm_layer, cpe_act):
+    """The children both DaViT blocks register after their attention, in timm's order."""
+    block.drop_path1 = nn.Identity()
+    block.cpe2 = ConvPosEnc(dim=dim, k=3, act=cpe_act)
+    block.norm2 = norm_layer(dim)
+    block.mlp = Mlp(dim, int(dim * mlp_ratio))
+    block.drop_path2 = nn.Identity()
+
+
+def _position_and_mlp(block: nn.Module, x: Tensor, size) -> Tensor:
+    """The tail both DaViT blocks share: ``cpe2`` on the map, then the MLP residual on its tokens, back to NCHW."""
+    B, C, H, W = size
+    x = block.cpe2(x.transpose(1, 2).view(B, C, H, W))
+    x = x.flatten(2).transpose(1, 2)
+    x = x + block.drop_path2(block.mlp(block.norm2(x)))
+    return x.transpose(1, 2).view(B, C, H, W)
+
+
 class ChannelBlock(nn.Module):
     def __init__(self, dim, num_heads, mlp_ratio=4.0, qkv_bias=False, norm_layer=nn.LayerNorm, ffn=True,
                  cpe_act=False, v2=False):
@@ -113,20 +131,13 @@ class ChannelBlock(nn.Module):
         self.ffn = ffn
         self.norm1 = norm_layer(dim)
         self.attn = (ChannelAttentionV2 if v2 else ChannelAttention)(dim, num_heads=num_heads, qkv_bias=qkv_bias)
-        self.drop_path1 = nn.Identity()
-        self.cpe2 = ConvPosEnc(dim=dim, k=3, act=cpe_act)
-        self.norm2 = norm_layer(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio))
-        self.drop_path2 = nn.Identity()
+        _add_position_and_mlp(self, dim, mlp_ratio, norm_layer, cpe_act)
 
     def forward(self, x: Tensor):
         B, C, H, W = x.shape
         x = self.cpe1(x).flatten(2).transpose(1, 2)
         x = x + self.drop_path1(self.attn(self.norm1(x)))
-        x = self.cpe2(x.transpose(1, 2).view(B, C, H, W))
-        x = x.flatten(2).transpose(1, 2)
-        x = x + self.drop_path2(self.mlp(self.norm2(x)))
-        return x.transpose(1, 2).view(B, C, H, W)
+        return _position_and_mlp(self, x, (B, C, H, W))
 
 
 def window_partition(x: Tensor, window_size: Tuple[int, int]):
@@ -172,11 +183,7 @@ class SpatialBlock(nn.Module):
         self.norm1 = norm_layer(dim)
         self.attn = WindowAttention(dim, self.window_size, num_heads=num_heads, qkv_bias=qkv_bias,
                                     fused_attn=fused_attn)
-        self.drop_path1 = nn.Identity()
-        self.cpe2 = ConvPosEnc(dim=dim, k=3, act=cpe_act)
-        self.norm2 = norm_layer(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio))
-        self.drop_path2 = nn.Identity()
+        _add_position_and_mlp(self, dim, mlp_ratio, norm_layer, cpe_act)
 
     def forward(self, x: Tensor):
         B, C, H, W = x.shape
@@ -190,11 +197,7 @@ class SpatialBlock(nn.Module):
         attn_windows = self.attn(x_windows).view(-1, self.window_size[0], self.window_size[1], C)
         x = window_reverse(attn_windows, self.window_size, Hp, Wp)
         x = x[:, :H, :W, :].contiguous().view(B, H * W, C)
-        x = shortcut + self.drop_path1(x)
-        x = self.cpe2(x.transpose(1, 2).view(B, C, H, W))
-        x = x.flatten(2).transpose(1, 2)
-        x = x + self.drop_path2(self.mlp(self.norm2(x)))
-        return x.transpose(1, 2).view(B, C, H, W)
+        return _position_and_mlp(self, shortcut + self.drop_path1(x), (B, C, H, W))
 
 
 class DaVitStage(nn.Module):

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from tests.models.davit import window_partition
+from tests.models.ghostnet import make_divisible
 from tests.models.timm_more import LayerNorm2d, Mlp
 from tests.models.timm_reparam import ClassifierHead
 
@@ -31,7 +32,7 @@ class SEModule(nn.Module):
 
     def __init__(self, channels: int, rd_ratio: float = 0.25, act_layer=nn.GELU, bias: bool = False):
         super().__init__()
-        rd_channels = max(8, int(channels * rd_ratio + 4) // 8 * 8)  # make_divisible(.., 8, round_limit=0)
+        rd_channels = make_divisible(channels * rd_ratio, 8, round_limit=0.0)
         self.fc1 = nn.Conv2d(channels, rd_channels, kernel_size=1, bias=bias)
         self.bn = nn.Identity()
         self.act = act_layer()
