@@ -149,7 +149,7 @@ def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=
 
     if not is_module(model) or not hasattr(model, "named_modules"):
         return ported
-    from .capture_train import TRAIN_AWARE, spectral_norm_state, train_refusals
+    from .capture_train import TRAIN_AWARE, scripted, spectral_norm_state, train_refusals
 
     graph = ported._program.graph
     state = spectral_norm_state(model, graph)
@@ -164,10 +164,7 @@ def _record_train_refusals(ported, model, example_inputs, example_kwargs, marks=
     inputs, kwargs = normalise_inputs(example_inputs), normalise_kwargs(example_kwargs)
     with neutral(marks):
         refusals = train_refusals(model, inputs, kwargs, handled)
-    import torch
-
-    if refusals and settings is not None and not isinstance(model, torch.jit.ScriptModule):  # a script's code
-        # cannot be captured in another mode
+    if refusals and settings is not None and not scripted(model):  # a script's code cannot be captured in another mode
         ported, refusals = _capture_training_branches(ported, model, inputs, kwargs, marks, settings, refusals)
     reasons = marks.batch_norm_reasons if marks is not None else {}
     refusals = {path: (f"its forward ({type(model.get_submodule(path)).__name__}) is a batch norm subclass that "

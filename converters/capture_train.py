@@ -64,6 +64,11 @@ for _name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"):
     _REASONS[_name] = "normalizes by batch statistics in training and was not mapped to the port's batch norm"
 
 
+def scripted(model) -> bool:
+    """Whether ``model`` is TorchScript (its code runs as compiled: no second capture in another mode)."""
+    return isinstance(model, torch.jit.ScriptModule)
+
+
 def reason_for(module) -> str:
     """Why ``module``'s training mode is not the port's, in words."""
     cls = type(module)

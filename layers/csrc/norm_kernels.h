@@ -329,10 +329,11 @@ void group_stats(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, double 
   }
 }
 
-// One pass over (n, s): out[n, s, c] = g[n, s, c] * r[n, c] + x[n, s, c] * p[n, c] + q[n, c] when g is given (the
-// input gradient), else (x[n, s, c] - m[n, c]) * p[n, c] + q[n, c] (the forward, centred first: a group of one value
-// gives exactly the bias, and a large mean cancels before the scaling; folded, x * p + (b - m * p) missed the bias by
-// the products' roundings, as torch's CPU kernel, which folds too, misses it by its own).
+// One pass over (n, s): out[n, s, c] = (x[n, s, c] - m[n, c]) * p[n, c] + q[n, c], plus g[n, s, c] * r[n, c] when g
+// is given (the input gradient). Centred first in both: a group of one value gives exactly the bias, and a large mean
+// cancels before the scaling (folded, x * p + (b - m * p) missed the bias by the products' roundings, as torch's CPU
+// forward kernel, which folds too, misses it by its own; the folded gradient x * P + Q lost ~1e-3 of a batch norm's
+// input gradient over a 1x1 map with a large mean, where torch's backward, centred, does not).
 template <typename T>
 void apply_per_channel(const T* x, const T* g, int64_t N, int64_t S, int64_t C, const NormAcc<T>* m,
                        const NormAcc<T>* p, const NormAcc<T>* q, const NormAcc<T>* r, T* out) {
@@ -341,16 +342,16 @@ void apply_per_channel(const T* x, const T* g, int64_t N, int64_t S, int64_t C, 
     for (int64_t i = begin; i < end; ++i) {
       const int64_t n = i / S;
       const A *pn = p + n * C, *qn = q + n * C;
+      const A* mn = m + n * C;
       const T* xi = x + i * C;
       T* oi = out + i * C;
       if (g) {
         const T* gi = g + i * C;
         const A* rn = r + n * C;
         for (int64_t c = 0; c < C; ++c) {
-          oi[c] = static_cast<T>(static_cast<A>(gi[c]) * rn[c] + static_cast<A>(xi[c]) * pn[c] + qn[c]);
+          oi[c] = static_cast<T>(static_cast<A>(gi[c]) * rn[c] + (static_cast<A>(xi[c]) - mn[c]) * pn[c] + qn[c]);
         }
       } else {
-        const A* mn = m + n * C;
         for (int64_t c = 0; c < C; ++c) oi[c] = static_cast<T>((static_cast<A>(xi[c]) - mn[c]) * pn[c] + qn[c]);
       }
     }
@@ -379,7 +380,7 @@ void group_norm(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, const No
 }
 
 // With xhat = (x - mean) rstd, dxhat = g w: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) per (n, g),
-// i.e. dx = g (rstd w) + x P + Q with per-(n, g) P, Q from the per-(n, c) sums of g and g x;
+// i.e. dx = g (rstd w) + (x - mean) P + Q with per-(n, g) P, Q from the per-(n, c) sums of g and g (x - mean);
 // dw = sum_n rstd (sum(g x) - mean sum(g)), db = sum_n sum(g).
 template <typename T>
 void group_norm_grad(const T* x, const T* g, int64_t N, int64_t S, int64_t C, int64_t G, const NormAcc<T>* w,
@@ -402,7 +403,7 @@ void group_norm_grad(const T* x, const T* g, int64_t N, int64_t S, int64_t C, in
   std::vector<double> dwd(C, 0.0), dbd(C, 0.0);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t q = 0; q < G; ++q) {
-      const double rs = rstd[n * G + q], mu = mean[n * G + q];
+      const double rs = rstd[n * G + q];
       double a = 0, bb = 0;  // sums over the group of dxhat and dxhat * xhat
       for (int64_t c = q * Cg; c < (q + 1) * Cg; ++c) {
         const double wc = w ? static_cast<double>(w[c]) : 1.0;
@@ -417,12 +418,12 @@ void group_norm_grad(const T* x, const T* g, int64_t N, int64_t S, int64_t C, in
         const double wc = w ? static_cast<double>(w[c]) : 1.0;
         R[n * C + c] = static_cast<A>(rs * wc);
         P[n * C + c] = static_cast<A>(-rs * rs * bb);
-        Q[n * C + c] = static_cast<A>(rs * (-a + mu * rs * bb));
+        Q[n * C + c] = static_cast<A>(-rs * a);
       }
     }
   }
   for (int64_t c = 0; c < C; ++c) dw[c] = static_cast<A>(dwd[c]), db[c] = static_cast<A>(dbd[c]);
-  apply_per_channel<T>(x, g, N, S, C, nullptr, P.data(), Q.data(), R.data(), dx);
+  apply_per_channel<T>(x, g, N, S, C, mean_c.data(), P.data(), Q.data(), R.data(), dx);
 }
 
 }  // namespace porter

@@ -287,9 +287,11 @@ def test_inception_v3_trains_with_its_auxiliary_classifier():
     """torchvision's Inception v3 (twin, 1/16 width) at 299x299, the size its auxiliary head needs:
     ``InceptionOutputs(logits, aux_logits)`` in training, two SGD steps, then eval's logits. At 1/16 width and batch
     2 the training-mode network is ill-conditioned in float32 (tests/zoo/twins/inception.py): the losses follow
-    torch's to 2e-4, the first conv's weights after two steps only to 1% (measured 0.5% of its largest weight)."""
+    torch's to 2e-4, the first layers' weights after two steps only to a few percent (measured 0.5% of the largest
+    weight with two threads, 3% with one: the summation order alone moves them that far; the GoogLeNet test above
+    holds the training graph's math in float64)."""
     model, ported = _twin_case(inception_v3(num_classes=7, width_divisor=16, dropout=0.0), _x((2, 3, 299, 299)))
-    _train_like_torch(model, ported, ((2, 3, 299, 299), (2, 3, 299, 299)), 7, 0.01, 2e-4, 2e-5, weights_rtol=1e-2)
+    _train_like_torch(model, ported, ((2, 3, 299, 299), (2, 3, 299, 299)), 7, 0.01, 2e-4, 2e-5, weights_rtol=6e-2)
     _eval_like_torch(model, ported, (1, 3, 107, 93), 1e-4, 1e-5)
 
 
