@@ -117,3 +117,45 @@ def test_second_derivative_matches_torch():
         np.testing.assert_allclose(got, torch_conv_weight_to_mlx(t.weight.grad.numpy()), rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(np.array(grads["layers"][2 * i]["bias"]), t.bias.grad.numpy(), rtol=1e-4,
                                    atol=1e-5)
+
+
+def test_compiled_and_vmapped_training_steps(monkeypatch):
+    """A compiled training step and per-example gradients (vmap of grad) through gated layers: the values of the
+    ungated layers'."""
+    model = nn.Sequential(Conv2d(3, 4, 3, padding=1), nn.ReLU(), Linear(4, 2))
+    model.train()
+    mx.eval(model.parameters())
+    x = mx.random.normal((2, 5, 5, 3), key=mx.random.key(3))
+
+    def loss(m, x):
+        return m(x).square().mean()
+
+    def step():
+        return nn.value_and_grad(model, loss)(model, x)
+
+    monkeypatch.setattr(_grad_order, "weights_first", lambda m, x, w, b=None: (x, w, b))
+    reference = step()
+    mx.eval(reference)
+    monkeypatch.undo()
+    compiled = mx.compile(lambda x: nn.value_and_grad(model, loss)(model, x))(x)
+    mx.eval(compiled)
+    for (_, a), (_, b) in zip(nn.utils.tree_flatten(compiled), nn.utils.tree_flatten(reference)):
+        np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-6, atol=1e-7)
+
+    lin = Linear(3, 2)
+    lin.train()
+    xs = mx.random.normal((4, 3), key=mx.random.key(4))
+
+    def per_example(x):
+        def f(w):
+            lin.update({"weight": w})
+            return lin(x).square().sum()
+
+        return mx.grad(f)(lin.weight)
+
+    got = mx.vmap(per_example)(xs)
+    w, b = np.array(lin.weight), np.array(lin.bias)
+    for i in range(4):
+        xi = np.array(xs[i])
+        expected = 2 * np.outer(w @ xi + b, xi)
+        np.testing.assert_allclose(np.array(got[i]), expected, rtol=1e-5, atol=1e-6)
