@@ -28,8 +28,8 @@ from ._precision import upcast
 def batch_norm_train(x: mx.array, weight, bias, eps: float):
     """``(y, mean, var)``: ``x`` normalized with its batch mean and biased variance (float32 at least), then
     ``weight * . + bias`` when ``weight`` is not None; ``y`` float32 (the caller rounds it to ``x``'s dtype; the native
-    path returns it rounded already). ``mean`` and ``var`` (shape ``(C,)``) are for the running statistics: the MLX
-    path takes their cotangents as zero, so the caller must not differentiate through them (it updates buffers with
+    path returns it rounded already). ``mean`` and ``var`` (shape ``(C,)``) are for the running statistics: both
+    paths take their cotangents as zero, so the caller must not differentiate through them (it updates buffers with
     ``mx.stop_gradient`` of them)."""
     if _export.active():  # a custom VJP cannot be serialized; the same forward in plain ops
         return _forward(x, weight, bias, eps)
