@@ -5,7 +5,7 @@ order). From the first layer's weight gradient it walks the input-gradient chain
 layer's input gradient on the way and leaving every other layer's weight gradient pending until the walk comes back
 up: each layer's cotangent stays live until then. A chain of n convs held about n cotangents more than torch's
 autograd, which computes a layer's weight and input gradients together and frees the cotangent (4 Conv3d layers on a
-49 MiB activation: peak 7.7 -> 5.4 input sizes; R3D-18's training step at batch 8 peaked 1.4x above torch).
+24.5 MiB activation: peak 7.7 -> 5.4 input sizes; R3D-18's training step at batch 8 peaked 1.4x above torch).
 
 :func:`weights_first` passes a training layer's input and trainable parameters through one identity
 ``mx.custom_function`` (``_gate``) before the layer computes: the layer's own VJP is untouched (same ops, same

@@ -364,9 +364,9 @@ template <typename T>
 void group_norm(const T* x, int64_t N, int64_t S, int64_t C, int64_t G, const NormAcc<T>* w, const NormAcc<T>* b,
                 NormAcc<T> eps, T* y, NormAcc<T>* mean_out = nullptr, NormAcc<T>* var_out = nullptr) {
   using A = NormAcc<T>;
-  std::vector<double> mean, rstd, var(N * G);
+  std::vector<double> mean, rstd, var(var_out ? N * G : 0);
   std::vector<A> mean_c, scale(N * C), shift(N * C);
-  group_stats(x, N, S, C, G, static_cast<double>(eps), mean, rstd, mean_c, &var);
+  group_stats(x, N, S, C, G, static_cast<double>(eps), mean, rstd, mean_c, var_out ? &var : nullptr);
   for (int64_t i = 0; mean_out && i < N * G; ++i) mean_out[i] = static_cast<A>(mean[i]);
   for (int64_t i = 0; var_out && i < N * G; ++i) var_out[i] = static_cast<A>(var[i]);
   const int64_t Cg = C / G;

@@ -41,6 +41,26 @@ mx::array norm_reference(const mx::array& x, int groups, double eps, mx::Stream 
   return mx::reshape(mx::multiply(d, mx::rsqrt(mx::add(var, mx::array(eps, x.dtype()), s), s), s), x.shape(), s);
 }
 
+// y * weight + bias in MLX ops, the primitives' inputs p = (x, [weight], [bias]) as their flags say.
+mx::array affine_reference(mx::array y, const std::vector<mx::array>& p, bool has_w, bool has_b, mx::Stream s) {
+  if (has_w) y = mx::multiply(y, p[1], s);
+  return has_b ? mx::add(y, p[has_w ? 2 : 1], s) : y;
+}
+
+// The inputs of a Norm / BatchNormTrain primitive: x, then weight and bias where given, checked against x's channels
+// and cast to the compute type.
+std::vector<mx::array> norm_inputs(const char* what, const mx::array& x, const std::optional<mx::array>& weight,
+                                   const std::optional<mx::array>& bias, mx::Stream s) {
+  const int c = x.shape(-1);
+  std::vector<mx::array> in{x};
+  for (const auto* p : {&weight, &bias}) {
+    if (!*p) continue;
+    if ((*p)->ndim() != 1 || (*p)->shape(0) != c) fail(what, "weight and bias must be (C,) for x's last axis");
+    in.push_back(mx::astype(**p, norm_acc_dtype(x.dtype()), s));
+  }
+  return in;
+}
+
 std::vector<mx::array> make_norm_grad(mx::Stream s, int groups, double eps, const mx::array& x, const mx::array& g,
                                       const std::optional<mx::array>& w);
 
@@ -172,15 +192,10 @@ class Norm : public mx::UnaryPrimitive {
     const bool hw = has_w_, hb = has_b_;
     const mx::Dtype xt = primals[0].dtype(), at = norm_acc_dtype(xt);
     auto f = [=](const std::vector<mx::array>& p) {
-      auto y = norm_reference(mx::astype(p[0], at, s), groups, eps, s);
-      if (hw) y = mx::multiply(y, p[1], s);
-      if (hb) y = mx::add(y, p[hw ? 2 : 1], s);
+      auto y = affine_reference(norm_reference(mx::astype(p[0], at, s), groups, eps, s), p, hw, hb, s);
       return std::vector<mx::array>{mx::astype(y, xt, s)};
     };
-    std::vector<mx::array> full;
-    for (const auto& p : primals) full.push_back(mx::zeros_like(p, s));
-    for (size_t j = 0; j < argnums.size(); ++j) full[argnums[j]] = tangents[j];
-    return mx::jvp(f, primals, full).second;
+    return jvp_of_reference(f, primals, tangents, argnums, s);
   }
   std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                              const std::vector<int>& argnums, const std::vector<mx::array>&) override {
@@ -228,16 +243,9 @@ mx::array norm_op(const mx::array& x, const std::optional<mx::array>& weight, co
   const int c = x.shape(-1);
   if (groups < 0 || (groups && c % groups)) fail(what, "'groups' must divide the channel count");
   if (!(eps >= 0.0)) fail(what, "'eps' must be >= 0");
-  const mx::Dtype at = norm_acc_dtype(x.dtype());
   // no mx::contiguous nodes: launch (dispatch_body) makes Norm's inputs row-contiguous
-  std::vector<mx::array> in{x};
-  for (const auto* p : {&weight, &bias}) {
-    if (!*p) continue;
-    if ((*p)->ndim() != 1 || (*p)->shape(0) != c) fail(what, "weight and bias must be (C,) for x's last axis");
-    in.push_back(mx::astype(**p, at, s));
-  }
   return mx::array(x.shape(), x.dtype(), std::make_shared<Norm>(s, groups, eps, weight.has_value(), bias.has_value()),
-                   in);
+                   norm_inputs(what, x, weight, bias, s));
 }
 
 std::vector<mx::array> norm_grad_op(const mx::array& x, const mx::array& g, const std::optional<mx::array>& weight,
@@ -311,16 +319,11 @@ class BatchNormTrain : public mx::Primitive {
       auto mean = mx::mean(x, 1, true, s);
       auto d = mx::subtract(x, mean, s);
       auto var = mx::mean(mx::square(d, s), 1, true, s);
-      auto y = mx::multiply(d, mx::rsqrt(mx::add(var, mx::array(eps, at), s), s), s);
-      if (hw) y = mx::multiply(y, p[1], s);
-      if (hb) y = mx::add(y, p[hw ? 2 : 1], s);
+      auto y = affine_reference(mx::multiply(d, mx::rsqrt(mx::add(var, mx::array(eps, at), s), s), s), p, hw, hb, s);
       return std::vector<mx::array>{mx::astype(mx::reshape(y, p[0].shape(), s), xt, s), mx::squeeze(mean, 1, s),
                                     mx::squeeze(var, 1, s)};
     };
-    std::vector<mx::array> full;
-    for (const auto& p : primals) full.push_back(mx::zeros_like(p, s));
-    for (size_t j = 0; j < argnums.size(); ++j) full[argnums[j]] = tangents[j];
-    return mx::jvp(f, primals, full).second;
+    return jvp_of_reference(f, primals, tangents, argnums, s);
   }
 
   static std::vector<mx::array> make(mx::Stream s, double eps, bool hw, bool hb, const std::vector<mx::array>& in) {
@@ -343,14 +346,7 @@ std::vector<mx::array> batch_norm_train_op(const mx::array& x, const std::option
   if (x.ndim() < 2) fail(what, "x must be (N, *spatial, C)");
   if (!(eps >= 0.0)) fail(what, "'eps' must be >= 0");
   if (weight.has_value() != bias.has_value()) fail(what, "weight and bias must be given together");
-  const int c = x.shape(-1);
-  std::vector<mx::array> in{x};
-  for (const auto* p : {&weight, &bias}) {
-    if (!*p) continue;
-    if ((*p)->ndim() != 1 || (*p)->shape(0) != c) fail(what, "weight and bias must be (C,) for x's last axis");
-    in.push_back(mx::astype(**p, norm_acc_dtype(x.dtype()), s));
-  }
-  return BatchNormTrain::make(s, eps, weight.has_value(), bias.has_value(), in);
+  return BatchNormTrain::make(s, eps, weight.has_value(), bias.has_value(), norm_inputs(what, x, weight, bias, s));
 }
 
 // ------------------------------------------------------------------------------------------------ L2 normalize

@@ -91,11 +91,12 @@ inline void strided_copy(const char* src, char* dst, const mx::Shape& shape, con
 
 // The inputs of a primitive's eval_cpu in a layout its kernel reads (`readable(a)`): each input as given where it is
 // (so a donatable input stays donatable), else a row-contiguous copy made by a task dispatched on the stream before the
-// kernel's (the encoder keeps both arrays alive until it has run). `copied[i]` says which are such private copies.
+// kernel's (the encoder keeps both arrays alive until it has run). `copied[i]`, if asked for, says which are such
+// private copies.
 template <typename P>
 std::vector<mx::array> readable_inputs(const std::vector<mx::array>& inputs, mx::Stream s, P&& readable,
-                                       std::vector<bool>& copied) {
-  copied.assign(inputs.size(), false);
+                                       std::vector<bool>* copied = nullptr) {
+  if (copied) copied->assign(inputs.size(), false);
   std::vector<mx::array> out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const mx::array& a = inputs[i];
@@ -113,7 +114,7 @@ std::vector<mx::array> readable_inputs(const std::vector<mx::array>& inputs, mx:
     });
     enc.add_temporary(c);
     out.push_back(c);
-    copied[i] = true;
+    if (copied) (*copied)[i] = true;
   }
   return out;
 }
@@ -152,8 +153,7 @@ void dispatch_as_given(mx::Stream s, const std::vector<mx::array>& inputs, std::
 // window.
 template <typename Body>
 void dispatch_body(mx::Stream s, const std::vector<mx::array>& given, std::vector<mx::array>& outputs, Body body) {
-  std::vector<bool> copied;
-  dispatch_as_given(s, readable_inputs(given, s, is_row_contiguous, copied), outputs, body);
+  dispatch_as_given(s, readable_inputs(given, s, is_row_contiguous), outputs, body);
 }
 
 // One output, `body` run on inputs as `readable` accepts them (the rest copied row-contiguous first).
@@ -161,8 +161,7 @@ template <typename P, typename Body>
 void launch_readable(mx::Stream s, const std::vector<mx::array>& given, mx::array& output, P&& readable, Body body) {
   output.set_data(mx::allocator::malloc(output.nbytes()));
   std::vector<mx::array> outputs{output};
-  std::vector<bool> copied;
-  dispatch_as_given(s, readable_inputs(given, s, std::forward<P>(readable), copied), outputs, body);
+  dispatch_as_given(s, readable_inputs(given, s, std::forward<P>(readable)), outputs, body);
 }
 
 // Allocates the outputs and runs `body(inputs, outputs)` on the stream's CPU thread.
@@ -188,7 +187,7 @@ template <typename Body>
 void launch_in_place(mx::Stream s, const std::vector<mx::array>& given, mx::array& output, Body body) {
   const bool donatable = given[0].is_donatable();  // before the list below holds a second reference to it
   std::vector<bool> copied;
-  std::vector<mx::array> inputs = readable_inputs(given, s, is_row_contiguous, copied);
+  std::vector<mx::array> inputs = readable_inputs(given, s, is_row_contiguous, &copied);
   const mx::array& x = inputs[0];
   std::vector<mx::array> outputs{output};
   if ((copied[0] || donatable) && x.flags().row_contiguous && x.data_size() == x.size() &&
@@ -264,6 +263,18 @@ std::pair<std::vector<mx::array>, std::vector<int>> vmap_into_batch(mx::Stream s
 // and on small inputs every node costs more than the kernel itself).
 inline mx::array cast_like(const mx::array& a, const mx::array& like, mx::Stream s) {
   return a.dtype() == like.dtype() ? a : mx::astype(a, like.dtype(), s);
+}
+
+// A primitive's jvp as MLX's forward-mode derivative of `f`, the same function written in MLX ops: the tangents of
+// the inputs not in `argnums` are zero.
+template <typename F>
+std::vector<mx::array> jvp_of_reference(F&& f, const std::vector<mx::array>& primals,
+                                        const std::vector<mx::array>& tangents, const std::vector<int>& argnums,
+                                        mx::Stream s) {
+  std::vector<mx::array> full;
+  for (const auto& p : primals) full.push_back(mx::zeros_like(p, s));
+  for (size_t j = 0; j < argnums.size(); ++j) full[argnums[j]] = tangents[j];
+  return mx::jvp(std::forward<F>(f), primals, full).second;
 }
 
 // x ** p with the shortcuts of PowerKind (torch's pow kernel), for the LP pooling gradient.
