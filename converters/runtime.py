@@ -356,10 +356,13 @@ class PortedModel(TorchNamed):
     def _check_mode(self) -> None:
         """Refuse a call in training mode where a refused module would train (``.train()`` on a submodule too), or
         where the modules of the training-mode graph's switch are in mixed modes."""
+        self._check_refusals()
+        self._current_program()
+
+    def _check_refusals(self) -> None:
         for path in self._program.train_refusals:
             if _nearest_module(self, path).training:
                 raise TrainModeError(self._program.train_refusals)
-        self._current_program()
 
     def _current_program(self, strict: bool = True) -> _Program:
         """The graph to run in the modes now: the training-mode graph (``train_graph.py``) when every module of its
@@ -414,9 +417,8 @@ class PortedModel(TorchNamed):
         raise ValueError(f"bad argument spec {str(spec)[:80]!r} in the converted graph")
 
     def _run(self, inputs, record: Optional[dict]):
-        if self._program.train_refusals:
-            self._check_mode()
-        program = self._current_program()
+        self._check_refusals()
+        program = self._current_program()  # refuses switch modules in mixed modes
         overrides = self._update_train_state(program) if program.train_state else {}
         specs = program.graph["inputs"]
         if len(inputs) != len(specs):
