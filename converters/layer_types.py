@@ -183,11 +183,11 @@ def _rows(x: mx.array, weight: mx.array, bias) -> mx.array:
 def _attention(q: mx.array, k: mx.array, v: mx.array, dropout: float) -> mx.array:
     """``softmax(q @ k^T / sqrt(D)) @ v`` over ``(N, H, L, D)``; with ``dropout`` > 0 (training) the attention weights
     are dropped as torch's (survivors scaled by ``1 / (1 - p)``). Porter's softmax: one native pass on the CPU."""
-    scores = (q * (q.shape[-1] ** -0.5)) @ k.swapaxes(-1, -2)
+    scores = PL.functional.matmul(q * (q.shape[-1] ** -0.5), k.swapaxes(-1, -2))
     probs = PL.functional.softmax(scores, axis=-1)
     if dropout > 0:
         probs = nn.Dropout(dropout)(probs)
-    return probs @ v
+    return PL.functional.matmul(probs, v)
 
 
 class Activation(nn.Module):

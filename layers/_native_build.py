@@ -49,7 +49,7 @@ SOURCES = (
     "weight_flip_kernels.h", "weight_flip_ops.cpp", "linear_kernels.h", "linear_ops.cpp",
     "resample_kernels.h", "resample_ops.cpp",
     "col2im_kernels.h", "col2im_ops.cpp", "concat_kernels.h", "concat_ops.cpp",
-    "shuffle_kernels.h", "shuffle_ops.cpp",
+    "shuffle_kernels.h", "shuffle_ops.cpp", "matmul_kernels.h", "matmul_ops.cpp",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"

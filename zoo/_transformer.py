@@ -41,16 +41,16 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, bias: mx.arra
     """``softmax(q @ k^T * scale + bias) @ v`` over ``(..., L, D)`` arrays. In training, ``dropout_p`` drops
     attention weights (survivors scaled by ``1 / (1 - p)``) as torch's attention does. Explicit matmuls around
     Porter's native softmax: on the CPU, MLX's fused ``scaled_dot_product_attention`` measured slower."""
-    scores = (q * scale) @ k.swapaxes(-1, -2)
+    scores = F.matmul(q * scale, k.swapaxes(-1, -2))
     if bias is not None:
         scores = scores + bias
     weights = F.softmax(scores, axis=-1)
     if not training or dropout_p == 0.0:
-        return weights @ v
+        return F.matmul(weights, v)
     if dropout_p >= 1.0:
-        return mx.zeros_like(weights) @ v
+        return F.matmul(mx.zeros_like(weights), v)
     keep = mx.random.bernoulli(1.0 - dropout_p, weights.shape)
-    return (weights * keep * (1.0 / (1.0 - dropout_p))) @ v
+    return F.matmul(weights * keep * (1.0 / (1.0 - dropout_p)), v)
 
 
 class MultiheadAttention(nn.Module):

@@ -28,13 +28,13 @@ def _operand(x, swap):
 
 @kernel("matmul", inputs=[TENSOR, TENSOR], attrs={"swap_a": Bool(), "swap_b": Bool()})
 def k_matmul(a, b, *, swap_a=False, swap_b=False):
-    return _operand(a, swap_a) @ _operand(b, swap_b)
+    return _layers.matmul(_operand(a, swap_a), _operand(b, swap_b))
 
 
 @kernel("addmm", inputs=[SCALAR, TENSOR, TENSOR], attrs={"beta": Float(), "alpha": Float(), "swap_a": Bool(),
                                                         "swap_b": Bool()})
 def k_addmm(c, a, b, *, beta=1, alpha=1, swap_a=False, swap_b=False):
-    y = _operand(a, swap_a) @ _operand(b, swap_b)
+    y = _layers.matmul(_operand(a, swap_a), _operand(b, swap_b))
     if alpha != 1:
         y = y * alpha
     if beta == 0:
@@ -48,7 +48,7 @@ def k_addbmm(c, a, b, *, beta=1, alpha=1):
     ``(N, P)``; with ``beta == 0`` ``c`` is not read (NaN in it does not propagate), as torch's."""
     if a.ndim != 3 or b.ndim != 3:
         raise ValueError(f"addbmm: batch1 and batch2 must be 3-d but have shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    y = (a @ b).sum(axis=0)
+    y = _layers.matmul(a, b).sum(axis=0)
     if alpha != 1:
         y = y * alpha
     if beta == 0:
@@ -74,7 +74,7 @@ def attention(q, k, v, mask=None, *, scale=None, is_causal=False, gqa=None, drop
         groups = q.shape[-3] // k.shape[-3]
         k, v = mx.repeat(k, groups, axis=-3), mx.repeat(v, groups, axis=-3)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q * scale) @ k.swapaxes(-1, -2)
+    scores = _layers.matmul(q * scale, k.swapaxes(-1, -2))
     if is_causal:
         lq, lk = scores.shape[-2], scores.shape[-1]
         causal = mx.tril(mx.ones((lq, lk), dtype=mx.bool_))
@@ -89,7 +89,7 @@ def attention(q, k, v, mask=None, *, scale=None, is_causal=False, gqa=None, drop
         from ..layer_dropout import dropout as drop
 
         probs = drop(probs, dropout, True)
-    return probs @ v
+    return _layers.matmul(probs, v)
 
 
 def _matmul_operand(ctx, x):
@@ -170,9 +170,9 @@ def k_native_mha(q, k, v, qkv_weight, qkv_bias, proj_weight, proj_bias, *, num_h
         return y.reshape(y.shape[0], y.shape[1], num_head, e // num_head).transpose(0, 2, 1, 3)
 
     qh, kh, vh = heads(q, w_q, b_q), heads(k, w_k, b_k), heads(v, w_v, b_v)
-    scores = (qh * (1.0 / math.sqrt(e // num_head))) @ kh.swapaxes(-1, -2)
+    scores = _layers.matmul(qh * (1.0 / math.sqrt(e // num_head)), kh.swapaxes(-1, -2))
     attn = _layers.softmax(scores, -1)
-    out = (attn @ vh).transpose(0, 2, 1, 3).reshape(q.shape[0], q.shape[1], e)
+    out = _layers.matmul(attn, vh).transpose(0, 2, 1, 3).reshape(q.shape[0], q.shape[1], e)
     out = out @ proj_weight.T + proj_bias
     if not need_weights:
         return [out, None]

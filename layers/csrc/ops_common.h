@@ -307,5 +307,6 @@ void bind_resample(nb::module_& m);
 void bind_col2im(nb::module_& m);
 void bind_concat(nb::module_& m);
 void bind_shuffle(nb::module_& m);
+void bind_matmul(nb::module_& m);
 
 }  // namespace porter
