@@ -19,7 +19,7 @@ from ..limits import check_elements
 from ..registry import kernel, register
 from ..spec import (AXES, AXIS, INT_LIMIT, INT_OR_REF, MAX_LEN, PERM, SIZES, TENSOR, Enum, Float, Int, OneOf, Opt,
                     Ref as RefSpec, Seq, SpecError)
-from ._layers import channel_shuffle, concatenate
+from ._layers import channel_shuffle, concatenate, reshape
 
 
 # ---------------------------------------------------------------------------------------------------- kernels
@@ -99,7 +99,7 @@ def k_reshape(x, sizes, *, merge=None):
         ]
     sizes = [int(s) for s in sizes]
     check_elements([s for s in sizes if s != -1], "reshape")
-    return x.reshape(sizes)
+    return reshape(x, sizes)
 
 
 def _prod(values):

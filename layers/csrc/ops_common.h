@@ -35,6 +35,7 @@
 
 #include "dispatch.h"
 #include "parallel.h"
+#include "strided_copy.h"
 #include "windows.h"
 
 namespace nb = nanobind;
@@ -61,31 +62,6 @@ inline void check_batched(const mx::array& x, const char* what, const char* arg)
     std::ostringstream msg;
     msg << arg << " must be batched channels-last (N, *spatial, C) with 1 to 3 spatial dims, got shape " << x.shape();
     fail(what, msg.str());
-  }
-}
-
-// dst (row-major, shape's size) = the strided array at src: the last axis in a tight loop, the others by an odometer.
-inline void strided_copy(const char* src, char* dst, const mx::Shape& shape, const mx::Strides& strides,
-                         size_t item) {
-  const int nd = static_cast<int>(shape.size());
-  if (nd == 0) {
-    std::memcpy(dst, src, item);
-    return;
-  }
-  const int64_t len = shape[nd - 1], step = strides[nd - 1] * static_cast<int64_t>(item);
-  int64_t rows = 1;
-  for (int d = 0; d < nd - 1; ++d) rows *= shape[d];
-  std::vector<int64_t> idx(nd, 0);
-  int64_t offset = 0;  // of the current row, in elements
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* from = src + offset * static_cast<int64_t>(item);
-    for (int64_t j = 0; j < len; ++j, dst += item) std::memcpy(dst, from + j * step, item);
-    for (int d = nd - 2; d >= 0; --d) {  // next row
-      offset += strides[d];
-      if (++idx[d] < shape[d]) break;
-      offset -= strides[d] * shape[d];
-      idx[d] = 0;
-    }
   }
 }
 
@@ -308,5 +284,6 @@ void bind_col2im(nb::module_& m);
 void bind_concat(nb::module_& m);
 void bind_shuffle(nb::module_& m);
 void bind_matmul(nb::module_& m);
+void bind_reshape(nb::module_& m);
 
 }  // namespace porter
