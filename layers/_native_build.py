@@ -50,7 +50,7 @@ SOURCES = (
     "resample_kernels.h", "resample_ops.cpp",
     "col2im_kernels.h", "col2im_ops.cpp", "concat_kernels.h", "concat_ops.cpp",
     "shuffle_kernels.h", "shuffle_ops.cpp", "matmul_kernels.h", "matmul_ops.cpp",
-    "strided_copy.h", "reshape_ops.cpp",
+    "strided_copy.h", "reshape_ops.cpp", "binary_kernels.h", "binary_ops.cpp",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"

@@ -4,8 +4,8 @@ names only: no converter imports a private ``porter.layers._*`` module).
 Every conv/pool/pad kernel calls ``fn("max_pool2d")``: the exact torch semantics of those ops live only in Porter's
 layers. Names come from an artifact, so they are looked up in the explicit table :data:`FUNCTIONS`, never with
 ``getattr`` on the module. The other kernels import what they need from here by name: the activations and softmax,
-``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle``, ``linear``, ``matmul`` and ``reshape`` (native
-passes on the CPU, MLX ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``/``batch_norm_train``,
+``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle``, ``linear``, ``matmul``, ``reshape`` and
+``add``/``subtract``/``multiply``/``divide`` (native passes on the CPU, MLX ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``/``batch_norm_train``,
 ``blocked_sum``/``blocked_mean`` (torch's accuracy over many elements), and
 ``float64_math``/``float64_erf`` (float64-accurate ``exp``, ``sin``, ``softmax``, ``erf``, ... where MLX's are
 float32-accurate) and ``polevl``/``chbevl`` (series evaluation), and
@@ -38,7 +38,11 @@ from porter.layers.functional import (  # noqa: F401
     l2_normalize,
     layer_norm,
     linear,
+    add,
+    divide,
     matmul,
+    multiply,
+    subtract,
     reshape,
     polevl,
     relu,

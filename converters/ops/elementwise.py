@@ -142,10 +142,10 @@ UNARY = {
 }
 
 BINARY = {
-    "add": mx.add,
-    "sub": mx.subtract,
-    "mul": mx.multiply,
-    "div": mx.divide,
+    "add": act.add,  # MLX's, large float32 operands on Porter's threads (layers/binary.py)
+    "sub": act.subtract,
+    "mul": act.multiply,
+    "div": act.divide,
     "div_floor": lambda a, b: mx.floor(mx.divide(a, b)),
     "div_trunc": lambda a, b: (lambda q: mx.where(q < 0, mx.ceil(q), mx.floor(q)))(mx.divide(a, b)),
     "floor_divide": mx.floor_divide,

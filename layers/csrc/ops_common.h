@@ -285,5 +285,6 @@ void bind_concat(nb::module_& m);
 void bind_shuffle(nb::module_& m);
 void bind_matmul(nb::module_& m);
 void bind_reshape(nb::module_& m);
+void bind_binary(nb::module_& m);
 
 }  // namespace porter
