@@ -416,9 +416,12 @@ class PortedModel(TorchNamed):
             return spec
         raise ValueError(f"bad argument spec {str(spec)[:80]!r} in the converted graph")
 
-    def _run(self, inputs, record: Optional[dict]):
+    def _run(self, inputs, record: Optional[dict], program: Optional[_Program] = None):
+        """Build the call's graph (lazily). ``program``: the graph to run (``porter.load``'s size walk of the
+        training-mode graph, its layers in their modes now); default the one the modes choose."""
         self._check_refusals()
-        program = self._current_program()  # refuses switch modules in mixed modes
+        if program is None:
+            program = self._current_program()  # refuses switch modules in mixed modes
         overrides = self._update_train_state(program) if program.train_state else {}
         specs = program.graph["inputs"]
         if len(inputs) != len(specs):

@@ -59,6 +59,11 @@ CASES = {  # edit, (where pattern, field)
     "empty switch": (_set("switch", []), ("the file", "train_graph.switch")),
     "switch not names": (_set("switch", [3]), ("the file", "train_graph.switch[0]")),
     "switch twice": (_set("switch", ["", ""]), ("the file", "train_graph.switch[1]")),
+    # session 19: a parameter's path took its layer's mode; a path of empty names its nearest holder's (the root's)
+    "switch names a parameter": (_set("switch", ["fc.weight"]), ("the file", "train_graph.switch[0]")),
+    "switch through a buffer": (_set("switch", ["", "stem.1.running_mean.x"]), ("the file", "train_graph.switch[1]")),
+    "switch not a module path": (_set("switch", ["stem..0"]), ("the file", "train_graph.switch[0]")),
+    "switch a lone dot": (_set("switch", ["."]), ("the file", "train_graph.switch[0]")),
     "unknown kernel": (_node(lambda n, g: n.update(kernel="os.system")), ("train_graph: node", "kernel")),
     "undefined value": (_node(lambda n, g: n.update(inputs=[{"ref": "nowhere"}])), ("train_graph: node",
                                                                                     "inputs[0]")),
@@ -89,6 +94,38 @@ def test_a_tampered_training_graph_is_refused_by_name(case, train_artifact, tmp_
     with pytest.raises(ArtifactError) as info:
         porter.load(_tampered(train_artifact, tmp_path, edit))
     assert info.value.where.startswith(where) and info.value.field == field, str(info.value)
+    assert info.value.file.endswith("graph.json")
+
+
+def _append(graph, kernel, inputs, attrs, name):
+    graph["train_graph"]["nodes"].append({"kernel": kernel, "inputs": inputs, "attrs": attrs, "outputs": [name],
+                                          "layout": None, "op": "", "module": "", "module_type": ""})
+
+
+def _four_fulls(graph):
+    """Four 8 GiB values alive together, in the training graph only (16 GiB past the default bound)."""
+    for name in "abcd":
+        _append(graph, "full", [[1 << 30, 2], 1.0], {"dtype": "float32"}, name)
+    for left, right, out in (("a", "b", "ab"), ("ab", "c", "abc"), ("abc", "d", "abcd")):
+        _append(graph, "binary", [{"ref": left}, {"ref": right}], {"fn": "add"}, out)
+
+
+SIZED = {  # edit, (where, field, message)
+    "over the byte bound": (_four_fulls, ("train_graph: nodes", "", "max_graph_bytes")),
+    "an axis past the rank": (lambda g: _append(g, "reduce", [{"ref": "relu"}], {"fn": "sum", "axes": [9],
+                                                                                 "keepdims": False}, "s"),
+                              ("train_graph: node 17 (kernel 'reduce')", "attrs.axes[0]", "out of range for a 4-d")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIZED))
+def test_the_training_graph_sizes_are_checked_at_load(case, train_artifact, tmp_path):
+    """Session 18 walked only the eval graph at the example's sizes: a training graph over the bounds, or with an
+    axis past a value's rank, loaded and was refused only by a call in training mode."""
+    edit, (where, field, message) = SIZED[case]
+    with pytest.raises(ArtifactError, match=message) as info:
+        porter.load(_tampered(train_artifact, tmp_path, edit))
+    assert (info.value.where, info.value.field) == (where, field), str(info.value)
     assert info.value.file.endswith("graph.json")
 
 
