@@ -25,6 +25,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .axis_checks import NodeAxisError
+from .index_errors import NodeIndexError, from_arrays
 from .limits import ResourceLimitError
 from .schema import ArtifactError
 
@@ -246,6 +247,9 @@ def check_example(ported, path: str) -> None:
             raise GraphArtifactError(path, prefix + "nodes", "", f"at the example's sizes, {where}{e}") from None
         except NodeAxisError as e:  # the ranks are the example's: an axis past one is the file's fault at any size
             raise ArtifactError(path, prefix + e.where, e.field, e.problem) from None
+        except NodeIndexError as e:  # an index array no caller can change, at sizes torch ran the model at
+            if from_arrays(program, e.index):
+                raise ArtifactError(path, prefix + e.where, e.field, e.problem) from None
         except Exception:  # noqa: BLE001 - not the bound's business: every call is checked again for its sizes
             pass
         finally:  # nothing of the walk is kept: the first call computes (and checks) the input-independent values
