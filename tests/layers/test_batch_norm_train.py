@@ -98,3 +98,20 @@ def test_backward_keeps_only_the_input():
     # against 13.0 through MLX's ops here and 9.0 on another CI machine (MLX's own peak depends on its eval order):
     # the bound is on ours; the plain path only has to be worse, so the measure is seen to tell them apart
     assert ours <= 8 and plain > ours + 1, (ours, plain)
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("shape", [(0, 5, 4, 3), (2, 5, 0, 3), (0, 5)])
+def test_an_empty_batch_keeps_the_running_statistics_as_torch(shape, momentum):
+    """Training on an empty batch: torch returns an empty output, counts the batch and keeps its running statistics;
+    session 18's port set them to NaN (the empty batch's mean, 0/0), so every later eval call returned NaN."""
+    nd = len(shape) - 2
+    tbn, mbn = _pair(nd, momentum)
+    tbn.train(), mbn.train()
+    x = torch.randn(*shape)
+    want = tbn(x)
+    got = mbn(torch_to_mx(x, True))
+    mx.eval(got)
+    assert got.shape == np.moveaxis(np.empty(want.shape), 1, -1).shape and got.size == 0
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        np.testing.assert_array_equal(np.array(getattr(mbn, name)), getattr(tbn, name).numpy())
