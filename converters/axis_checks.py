@@ -37,7 +37,8 @@ class NodeAxisError(ValueError):
 
 def node_place(index: int, node: dict) -> str:
     """``node 12 (kernel 'gather', module 'layer1')``: how an error names the ``index``-th node."""
-    return f"node {index} (kernel {node['kernel']!r}" + (f", module {node['module']!r})" if node.get("module") else ")")
+    module = f", module {node['module']!r}" if node.get("module") else ""
+    return f"node {index} (kernel {node['kernel']!r}{module})"
 
 
 def axis_fields(graph: dict) -> dict:
