@@ -138,3 +138,35 @@ def test_the_untampered_artifact_loads(train_artifact):
     assert loaded(x).shape == (2, 5)
     loaded.train()
     assert [tuple(o.shape) for o in loaded(x)] == [(2, 5), (2, 5)]
+
+
+def test_update_keeps_and_checks_the_training_graph(train_artifact, tmp_path):
+    """``porter update`` of a format-7 port: the training graph survives, the updated port's training forward is
+    torch's with the new weights (auxiliary head included), and a tampered training graph is refused before
+    anything is written."""
+    import mlx.core as mx
+    import numpy as np
+    from click.testing import CliRunner
+
+    from porter.cli.main import main
+    from tests.security.attack_helpers import assert_input_error
+
+    model = seeded(AuxNet(), 3)
+    torch.save(model.state_dict(), tmp_path / "new.pt")
+    out = tmp_path / "updated-mlx"
+    result = CliRunner().invoke(main, ["update", str(train_artifact), str(tmp_path / "new.pt"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    before, after = (json.loads((d / "graph.json").read_text()) for d in (train_artifact, out))
+    assert after["train_graph"] == before["train_graph"] and after["format_version"] == 7
+    x = np.random.default_rng(0).standard_normal((2, 3, 10, 9)).astype(np.float32)
+    ported = porter.load(out)
+    ported.train()
+    got = ported(mx.array(x.transpose(0, 2, 3, 1)))
+    want = model.train()(torch.from_numpy(x))
+    for ours, theirs in zip(got, (want.logits, want.aux_logits)):
+        np.testing.assert_allclose(np.array(ours), theirs.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+    bad = _tampered(train_artifact, tmp_path, _set("switch", ["fc.weight"]))
+    listing = sorted(p.name for p in tmp_path.iterdir())
+    result = CliRunner().invoke(main, ["update", str(bad), str(tmp_path / "new.pt"), "-o", str(tmp_path / "u2")])
+    assert_input_error(result, ["graph.json", "train_graph.switch[0]"], directory=tmp_path, listing_before=listing)
