@@ -49,6 +49,13 @@ def _call_module(graph):
     return next(n for n in graph["train_graph"]["nodes"] if n["kernel"] == "call_module")
 
 
+def _eval_only_value(graph):
+    """The eval graph defines ``eval_only`` (an identity of its input); the training graph's first node reads it."""
+    graph["nodes"].insert(0, {"kernel": "identity", "inputs": [{"ref": "x"}], "attrs": {}, "outputs": ["eval_only"],
+                              "layout": None, "op": "", "module": "", "module_type": ""})
+    graph["train_graph"]["nodes"][0]["inputs"] = [{"ref": "eval_only"}]
+
+
 CASES = {  # edit, (where pattern, field)
     "not an object": (lambda g: g.update(train_graph=[1]), ("the file", "train_graph")),
     "no nodes": (lambda g: g["train_graph"].pop("nodes"), ("the file", "train_graph.nodes")),
@@ -67,6 +74,7 @@ CASES = {  # edit, (where pattern, field)
     "unknown kernel": (_node(lambda n, g: n.update(kernel="os.system")), ("train_graph: node", "kernel")),
     "undefined value": (_node(lambda n, g: n.update(inputs=[{"ref": "nowhere"}])), ("train_graph: node",
                                                                                     "inputs[0]")),
+    "a value only the eval graph defines": (_eval_only_value, ("train_graph: node", "inputs[0]")),
     "unrecorded parameter": (lambda g: _call_module(g).update(inputs=[{"param": "evil.weight"}]),
                              ("train_graph: node", "inputs[0]")),
     "unknown layer": (lambda g: _call_module(g)["attrs"].update(module="not.a.layer"),
