@@ -52,13 +52,16 @@ def at_node(error: Exception, index: int, node: dict) -> NodeIndexError:
 
 
 def from_arrays(program, index: int) -> bool:
-    """Whether the index array node ``index`` of ``program`` (a runtime ``_Program``) checks is a recorded array
-    or a value computed from recorded arrays alone (``static_values``): the same at every call."""
+    """Whether the index arrays node ``index`` of ``program`` (a runtime ``_Program``) checks are recorded arrays
+    or values computed from recorded arrays alone (``static_values``): the same at every call. ``index`` and
+    ``index_put`` take a list of them (``None`` for a whole dim)."""
     node = program.graph["nodes"][index]
     spec = node["inputs"][index_input(node)]
-    if isinstance(spec, dict) and set(spec) == {"param"}:
-        return True
-    if not (isinstance(spec, dict) and set(spec) == {"ref"}):
-        return False
     nodes = program.graph["nodes"]
-    return any(spec["ref"] in nodes[i]["outputs"] for i in program.static.nodes)
+    static = {name for i in program.static.nodes for name in nodes[i]["outputs"]}
+
+    def constant(item) -> bool:
+        return isinstance(item, dict) and (set(item) == {"param"} or (set(item) == {"ref"} and item["ref"] in static))
+
+    items = [item for item in spec if item is not None] if isinstance(spec, list) else [spec]
+    return bool(items) and all(constant(item) for item in items)

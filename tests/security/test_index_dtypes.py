@@ -78,3 +78,53 @@ def test_a_uint8_mask_is_what_torch_reads_it_as():
         assert torch.from_numpy(_X)[_t(_ROWS, "uint8")].shape == (2, 3)
     with pytest.raises(IndexTypeError, match="uint8 index is a mask in torch"):
         k_index(mx.array(_X), [_m(_ROWS, "uint8")])
+
+
+def _stored_index(values, dtype, kernel="index"):
+    """An edit: a ``kernel`` node (``x[evil]`` over the batch, or ``x[evil] = 0``) between TinyNet's max pool and
+    its next reader, ``evil`` a recorded array of ``values``."""
+    import json
+
+    def edit(directory):
+        path = directory / "graph.json"
+        graph = json.loads(path.read_text())
+        graph["params"]["evil"] = {"transform": "identity", "attrs": {}, "trainable": False,
+                                   "torch_shape": [len(values)], "dtype": dtype}
+        at = next(i for i, n in enumerate(graph["nodes"]) if n["outputs"] == ["max_pool2d"]) + 1
+        inputs = [{"ref": "max_pool2d"}, [{"param": "evil"}]] + ([{"ref": "max_pool2d"}] if kernel == "index_put" else [])
+        graph["nodes"].insert(at, {"kernel": kernel, "inputs": inputs,
+                                   "attrs": {"accumulate": False} if kernel == "index_put" else {},
+                                   "outputs": ["picked"], "layout": [0, 2, 3, 1], "op": "", "module": "",
+                                   "module_type": ""})
+        for node in graph["nodes"][at + 1:]:
+            node["inputs"] = [{"ref": "picked"} if x == {"ref": "max_pool2d"} else x for x in node["inputs"]]
+        path.write_text(json.dumps(graph))
+        arrays, metadata = mx.load(str(directory / "model.safetensors"), return_metadata=True)
+        arrays["evil"] = mx.array(values).astype(getattr(mx, dtype))
+        mx.save_safetensors(str(directory / "model.safetensors"), arrays, metadata)
+        return directory
+
+    return edit
+
+
+@pytest.mark.parametrize("kernel", ["index", "index_put"])
+@pytest.mark.parametrize("values,dtype,problem", [([0], "uint8", "uint8"), ([3], "int64", "index 3 is out of range"),
+                                                  ([0], "int16", "int16")])
+def test_a_stored_index_list_is_refused_at_load(tampered, kernel, values, dtype, problem):
+    """``x[idx]`` / ``x[idx] = v`` take a list of index arrays: a stored one torch would refuse (or a stored uint8
+    "mask" read as positions) is refused at load, naming the node and the input (example batch 1)."""
+    import porter
+
+    directory = _stored_index(values, dtype, kernel)(tampered())
+    with pytest.raises(porter.ArtifactError, match=problem) as info:
+        porter.load(directory)
+    assert info.value.field == "inputs[1]" and f"(kernel {kernel!r})" in info.value.where, str(info.value)
+
+
+def test_a_stored_index_list_torch_takes_still_loads(tampered, tiny_artifact):
+    import porter
+
+    directory = _stored_index([0], "int64")(tampered())
+    x = np.random.default_rng(0).standard_normal((1, 16, 16, 3)).astype(np.float32)
+    np.testing.assert_array_equal(np.array(porter.load(directory)(mx.array(x))),
+                                  np.array(porter.load(tiny_artifact[0])(mx.array(x))))
