@@ -91,7 +91,8 @@ def _stored_index(values, dtype, kernel="index"):
         graph["params"]["evil"] = {"transform": "identity", "attrs": {}, "trainable": False,
                                    "torch_shape": [len(values)], "dtype": dtype}
         at = next(i for i, n in enumerate(graph["nodes"]) if n["outputs"] == ["max_pool2d"]) + 1
-        inputs = [{"ref": "max_pool2d"}, [{"param": "evil"}]] + ([{"ref": "max_pool2d"}] if kernel == "index_put" else [])
+        values = [{"ref": "max_pool2d"}] if kernel == "index_put" else []  # x[evil] = x[evil]
+        inputs = [{"ref": "max_pool2d"}, [{"param": "evil"}]] + values
         graph["nodes"].insert(at, {"kernel": kernel, "inputs": inputs,
                                    "attrs": {"accumulate": False} if kernel == "index_put" else {},
                                    "outputs": ["picked"], "layout": [0, 2, 3, 1], "op": "", "module": "",
