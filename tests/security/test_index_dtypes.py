@@ -91,8 +91,8 @@ def _stored_index(values, dtype, kernel="index"):
         graph["params"]["evil"] = {"transform": "identity", "attrs": {}, "trainable": False,
                                    "torch_shape": [len(values)], "dtype": dtype}
         at = next(i for i, n in enumerate(graph["nodes"]) if n["outputs"] == ["max_pool2d"]) + 1
-        values = [{"ref": "max_pool2d"}] if kernel == "index_put" else []  # x[evil] = x[evil]
-        inputs = [{"ref": "max_pool2d"}, [{"param": "evil"}]] + values
+        source = [{"ref": "max_pool2d"}] if kernel == "index_put" else []  # x[evil] = x[evil]
+        inputs = [{"ref": "max_pool2d"}, [{"param": "evil"}]] + source
         graph["nodes"].insert(at, {"kernel": kernel, "inputs": inputs,
                                    "attrs": {"accumulate": False} if kernel == "index_put" else {},
                                    "outputs": ["picked"], "layout": [0, 2, 3, 1], "op": "", "module": "",
