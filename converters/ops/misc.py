@@ -115,10 +115,10 @@ def check_index_dtype(index, what: str, narrow: bool = False) -> None:
     """``IndexTypeError`` for an ``index`` array of a dtype torch's op ``what`` refuses (:func:`checked_indices`)."""
     if not isinstance(index, mx.array):
         return
-    if what == "index" and index.dtype in (mx.bool_, mx.uint8):
-        # torch's x[mask]: data-dependent positions (conversion turns a constant mask into positions); MLX gathered
-        # by a uint8 "mask" [1, 0, 1, 0] as positions 1, 0, 1, 0 (torch: rows 0 and 2)
-        raise IndexTypeError(f"index: a {index.dtype} index is a mask in torch (uint8 deprecated), not positions, "
+    if what in ("index", "index_put") and index.dtype in (mx.bool_, mx.uint8):
+        # torch's x[mask] (and x[mask] = v): data-dependent positions (conversion turns a constant mask into
+        # positions); MLX gathered by a uint8 "mask" [1, 0, 1, 0] as positions 1, 0, 1, 0 (torch: rows 0 and 2)
+        raise IndexTypeError(f"{what}: a {index.dtype} index is a mask in torch (uint8 deprecated), not positions, "
                              "and a port takes no mask computed at run time")
     if not mx.issubdtype(index.dtype, mx.integer):
         # a float or bool index (a crafted graph feeding a weight or a mask in) failed inside MLX's evaluation

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from porter.converters.index_errors import IndexTypeError
 from porter.converters.ops.embedding_bag import k_embedding_bag
 from porter.converters.ops.misc import k_embedding, k_gather, k_index, k_index_select
+from porter.converters.ops.mutation import k_index_put
 from porter.converters.ops.scatter import k_index_scatter, k_scatter
 
 _X = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
@@ -40,6 +41,8 @@ OPS = {
     "index_select": (lambda x, i: torch.index_select(x, 0, i), lambda x, i: k_index_select(x, i, axis=0), _ROWS),
     "embedding": (lambda x, i: F.embedding(i, x), lambda x, i: k_embedding(x, i), _ROWS),
     "index": (lambda x, i: x[i], lambda x, i: k_index(x, [i]), _ROWS),
+    "index_put": (lambda x, i: x.index_put((i,), torch.tensor(7.0)),
+                  lambda x, i: k_index_put(x, [i], mx.array(7.0), accumulate=False), _ROWS),
     "scatter": (lambda x, i: x.scatter(0, i, 1.0), lambda x, i: k_scatter(x, i, 1.0, axis=0, reduce="none",
                                                                             include_self=True), _GRID),
     "index_add": (lambda x, i: x.index_add(0, i, torch.ones(4, 3)),
@@ -62,7 +65,7 @@ def test_an_index_dtype_is_taken_or_refused_as_torch_does(op, dtype):
         refused = e
     else:
         refused = None
-    if refused is not None or (op == "index" and dtype == "uint8"):  # torch's uint8 mask: positions it computes
+    if refused is not None or (op in ("index", "index_put") and dtype == "uint8"):  # torch's uint8 mask
         with pytest.raises(IndexTypeError, match=rf"{'index' if op == 'index_add' else op}.*{dtype}"):
             mx.eval(port_op(mx.array(_X), _m(index, dtype)))
         return
