@@ -157,3 +157,24 @@ def test_a_zero_batch_count_trains(tampered):
     model.train()
     mx.eval(model(mx.random.normal((4, 16, 16, 3))))
     assert model.bn1.num_batches_tracked.item() == 1 and bool(mx.all(mx.isfinite(model.bn1.running_mean)))
+
+
+_NAN = {"$float": "nan"}
+BATCH_NORM_CONFIGS = {  # config edit, words of the refusal (all held before session 19: kept as regressions)
+    "momentum above 1": ({"momentum": 2.0}, "'momentum' must be in [0, 1]"),
+    "momentum NaN": ({"momentum": _NAN}, "momentum"),
+    "eps negative": ({"eps": -1.0}, "'eps' must be positive"),
+    "eps NaN": ({"eps": _NAN}, "eps"),
+    "no features": ({"num_features": 0}, "num_features"),
+    "features beside the weights": ({"num_features": 9}, "needs (9,)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BATCH_NORM_CONFIGS))
+def test_a_batch_norm_config_the_training_kernel_cannot_take_is_refused_at_load(case, tampered):
+    """What graph.json can feed the native training batch norm (``BatchNormTrain``) through the layer's config."""
+    edit, words = BATCH_NORM_CONFIGS[case]
+    with pytest.raises(ArtifactError) as info:
+        porter.load(tampered(lambda g: g["modules"]["bn1"]["config"].update(edit)))
+    assert info.value.file.endswith("graph.json") and "bn1" in str(info.value) and words in str(info.value), \
+        str(info.value)
