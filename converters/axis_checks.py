@@ -81,5 +81,5 @@ def check(index: int, node: dict, names: list, args: list) -> None:
             value, [f"attrs.{name}[{i}]" for i in range(len(value))])
         for axis, field in zip(values, fields):
             if not -size <= axis < size:
-                raise NodeAxisError(index, node_place(index, node), field, f"axis {axis} is out of range for a {rank}-d value "
-                                    f"(expected {-size} to {size - 1})")
+                raise NodeAxisError(index, node_place(index, node), field, f"axis {axis} is out of range for a "
+                                    f"{rank}-d value (expected {-size} to {size - 1})")
