@@ -178,3 +178,35 @@ def test_update_keeps_and_checks_the_training_graph(train_artifact, tmp_path):
     listing = sorted(p.name for p in tmp_path.iterdir())
     result = CliRunner().invoke(main, ["update", str(bad), str(tmp_path / "new.pt"), "-o", str(tmp_path / "u2")])
     assert_input_error(result, ["graph.json", "train_graph.switch[0]"], directory=tmp_path, listing_before=listing)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_mutated_training_graph_fails_cleanly(train_artifact, tmp_path, seed):
+    """Seeded mutations of the ``train_graph`` record alone (``test_graph_fuzz.py``'s hostile values): the folder
+    loads and runs in both modes (and ``trace``), or fails with Porter's errors naming the file, or at run the op or
+    the modes; never a ``KeyError``/``IndexError``/``AttributeError`` from inside Porter (350 seeds clean in
+    session 19)."""
+    import random
+
+    import mlx.core as mx
+
+    from tests.security.attack_helpers import mutate_json
+    from tests.security.test_graph_fuzz import HOSTILE
+
+    mutations = []
+
+    def edit(graph):
+        mutations.extend(mutate_json(graph["train_graph"], random.Random(seed), HOSTILE, [1, 1, 2, 3]))
+
+    directory = _tampered(train_artifact, tmp_path, edit)
+    x = mx.random.normal((2, 10, 9, 3), key=mx.random.key(0))
+    try:
+        model = porter.load(directory)
+        mx.eval(model(x))
+        model.train()
+        mx.eval(model(x))
+        mx.eval(list(model.trace(x)[1].values()))
+    except ArtifactError as e:
+        assert "graph.json" in str(e), (mutations, str(e))
+    except (ValueError, TypeError) as e:
+        assert any(s in str(e) for s in ("while running", "input '", "module_outputs", "training")), (mutations, e)
