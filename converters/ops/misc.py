@@ -111,8 +111,9 @@ def k_roll(x, shifts, *, axes):
 _NARROW_INTEGERS = (mx.uint8, mx.int8, mx.uint16, mx.int16)
 
 
-def check_index_dtype(index, what: str, narrow: bool = False) -> None:
-    """``IndexTypeError`` for an ``index`` array of a dtype torch's op ``what`` refuses (:func:`checked_indices`)."""
+def check_index_dtype(index, what: str, narrow: bool = False, long_only: bool = False) -> None:
+    """``IndexTypeError`` for an ``index`` array of a dtype torch's op ``what`` refuses (:func:`checked_indices`;
+    ``long_only``: torch's int64-only ops, ``put``, ``index_copy``, ``index_fill``)."""
     if not isinstance(index, mx.array):
         return
     if what in ("index", "index_put") and index.dtype in (mx.bool_, mx.uint8):
@@ -123,21 +124,24 @@ def check_index_dtype(index, what: str, narrow: bool = False) -> None:
     if not mx.issubdtype(index.dtype, mx.integer):
         # a float or bool index (a crafted graph feeding a weight or a mask in) failed inside MLX's evaluation
         raise IndexTypeError(f"{what}: expected an integer index array but got {index.dtype}")
+    if long_only and index.dtype != mx.int64:
+        raise IndexTypeError(f"{what}: expected an int64 index array (torch refuses {index.dtype} indices here) but "
+                             f"got {index.dtype}")
     if not narrow and index.dtype in _NARROW_INTEGERS:
         raise IndexTypeError(f"{what}: expected an int32 or int64 index array (torch refuses {index.dtype} "
                              f"indices) but got {index.dtype}")
 
 
-def checked_indices(index, size: int, what: str, narrow: bool = False):
+def checked_indices(index, size: int, what: str, narrow: bool = False, long_only: bool = False):
     """``index`` unchanged when it is an integer array torch's op takes (not 8/16-bit unless ``narrow``:
-    embedding_bag casts them) and every entry is in ``[-size, size)``; else ``IndexTypeError`` (a TypeError) or
+    embedding_bag casts them; int64 alone with ``long_only``) and every entry is in ``[-size, size)``; else ``IndexTypeError`` (a TypeError) or
     ``IndexRangeError`` (an IndexError) as torch raises, which the runtime names with the node and the input
     (``converters/index_errors.py``). MLX's gathers do not check bounds (an index past the end reads other memory,
     or crashes), and indices can come from a stored buffer of an artifact as well as from the caller. Returned
     under ``stop_gradient``: integer indices carry no gradient, and MLX's scatters refuse to be asked for one
     (``Cannot calculate VJP with respect to indices``) when the indices were computed from what is differentiated
     (a VQ-VAE's ``argmin`` code into a one-hot ``scatter_``)."""
-    check_index_dtype(index, what, narrow)
+    check_index_dtype(index, what, narrow, long_only)
     if isinstance(index, mx.array) and index.size:
         index = mx.stop_gradient(index)
         if exporting():  # an exported function cannot stop to check on the host: a bad index reads entry 0

@@ -21,6 +21,7 @@ from porter.converters.ops.embedding_bag import k_embedding_bag
 from porter.converters.ops.misc import k_embedding, k_gather, k_index, k_index_select
 from porter.converters.ops.mutation import k_index_put
 from porter.converters.ops.scatter import k_index_scatter, k_scatter
+from porter.converters.ops.scatter_more import k_put
 
 _X = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
 _ROWS = np.array([1, 0, 1, 0])  # also a "mask" of 4 entries for x[idx]
@@ -47,6 +48,9 @@ OPS = {
                                                                             include_self=True), _GRID),
     "index_add": (lambda x, i: x.index_add(0, i, torch.ones(4, 3)),
                   lambda x, i: k_index_scatter(x, i, mx.ones((4, 3)), axis=0, reduce="sum", alpha=1.0), _ROWS),
+    "index_copy": (lambda x, i: x.index_copy(0, i, torch.ones(4, 3)),
+                   lambda x, i: k_index_scatter(x, i, mx.ones((4, 3)), axis=0, reduce="none", alpha=1.0), _ROWS),
+    "put": (lambda x, i: x.put(i, torch.ones(4)), lambda x, i: k_put(x, i, mx.ones((4,)), accumulate=False), _ROWS),
     "embedding_bag": (lambda x, i: F.embedding_bag(i, x, torch.tensor([0, 2]), mode="sum"),
                       lambda x, i: k_embedding_bag(x, i, mx.array([0, 2]), None, mode="sum", include_last=False,
                                                    padding_idx=-1), _ROWS),
@@ -66,7 +70,7 @@ def test_an_index_dtype_is_taken_or_refused_as_torch_does(op, dtype):
     else:
         refused = None
     if refused is not None or (op in ("index", "index_put") and dtype == "uint8"):  # torch's uint8 mask
-        with pytest.raises(IndexTypeError, match=rf"{'index' if op == 'index_add' else op}.*{dtype}"):
+        with pytest.raises(IndexTypeError, match=rf"{op}.*{dtype}"):
             mx.eval(port_op(mx.array(_X), _m(index, dtype)))
         return
     got = port_op(mx.array(_X), _m(index, dtype))
