@@ -146,6 +146,13 @@ def remove_created(created) -> None:
             pass
 
 
+def folder_problem(folder: str) -> str:
+    """Why the missing ``folder`` of an output path cannot hold it (a file of that name is not a missing folder)."""
+    if os.path.lexists(folder):
+        return f"'{folder}' is not a folder"
+    return f"the folder '{folder}' does not exist"
+
+
 def check_file_destination(path: str, option: str) -> None:
     """Refuse early an output file ``option`` names that cannot be written: a directory, or a missing or read-only
     folder (an existing regular file is replaced, as a report is)."""
@@ -153,8 +160,7 @@ def check_file_destination(path: str, option: str) -> None:
         raise InputError(f"{option} '{path}' is a directory.", f"Give a file path for {option}.")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise InputError(f"{option} '{path}': the folder '{folder}' does not exist.", "Create it, or choose another "
-                         "path.")
+        raise InputError(f"{option} '{path}': {folder_problem(folder)}.", "Choose another path, or create that folder.")
     try:  # permission bits do not tell the whole story (root, read-only mounts): try it
         os.remove(_probe(folder))
     except OSError as exc:

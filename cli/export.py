@@ -6,6 +6,7 @@ import tempfile
 import click
 
 from .artifact import load_ported, recorded_source
+from .atomic import folder_problem
 from .bench import parse_batches
 from porter.checkpoints.budget import check_input_shapes
 from .errors import InputError
@@ -31,7 +32,7 @@ def check_output(output: str, force: bool) -> None:
                 raise InputError(f"{named} already exists.", "Pass --force to replace it, or choose another path.")
     folder = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(folder):
-        raise InputError(f"-o '{output}': the folder '{folder}' does not exist.", "Create it, or choose another path.")
+        raise InputError(f"-o '{output}': {folder_problem(folder)}.", "Choose another path, or create that folder.")
     try:  # permission bits do not tell the whole story (root, read-only mounts): try it
         handle, probe = tempfile.mkstemp(prefix=".porter-probe-", suffix=SUFFIX, dir=folder)
         os.close(handle)

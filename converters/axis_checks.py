@@ -35,6 +35,12 @@ class NodeAxisError(ValueError):
         super().__init__(f"graph.json: {where}, field {field!r}: {problem}")
 
 
+def node_place(index: int, node: dict) -> str:
+    """``node 12 (kernel 'gather', module 'layer1')``: how an error names the ``index``-th node."""
+    module = f", module {node['module']!r}" if node.get("module") else ""
+    return f"node {index} (kernel {node['kernel']!r}{module})"
+
+
 def axis_fields(graph: dict) -> dict:
     """``{node index: [attribute name, ...]}``: the nodes of ``graph`` with an axis attribute (one the kernel's spec
     declares as ``spec.AXIS``/``spec.AXES``, possibly optional, and those of :data:`_MORE_AXES`)."""
@@ -75,7 +81,5 @@ def check(index: int, node: dict, names: list, args: list) -> None:
             value, [f"attrs.{name}[{i}]" for i in range(len(value))])
         for axis, field in zip(values, fields):
             if not -size <= axis < size:
-                where = f"node {index} (kernel {node['kernel']!r}" + (
-                    f", module {node['module']!r})" if node.get("module") else ")")
-                raise NodeAxisError(index, where, field, f"axis {axis} is out of range for a {rank}-d value "
-                                    f"(expected {-size} to {size - 1})")
+                raise NodeAxisError(index, node_place(index, node), field, f"axis {axis} is out of range for a "
+                                    f"{rank}-d value (expected {-size} to {size - 1})")

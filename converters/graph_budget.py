@@ -25,6 +25,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .axis_checks import NodeAxisError
+from .index_errors import NodeIndexError, from_arrays
 from .limits import ResourceLimitError
 from .schema import ArtifactError
 
@@ -230,18 +231,26 @@ class GraphArtifactError(ArtifactError, GraphLimitError):
 
 def check_example(ported, path: str) -> None:
     """``porter.load``'s check: the graph built at the example's sizes (nothing evaluated) stays within the
-    port's bounds. Raises ``ArtifactError`` naming ``path`` and the node over them. A build that fails otherwise
-    (an example of zeros a kernel refuses) is left to the calls, where each is checked for its actual sizes."""
-    try:
-        inputs = example_inputs(ported.graph)
-        if inputs is None:
-            return
-        ported._run(inputs, None)
-    except GraphLimitError as e:
-        raise GraphArtifactError(path, "nodes", "", f"at the example's sizes, {e}") from None
-    except NodeAxisError as e:  # the ranks are the example's: an axis past one is the file's fault at any size
-        raise ArtifactError(path, e.where, e.field, e.problem) from None
-    except Exception:  # noqa: BLE001 - not the bound's business: every call is checked again for its sizes
-        pass
-    finally:  # nothing of the walk is kept: the first call computes (and checks) the input-independent values
-        ported._program.static.clear()
+    port's bounds, the training-mode graph's too (``train_graph.py``; built with the layers in eval mode, which
+    change no size: no statistic moves, nothing is drawn). Raises ``ArtifactError`` naming ``path`` and the node
+    over them (``train_graph: ...`` for the training-mode graph). A build that fails otherwise (an example of zeros
+    a kernel refuses) is left to the calls, where each is checked for its actual sizes."""
+    inputs = example_inputs(ported.graph)
+    if inputs is None:
+        return
+    for program in ported._program.programs():
+        prefix = "" if program is ported._program else "train_graph: "
+        try:
+            ported._run(inputs, None, program)
+        except GraphLimitError as e:
+            where = "in the training-mode graph (train_graph), " if prefix else ""
+            raise GraphArtifactError(path, prefix + "nodes", "", f"at the example's sizes, {where}{e}") from None
+        except NodeAxisError as e:  # the ranks are the example's: an axis past one is the file's fault at any size
+            raise ArtifactError(path, prefix + e.where, e.field, e.problem) from None
+        except NodeIndexError as e:  # an index array no caller can change, at sizes torch ran the model at
+            if from_arrays(program, e.index):
+                raise ArtifactError(path, prefix + e.where, e.field, e.problem) from None
+        except Exception:  # noqa: BLE001 - not the bound's business: every call is checked again for its sizes
+            pass
+        finally:  # nothing of the walk is kept: the first call computes (and checks) the input-independent values
+            program.static.clear()

@@ -24,6 +24,7 @@ from .guards import InputChecks
 from .input_binding import Binding
 from .limits import check_elements
 from .axis_checks import axis_fields, check as check_axes
+from .index_errors import IndexRangeError, IndexTypeError, at_node as index_error_at
 from .registry import get_kernel, takes_training
 from .safe_text import printable
 from .fusion import activation_name, batch_norm_activation_pairs
@@ -416,9 +417,12 @@ class PortedModel(TorchNamed):
             return spec
         raise ValueError(f"bad argument spec {str(spec)[:80]!r} in the converted graph")
 
-    def _run(self, inputs, record: Optional[dict]):
+    def _run(self, inputs, record: Optional[dict], program: Optional[_Program] = None):
+        """Build the call's graph (lazily). ``program``: the graph to run (``porter.load``'s size walk of the
+        training-mode graph, its layers in their modes now); default the one the modes choose."""
         self._check_refusals()
-        program = self._current_program()  # refuses switch modules in mixed modes
+        if program is None:
+            program = self._current_program()  # refuses switch modules in mixed modes
         overrides = self._update_train_state(program) if program.train_state else {}
         specs = program.graph["inputs"]
         if len(inputs) != len(specs):
@@ -490,6 +494,8 @@ class PortedModel(TorchNamed):
                     attrs = dict(attrs, training=_nearest_module(self, node["module"]).training)
             try:
                 result = fn(*args, **attrs)
+            except (IndexTypeError, IndexRangeError) as e:  # names the node and the input the array came through
+                raise index_error_at(e, index, node) from e
             except (ValueError, TypeError) as e:
                 where = (f" in module {node['module']!r}" if node["module"] else "") + f", node {index}"
                 raise type(e)(f"{e} (while running {node['op'] or node['kernel']}{where})") from e

@@ -197,6 +197,10 @@ class _Checker:
                       "by Porter)")
         self.match(S.Seq(_NAME, 1, T.MAX_SWITCH), record["switch"], "the file", f"{T.KEY}.switch")
         self.distinct(record["switch"], f"{T.KEY}.switch")
+        for i, path in enumerate(record["switch"]):
+            problem = T.switch_problem(path, self.params)
+            if problem:
+                self.fail("the file", f"{T.KEY}.switch[{i}]", problem)
         try:
             _Checker(T.view(g), self.file).run()
         except ArtifactError as e:

@@ -84,8 +84,10 @@ class Int(Spec):
 
 
 class Float(Spec):
-    def __init__(self, allow_inf: bool = False, allow_nan: bool = False, lo=None, hi=None):
-        self.allow_inf, self.allow_nan, self.lo, self.hi = allow_inf, allow_nan, lo, hi
+    """A number (``lo <= value <= hi`` where given; ``lo < value`` with ``above=True``)."""
+
+    def __init__(self, allow_inf: bool = False, allow_nan: bool = False, lo=None, hi=None, above: bool = False):
+        self.allow_inf, self.allow_nan, self.lo, self.hi, self.above = allow_inf, allow_nan, lo, hi, above
 
     def check(self, value, on_ref):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -95,11 +97,14 @@ class Float(Spec):
                 self.fail(value)
         elif (math.isnan(value) and not self.allow_nan) or (math.isinf(value) and not self.allow_inf):
             self.fail(value)
-        if (self.lo is not None and not value >= self.lo) or (self.hi is not None and not value <= self.hi):
+        if (self.lo is not None and not (value > self.lo if self.above else value >= self.lo)) or (
+                self.hi is not None and not value <= self.hi):
             self.fail(value)
 
     def describe(self):
         kind = "a number" if self.allow_inf else "a finite number"
+        if self.above and self.hi is None:
+            return f"{kind} > {self.lo}"
         if self.lo is not None and self.hi is not None:
             return f"{kind} in [{self.lo}, {self.hi}]"
         if self.lo is not None or self.hi is not None:

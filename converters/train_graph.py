@@ -34,6 +34,23 @@ def view(graph: dict) -> dict:
     return out
 
 
+def switch_problem(path: str, params) -> str:
+    """Why ``path`` cannot be a ``switch`` entry (``""`` when it can): a torch module path is ``""`` (the root) or
+    dot-separated non-empty names, none of its prefixes a recorded parameter or buffer (``params``: torch names).
+    A module without parameters has no place in the port's tree (its nearest holder's mode is its mode), so a path
+    the tree does not hold is a module's all the same; a parameter's path would take its layer's mode."""
+    if path == "":
+        return ""
+    parts = path.split(".")
+    if any(not part or part != part.strip() for part in parts):
+        return f"{path[:80]!r} is not a module path (names joined by single dots, '' for the root)"
+    for end in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if prefix in params:
+            return f"{path[:80]!r} names the parameter or buffer {prefix[:80]!r}, not a module"
+    return ""
+
+
 def parameters_read(graph: dict) -> list:
     """The node lists and output lists of both graphs (the training graph's only when recorded): what reads
     parameters."""

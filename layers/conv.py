@@ -146,9 +146,11 @@ def conv_nd(input, weight, bias, stride, padding, dilation, groups, *, nd: int, 
             f"({' x '.join(map(str, extent))}). Kernel size can't be greater than actual input size"
         )
 
-    if x.size == 0:  # zero batch or zero channels: torch returns bias (or zeros) of the output shape
+    if x.size == 0:  # zero batch: an empty output of the output shape; zero input channels: torch 2.13 returns
+        # (N, 0, *spatial), no output channel and no bias (the bias broadcast over C_out was a shape torch never gives)
         out_spatial = tuple((p - e) // s + 1 for p, e, s in zip(padded, extent, stride))
-        y = mx.zeros((x.shape[0], *out_spatial, c_out), dtype=x.dtype)
+        y = mx.zeros((x.shape[0], *out_spatial, c_out if c_in else 0), dtype=x.dtype)
+        bias = bias if c_in else None
     else:  # the strategy (float64, native, Winograd, MLX's conv...) is the engine's choice
         y = None
         if bias is not None:  # a 1x1 conv: the bias inside the product, its gradient still a blocked sum

@@ -99,6 +99,8 @@ class BatchNorm(nn.BatchNorm):
             if self.training and self.track_running_stats:
                 if self.count_batches:
                     self.num_batches_tracked = self.num_batches_tracked + 1
+                if count == 0:  # torch counts an empty batch but keeps its statistics (its mean would be 0/0 = NaN)
+                    return y.astype(x.dtype)
                 factor = (1.0 / self.num_batches_tracked.astype(mx.float32) if self.momentum is None
                           else self.momentum)
                 unbiased = var * (count / max(count - 1, 1))

@@ -43,7 +43,7 @@ def _checked_offsets(offsets, n: int, include_last: bool) -> None:
         attrs={"mode": Enum(*_MODES), "include_last": Bool(), "padding_idx": Int()})
 def k_embedding_bag(weight, indices, offsets, per_sample, *, mode, include_last, padding_idx):
     n = indices.size
-    index = checked_indices(indices.reshape(-1), weight.shape[0], "embedding_bag")
+    index = checked_indices(indices.reshape(-1), weight.shape[0], "embedding_bag", narrow=True)
     _checked_offsets(offsets, n, include_last)
     bags = max(offsets.size - (1 if include_last else 0), 0)
     dim = weight.shape[1]

@@ -12,6 +12,7 @@ import math
 import mlx.core as mx
 
 from .. import layout as L
+from ..index_errors import IndexRangeError, IndexTypeError
 from ..ir import Ref
 from ..registry import kernel, register
 from ..limits import check_elements
@@ -105,16 +106,42 @@ def k_roll(x, shifts, *, axes):
     return mx.roll(x, [int(s) for s in shifts], axis=axes)
 
 
-def checked_indices(index, size: int, what: str):
-    """``index`` unchanged when every entry is in ``[-size, size)``; else IndexError as torch raises. MLX's gathers
-    do not check bounds (an index past the end reads other memory, or crashes), and indices can come from a
-    stored buffer of an artifact as well as from the caller. Returned under ``stop_gradient``: integer indices carry
-    no gradient, and MLX's scatters refuse to be asked for one (``Cannot calculate VJP with respect to indices``)
-    when the indices were computed from what is differentiated (a VQ-VAE's ``argmin`` code into a one-hot
-    ``scatter_``)."""
-    if isinstance(index, mx.array) and not mx.issubdtype(index.dtype, mx.integer):
+# integer dtypes torch's index ops refuse ("gather(): Expected dtype int32/int64 for index"); uint8 is a mask in
+# torch's x[idx] (deprecated), never positions. Wider unsigned ones are MLX's own index dtypes (argsort's uint32).
+_NARROW_INTEGERS = (mx.uint8, mx.int8, mx.uint16, mx.int16)
+
+
+def check_index_dtype(index, what: str, narrow: bool = False, long_only: bool = False) -> None:
+    """``IndexTypeError`` for an ``index`` array of a dtype torch's op ``what`` refuses (:func:`checked_indices`;
+    ``long_only``: torch's int64-only ops, ``put``, ``index_copy``, ``index_fill``)."""
+    if not isinstance(index, mx.array):
+        return
+    if what in ("index", "index_put") and index.dtype in (mx.bool_, mx.uint8):
+        # torch's x[mask] (and x[mask] = v): data-dependent positions (conversion turns a constant mask into
+        # positions); MLX gathered by a uint8 "mask" [1, 0, 1, 0] as positions 1, 0, 1, 0 (torch: rows 0 and 2)
+        raise IndexTypeError(f"{what}: a {index.dtype} index is a mask in torch (uint8 deprecated), not positions, "
+                             "and a port takes no mask computed at run time")
+    if not mx.issubdtype(index.dtype, mx.integer):
         # a float or bool index (a crafted graph feeding a weight or a mask in) failed inside MLX's evaluation
-        raise TypeError(f"{what}: expected an integer index array but got {index.dtype}")
+        raise IndexTypeError(f"{what}: expected an integer index array but got {index.dtype}")
+    if long_only and index.dtype != mx.int64:
+        raise IndexTypeError(f"{what}: expected an int64 index array (torch refuses {index.dtype} indices here) but "
+                             f"got {index.dtype}")
+    if not narrow and index.dtype in _NARROW_INTEGERS:
+        raise IndexTypeError(f"{what}: expected an int32 or int64 index array (torch refuses {index.dtype} "
+                             f"indices) but got {index.dtype}")
+
+
+def checked_indices(index, size: int, what: str, narrow: bool = False, long_only: bool = False):
+    """``index`` unchanged when it is an integer array torch's op takes (not 8/16-bit unless ``narrow``:
+    embedding_bag casts them; int64 alone with ``long_only``) and every entry is in ``[-size, size)``; else ``IndexTypeError`` (a TypeError) or
+    ``IndexRangeError`` (an IndexError) as torch raises, which the runtime names with the node and the input
+    (``converters/index_errors.py``). MLX's gathers do not check bounds (an index past the end reads other memory,
+    or crashes), and indices can come from a stored buffer of an artifact as well as from the caller. Returned
+    under ``stop_gradient``: integer indices carry no gradient, and MLX's scatters refuse to be asked for one
+    (``Cannot calculate VJP with respect to indices``) when the indices were computed from what is differentiated
+    (a VQ-VAE's ``argmin`` code into a one-hot ``scatter_``)."""
+    check_index_dtype(index, what, narrow, long_only)
     if isinstance(index, mx.array) and index.size:
         index = mx.stop_gradient(index)
         if exporting():  # an exported function cannot stop to check on the host: a bad index reads entry 0
@@ -123,8 +150,8 @@ def checked_indices(index, size: int, what: str):
         lo, hi = mx.min(index), mx.max(index)
         mx.eval(lo, hi)
         if lo.item() < -size or hi.item() >= size:
-            raise IndexError(f"{what}: index {hi.item() if hi.item() >= size else lo.item()} is out of range for "
-                             f"a dimension of size {size}")
+            raise IndexRangeError(f"{what}: index {hi.item() if hi.item() >= size else lo.item()} is out of range "
+                                  f"for a dimension of size {size}")
     return index
 
 
@@ -139,15 +166,16 @@ def k_index_select_0d(x, index):
     the result is ``x`` (0-d), read through the index so a bad one is caught as torch catches it."""
     if index.size != 1:
         raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.size} value(s)")
+    check_index_dtype(index, "index_select")
     index = mx.stop_gradient(index.reshape(1))
     if exporting():
         index = checked_indices(index, 1, "index_select")  # no host check: a bad index reads entry 0
     else:
         value = index.item()  # one host read: the range check and torch's "only 0" rule together
         if not -1 <= value < 1:
-            raise IndexError(f"index_select: index {value} is out of range for a dimension of size 1")
+            raise IndexRangeError(f"index_select: index {value} is out of range for a dimension of size 1")
         if value < 0:
-            raise IndexError(f"index_select: index {value} is out of range for a 0-d tensor (only 0 is valid)")
+            raise IndexRangeError(f"index_select: index {value} is out of range for a 0-d tensor (only 0 is valid)")
     return mx.take(x.reshape(1), mx.maximum(index, 0), axis=0).reshape(())
 
 
@@ -598,7 +626,7 @@ def k_index(x, indices):
     if len(indices) > x.ndim:
         raise IndexError(f"index: {len(indices)} indices for a tensor of {x.ndim} dims")
     key = tuple(slice(None) if i is None else
-                (checked_indices(i, x.shape[d], "index").astype(mx.int32) if i.dtype != mx.bool_ else i)
+                checked_indices(i, x.shape[d], "index").astype(mx.int32)
                 for d, i in enumerate(indices))
     return x[key]
 

@@ -98,8 +98,6 @@ def k_index_put(x, indices, values, *, accumulate):
         if index is None:
             key.append(slice(None))
             continue
-        if not mx.issubdtype(index.dtype, mx.integer):
-            raise IndexError(f"index_put: index {d} must be an integer tensor, not {index.dtype}")
         size = x.shape[d]
         index = checked_indices(index, size, "index_put").astype(mx.int32)
         key.append(mx.where(index < 0, index + size, index))

@@ -19,6 +19,9 @@ from ..spec import AXIS, MAX_LEN, TENSOR, Enum, Float, Int, Opt, Seq
 from ._layers import HALF, batch_norm_train, channel_affine, group_norm, l2_normalize, layer_norm, rms_norm, upcast
 
 _EPS = Float()
+# torch 2.13's batch_norm: "eps must be non-negative", "eps must be positive during training" (batch statistics);
+# through rsqrt(var + eps) a negative eps gave NaN or, past the variance, finite wrong values
+_EVAL_EPS, _BATCH_EPS = Float(lo=0.0), Float(lo=0.0, above=True)
 
 
 def _channel_shape(ndim, axis, c):
@@ -27,7 +30,8 @@ def _channel_shape(ndim, axis, c):
     return shape
 
 
-@kernel("batch_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR), TENSOR, TENSOR], attrs={"axis": AXIS, "eps": _EPS})
+@kernel("batch_norm", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR), TENSOR, TENSOR],
+        attrs={"axis": AXIS, "eps": _EVAL_EPS})
 def k_batch_norm(x, weight, bias, mean, var, *, axis, eps):
     # torch's CPU eval kernel: per-channel alpha = weight / sqrt(var + eps), beta = bias - mean * alpha, then one
     # multiply-add over the activation (two passes over it here instead of three for (x - mean) * scale + bias)
@@ -60,7 +64,7 @@ def k_group_norm(x, weight, bias, *, groups=None, eps):
     return group_norm(x, x.shape[-1] if groups is None else groups, weight, bias, eps)
 
 
-@kernel("batch_norm_batch_stats", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"axis": AXIS, "eps": _EPS})
+@kernel("batch_norm_batch_stats", inputs=[TENSOR, Opt(TENSOR), Opt(TENSOR)], attrs={"axis": AXIS, "eps": _BATCH_EPS})
 def k_batch_norm_batch_stats(x, weight, bias, *, axis, eps):
     """Batch norm with the batch's statistics (biased variance) over every axis but ``axis``, in float32 at least
     for half inputs, as torch's ``BatchNorm(track_running_stats=False)`` computes in both modes."""

@@ -141,7 +141,8 @@ def k_index_scatter(x, index, src, *, axis, reduce, alpha):
     has a scalar ``src``): rows ``index`` (1-d) of ``axis`` take ``src``'s rows in turn."""
     if x.ndim == 0:
         return k_index_scatter(x.reshape(1), index.reshape(-1), src, axis=0, reduce=reduce, alpha=alpha).reshape(())
-    index = checked_indices(index.reshape(-1), x.shape[axis], "index_add/index_copy/index_fill") % x.shape[axis]
+    what = "index_add" if reduce == "sum" else "index_copy/index_fill"  # torch: int32 for index_add, else int64
+    index = checked_indices(index.reshape(-1), x.shape[axis], what, long_only=reduce != "sum") % x.shape[axis]
     # no trailing slice(None)s in the key: with them MLX 0.32's scatter-add VJP fails ("[reshape] Cannot reshape
     # array of size E into shape (E, C)" for x.at[(index, slice(None))].add(v)); without, it is right
     key = [slice(None)] * axis + [index]

@@ -102,7 +102,7 @@ def k_put(x, index, src, *, accumulate):
     if x.size == 0:
         raise IndexError("put: cannot write into an empty tensor")
     flat = x.reshape(-1)
-    index = checked_indices(index.reshape(-1), flat.size, "put") % flat.size
+    index = checked_indices(index.reshape(-1), flat.size, "put", long_only=True) % flat.size
     values = src.reshape(-1).astype(x.dtype)
     if accumulate:
         return flat.at[index].add(values).reshape(x.shape)

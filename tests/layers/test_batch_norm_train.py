@@ -98,3 +98,42 @@ def test_backward_keeps_only_the_input():
     # against 13.0 through MLX's ops here and 9.0 on another CI machine (MLX's own peak depends on its eval order):
     # the bound is on ours; the plain path only has to be worse, so the measure is seen to tell them apart
     assert ours <= 8 and plain > ours + 1, (ours, plain)
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("shape", [(0, 5, 4, 3), (2, 5, 0, 3), (0, 5)])
+def test_an_empty_batch_keeps_the_running_statistics_as_torch(shape, momentum):
+    """Training on an empty batch: torch returns an empty output, counts the batch and keeps its running statistics;
+    session 18's port set them to NaN (the empty batch's mean, 0/0), so every later eval call returned NaN."""
+    nd = len(shape) - 2
+    tbn, mbn = _pair(nd, momentum)
+    tbn.train(), mbn.train()
+    x = torch.randn(*shape)
+    want = tbn(x)
+    got = mbn(torch_to_mx(x, True))
+    mx.eval(got)
+    assert got.shape == np.moveaxis(np.empty(want.shape), 1, -1).shape and got.size == 0
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        np.testing.assert_array_equal(np.array(getattr(mbn, name)), getattr(tbn, name).numpy())
+
+
+@pytest.mark.parametrize("view", ["transposed", "strided", "broadcast"])
+def test_non_contiguous_inputs_match_torch(view):
+    """The native primitive reads a row-contiguous copy of a strided input (``readable_inputs``): a transposed or
+    stepped view, or a broadcast one (every example the same), trains as torch does on the same values."""
+    tbn, mbn = _pair(2, 0.1)
+    tbn.train(), mbn.train()
+    base = np.random.default_rng(0).standard_normal((4, 5, 6, 8)).astype(np.float32)  # torch layout
+    if view == "transposed":
+        x_mx = mx.array(base).transpose(0, 2, 3, 1)
+        x_t = torch.from_numpy(base)
+    elif view == "strided":
+        x_mx = mx.array(base.transpose(0, 2, 3, 1))[:, ::2, 1::3]
+        x_t = torch.from_numpy(base)[:, :, ::2, 1::3]
+    else:
+        x_mx = mx.broadcast_to(mx.array(base[:1].transpose(0, 2, 3, 1)), (3, 6, 8, 5))
+        x_t = torch.from_numpy(base[:1]).expand(3, 5, 6, 8)
+    got = mbn(x_mx)
+    want = tbn(x_t)
+    np.testing.assert_allclose(np.array(got), want.detach().numpy().transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(mbn.running_var), tbn.running_var.numpy(), rtol=1e-5, atol=1e-6)

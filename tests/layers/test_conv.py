@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.conv_helpers import check_functional, PORTER_CONV, TORCH_CONV, check_module, to_mx
+from tests.conv_helpers import PORTER_CONV, PORTER_F, TORCH_CONV, TORCH_F, check_functional, check_module, to_mx
 from tests.helpers import check_against_torch
 
 import porter.layers as L
@@ -387,3 +387,37 @@ def test_pad_non_constant_modes_take_an_explicit_zero_value(mode, value):
     x = torch.randn(2, 3, 7)
     got = PF.pad(to_mx(x), (3, 2), mode=mode, value=value, channels_last=False)
     np.testing.assert_array_equal(np.array(got), F.pad(x, (3, 2), mode, value).numpy())
+
+
+# (input shape in torch layout, weight shape in torch layout, groups): no input channels, batched or not, or no batch
+EMPTY_CASES = [
+    ((2, 0, 7), (4, 0, 3), 1),
+    ((2, 0, 6, 5), (4, 0, 3, 3), 1),
+    ((0, 5, 5), (4, 0, 3, 3), 1),  # unbatched
+    ((2, 0, 6, 5), (4, 0, 3, 3), 2),
+    ((1, 0, 4, 5, 3), (6, 0, 2, 3, 1), 1),
+    ((0, 3, 6, 5), (4, 3, 3, 3), 1),  # no batch: C_out channels, no values
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,groups", EMPTY_CASES)
+def test_conv_of_an_empty_input_has_torchs_shape(x_shape, w_shape, groups):
+    """Zero input channels: torch 2.13 returns ``(N, 0, *spatial)``, no output channel (session 18's port returned
+    the bias broadcast over C_out: values torch never gives); zero batch: ``(0, C_out, *spatial)``. Gradients to the
+    bias are zeros in both."""
+    nd = len(w_shape) - 2
+    x, w = torch.randn(x_shape), torch.randn(w_shape)
+    b = torch.randn(w_shape[0], requires_grad=True)
+    want = TORCH_F[nd](x, w, b, stride=2, padding=1, groups=groups)
+    want.sum().backward()
+    bias, xm = to_mx(b.detach()), mx.array(np.moveaxis(x.numpy(), 1 if len(x_shape) == nd + 2 else 0, -1))
+    wm = mx.array(np.moveaxis(w.numpy(), 1, -1))
+
+    def run(bias):
+        return PORTER_F[nd](xm, wm, bias, stride=2, padding=1, groups=groups)
+
+    got = run(bias)
+    assert got.shape == tuple(np.moveaxis(np.empty(want.shape), 1 if len(x_shape) == nd + 2 else 0, -1).shape)
+    assert got.dtype == mx.float32 and got.size == 0
+    grad = mx.grad(lambda b: run(b).sum())(bias)
+    np.testing.assert_array_equal(np.array(grad), b.grad.numpy())

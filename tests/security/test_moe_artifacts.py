@@ -3,9 +3,11 @@ records the router as ``topk`` -> ``scatter`` of the top-k weights into a (token
 densely. A stranger can change ``k``, or feed the scatter an index array of their own (a stored buffer), or a
 float array where the index goes. MLX's scatters and gathers do not check bounds themselves.
 
-Already refused (kept here as regressions): ``k`` past the experts or negative, indices out of range in either
-direction (the host-side range check). Fixed: a float or bool index array failed inside MLX's evaluation ("Cannot
-gather with indices type", a RuntimeError naming nothing); now a TypeError naming the kernel and the node.
+Already refused (kept here as regressions): ``k`` past the experts or negative. Session 18 fixed a float or bool
+index array (it failed inside MLX's evaluation, naming nothing). Session 19: a stored index array (a recorded
+parameter, or a value computed from recorded arrays alone) out of range or of a dtype torch refuses (uint8, int16
+ran) is refused at load, naming graph.json, the node and the input; an index computed from the call's inputs is
+refused by the call, naming the node and the input (``converters/index_errors.py``).
 """
 
 import json
@@ -79,22 +81,48 @@ def _index_from(name, dtype, kernel):
 
 
 @pytest.mark.parametrize("value", [4, -5, 2**31 - 1])
-def test_scatter_index_out_of_range_is_refused(moe, tmp_path, value):
+def test_a_stored_scatter_index_out_of_range_is_refused_at_load(moe, tmp_path, value):
+    """A recorded index array no caller can change (session 19: refused at load, naming the node and the input;
+    session 18 loaded it and refused the call)."""
     index = np.zeros((6, 2), np.int64)
     index[3, 1] = value
-    model = porter.load(_tampered(moe, tmp_path, _index_from("evil", "int64", "scatter"), {"evil": mx.array(index)}))
-    with pytest.raises(ValueError, match=rf"scatter: index {value} is out of range for a dimension of size 4"):
-        model(_x())
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bool"])
-def test_a_float_or_bool_index_is_refused_naming_the_kernel_and_node(moe, tmp_path, dtype):
-    """torch refuses them too (``scatter(): Expected dtype int32/int64 for index``)."""
-    directory = _tampered(moe, tmp_path, _index_from("evil", dtype, "scatter"),
-                          {"evil": mx.zeros((6, 2), dtype=mx.bool_ if dtype == "bool" else mx.float32)})
+    directory = _tampered(moe, tmp_path, _index_from("evil", "int64", "scatter"), {"evil": mx.array(index)})
     node = _index_of(json.loads((directory / "graph.json").read_text()), "scatter")
-    problem = rf"scatter: expected an integer index array but got .*{dtype} .* node {node}\)"
-    with pytest.raises(TypeError, match=problem):
-        porter.load(directory)(_x())
+    with pytest.raises(porter.ArtifactError, match=rf"scatter: index {value} is out of range for a dimension of "
+                                                   "size 4") as info:
+        porter.load(directory)
+    assert (info.value.where, info.value.field) == (f"node {node} (kernel 'scatter')", "inputs[1]"), str(info.value)
+    assert info.value.file.endswith("graph.json")
+
+
+# torch 2.13: scatter(): Expected dtype int32/int64 for index (float, bool and every 8/16-bit integer)
+@pytest.mark.parametrize("dtype", ["float32", "bool", "uint8", "int16"])
+def test_a_stored_index_of_a_dtype_torch_refuses_is_refused_at_load(moe, tmp_path, dtype):
+    """Session 18 refused float and bool at the call; a uint8 or int16 index ran (MLX gathers by any integer)."""
+    directory = _tampered(moe, tmp_path, _index_from("evil", dtype, "scatter"),
+                          {"evil": mx.zeros((6, 2), dtype=getattr(mx, "bool_" if dtype == "bool" else dtype))})
+    node = _index_of(json.loads((directory / "graph.json").read_text()), "scatter")
+    with pytest.raises(porter.ArtifactError, match=rf"scatter: expected an (integer|int32 or int64) index array .*"
+                                                   rf"but got .*{dtype}") as info:
+        porter.load(directory)
+    assert (info.value.where, info.value.field) == (f"node {node} (kernel 'scatter')", "inputs[1]"), str(info.value)
     with pytest.raises(RuntimeError, match="Expected dtype int32/int64 for index"):
-        torch.zeros(6, 4).scatter(1, torch.zeros(6, 2), torch.ones(6, 2))
+        torch.zeros(6, 4).scatter(1, torch.zeros(6, 2, dtype=getattr(torch, dtype)), torch.ones(6, 2))
+
+
+def test_an_index_computed_from_the_input_is_refused_at_the_call_naming_the_node(moe, tmp_path):
+    """The router's own top-k indices cast to uint8 in the graph: nothing at load can know the values, so the call
+    refuses them, naming the node and the input (a TypeError, as torch's)."""
+    def edit(graph):
+        at = _index_of(graph, "scatter")
+        index = graph["nodes"][at]["inputs"][1]
+        graph["nodes"].insert(at, {"kernel": "cast", "inputs": [index], "attrs": {"dtype": "uint8"},
+                                   "outputs": ["narrow"], "layout": None, "op": "", "module": "", "module_type": ""})
+        graph["nodes"][at + 1]["inputs"][1] = {"ref": "narrow"}
+
+    directory = _tampered(moe, tmp_path, edit)
+    node = _index_of(json.loads((directory / "graph.json").read_text()), "scatter")
+    model = porter.load(directory)
+    with pytest.raises(TypeError, match=rf"scatter: expected an int32 or int64 index array .* node {node}, field "
+                                        r"'inputs\[1\]'\)"):
+        model(_x())

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import porter
+from porter import ArtifactError
 from porter.converters.limits import ResourceLimitError
 
 
@@ -71,13 +72,23 @@ def test_limit_can_be_raised(tampered):
 
 def test_well_formed_but_wrong_graph_raises_value_error(tampered):
     # types and ranges pass the schema; the values only fail at run time: a ValueError naming the kernel, no crash
-    # (MLX's gathers do not check bounds: an out-of-range index would read other memory)
     cases = [lambda g: _append(g, "int_op", [1, 0], {"op": "floordiv"}, "h"),
              lambda g: _append(g, "upsample", [_x(g), None], {"mode": "linear", "nd": 2, "scale_factors": [2.0, 0.0]},
                                "h"),
              lambda g: _append(g, "getitem", [{"ref": g["nodes"][0]["outputs"][0]}], {"index": 99}, "h"),
-             lambda g: _append(g, "select", [_x(g), 99], {"axis": 1}, "h"),
-             lambda g: (_append(g, "full", [[1], 10 ** 6], {"dtype": "int64"}, "i"),
+             lambda g: _append(g, "select", [_x(g), 99], {"axis": 1}, "h")]
+    for i, edit in enumerate(cases):
+        model = porter.load(tampered(edit, name=f"w{i}"))
+        with pytest.raises((ValueError, TypeError)) as info:
+            model(mx.zeros((1, 16, 16, 3)))
+        assert "Segmentation" not in str(info.value)
+
+
+def test_constant_indices_out_of_range_are_refused_at_load(tampered):
+    # MLX's gathers do not check bounds: an out-of-range index would read other memory. Computed from constants
+    # alone (a ``full``), they are the same at every call: refused at load since session 19 (the call before),
+    # naming the node and its index input
+    cases = [lambda g: (_append(g, "full", [[1], 10 ** 6], {"dtype": "int64"}, "i"),
                         _append(g, "index_select", [_x(g), {"ref": "i"}], {"axis": 1}, "h")),
              lambda g: (_append(g, "full", [[2], -(10 ** 9)], {"dtype": "int64"}, "i"),
                         _append(g, "embedding", [{"param": "fc.weight"}, {"ref": "i"}], {}, "h")),
@@ -86,10 +97,9 @@ def test_well_formed_but_wrong_graph_raises_value_error(tampered):
              lambda g: (_append(g, "full", [[3], 5], {"dtype": "int64"}, "i"),
                         _append(g, "index", [_x(g), [None, None, None, {"ref": "i"}]], {}, "h"))]
     for i, edit in enumerate(cases):
-        model = porter.load(tampered(edit, name=f"w{i}"))
-        with pytest.raises((ValueError, TypeError)) as info:
-            model(mx.zeros((1, 16, 16, 3)))
-        assert "Segmentation" not in str(info.value)
+        with pytest.raises(ArtifactError, match="is out of range for a dimension of size") as info:
+            porter.load(tampered(edit, name=f"w{i}"))
+        assert info.value.field == "inputs[1]" and info.value.file.endswith("graph.json"), str(info.value)
 
 
 @pytest.mark.parametrize("sharded", [False, True])

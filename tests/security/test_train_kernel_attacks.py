@@ -34,6 +34,8 @@ def _between_pool_and_conv(kernel, attrs, inputs=None):
 
 
 _QKV = [{"ref": "max_pool2d"}] * 3
+_BN_STATS = [{"ref": "max_pool2d"}, None, None]
+_BN_RUNNING = [{"ref": "max_pool2d"}, None, None, {"param": "bn1.running_mean"}, {"param": "bn1.running_var"}]
 REFUSED_AT_LOAD = {
     "drop_block drop_prob above 1": ("drop_block", {**_DROP_BLOCK, "drop_prob": 2.0}, None, "attrs.drop_prob"),
     "drop_block drop_prob negative": ("drop_block", {**_DROP_BLOCK, "drop_prob": -0.5}, None, "attrs.drop_prob"),
@@ -49,6 +51,11 @@ REFUSED_AT_LOAD = {
                                   "attrs.dropout"),
     "sdpa_dropout rate negative": ("sdpa_dropout", {"scale": None, "is_causal": False, "dropout": -0.1}, _QKV,
                                    "attrs.dropout"),
+    # session 19, torch 2.13's batch_norm: "eps must be positive during training" (batch statistics), "eps must be
+    # non-negative" (running statistics); the port computed NaN, or finite wrong values past the variance
+    "batch statistics eps 0": ("batch_norm_batch_stats", {"axis": 3, "eps": 0.0}, _BN_STATS, "attrs.eps"),
+    "batch statistics eps negative": ("batch_norm_batch_stats", {"axis": 3, "eps": -4.0}, _BN_STATS, "attrs.eps"),
+    "running statistics eps negative": ("batch_norm", {"axis": 3, "eps": -4.0}, _BN_RUNNING, "attrs.eps"),
 }
 
 
@@ -88,11 +95,15 @@ def test_training_kernel_functions_check_the_axis(kernel, attrs, problem):
             stochastic_depth(x, attrs["p"], attrs["mode"], attrs["scale"], attrs["axis"], True)
 
 
-@pytest.mark.parametrize("kernel,attrs", [("drop_block", _DROP_BLOCK), ("stochastic_depth", {**_DEPTH, "p": 1.0}),
-                                          ("train_dropout", {"p": 1.0}), ("train_dropout", {"p": 0})])
-def test_training_kernel_edge_rates_still_load_and_train(kernel, attrs, tampered):
-    """The bounds are torch's: 0 and 1 are rates torch takes (1 drops everything, as torch's kernels do)."""
-    model = porter.load(tampered(_between_pool_and_conv(kernel, attrs)))
+@pytest.mark.parametrize("kernel,attrs,inputs", [
+    ("drop_block", _DROP_BLOCK, None), ("stochastic_depth", {**_DEPTH, "p": 1.0}, None),
+    ("train_dropout", {"p": 1.0}, None), ("train_dropout", {"p": 0}, None),
+    ("batch_norm_batch_stats", {"axis": 3, "eps": 1e-30}, _BN_STATS), ("batch_norm", {"axis": 3, "eps": 0.0},
+                                                                       _BN_RUNNING)])
+def test_training_kernel_edge_rates_still_load_and_train(kernel, attrs, inputs, tampered):
+    """The bounds are torch's: 0 and 1 are rates torch takes (1 drops everything, as torch's kernels do); a tiny
+    positive eps for batch statistics, 0 for running statistics."""
+    model = porter.load(tampered(_between_pool_and_conv(kernel, attrs, inputs)))
     model.train()
     out = model(mx.random.normal((2, 16, 16, 3)))
     assert out.shape == (2, 5) and bool(mx.all(mx.isfinite(out)))
@@ -146,3 +157,24 @@ def test_a_zero_batch_count_trains(tampered):
     model.train()
     mx.eval(model(mx.random.normal((4, 16, 16, 3))))
     assert model.bn1.num_batches_tracked.item() == 1 and bool(mx.all(mx.isfinite(model.bn1.running_mean)))
+
+
+_NAN = {"$float": "nan"}
+BATCH_NORM_CONFIGS = {  # config edit, words of the refusal (all held before session 19: kept as regressions)
+    "momentum above 1": ({"momentum": 2.0}, "'momentum' must be in [0, 1]"),
+    "momentum NaN": ({"momentum": _NAN}, "momentum"),
+    "eps negative": ({"eps": -1.0}, "'eps' must be positive"),
+    "eps NaN": ({"eps": _NAN}, "eps"),
+    "no features": ({"num_features": 0}, "num_features"),
+    "features beside the weights": ({"num_features": 9}, "needs (9,)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BATCH_NORM_CONFIGS))
+def test_a_batch_norm_config_the_training_kernel_cannot_take_is_refused_at_load(case, tampered):
+    """What graph.json can feed the native training batch norm (``BatchNormTrain``) through the layer's config."""
+    edit, words = BATCH_NORM_CONFIGS[case]
+    with pytest.raises(ArtifactError) as info:
+        porter.load(tampered(lambda g: g["modules"]["bn1"]["config"].update(edit)))
+    assert info.value.file.endswith("graph.json") and "bn1" in str(info.value) and words in str(info.value), \
+        str(info.value)
