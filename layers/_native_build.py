@@ -51,6 +51,7 @@ SOURCES = (
     "col2im_kernels.h", "col2im_ops.cpp", "concat_kernels.h", "concat_ops.cpp",
     "shuffle_kernels.h", "shuffle_ops.cpp", "matmul_kernels.h", "matmul_ops.cpp",
     "strided_copy.h", "reshape_ops.cpp", "binary_kernels.h", "binary_ops.cpp",
+    "roll_kernels.h", "roll_ops.cpp",
 )
 # nanobind major version whose ABI matches the MLX release line Porter supports (mlx 0.32: nanobind 3.x)
 NANOBIND_REQUIREMENT = "nanobind>=3,<4"

@@ -10,7 +10,7 @@ VJP: ``layers/_batch_norm_train.py``), and
 ``matmul(a, b)`` (torch's ``matmul`` over batch dims: one native node splitting the batch over threads on the CPU,
 ``layers/matmul.py``), ``reshape(x, shape)`` (MLX's, the copy of a non-contiguous input on threads:
 ``layers/reshape.py``), ``add``/``subtract``/``multiply``/``divide`` (MLX's, large float32 operands on threads:
-``layers/binary.py``), and
+``layers/binary.py``), ``roll(x, shifts, axes)`` (torch's, one threaded pass on the CPU: ``layers/roll.py``), and
 ``blocked_sum``/``blocked_mean(x, axes, keepdims)`` (sums over many elements in blocks, torch's accuracy:
 ``layers/_blocked_sum.py``), and
 ``float64_math`` (float64-accurate ``exp``, ``sigmoid``, ``sin``, ``cos``, ``softmax``, ``logsumexp``, ... for the
@@ -38,6 +38,7 @@ from .layer_norm import group_norm, layer_norm
 from .linear import linear
 from .matmul import matmul
 from .reshape import reshape
+from .roll import roll
 from .binary import add, divide, multiply, subtract
 from .normalize import l2_normalize
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d

@@ -4,7 +4,7 @@ names only: no converter imports a private ``porter.layers._*`` module).
 Every conv/pool/pad kernel calls ``fn("max_pool2d")``: the exact torch semantics of those ops live only in Porter's
 layers. Names come from an artifact, so they are looked up in the explicit table :data:`FUNCTIONS`, never with
 ``getattr`` on the module. The other kernels import what they need from here by name: the activations and softmax,
-``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle``, ``linear``, ``matmul``, ``reshape`` and
+``relu``, ``channel_affine``, ``interpolate_linear``, ``concatenate``, ``channel_shuffle``, ``linear``, ``matmul``, ``reshape``, ``roll`` and
 ``add``/``subtract``/``multiply``/``divide`` (native passes on the CPU, MLX ops elsewhere), ``layer_norm``/``group_norm``/``rms_norm``/``l2_normalize``/``batch_norm_train``,
 ``blocked_sum``/``blocked_mean`` (torch's accuracy over many elements), and
 ``float64_math``/``float64_erf`` (float64-accurate ``exp``, ``sin``, ``softmax``, ``erf``, ... where MLX's are
@@ -44,6 +44,7 @@ from porter.layers.functional import (  # noqa: F401
     multiply,
     subtract,
     reshape,
+    roll,
     polevl,
     relu,
     rms_norm,

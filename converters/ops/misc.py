@@ -20,7 +20,7 @@ from ..precision import saturating_cast
 from ..spec import (AXES, AXIS, DTYPE, GEOMETRY, MAX_LEN, SCALAR, SIZES, TENSOR, Bool, Enum, Float, Int, Opt, Seq,
                     Str, DTYPES)
 from ._layers import float64_math as _float64
-from ._layers import channel_shuffle, export_note, exporting
+from ._layers import channel_shuffle, export_note, exporting, roll
 from .elementwise import aligned_inputs, k_where
 from .shape import _dims
 
@@ -103,7 +103,7 @@ def k_flip(x, *, axes):
 def k_roll(x, shifts, *, axes):
     if not axes:
         return mx.roll(x.reshape(-1), int(shifts[0])).reshape(x.shape)
-    return mx.roll(x, [int(s) for s in shifts], axis=axes)
+    return roll(x, [int(s) for s in shifts], axes)  # one threaded pass on the CPU (layers/roll.py)
 
 
 # integer dtypes torch's index ops refuse ("gather(): Expected dtype int32/int64 for index"); uint8 is a mask in

@@ -27,6 +27,7 @@ NB_MODULE(_porter_kernels, m) {
   porter::bind_matmul(m);
   porter::bind_reshape(m);
   porter::bind_binary(m);
+  porter::bind_roll(m);
   m.def("num_threads", &porter::num_threads);
   m.def("set_num_threads", &porter::set_num_threads, nb::arg("n"));
 }

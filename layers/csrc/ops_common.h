@@ -286,5 +286,6 @@ void bind_shuffle(nb::module_& m);
 void bind_matmul(nb::module_& m);
 void bind_reshape(nb::module_& m);
 void bind_binary(nb::module_& m);
+void bind_roll(nb::module_& m);
 
 }  // namespace porter
