@@ -4,8 +4,9 @@ gradients come from.
 
     python benchmarks/train_memory.py --models swin_t --batch 4 [--size 224]
 
-Any twin of ``tests/zoo/twins`` (``swin_t``, ``vit_b_16``, ...) at torchvision's default size, dropout and
-stochastic depth off (a training step is then deterministic). The step is ``nn.value_and_grad`` of the mean squared
+Any twin of ``tests/zoo/twins`` (``swin_t``, ``vit_b_16``, ...) at torchvision's default size, or ``gpt2`` (a
+6-layer transformers twin, ``--size`` tokens), dropout and stochastic depth off (a training step is then
+deterministic). The step is ``nn.value_and_grad`` of the mean squared
 output plus an SGD update, evaluated at once; the peak is ``mx.get_peak_memory()`` above the memory active before
 the step (weights and input), after one warm-up step. Parameters are counted by their readers: the mapped layers'
 (``call_module`` nodes: ``porter.layers`` gate them themselves) and the functional nodes' (kernels reading
@@ -39,6 +40,25 @@ def _twin(name: str):
     case = CASES[name]
     kwargs = dict(NO_DROP, **({"stochastic_depth_prob": 0.0} if name.startswith("swin") else {}))
     return case.twin(**kwargs).eval()
+
+
+def _model_and_input(name: str, batch: int, size: int) -> tuple:
+    """``(torch model in eval mode, torch input)``: a torchvision twin on a ``size`` image, or ``gpt2``: the
+    transformers twin (``tests/models/gpt2.py``: every projection an ``addmm`` node reading its ``Conv1D``'s
+    parameters, the head tied to the embedding) with 6 layers of width 256 on ``size`` tokens, dropout off."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    if name != "gpt2":
+        return _twin(name), torch.randn(batch, 3, size, size, generator=generator)
+    from tests.models.gpt2 import GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(vocab=1000, embed=256, layers=6, heads=8, positions=size)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model.eval(), torch.randint(0, 1000, (batch, size), generator=generator)
 
 
 def readers(ported) -> dict:
@@ -90,20 +110,18 @@ def step_peak_mb(ported, x, gate: bool) -> float:
 def main(argv=None):
     args = _parse(argv)
     import numpy as np
-    import torch
 
     import mlx.core as mx
     import porter
 
     for name in args.models.split(","):
-        model = _twin(name)
-        x = torch.randn(args.batch, 3, args.size, args.size, generator=torch.Generator().manual_seed(0))
+        model, x = _model_and_input(name, args.batch, args.size)
         ported = porter.convert(model, x[:1])
         ported.train()
-        xm = mx.array(np.ascontiguousarray(x.permute(0, 2, 3, 1).numpy()))
+        xm = mx.array(np.ascontiguousarray(x.permute(0, 2, 3, 1).numpy() if x.ndim == 4 else x.numpy()))
         counts = readers(ported)
         plain, gated = step_peak_mb(ported, xm, False), step_peak_mb(ported, xm, True)
-        print(f"{name} b{args.batch} {args.size}px: parameters read by layers {counts['layers']}, by functional "
+        print(f"{name} b{args.batch} size {args.size}: parameters read by layers {counts['layers']}, by functional "
               f"nodes {counts['functional']} ({counts['gated']} with an activation input); step peak "
               f"{plain:.0f} MB ungated -> {gated:.0f} MB gated ({gated / plain:.3f})", flush=True)
 
