@@ -45,7 +45,8 @@ class _Block(tnn.Module):
 
 
 class _Tiny(tnn.Module):
-    """Token embedding, two blocks and a head tied to the embedding (one parameter read by two nodes)."""
+    """Token embedding, two blocks and a head tied to the embedding (one parameter read by two nodes); the first
+    block's ``mix`` is read again after the blocks (a shared weight: two gated nodes)."""
 
     def __init__(self, vocab=11, c=8):
         super().__init__()
@@ -57,6 +58,7 @@ class _Tiny(tnn.Module):
         x = self.embed(ids)
         for block in self.blocks:
             x = block(x)
+        x = x + torch.tanh(F.linear(x, self.blocks[0].mix))
         return F.linear(self.norm(x), self.embed.weight)
 
 
@@ -170,20 +172,40 @@ def test_frozen_module_builds_no_gate(gate_calls):
             np.testing.assert_allclose(got[name], p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def test_tied_head_weight_gated_once_per_reader(gate_calls):
+def test_tied_and_shared_weights_gated_per_reader(gate_calls):
     """``embed.weight`` is read by the embedding (integer ids: no floating activation, no gate) and by the head's
-    linear (gated); its gradient sums both, as torch's."""
+    linear (gated); ``blocks.0.mix`` by the block's ``addmm`` and a later ``linear``, both gated. Each gradient sums
+    its readers', as torch's."""
     model, ported = _ported()
     program = ported._program
-    readers = [i for i, (_, params) in program.weight_nodes.items() if any(n == "embed.weight" for _, n in params)]
-    kernels = sorted(program.graph["nodes"][i]["kernel"] for i in readers)
-    assert "linear" in kernels
+    kernels = {name: sorted(program.graph["nodes"][i]["kernel"] for i, (_, params) in program.weight_nodes.items()
+                            if any(n == name for _, n in params)) for name in ("embed.weight", "blocks.0.mix")}
+    assert "linear" in kernels["embed.weight"] and kernels["blocks.0.mix"] == ["addmm", "linear"], kernels
     ids = _ids((2, 5), 4)
+    plain = _port_grads(ported, ids, gate=False)
     gated = _port_grads(ported, ids)
+    assert len(gate_calls) == len(_floating_readers(ported))
     model.zero_grad()
     _loss(model, ids).backward()
-    np.testing.assert_allclose(ported.torch_parameter_grads(gated)["embed.weight"], model.embed.weight.grad.numpy(),
-                               rtol=1e-4, atol=1e-6)
+    got = ported.torch_parameter_grads(gated)
+    for name, p in (("embed.weight", model.embed.weight), ("blocks.0.mix", model.blocks[0].mix)):
+        np.testing.assert_array_equal(np.array(gated[name]), np.array(plain[name]), err_msg=name)
+        np.testing.assert_allclose(got[name], p.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_port_same_gradients_as_ungated(dtype, gate_calls):
+    _, ported = _ported()
+    half = ported.astype(dtype)
+    half.train()
+    ids = _ids((2, 6), 7)
+    plain = _port_grads(half, ids, gate=False)
+    gated = _port_grads(half, ids)
+    assert gate_calls and set(gated) == set(plain)
+    for name in plain:
+        assert gated[name].dtype == plain[name].dtype
+        np.testing.assert_array_equal(np.array(gated[name].astype(mx.float32)),
+                                      np.array(plain[name].astype(mx.float32)), err_msg=name)
 
 
 def test_no_gate_in_eval_or_export(gate_calls, monkeypatch):
