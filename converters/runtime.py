@@ -30,6 +30,7 @@ from .safe_text import printable
 from .fusion import activation_name, batch_norm_activation_pairs
 from . import static_values
 from . import train_graph
+from . import weight_gate
 from .layer_types import Activation
 from .graph_budget import GraphBudget
 from .tree import TorchNamed, TreeError, build_tree, resolve, unused_arrays
@@ -83,6 +84,8 @@ class _Program:
         # nodes no input reaches (Swin's attention masks, relative-position biases): computed once per weights
         self.static = static_values.StaticValues(graph)
         self.identity = get_kernel("identity")  # run as an alias, no call
+        # kernel nodes reading a trainable parameter beside an activation: gated in training (weight_gate.py)
+        self.weight_nodes = weight_gate.weight_nodes(graph)
         self.axis_nodes = axis_fields(graph)  # nodes whose axis attributes are checked against their inputs' rank
         self.budget = GraphBudget(graph)  # bytes alive at once and multiply-adds per call (graph_budget.py)
         # the forward captured with some modules in training mode (train_graph.py): run while all of them train
@@ -454,6 +457,7 @@ class PortedModel(TorchNamed):
         overlap = OVERLAP_EVERY if record is None and not (static_key is not None and kept is None) \
             and not exporting() else 0
         frees = program.budget.frees
+        gate = self.training and not exporting()  # the gradient-order gate on functional weight nodes
         for index, (node, fn) in enumerate(zip(nodes, program.kernels)):
             if index:
                 walk.done(index - 1)
@@ -466,6 +470,8 @@ class PortedModel(TorchNamed):
             if index == skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
+            if gate and index in program.weight_nodes:
+                args = self._weights_first(index, args, program)
             if index in program.axis_nodes:  # a crafted axis past the rank (MLX wraps some silently)
                 check_axes(index, node, program.axis_nodes[index], args)
             if alias and fn is program.identity and index not in overrides:
@@ -524,6 +530,13 @@ class PortedModel(TorchNamed):
         if "output_tree" in program.graph:
             return output_tree.build(program.graph["output_tree"], outs)
         return outs
+
+    def _weights_first(self, index: int, args: list, program: _Program) -> list:
+        """The arguments of functional weight node ``index`` for a training call: its activations and the
+        parameters that train now through the gradient-order gate (``weight_gate.py``), so their gradients are
+        computed while the node's cotangent is live. Only with the root in training mode (a port trained under a
+        root in eval mode computes the same gradients, in MLX's own order)."""
+        return weight_gate.weights_first(self, program.keys, program.weight_nodes[index], args)
 
     def _static_lookup(self, env: dict, record, overrides, program: _Program) -> tuple:
         """``(StaticValues, kept values or None, key or None)`` for this call (``static_values.py``): the values

@@ -8,6 +8,7 @@ and has torch's class name, constructor arguments and defaults. Functional forms
 from ._export import active as exporting
 from ._export import export_mode
 from ._export import note as export_note
+from ._grad_order import gated as gradient_order_gate
 from ._native import status as native_status
 from .activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax, Tanh
 from .adaptive_avg import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d

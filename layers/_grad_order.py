@@ -17,6 +17,10 @@ never computed (a lazy array nobody reads): the input image's gradient at the fi
 A new MLX module is in training mode: called for inference without ``eval()`` (converted and zoo models load in eval
 mode), a layer pays the gate's node and computes from the gate's copies of its weights, so the weight-keyed caches
 (Winograd transforms) are not reused across calls.
+
+A converted model's functional nodes that read a parameter beside an activation (``F.linear(x, self.qkv.weight)``
+in torchvision's Swin, ``addmm``, a tied head) pass theirs through the same gate (:func:`gated`, called from
+``PortedModel._weights_first`` in ``converters/runtime.py``) under the same rules.
 """
 
 from __future__ import annotations
@@ -27,14 +31,21 @@ from . import _export
 
 
 @mx.custom_function
-def _gate(x, *params):
-    return (x, *params)
+def _gate(inputs, params):
+    return inputs, params
 
 
 @_gate.vjp
 def _gate_vjp(primals, cotangents, outputs):
-    gx, *gparams = cotangents
-    return (mx.depends(gx, gparams), *gparams)
+    ginputs, gparams = cotangents
+    return mx.depends(ginputs, gparams), gparams
+
+
+def gated(inputs: list, params: list) -> tuple:
+    """``(inputs, params)`` passed through the gate: the same values; each input's gradient waits for every
+    parameter's gradient (see the module docstring). ``inputs`` and ``params`` are lists of arrays, neither empty.
+    Also the converted graphs' functional weight nodes' (``PortedModel._weights_first``)."""
+    return _gate(inputs, params)
 
 
 def weights_first(module, x, weight, bias=None) -> tuple:
@@ -48,6 +59,6 @@ def weights_first(module, x, weight, bias=None) -> tuple:
              if isinstance(value, mx.array) and name not in frozen]
     if not names:
         return x, weight, bias
-    x, *gated = _gate(x, *(weight if name == "weight" else bias for name in names))
-    out = dict(zip(names, gated))
+    (x,), gated_params = gated([x], [weight if name == "weight" else bias for name in names])
+    out = dict(zip(names, gated_params))
     return x, out.get("weight", weight), out.get("bias", bias)
