@@ -27,7 +27,7 @@ from .axis_checks import axis_fields, check as check_axes
 from .index_errors import IndexRangeError, IndexTypeError, at_node as index_error_at
 from .registry import get_kernel, takes_training
 from .safe_text import printable
-from .fusion import activation_name, batch_norm_activation_pairs
+from .fusion import activation_name, batch_norm_activation_pairs, batch_norm_residual_runs
 from . import static_values
 from . import train_graph
 from . import weight_gate
@@ -81,6 +81,8 @@ class _Program:
             self.inputs_as_given = inputs_cast_first(graph)  # not cast on entry: the graph casts them itself
         # eval-time batch norm + ReLU/hardswish pairs, decided per call (converters/fusion.py)
         self.fusable = {} if self.compute_dtype is not None else batch_norm_activation_pairs(graph)
+        # eval-time batch norm + residual add (+ ReLU) runs, decided per call (converters/fusion.py)
+        self.residual = {} if self.compute_dtype is not None else batch_norm_residual_runs(graph)
         # nodes no input reaches (Swin's attention masks, relative-position biases): computed once per weights
         self.static = static_values.StaticValues(graph)
         self.identity = get_kernel("identity")  # run as an alias, no call
@@ -467,7 +469,7 @@ class PortedModel(TorchNamed):
                         env.pop(gone, None)
                     if index % overlap == 0:
                         overlap = _evaluate_ahead(env, nodes[index - 1], overlap)
-            if index == skip or (kept is not None and index in static.nodes):
+            if index <= skip or (kept is not None and index in static.nodes):
                 continue
             args = [self._resolve(s, env) for s in node["inputs"]]
             if gate and index in program.weight_nodes:
@@ -488,6 +490,15 @@ class PortedModel(TorchNamed):
                     walk.add(index + 1, nodes[index + 1], args, fused)
                     env[nodes[index + 1]["outputs"][0]] = fused
                     skip = index + 1
+                    continue
+            if record is None and index in program.residual:
+                fused = self._fused_residual(index, args[0], env, program)
+                if fused is not None:  # batch norm, residual add (and ReLU) in one pass: the run's last output
+                    last = nodes[index + program.residual[index][2]]
+                    _check_result(fused, last)
+                    walk.add(index + program.residual[index][2], last, args, fused)
+                    env[last["outputs"][0]] = fused
+                    skip = index + program.residual[index][2]
                     continue
             if fn is None:  # call_module: the layer now at that path (a user may have replaced it)
                 fn = resolve(self, program.layer_keys[node["attrs"]["module"]])
@@ -572,6 +583,21 @@ class PortedModel(TorchNamed):
         norm = resolve(self, keys[nodes[index]["attrs"]["module"]])
         run = getattr(norm, "eval_activation", None)
         return run(x, activation) if run is not None and isinstance(x, mx.array) else None
+
+    def _fused_residual(self, index: int, x, env: dict, program: _Program):
+        """Batch norm node ``index``, the residual add after it (and its ReLU) as one pass, or ``None`` (run them):
+        only when the layers now at those paths are a batch norm with ``eval_residual`` (and a ReLU)."""
+        nodes, keys = program.graph["nodes"], program.layer_keys
+        position, activation, span = program.residual[index]
+        if activation is not None and nodes[index + span]["kernel"] == "call_module":
+            layer = resolve(self, keys[nodes[index + span]["attrs"]["module"]])
+            if type(layer) is not Activation or activation_name(layer.fn, layer.attrs) != activation:
+                return None
+        norm = resolve(self, keys[nodes[index]["attrs"]["module"]])
+        run = getattr(norm, "eval_residual", None)
+        if run is None or not isinstance(x, mx.array):
+            return None
+        return run(x, self._resolve(nodes[index + 1]["inputs"][position], env), activation)
 
     def __call__(self, /, *args, **kwargs):
         """Run the forward; arguments bind as they do to the torch forward (``input_binding.py``):

@@ -199,6 +199,15 @@ def channel_affine(x: mx.array, alpha: mx.array, beta: mx.array, relu: bool = Fa
     return kernels().channel_affine(x, alpha, beta, "relu" if relu else activation)
 
 
+def channel_affine_residual(x: mx.array, alpha: mx.array, beta: mx.array, res: mx.array,
+                            activation: str = "none") -> mx.array:
+    """``x * alpha + beta + res`` over the last (channel) axis in one multi-threaded pass (eval batch norm, then a
+    residual add), then ``activation`` (``"none"`` or ``"relu"``); 16-bit values rounded to x's dtype after the
+    affine and after the sum, as torch stores them. ``res`` has x's shape and dtype; alpha/beta are taken as float32.
+    Differentiable in all four (torch's relu backward on the output)."""
+    return kernels().channel_affine_residual(x, alpha, beta, res, activation)
+
+
 def relu(x: mx.array) -> mx.array:
     """``max(x, 0)`` in one multi-threaded pass (NaN stays NaN); gradient ``y <= 0 ? 0 : g`` on the output ``y``
     (torch's threshold_backward: a NaN output passes it), a native pass too."""

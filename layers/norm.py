@@ -126,6 +126,20 @@ class BatchNorm(nn.BatchNorm):
         alpha, beta = self._alpha_beta()
         return _native.channel_affine(x, alpha, beta, activation=activation)
 
+    def eval_residual(self, x: mx.array, res: mx.array, activation: Optional[str]):
+        """This layer's eval forward plus ``res`` (a residual block's skip connection), then ``activation``
+        (``None`` or ``"relu"``) in one native pass, or ``None`` where that pass does not apply (training, batch
+        statistics, float64, no native kernels, ``res`` not of x's shape and dtype, an input the layer refuses): the
+        caller then runs the nodes. Used by a converted model's runtime for ``relu(bn(x) + res)`` and ``bn(x) + res``
+        where the batch norm's output and the sum have no other reader (eval only)."""
+        if (self.training or not self.track_running_stats or activation not in (None, "relu") or x.ndim < 2
+                or x.shape[-1] != self.num_features or x.dtype not in (mx.float32, mx.float16, mx.bfloat16)
+                or not isinstance(res, mx.array) or res.shape != x.shape or res.dtype != x.dtype
+                or not _native.active("batch norm + residual add")):
+            return None
+        alpha, beta = self._alpha_beta()
+        return _native.channel_affine_residual(x, alpha, beta, res, activation=activation or "none")
+
     def _alpha_beta(self):
         """The eval forward's per-channel ``alpha = weight / sqrt(var + eps)`` and ``beta = bias - mean * alpha`` (float32
         for 16-bit statistics), ``(C,)`` each. Kept while the running statistics, weight and bias are the same arrays

@@ -63,6 +63,30 @@ void channel_affine(const T* x, int64_t rows, int64_t C, const float* alpha, con
   }
 }
 
+// out[r, c] = act(x[r, c] * alpha[c] + beta[c] + res[r, c]), act none or ReLU: a residual block's last batch norm, its
+// skip connection and the ReLU after it (ResNet's bottleneck ends, MobileNetV2's inverted residuals without one) in
+// one pass instead of three (each of which reads and writes the whole map). torch stores the batch norm's output and
+// the sum in T, so 16-bit values are rounded to T after each, as there; float32 and float64 round nothing extra.
+template <typename T>
+void channel_affine_residual(const T* x, const T* res, int64_t rows, int64_t C, const float* alpha, const float* beta,
+                             bool relu, T* out) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  parallel_for(rows, 2 * C, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * C;
+      const T* rr = res + r * C;
+      T* yr = out + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        A v = static_cast<A>(xr[c]) * static_cast<A>(alpha[c]) + static_cast<A>(beta[c]);
+        if constexpr (!std::is_same_v<T, A>) v = static_cast<A>(static_cast<T>(v));
+        v = v + static_cast<A>(rr[c]);
+        if constexpr (!std::is_same_v<T, A>) v = static_cast<A>(static_cast<T>(v));
+        yr[c] = static_cast<T>(relu && v < A(0) ? A(0) : v);
+      }
+    }
+  });
+}
+
 // out = max(x, 0) elementwise over n contiguous elements (NaN stays NaN, as torch's relu).
 template <typename T>
 void relu(const T* x, int64_t n, T* out) {

@@ -1,5 +1,5 @@
 // Elementwise primitives (elementwise_kernels.h): eval batch norm's channel affine (+ ReLU, ReLU6 or an activation)
-// and its backward, ReLU and its backward, hardtanh (ReLU6) and its backward, and LP pooling's root; their checked ops.
+// and its backward, the channel affine with a residual add (+ ReLU), ReLU and its backward, hardtanh (ReLU6) and its backward, and LP pooling's root; their checked ops.
 #include "ops_common.h"
 #include "elementwise_kernels.h"
 
@@ -319,6 +319,73 @@ class LpRoot : public mx::UnaryPrimitive {
   double scale_, inv_p_;
 };
 
+class ChannelAffineResidual : public mx::UnaryPrimitive {
+ public:
+  ChannelAffineResidual(mx::Stream s, bool relu) : mx::UnaryPrimitive(s), relu_(relu) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& output) override {
+    launch_in_place(stream(), inputs, output, [relu = relu_](auto& in, auto& out) {
+      const auto& x = in[0];
+      const int64_t C = x.shape(-1), rows = C ? x.size() / C : 0;
+      dispatch_float(x.dtype(), "channel_affine_residual", [&](auto tag) {
+        using T = decltype(tag);
+        channel_affine_residual<T>(x.template data<T>(), in[3].template data<T>(), rows, C,
+                                   in[1].template data<float>(), in[2].template data<float>(), relu,
+                                   out[0].template data<T>());
+      });
+    });
+  }
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override { no_gpu("channel_affine_residual"); }
+  const char* name() const override {
+    return relu_ ? "PorterChannelAffineResidualRelu" : "PorterChannelAffineResidual";
+  }
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return same_type<ChannelAffineResidual>(*this, other) &&
+           static_cast<const ChannelAffineResidual&>(other).relu_ == relu_;
+  }
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override {
+    return vmap_into_batch(stream(), "channel_affine_residual", inputs, axes, {true, false, false, true},
+                           [&](const std::vector<mx::array>& in) {
+      return std::vector<mx::array>{mx::array(in[0].shape(), in[0].dtype(),
+                                              std::make_shared<ChannelAffineResidual>(stream(), relu_), in)};
+    });
+  }
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override {
+    // torch's relu backward on the output, then the skip connection's gradient is that cotangent and the batch
+    // norm's is the channel affine's (one native pass for dx, dalpha, dbeta)
+    auto s = stream();
+    const mx::array g = relu_ ? relu_grad_op(cotangents[0], outputs[0], s) : cotangents[0];
+    std::vector<mx::array> affine;
+    std::vector<mx::array> grads;
+    for (int arg : argnums) {
+      if (arg == 3) {
+        grads.push_back(cast_like(g, primals[3], s));
+        continue;
+      }
+      if (affine.empty()) affine = channel_affine_grad_arr(primals[0], primals[1], g, s);
+      grads.push_back(affine[arg]);
+    }
+    return grads;
+  }
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override {
+    auto s = stream();
+    const bool relu = relu_;
+    auto f = [relu, s](const std::vector<mx::array>& in) {
+      auto v = mx::add(mx::add(mx::multiply(mx::astype(in[0], mx::float32, s), in[1], s), in[2], s),
+                       mx::astype(in[3], mx::float32, s), s);
+      if (relu) v = mx::maximum(v, mx::array(0.0f), s);
+      return std::vector<mx::array>{mx::astype(v, in[0].dtype(), s)};
+    };
+    return jvp_of_reference(f, primals, tangents, argnums, s);
+  }
+
+ private:
+  bool relu_;
+};
+
 mx::array lp_root_op(const mx::array& a, double scale, double inv_p) {
   auto s = cpu_stream("lp_root");
   if (a.dtype() != mx::float32 && a.dtype() != mx::float64) fail("lp_root", "a must be float32 or float64");
@@ -357,6 +424,22 @@ mx::array channel_affine_op(const mx::array& x, const mx::array& alpha, const mx
                     mx::astype(beta, mx::float32, s)});
 }
 
+mx::array channel_affine_residual_op(const mx::array& x, const mx::array& alpha, const mx::array& beta,
+                                     const mx::array& res, const std::string& activation) {
+  const char* what = "channel_affine_residual";
+  auto s = cpu_stream(what);
+  if (activation != "none" && activation != "relu") fail(what, "'activation' must be none or relu, got '" + activation + "'");
+  if (x.ndim() < 1) fail(what, "x must have a trailing channel axis");
+  const int c = x.shape(-1);
+  if (alpha.ndim() != 1 || beta.ndim() != 1 || alpha.shape(0) != c || beta.shape(0) != c) {
+    fail(what, "alpha and beta must be (C,) for x's last axis");
+  }
+  if (!mx::issubdtype(x.dtype(), mx::floating)) fail(what, "x must be floating point");
+  if (res.shape() != x.shape() || res.dtype() != x.dtype()) fail(what, "res must have x's shape and dtype");
+  return mx::array(x.shape(), x.dtype(), std::make_shared<ChannelAffineResidual>(s, activation == "relu"),
+                   {x, mx::astype(alpha, mx::float32, s), mx::astype(beta, mx::float32, s), res});
+}
+
 mx::array hardtanh_op(const mx::array& x, double lo, double hi) {
   auto s = cpu_stream("hardtanh");
   if (!mx::issubdtype(x.dtype(), mx::floating)) fail("hardtanh", "x must be floating point");
@@ -369,6 +452,8 @@ void bind_elementwise(nb::module_& m) {
   m.def("channel_affine", &porter::channel_affine_op, nb::arg("x"), nb::arg("alpha"), nb::arg("beta"),
         nb::arg("activation") = "none");
   m.def("relu", &porter::relu_op, nb::arg("x"));
+  m.def("channel_affine_residual", &porter::channel_affine_residual_op, nb::arg("x"), nb::arg("alpha"),
+        nb::arg("beta"), nb::arg("res"), nb::arg("activation") = "none");
   m.def("lp_root", &porter::lp_root_op, nb::arg("a"), nb::arg("scale"), nb::arg("inv_p"));
 }
 
