@@ -15,6 +15,9 @@ from __future__ import annotations
 
 FUSABLE = ("relu", "relu6", "silu", "hardswish")
 
+# the runtime's switch for the batch norm + residual add (+ ReLU) runs, read per call (an A/B in one process)
+RESIDUAL = True
+
 
 def activation_name(fn, attrs) -> "str | None":
     """The fusable activation a runtime function ``fn`` with arguments ``attrs`` computes, or ``None``."""

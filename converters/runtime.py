@@ -27,6 +27,7 @@ from .axis_checks import axis_fields, check as check_axes
 from .index_errors import IndexRangeError, IndexTypeError, at_node as index_error_at
 from .registry import get_kernel, takes_training
 from .safe_text import printable
+from . import fusion
 from .fusion import activation_name, batch_norm_activation_pairs, batch_norm_residual_runs
 from . import static_values
 from . import train_graph
@@ -491,7 +492,7 @@ class PortedModel(TorchNamed):
                     env[nodes[index + 1]["outputs"][0]] = fused
                     skip = index + 1
                     continue
-            if record is None and index in program.residual:
+            if record is None and index in program.residual and fusion.RESIDUAL:
                 fused = self._fused_residual(index, args[0], env, program)
                 if fused is not None:  # batch norm, residual add (and ReLU) in one pass: the run's last output
                     last = nodes[index + program.residual[index][2]]
