@@ -415,6 +415,9 @@ def _model_line(guard) -> str:
     if re.search(r"(?<![\w.])len\(", code):
         out += ("; Python's len() of a tensor returns a plain int, so the capture fixed that dim to the example's "
                 "size: x.shape[0] or x.size(0) keeps it symbolic")
+    elif re.search(r"(?<![\w.])int\(", code):  # SAM's get_rel_pos: int(2 * max(q_size, k_size) - 1)
+        out += ("; Python's int() of a size computed from the input returns a plain int, so the capture fixed the "
+                "sizes it was computed from to the example's")
     return out
 
 
@@ -525,9 +528,12 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
     return any(c > 1 and c in literals for c in constants)
 
 
-def _message(origin, cmp, lhs, rhs) -> str:
+def _message(origin, cmp, lhs, rhs, literals=frozenset()) -> str:
     if origin == "kernel" and cmp == "eq" and not isinstance(lhs, int) and not isinstance(rhs, int):
         return _MESSAGES["kernel-equal"]
+    if origin in ("kernel", "kernel-call") and cmp == "eq" and any(
+            type(c) is int and c > 1 and ("param", c) in literals for c in (lhs, rhs)):
+        return _MESSAGES["parameter"]  # SAM's absolute position embedding fixed its grid: (H // 16) == 64
     return _MESSAGES[origin]
 
 
@@ -579,7 +585,7 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
         return
     for lhs, cmp, rhs in parsed:
         if _needed(origin, cmp, lhs, rhs, literals):
-            add(lhs, cmp, rhs, readable, _message(origin, cmp, lhs, rhs) + where)
+            add(lhs, cmp, rhs, readable, _message(origin, cmp, lhs, rhs, literals) + where)
 
 
 def _add_layout_specialisations(code, unknown, dims, ranks, readable, add):
@@ -613,6 +619,9 @@ _MESSAGES = {
     "unknown": "torch.export recorded it as a condition of the captured program",
     "kernel": "torch fixed this size while capturing an op, and the graph may depend on it",
     "kernel-call": "torch fixed this size while capturing an op, and the graph may depend on it",
+    "parameter": "torch fixed this size while capturing an op, to a size a parameter of the model has (a weight or "
+                 "embedding built for one input size, such as an absolute position embedding added to the feature "
+                 "map, where torch's own forward fails at other sizes too)",
     "kernel-equal": "an op's shape rule needs these sizes equal (e.g. the tensors a concatenation joins; torch's own "
                     "forward fails at this size too)",
 }

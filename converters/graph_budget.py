@@ -230,18 +230,31 @@ class GraphArtifactError(ArtifactError, GraphLimitError):
 
 def check_example(ported, path: str) -> None:
     """``porter.load``'s check: the graph built at the example's sizes (nothing evaluated) stays within the
-    port's bounds. Raises ``ArtifactError`` naming ``path`` and the node over them. A build that fails otherwise
-    (an example of zeros a kernel refuses) is left to the calls, where each is checked for its actual sizes."""
+    port's bounds, the training-mode graph's too (``train_graph.py``). Raises ``ArtifactError`` naming ``path``
+    and the node over them. A build that fails otherwise (an example of zeros a kernel refuses) is left to the
+    calls, where each is checked for its actual sizes."""
+    from .train_graph import switched_on
+
+    inputs = example_inputs(ported.graph)
+    if inputs is None:
+        return
+    _check_example_run(ported, inputs, path, "nodes")
+    if ported._program.train is not None:
+        with switched_on(ported):
+            _check_example_run(ported, inputs, path, "train_graph: nodes")
+
+
+def _check_example_run(ported, inputs: list, path: str, field: str) -> None:
+    """One graph of ``ported`` (the one its modes run) built at the example's sizes, for :func:`check_example`."""
     try:
-        inputs = example_inputs(ported.graph)
-        if inputs is None:
-            return
         ported._run(inputs, None)
     except GraphLimitError as e:
-        raise GraphArtifactError(path, "nodes", "", f"at the example's sizes, {e}") from None
+        raise GraphArtifactError(path, field, "", f"at the example's sizes, {e}") from None
     except NodeAxisError as e:  # the ranks are the example's: an axis past one is the file's fault at any size
-        raise ArtifactError(path, e.where, e.field, e.problem) from None
+        raise ArtifactError(path, e.where if field == "nodes" else f"train_graph: {e.where}", e.field,
+                            e.problem) from None
     except Exception:  # noqa: BLE001 - not the bound's business: every call is checked again for its sizes
         pass
     finally:  # nothing of the walk is kept: the first call computes (and checks) the input-independent values
-        ported._program.static.clear()
+        for program in ported._program.programs():
+            program.static.clear()

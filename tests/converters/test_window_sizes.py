@@ -82,13 +82,28 @@ def test_the_window_pattern_still_checks_its_channels(windows):
 
 @pytest.mark.slow
 def test_davit_florence_with_every_dim_dynamic_runs_at_72x56():
-    """Florence-2's DaViT twin captured with every dim dynamic (no capture budget, as ``dynamic="all"``) at 64x64
-    (stages of 16, 8, 4 and 2: one window in the last two) gives torch's numbers at 72x56 (18x14, 9x7, 5x4, 3x2:
-    two windows high in the third stage), which it refused."""
+    """Florence-2's DaViT twin captured with every dim dynamic (as ``dynamic="all"``, no capture budget) gives
+    torch's numbers at 72x56 (stages of 18x14, 9x7, 5x4 and 3x2: two windows high in the third, one in the last) and
+    at 64x64, batch 1. The example is 136x136 (34, 17, 9, 5: at least two windows each way in every stage): at a
+    64x64 example (one window in the last two stages) torch's own fake shapes of ``view(-1, ...)`` are built for
+    one window (``Windows`` at a 4x4 example shows the same), and the port refuses 72x56 rather than follow them."""
     torch.manual_seed(0)
     model = randomize_(davit.davit_fl_small_twin(), 0).eval()
-    ported = porter.convert(model, _image(2, 3, 64, 64, seed=0), io_layout="torch", dynamic="all")
+    ported = porter.convert(model, _image(2, 3, 136, 136, seed=0), io_layout="torch", dynamic="all")
     assert {"input": 0, "axis": 2} in ported.dynamic_dims and {"input": 0, "axis": 3} in ported.dynamic_dims
     for shape in ((3, 3, 72, 56), (1, 3, 64, 64)):
         assert ported.input_checks.refusal([shape]) is None, shape
+        assert_matches(ported, model, _image(*shape))
+
+
+def test_an_example_of_one_window_keeps_torchs_one_window_shapes_and_refuses_more():
+    """At a 4x4 example (one window each way) torch's capture gives ``view(-1, 16, C)`` the shape ``(B, Hp * Wp,
+    C)``, right only while there is one window; the port refuses two windows by name before any kernel rather than
+    run those shapes, and still runs one window at any batch and a padded 3x3 map, as torch."""
+    torch.manual_seed(0)
+    model = randomize_(Windows(), 0).eval()
+    ported = porter.convert(model, _image(2, 8, 4, 4, seed=0), io_layout="torch", dynamic="all")
+    message = ported.input_checks.refusal([(3, 8, 8, 4)])
+    assert message is not None and "size 8 in dim 2" in message
+    for shape in ((1, 8, 4, 4), (3, 8, 3, 3)):
         assert_matches(ported, model, _image(*shape))
