@@ -85,12 +85,14 @@ def storage_order(val: torch.Tensor):
         return None
 
 
-def value_meta(val) -> ValueMeta:
-    """ValueMeta of an example value (FakeTensor, SymInt, list...)."""
+def value_meta(val, order: bool = True) -> ValueMeta:
+    """ValueMeta of an example value (FakeTensor, SymInt, list...); ``order=False`` leaves ``storage_order`` out
+    (None: a value no ``as_strided`` reads, see :func:`_order_read`)."""
     if isinstance(val, torch.Tensor):
         shape = [_static_or_symbol(s) for s in val.shape]
         hint = [int(s) if isinstance(s, int) else _hint(s) for s in val.shape]
-        return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint, storage_order=storage_order(val))
+        return ValueMeta("tensor", shape, _dtype_name(val.dtype), hint=hint,
+                         storage_order=storage_order(val) if order else None)
     if isinstance(val, bool):
         return ValueMeta("bool")
     if isinstance(val, (int, torch.SymInt)):
@@ -98,7 +100,7 @@ def value_meta(val) -> ValueMeta:
     if isinstance(val, (float, torch.SymFloat)):
         return ValueMeta("float")
     if isinstance(val, (list, tuple)):
-        return ValueMeta("list", items=[value_meta(v) for v in val])
+        return ValueMeta("list", items=[value_meta(v, order) for v in val])
     if val is None:
         return ValueMeta("none")
     return ValueMeta("other")
@@ -182,8 +184,20 @@ def _make_node(fx_node, name: str, resolve) -> Node:
     args, explicit = normalise_args(fx_node.target, fx_node.args, fx_node.kwargs, resolve)
     scopes = _scopes(fx_node.meta)
     module, module_type = (scopes[-1][1], scopes[-1][2]) if scopes else ("", "")
-    return Node(name, op_name(fx_node.target), args, explicit, value_meta(fx_node.meta.get("val")), module,
-                module_type, scopes)
+    return Node(name, op_name(fx_node.target), args, explicit, value_meta(fx_node.meta.get("val"), _order_read(fx_node)),
+                module, module_type, scopes)
+
+
+def _order_read(fx_node) -> bool:
+    """Whether a value's ``storage_order`` may be read: an ``as_strided`` call uses it, or a user that is not an
+    ATen op (a region call, a ``getitem`` of a multi-output op) may pass it on to one. Proving the order costs
+    sympy work on every symbolic stride: 3% of a capture with every dim dynamic (DaViT's window views), for the few
+    values an ``as_strided`` reads."""
+    for user in fx_node.users:
+        target = user.target
+        if not isinstance(target, torch._ops.OpOverload) or target.name().startswith("aten::as_strided"):
+            return True
+    return False
 
 
 def host_view(t: "torch.Tensor"):
@@ -309,7 +323,7 @@ def capture_exported(ep: "torch.export.ExportedProgram", source_class: str = "",
     store.literal_keys = inliner.literal_keys  # folded values float32 whatever the model's dtype
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
-            input_meta[fx_node.name] = metas[fx_node.name] = value_meta(fx_node.meta.get("val"))
+            input_meta[fx_node.name] = metas[fx_node.name] = value_meta(fx_node.meta.get("val"), _order_read(fx_node))
             if fx_node.name in placeholder_target:
                 continue
         elif fx_node.op == "get_attr":

@@ -250,7 +250,7 @@ def _add_named_sources(guards, sources: dict, names: list, ranks: list) -> None:
     """Locate guard sources neither the shape env nor the program's signature placed, by torch's placeholder
     naming (the keys of the source's path joined by ``_``): the inputs of a ``forward(self, *xs)`` are guarded as
     ``L['xs'][1]`` and named ``xs_1`` in the program, whose own signature is flat."""
-    for guard, _ in guards:
+    for guard, *_ in guards:
         for match in _SOURCE.finditer(guard):
             text = match.group(0).replace(".stride()", ".size()")
             if text in sources:
@@ -348,7 +348,7 @@ def input_checks(ep, user_inputs: list) -> tuple:
 
     sources = _shape_env_sources(ep, symbols)
     if any(m.group(0).replace(".stride()", ".size()") not in sources
-           for guard, _ in guards for m in _SOURCE.finditer(guard)):
+           for guard, *_ in guards for m in _SOURCE.finditer(guard)):
         # a source the shape env does not name (a dim specialised to an int, or a loaded program): locate the
         # inputs through torch's own paths (ep.module() costs a graph copy, hence only when needed)
         for i, prefix in enumerate(_input_paths(ep)):
@@ -358,8 +358,8 @@ def input_checks(ep, user_inputs: list) -> tuple:
     _add_named_sources(guards, sources, names, ranks)
     static: dict = {}  # (input, axis) or "*" -> the guard that forces it static
     literals = _graph_literals(ep)
-    for guard, origin in guards:
-        _translate_guard(guard, origin, literals, sources, names, ranks, add, static, hints)
+    for guard, origin, where in guards:
+        _translate_guard(guard, origin, literals, sources, names, ranks, add, static, hints, where)
     if "*" in static:  # a guard on a dim Porter cannot locate: nothing stays dynamic
         static = {key: static["*"] for key in hints}
     for (i, axis), why in sorted(static.items()):
@@ -385,7 +385,7 @@ def _guards(ep) -> tuple:
         if env is None or not env.var_to_sources:
             raise LookupError
     except Exception:  # noqa: BLE001  (a program loaded from a file keeps only the guards' text: all checked)
-        return [(g, "unknown") for g in getattr(ep, "_guards_code", []) or []], False
+        return [(g, "unknown", "") for g in getattr(ep, "_guards_code", []) or []], False
     # the same selection and printing as torch's own ExportedProgram._guards_code
     local = {v for v, srcs in env.var_to_sources.items() if all(not isinstance(s, ConstantSource) for s in srcs)}
     printer = ShapeGuardPythonPrinter(env.var_to_sources, lambda s: s.name, env.var_to_sources)
@@ -395,8 +395,30 @@ def _guards(ep) -> tuple:
             continue
         text = printer.doprint(guard.expr)
         if "L['self']" not in text:  # parameter sizes: constants of the port
-            out.append((text, _origin(guard)))
+            origin = _origin(guard)
+            out.append((text, origin, _model_line(guard) if origin == "model" else ""))
     return out, True
+
+
+def _model_line(guard) -> str:
+    """`` (at file.py:157 in f: code)``: the model's line a guard was made at, for its refusal; a ``len()`` there
+    is named as the cause (Python's ``len`` must return an int, so the capture fixed that dim: DiT's
+    ``forward_with_cfg`` pinned the batch with ``x[: len(x) // 2]``)."""
+    import linecache
+
+    loc = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+    filename, lineno, function = getattr(loc, "filename", None), getattr(loc, "lineno", None), getattr(loc, "name", "")
+    if not filename or not isinstance(lineno, int):
+        return ""
+    code = " ".join(linecache.getline(filename, lineno).split())
+    out = f" (at {os.path.basename(filename)}:{lineno} in {function}" + (f": {code[:160]}" if code else "") + ")"
+    if re.search(r"(?<![\w.])len\(", code):
+        out += ("; Python's len() of a tensor returns a plain int, so the capture fixed that dim to the example's "
+                "size: x.shape[0] or x.size(0) keeps it symbolic")
+    elif re.search(r"(?<![\w.])int\(", code):  # SAM's get_rel_pos: int(2 * max(q_size, k_size) - 1)
+        out += ("; Python's int() of a size computed from the input returns a plain int, so the capture fixed the "
+                "sizes it was computed from to the example's")
+    return out
 
 
 _KERNEL_CODE = ("_subclasses/", "_prims_common/", "_prims/", "_refs/", "_decomp/", "_meta_registrations.py",
@@ -419,8 +441,11 @@ def _origin(guard) -> str:
     if not path.startswith(torch_dir):
         return "model"
     rel = path[len(torch_dir):].replace(os.sep, "/")
-    if rel == "_ops.py":
-        return "kernel-call"  # a C++ kernel run on fake tensors to learn its output's shape
+    if rel == "_ops.py" or (rel == "_export/non_strict_utils.py" and function == "__torch_function__"):
+        # a C++ kernel run on fake tensors to learn its output's shape: through the op overload, or called straight
+        # from the non-strict export's function mode (a ``view(-1, ...)``'s C++ size inference and stride
+        # computation guarded DaViT's window count, ``Wp // (Wp // 4) != 1``, refusing one-window maps torch runs)
+        return "kernel-call"
     if re.search(r"contiguous|stride|non_overlapping|memory_format|channels_last|collapse_view|reshape_view|"
                  r"should_swap", function):  # strides, and whether a reshape can be a view (else a copy)
         return "layout"
@@ -503,9 +528,12 @@ def _needed(origin, cmp, lhs, rhs, literals) -> bool:
     return any(c > 1 and c in literals for c in constants)
 
 
-def _message(origin, cmp, lhs, rhs) -> str:
+def _message(origin, cmp, lhs, rhs, literals=frozenset()) -> str:
     if origin == "kernel" and cmp == "eq" and not isinstance(lhs, int) and not isinstance(rhs, int):
         return _MESSAGES["kernel-equal"]
+    if origin in ("kernel", "kernel-call") and cmp == "eq" and any(
+            type(c) is int and c > 1 and ("param", c) in literals for c in (lhs, rhs)):
+        return _MESSAGES["parameter"]  # SAM's absolute position embedding fixed its grid: (H // 16) == 64
     return _MESSAGES[origin]
 
 
@@ -523,7 +551,7 @@ def _needed_untranslated(origin, node, literals) -> bool:
     return any(c > 1 and c in literals for c in constants)
 
 
-def _translate_guard(guard, origin, literals, sources, names, ranks, add, static, hints=None):
+def _translate_guard(guard, origin, literals, sources, names, ranks, add, static, hints=None, where=""):
     dims, unknown = {}, []
 
     def name_of(match):
@@ -548,16 +576,16 @@ def _translate_guard(guard, origin, literals, sources, names, ranks, add, static
         tree = ast.parse(code, mode="eval")
         parsed = _Translator(dims, ranks, hints).checks(tree)
     except SyntaxError:
-        static.update({key: readable for key in dims.values()})
+        static.update({key: readable + where for key in dims.values()})
         return
     except Untranslatable:
         if not _needed_untranslated(origin, tree.body, literals):
             return
-        static.update({key: readable for key in dims.values()})
+        static.update({key: readable + where for key in dims.values()})
         return
     for lhs, cmp, rhs in parsed:
         if _needed(origin, cmp, lhs, rhs, literals):
-            add(lhs, cmp, rhs, readable, _message(origin, cmp, lhs, rhs))
+            add(lhs, cmp, rhs, readable, _message(origin, cmp, lhs, rhs, literals) + where)
 
 
 def _add_layout_specialisations(code, unknown, dims, ranks, readable, add):
@@ -591,6 +619,9 @@ _MESSAGES = {
     "unknown": "torch.export recorded it as a condition of the captured program",
     "kernel": "torch fixed this size while capturing an op, and the graph may depend on it",
     "kernel-call": "torch fixed this size while capturing an op, and the graph may depend on it",
+    "parameter": "torch fixed this size while capturing an op, to a size a parameter of the model has (a weight or "
+                 "embedding built for one input size, such as an absolute position embedding added to the feature "
+                 "map, where torch's own forward fails at other sizes too)",
     "kernel-equal": "an op's shape rule needs these sizes equal (e.g. the tensors a concatenation joins; torch's own "
                     "forward fails at this size too)",
 }

@@ -70,20 +70,41 @@ _RESHAPES = frozenset({
 })
 
 
-def _copies(fx_node, node: Node, metas: dict) -> bool:
+def _copies(fx_node, node: Node, metas: dict, guarded: bool = True) -> bool:
     """Ops whose schema says alias but which copy depending on their input: ``x.to(dtype)`` aliases ``x`` only when
     the dtype is already ``dtype``, ``x.contiguous()`` only when ``x`` already is contiguous (in the asked memory
     format; read from the capture's fake value). A write into such a copy stays in it (DeBERTa-v2's ``ConvLayer``
-    zeroes ``conv(x.permute(...)).permute(...).contiguous()`` in place)."""
+    zeroes ``conv(x.permute(...)).permute(...).contiguous()`` in place).
+
+    ``guarded=False``: contiguity at the example's sizes, asked of a meta tensor of those sizes and strides, so that
+    no guard is recorded. Asking the fake value itself reasons on its symbolic sizes and records a guard on the
+    inputs in the program's shape env, which ``capture_guards`` checks as a condition of the model: DaViT's
+    cropped ``window_reverse`` output (``Wp // (Wp // 4) != Wp``) refused one-window maps torch runs. Whether
+    ``.contiguous()`` copies matters only to an in-place write, so the walk asks with guards once the graph
+    writes in place (``Inliner.record_contiguity``)."""
     source = node.args.get("self")
     if node.op.startswith("aten.to."):
         return isinstance(source, Ref) and source.name in metas and metas[source.name].dtype != node.meta.dtype
+    value = _contiguous_input(fx_node, node)
+    if value is None:
+        return False
+    value, memory_format = value
+    if not guarded:
+        from .capture_export import _number
+
+        sizes, strides = [_number(s) for s in value.shape], [_number(s) for s in value.stride()]
+        if None not in sizes and None not in strides:
+            return not torch.empty_strided(sizes, strides, device="meta").is_contiguous(memory_format=memory_format)
+    return not value.is_contiguous(memory_format=memory_format)
+
+
+def _contiguous_input(fx_node, node: Node):
+    """``(fake input, memory format)`` of an ``aten.contiguous`` call, else None."""
     if node.op == "aten.contiguous.default" and fx_node.args and isinstance(fx_node.args[0], torch.fx.Node):
         value = fx_node.args[0].meta.get("val")
         if isinstance(value, torch.Tensor):
-            memory_format = fx_node.kwargs.get("memory_format") or torch.contiguous_format
-            return not value.is_contiguous(memory_format=memory_format)
-    return False
+            return value, fx_node.kwargs.get("memory_format") or torch.contiguous_format
+    return None
 
 
 def _is_view(target) -> bool:
@@ -139,6 +160,9 @@ class Inliner:
         self.latest: dict = {}  # a base written through a view -> its value after the write
         self.stale: set = set()  # views whose base was written in place after they were taken
         self.written: set = set()  # value names written in place (directly or through a view)
+        # ``.contiguous()`` calls decided at the example's sizes without guards (``_copies``): torch's guarded
+        # answer is asked for them all once the graph writes in place (their sizes then matter)
+        self.unguarded: list = []
 
     # ------------------------------------------------------------------------------------------------ walking
     def call(self, fx_node, owner, env: dict, prefix: str = "", state: RegionState = RegionState()) -> None:
@@ -169,7 +193,7 @@ class Inliner:
             self._autocast(node, state.autocast)
         self._append(node)
         env[fx_node.name] = node.name
-        if _is_view(fx_node.target) and not _copies(fx_node, node, self.metas):
+        if _is_view(fx_node.target) and not self._copies(fx_node, node):
             base = node.args.get("self")
             self.views[node.name] = (node, base.name if isinstance(base, Ref) else None)
         elif fx_node.target is operator.getitem and resolve(fx_node.args[0]).name in self.multi_views:
@@ -180,6 +204,7 @@ class Inliner:
         first = fx_node.args[0] if fx_node.args else None
         if self.in_place(op_base) and isinstance(first, torch.fx.Node):
             # an in-place op (relu_, add_, __iand__) updates its first argument: later readers see the result
+            self.record_contiguity()
             old = resolve(first).name
             renames = {old: node.name}
             if old in self.views:  # a write into a view writes into its base: scatter it back
@@ -194,6 +219,22 @@ class Inliner:
             for old, new in renames.items():  # a written placeholder (a parameter) reads under its own name
                 env.setdefault(old, new)
             env[first.name] = node.name
+
+    def _copies(self, fx_node, node: Node) -> bool:
+        """Module ``_copies``, guard-free for ``.contiguous()`` until the graph writes in place."""
+        guarded = self.unguarded is None
+        if not guarded and _contiguous_input(fx_node, node) is not None:
+            self.unguarded.append((fx_node, node))
+        return _copies(fx_node, node, self.metas, guarded=guarded)
+
+    def record_contiguity(self) -> None:
+        """The graph writes in place: whether each ``.contiguous()`` so far copies is asked of torch with its
+        guards (the port then refuses sizes at which the answer differs), and so is every later one."""
+        if self.unguarded is None:
+            return
+        for fx_node, node in self.unguarded:
+            _copies(fx_node, node, self.metas)
+        self.unguarded = None
 
     def _write_back(self, view: str, written: Node) -> dict:
         """Scatter the value ``written`` into the bases of ``view`` (a chain of select/slice/reshape/permute

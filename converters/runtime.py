@@ -284,15 +284,18 @@ class PortedModel(TorchNamed):
 
     @property
     def dynamic_dims(self) -> list:
-        """The input dims the port keeps symbolic, ``[{"input": i, "axis": torch dim}, ...]``; every other dim
-        is checked against the example's size on each call (see :attr:`input_checks`)."""
-        return list(self._program.graph.get("dynamic_dims", []))
+        """The input dims the port keeps symbolic, ``[{"input": i, "axis": torch dim}, ...]``, in the graph it runs
+        in its modes now (the training-mode graph's while its modules train, ``train_graph.py``: the eval graph's
+        dims that its checks do not pin); every other dim is checked against the example's size on each call
+        (see :attr:`input_checks`)."""
+        return list(self._current_program(strict=False).graph.get("dynamic_dims", []))
 
     @property
     def input_checks(self):
-        """The shape conditions checked on every call (:class:`porter.converters.guards.InputChecks`;
-        ``.refusal(torch_shapes)`` tells whether inputs of those torch-layout shapes would be refused)."""
-        return self._program.input_checks
+        """The shape conditions checked on every call of the graph the port runs in its modes now
+        (:class:`porter.converters.guards.InputChecks`; ``.refusal(torch_shapes)`` tells whether inputs of those
+        torch-layout shapes would be refused)."""
+        return self._current_program(strict=False).input_checks
 
     @property
     def graph_limits(self) -> dict:

@@ -18,6 +18,7 @@ training form by their own modes in either graph, as in the eval graph.
 
 from __future__ import annotations
 
+
 KEY = "train_graph"
 # the keys a training graph replaces (the rest of graph.json is shared with the eval graph)
 PER_GRAPH = ("nodes", "outputs", "output_structure", "module_outputs", "output_tree", "input_checks", "dtype_follows")
@@ -31,6 +32,12 @@ def view(graph: dict) -> dict:
     record = graph[KEY]
     out = {key: value for key, value in graph.items() if key != KEY and key not in PER_GRAPH}
     out.update({key: record[key] for key in PER_GRAPH if key in record})
+    pinned = {tuple(c["lhs"]["dim"]) for c in out.get("input_checks") or []
+              if isinstance(c, dict) and c.get("cmp") == "eq" and type(c.get("rhs")) is int
+              and isinstance(c.get("lhs"), dict) and "dim" in c["lhs"]}
+    # the eval graph's dynamic dims that this graph's own checks do not pin to one size (a training branch
+    # flattening a map into a fixed linear layer pins its height and width)
+    out["dynamic_dims"] = [d for d in graph.get("dynamic_dims") or [] if (d["input"], d["axis"]) not in pinned]
     return out
 
 

@@ -436,3 +436,33 @@ def test_a_true_division_compared_with_an_integer_float_is_checked_exactly_in_in
                 assert got == want, (guard, a, b)
     negative = _Translator(dims, [2]).checks(ast.parse("d_0_0 / d_0_1 >= 1.0", mode="eval"))
     assert ({"dim": [0, 1]}, "gt", 0) in negative  # the divisor's sign is checked, not assumed
+
+
+# ---------------------------------------------------------------------------------------------------- len() of a tensor
+class Halves(nn.Module):
+    """DiT's classifier-free guidance in small: the batch's first half twice, split and mixed back. ``len(x)`` must
+    return an int, so the capture fixes the batch; ``x.shape[0]`` stays symbolic."""
+
+    def __init__(self, use_len: bool):
+        super().__init__()
+        self.use_len = use_len
+        self.mix = nn.Linear(4, 4)
+
+    def forward(self, x):
+        n = len(x) if self.use_len else x.shape[0]
+        half = x[: n // 2]
+        a, b = torch.split(self.mix(torch.cat([half, half])), n // 2)
+        return torch.cat([a - 2 * b, a + b])
+
+
+def test_a_batch_read_with_len_is_refused_naming_the_line_and_shape_keeps_it_dynamic():
+    model = randomize_(Halves(use_len=True), 0)
+    ported = porter.convert(model, torch.randn(4, 4), io_layout="torch")
+    _assert_torch_numbers(ported, model, (4, 4))
+    _assert_refused(ported, (6, 4), "size 6 in dim 0", "x.size(0) == 4", "in forward: n = len(x) if self.use_len",
+                    "Python's len() of a tensor returns a plain int", "x.shape[0] or x.size(0) keeps it symbolic")
+    model = randomize_(Halves(use_len=False), 0)
+    ported = porter.convert(model, torch.randn(4, 4), io_layout="torch")
+    assert ported.dynamic_dims == [{"input": 0, "axis": 0}]
+    for batch in (4, 6, 7, 2):
+        _assert_torch_numbers(ported, model, (batch, 4))

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 import porter
 from porter.converters.schema import ArtifactError
-from tests.converters.train_branch_models import AuxNet, Residual, seeded
+from tests.converters.train_branch_models import AuxNet, FlatAux, Residual, seeded
 from tests.models.timm_hybrid import deit_small
 from tests.zoo.twins.googlenet import googlenet
 from tests.zoo.twins.inception import inception_v3
@@ -256,6 +256,47 @@ def test_the_training_graph_is_checked_on_load(tmp_path):
     graph["train_graph"]["nodes"][-1]["kernel"] = "no_such_kernel"
     path.write_text(json.dumps(graph))
     with pytest.raises(ArtifactError, match=r"train_graph: node \d+ .*no runtime kernel"):
+        porter.load(tmp_path / "m")
+
+
+def test_dynamic_dims_and_input_checks_follow_the_graph_the_modes_run():
+    """FlatAux's training branch flattens the map into a fixed linear layer: the training graph pins height and
+    width, the eval graph keeps them dynamic. ``dynamic_dims`` and ``input_checks`` report the graph the port runs
+    in its modes now; each mode gives torch's numbers at another size it takes, and training at another height is
+    refused naming the dim and the size it needs, as torch fails there."""
+    model = seeded(FlatAux())
+    x = _x((2, 3, 6, 5))
+    ported = porter.convert(model, (x,), io_layout="torch")
+    assert ported.graph["train_graph"]["switch"] == [""]
+    every = [{"input": 0, "axis": 0}, {"input": 0, "axis": 2}, {"input": 0, "axis": 3}]
+    assert ported.dynamic_dims == every and ported.input_checks.refusal([(3, 3, 8, 7)]) is None
+    _eval_like_torch(model, ported, (3, 3, 8, 7), 1e-5, 1e-6)
+    ported.train()
+    model.train()
+    assert ported.dynamic_dims == [{"input": 0, "axis": 0}]
+    assert "size 8 in dim 2" in ported.input_checks.refusal([(3, 3, 8, 5)])
+    with pytest.raises(RuntimeError):  # torch: the flattened map no longer fits the auxiliary linear layer
+        model(_x((3, 3, 8, 5)))
+    with pytest.raises(ValueError, match=r"has size 8 in dim 2.*x\.size\(2\) == 6"):
+        ported(_mx(_x((3, 3, 8, 5))))
+    y = _x((3, 3, 6, 5), 4)
+    with torch.no_grad():
+        _assert_outputs(ported(_mx(y)), model(y), 1e-5, 1e-6, "training output at batch 3")
+    ported.eval()
+    assert ported.dynamic_dims == every
+
+
+def test_the_training_graph_is_built_at_the_example_on_load(tmp_path):
+    """``porter.load`` builds both graphs at the example's sizes (nothing evaluated): an axis out of range in the
+    training graph is the file's fault, found at load rather than at the first training call."""
+    model = seeded(FlatAux())
+    porter.save(porter.convert(model, (_x((2, 3, 6, 5)),), io_layout="torch"), tmp_path / "m")
+    path = tmp_path / "m" / "graph.json"
+    graph = json.loads(path.read_text())
+    node = next(n for n in graph["train_graph"]["nodes"] if n["kernel"] == "reduce")
+    node["attrs"]["axes"] = [1, 7]
+    path.write_text(json.dumps(graph))
+    with pytest.raises(ArtifactError, match=r"train_graph: node \d+"):
         porter.load(tmp_path / "m")
 
 

@@ -15,6 +15,7 @@ The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch
 from __future__ import annotations
 
 import copy
+import inspect
 
 import numpy as np
 import pytest
@@ -180,12 +181,15 @@ def test_dit_classifier_free_guidance_converts_at_its_batch_and_refuses_others()
     """``forward_with_cfg`` (the sampler's call) matches torch at the conversion batch. Its ``x[: len(x) // 2]``
     and ``torch.split(eps, len(eps) // 2)`` read the batch through Python's ``len()``, which must return an int: the
     non-strict capture pins the batch to the example's, and the port refuses another batch (torch runs any even
-    one). An open limit: the refusal says which size but not which line pinned it."""
+    one), naming the line that pinned it and why."""
     model = randomize_(dit.dit_guided_small(), 0)  # not in TWINS: one batch only
     ported = porter.convert(model, dit.latents(4)(0), io_layout="torch")
     assert_matches(ported, model, dit.latents(4)(1))
-    with pytest.raises(ValueError, match=r"size 6 in dim 0.*x\.size\(0\) == 4"):
+    with pytest.raises(ValueError, match=r"size 6 in dim 0.*x\.size\(0\) == 4") as info:
         run_ported(ported, dit.latents(6)(2))
+    line = inspect.getsourcelines(dit.DiT.forward_with_cfg)[1] + 1  # the method's first statement
+    assert f"(at dit.py:{line} in forward_with_cfg: half = x[: len(x) // 2])" in str(info.value)
+    assert "Python's len() of a tensor returns a plain int" in str(info.value)
 
 
 @pytest.mark.parametrize("name", sorted(TWINS))

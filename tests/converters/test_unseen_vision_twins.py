@@ -185,11 +185,34 @@ def test_sam_encoder_without_absolute_positions_is_pinned_to_its_grid():
     ``get_rel_pos`` calls ``int(2 * max(q_size, k_size) - 1)`` on the symbolic grid size, and ``int()`` of a SymInt
     specialises it; found, not fixed). The height and width were also pinned by torch's ``IntTrueDiv(E, E) >= 1.0``
     (non-strict export's ``_tensor_min_max``), now checked exactly.
-    Another batch above 1 at the example's size matches torch (batch 1 is refused too: torch keeps the window
-    partition's guard batch * windows // windows != 1 from the batch-2 example)."""
+    The refusal names that line and the int() as the cause. Another batch at the example's size matches torch,
+    batch 1 too (refused until session 19: a guard ``batch * windows // windows != 1`` from the batch-2 example,
+    made by Porter's own contiguity question and by ``view(-1, ...)``'s C++ size inference, not by the model)."""
     torch.manual_seed(0)
     model = randomize_(sam.sam_vit_any_size(), 0)
     ported = porter.convert(model, _image(2, 3, 56, 72)(0), io_layout="torch", dynamic="all")
-    with pytest.raises(ValueError, match=r"has size 40 in dim 2"):
+    with pytest.raises(ValueError, match=r"has size 40 in dim 2") as info:
         run_ported(ported, _image(3, 3, 40, 48)(3))
+    assert "in get_rel_pos: max_rel_dist = int(2 * max(q_size, k_size) - 1)" in str(info.value)
+    assert "Python's int() of a size computed from the input returns a plain int" in str(info.value)
     assert_matches(ported, model, _image(3, 3, 56, 72)(1))
+    assert_matches(ported, model, _image(1, 3, 56, 72)(2))
+
+
+@pytest.mark.slow
+def test_sam_encoder_with_absolute_positions_runs_where_torch_does_and_names_the_embedding_elsewhere():
+    """SAM's own configuration adds a position embedding of a fixed 8x8 grid to the patch map: torch runs any image
+    whose patch grid is 8x8 (64x70: the patch conv floors 70 / 8) and fails at any other grid. The port captured
+    with every dim dynamic does the same: torch's numbers at 64x70 and another batch, and a 72x72 image refused
+    naming the dims and a parameter's size as the cause."""
+    torch.manual_seed(0)
+    model = randomize_(sam.sam_vit_small(), 0)
+    ported = porter.convert(model, _image(2, 3, 64, 64)(0), io_layout="torch", dynamic="all")
+    assert ported.dynamic_dims == [{"input": 0, "axis": 0}, {"input": 0, "axis": 2}, {"input": 0, "axis": 3}]
+    assert_matches(ported, model, _image(1, 3, 64, 70)(1))
+    assert_matches(ported, model, _image(3, 3, 71, 64)(2))
+    with pytest.raises(RuntimeError, match="must match the size"):
+        model(_image(1, 3, 72, 72)(3)[0])
+    with pytest.raises(ValueError, match=r"has size 72 in dim 2 and input 'x' \(input 0\) has size 72 in dim 3") as info:
+        run_ported(ported, _image(1, 3, 72, 72)(3))
+    assert "to a size a parameter of the model has" in str(info.value)

@@ -33,6 +33,24 @@ class AuxNet(nn.Module):
         return AuxOutputs(x, aux) if self.training else x
 
 
+class FlatAux(nn.Module):
+    """An auxiliary head, in training only, on the stem's map plus a position embedding of a fixed grid, flattened
+    into a linear layer: the training graph needs the example's height and width, the eval graph (pooled) takes
+    any."""
+
+    def __init__(self, classes: int = 3, height: int = 6, width: int = 5):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.pos = nn.Parameter(torch.zeros(1, 4, height, width))
+        self.aux = nn.Linear(4 * height * width, classes)
+        self.fc = nn.Linear(4, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        logits = self.fc(x.mean((2, 3)))
+        return (logits, self.aux((x + self.pos).flatten(1))) if self.training else logits
+
+
 class Noise(nn.Module):
     """Gaussian noise added in training (a random difference: the port keeps refusing it)."""
 
