@@ -151,6 +151,19 @@ class ShapeOnly:
         self.size = size
 
 
+def broadcast_size(a: Sequence[int], b: Sequence[int]) -> int:
+    """Elements of numpy's broadcast of shapes ``a`` and ``b`` (0 when they do not broadcast: the caller leaves the
+    error to MLX's op)."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    size = 1
+    for p, q in zip(a, b):
+        if p != q and p != 1 and q != 1:
+            return 0
+        size *= p if q == 1 else q
+    return size
+
+
 def format_shape(shape: Sequence[int]) -> str:
     """Torch's ``2x3x4`` shape spelling used in its pooling error messages."""
     return "x".join(str(int(s)) for s in shape)

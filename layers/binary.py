@@ -13,6 +13,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from . import _native
+from ._utils import broadcast_size
 
 # Outputs smaller than this stay on MLX's op (below it the pool is not woken anyway). 0 disables the native path.
 MIN_ELEMENTS = 1 << 15
@@ -20,22 +21,10 @@ MIN_ELEMENTS = 1 << 15
 _OPS = {"add": (0, mx.add), "subtract": (1, mx.subtract), "multiply": (2, mx.multiply), "divide": (3, mx.divide)}
 
 
-def _broadcast_size(a: tuple, b: tuple) -> int:
-    """Elements of the broadcast shape of ``a`` and ``b`` (0 if they do not broadcast: MLX raises then)."""
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    size = 1
-    for p, q in zip(a, b):
-        if p != q and p != 1 and q != 1:
-            return 0
-        size *= p if q == 1 else q
-    return size
-
-
 def _binary(name: str, a, b):
     code, mlx_op = _OPS[name]
     if (MIN_ELEMENTS and isinstance(a, mx.array) and isinstance(b, mx.array) and a.dtype == mx.float32
-            and b.dtype == mx.float32 and _broadcast_size(a.shape, b.shape) >= MIN_ELEMENTS
+            and b.dtype == mx.float32 and broadcast_size(a.shape, b.shape) >= MIN_ELEMENTS
             and _native.active("binary")):
         return _native.kernels().binary(a, b, code)
     return mlx_op(a, b)

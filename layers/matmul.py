@@ -14,29 +14,16 @@ from __future__ import annotations
 import mlx.core as mx
 
 from . import _native
+from ._utils import broadcast_size
 
 # False: MLX's ``@`` everywhere (an A/B switch).
 BATCHED_NODE = True
 
 
-def _batch_entries(a_shape: tuple, b_shape: tuple) -> int:
-    """The number of matrix products in a broadcast batch (0 when the batch dims do not broadcast: MLX's ``@``
-    then raises its own error)."""
-    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
-    n = max(len(a_batch), len(b_batch))
-    a_batch, b_batch = (1,) * (n - len(a_batch)) + a_batch, (1,) * (n - len(b_batch)) + b_batch
-    entries = 1
-    for p, q in zip(a_batch, b_batch):
-        if p != q and p != 1 and q != 1:
-            return 0
-        entries *= max(p, q) if p and q else 0
-    return entries
-
-
 def _native_product(a: mx.array, b: mx.array) -> bool:
     return (BATCHED_NODE and a.dtype == mx.float32 and b.dtype == mx.float32 and a.ndim >= 2 and b.ndim >= 2
             and max(a.ndim, b.ndim) >= 3 and a.shape[-1] == b.shape[-2] and a.size > 0 and b.size > 0
-            and _batch_entries(a.shape, b.shape) >= 2 and max(a.shape[-2], a.shape[-1], b.shape[-1]) < 2**31
+            and broadcast_size(a.shape[:-2], b.shape[:-2]) >= 2 and max(a.shape[-2], a.shape[-1], b.shape[-1]) < 2**31
             and _native.active("batched matmul") and _native._fused_blas())
 
 

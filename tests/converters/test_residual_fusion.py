@@ -13,17 +13,8 @@ from torch import nn
 import porter
 from porter.compare import assert_close
 from porter.layers import BatchNorm, _native
-
-
-def _randomize(model: nn.Module, seed: int = 0) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):  # stats and affine away from 0/1, so every term counts
-            m.running_mean.copy_(torch.rand(m.num_features, generator=g) * 4 - 2)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) * 2 + 0.3)
-            m.weight.data.copy_(torch.rand(m.num_features, generator=g) * 2 - 0.5)
-            m.bias.data.copy_(torch.rand(m.num_features, generator=g) * 4 - 2)
-    return model.eval()
+from tests.converters.test_fusion import _ported, _randomize
+from tests.converters.test_fusion import _torch_nhwc as _nhwc
 
 
 class Bottleneck(nn.Module):
@@ -48,14 +39,6 @@ class Bottleneck(nn.Module):
         if self.with_relu:  # (not in place where the sum is read again: torch's in-place ReLU would change it)
             out = torch.relu(out) if self.second_reader else self.relu(out)
         return out + total if self.second_reader else out
-
-
-def _ported(model, x):
-    return porter.convert(model, (x,)), mx.array(x.permute(0, 2, 3, 1).numpy())
-
-
-def _nhwc(t):
-    return t.detach().permute(0, 2, 3, 1).numpy()
 
 
 class _Spy:

@@ -13,6 +13,7 @@ import porter.layers._conv_engine as conv_module
 import porter.layers.functional as PF
 from porter.layers import _native
 from tests.conv_helpers import check_module
+from tests.layers.blas_count import blas_count_at_two
 
 pytestmark = pytest.mark.native_only
 
@@ -184,14 +185,7 @@ def test_fused_passes_leave_the_blas_thread_count_as_they_found_it():
     columns) on two threads leave the library's count at 2, and give torch's numbers. OpenBLAS's "local" setter is
     process-wide, and each pool thread saving and restoring it left the count at 1 for the rest of the process."""
     assert _native._fused_blas()
-    getter = _native.mlx_blas_symbol("openblas_get_num_threads")
-    setter = _native.mlx_blas_symbol("openblas_set_num_threads")
-    if getter is None or setter is None:
-        pytest.skip("this BLAS has no openblas_get/set_num_threads")
-    before_blas, before = getter(), _native.kernels().num_threads()
-    _native.set_num_threads(2)
-    setter(2)
-    try:
+    with blas_count_at_two() as getter:
         for _ in range(3):
             check_module(3, (2, 16, 5, 11, 16), 16, 24, 3, padding=1, seed=9)
             assert getter() == 2
@@ -203,6 +197,3 @@ def test_fused_passes_leave_the_blas_thread_count_as_they_found_it():
             x = mx.random.normal((2, 8, 20, 20, 48), key=mx.random.key(4))
             mx.eval(PF.conv3d(x, mx.random.normal((16, 3, 1, 1, 48), key=mx.random.key(5)), padding=(1, 0, 0)))
             assert getter() == 2
-    finally:
-        _native.set_num_threads(before)
-        setter(before_blas)

@@ -12,6 +12,8 @@ from porter.layers import _native
 from porter.layers import matmul as matmul_module
 from porter.layers.functional import matmul
 
+from tests.layers.blas_count import blas_count_at_two
+
 
 class _Spy:
     def __init__(self, monkeypatch):
@@ -194,17 +196,7 @@ def test_op_checks_its_arguments():
 def test_leaves_the_blas_thread_count_as_it_found_it():
     if not _native_on():
         pytest.skip("native kernels only")
-    getter = _native.mlx_blas_symbol("openblas_get_num_threads")
-    setter = _native.mlx_blas_symbol("openblas_set_num_threads")
-    if getter is None or setter is None:
-        pytest.skip("this BLAS has no openblas_get/set_num_threads")
-    before_blas, before = getter(), _native.kernels().num_threads()
-    _native.set_num_threads(2)
-    setter(2)
-    try:
+    with blas_count_at_two() as count:
         for _ in range(3):
             mx.eval(matmul(mx.ones((64, 3, 49, 32)), mx.ones((64, 3, 32, 49))))
-            assert getter() == 2
-    finally:
-        _native.set_num_threads(before)
-        setter(before_blas)
+            assert count() == 2
