@@ -6,9 +6,11 @@ transposed tokens, class token) and torchvision's detection heads (``tests/model
 a learnt scale, atrous fc6, frozen first stages), SSDlite320 on MobileNetV3 (the backbone split inside a block,
 depthwise extra blocks to 1x1), the RPN head on an FPN with its flattening and pre-NMS top-n (``topk`` per level,
 gather), and the RoI heads (v2's conv + BN box head, Mask R-CNN's and Keypoint R-CNN's conv stacks and
-transposed-conv predictors, the keypoints' bilinear x2). Each converts and matches torch, run here on the same data,
-at its example size and a second one; strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin,
-gradients to every trainable parameter, train mode, float16.
+transposed-conv predictors, the keypoints' bilinear x2); and Informer's ProbSparse attention
+(``tests/models/informer.py``: its core with the key sample as an input; HF's form, which samples with
+``torch.randint``, refused). Each twin converts and matches torch, run here on the same data, at its example size and
+a second one; strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin, gradients to every
+trainable parameter, train mode, float16.
 
 Second sizes: SSD's and SSDlite's inputs are fixed by the model (300x300, 320x320), PatchTST's context length too:
 another batch; FCOS and the RPN another batch and image size (75x50: maps no stride divides), MobileViTV2 72x88
@@ -33,6 +35,7 @@ import porter
 from porter.validate_half import DEFAULT_FACTOR
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
+from tests.models import informer
 from tests.models import mobilevitv2 as mv
 from tests.models import patchtst as pt
 from tests.models import torchvision_heads as th
@@ -250,3 +253,28 @@ def test_float16_port_is_as_close_to_float32_as_torch_float16(name):
         g, f, h = g[finite], f[finite], h[finite]
         err, own, scale = np.abs(g - f).max(), np.abs(h - f).max(), np.abs(f).max()
         assert err <= DEFAULT_FACTOR * own + 2e-3 * scale, (err, own, scale)
+
+
+# ---------------------------------------------------------------------------------------------------- Informer
+def _attention_inputs(batch, length, seed):
+    gen = torch.Generator().manual_seed(seed)
+    qkv = tuple(torch.randn(batch, 2, length, 4, generator=gen) for _ in range(3))
+    return qkv + (torch.randint(0, length, (length, 5), generator=gen),)
+
+
+def test_prob_sparse_attention_matches_torch():
+    """Informer's ProbSparse core (the key sample an input): the unsorted top-u, the gather and the write by three
+    broadcast index tensors into V's expanded mean, at two batches and lengths, and its gradients to q, k, v."""
+    model = informer.ProbSparseCore().eval()
+    ported = porter.convert(model, _attention_inputs(2, 12, 0), io_layout="torch")
+    assert_matches(ported, model, _attention_inputs(2, 12, 1))
+    assert_matches(ported, model, _attention_inputs(3, 16, 2))
+    result = grad_parity(model, ported, _attention_inputs(2, 12, 3), rtol=1e-3, atol=1e-5, seed=0)
+    assert result["ok"] and len(result["inputs"]) == 3, result
+
+
+def test_sampled_prob_sparse_attention_is_refused():
+    """HF's form draws its key sample with ``torch.randint`` in every forward, eval included: the port cannot give
+    torch's draws, and the refusal names the op and the way out (the sample as an input)."""
+    with pytest.raises(porter.UnsupportedOpsError, match=r"aten\.randint.*pass the noise in as an input"):
+        porter.convert(informer.SampledProbSparse().eval(), _attention_inputs(2, 12, 0)[:3], io_layout="torch")
