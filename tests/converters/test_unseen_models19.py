@@ -1,20 +1,21 @@
-"""Session 19's architectures Porter was not written against: HF MobileViTV2 (``tests/models/mobilevitv2.py``:
-``F.unfold``/``F.fold`` patches, linear self-attention, ``GroupNorm(1)``), HF PatchTST (``tests/models/patchtst.py``:
-masked std/mean scalers, ``unfold`` patches, attention across time and across channels, batch norm over the
-transposed tokens, class token) and torchvision's detection heads (``tests/models/torchvision_heads.py``): FCOS
-(GroupNorm towers, ReLU'd box distances, centre-ness), SSD300 on VGG-16 (ceil-mode pool, L2-normalised conv4_3 with
-a learnt scale, atrous fc6, frozen first stages), SSDlite320 on MobileNetV3 (the backbone split inside a block,
-depthwise extra blocks to 1x1), the RPN head on an FPN with its flattening and pre-NMS top-n (``topk`` per level,
-gather), and the RoI heads (v2's conv + BN box head, Mask R-CNN's and Keypoint R-CNN's conv stacks and
-transposed-conv predictors, the keypoints' bilinear x2); and Informer's ProbSparse attention
-(``tests/models/informer.py``: its core with the key sample as an input; HF's form, which samples with
-``torch.randint``, refused). Each twin converts and matches torch, run here on the same data, at its example size and
-a second one; strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin, gradients to every
-trainable parameter, train mode, float16.
+"""Session 19's architectures Porter was not written against: timm's InceptionNeXt (``tests/models/inception_next.py``:
+uneven channel split into identity, square and band depthwise branches, layer scale), HF MobileViTV2
+(``tests/models/mobilevitv2.py``: ``F.unfold``/``F.fold`` patches, linear self-attention, ``GroupNorm(1)``), HF
+PatchTST (``tests/models/patchtst.py``: masked std/mean scalers, ``unfold`` patches, attention across time and across
+channels, batch norm over the transposed tokens, class token) and torchvision's detection heads
+(``tests/models/torchvision_heads.py``): FCOS (GroupNorm towers, ReLU'd box distances, centre-ness), SSD300 on VGG-16
+(ceil-mode pool, L2-normalised conv4_3 with a learnt scale, atrous fc6, frozen first stages), SSDlite320 on
+MobileNetV3 (the backbone split inside a block, depthwise extra blocks to 1x1), the RPN head on an FPN with its
+flattening and pre-NMS top-n (``topk`` per level, gather), and the RoI heads (v2's conv + BN box head, Mask R-CNN's
+and Keypoint R-CNN's conv stacks and transposed-conv predictors, the keypoints' bilinear x2); and Informer's
+ProbSparse attention (``tests/models/informer.py``: its core with the key sample as an input; HF's form, which
+samples with ``torch.randint``, refused). Each twin converts and matches torch, run here on the same data, at its
+example size and a second one; strict ``load_state_dict`` of the port's ``torch_parameters()`` into the twin,
+gradients to every trainable parameter, train mode, float16.
 
 Second sizes: SSD's and SSDlite's inputs are fixed by the model (300x300, 320x320), PatchTST's context length too:
 another batch; FCOS and the RPN another batch and image size (75x50: maps no stride divides), MobileViTV2 72x88
-(odd maps under its patches), the RoI heads another number of regions.
+(odd maps under its patches), InceptionNeXt 72x56, the RoI heads another number of regions.
 
 The bar is porter.compare's float32 one: max|porter - torch| <= 1e-4 * max|torch| per output. SSDlite's and PatchTST
 prediction's batch norms hold statistics measured on a seeded batch (``calibrate_batch_norms``): with random ones
@@ -35,6 +36,7 @@ import porter
 from porter.validate_half import DEFAULT_FACTOR
 from porter.validation.grads import grad_parity
 from tests.converter_check import assert_matches, run_ported
+from tests.models import inception_next as inx
 from tests.models import informer
 from tests.models import mobilevitv2 as mv
 from tests.models import patchtst as pt
@@ -75,6 +77,8 @@ TWINS = {
     "patchtst_classification": Twin(pt.patchtst_classification_small, series(3), series(2), dynamic="batch"),
     # 72x88: maps of 9x11, 5x6 and 3x3 under the 2x2 patches (unfold drops the odd row and column, fold zero-fills)
     "mobilevitv2": Twin(mv.mobilevitv2_small, image(2, 3, 64, 64), image(1, 3, 72, 88)),
+    # 72x56: maps of 18x14, 9x7, 4x3, 2x1 (the 11-tap band convs pad past the map)
+    "inception_next": Twin(inx.inception_next_small, image(2, 3, 64, 64), image(1, 3, 72, 56)),
 }
 # SSD's and SSDlite's fixed 300x300 and 320x320 inputs: 50-170 s of tests each on two loaded cores
 SLOW = ("ssd300_vgg16", "ssdlite320")
@@ -141,6 +145,12 @@ def test_twins_keep_their_reference_names():
             "mobilevitv2.encoder.layer.4.layernorm.bias",
             "mobilevitv2.encoder.layer.4.conv_projection.normalization.weight",
             "classifier.weight"],
+        "inception_next": [
+            "stem.0.weight", "stem.1.running_var", "stages.0.blocks.0.token_mixer.dwconv_hw.weight",
+            "stages.0.blocks.0.token_mixer.dwconv_w.bias", "stages.0.blocks.0.token_mixer.dwconv_h.weight",
+            "stages.0.blocks.0.norm.weight", "stages.0.blocks.0.mlp.fc1.weight", "stages.0.blocks.0.mlp.fc2.bias",
+            "stages.0.blocks.0.gamma", "stages.1.downsample.0.running_mean", "stages.1.downsample.1.weight",
+            "stages.2.blocks.1.gamma", "head.fc1.weight", "head.norm.weight", "head.fc2.bias"],
     })
     prediction = build("patchtst_prediction")
     assert [n for n, p in prediction.named_parameters() if not p.requires_grad] == [
