@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .capture_buffers import example_copy
 from .ir import Graph
 
 
@@ -228,8 +229,9 @@ def reproduces(ported, model, inputs, kwargs=None) -> bool:
     from porter.layers import no_weight_cache
 
     kwargs = kwargs or {}
+    torch_args, torch_kwargs = example_copy(inputs, kwargs)  # a forward writing into its input leaves the example
     with torch.no_grad():
-        expected = torch.utils._pytree.tree_leaves(model(*inputs, **kwargs))
+        expected = torch.utils._pytree.tree_leaves(model(*torch_args, **torch_kwargs))
     try:
         arrays = port_inputs(ported, example_tensors(inputs, kwargs))[0]
         args, kw = with_tensors(inputs, kwargs, arrays)

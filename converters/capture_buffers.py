@@ -12,11 +12,21 @@ inplace operation").
 :class:`ContainerSnapshot` does the same for the plain ``dict``/``list`` attributes of every submodule: a cache an
 eval forward fills (timm's ``attention_bias_cache``) would otherwise keep tensors computed by Porter's forwards, with
 autograd history (``copy.deepcopy(model)`` then raised "Only Tensors created explicitly by the user").
+
+:func:`example_copy` gives those forwards (and the conversion's final check against torch) copies of the example's
+tensors: a forward that writes into its input (``x.mul_(2)``) changed the user's example, and every later probe saw
+another input (a training-mode conversion refused such a model as "computes something else in training mode").
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def example_copy(inputs: tuple, kwargs: dict):
+    """``(inputs, kwargs)`` with every tensor replaced by a detached copy, for one eager forward of the user's model."""
+    return torch.utils._pytree.tree_map(
+        lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, (tuple(inputs), dict(kwargs)))
 
 
 class BufferSnapshot:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .capture_buffers import BufferSnapshot
+from .capture_buffers import BufferSnapshot, example_copy
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _FUNCTIONS = ("dropout", "scaled_dot_product_attention")
@@ -146,8 +146,9 @@ def survey(model, inputs: tuple, kwargs: dict) -> Survey:
         with _Calls(handler, ndims), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
+            args, kw = example_copy(inputs, kwargs)
             start = time.process_time()
-            model(*inputs, **kwargs)
+            model(*args, **kw)
             took = time.process_time() - start
             result.forward_cpu_s = took if result.forward_cpu_s is None else min(result.forward_cpu_s, took)
 

@@ -330,6 +330,25 @@ class _Interpreter:
                 "requires_grad": bool(given.get("requires_grad", False))}
         self.env[outs[0]] = (self.record(node, "aten.tensor.default", args, list(args), concrete), concrete)
 
+    def jit_to(self, node, schema, ins, outs):
+        """TorchScript's own placement ops, which torch.ops does not expose: ``aten::cpu`` and the ``aten::to``
+        overloads ``prim_Device`` (``t.to(device?, dtype?, non_blocking, copy)``, scripted ``t.to(x.device)``),
+        ``prim_dtype`` and ``prim_other``. Without a new dtype or ``copy=True`` the result is the tensor itself (the
+        device is a placement; TorchScript returns ``self``, aliasing it); otherwise ``aten._to_copy`` to the dtype
+        asked for."""
+        given = {a.name: value for a, (_, value) in zip(schema.arguments, ins)}
+        self_ir, tensor = ins[0]
+        dtype = given.get("dtype")
+        if isinstance(dtype, int):  # TorchScript passes a ScalarType as its number
+            dtype = dtype_from_code(dtype)
+        if (dtype is None or dtype == tensor.dtype) and not given.get("copy", False):
+            self.env[outs[0]] = ins[0]
+            return
+        concrete = tensor.to(dtype or tensor.dtype, copy=True)
+        ref = self.record(node, "aten._to_copy.default", {"self": self_ir, "dtype": _dtype_name(concrete.dtype)},
+                          ["self", "dtype"], concrete)
+        self.env[outs[0]] = (ref, concrete)
+
     def call(self, node, kind, ins, outs):
         schema = torch._C.parse_schema(node.schema()) if node.schema() != "(no schema)" else None
         if schema is None:
@@ -356,13 +375,19 @@ class _Interpreter:
         if namespace == "aten" and base == "tensor":
             self.tensor_literal(node, schema, ins, outs)
             return
+        if namespace == "aten" and (base == "cpu" or base == "to" and overload.startswith("prim_")):
+            self.jit_to(node, schema, ins, outs)
+            return
         if base in _INT_OPS and not tensor_in and overload in _NUMBER_OVERLOADS \
                 and self.number_arithmetic(node, base, schema, ins, outs):
             return
         ins = [self.number_as_tensor(node, ir, value) if str(a.type) == "Tensor" else (ir, value)
                for a, (ir, value) in zip(schema.arguments, ins)] + ins[len(schema.arguments):]
-        packet = getattr(getattr(torch.ops, namespace), base)
-        op = getattr(packet, overload)
+        try:
+            op = getattr(getattr(getattr(torch.ops, namespace), base), overload)
+        except (AttributeError, RuntimeError):  # a TorchScript-only operator (aten::cpu, aten::to.prim_*)
+            self.unsupported.setdefault(f"{schema.name}.{overload} (TorchScript-only)", []).append("")
+            raise UnsupportedOpsError(self.unsupported) from None
         args, kwargs, ir_args, explicit = [], {}, {}, []
         dtype_args = set(re.findall(r"ScalarType\??\s+(\w+)", node.schema()))
         for a, (ir, value) in zip(schema.arguments, ins):

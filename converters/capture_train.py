@@ -30,7 +30,7 @@ import warnings
 
 import torch
 
-from .capture_buffers import BufferSnapshot
+from .capture_buffers import BufferSnapshot, example_copy
 
 # port layer types (layer_types.py) that compute torch's training behaviour themselves
 TRAIN_AWARE = frozenset({"BatchNorm", "InstanceNorm", "Dropout", "TorchDropout", "TorchRReLU",
@@ -141,7 +141,8 @@ def train_refusals(model, inputs: tuple, kwargs: dict, handled) -> dict:
 
 def _forward(model, inputs: tuple, kwargs: dict, seed: int = 0) -> list:
     """``[torch's generator state after the forward, output leaves...]`` of one forward from ``seed``: equal states
-    iff the same draws were made."""
+    iff the same draws were made. The forward gets copies of the example's tensors (:func:`example_copy`)."""
+    inputs, kwargs = example_copy(inputs, kwargs)
     with torch.enable_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(seed)
