@@ -84,7 +84,7 @@ def test_default_output_and_force(converted, runner, tmp_path, monkeypatch):
     (["export", "{dir}", "-o", "{tmp}/a.mlxfn", "--input-shape", "2,3,-1,16"], "--input-shape '2,3,-1,16'"),
     (["export", "{dir}", "-o", "{tmp}/a.onnx"], "-o '{tmp}/a.onnx' must name a file ending in .mlxfn"),
     (["export", "{dir}", "-o", "{tmp}/sub/a.mlxfn"], "-o '{tmp}/sub/a.mlxfn': the folder"),
-    (["export", "{dir}", "-o", "{tmp}/afile/a.mlxfn"], "-o '{tmp}/afile/a.mlxfn': the folder"),
+    (["export", "{dir}", "-o", "{tmp}/afile/a.mlxfn"], "-o '{tmp}/afile/a.mlxfn': '{tmp}/afile' is not a folder"),
     (["export", "{dir}", "-o", "/sys/a.mlxfn"], "-o '/sys/a.mlxfn': cannot write in the folder '/sys'"),
     (["export", "{dir}", "-o", "{tmp}/a.mlxfn", "--probe-shape", "3,3,16,16"], "--probe-shape is only used with"),
     (["export", "{dir}", "-o", "{tmp}/a.mlxfn", "--input-shape", "2,3,16"], "Cannot export"),
