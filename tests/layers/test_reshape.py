@@ -123,3 +123,17 @@ def test_bad_shapes_raise_as_mlx_and_the_switch(monkeypatch):
         monkeypatch.setattr(reshape_module, "NATIVE_RESHAPE", False)
         reshape(x, (6, 4))
         assert len(calls) == 1
+
+
+def test_compile_keeps_two_reshapes_of_one_input_apart():
+    """Two reshapes of the same view to different shapes are different nodes under mx.compile (its merge of equal
+    nodes compares the primitives: the target shape is part of the native reshape's identity)."""
+    x = mx.array(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+
+    def two(z):
+        v = z.transpose(2, 0, 1)
+        return reshape(v, (4, 6)), reshape(v, (6, 4)), reshape(v, (24,))
+
+    for got, want in zip(mx.compile(two)(x), two(x)):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(np.array(got), np.array(want))
