@@ -93,14 +93,16 @@ class BatchNorm(nn.BatchNorm):
             if count == 1 and self.training:
                 raise ValueError(
                     f"[BatchNorm] expected more than 1 value per channel when training, got input size {x.shape}")
+            if count == 0:  # an empty batch: torch's empty output, counted, statistics kept; no kernel runs on it
+                if self.training and self.track_running_stats and self.count_batches:
+                    self.num_batches_tracked = self.num_batches_tracked + 1
+                return mx.zeros(x.shape, dtype=x.dtype)
             # statistics in float32 at least, as torch computes them for half inputs; torch's backward formula
             # (saves the input only, _batch_norm_train.py)
             y, mean, var = batch_norm_train(x, self.get("weight"), self.get("bias"), self.eps)
             if self.training and self.track_running_stats:
                 if self.count_batches:
                     self.num_batches_tracked = self.num_batches_tracked + 1
-                if count == 0:  # torch counts an empty batch but keeps its statistics (its mean would be 0/0 = NaN)
-                    return y.astype(x.dtype)
                 factor = (1.0 / self.num_batches_tracked.astype(mx.float32) if self.momentum is None
                           else self.momentum)
                 unbiased = var * (count / max(count - 1, 1))
