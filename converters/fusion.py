@@ -43,10 +43,8 @@ def batch_norm_activation_pairs(graph: dict) -> dict:
     pairs = {}
     for i in range(len(nodes) - 1):
         node, nxt = nodes[i], nodes[i + 1]
-        if node["kernel"] != "call_module" or modules.get(node["attrs"]["module"], {}).get("type") != "BatchNorm":
-            continue
-        (name,) = node["outputs"]
-        if readers.get(name) != 1 or nxt["inputs"] != [{"ref": name}]:
+        name = _single_read_batch_norm(node, modules, readers)
+        if name is None or nxt["inputs"] != [{"ref": name}]:
             continue
         fn = activation_of(nxt, modules)
         if fn is not None:
@@ -64,11 +62,9 @@ def batch_norm_residual_runs(graph: dict) -> dict:
     runs = {}
     for i in range(len(nodes) - 1):
         node, add = nodes[i], nodes[i + 1]
-        if node["kernel"] != "call_module" or modules.get(node["attrs"]["module"], {}).get("type") != "BatchNorm":
-            continue
-        (name,) = node["outputs"]
+        name = _single_read_batch_norm(node, modules, readers)
         attrs = add["attrs"]
-        if (readers.get(name) != 1 or add["kernel"] != "binary" or attrs.get("fn") != "add"
+        if (name is None or add["kernel"] != "binary" or attrs.get("fn") != "add"
                 or attrs.get("alpha", 1) != 1 or len(add["inputs"]) != 2):
             continue
         refs = [spec.get("ref") if isinstance(spec, dict) and set(spec) == {"ref"} else None
@@ -81,6 +77,15 @@ def batch_norm_residual_runs(graph: dict) -> dict:
                 and activation_of(after, modules) == "relu")
         runs[i] = (refs.index(name) ^ 1, "relu" if relu else None, 2 if relu else 1)
     return runs
+
+
+def _single_read_batch_norm(node: dict, modules: dict, readers: dict):
+    """The output name of ``node`` when it calls a BatchNorm layer and exactly one input reads that output, else
+    None."""
+    if node["kernel"] != "call_module" or modules.get(node["attrs"]["module"], {}).get("type") != "BatchNorm":
+        return None
+    (name,) = node["outputs"]
+    return name if readers.get(name) == 1 else None
 
 
 def _readers(graph: dict) -> dict:

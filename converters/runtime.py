@@ -487,22 +487,15 @@ class PortedModel(TorchNamed):
             if index in overrides:  # spectral norm's vectors for this call (train_state.py)
                 args = [overrides[index].get(s["param"], a) if isinstance(s, dict) and set(s) == {"param"} else a
                         for s, a in zip(node["inputs"], args)]
-            if record is None and index in fusable:
-                fused = self._fused(index, args[0], program)
-                if fused is not None:  # the batch norm and its activation in one pass: the activation's output
-                    _check_result(fused, nodes[index + 1])
-                    walk.add(index + 1, nodes[index + 1], args, fused)
-                    env[nodes[index + 1]["outputs"][0]] = fused
-                    skip = index + 1
-                    continue
-            if record is None and index in program.residual and fusion.RESIDUAL:
-                fused = self._fused_residual(index, args[0], env, program)
-                if fused is not None:  # batch norm, residual add (and ReLU) in one pass: the run's last output
-                    last = nodes[index + program.residual[index][2]]
+            if record is None and (index in fusable or index in program.residual):
+                fused = self._fused(index, args[0], env, program)
+                if fused is not None:  # the batch norm and the nodes after it in one pass: the last one's output
+                    fused, span = fused
+                    last = nodes[index + span]
                     _check_result(fused, last)
-                    walk.add(index + program.residual[index][2], last, args, fused)
+                    walk.add(index + span, last, args, fused)
                     env[last["outputs"][0]] = fused
-                    skip = index + program.residual[index][2]
+                    skip = index + span
                     continue
             if fn is None:  # call_module: the layer now at that path (a user may have replaced it)
                 fn = resolve(self, program.layer_keys[node["attrs"]["module"]])
@@ -574,34 +567,37 @@ class PortedModel(TorchNamed):
             env.update(kept)
         return static, kept, key
 
-    def _fused(self, index: int, x, program: _Program):
-        """Batch norm node ``index`` and its activation (the next node) as one pass, or ``None`` (run both): only
-        when the layers now at those paths are a batch norm with ``eval_activation`` and that activation."""
-        nodes, keys = program.graph["nodes"], program.layer_keys
-        activation = program.fusable[index]
-        after = nodes[index + 1]
-        if after["kernel"] == "call_module":
-            layer = resolve(self, keys[after["attrs"]["module"]])
-            if type(layer) is not Activation or activation_name(layer.fn, layer.attrs) != activation:
-                return None
-        norm = resolve(self, keys[nodes[index]["attrs"]["module"]])
-        run = getattr(norm, "eval_activation", None)
-        return run(x, activation) if run is not None and isinstance(x, mx.array) else None
-
-    def _fused_residual(self, index: int, x, env: dict, program: _Program):
-        """Batch norm node ``index``, the residual add after it (and its ReLU) as one pass, or ``None`` (run them):
-        only when the layers now at those paths are a batch norm with ``eval_residual`` (and a ReLU)."""
-        nodes, keys = program.graph["nodes"], program.layer_keys
-        position, activation, span = program.residual[index]
-        if activation is not None and nodes[index + span]["kernel"] == "call_module":
-            layer = resolve(self, keys[nodes[index + span]["attrs"]["module"]])
-            if type(layer) is not Activation or activation_name(layer.fn, layer.attrs) != activation:
-                return None
-        norm = resolve(self, keys[nodes[index]["attrs"]["module"]])
-        run = getattr(norm, "eval_residual", None)
-        if run is None or not isinstance(x, mx.array):
+    def _fused(self, index: int, x, env: dict, program: _Program):
+        """``(output, nodes spanned after it)`` of batch norm node ``index`` run in one pass with the nodes after it,
+        or ``None`` (run them): its activation (``fusion.batch_norm_activation_pairs``: ``eval_activation``) or the
+        residual add and its ReLU (``fusion.batch_norm_residual_runs``: ``eval_residual``; switch
+        ``fusion.RESIDUAL``). Only when the layers now at those paths are still a batch norm with that method and
+        the activation the graph names (a user may have replaced either)."""
+        nodes = program.graph["nodes"]
+        if index in program.fusable:
+            position, activation, span = None, program.fusable[index], 1
+        elif fusion.RESIDUAL:
+            position, activation, span = program.residual[index]
+        else:
             return None
-        return run(x, self._resolve(nodes[index + 1]["inputs"][position], env), activation)
+        if not isinstance(x, mx.array) or not self._activation_still(nodes[index + span], activation, program):
+            return None
+        norm = resolve(self, program.layer_keys[nodes[index]["attrs"]["module"]])
+        if position is None:
+            run = getattr(norm, "eval_activation", None)
+            out = run(x, activation) if run is not None else None
+        else:
+            run = getattr(norm, "eval_residual", None)
+            out = run(x, self._resolve(nodes[index + 1]["inputs"][position], env), activation) if run else None
+        return None if out is None else (out, span)
+
+    def _activation_still(self, node: dict, activation, program: _Program) -> bool:
+        """Whether ``node`` (a fused run's last node) still computes ``activation`` (None: no activation, any
+        node): a kernel node always does; a layer node while the layer now at its path is that ``Activation``."""
+        if activation is None or node["kernel"] != "call_module":
+            return True
+        layer = resolve(self, program.layer_keys[node["attrs"]["module"]])
+        return type(layer) is Activation and activation_name(layer.fn, layer.attrs) == activation
 
     def __call__(self, /, *args, **kwargs):
         """Run the forward; arguments bind as they do to the torch forward (``input_binding.py``):

@@ -7,6 +7,7 @@ Error messages name the layer (``[MaxPool2d]``) and the argument, reusing torch'
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 from typing import Callable, Sequence
 
@@ -154,14 +155,10 @@ class ShapeOnly:
 def broadcast_size(a: Sequence[int], b: Sequence[int]) -> int:
     """Elements of numpy's broadcast of shapes ``a`` and ``b`` (0 when they do not broadcast: the caller leaves the
     error to MLX's op)."""
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    size = 1
-    for p, q in zip(a, b):
-        if p != q and p != 1 and q != 1:
-            return 0
-        size *= p if q == 1 else q
-    return size
+    try:
+        return math.prod(mx.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        return 0
 
 
 def format_shape(shape: Sequence[int]) -> str:

@@ -120,10 +120,7 @@ class BatchNorm(nn.BatchNorm):
         statistics, float64, no native kernels, an input the layer refuses): the caller then runs the two layers.
         Used by a converted model's runtime for a batch norm whose only reader is that activation (eval only: the
         module tree and training are unchanged)."""
-        if (self.training or not self.track_running_stats or activation not in FUSED_ACTIVATIONS
-                or x.ndim < 2 or x.shape[-1] != self.num_features
-                or x.dtype not in (mx.float32, mx.float16, mx.bfloat16)
-                or not _native.active(f"batch norm + {activation}")):
+        if activation not in FUSED_ACTIVATIONS or not self._eval_pass_applies(x, f"batch norm + {activation}"):
             return None
         alpha, beta = self._alpha_beta()
         return _native.channel_affine(x, alpha, beta, activation=activation)
@@ -134,13 +131,18 @@ class BatchNorm(nn.BatchNorm):
         statistics, float64, no native kernels, ``res`` not of x's shape and dtype, an input the layer refuses): the
         caller then runs the nodes. Used by a converted model's runtime for ``relu(bn(x) + res)`` and ``bn(x) + res``
         where the batch norm's output and the sum have no other reader (eval only)."""
-        if (self.training or not self.track_running_stats or activation not in (None, "relu") or x.ndim < 2
-                or x.shape[-1] != self.num_features or x.dtype not in (mx.float32, mx.float16, mx.bfloat16)
-                or not isinstance(res, mx.array) or res.shape != x.shape or res.dtype != x.dtype
-                or not _native.active("batch norm + residual add")):
+        if (activation not in (None, "relu") or not isinstance(res, mx.array) or res.shape != x.shape
+                or res.dtype != x.dtype or not self._eval_pass_applies(x, "batch norm + residual add")):
             return None
         alpha, beta = self._alpha_beta()
         return _native.channel_affine_residual(x, alpha, beta, res, activation=activation or "none")
+
+    def _eval_pass_applies(self, x: mx.array, kernel: str) -> bool:
+        """Whether the eval forward on ``x`` can be a native channel-affine pass (``eval_activation``,
+        ``eval_residual``): eval mode with running statistics, ``(N, ..., C)`` input of this layer's channels, float32
+        or 16-bit, native kernels active (``kernel`` names the pass for export mode's list)."""
+        return (not self.training and self.track_running_stats and x.ndim >= 2 and x.shape[-1] == self.num_features
+                and x.dtype in (mx.float32, mx.float16, mx.bfloat16) and _native.active(kernel))
 
     def _alpha_beta(self):
         """The eval forward's per-channel ``alpha = weight / sqrt(var + eps)`` and ``beta = bias - mean * alpha`` (float32

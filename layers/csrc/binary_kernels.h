@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "parallel.h"
+#include "strided_copy.h"
 
 namespace porter {
 
@@ -44,24 +45,12 @@ inline void binary_run(const float* a, int64_t sa, const float* b, int64_t sb, f
 template <BinaryOp Op>
 void binary_strided(const float* a, const std::vector<int64_t>& a_strides, const float* b,
                     const std::vector<int64_t>& b_strides, float* out, const std::vector<int64_t>& shape) {
-  // merge dim d into the one before it where that is contiguous over it in a, b and the (row-major) output
-  std::vector<int64_t> sh, sa, sb;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!sh.empty() && sa.back() == a_strides[d] * shape[d] && sb.back() == b_strides[d] * shape[d]) {
-      sh.back() *= shape[d];
-      sa.back() = a_strides[d];
-      sb.back() = b_strides[d];
-    } else {
-      sh.push_back(shape[d]);
-      sa.push_back(a_strides[d]);
-      sb.push_back(b_strides[d]);
-    }
-  }
-  if (sh.empty()) {
-    out[0] = binary_apply<Op>(a[0], b[0]);
-    return;
-  }
+  // dims contiguous over each other in a and b merged (the row-major output always is)
+  std::vector<int64_t> sh;
+  std::vector<std::vector<int64_t>> merged;
+  detail::merge_dims(shape, {a_strides.data(), b_strides.data()}, sh, merged);
+  const std::vector<int64_t>& sa = merged[0];
+  const std::vector<int64_t>& sb = merged[1];
   const int nd = static_cast<int>(sh.size());
   const int64_t len = sh[nd - 1];
   int64_t rows = 1;

@@ -18,8 +18,10 @@ namespace {
 std::pair<bool, mx::Strides> view_strides(const mx::array& in, const mx::array& out) {
   if (in.size() == 0 || in.flags().row_contiguous) return {false, out.strides()};
   if (in.ndim() == 0) return {false, mx::Strides(out.ndim(), 0)};
-  std::vector<int64_t> shape, strides;
-  detail::merge_dims(in.shape(), in.strides(), shape, strides);
+  std::vector<int64_t> shape;
+  std::vector<std::vector<int64_t>> merged;
+  detail::merge_dims(in.shape(), {in.strides().data()}, shape, merged);
+  const std::vector<int64_t>& strides = merged[0];
   mx::Strides out_strides;
   size_t j = 0;
   for (int i = 0; i < static_cast<int>(out.ndim()); ++i) {

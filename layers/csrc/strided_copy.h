@@ -15,23 +15,29 @@ namespace porter {
 
 namespace detail {
 
-// shape/strides with each dim merged into the next where strides[d] == strides[d + 1] * shape[d + 1] (size-1 dims
-// dropped): the same elements in the same order, fewer and longer rows.
-inline void merge_dims(const mx::Shape& shape, const mx::Strides& strides, std::vector<int64_t>& sh,
-                       std::vector<int64_t>& st) {
+// `shape` read through each array's `strides` (one list per array, all over `shape`), with each dim merged into the
+// one before it where that one's stride is this one's times its size in every array, and size-1 dims dropped: the
+// same elements in the same order, fewer and longer rows (at least one dim: (1) with stride 1 for a single element).
+template <typename Sizes>
+void merge_dims(const Sizes& shape, const std::vector<const int64_t*>& strides, std::vector<int64_t>& sh,
+                std::vector<std::vector<int64_t>>& st) {
+  st.assign(strides.size(), {});
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!sh.empty() && st.back() == strides[d] * shape[d]) {
-      sh.back() *= shape[d];
-      st.back() = strides[d];
+    const int64_t n = shape[d];
+    if (n == 1) continue;
+    bool merge = !sh.empty();
+    for (size_t k = 0; merge && k < strides.size(); ++k) merge = st[k].back() == strides[k][d] * n;
+    if (merge) {
+      sh.back() *= n;
+      for (size_t k = 0; k < strides.size(); ++k) st[k].back() = strides[k][d];
     } else {
-      sh.push_back(shape[d]);
-      st.push_back(strides[d]);
+      sh.push_back(n);
+      for (size_t k = 0; k < strides.size(); ++k) st[k].push_back(strides[k][d]);
     }
   }
   if (sh.empty()) {
     sh.push_back(1);
-    st.push_back(1);
+    for (auto& s : st) s.push_back(1);
   }
 }
 
@@ -86,22 +92,24 @@ inline void strided_copy(const char* src, char* dst, const mx::Shape& shape, con
   for (auto n : shape) {
     if (n == 0) return;
   }
-  std::vector<int64_t> sh, st;
-  detail::merge_dims(shape, strides, sh, st);
+  std::vector<int64_t> sh;
+  std::vector<std::vector<int64_t>> st;
+  detail::merge_dims(shape, {strides.data()}, sh, st);
   switch (item) {
-    case 1: return detail::copy_as<uint8_t>(src, dst, sh, st);
-    case 2: return detail::copy_as<uint16_t>(src, dst, sh, st);
-    case 4: return detail::copy_as<uint32_t>(src, dst, sh, st);
-    case 8: return detail::copy_as<uint64_t>(src, dst, sh, st);
+    case 1: return detail::copy_as<uint8_t>(src, dst, sh, st[0]);
+    case 2: return detail::copy_as<uint16_t>(src, dst, sh, st[0]);
+    case 4: return detail::copy_as<uint32_t>(src, dst, sh, st[0]);
+    case 8: return detail::copy_as<uint64_t>(src, dst, sh, st[0]);
     default: {  // complex64 and wider: bytes as a row of `item`-byte chunks
       mx::Shape bytes_shape(shape);
       mx::Strides bytes_strides(strides);
       bytes_shape.push_back(static_cast<int>(item));
       for (auto& s : bytes_strides) s *= static_cast<int64_t>(item);
       bytes_strides.push_back(1);
-      std::vector<int64_t> bsh, bst;
-      detail::merge_dims(bytes_shape, bytes_strides, bsh, bst);
-      return detail::copy_as<uint8_t>(src, dst, bsh, bst);
+      std::vector<int64_t> bsh;
+      std::vector<std::vector<int64_t>> bst;
+      detail::merge_dims(bytes_shape, {bytes_strides.data()}, bsh, bst);
+      return detail::copy_as<uint8_t>(src, dst, bsh, bst[0]);
     }
   }
 }
